@@ -1,0 +1,56 @@
+"""gpumagic: why is my GPU waiting, and what should I change?
+
+Public API::
+
+    gpumagic.analyze(path_or_trace) -> Report     # a saved trace, offline (no torch needed)
+    gpumagic.load_trace(path) -> Trace
+    gpumagic.profile(**options)                     # context manager / decorator (needs torch)
+    gpumagic.Profiler(...)                          # start()/stop() across cells
+    %load_ext gpumagic  ->  %%gpuprofile, %gpuprofile
+
+Importing gpumagic registers nothing and imports neither torch nor IPython; those load when
+the names that need them are first used.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from gpumagic.analysis import analyze
+from gpumagic.errors import GpumagicError, TraceError
+from gpumagic.report.model import Evidence, Finding, Fix, Report, Window
+from gpumagic.trace import Trace
+from gpumagic.trace import load as load_trace
+
+__version__ = "0.1.0"
+
+#: Public names whose modules import torch/IPython/ipywidgets: resolved on first use.
+_LAZY = {
+    "profile": "gpumagic.api",
+    "Profiler": "gpumagic.api",
+    "compare": "gpumagic.compare",
+    "tune_dataloader": "gpumagic.tuner",
+}
+
+__all__ = [
+    "Evidence", "Finding", "Fix", "GpumagicError", "Profiler", "Report", "Trace", "TraceError", "Window",
+    "__version__", "analyze", "compare", "load_ipython_extension", "load_trace", "profile",
+    "tune_dataloader", "unload_ipython_extension",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpumagic' has no attribute {name!r}")
+    return getattr(import_module(module), name)
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext gpumagic``: register ``%%gpuprofile`` and ``%gpuprofile``."""
+    import_module("gpumagic.magic").load_ipython_extension(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    import_module("gpumagic.magic").unload_ipython_extension(ipython)

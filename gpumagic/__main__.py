@@ -1,0 +1,5 @@
+import sys
+
+from gpumagic.cli import main
+
+sys.exit(main())

@@ -1,0 +1,37 @@
+"""The analysis layer: metrics (interval maths over columns) and rules. Never imports torch."""
+
+from __future__ import annotations
+
+import os
+
+from gpumagic.analysis import metrics as _metrics
+from gpumagic.analysis.context import build_context
+from gpumagic.analysis.rules import CAUSE_RULES, IDLE_CAUSES, low_gpu_utilization
+from gpumagic.report.model import Report, sort_findings
+from gpumagic.trace import Trace, load
+
+
+def analyze(source: str | os.PathLike | dict | Trace, *, label: str = "") -> Report:
+    """Analyse a trace (a path to Kineto JSON / ``.json.gz`` / gpumagic bundle, a parsed dict, or
+    a loaded :class:`~gpumagic.trace.Trace`) into a :class:`~gpumagic.report.model.Report`.
+
+    Raises :class:`~gpumagic.errors.TraceError` when the input is not a readable trace.
+    """
+    trace = source if isinstance(source, Trace) else load(source)
+    ctx = build_context(trace)
+    metrics = _metrics.compute(ctx)
+    findings = [f for f in (rule(ctx, metrics) for rule in CAUSE_RULES) if f is not None]
+    explained = sum(f.est_gain for f in findings if f.id in IDLE_CAUSES)
+    low = low_gpu_utilization(ctx, metrics, explained=explained)
+    if low is not None:
+        findings.append(low)
+    notes = list(trace.notes)
+    if ctx.device < 0:
+        notes.append("No GPU activity in the trace: CPU activity only.")
+    if ctx.window_source == "trace":
+        notes.append("No ProfilerStep# markers: the window is the whole trace.")
+    return Report(metrics=metrics, findings=sort_findings(findings), notes=notes, trace=trace,
+                  label=label or str(trace.meta.get("label") or ""))
+
+
+__all__ = ["analyze"]

@@ -1,0 +1,262 @@
+"""The measured facts of one trace, computed once and shared by metrics and rules.
+
+:func:`build_context` does all the interval maths; rules only read the :class:`Context`.
+Its docstrings name the definitions used (TensorBoard profiler plugin, HolisticTraceAnalysis).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis import names as nm
+from gpumagic.trace.model import GPU_KINDS, Kind, Trace
+
+#: A GPU gap shorter than this, whose next kernel was already queued, is launch latency
+#: ("kernel wait"). HTA's ``consecutive_kernel_delay`` default is 30 in trace units (µs in its
+#: µs-based frames; its documentation says nanoseconds); 30 µs comfortably covers the 2–10 µs
+#: launch latency of current GPUs without swallowing real stalls.
+LAUNCH_LATENCY_MAX_NS = 30_000
+#: A GPU idle gap at least this long is "long" (gpumagic default, from the issue's anchor).
+LONG_GAP_NS = 1_000_000
+#: Kernels shorter than this are "tiny": their launch overhead (≈ 5–10 µs of host time per
+#: launch through the PyTorch dispatcher) is comparable to their work.
+SHORT_KERNEL_NS = 10_000
+#: The breakdown categories in the TensorBoard profiler plugin's priority order: a moment in
+#: the window belongs to the first category active then.
+BREAKDOWN_ORDER = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
+MAX_REPORTED_GAPS = 50
+
+
+@dataclass
+class Gap:
+    start_ns: int
+    end_ns: int
+    cause: str  # host_wait | launch_latency | other
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class Context:
+    """Everything the rules need, in ns relative to the trace origin."""
+
+    trace: Trace
+    lo: int
+    hi: int
+    window_source: str
+    step_bounds: list[tuple[int, int]]
+    step_names: list[str]
+    main_lane: int
+    device: int  # primary GPU, -1 when the trace has no GPU activity
+    busy: iv.Intervals  # primary device: kernels ∪ copies ∪ memsets, clipped to the window
+    per_device: list[dict]
+    gaps: list[Gap]
+    idle_ns: dict[str, int]
+    cat_union: dict[str, iv.Intervals]  # breakdown category -> raw union within window
+    exclusive: dict[str, iv.Intervals]  # breakdown category -> exclusive by priority
+    name_flags: dict[str, np.ndarray] = field(default_factory=dict)
+    masks: dict[str, np.ndarray] = field(default_factory=dict)
+    launch_ts: np.ndarray | None = None  # per event: start of the launch that enqueued it (-1)
+
+    @property
+    def window_ns(self) -> int:
+        return max(self.hi - self.lo, 1)
+
+    def frac(self, ns: float) -> float:
+        return float(ns) / self.window_ns
+
+    def events_in_window(self, mask: np.ndarray) -> np.ndarray:
+        ev = self.trace.events
+        return mask & (ev.ts_ns < self.hi) & (ev.ts_ns + ev.dur_ns > self.lo)
+
+    def intervals(self, mask: np.ndarray) -> iv.Intervals:
+        ev = self.trace.events
+        return iv.clip(iv.union(ev.ts_ns[mask], ev.ts_ns[mask] + ev.dur_ns[mask]), self.lo, self.hi)
+
+
+def _flags(trace: Trace) -> dict[str, np.ndarray]:
+    """Per distinct name, which classes it belongs to (evaluated once per name)."""
+    classifiers = {
+        "step": nm.is_step, "dataloader": nm.is_dataloader, "sync_call": nm.is_sync_call,
+        "sync_op": nm.SYNC_OPS.__contains__, "launch": nm.is_launch_call, "nccl": nm.is_nccl,
+        "tensor_core": nm.is_tensor_core, "matmul": nm.is_matmul, "alloc": nm.ALLOC_CALLS.__contains__,
+        "init": nm.INIT_CALLS.__contains__, "compile": nm.is_compile,
+    }
+    return {k: trace.name_ids(f) for k, f in classifiers.items()}
+
+
+def build_context(trace: Trace) -> Context:
+    ev = trace.events
+    flags = _flags(trace)
+    by_name = {k: v[ev.name] for k, v in flags.items()}
+    kind = ev.kind
+    gpu = np.isin(kind, np.array(GPU_KINDS, dtype=np.int8))
+    masks = {
+        "gpu": gpu,
+        "kernel": kind == Kind.KERNEL,
+        "memcpy": kind == Kind.MEMCPY,
+        "memset": kind == Kind.MEMSET,
+        "runtime": np.isin(kind, np.array([Kind.RUNTIME, Kind.DRIVER], dtype=np.int8)),
+        "cpu_op": kind == Kind.CPU_OP,
+        "annotation": kind == Kind.ANNOTATION,
+        "python": kind == Kind.PYTHON,
+        **{f"name_{k}": v for k, v in by_name.items()},
+    }
+    host = ~gpu & (kind != Kind.GPU_ANNOTATION) & (kind != Kind.SYNC)
+    masks["host"] = host
+    steps = np.flatnonzero(masks["name_step"] & host)
+    launch_ts = _launch_times(trace, masks)
+    step_bounds, step_names = _steps(trace, steps, masks, launch_ts)
+    if step_bounds:
+        lo, hi, source = step_bounds[0][0], step_bounds[-1][1], "steps"
+    else:
+        lo = int(ev.ts_ns.min()) if len(ev) else 0
+        hi = int((ev.ts_ns + ev.dur_ns).max()) if len(ev) else 1
+        source = "trace"
+    hi = max(hi, lo + 1)
+    main_lane = _main_lane(trace, steps, masks)
+    ctx = Context(trace, lo, hi, source, step_bounds, step_names, main_lane, -1, iv.empty(), [], [],
+                  {}, {}, {}, flags, masks, launch_ts)
+    _gpu_facts(ctx)
+    _breakdown(ctx)
+    return ctx
+
+
+def _launch_times(trace: Trace, masks: dict[str, np.ndarray]) -> np.ndarray:
+    """For each GPU event, the start time of the runtime/driver call with the same correlation id."""
+    ev = trace.events
+    out = np.full(len(ev), -1, dtype=np.int64)
+    launches = np.flatnonzero(masks["runtime"] & (ev.corr >= 0))
+    targets = np.flatnonzero(masks["gpu"] & (ev.corr >= 0))
+    if launches.size == 0 or targets.size == 0:
+        return out
+    order = np.argsort(ev.corr[launches], kind="stable")
+    keys = ev.corr[launches][order]
+    pos = np.searchsorted(keys, ev.corr[targets])
+    pos = np.minimum(pos, keys.size - 1)
+    hit = keys[pos] == ev.corr[targets]
+    out[targets[hit]] = ev.ts_ns[launches[order][pos[hit]]]
+    return out
+
+
+def _steps(trace, steps, masks, launch_ts):
+    """Step i spans its ``ProfilerStep#`` annotation, extended to the end of the GPU work it
+    launched (as the TensorBoard plugin does), but never past the next step's start."""
+    if steps.size == 0:
+        return [], []
+    ev = trace.events
+    starts, ends = ev.ts_ns[steps], ev.ts_ns[steps] + ev.dur_ns[steps]
+    gpu = np.flatnonzero(launch_ts >= 0)
+    g_launch, g_end = launch_ts[gpu], ev.ts_ns[gpu] + ev.dur_ns[gpu]
+    bounds = []
+    for i in range(steps.size):
+        in_step = (g_launch >= starts[i]) & (g_launch < ends[i])
+        end = max(int(ends[i]), int(g_end[in_step].max()) if in_step.any() else 0)
+        if i + 1 < steps.size:
+            end = min(end, int(starts[i + 1])) if starts[i + 1] > starts[i] else end
+        bounds.append((int(starts[i]), end))
+    return bounds, [trace.names[n] for n in ev.name[steps]]
+
+
+def _main_lane(trace, steps, masks) -> int:
+    ev = trace.events
+    if steps.size:
+        return int(ev.lane[steps[0]])
+    cpu = np.flatnonzero(masks["cpu_op"] | masks["runtime"])
+    if cpu.size == 0:
+        host = np.flatnonzero(masks["host"])
+        return int(ev.lane[host[0]]) if host.size else -1
+    return int(np.argmax(np.bincount(ev.lane[cpu], weights=ev.dur_ns[cpu])))
+
+
+def _gpu_facts(ctx: Context) -> None:
+    """Busy time per device (union over streams, never a per-stream sum) and the primary
+    device's idle gaps, classified with HolisticTraceAnalysis's definitions."""
+    ev, m = ctx.trace.events, ctx.masks
+    gpu_in = ctx.events_in_window(m["gpu"])
+    devices = np.unique(ev.device[gpu_in]) if gpu_in.any() else np.zeros(0, dtype=np.int32)
+    best, best_busy = -1, -1
+    for d in devices.tolist():
+        on_d = gpu_in & (ev.device == d)
+        busy = ctx.intervals(on_d)
+        row = {"device": int(d), "busy_ns": iv.total(busy),
+               "streams": sorted(set(ev.stream[on_d].tolist()))}
+        for k in ("kernel", "memcpy", "memset"):
+            row[f"{k}_ns"] = iv.total(ctx.intervals(on_d & m[k]))
+        ctx.per_device.append(row)
+        if row["busy_ns"] > best_busy:
+            best, best_busy, ctx.busy = int(d), row["busy_ns"], busy
+    ctx.device = best
+    ctx.gaps, ctx.idle_ns = _classify_gaps(ctx)
+
+
+def _classify_gaps(ctx: Context) -> tuple[list[Gap], dict[str, int]]:
+    """Split the primary device's idle time inside the window (HTA, "Idle Time Breakdown"):
+
+    ::
+
+        GPU   ███████          ████     ████
+        host    launch ▲                ▲ launch
+                       └ issued after the GPU ran dry: host wait
+                                  issued before, gap < 30 µs: launch latency; else other
+
+    - host wait: the work that ends the gap was launched after the gap began (the host had
+      not queued it in time); also the leading gap before the first GPU work of the window;
+    - launch latency ("kernel wait"): the work was already queued and the gap is short;
+    - other: queued work that still did not start (cross-stream waits, events...).
+    A trailing gap (no GPU work after it in the window) is idle time with cause ``other``.
+    """
+    ev, m = ctx.trace.events, ctx.masks
+    idle = {"host_wait": 0, "launch_latency": 0, "other": 0}
+    if ctx.device < 0:
+        return [], idle
+    g_s, g_e = iv.gaps(ctx.busy, ctx.lo, ctx.hi)
+    on_d = np.flatnonzero(m["gpu"] & (ev.device == ctx.device))
+    starts = ev.ts_ns[on_d]  # sorted: the table is sorted by start
+    k = np.searchsorted(starts, g_e, side="left")
+    nxt = on_d[np.minimum(k, on_d.size - 1)]
+    has_next = (k < on_d.size) & (g_e < ctx.hi)
+    launch = np.where(has_next, ctx.launch_ts[nxt], -1)
+    length = g_e - g_s
+    cause = np.where(
+        ~has_next, 2,
+        np.where((launch < 0), np.where(g_s == ctx.lo, 0, 2),
+                 np.where(launch >= g_s, 0, np.where(length < LAUNCH_LATENCY_MAX_NS, 1, 2))),
+    )
+    labels = ("host_wait", "launch_latency", "other")
+    for c, key in enumerate(labels):
+        idle[key] = int(length[cause == c].sum())
+    gaps = [Gap(int(s), int(e), labels[c]) for s, e, c in zip(g_s.tolist(), g_e.tolist(), cause.tolist())]
+    return gaps, idle
+
+
+def _breakdown(ctx: Context) -> None:
+    """Step time by category, TensorBoard-plugin style: each moment goes to the highest-priority
+    category active then (kernel > memcpy > memset > communication > runtime > dataloader >
+    CPU exec > other). Communication is NCCL kernels; "kernel" is every other kernel."""
+    m = ctx.masks
+    dev = ctx.trace.events.device == ctx.device if ctx.device >= 0 else np.zeros(len(ctx.trace.events), bool)
+    nccl = m["name_nccl"]
+    cpu_exec = m["host"] & (m["cpu_op"] | m["annotation"] | m["python"]) & ~m["name_step"] & ~m["name_dataloader"]
+    sources = {
+        "kernel": m["kernel"] & dev & ~nccl,
+        "memcpy": m["memcpy"] & dev,
+        "memset": m["memset"] & dev,
+        "communication": m["kernel"] & dev & nccl,
+        "runtime": m["runtime"] & m["host"],
+        "dataloader": m["name_dataloader"] & m["host"],
+        "cpu_exec": cpu_exec,
+    }
+    covered = iv.empty()
+    for cat in BREAKDOWN_ORDER[:-1]:
+        raw = ctx.intervals(ctx.events_in_window(sources[cat]))
+        ctx.cat_union[cat] = raw
+        ctx.exclusive[cat] = iv.subtract(raw, covered)
+        covered = iv.merge(covered, raw)
+    ctx.exclusive["other"] = iv.gaps(covered, ctx.lo, ctx.hi)
+    ctx.cat_union["other"] = ctx.exclusive["other"]

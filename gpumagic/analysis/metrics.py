@@ -1,0 +1,278 @@
+"""Turn a :class:`~gpumagic.analysis.context.Context` into ``Report.metrics`` (docs/metrics.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis import names as nm
+from gpumagic.analysis.context import (
+    BREAKDOWN_ORDER,
+    LAUNCH_LATENCY_MAX_NS,
+    LONG_GAP_NS,
+    MAX_REPORTED_GAPS,
+    SHORT_KERNEL_NS,
+    Context,
+)
+
+TOP_KERNELS = 15
+#: A first step this many times the median of the others is an outlier (warm-up in the window).
+FIRST_STEP_OUTLIER_RATIO = 2.0
+MS = 1e6
+
+
+def _ms(ns: float) -> float:
+    return round(float(ns) / MS, 4)
+
+
+def compute(ctx: Context) -> dict[str, Any]:
+    return {
+        "trace": _trace(ctx),
+        "window": {"start_ns": ctx.lo, "end_ns": ctx.hi, "dur_ms": _ms(ctx.hi - ctx.lo), "source": ctx.window_source},
+        "steps": _steps(ctx),
+        "gpu": _gpu(ctx),
+        "breakdown": _breakdown(ctx),
+        "idle": _idle(ctx),
+        "kernels": _kernels(ctx),
+        "copies": _copies(ctx),
+        "syncs": syncs(ctx),
+        "memory": _memory(ctx),
+        "communication": communication(ctx),
+        "host": _host(ctx),
+        **({"samples": _samples(ctx)} if ctx.trace.samples is not None else {}),
+    }
+
+
+def _trace(ctx: Context) -> dict[str, Any]:
+    t = ctx.trace
+    return {
+        "source": t.source,
+        "events": t.meta.get("event_count", len(t.events)),
+        "schema": t.meta.get("schema"),
+        "devices": [{"id": d.id, "name": d.name, "compute_capability": d.compute_capability,
+                     "total_memory_bytes": d.total_memory_bytes} for d in t.devices],
+        "cpu_only": ctx.device < 0,
+        "distributed": t.meta.get("distributed"),
+    }
+
+
+def _steps(ctx: Context) -> dict[str, Any]:
+    d = np.array([e - s for s, e in ctx.step_bounds], dtype=np.float64) / MS
+    out = {"count": len(ctx.step_bounds), "names": ctx.step_names,
+           "bounds_ns": [[s, e] for s, e in ctx.step_bounds], "durations_ms": [round(x, 4) for x in d.tolist()],
+           "median_ms": None, "p90_ms": None, "first_step_outlier": False, "first_over_median": None}
+    if d.size:
+        out["median_ms"] = round(float(np.median(d)), 4)
+        out["p90_ms"] = round(float(np.percentile(d, 90)), 4)
+    if d.size >= 3:
+        rest = float(np.median(d[1:]))
+        ratio = float(d[0]) / rest if rest > 0 else None
+        out["first_over_median"] = None if ratio is None else round(ratio, 3)
+        out["first_step_outlier"] = bool(ratio is not None and ratio >= FIRST_STEP_OUTLIER_RATIO)
+    return out
+
+
+def _gpu(ctx: Context) -> dict[str, Any]:
+    per = [{"device": r["device"], "busy_frac": round(ctx.frac(r["busy_ns"]), 4), "busy_ms": _ms(r["busy_ns"]),
+            "kernel_ms": _ms(r["kernel_ns"]), "memcpy_ms": _ms(r["memcpy_ns"]), "memset_ms": _ms(r["memset_ns"]),
+            "streams": r["streams"]} for r in ctx.per_device]
+    busy = iv.total(ctx.busy)
+    return {"primary_device": ctx.device if ctx.device >= 0 else None,
+            "busy_frac": round(ctx.frac(busy), 4) if ctx.device >= 0 else None,
+            "busy_ms": _ms(busy), "per_device": per}
+
+
+def _breakdown(ctx: Context) -> dict[str, Any]:
+    totals = {c: iv.total(ctx.exclusive[c]) for c in BREAKDOWN_ORDER}
+    per_step = []
+    if ctx.step_bounds:
+        lo = np.array([s for s, _ in ctx.step_bounds])
+        hi = np.array([e for _, e in ctx.step_bounds])
+        cols = {c: iv.measure_in(ctx.exclusive[c], lo, hi) for c in BREAKDOWN_ORDER}
+        per_step = [{c: _ms(cols[c][i]) for c in BREAKDOWN_ORDER} for i in range(lo.size)]
+    return {"order": list(BREAKDOWN_ORDER), "total_ms": {c: _ms(v) for c, v in totals.items()},
+            "frac": {c: round(ctx.frac(v), 4) for c, v in totals.items()}, "per_step_ms": per_step}
+
+
+def _idle(ctx: Context) -> dict[str, Any]:
+    long = [g for g in ctx.gaps if g.dur_ns >= LONG_GAP_NS]
+    top = sorted(ctx.gaps, key=lambda g: -g.dur_ns)[:MAX_REPORTED_GAPS]
+    return {
+        "total_ms": _ms(sum(ctx.idle_ns.values())),
+        "host_wait_ms": _ms(ctx.idle_ns.get("host_wait", 0)),
+        "launch_latency_ms": _ms(ctx.idle_ns.get("launch_latency", 0)),
+        "other_ms": _ms(ctx.idle_ns.get("other", 0)),
+        "launch_latency_max_us": LAUNCH_LATENCY_MAX_NS / 1000,
+        "long_gap_count": len(long),
+        "long_gap_ms": _ms(sum(g.dur_ns for g in long)),
+        "gaps": [{"start_ns": g.start_ns, "end_ns": g.end_ns, "cause": g.cause} for g in sorted(top, key=lambda g: g.start_ns)],
+    }
+
+
+def kernel_mask(ctx: Context) -> np.ndarray:
+    ev = ctx.trace.events
+    return ctx.events_in_window(ctx.masks["kernel"]) & (ev.device == ctx.device)
+
+
+def _kernels(ctx: Context) -> dict[str, Any]:
+    ev, m = ctx.trace.events, ctx.masks
+    k = kernel_mask(ctx)
+    dur = ev.dur_ns[k]
+    out: dict[str, Any] = {"count": int(k.sum()), "total_ms": _ms(dur.sum()), "median_us": None, "short_frac": None,
+                           "tensor_core_ms": _ms(dur[m["name_tensor_core"][k]].sum()),
+                           "matmul_ms": _ms(dur[m["name_matmul"][k]].sum()),
+                           "matmul_tensor_core_ms": _ms(dur[(m["name_matmul"] & m["name_tensor_core"])[k]].sum()),
+                           "short_kernel_us": SHORT_KERNEL_NS / 1000, "top": []}
+    if dur.size:
+        out["median_us"] = round(float(np.median(dur)) / 1000, 3)
+        out["short_frac"] = round(float(np.mean(dur < SHORT_KERNEL_NS)), 4)
+        ids = ev.name[k]
+        tot = np.bincount(ids, weights=dur, minlength=len(ctx.trace.names))
+        cnt = np.bincount(ids, minlength=len(ctx.trace.names))
+        for n in np.argsort(-tot)[:TOP_KERNELS]:
+            if cnt[n] == 0:
+                break
+            out["top"].append({"name": ctx.trace.names[n], "count": int(cnt[n]), "total_ms": _ms(tot[n]),
+                               "mean_us": round(tot[n] / cnt[n] / 1000, 3),
+                               "tensor_core": bool(ctx.name_flags["tensor_core"][n]),
+                               "matmul": bool(ctx.name_flags["matmul"][n])})
+    return out
+
+
+def copy_groups(ctx: Context) -> dict[tuple[str, str], dict[str, Any]]:
+    """Copies on the primary device grouped by (direction, host memory kind)."""
+    ev = ctx.trace.events
+    idx = np.flatnonzero(ctx.events_in_window(ctx.masks["memcpy"]) & (ev.device == ctx.device))
+    kinds = {n: nm.copy_kind(ctx.trace.names[n]) for n in np.unique(ev.name[idx]).tolist()}
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for n, key in kinds.items():
+        sel = idx[ev.name[idx] == n]
+        g = groups.setdefault(key, {"count": 0, "bytes": 0, "ns": 0, "idx": []})
+        g["count"] += int(sel.size)
+        g["bytes"] += int(np.maximum(ev.nbytes[sel], 0).sum())
+        g["ns"] += int(ev.dur_ns[sel].sum())
+        g["idx"].append(sel)
+    for g in groups.values():
+        g["idx"] = np.concatenate(g["idx"]) if g["idx"] else np.zeros(0, dtype=np.int64)
+    return groups
+
+
+def _copies(ctx: Context) -> dict[str, Any]:
+    groups = copy_groups(ctx)
+    rows = [{"direction": d, "memory": mem, "count": g["count"], "bytes": g["bytes"], "ms": _ms(g["ns"]),
+             "gbps": round(g["bytes"] / g["ns"], 3) if g["ns"] > 0 else None}
+            for (d, mem), g in sorted(groups.items(), key=lambda kv: -kv[1]["ns"])]
+    return {"count": sum(r["count"] for r in rows), "total_ms": _ms(sum(g["ns"] for g in groups.values())),
+            "total_bytes": sum(r["bytes"] for r in rows), "groups": rows}
+
+
+def sync_events(ctx: Context) -> np.ndarray:
+    """Host sync calls inside the window (indexes into the event table)."""
+    m = ctx.masks
+    return np.flatnonzero(ctx.events_in_window(m["name_sync_call"] & m["runtime"] & m["host"]))
+
+
+def harmful_syncs(ctx: Context) -> tuple[np.ndarray, list[int]]:
+    """Sync calls after which the GPU starves: the call returns into a GPU idle gap that is
+    followed by more GPU work in the window, and the gap is longer than launch latency.
+    Returns the harmful sync indexes and the indexes (into ``ctx.gaps``) of the gaps they cause.
+    A final sync that only waits for queued work (nothing runs after it) costs nothing."""
+    idx = sync_events(ctx)
+    if idx.size == 0 or not ctx.gaps:
+        return idx[:0], []
+    ev = ctx.trace.events
+    g_s = np.array([g.start_ns for g in ctx.gaps])
+    g_e = np.array([g.end_ns for g in ctx.gaps])
+    followed = np.array([g.end_ns < ctx.hi for g in ctx.gaps])
+    ends = ev.ts_ns[idx] + ev.dur_ns[idx]
+    k = np.searchsorted(g_s, ends, side="right") - 1
+    inside = (k >= 0) & (ends < g_e[np.maximum(k, 0)])
+    kk = np.maximum(k, 0)
+    harmful = inside & followed[kk] & ((g_e[kk] - g_s[kk]) >= LAUNCH_LATENCY_MAX_NS)
+    return idx[harmful], sorted(set(kk[harmful].tolist()))
+
+
+def syncs(ctx: Context) -> dict[str, Any]:
+    ev, names = ctx.trace.events, ctx.trace.names
+    idx = sync_events(ctx)
+    harm, gap_ids = harmful_syncs(ctx)
+    by_name: dict[str, dict[str, float]] = {}
+    for n in np.unique(ev.name[idx]).tolist():
+        sel = idx[ev.name[idx] == n]
+        by_name[names[n]] = {"count": int(sel.size), "ms": _ms(ev.dur_ns[sel].sum())}
+    ops = np.flatnonzero(ctx.events_in_window(ctx.masks["name_sync_op"] & ctx.masks["host"]))
+    op_counts = {names[n]: int(np.count_nonzero(ev.name[ops] == n)) for n in np.unique(ev.name[ops]).tolist()}
+    return {"count": int(idx.size), "blocked_ms": _ms(ev.dur_ns[idx].sum()), "harmful_count": int(harm.size),
+            "starved_ms": _ms(sum(ctx.gaps[i].dur_ns for i in gap_ids)), "by_name": by_name, "sync_ops": op_counts}
+
+
+def _memory(ctx: Context) -> dict[str, Any]:
+    mem = ctx.trace.memory
+    dev = ctx.device
+    info = ctx.trace.device_info(dev) if dev >= 0 else None
+    cap = info.total_memory_bytes if info and info.total_memory_bytes > 0 else None
+    out = {"peak_allocated_bytes": None, "peak_reserved_bytes": None, "capacity_bytes": cap, "peak_frac": None, "source": None}
+    sel = (mem.device_type == 1) & ((mem.device == dev) | (dev < 0))
+    if sel.any() and (mem.allocated[sel] >= 0).any():
+        out["peak_allocated_bytes"] = int(mem.allocated[sel].max())
+        out["peak_reserved_bytes"] = int(mem.reserved[sel].max()) if (mem.reserved[sel] >= 0).any() else None
+        out["source"] = "allocator"
+    samples = ctx.trace.samples
+    if samples is not None and "mem_used_bytes" in samples.gpu and len(samples.gpu["mem_used_bytes"]):
+        used = samples.gpu["mem_used_bytes"]
+        total = samples.gpu.get("mem_total_bytes")
+        out["nvml_peak_used_bytes"] = int(np.max(used))
+        if cap is None and total is not None and len(total):
+            cap = out["capacity_bytes"] = int(np.max(total))
+        if out["source"] is None:
+            out["source"] = "nvml"
+    peak = out["peak_reserved_bytes"] or out["peak_allocated_bytes"] or out.get("nvml_peak_used_bytes")
+    if peak and cap:
+        out["peak_frac"] = round(peak / cap, 4)
+    return out
+
+
+def communication(ctx: Context) -> dict[str, Any]:
+    """NCCL kernel time, how much of it overlaps compute kernels, and what stays exposed."""
+    comm = ctx.cat_union.get("communication", iv.empty())
+    compute = ctx.cat_union.get("kernel", iv.empty())
+    comm_ns = iv.total(comm)
+    exposed = iv.total(iv.subtract(comm, compute))
+    ev, m = ctx.trace.events, ctx.masks
+    count = int(np.count_nonzero(ctx.events_in_window(m["kernel"] & m["name_nccl"]) & (ev.device == ctx.device)))
+    return {"count": count, "ms": _ms(comm_ns), "frac": round(ctx.frac(comm_ns), 4),
+            "overlap_frac": round(1 - exposed / comm_ns, 4) if comm_ns else None,
+            "exposed_ms": _ms(exposed), "exposed_frac": round(ctx.frac(exposed), 4)}
+
+
+def _host(ctx: Context) -> dict[str, Any]:
+    dl = iv.total(ctx.cat_union["dataloader"])
+    lane = ctx.trace.lanes[ctx.main_lane] if ctx.main_lane >= 0 else None
+    return {"dataloader_ms": _ms(dl), "dataloader_frac": round(ctx.frac(dl), 4),
+            "runtime_ms": _ms(iv.total(ctx.cat_union["runtime"])), "cpu_op_ms": _ms(iv.total(ctx.cat_union["cpu_exec"])),
+            "main_thread": None if lane is None else {"pid": lane.pid, "tid": lane.tid}}
+
+
+def _samples(ctx: Context) -> dict[str, Any]:
+    s = ctx.trace.samples
+    out: dict[str, Any] = {"count": 0}
+
+    def in_window(block, key):
+        if key not in block or "t_ns" not in block:
+            return np.zeros(0)
+        t = block["t_ns"]
+        sel = (t >= ctx.lo) & (t <= ctx.hi)
+        return np.asarray(block[key], dtype=np.float64)[sel]
+
+    gu = in_window(s.gpu, "gpu_util")
+    cu = in_window(s.cpu, "total")
+    wu = in_window(s.cpu, "workers")
+    mu = in_window(s.gpu, "mem_used_bytes")
+    out["count"] = int(max(gu.size, cu.size))
+    out["gpu_util_mean"] = round(float(gu.mean()), 2) if gu.size else None
+    out["gpu_mem_used_max_bytes"] = int(mu.max()) if mu.size else None
+    out["cpu_util_mean"] = round(float(cu.mean()), 2) if cu.size else None
+    out["workers_util_mean"] = round(float(wu.mean()), 2) if wu.size else None
+    return out

@@ -1,0 +1,33 @@
+"""The rules: one small pure function per finding id, ``rule(ctx, metrics) -> Finding | None``.
+
+The ids are a contract (other tools and tests use them). Each rule's docstring states its
+signal, threshold (a named constant with its source), how the gain is estimated, and its known
+false positives.
+"""
+
+from __future__ import annotations
+
+from gpumagic.analysis.rules.communication import communication_heavy
+from gpumagic.analysis.rules.dataloader import dataloader_bound
+from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
+from gpumagic.analysis.rules.memory import memory_pressure
+from gpumagic.analysis.rules.precision import mixed_precision_off
+from gpumagic.analysis.rules.sync import host_sync
+from gpumagic.analysis.rules.transfers import pageable_memcpy, transfer_bound
+from gpumagic.analysis.rules.utilization import gpu_idle_gaps, low_gpu_utilization
+from gpumagic.analysis.rules.warmup import warmup_in_window
+
+#: Rules that name a cause, run first; ``low-gpu-utilization`` then reports what they leave unexplained.
+CAUSE_RULES = (
+    dataloader_bound, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
+    mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
+)
+#: Finding ids whose gain is GPU idle time (what ``low-gpu-utilization``'s residual excludes).
+IDLE_CAUSES = frozenset({"dataloader-bound", "host-sync", "launch-bound", "cpu-bound", "transfer-bound",
+                         "communication-heavy"})
+FINDING_IDS = (
+    "dataloader-bound", "pageable-memcpy", "host-sync", "launch-bound", "low-gpu-utilization", "gpu-idle-gaps",
+    "mixed-precision-off", "transfer-bound", "memory-pressure", "communication-heavy", "warmup-in-window", "cpu-bound",
+)
+
+__all__ = ["CAUSE_RULES", "FINDING_IDS", "IDLE_CAUSES", "low_gpu_utilization"]

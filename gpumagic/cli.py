@@ -1,0 +1,70 @@
+"""``gpumagic`` command line: ``gpumagic analyze PATH [--format text|json|html] [-o FILE]``.
+
+Exit status: 0 on success, 2 on bad input (one line on stderr, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from gpumagic.errors import GpumagicError
+
+EXAMPLE = "example"
+
+
+def example_trace_path() -> str:
+    """The bundled example trace (ResNet-50 on a V100 with ``num_workers=0``)."""
+    return os.path.join(os.path.dirname(__file__), "examples", "resnet50_v100_workers0.json.gz")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpumagic", description="Why is my GPU waiting? Analyse PyTorch profiler traces.")
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("analyze", help="analyse a Kineto trace (.json, .json.gz) or a gpumagic bundle")
+    a.add_argument("path", help=f"trace file, or '{EXAMPLE}' for the bundled example")
+    a.add_argument("--format", choices=("text", "json", "html"), default="text")
+    a.add_argument("-o", "--output", help="write to this file instead of standard output")
+    a.add_argument("--label", default="", help="name this run in the report")
+    return p
+
+
+def _render(report, fmt: str) -> str:
+    if fmt == "json":
+        return report.to_json() + "\n"
+    if fmt == "html":
+        return report.to_html()
+    return report.to_text()
+
+
+def _write(text: str, output: str | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        with open(output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise GpumagicError(f"{output}: cannot write ({exc.strerror or exc})") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from gpumagic.analysis import analyze
+
+    path = example_trace_path() if args.path == EXAMPLE else args.path
+    try:
+        report = analyze(path, label=args.label)
+        _write(_render(report, args.format), args.output)
+    except GpumagicError as exc:
+        print(f"gpumagic: error: {exc}", file=sys.stderr)
+        return 2
+    if args.output:
+        print(f"gpumagic: wrote {args.format} report to {args.output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""What the user holds: findings as typed records, metrics as plain data, and notes.
+
+Every renderer (text, HTML, timeline, widget) reads these records; none of them computes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpumagic.trace.model import Trace
+
+Severity = Literal["high", "medium", "low"]
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
+
+
+@dataclass(frozen=True)
+class Window:
+    """A time window to highlight, in ns relative to the trace origin.
+
+    ``lane`` says where it belongs: ``"gpu"`` (GPU timeline, device ``device``), ``"cpu"``
+    (the main host thread) or ``""`` (the whole timeline).
+    """
+
+    start_ns: int
+    end_ns: int
+    lane: str = ""
+    device: int = -1
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The numbers behind a finding, a one-line summary of them, and where to look."""
+
+    summary: str
+    numbers: dict[str, float | int | str] = field(default_factory=dict)
+    windows: tuple[Window, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A change to make. ``flavor`` is ``"pytorch"`` or ``"huggingface"`` (TrainingArguments)."""
+
+    flavor: Literal["pytorch", "huggingface"]
+    description: str
+    code: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis. ``est_gain`` is an upper bound on the share of step time it could save
+    (0..1); ``gain_method`` says how that bound was estimated."""
+
+    id: str
+    severity: Severity
+    title: str
+    why: str
+    evidence: Evidence
+    est_gain: float
+    gain_method: str
+    fixes: tuple[Fix, ...]
+    doc_url: str
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["evidence"]["windows"] = [asdict(w) for w in self.evidence.windows]
+        d["fixes"] = [asdict(f) for f in self.fixes]
+        return d
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """By estimated gain (largest first), then severity, then id for a stable order."""
+    return sorted(findings, key=lambda f: (-round(f.est_gain, 6), SEVERITY_ORDER[f.severity], f.id))
+
+
+@dataclass
+class Report:
+    """The result of analysing one trace.
+
+    ``metrics`` is a JSON-ready dict (see :mod:`gpumagic.analysis.metrics` for its keys);
+    ``findings`` are sorted by estimated gain; ``notes`` say what was and was not captured
+    or what was tolerated in the input. ``trace`` is kept for the timeline renderers and is
+    not part of :meth:`to_dict`.
+    """
+
+    metrics: dict[str, Any]
+    findings: list[Finding]
+    notes: list[str]
+    trace: Trace | None = field(default=None, repr=False, compare=False)
+    label: str = ""
+
+    def finding(self, finding_id: str) -> Finding | None:
+        for f in self.findings:
+            if f.id == finding_id:
+                return f
+        return None
+
+    @property
+    def finding_ids(self) -> list[str]:
+        return [f.id for f in self.findings]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "metrics": self.metrics,
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": list(self.notes),
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        import json
+
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def to_text(self, width: int = 100) -> str:
+        from gpumagic.report.text import render_text
+
+        return render_text(self, width=width)
+
+    def to_html(self) -> str:
+        """One self-contained HTML document (no network, no CDN)."""
+        from gpumagic.render.html import render_html
+
+        return render_html(self)
+
+    def save_html(self, path) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(self.to_html())
+
+    def __repr__(self) -> str:
+        ids = ", ".join(self.finding_ids) or "no findings"
+        return f"<gpumagic Report: {ids}>"

@@ -1,0 +1,389 @@
+"""Load a Kineto / Chrome-trace JSON file (plain or gzip) into the columnar :class:`Trace`.
+
+Handles the 2021 categories (``Operator``, ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``) and
+today's (``cpu_op``, ``cuda_runtime``, ``cuda_driver``, ``kernel``, ``gpu_memcpy``, ...),
+microsecond and nanosecond-resolution float timestamps with or without ``baseTimeNanoseconds``,
+several GPUs and streams, ROCm names, CPU-only traces, and gpumagic bundles (a Kineto trace with
+an extra top-level ``"gpumagic"`` key holding samples and capture facts).
+
+Kineto occasionally writes JSON that strict parsers reject (trailing commas, stray backslashes in
+names) and durations that round negative; both are tolerated and reported in ``Trace.notes``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import zlib
+from collections.abc import Iterable
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from gpumagic.errors import TraceError
+from gpumagic.trace import schema
+from gpumagic.trace.model import (
+    GPU_KINDS,
+    DeviceInfo,
+    EventTable,
+    Kind,
+    Lane,
+    MemoryTable,
+    Samples,
+    Trace,
+)
+
+#: Category names from every schema year, mapped to one :class:`Kind`.
+CATEGORY_KINDS: dict[str | None, Kind] = {
+    "Operator": Kind.CPU_OP,
+    "cpu_op": Kind.CPU_OP,
+    "user_annotation": Kind.ANNOTATION,
+    "python_function": Kind.PYTHON,
+    "Python": Kind.PYTHON,
+    "Runtime": Kind.RUNTIME,
+    "cuda_runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.DRIVER,
+    "Kernel": Kind.KERNEL,
+    "kernel": Kind.KERNEL,
+    "Memcpy": Kind.MEMCPY,
+    "gpu_memcpy": Kind.MEMCPY,
+    "Memset": Kind.MEMSET,
+    "gpu_memset": Kind.MEMSET,
+    "gpu_user_annotation": Kind.GPU_ANNOTATION,
+    "cuda_sync": Kind.SYNC,
+}
+#: Duration events that describe the profiler itself, not the program.
+SKIPPED_CATEGORIES = frozenset({"Trace", "Spans", "overhead", "cuda_profiler_range"})
+FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu"})
+CLOCK_ANCHOR = "gpumagic::clock_anchor"
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_TRAILING_COMMA = re.compile(rb",(\s*[\]}])")
+_BAD_ESCAPE = re.compile(rb'\\(?!["\\/bfnrtu])')
+_CONTROL_CHARS = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The file's JSON bytes, gunzipped when it is gzip. Raises :class:`TraceError`."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not raw:
+        raise TraceError(f"{path}: the file is empty")
+    if raw[:2] == _GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error):
+            raise TraceError(f"{path}: truncated or corrupt gzip data") from None
+        if not raw:
+            raise TraceError(f"{path}: the gzip file holds no data")
+    return raw
+
+
+def decode(raw: bytes, source: str = "<bytes>") -> tuple[schema.TraceFile, list[str]]:
+    """Decode JSON bytes with the typed schema; repair Kineto's known JSON slips if needed."""
+    notes: list[str] = []
+    try:
+        return _decode_typed(raw), notes
+    except msgspec.ValidationError:
+        return _decode_lenient(raw, source, notes), notes
+    except msgspec.DecodeError as first_error:
+        repaired = _repair(raw)
+        if repaired == raw:
+            raise TraceError(f"{source}: not valid JSON ({_short(first_error)})") from None
+        try:
+            tf = _decode_typed(repaired)
+        except msgspec.ValidationError:
+            tf = _decode_lenient(repaired, source, notes)
+        except msgspec.DecodeError:
+            raise TraceError(f"{source}: not valid JSON, truncated or corrupt ({_short(first_error)})") from None
+        notes.append("The trace was not strictly valid JSON (a known Kineto slip such as a trailing "
+                     "comma or an unescaped backslash); it was repaired before reading.")
+        return tf, notes
+
+
+def _decode_typed(raw: bytes) -> schema.TraceFile:
+    if raw.lstrip()[:1] == b"[":
+        return schema.TraceFile(traceEvents=schema.EVENTS_DECODER.decode(raw))
+    return schema.TRACE_DECODER.decode(raw)
+
+
+def _decode_lenient(raw: bytes, source: str, notes: list[str]) -> schema.TraceFile:
+    """Slow path for a file whose values do not fit the schema: convert event by event."""
+    try:
+        obj = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise TraceError(f"{source}: not valid JSON ({_short(exc)})") from None
+    if isinstance(obj, list):
+        obj = {"traceEvents": obj}
+    if not isinstance(obj, dict):
+        raise TraceError(f"{source}: not a PyTorch profiler trace (the JSON is not an object)")
+    raw_events = obj.pop("traceEvents", None)
+    try:
+        tf = msgspec.convert(obj, schema.TraceFile, strict=False)
+    except msgspec.ValidationError:
+        tf = schema.TraceFile()
+        notes.append("The trace's header fields had unexpected types and were ignored.")
+    if raw_events is None:
+        return tf
+    if not isinstance(raw_events, list):
+        raise TraceError(f"{source}: not a PyTorch profiler trace (traceEvents is not a list)")
+    events, dropped = [], 0
+    for item in raw_events:
+        try:
+            events.append(msgspec.convert(item, schema.Event, strict=False))
+        except msgspec.ValidationError:
+            dropped += 1
+    tf.traceEvents = events
+    if dropped:
+        notes.append(f"{dropped} events had fields of unexpected types and were skipped.")
+    return tf
+
+
+def _repair(raw: bytes) -> bytes:
+    raw = _TRAILING_COMMA.sub(rb"\1", raw)
+    raw = _BAD_ESCAPE.sub(rb"\\\\", raw)
+    return _CONTROL_CHARS.sub(b" ", raw)
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:120]
+
+
+def load(source: str | os.PathLike | dict | schema.TraceFile) -> Trace:
+    """Load a trace from a path (``.json`` or ``.json.gz``), a parsed dict, or decoded structs.
+
+    Raises :class:`~gpumagic.errors.TraceError` with one sentence when the input is not a
+    readable profiler trace.
+    """
+    if isinstance(source, schema.TraceFile):
+        return build(source, [], "<memory>")
+    if isinstance(source, dict):
+        try:
+            tf = msgspec.convert(source, schema.TraceFile, strict=False)
+        except msgspec.ValidationError as exc:
+            raise TraceError(f"<dict>: not a PyTorch profiler trace ({_short(exc)})") from None
+        return build(tf, [], "<dict>")
+    name = os.fspath(source)
+    tf, notes = decode(read_bytes(name), name)
+    return build(tf, notes, name)
+
+
+def build(tf: schema.TraceFile, notes: list[str], source: str) -> Trace:
+    """Turn decoded structs into the columnar :class:`Trace`."""
+    if tf.traceEvents is None:
+        raise TraceError(f"{source}: not a PyTorch profiler trace (no traceEvents)")
+    events = tf.traceEvents
+    durations = [e for e in events if e.ph == "X" and e.cat not in SKIPPED_CATEGORIES]
+    memory = [e for e in events if e.ph == "i" and e.name == "[memory]"]
+    if not durations and not memory:
+        raise TraceError(f"{source}: the trace holds no profiler events")
+    lane_names = _lane_names(e for e in events if e.ph == "M")
+    t0 = min(min(map(_TS, durations), default=np.inf), min(map(_TS, memory), default=np.inf))
+    table, lanes, names, neg = _event_table(durations, lane_names, t0)
+    if neg:
+        notes.append(f"{neg} events had negative durations (a Kineto rounding slip); they were set to 0.")
+    _link_by_flows(table, lanes, events, t0)
+    base_ns = tf.baseTimeNanoseconds or 0
+    trace = Trace(
+        events=table,
+        names=names,
+        lanes=lanes,
+        memory=_memory_table(memory, t0),
+        devices=[_device(d) for d in tf.deviceProperties],
+        origin_ns=int(base_ns + round(t0 * 1000.0)),
+        notes=notes,
+        meta=_meta(tf, events),
+        source=source,
+    )
+    if tf.gpumagic:
+        _attach_bundle(trace, tf.gpumagic)
+    return trace
+
+
+def _lane_names(meta_events: Iterable[schema.Event]) -> dict[tuple[Any, Any], str]:
+    out: dict[tuple[Any, Any], str] = {}
+    for e in meta_events:
+        if e.name == "thread_name" and e.args is not None and e.args.name:
+            out[(_as_int(e.pid), _as_int(e.tid))] = e.args.name.strip()
+    return out
+
+
+def _column(values: Iterable, dtype, n: int) -> np.ndarray:
+    return np.fromiter(values, dtype=dtype, count=n)
+
+
+def _interned(keys: list) -> tuple[dict, np.ndarray]:
+    """(key -> index in first-seen order, index per row), all at C speed."""
+    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    return index, _column(map(index.__getitem__, keys), np.int32, len(keys))
+
+
+def _event_table(evs: list[schema.Event], lane_names: dict, t0: float):
+    n = len(evs)
+    cats = list(map(_CAT, evs))
+    cat_kind = {c: int(CATEGORY_KINDS.get(c, Kind.OTHER)) for c in set(cats)}
+    kinds = _column(map(cat_kind.__getitem__, cats), np.int8, n)
+    name_index, name_ids = _interned(list(map(_NAME, evs)))
+    lane_index, raw_lane = _interned(list(zip(map(_PID, evs), map(_TID, evs))))
+    ts = _column(map(_TS, evs), np.float64, n)
+    dur = np.array(list(map(_DUR, evs)), dtype=np.float64) if n else np.zeros(0)  # None -> nan
+    args = list(map(_ARGS, evs))
+    corr = _column(map(_CORR, args), np.int64, n)
+    ext = np.maximum(_column(map(_EXT, args), np.int64, n), _column(map(_EXT_2021, args), np.int64, n))
+    dev = _column(map(_DEVICE, args), np.int32, n)
+    stream = _column(map(_STREAM, args), np.int32, n)
+    nbytes = _column(map(_NBYTES, args), np.int64, n)
+
+    ts_ns = np.rint((ts - t0) * 1000.0).astype(np.int64)
+    dur_ns = np.rint(np.nan_to_num(dur) * 1000.0).astype(np.int64)
+    negative = int(np.count_nonzero(dur_ns < 0))
+    np.maximum(dur_ns, 0, out=dur_ns)
+
+    lanes, remap, lane_pid, lane_tid = _normalise_lanes(lane_index, lane_names, kinds, raw_lane)
+    lane = remap[raw_lane]
+    gpu = np.isin(kinds, np.array((*GPU_KINDS, Kind.GPU_ANNOTATION, Kind.SYNC), dtype=np.int8))
+    dev = np.where(gpu & (dev < 0), lane_pid[lane], dev)
+    stream = np.where(gpu & (stream < 0), lane_tid[lane], stream)
+    dev[~gpu] = -1
+    stream[~gpu] = -1
+
+    order = np.argsort(ts_ns, kind="stable")
+    table = EventTable(kinds, name_ids, lane, ts_ns, dur_ns, corr, ext, dev, stream, nbytes).take(order)
+    return table, lanes, list(name_index), negative
+
+
+_CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (attrgetter(a) for a in ("cat", "name", "pid", "tid", "ts", "dur", "args"))
+_CORR, _EXT, _EXT_2021, _DEVICE, _STREAM, _NBYTES = (
+    attrgetter(a) for a in ("correlation", "external_id", "external_id_2021", "device", "stream", "nbytes")
+)
+
+
+def _normalise_lanes(lane_index, lane_names, kinds, raw_lane):
+    """Merge (pid, tid) keys that differ only in spelling ("25738" vs 25738, "stream 7" vs 7)."""
+    gpu_kind = np.isin(kinds, np.array(GPU_KINDS, dtype=np.int8))
+    gpu_lanes = set(np.unique(raw_lane[gpu_kind]).tolist())
+    merged: dict[tuple[int, int], int] = {}
+    lanes: list[Lane] = []
+    remap = np.zeros(len(lane_index), dtype=np.int32)
+    for (pid, tid), i in lane_index.items():
+        key = (_as_int(pid), _as_int(tid))
+        if key not in merged:
+            merged[key] = len(lanes)
+            name = lane_names.get(key) or (str(tid) if isinstance(tid, str) else "")
+            lanes.append(Lane(pid=key[0], tid=key[1], name=name, gpu=i in gpu_lanes))
+        elif i in gpu_lanes and not lanes[merged[key]].gpu:
+            old = lanes[merged[key]]
+            lanes[merged[key]] = Lane(old.pid, old.tid, old.name, True)
+        remap[i] = merged[key]
+    lane_pid = np.array([ln.pid for ln in lanes], dtype=np.int32)
+    lane_tid = np.array([ln.tid for ln in lanes], dtype=np.int32)
+    return lanes, remap, lane_pid, lane_tid
+
+
+_DIGITS = re.compile(r"-?\d+")
+
+
+def _as_int(value: int | str) -> int:
+    """25738 → 25738; "25738" → 25738; "stream 7" → 7; "Spans" → -1."""
+    if isinstance(value, int):
+        return value
+    m = _DIGITS.search(value)
+    return int(m.group()) if m else -1
+
+
+def _link_by_flows(table: EventTable, lanes: list[Lane], events: list[schema.Event], t0: float) -> None:
+    """Fill missing correlation ids from ``ac2g`` flow arrows (start on the launch, end on the
+    GPU event, matched by lane and timestamp). Most traces carry ``correlation`` in both args."""
+    gpu = np.isin(table.kind, np.array(GPU_KINDS, dtype=np.int8))
+    if not np.any(gpu & (table.corr < 0)):
+        return
+    starts, ends = {}, {}
+    for e in events:
+        if e.ph in ("s", "f") and e.cat in FLOW_CATEGORIES and e.id is not None:
+            key = (_as_int(e.pid), _as_int(e.tid), round((e.ts - t0) * 1000.0))
+            (starts if e.ph == "s" else ends)[key] = _as_int(e.id)
+    for flows in (starts, ends):
+        for i in np.flatnonzero(table.corr < 0):
+            ln = lanes[table.lane[i]]
+            fid = flows.get((ln.pid, ln.tid, int(table.ts_ns[i])))
+            if fid is not None:
+                table.corr[i] = fid
+
+
+def _memory_table(evs: list[schema.Event], t0: float) -> MemoryTable:
+    if not evs:
+        return MemoryTable.empty()
+    n = len(evs)
+    args = list(map(_ARGS, evs))
+
+    def col(attr: str, dtype=np.int64) -> np.ndarray:
+        return _column(map(attrgetter(attr), args), dtype, n)
+
+    return MemoryTable(
+        ts_ns=np.rint((_column(map(_TS, evs), np.float64, n) - t0) * 1000.0).astype(np.int64),
+        device_type=col("device_type", np.int8),
+        device=col("device_id", np.int32),
+        nbytes=col("mem_bytes"),
+        allocated=col("total_allocated"),
+        reserved=col("total_reserved"),
+    )
+
+
+def _device(d: schema.DeviceProperties) -> DeviceInfo:
+    return DeviceInfo(d.id, d.name, d.totalGlobalMem, d.computeMajor, d.computeMinor, d.numSms)
+
+
+def _meta(tf: schema.TraceFile, events: list[schema.Event]) -> dict[str, Any]:
+    cats = {e.cat for e in events if e.ph == "X"}
+    dist = tf.distributedInfo
+    return {
+        "schema": "2021" if {"Operator", "Runtime", "Kernel"} & cats else "current",
+        "event_count": len(events),
+        "display_time_unit": tf.displayTimeUnit,
+        "base_time_ns": tf.baseTimeNanoseconds,
+        "distributed": None if dist is None else {"backend": dist.backend, "rank": dist.rank, "world_size": dist.world_size},
+    }
+
+
+def _attach_bundle(trace: Trace, bundle: dict[str, Any]) -> None:
+    """Read what a gpumagic bundle adds: label, notes, capture facts and aligned samples."""
+    trace.notes.extend(str(n) for n in bundle.get("notes", []) if n)
+    for key in ("label", "capture", "machine", "versions"):
+        if key in bundle:
+            trace.meta[key] = bundle[key]
+    samples = bundle.get("samples") or {}
+    if not samples:
+        return
+    offset = _sample_offset(trace, bundle.get("clock") or {})
+    trace.samples = Samples(gpu=_columns(samples.get("gpu"), offset), cpu=_columns(samples.get("cpu"), offset))
+
+
+def _sample_offset(trace: Trace, clock: dict[str, Any]) -> int:
+    """ns to add to an epoch time to get trace-relative time."""
+    anchor_epoch = clock.get("anchor_epoch_ns")
+    if anchor_epoch is not None:
+        ids = [i for i, n in enumerate(trace.names) if n == CLOCK_ANCHOR]
+        hit = np.isin(trace.events.name, ids) if ids else np.zeros(0, dtype=bool)
+        if hit.any():
+            return int(trace.events.ts_ns[np.flatnonzero(hit)[0]]) - int(anchor_epoch)
+    trace.notes.append("Samples were aligned assuming the profiler clock is the system clock (no clock anchor).")
+    return -trace.origin_ns
+
+
+def _columns(block: dict[str, Any] | None, offset: int) -> dict[str, np.ndarray]:
+    if not block or "t_epoch_ns" not in block:
+        return {}
+    out = {k: np.asarray(v) for k, v in block.items() if k != "t_epoch_ns"}
+    out["t_ns"] = np.asarray(block["t_epoch_ns"], dtype=np.int64) + offset
+    return out

@@ -1,0 +1,92 @@
+"""The schema-typed view of a Kineto / Chrome-trace JSON file.
+
+msgspec decodes straight into these structs and skips every field not declared here (input
+shapes, call stacks, grid sizes...), which is what makes loading fast. Field names follow the
+JSON written by ``torch.profiler`` from 2021 (``"external id"``) to today (``"External id"``,
+``baseTimeNanoseconds``). Reference: Kineto's ``ChromeTraceLogger`` (libkineto/src/output_json.cpp)
+and the Trace Event Format document.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class Args(msgspec.Struct, frozen=True, gc=False, rename={
+    "external_id": "External id",
+    "external_id_2021": "external id",
+    "nbytes": "bytes",
+    "mem_bytes": "Bytes",
+    "total_allocated": "Total Allocated",
+    "total_reserved": "Total Reserved",
+    "device_id": "Device Id",
+    "device_type": "Device Type",
+}):
+    """The few ``args`` the analysis reads; -1 means absent."""
+
+    correlation: int = -1
+    external_id: int = -1
+    external_id_2021: int = -1
+    stream: int = -1
+    device: int = -1
+    nbytes: int = -1
+    mem_bytes: int = 0
+    total_allocated: int = -1
+    total_reserved: int = -1
+    device_id: int = -1
+    device_type: int = -1
+    name: str | None = None  # metadata events: process_name / thread_name
+    labels: str | None = None  # metadata events: process_labels ("GPU 0", "CPU")
+
+
+#: Shared by every event without ``args`` (the struct is frozen, so sharing is safe).
+NO_ARGS = Args()
+
+
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event. ``pid``/``tid`` are ints, or strings in older and synthetic lanes."""
+
+    ph: str = ""
+    cat: str | None = None
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float | None = None
+    id: int | str | None = None
+    args: Args = NO_ARGS
+
+
+class DeviceProperties(msgspec.Struct):
+    id: int = 0
+    name: str = ""
+    totalGlobalMem: int = 0
+    computeMajor: int = 0
+    computeMinor: int = 0
+    numSms: int = 0
+
+
+class DistributedInfo(msgspec.Struct):
+    backend: str | None = None
+    rank: int | None = None
+    world_size: int | None = None
+
+
+class TraceFile(msgspec.Struct):
+    """The top-level object. ``gpumagic`` holds what a gpumagic bundle adds (samples, machine)."""
+
+    traceEvents: list[Event] | None = None
+    deviceProperties: list[DeviceProperties] = []
+    displayTimeUnit: str | None = None
+    baseTimeNanoseconds: int | None = None
+    schemaVersion: int | str | None = None
+    distributedInfo: DistributedInfo | None = None
+    gpumagic: dict[str, Any] | None = None
+
+
+TRACE_DECODER = msgspec.json.Decoder(TraceFile)
+EVENTS_DECODER = msgspec.json.Decoder(list[Event])  # a bare JSON array of events
