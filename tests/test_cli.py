@@ -1,0 +1,84 @@
+"""``gpumagic analyze``: formats, exit codes, one-line errors, never a traceback."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import DATA
+from gpumagic import TraceError, analyze
+from gpumagic.cli import main
+
+H100 = os.path.join(DATA, "h100_bert_small_inference.json.gz")
+
+
+def test_json_format_to_file(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["analyze", H100, "--format", "json", "-o", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert set(d) >= {"metrics", "findings", "notes"}
+    assert {"launch-bound", "low-gpu-utilization"} <= {f["id"] for f in d["findings"]}
+    f = d["findings"][0]
+    assert set(f) >= {"id", "severity", "title", "why", "evidence", "est_gain", "gain_method", "fixes", "doc_url"}
+    assert "wrote json report" in capsys.readouterr().err
+
+
+def test_text_format_on_the_bundled_example(capsys):
+    assert main(["analyze", "example"]) == 0
+    out = capsys.readouterr().out
+    assert "dataloader-bound" in out and "GPU busy" in out
+
+
+@pytest.mark.parametrize("content", [b"", b"\x1f\x8b\x08\x00garbage", b"{", b"<html></html>"])
+def test_bad_files_exit_2_with_one_line(tmp_path, capsys, content):
+    p = tmp_path / "x.json"
+    p.write_bytes(content)
+    assert main(["analyze", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpumagic: error: ") and err.count("\n") == 1
+
+
+def test_missing_file_in_a_real_process():
+    r = subprocess.run([sys.executable, "-m", "gpumagic", "analyze", "/no/such/trace.json"],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 2
+    assert r.stderr == "gpumagic: error: /no/such/trace.json: no such file\n"
+
+
+def test_unwritable_output(tmp_path, capsys):
+    assert main(["analyze", H100, "-o", str(tmp_path / "no" / "dir" / "r.txt")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
+def test_saved_trace_analysis_imports_no_heavy_package():
+    code = ("import sys, gpumagic; gpumagic.analyze(%r); "
+            "print([m for m in ('torch','IPython','ipywidgets','matplotlib') if m in sys.modules])" % H100)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]"
+
+
+with open(H100, "rb") as _fh:
+    import gzip as _gzip
+
+    _RAW = _gzip.decompress(_fh.read())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, len(_RAW) - 1), flip=st.integers(0, len(_RAW) - 1), byte=st.integers(0, 255))
+def test_corrupted_or_truncated_input_gives_trace_error_or_a_report(tmp_path, cut, flip, byte):
+    """Any damage to a real trace either still reads (and then analyses) or raises TraceError."""
+    data = bytearray(_RAW[:cut] if cut % 2 else _RAW)
+    if data:
+        data[flip % len(data)] = byte
+    p = tmp_path / "damaged.json"
+    p.write_bytes(bytes(data))
+    try:
+        r = analyze(str(p))
+    except TraceError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert isinstance(r.findings, list)

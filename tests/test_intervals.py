@@ -1,0 +1,78 @@
+"""Interval maths checked against a brute-force model on a small integer grid (Hypothesis)."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpumagic.analysis import intervals as iv
+
+GRID = 60
+spans = st.lists(st.tuples(st.integers(0, GRID), st.integers(0, 20)), max_size=12)
+
+
+def arr(pairs):
+    s = np.array([a for a, _ in pairs], dtype=np.int64)
+    e = np.array([a + d for a, d in pairs], dtype=np.int64)
+    return s, e
+
+
+def cover(pairs):
+    """The set of unit cells [t, t+1) covered."""
+    return {t for a, d in pairs for t in range(a, a + d)}
+
+
+def cells(ivs):
+    s, e = ivs
+    return {t for a, b in zip(s.tolist(), e.tolist()) for t in range(a, b)}
+
+
+def normalised(ivs):
+    s, e = ivs
+    return bool((e > s).all() and (s[1:] > e[:-1]).all())
+
+
+@given(spans)
+def test_union(a):
+    u = iv.union(*arr(a))
+    assert normalised(u)
+    assert cells(u) == cover(a)
+    assert iv.total(u) == len(cover(a))
+
+
+@given(spans, spans)
+@settings(max_examples=200)
+def test_intersect_subtract_merge(a, b):
+    A, B = arr(a), arr(b)
+    assert cells(iv.intersect(A, B)) == cover(a) & cover(b)
+    assert cells(iv.subtract(A, B)) == cover(a) - cover(b)
+    assert cells(iv.merge(A, B)) == cover(a) | cover(b)
+    for r in (iv.intersect(A, B), iv.subtract(A, B), iv.merge(A, B)):
+        assert normalised(r)
+
+
+@given(spans, st.integers(0, GRID), st.integers(0, GRID))
+def test_clip_and_gaps(a, lo, width):
+    hi = lo + width + 1
+    u = iv.union(*arr(a))
+    window = set(range(lo, hi))
+    assert cells(iv.clip(u, lo, hi)) == cover(a) & window
+    g = iv.gaps(u, lo, hi)
+    assert normalised(g)
+    assert cells(g) == window - cover(a)
+
+
+@given(spans, st.lists(st.tuples(st.integers(0, GRID), st.integers(0, 30)), min_size=1, max_size=5))
+def test_measure_in(a, windows):
+    u = iv.union(*arr(a))
+    lo = np.array([w[0] for w in windows])
+    hi = np.array([w[0] + w[1] for w in windows])
+    got = iv.measure_in(u, lo, hi).tolist()
+    assert got == [len(cover(a) & set(range(x, y))) for x, y in zip(lo.tolist(), hi.tolist())]
+
+
+def test_empty_inputs():
+    e = iv.empty()
+    assert iv.total(iv.union(*e)) == 0
+    assert iv.total(iv.intersect(e, e)) == 0
+    assert iv.gaps(e, 0, 10)[0].tolist() == [0]
+    assert iv.measure_in(e, np.array([0]), np.array([5])).tolist() == [0]

@@ -1,0 +1,200 @@
+"""Each rule on small hand-built traces, on both sides of its threshold."""
+
+import pytest
+
+from gpumagic import analyze
+from tracebuilder import TraceBuilder, busy_steps
+
+GIB = 2**30
+
+
+def ids(tb):
+    return analyze(tb.to_dict()).finding_ids
+
+
+def get(tb, fid):
+    return analyze(tb.to_dict()).finding(fid)
+
+
+# ---- dataloader-bound: > 5 % of the window waiting in enumerate(DataLoader)
+@pytest.mark.parametrize(("wait_us", "fires"), [(400, False), (600, True)])
+def test_dataloader_bound_threshold(wait_us, fires):
+    tb = TraceBuilder()
+    for i in range(4):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.dataloader(t, wait_us)
+        tb.kernel("k", t + wait_us + 20, 8_000, launch_ts=t + wait_us + 5)
+    assert ("dataloader-bound" in ids(tb)) is fires
+
+
+# ---- pageable-memcpy: ≥ 1 MiB pageable and a real share of bytes or time
+@pytest.mark.parametrize(("name", "nbytes", "fires"), [
+    ("Memcpy HtoD (Pageable -> Device)", 4 << 20, True),
+    ("Memcpy HtoD (Pageable -> Device)", 64 << 10, False),
+    ("Memcpy HtoD (Pinned -> Device)", 4 << 20, False),
+])
+def test_pageable_memcpy(name, nbytes, fires):
+    tb = TraceBuilder()
+    busy_steps(tb, 3, 10_000, 8_000)
+    tb.memcpy(name, 9_000, 400, nbytes, launch_ts=8_900)
+    assert ("pageable-memcpy" in ids(tb)) is fires
+
+
+# ---- host-sync: syncs followed by GPU starvation ≥ 2 % of the window
+def _sync_trace(gap_us: float, final_only: bool = False):
+    tb = TraceBuilder()
+    t = 0.0
+    for i in range(5):
+        tb.step(i + 1, t, 2_000 + gap_us)
+        tb.kernel("k", t + 10, 2_000, launch_ts=t + 1)
+        if not final_only or i == 4:
+            tb.runtime("cudaStreamSynchronize", t + 5, 2_005)  # returns when the kernel ends
+        # the next launch comes gap_us after the sync returns
+        t += 2_000 + gap_us
+    return tb
+
+
+def test_host_sync_fires_when_the_gpu_starves_after_syncs():
+    f = get(_sync_trace(300), "host-sync")
+    assert f is not None and f.evidence.numbers["harmful_syncs"] == 4  # the last one has nothing after it
+    assert f.est_gain == pytest.approx(4 * 300 / (5 * 2_300), abs=0.005)
+
+
+def test_host_sync_silent_for_short_starvation_and_for_a_final_sync():
+    assert "host-sync" not in ids(_sync_trace(20))  # under launch latency: noise
+    tb = _sync_trace(300, final_only=True)  # one sync at the very end waits on queued work: free
+    assert "host-sync" not in ids(tb)
+
+
+# ---- launch-bound: tiny kernels, idle GPU, host launching
+def _launch_trace(kernel_us):
+    tb = TraceBuilder()
+    tb.step(1, 0, 20_000)
+    for i in range(400):
+        t = 10 + i * 45.0
+        tb.kernel("vectorized_elementwise_kernel", t + 8, kernel_us, launch_ts=t)
+    return tb
+
+
+def test_launch_bound():
+    assert "launch-bound" in ids(_launch_trace(4))
+    assert "low-gpu-utilization" in ids(_launch_trace(4))
+    assert "launch-bound" not in ids(_launch_trace(40))  # kernels not tiny (and GPU busy ~ 90 %)
+
+
+# ---- low-gpu-utilization: busy < 50 %
+@pytest.mark.parametrize(("kernel_us", "fires"), [(4_000, True), (6_000, False)])
+def test_low_gpu_utilization(kernel_us, fires):
+    tb = TraceBuilder()
+    busy_steps(tb, 4, 10_000, kernel_us)
+    assert ("low-gpu-utilization" in ids(tb)) is fires
+
+
+# ---- gpu-idle-gaps: gaps ≥ 1 ms adding up to ≥ 5 %
+@pytest.mark.parametrize(("gap_us", "fires"), [(900, False), (1_500, True)])
+def test_gpu_idle_gaps(gap_us, fires):
+    tb = TraceBuilder()
+    step = 10_000
+    for i in range(4):
+        t = i * step
+        tb.step(i + 1, t, step)
+        tb.kernel("k", t, step - gap_us, launch_ts=t - 10 if i else t)
+        tb.op("aten::log_metrics", t + step - gap_us, gap_us - 5)
+    f = get(tb, "gpu-idle-gaps")
+    assert (f is not None) is fires
+    if fires:
+        assert "aten::log_metrics" in f.evidence.summary  # the cause is named
+
+
+# ---- mixed-precision-off: cc ≥ 7.0, FP32 matmuls, ~no tensor cores
+@pytest.mark.parametrize(("cc", "kernel", "fires"), [
+    ((7, 0), "volta_sgemm_128x64_nn", True),
+    ((8, 0), "ampere_sgemm_128x64_nn", True),
+    ((6, 1), "maxwell_sgemm_128x64_nn", False),  # no tensor cores before Volta
+    ((7, 0), "volta_h884gemm_128x64_nn", False),  # fp16 tensor-core gemm
+    ((9, 0), "nvjet_tst_128x64_64x4_1x2_h_bz_NNT", False),  # Hopper cuBLAS
+    ((8, 0), "vectorized_elementwise_kernel", False),  # no matmul work at all
+])
+def test_mixed_precision_off(cc, kernel, fires):
+    tb = TraceBuilder(cc=cc)
+    busy_steps(tb, 3, 10_000, 6_000, kernel_name=kernel)
+    f = get(tb, "mixed-precision-off")
+    assert (f is not None) is fires
+    if fires:
+        code = " ".join(fx.code for fx in f.fixes)
+        assert ("bfloat16" in code) is (cc >= (8, 0))  # bf16 needs Ampere; Volta gets fp16 + GradScaler
+        assert ("GradScaler" in code) is (cc < (8, 0))
+
+
+# ---- transfer-bound: exposed host↔device copies > 10 %
+@pytest.mark.parametrize(("overlap", "fires"), [(False, True), (True, False)])
+def test_transfer_bound(overlap, fires):
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.memcpy("Memcpy HtoD (Pinned -> Device)", t + 100, 2_000, 64 << 20, launch_ts=t + 50, stream=20)
+        tb.kernel("k", t + (100 if overlap else 2_200), 5_000, launch_ts=t + 60)
+    assert ("transfer-bound" in ids(tb)) is fires
+
+
+# ---- memory-pressure: peak > 90 % of device memory
+@pytest.mark.parametrize(("reserved", "fires"), [(0.95, True), (0.80, False)])
+def test_memory_pressure(reserved, fires):
+    tb = TraceBuilder(total_mem=16 * GIB)
+    busy_steps(tb, 2, 10_000, 8_000)
+    tb.memory(100, int(0.7 * 16 * GIB), int(reserved * 16 * GIB))
+    assert ("memory-pressure" in ids(tb)) is fires
+
+
+# ---- communication-heavy: exposed NCCL > 10 %
+@pytest.mark.parametrize(("overlap", "fires"), [(False, True), (True, False)])
+def test_communication_heavy(overlap, fires):
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.kernel("sgemm_compute", t + 10, 6_000, launch_ts=t + 1)
+        start = t + 3_000 if overlap else t + 6_100
+        tb.kernel("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", start, 2_500, launch_ts=t + 2, stream=20)
+    assert ("communication-heavy" in ids(tb)) is fires
+
+
+# ---- warmup-in-window: cold start in the window
+def test_warmup_first_step_outlier_and_allocator_growth():
+    tb = TraceBuilder()
+    durations = [30_000, 10_000, 10_000, 10_000]
+    t = 0
+    for i, d in enumerate(durations):
+        tb.step(i + 1, t, d)
+        tb.kernel("k", t + 10, d - 100, launch_ts=t + 1)
+        t += d
+    assert "warmup-in-window" in ids(tb)
+    tb2 = TraceBuilder()
+    busy_steps(tb2, 4, 10_000, 9_000)
+    assert "warmup-in-window" not in ids(tb2)
+    tb2.runtime("cudaMalloc", 100, 3_000)
+    f = get(tb2, "warmup-in-window")
+    assert f is not None and "allocator growth" in f.evidence.summary
+
+
+# ---- cpu-bound: the GPU waits on host operators (not the loader, not tiny kernels)
+def _host_wait_trace(loader: bool):
+    tb = TraceBuilder()
+    for i in range(4):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        if loader:
+            tb.dataloader(t, 4_000)
+        else:
+            tb.op("aten::python_heavy_preprocessing", t, 4_000)
+        tb.kernel("k_big", t + 4_100, 5_800, launch_ts=t + 4_010)
+    return tb
+
+
+def test_cpu_bound_versus_dataloader_bound():
+    ops = ids(_host_wait_trace(loader=False))
+    assert "cpu-bound" in ops and "dataloader-bound" not in ops
+    dl = ids(_host_wait_trace(loader=True))
+    assert "dataloader-bound" in dl and "cpu-bound" not in dl
