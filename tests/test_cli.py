@@ -8,8 +8,8 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tracebuilder import DATA
 
-from conftest import DATA
 from gpumagic import TraceError, analyze
 from gpumagic.cli import main
 
@@ -55,8 +55,8 @@ def test_unwritable_output(tmp_path, capsys):
 
 
 def test_saved_trace_analysis_imports_no_heavy_package():
-    code = ("import sys, gpumagic; gpumagic.analyze(%r); "
-            "print([m for m in ('torch','IPython','ipywidgets','matplotlib') if m in sys.modules])" % H100)
+    code = (f"import sys, gpumagic; gpumagic.analyze({H100!r}); "
+            "print([m for m in ('torch','IPython','ipywidgets','matplotlib') if m in sys.modules])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"
 

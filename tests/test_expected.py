@@ -4,9 +4,9 @@ import json
 import os
 
 import pytest
+from tracebuilder import DATA
 
 import gpumagic
-from conftest import DATA
 
 with open(os.path.join(DATA, "EXPECTED.json")) as fh:
     EXPECTED = json.load(fh)

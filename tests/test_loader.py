@@ -6,11 +6,10 @@ import os
 
 import numpy as np
 import pytest
+from tracebuilder import DATA, TraceBuilder, busy_steps
 
-from conftest import DATA
 from gpumagic import TraceError, analyze, load_trace
 from gpumagic.trace.model import Kind
-from tracebuilder import TraceBuilder, busy_steps
 
 
 def test_2021_categories_and_string_tids():

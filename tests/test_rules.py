@@ -1,9 +1,9 @@
 """Each rule on small hand-built traces, on both sides of its threshold."""
 
 import pytest
+from tracebuilder import TraceBuilder, busy_steps
 
 from gpumagic import analyze
-from tracebuilder import TraceBuilder, busy_steps
 
 GIB = 2**30
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from typing import Any
 
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 PID = 100
 MAIN = 100
 

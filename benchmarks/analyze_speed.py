@@ -1,0 +1,96 @@
+"""Speed and memory of ``gpumagic analyze`` on the 216k-event fixture, side by side in one run.
+
+Each contender runs as its own process (interpreter start-up included), alternated round by
+round so that machine noise hits all of them alike; the script prints medians and the ratios:
+
+- ``gpumagic``: ``python -m gpumagic analyze FILE --format json -o /dev/null``
+- ``typed decode``: gunzip + msgspec decode of the same file into gpumagic's schema, nothing else
+- ``HTA``: HolisticTraceAnalysis (when installed): load + temporal breakdown + idle time breakdown
+
+Targets (issue 2): gpumagic ≤ 2× the typed decode, ≥ 8× faster than HTA, peak RSS ≤ 4× the
+uncompressed JSON. Run: ``python benchmarks/analyze_speed.py [--rounds 5] [TRACE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT = os.path.join(HERE, "..", "tests", "data", "v100_large_216k_events.json.gz")
+
+TYPED_DECODE = """
+import gzip, sys
+from gpumagic.trace.schema import TRACE_DECODER
+with open(sys.argv[1], 'rb') as fh:
+    TRACE_DECODER.decode(gzip.decompress(fh.read()))
+"""
+
+HTA = """
+import sys, warnings
+warnings.filterwarnings('ignore')
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+a.get_temporal_breakdown(visualize=False)
+a.get_idle_time_breakdown(visualize=False)
+"""
+
+PEAK_RSS = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+def run(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace", nargs="?", default=DEFAULT)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    trace = os.path.abspath(args.trace)
+    with gzip.open(trace, "rb") as fh:
+        json_bytes = len(fh.read())
+    py = sys.executable
+    contenders = {
+        "gpumagic analyze": [py, "-m", "gpumagic", "analyze", trace, "--format", "json", "-o", os.devnull],
+        "typed decode": [py, "-c", TYPED_DECODE, trace],
+    }
+    tmp = tempfile.mkdtemp()
+    if importlib.util.find_spec("hta") is not None:
+        shutil.copy(trace, os.path.join(tmp, "rank-1.json.gz"))
+        contenders["HTA 0.5"] = [py, "-c", HTA, tmp]
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(args.rounds):
+        for name, cmd in contenders.items():
+            times[name].append(run(cmd))
+    shutil.rmtree(tmp, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    peak = int(subprocess.run([py, "-c", PEAK_RSS, *contenders["gpumagic analyze"]], check=True,
+                              capture_output=True, text=True).stdout.strip())
+    print(f"trace: {os.path.basename(trace)} ({json_bytes / 1e6:.1f} MB of JSON), {args.rounds} rounds, medians of whole processes")
+    for k, v in med.items():
+        print(f"  {k:18s} {v:7.3f} s   (runs: {', '.join(f'{x:.2f}' for x in times[k])})")
+    print(f"gpumagic / typed decode = {med['gpumagic analyze'] / med['typed decode']:.2f}x   (target <= 2)")
+    if "HTA 0.5" in med:
+        print(f"HTA / gpumagic          = {med['HTA 0.5'] / med['gpumagic analyze']:.1f}x   (target >= 8)")
+    else:
+        print("HTA not installed (pip install HolisticTraceAnalysis==0.5.0) - skipped")
+    print(f"peak RSS of gpumagic analyze = {peak / 1e6:.0f} MB = {peak / json_bytes:.2f}x the JSON   (target <= 4)")
+
+
+if __name__ == "__main__":
+    main()
