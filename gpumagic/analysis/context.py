@@ -30,15 +30,41 @@ BREAKDOWN_ORDER = ("kernel", "memcpy", "memset", "communication", "runtime", "da
 MAX_REPORTED_GAPS = 50
 
 
+GAP_CAUSES = ("host_wait", "launch_latency", "other")
+
+
 @dataclass
-class Gap:
-    start_ns: int
-    end_ns: int
-    cause: str  # host_wait | launch_latency | other
+class Gaps:
+    """GPU idle gaps as arrays: start, end (ns) and cause (index into :data:`GAP_CAUSES`)."""
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    cause: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.start_ns.size)
 
     @property
-    def dur_ns(self) -> int:
+    def dur_ns(self) -> np.ndarray:
         return self.end_ns - self.start_ns
+
+    def where(self, mask: np.ndarray) -> Gaps:
+        return Gaps(self.start_ns[mask], self.end_ns[mask], self.cause[mask])
+
+    def of_cause(self, *causes: str) -> Gaps:
+        return self.where(np.isin(self.cause, [GAP_CAUSES.index(c) for c in causes]))
+
+    def total_ns(self) -> int:
+        return int(self.dur_ns.sum())
+
+    @property
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.start_ns, self.end_ns
+
+    @classmethod
+    def empty(cls) -> Gaps:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z, z.astype(np.int8))
 
 
 @dataclass
@@ -55,7 +81,7 @@ class Context:
     device: int  # primary GPU, -1 when the trace has no GPU activity
     busy: iv.Intervals  # primary device: kernels ∪ copies ∪ memsets, clipped to the window
     per_device: list[dict]
-    gaps: list[Gap]
+    gaps: Gaps
     idle_ns: dict[str, int]
     cat_union: dict[str, iv.Intervals]  # breakdown category -> raw union within window
     exclusive: dict[str, iv.Intervals]  # breakdown category -> exclusive by priority
@@ -120,7 +146,7 @@ def build_context(trace: Trace) -> Context:
         source = "trace"
     hi = max(hi, lo + 1)
     main_lane = _main_lane(trace, steps, masks)
-    ctx = Context(trace, lo, hi, source, step_bounds, step_names, main_lane, -1, iv.empty(), [], [],
+    ctx = Context(trace, lo, hi, source, step_bounds, step_names, main_lane, -1, iv.empty(), [], Gaps.empty(),
                   {}, {}, {}, flags, masks, launch_ts)
     _gpu_facts(ctx)
     _breakdown(ctx)
@@ -195,7 +221,7 @@ def _gpu_facts(ctx: Context) -> None:
     ctx.gaps, ctx.idle_ns = _classify_gaps(ctx)
 
 
-def _classify_gaps(ctx: Context) -> tuple[list[Gap], dict[str, int]]:
+def _classify_gaps(ctx: Context) -> tuple[Gaps, dict[str, int]]:
     """Split the primary device's idle time inside the window (HTA, "Idle Time Breakdown"):
 
     ::
@@ -214,7 +240,7 @@ def _classify_gaps(ctx: Context) -> tuple[list[Gap], dict[str, int]]:
     ev, m = ctx.trace.events, ctx.masks
     idle = {"host_wait": 0, "launch_latency": 0, "other": 0}
     if ctx.device < 0:
-        return [], idle
+        return Gaps.empty(), idle
     g_s, g_e = iv.gaps(ctx.busy, ctx.lo, ctx.hi)
     on_d = np.flatnonzero(m["gpu"] & (ev.device == ctx.device))
     starts = ev.ts_ns[on_d]  # sorted: the table is sorted by start
@@ -228,11 +254,9 @@ def _classify_gaps(ctx: Context) -> tuple[list[Gap], dict[str, int]]:
         np.where((launch < 0), np.where(g_s == ctx.lo, 0, 2),
                  np.where(launch >= g_s, 0, np.where(length < LAUNCH_LATENCY_MAX_NS, 1, 2))),
     )
-    labels = ("host_wait", "launch_latency", "other")
-    for c, key in enumerate(labels):
+    for c, key in enumerate(GAP_CAUSES):
         idle[key] = int(length[cause == c].sum())
-    gaps = [Gap(int(s), int(e), labels[c]) for s, e, c in zip(g_s.tolist(), g_e.tolist(), cause.tolist())]
-    return gaps, idle
+    return Gaps(g_s, g_e, cause.astype(np.int8)), idle
 
 
 def _breakdown(ctx: Context) -> None:

@@ -10,11 +10,13 @@ from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
     BREAKDOWN_ORDER,
+    GAP_CAUSES,
     LAUNCH_LATENCY_MAX_NS,
     LONG_GAP_NS,
     MAX_REPORTED_GAPS,
     SHORT_KERNEL_NS,
     Context,
+    Gaps,
 )
 
 TOP_KERNELS = 15
@@ -97,8 +99,9 @@ def _breakdown(ctx: Context) -> dict[str, Any]:
 
 
 def _idle(ctx: Context) -> dict[str, Any]:
-    long = [g for g in ctx.gaps if g.dur_ns >= LONG_GAP_NS]
-    top = sorted(ctx.gaps, key=lambda g: -g.dur_ns)[:MAX_REPORTED_GAPS]
+    gaps = ctx.gaps
+    long = gaps.where(gaps.dur_ns >= LONG_GAP_NS)
+    top = np.sort(np.argsort(-gaps.dur_ns, kind="stable")[:MAX_REPORTED_GAPS])
     return {
         "total_ms": _ms(sum(ctx.idle_ns.values())),
         "host_wait_ms": _ms(ctx.idle_ns.get("host_wait", 0)),
@@ -106,8 +109,9 @@ def _idle(ctx: Context) -> dict[str, Any]:
         "other_ms": _ms(ctx.idle_ns.get("other", 0)),
         "launch_latency_max_us": LAUNCH_LATENCY_MAX_NS / 1000,
         "long_gap_count": len(long),
-        "long_gap_ms": _ms(sum(g.dur_ns for g in long)),
-        "gaps": [{"start_ns": g.start_ns, "end_ns": g.end_ns, "cause": g.cause} for g in sorted(top, key=lambda g: g.start_ns)],
+        "long_gap_ms": _ms(long.total_ns()),
+        "gaps": [{"start_ns": int(gaps.start_ns[i]), "end_ns": int(gaps.end_ns[i]), "cause": GAP_CAUSES[gaps.cause[i]]}
+                 for i in top.tolist()],
     }
 
 
@@ -174,30 +178,29 @@ def sync_events(ctx: Context) -> np.ndarray:
     return np.flatnonzero(ctx.events_in_window(m["name_sync_call"] & m["runtime"] & m["host"]))
 
 
-def harmful_syncs(ctx: Context) -> tuple[np.ndarray, list[int]]:
+def harmful_syncs(ctx: Context) -> tuple[np.ndarray, Gaps]:
     """Sync calls after which the GPU starves: the call returns into a GPU idle gap that is
     followed by more GPU work in the window, and the gap is longer than launch latency.
-    Returns the harmful sync indexes and the indexes (into ``ctx.gaps``) of the gaps they cause.
+    Returns the harmful sync indexes and the gaps they cause.
     A final sync that only waits for queued work (nothing runs after it) costs nothing."""
     idx = sync_events(ctx)
-    if idx.size == 0 or not ctx.gaps:
-        return idx[:0], []
+    if idx.size == 0 or not len(ctx.gaps):
+        return idx[:0], Gaps.empty()
     ev = ctx.trace.events
-    g_s = np.array([g.start_ns for g in ctx.gaps])
-    g_e = np.array([g.end_ns for g in ctx.gaps])
-    followed = np.array([g.end_ns < ctx.hi for g in ctx.gaps])
+    g_s, g_e = ctx.gaps.start_ns, ctx.gaps.end_ns
+    followed = g_e < ctx.hi
     ends = ev.ts_ns[idx] + ev.dur_ns[idx]
     k = np.searchsorted(g_s, ends, side="right") - 1
     inside = (k >= 0) & (ends < g_e[np.maximum(k, 0)])
     kk = np.maximum(k, 0)
     harmful = inside & followed[kk] & ((g_e[kk] - g_s[kk]) >= LAUNCH_LATENCY_MAX_NS)
-    return idx[harmful], sorted(set(kk[harmful].tolist()))
+    return idx[harmful], ctx.gaps.where(np.unique(kk[harmful]))
 
 
 def syncs(ctx: Context) -> dict[str, Any]:
     ev, names = ctx.trace.events, ctx.trace.names
     idx = sync_events(ctx)
-    harm, gap_ids = harmful_syncs(ctx)
+    harm, starved = harmful_syncs(ctx)
     by_name: dict[str, dict[str, float]] = {}
     for n in np.unique(ev.name[idx]).tolist():
         sel = idx[ev.name[idx] == n]
@@ -205,7 +208,7 @@ def syncs(ctx: Context) -> dict[str, Any]:
     ops = np.flatnonzero(ctx.events_in_window(ctx.masks["name_sync_op"] & ctx.masks["host"]))
     op_counts = {names[n]: int(np.count_nonzero(ev.name[ops] == n)) for n in np.unique(ev.name[ops]).tolist()}
     return {"count": int(idx.size), "blocked_ms": _ms(ev.dur_ns[idx].sum()), "harmful_count": int(harm.size),
-            "starved_ms": _ms(sum(ctx.gaps[i].dur_ns for i in gap_ids)), "by_name": by_name, "sync_ops": op_counts}
+            "starved_ms": _ms(starved.total_ns()), "by_name": by_name, "sync_ops": op_counts}
 
 
 def _memory(ctx: Context) -> dict[str, Any]:

@@ -239,13 +239,28 @@ def _interned(keys: list) -> tuple[dict, np.ndarray]:
     return index, _column(map(index.__getitem__, keys), np.int32, len(keys))
 
 
+def _lane_keys(evs: list[schema.Event]) -> tuple[dict, np.ndarray]:
+    """Intern (pid, tid) pairs by interning each half and pairing the small integer codes
+    (much cheaper than hashing 10^5 mixed int/str tuples)."""
+    pid_index, pid_ids = _interned(list(map(_PID, evs)))
+    tid_index, tid_ids = _interned(list(map(_TID, evs)))
+    codes = pid_ids.astype(np.int64) * len(tid_index) + tid_ids
+    uniq, first, raw_lane = np.unique(codes, return_index=True, return_inverse=True)
+    pids, tids = list(pid_index), list(tid_index)
+    order = np.argsort(first)  # lanes numbered in first-seen order
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    lane_index = {(pids[uniq[i] // len(tids)], tids[uniq[i] % len(tids)]): int(rank[i]) for i in order}
+    return lane_index, rank[raw_lane.ravel()].astype(np.int32)
+
+
 def _event_table(evs: list[schema.Event], lane_names: dict, t0: float):
     n = len(evs)
     cats = list(map(_CAT, evs))
     cat_kind = {c: int(CATEGORY_KINDS.get(c, Kind.OTHER)) for c in set(cats)}
     kinds = _column(map(cat_kind.__getitem__, cats), np.int8, n)
     name_index, name_ids = _interned(list(map(_NAME, evs)))
-    lane_index, raw_lane = _interned(list(zip(map(_PID, evs), map(_TID, evs))))
+    lane_index, raw_lane = _lane_keys(evs)
     ts = _column(map(_TS, evs), np.float64, n)
     dur = np.array(list(map(_DUR, evs)), dtype=np.float64) if n else np.zeros(0)  # None -> nan
     args = list(map(_ARGS, evs))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from gpumagic.analysis.context import Context
 from gpumagic.report.model import Evidence, Finding, Fix, Window
 
@@ -18,8 +20,10 @@ def pct(x: float) -> str:
 
 def windows(starts, ends, lane: str, device: int = -1, label: str = "", limit: int = MAX_WINDOWS) -> tuple[Window, ...]:
     """The longest ``limit`` windows, in time order."""
-    pairs = sorted(zip(starts, ends), key=lambda p: p[0] - p[1])[:limit]
-    return tuple(Window(int(s), int(e), lane, device, label) for s, e in sorted(pairs))
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    keep = np.sort(np.argsort(starts - ends, kind="stable")[:limit])
+    return tuple(Window(int(starts[i]), int(ends[i]), lane, device, label) for i in keep.tolist())
 
 
 def pytorch(description: str, code: str) -> Fix:

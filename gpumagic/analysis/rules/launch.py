@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for, windows
@@ -39,7 +37,7 @@ def launch_bound(ctx: Context, m: dict):
     if runtime_frac < RUNTIME_FRAC and launch_idle_ns / idle_ns < LAUNCH_IDLE_SHARE:
         return None
     gain = ctx.frac(launch_idle_ns)
-    gaps = [g for g in ctx.gaps if g.cause in ("host_wait", "launch_latency")]
+    gaps = ctx.gaps.of_cause("host_wait", "launch_latency")
     return finding(
         "launch-bound", severity=severity_for(gain), title="Tiny kernels: the GPU waits for launches",
         why="""Every kernel costs the host several microseconds to launch (Python, the PyTorch
@@ -52,7 +50,7 @@ def launch_bound(ctx: Context, m: dict):
         numbers={"kernels": k["count"], "short_kernel_frac": k["short_frac"], "median_kernel_us": k["median_us"],
                  "gpu_busy_frac": m["gpu"]["busy_frac"], "runtime_frac": round(runtime_frac, 4),
                  "launch_wait_ms": round(launch_idle_ns / 1e6, 3)},
-        windows=windows([g.start_ns for g in gaps], [g.end_ns for g in gaps], "gpu", ctx.device, "waiting for launch"),
+        windows=windows(*gaps.intervals, "gpu", ctx.device, "waiting for launch"),
         est_gain=gain, gain_method="GPU idle time classified as host wait or launch latency (HTA definitions)",
         fixes=(
             pytorch("Fuse kernels with torch.compile (mode='reduce-overhead' also uses CUDA graphs)",
@@ -78,15 +76,15 @@ def cpu_bound(ctx: Context, m: dict):
     kernels are not tiny (that case is ``launch-bound``). Gain: the host-wait time covered by
     main-thread operator work. False positives: deliberate CPU work (metrics, logging) that
     could be moved out of the loop rather than sped up."""
-    host_wait = [g for g in ctx.gaps if g.cause == "host_wait"]
-    hw_ns = sum(g.dur_ns for g in host_wait)
+    host_wait = ctx.gaps.of_cause("host_wait")
+    hw_ns = host_wait.total_ns()
     if ctx.frac(hw_ns) < HOST_WAIT_FRAC or (m["kernels"]["short_frac"] or 0) >= SHORT_KERNEL_SHARE:
         return None
     ev, msk = ctx.trace.events, ctx.masks
     main = ev.lane == ctx.main_lane
     ops = ctx.intervals(ctx.events_in_window(main & (msk["cpu_op"] | msk["python"] | msk["runtime"])))
     ops = iv.subtract(ops, ctx.cat_union["dataloader"])
-    gaps = (np.array([g.start_ns for g in host_wait]), np.array([g.end_ns for g in host_wait]))
+    gaps = host_wait.intervals
     busy_in_wait = iv.intersect(ops, gaps)
     share = iv.total(busy_in_wait) / max(hw_ns, 1)
     if share < CPU_OP_SHARE:

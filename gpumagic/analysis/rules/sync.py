@@ -19,9 +19,9 @@ def host_sync(ctx: Context, m: dict):
     following in the window. Threshold: the idle time after such syncs ≥ 2 % of the window.
     Gain: that idle time (the GPU had no queued work because the host was blocked). A final
     sync that only waits for queued work costs nothing and is not counted."""
-    harm, gap_ids = harmful_syncs(ctx)
+    harm, starved = harmful_syncs(ctx)
     s = m["syncs"]
-    starved_ns = sum(ctx.gaps[i].dur_ns for i in gap_ids)
+    starved_ns = starved.total_ns()
     frac = ctx.frac(starved_ns)
     if harm.size == 0 or frac < STARVED_FRAC:
         return None
@@ -36,8 +36,7 @@ def host_sync(ctx: Context, m: dict):
                 f"{starved_ns / 1e6:.2f} ms ({pct(frac)} of the window)" + (f"; sync ops: {ops}" if ops else "") + ".",
         numbers={"sync_calls": s["count"], "harmful_syncs": int(harm.size), "blocked_ms": s["blocked_ms"],
                  "starved_ms": round(starved_ns / 1e6, 3), "starved_frac": round(frac, 4)},
-        windows=windows([ctx.gaps[i].start_ns for i in gap_ids], [ctx.gaps[i].end_ns for i in gap_ids],
-                        "gpu", ctx.device, "GPU idle after sync"),
+        windows=windows(*starved.intervals, "gpu", ctx.device, "GPU idle after sync"),
         est_gain=frac, gain_method="GPU idle time that follows the harmful syncs",
         fixes=(
             pytorch("Keep values on the GPU; read them rarely; find hidden syncs",

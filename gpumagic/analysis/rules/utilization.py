@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumagic.analysis import intervals as iv
-from gpumagic.analysis.context import LONG_GAP_NS, Context
+from gpumagic.analysis.context import GAP_CAUSES, LONG_GAP_NS, Context
 from gpumagic.analysis.metrics import harmful_syncs
 from gpumagic.analysis.rules.base import finding, pct, pytorch, severity_for, windows
 
@@ -39,7 +39,7 @@ def low_gpu_utilization(ctx: Context, m: dict, explained: float = 0.0):
                 f"other {i['other_ms']:.1f} ms.",
         numbers={"busy_frac": busy, "idle_ms": i["total_ms"], "host_wait_ms": i["host_wait_ms"],
                  "launch_latency_ms": i["launch_latency_ms"], "other_ms": i["other_ms"], "threshold_frac": BUSY_FRAC},
-        windows=windows([g.start_ns for g in ctx.gaps], [g.end_ns for g in ctx.gaps], "gpu", ctx.device, "GPU idle"),
+        windows=windows(*ctx.gaps.intervals, "gpu", ctx.device, "GPU idle"),
         est_gain=residual,
         gain_method="idle share of the window not already claimed by a more specific finding",
         fixes=(pytorch("Find where the time goes: look at the other findings and the timeline; a bigger batch "
@@ -63,10 +63,8 @@ def _gap_cause(ctx: Context, start: int, end: int) -> str:
 def explained_idle(ctx: Context) -> iv.Intervals:
     """Idle time that a cause finding already accounts for: data-loader waits and the GPU
     starvation that follows harmful syncs."""
-    _, gap_ids = harmful_syncs(ctx)
-    after_sync = (np.array([ctx.gaps[i].start_ns for i in gap_ids], dtype=np.int64),
-                  np.array([ctx.gaps[i].end_ns for i in gap_ids], dtype=np.int64))
-    return iv.merge(ctx.cat_union["dataloader"], after_sync)
+    _, after_sync = harmful_syncs(ctx)
+    return iv.merge(ctx.cat_union["dataloader"], after_sync.intervals)
 
 
 def gpu_idle_gaps(ctx: Context, m: dict):
@@ -74,15 +72,16 @@ def gpu_idle_gaps(ctx: Context, m: dict):
     add up to ≥ 5 % of the window. Gain: their total. Each gap is reported with its HTA cause
     and what the main thread was doing. False positives: gaps during deliberate host work
     (evaluation, checkpointing) inside the window."""
-    long = [g for g in ctx.gaps if g.dur_ns >= LONG_GAP_NS]
-    total = sum(g.dur_ns for g in long)
+    long = ctx.gaps.where(ctx.gaps.dur_ns >= LONG_GAP_NS)
+    total = long.total_ns()
     frac = ctx.frac(total)
     if frac < LONG_GAPS_FRAC:
         return None
-    gap_set = (np.array([g.start_ns for g in long]), np.array([g.end_ns for g in long]))
-    unexplained = ctx.frac(iv.total(iv.subtract(gap_set, explained_idle(ctx))))
-    top = sorted(long, key=lambda g: -g.dur_ns)[:5]
-    causes = "; ".join(f"{g.dur_ns / 1e6:.1f} ms ({_CAUSE_WORDS[g.cause]}, {_gap_cause(ctx, g.start_ns, g.end_ns)})" for g in top)
+    unexplained = ctx.frac(iv.total(iv.subtract(long.intervals, explained_idle(ctx))))
+    top = np.argsort(-long.dur_ns, kind="stable")[:5].tolist()
+    causes = "; ".join(
+        f"{long.dur_ns[i] / 1e6:.1f} ms ({_CAUSE_WORDS[GAP_CAUSES[long.cause[i]]]}, "
+        f"{_gap_cause(ctx, int(long.start_ns[i]), int(long.end_ns[i]))})" for i in top)
     return finding(
         "gpu-idle-gaps", severity=severity_for(unexplained), title=f"{len(long)} long GPU idle gaps (≥ 1 ms)",
         why="""A gap of a millisecond or more is thousands of kernel launches' worth of idle GPU. Long gaps
@@ -92,7 +91,7 @@ def gpu_idle_gaps(ctx: Context, m: dict):
         numbers={"long_gaps": len(long), "long_gap_ms": round(total / 1e6, 3), "long_gap_frac": round(frac, 4),
                  "unexplained_frac": round(unexplained, 4),
                  "min_gap_ms": LONG_GAP_NS / 1e6},
-        windows=windows([g.start_ns for g in long], [g.end_ns for g in long], "gpu", ctx.device, "idle gap ≥ 1 ms"),
+        windows=windows(*long.intervals, "gpu", ctx.device, "idle gap ≥ 1 ms"),
         est_gain=unexplained,
         gain_method="length of the gaps ≥ 1 ms not already explained by a data-loader wait or a sync",
         fixes=(pytorch("Overlap the host work with GPU work, or move it out of the loop",
