@@ -23,6 +23,17 @@ def dataloader_bound(ctx: Context, m: dict):
     if frac <= DATALOADER_FRAC:
         return None
     gain = ctx.frac(iv.total(ctx.exclusive["dataloader"]))
+    numbers = {"dataloader_ms": m["host"]["dataloader_ms"], "dataloader_frac": round(frac, 4),
+               "gpu_idle_during_wait_frac": round(gain, 4), "threshold_frac": DATALOADER_FRAC}
+    cpu_note = ""
+    samples = m.get("samples") or {}
+    if samples.get("cpu_util_mean") is not None:
+        numbers["host_cpu_util_mean_pct"] = samples["cpu_util_mean"]
+        cpu_note = f" Host CPU utilisation averaged {samples['cpu_util_mean']:.0f} %"
+        if samples.get("workers_util_mean") is not None:
+            numbers["workers_cpu_util_mean_pct"] = samples["workers_util_mean"]
+            cpu_note += f"; loader workers used {samples['workers_util_mean']:.0f} % of a core"
+        cpu_note += "."
     return finding(
         "dataloader-bound", severity=severity_for(gain), title="The training loop waits for the data loader",
         why="""Each step asks the DataLoader for the next batch on the main Python thread. With few or
@@ -30,9 +41,9 @@ def dataloader_bound(ctx: Context, m: dict):
         nothing queued and sits idle. Worker processes prepare the next batches in parallel, so the
         batch is ready when the step asks for it.""",
         summary=f"{pct(frac)} of the window is spent waiting in the DataLoader "
-                f"({m['host']['dataloader_ms']:.1f} ms); for {pct(gain)} of the window nothing else runs, GPU included.",
-        numbers={"dataloader_ms": m["host"]["dataloader_ms"], "dataloader_frac": round(frac, 4),
-                 "gpu_idle_during_wait_frac": round(gain, 4), "threshold_frac": DATALOADER_FRAC},
+                f"({m['host']['dataloader_ms']:.1f} ms); for {pct(gain)} of the window nothing else runs, GPU included."
+                + cpu_note,
+        numbers=numbers,
         windows=windows(dl[0], dl[1], "cpu", label="DataLoader wait"),
         est_gain=gain, gain_method="data-loader wait that does not overlap GPU work or other host activity",
         fixes=(
