@@ -39,8 +39,9 @@ import sys, warnings
 warnings.filterwarnings('ignore')
 from hta.trace_analysis import TraceAnalysis
 a = TraceAnalysis(trace_dir=sys.argv[1])
+ranks = sorted(a.t.traces)
 a.get_temporal_breakdown(visualize=False)
-a.get_idle_time_breakdown(visualize=False)
+a.get_idle_time_breakdown(ranks=ranks, visualize=False)
 """
 
 PEAK_RSS = """

@@ -1,4 +1,4 @@
-"""The report layer: what the user holds (Report, Finding) and its text render."""
+"""The report layer: what the user holds (Report, Finding); renderers live in gpumagic.render."""
 
 from gpumagic.report.model import Evidence, Finding, Fix, Report, Window
 

@@ -115,7 +115,7 @@ class Report:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def to_text(self, width: int = 100) -> str:
-        from gpumagic.report.text import render_text
+        from gpumagic.render.text import render_text
 
         return render_text(self, width=width)
 
@@ -125,9 +125,23 @@ class Report:
 
         return render_html(self)
 
-    def save_html(self, path) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(self.to_html())
+    def save_html(self, path):
+        """Write one self-contained HTML file (no network); returns the path."""
+        from gpumagic.report.mimebundle import save_html
+
+        return save_html(self, path)
+
+    def widget(self):
+        """The interactive ipywidgets view (a VBox), to display or embed."""
+        from gpumagic.report.mimebundle import widget
+
+        return widget(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        """Live widget + static HTML + text in one output (see gpumagic.report.mimebundle)."""
+        from gpumagic.report.mimebundle import mimebundle
+
+        return mimebundle(self, include=include, exclude=exclude)
 
     def __repr__(self) -> str:
         ids = ", ".join(self.finding_ids) or "no findings"

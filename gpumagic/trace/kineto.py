@@ -17,7 +17,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterable
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
@@ -194,11 +194,20 @@ def build(tf: schema.TraceFile, notes: list[str], source: str) -> Trace:
     if tf.traceEvents is None:
         raise TraceError(f"{source}: not a PyTorch profiler trace (no traceEvents)")
     events = tf.traceEvents
-    durations = [e for e in events if e.ph == "X" and e.cat not in SKIPPED_CATEGORIES]
-    memory = [e for e in events if e.ph == "i" and e.name == "[memory]"]
+    ph_index, ph = _interned(list(map(_PH, events)))
+    cat_index, cat = _interned(list(map(_CAT, events)))
+
+    def select(phase: str, keep_cats=None) -> list[schema.Event]:
+        mask = ph == ph_index.get(phase, -1)
+        if keep_cats is not None:
+            mask &= np.isin(cat, [i for c, i in cat_index.items() if keep_cats(c)])
+        return _pick(events, np.flatnonzero(mask))
+
+    durations = select("X", lambda c: c not in SKIPPED_CATEGORIES)
+    memory = [e for e in select("i") if e.name == "[memory]"]
     if not durations and not memory:
         raise TraceError(f"{source}: the trace holds no profiler events")
-    lane_names = _lane_names(e for e in events if e.ph == "M")
+    lane_names = _lane_names(select("M"))
     t0 = min(min(map(_TS, durations), default=np.inf), min(map(_TS, memory), default=np.inf))
     table, lanes, names, neg = _event_table(durations, lane_names, t0)
     if neg:
@@ -213,7 +222,7 @@ def build(tf: schema.TraceFile, notes: list[str], source: str) -> Trace:
         devices=[_device(d) for d in tf.deviceProperties],
         origin_ns=int(base_ns + round(t0 * 1000.0)),
         notes=notes,
-        meta=_meta(tf, events),
+        meta=_meta(tf, len(events), {c for c, i in cat_index.items() if (cat[ph == ph_index.get("X", -1)] == i).any()}),
         source=source,
     )
     if tf.gpumagic:
@@ -237,6 +246,15 @@ def _interned(keys: list) -> tuple[dict, np.ndarray]:
     """(key -> index in first-seen order, index per row), all at C speed."""
     index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
     return index, _column(map(index.__getitem__, keys), np.int32, len(keys))
+
+
+def _pick(items: list, index: np.ndarray) -> list:
+    """``[items[i] for i in index]`` at C speed."""
+    if index.size == 0:
+        return []
+    if index.size == 1:
+        return [items[int(index[0])]]
+    return list(itemgetter(*index.tolist())(items))
 
 
 def _lane_keys(evs: list[schema.Event]) -> tuple[dict, np.ndarray]:
@@ -288,7 +306,8 @@ def _event_table(evs: list[schema.Event], lane_names: dict, t0: float):
     return table, lanes, list(name_index), negative
 
 
-_CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (attrgetter(a) for a in ("cat", "name", "pid", "tid", "ts", "dur", "args"))
+_PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (
+    attrgetter(a) for a in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
 _CORR, _EXT, _EXT_2021, _DEVICE, _STREAM, _NBYTES = (
     attrgetter(a) for a in ("correlation", "external_id", "external_id_2021", "device", "stream", "nbytes")
 )
@@ -369,12 +388,11 @@ def _device(d: schema.DeviceProperties) -> DeviceInfo:
     return DeviceInfo(d.id, d.name, d.totalGlobalMem, d.computeMajor, d.computeMinor, d.numSms)
 
 
-def _meta(tf: schema.TraceFile, events: list[schema.Event]) -> dict[str, Any]:
-    cats = {e.cat for e in events if e.ph == "X"}
+def _meta(tf: schema.TraceFile, event_count: int, cats: set) -> dict[str, Any]:
     dist = tf.distributedInfo
     return {
         "schema": "2021" if {"Operator", "Runtime", "Kernel"} & cats else "current",
-        "event_count": len(events),
+        "event_count": event_count,
         "display_time_unit": tf.displayTimeUnit,
         "base_time_ns": tf.baseTimeNanoseconds,
         "distributed": None if dist is None else {"backend": dist.backend, "rank": dist.rank, "world_size": dist.world_size},

@@ -1,0 +1,133 @@
+"""Number, name and severity formatting shared by every renderer (text, HTML, widget).
+
+Metrics may hold ``None`` where the trace cannot give a value (see docs/metrics.md); every
+formatter here turns ``None`` into :data:`MISSING` instead of failing.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: What a renderer prints for a value the trace could not give.
+MISSING = "n/a"
+
+#: Severity shown by icon *and* word, so that it never depends on colour alone.
+#: The icons differ in shape (heavy cross, triangle, "i") and are in common text fonts (DejaVu).
+SEVERITY_ICON = {"high": "\u2716", "medium": "\u26a0", "low": "\u2139"}
+SEVERITY_WORD = {"high": "High", "medium": "Medium", "low": "Low"}
+#: ASCII badges for the text render, equal width so that titles line up.
+SEVERITY_BADGE = {"high": "[HIGH]", "medium": "[MED] ", "low": "[LOW] "}
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def _bad(x: object) -> bool:
+    return x is None or (isinstance(x, float) and not math.isfinite(x))
+
+
+def fmt_ms(ms: float | None) -> str:
+    """A duration given in milliseconds, with a unit that keeps 2-3 significant digits."""
+    if _bad(ms):
+        return MISSING
+    if ms == 0:
+        return "0 ms"
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    if ms >= 100:
+        return f"{ms:.0f} ms"
+    if ms >= 1:
+        return f"{ms:.1f} ms"
+    return f"{ms * 1000:.0f} \u00b5s"
+
+
+def fmt_us(us: float | None) -> str:
+    """A duration given in microseconds."""
+    return MISSING if _bad(us) else fmt_ms(us / 1000)
+
+
+def fmt_pct(frac: float | None, digits: int = 0) -> str:
+    """A 0..1 fraction as a percentage (``0.423 -> '42 %'``)."""
+    if _bad(frac):
+        return MISSING
+    return f"{frac * 100:.{digits}f} %"
+
+
+def fmt_bytes(n: float | None) -> str:
+    """A byte count in binary units (``1536 -> '1.5 KiB'``)."""
+    if _bad(n) or n < 0:
+        return MISSING
+    value = float(n)
+    for unit in _BYTE_UNITS:
+        if value < 1024 or unit == _BYTE_UNITS[-1]:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def fmt_number(x: float | int | str | None) -> str:
+    """An evidence number: integers as is, floats with 3 significant digits."""
+    if isinstance(x, str):
+        return x
+    if _bad(x):
+        return MISSING
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def fmt_gain(est_gain: float | None) -> str:
+    """A finding's estimated gain, phrased as the upper bound it is."""
+    if _bad(est_gain):
+        return "gain unknown"
+    if est_gain < 0.005:
+        return "under 1 % of step time"
+    return f"up to {est_gain * 100:.0f} % of step time"
+
+
+def severity_label(severity: str, *, icon: bool = True) -> str:
+    """``'high' -> '⛔ High'`` (or ``'High'`` without the icon)."""
+    word = SEVERITY_WORD.get(severity, severity.title())
+    return f"{SEVERITY_ICON.get(severity, '')} {word}".strip() if icon else word
+
+
+def short_kernel_name(name: str, max_chars: int = 60) -> str:
+    """A readable kernel name: no ``void``, no parameter list, no namespace path, truncated.
+
+    ``void at::native::(anonymous namespace)::foo<float>(int, float*)`` -> ``foo<float>``.
+    """
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    s = s.replace("(anonymous namespace)::", "")
+    s = s[: _top_level_index(s, "(")] or s
+    cut = _last_top_level_scope(s)
+    s = s[cut:] if cut > 0 else s
+    return s if len(s) <= max_chars else s[: max_chars - 1] + "\u2026"
+
+
+def _top_level_index(s: str, char: str) -> int:
+    """Index of ``char`` outside any ``<...>``/``(...)`` nesting, or ``len(s)``."""
+    depth = 0
+    for i, c in enumerate(s):
+        if c == char and depth == 0 and i > 0:
+            return i
+        if c in "<(":
+            depth += 1
+        elif c in ">)":
+            depth = max(0, depth - 1)
+    return len(s)
+
+
+def _last_top_level_scope(s: str) -> int:
+    """Index just after the last ``::`` outside template brackets (0 when none)."""
+    depth, cut = 0, 0
+    for i, c in enumerate(s):
+        if c in "<(":
+            depth += 1
+        elif c in ">)":
+            depth = max(0, depth - 1)
+        elif c == ":" and depth == 0 and s[i + 1 : i + 2] == ":":
+            cut = i + 2
+    return cut

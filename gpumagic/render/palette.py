@@ -1,0 +1,54 @@
+"""Colours shared by the timeline, the breakdown bars and the HTML legend.
+
+Based on the Okabe-Ito palette (Okabe & Ito, "Color Universal Design", 2008), which stays
+distinguishable with the common colour-vision deficiencies. Colour is never the only cue:
+every coloured thing also carries a label or a legend entry with text.
+"""
+
+from __future__ import annotations
+
+BLUE = "#0072B2"
+SKY = "#56B4E9"
+GREEN = "#009E73"
+ORANGE = "#E69F00"
+VERMILLION = "#D55E00"
+PURPLE = "#CC79A7"
+YELLOW = "#F0E442"
+GREY = "#8C8C8C"
+LIGHT_GREY = "#C8C8C8"
+PALE_GREY = "#E4E4E4"
+
+#: Timeline layers and breakdown categories (docs/metrics.md ``breakdown.order``).
+CATEGORY_COLOR = {
+    "kernel": BLUE,
+    "memcpy": GREEN,
+    "memset": SKY,
+    "communication": PURPLE,
+    "runtime": GREY,
+    "dataloader": ORANGE,
+    "cpu_exec": LIGHT_GREY,
+    "other": PALE_GREY,
+}
+
+CATEGORY_LABEL = {
+    "kernel": "GPU kernels",
+    "memcpy": "memory copies",
+    "memset": "memsets",
+    "communication": "communication (NCCL)",
+    "runtime": "CUDA runtime calls",
+    "dataloader": "data-loader wait",
+    "cpu_exec": "CPU ops",
+    "other": "other",
+}
+
+#: GPU idle gaps by cause (docs/metrics.md ``idle.gaps[].cause``).
+IDLE_COLOR = {"host_wait": VERMILLION, "launch_latency": ORANGE, "other": GREY}
+IDLE_LABEL = {
+    "host_wait": "GPU idle: waiting for the host",
+    "launch_latency": "GPU idle: launch latency",
+    "other": "GPU idle: other",
+}
+
+HOST_SYNC = VERMILLION
+HIGHLIGHT = YELLOW
+HIGHLIGHT_EDGE = "#8A6D00"

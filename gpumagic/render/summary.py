@@ -1,0 +1,88 @@
+"""The header every render starts with: five facts readable in five seconds.
+
+Wall time, steps recorded, median step time, GPU busy share, and the top finding with its
+estimated gain. Text, HTML and the widget all read :func:`header_facts`, so they agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpumagic.render._format import MISSING, fmt_gain, fmt_ms, fmt_pct, severity_label
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpumagic.report.model import Finding, Report
+
+
+NO_FINDINGS = "No findings: nothing in this trace crossed a rule's threshold."
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One labelled value of the header (``hint`` explains it, e.g. as a tooltip)."""
+
+    label: str
+    value: str
+    hint: str = ""
+
+
+def metric(metrics: dict[str, Any], *path: str) -> Any:
+    """``metrics[a][b]...``, or ``None`` where any level is missing or null."""
+    node: Any = metrics
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+def header_facts(report: Report) -> list[Fact]:
+    """The four numeric facts of the header, in reading order."""
+    m = report.metrics
+    steps = metric(m, "steps", "count")
+    cpu_only = bool(metric(m, "trace", "cpu_only"))
+    return [
+        Fact("Wall time", fmt_ms(metric(m, "window", "dur_ms")), _window_hint(m)),
+        Fact("Steps recorded", MISSING if steps is None else str(steps), "ProfilerStep# markers in the trace"),
+        Fact("Median step", fmt_ms(metric(m, "steps", "median_ms")), "median duration of the recorded steps"),
+        Fact(
+            "GPU busy",
+            "no GPU" if cpu_only else fmt_pct(metric(m, "gpu", "busy_frac")),
+            "share of wall time the main GPU ran kernels, copies or memsets",
+        ),
+    ]
+
+
+def _window_hint(m: dict[str, Any]) -> str:
+    if metric(m, "window", "source") == "steps":
+        return "from the first recorded step's start to the last one's end"
+    return "the whole trace (no step markers found)"
+
+
+def top_finding(report: Report) -> Finding | None:
+    """The finding to act on first (findings are sorted by estimated gain)."""
+    return report.findings[0] if report.findings else None
+
+
+def top_finding_line(report: Report) -> str:
+    """``'Top finding: ⛔ High · Data loading stalls the GPU — up to 34 % of step time'``."""
+    f = top_finding(report)
+    if f is None:
+        return NO_FINDINGS
+    return f"Top finding: {severity_label(f.severity)} \u00b7 {f.title} \u2014 {fmt_gain(f.est_gain)}"
+
+
+def title_line(report: Report) -> str:
+    """``'gpumagic report — <label>'`` plus the device name when the trace gives one."""
+    parts = ["gpumagic report"]
+    if report.label:
+        parts.append(report.label)
+    devices = metric(report.metrics, "trace", "devices") or []
+    primary = metric(report.metrics, "gpu", "primary_device")
+    names = [d.get("name") for d in devices if d.get("id") == primary and d.get("name")]
+    if names:
+        parts.append(str(names[0]))
+    elif metric(report.metrics, "trace", "cpu_only"):
+        parts.append("CPU only")
+    return " \u2014 ".join(parts)

@@ -1,0 +1,77 @@
+"""Formatting helpers shared by the text, HTML and widget renders."""
+
+import math
+
+import pytest
+
+from gpumagic.render._format import (
+    MISSING,
+    fmt_bytes,
+    fmt_gain,
+    fmt_ms,
+    fmt_number,
+    fmt_pct,
+    severity_label,
+    short_kernel_name,
+)
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [(0.0042, "4 µs"), (0.5, "500 µs"), (12.34, "12.3 ms"), (176.8, "177 ms"), (1065.6, "1.07 s"), (None, MISSING)],
+)
+def test_fmt_ms_picks_a_unit(ms, text):
+    assert fmt_ms(ms) == text
+
+
+def test_missing_and_non_finite_values_print_as_missing():
+    assert fmt_pct(None) == MISSING
+    assert fmt_pct(math.nan) == MISSING
+    assert fmt_bytes(-1) == MISSING
+    assert fmt_number(math.inf) == MISSING
+
+
+def test_bytes_use_binary_units():
+    assert fmt_bytes(512) == "512 B"
+    assert fmt_bytes(1536) == "1.5 KiB"
+    assert fmt_bytes(3 * 2**30) == "3.0 GiB"
+
+
+def test_numbers_keep_three_significant_digits_and_group_thousands():
+    assert fmt_number(0.0136123) == "0.0136"
+    assert fmt_number(6080) == "6,080"
+    assert fmt_number(1234.56) == "1,235"
+    assert fmt_number(True) == "yes"
+    assert fmt_number("fp32") == "fp32"
+
+
+def test_gain_is_phrased_as_an_upper_bound():
+    assert fmt_gain(0.334) == "up to 33 % of step time"
+    assert fmt_gain(0.001) == "under 1 % of step time"
+    assert fmt_gain(None) == "gain unknown"
+
+
+def test_severity_has_an_icon_and_a_word_and_icons_differ():
+    labels = {s: severity_label(s) for s in ("high", "medium", "low")}
+    assert [label.split()[1] for label in labels.values()] == ["High", "Medium", "Low"]
+    assert len({label.split()[0] for label in labels.values()}) == 3
+    assert severity_label("high", icon=False) == "High"
+
+
+@pytest.mark.parametrize(
+    ("name", "short"),
+    [
+        ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, int)",
+         "max_pool_forward_nchw<float, float>"),
+        ("cask_cudnn::computeOffsetsKernel(cask_cudnn::ComputeOffsetsParams)", "computeOffsetsKernel"),
+        ("volta_sgemm_128x64_nn", "volta_sgemm_128x64_nn"),
+        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "ncclKernel_AllReduce_RING_LL_Sum_float"),
+    ],
+)
+def test_short_kernel_name_drops_void_namespaces_and_parameters(name, short):
+    assert short_kernel_name(name) == short
+
+
+def test_short_kernel_name_truncates_with_an_ellipsis():
+    out = short_kernel_name("k" * 100, max_chars=20)
+    assert len(out) == 20 and out.endswith("…")

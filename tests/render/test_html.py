@@ -1,0 +1,87 @@
+"""The static HTML: self-contained, escaped, header facts present, and the exported file."""
+
+import re
+
+import pytest
+from render_helpers import analysed
+
+from gpumagic.render.html import Images, html_document, report_html
+from gpumagic.report.mimebundle import save_html
+from gpumagic.report.model import Evidence, Finding, Fix, Report
+
+#: Issue 4: the exported HTML of the 216k-event fixture must stay under 2 MB.
+MAX_EXPORT_BYTES = 2 * 1024 * 1024
+
+
+def test_header_gives_the_five_facts(loader_report):
+    html = report_html(loader_report, Images())
+    m = loader_report.metrics
+    for label in ("Wall time", "Steps recorded", "Median step", "GPU busy", "Top finding:"):
+        assert label in html
+    assert f">{m['steps']['count']}<" in html
+    assert loader_report.findings[0].title in html
+    assert "up to 33 % of step time" in html  # dataloader-bound's estimated gain, rounded
+
+
+def test_first_finding_is_open_and_fixes_are_code_blocks(loader_report):
+    html = report_html(loader_report, Images())
+    details = re.findall(r"<details[^>]*>", html)
+    assert len(details) == len(loader_report.findings)
+    assert details[0].endswith(" open>") and not any(d.endswith(" open>") for d in details[1:])
+    assert html.count('<pre class="gm-code">') == sum(len(f.fixes) for f in loader_report.findings)
+    assert "Fix (Hugging Face Trainer):" in html and "Fix (PyTorch):" in html
+
+
+def test_the_export_is_self_contained_and_small_enough(tmp_path):
+    report = analysed("v100_large_216k_events")
+    path = save_html(report, tmp_path / "report.html")
+    html = path.read_text(encoding="utf-8")
+    assert path.stat().st_size <= MAX_EXPORT_BYTES
+    assert html.startswith("<!DOCTYPE html>")
+    assert "<script" not in html and "<link" not in html and "@import" not in html
+    sources = re.findall(r'src="([^"]*)"', html)
+    assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
+
+
+def test_user_text_is_escaped():
+    finding = Finding(
+        id="x", severity="low", title="<b>bold</b> & co", why="a < b", evidence=Evidence(summary="<script>"),
+        est_gain=0.1, gain_method="m", fixes=(Fix("pytorch", "d", "if a < b:\n    pass"),), doc_url="javascript:alert(1)",
+    )
+    report = Report(metrics={}, findings=[finding], notes=["<i>note</i>"])
+    html = report_html(report, Images())
+    assert "<b>bold</b>" not in html and "&lt;b&gt;bold&lt;/b&gt; &amp; co" in html
+    assert "<script>" not in html and "if a &lt; b:" in html
+    assert "javascript:" not in html  # only http(s) links are rendered
+    assert "&lt;i&gt;note&lt;/i&gt;" in html
+
+
+def test_a_report_without_trace_or_metrics_still_renders():
+    html = html_document(Report(metrics={}, findings=[], notes=[]))
+    assert "No findings" in html
+    assert "No timeline" in html
+    assert "n/a" in html
+
+
+def test_save_html_refuses_a_missing_directory(tmp_path, loader_report):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        save_html(loader_report, tmp_path / "nope" / "r.html")
+
+
+def test_static_rendering_imports_no_torch_ipython_or_ipywidgets():
+    import subprocess
+    import sys
+
+    from render_helpers import DATA
+
+    code = (
+        "import sys, gpumagic\n"
+        "from gpumagic.render.html import html_document\n"
+        "from gpumagic.render.text import render_text\n"
+        "import gpumagic.report.mimebundle as mb\n"
+        "r = gpumagic.analyze('tests/data/h100_bert_small_inference.json.gz')\n"
+        "html_document(r); render_text(r); mb.mimebundle(r)\n"
+        "loaded = {'torch', 'IPython', 'ipywidgets'} & set(sys.modules)\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=DATA.parents[1])

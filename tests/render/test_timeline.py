@@ -1,0 +1,196 @@
+"""The timeline: downsampling maths, and the figure's lanes on real and hand-built traces."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from render_helpers import analysed
+from tracebuilder import TraceBuilder
+
+import gpumagic
+from gpumagic.render.layout import MAX_GPU_ROWS
+from gpumagic.render.timeline import (
+    MAX_RECTS_PER_LANE,
+    TimelineOptions,
+    downsample,
+    figure_png,
+    timeline_figure,
+    union_intervals,
+)
+from gpumagic.report.model import Report
+from gpumagic.trace.kineto import load
+from gpumagic.trace.model import Samples
+
+
+def _lane_labels(fig):
+    return [t.get_text() for t in fig.axes[0].get_yticklabels()]
+
+
+def _legend_labels(fig):
+    return [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def _rects_per_row(fig):
+    """Rectangles drawn per lane row (collections are grouped by the row of their first polygon)."""
+    counts = {}
+    for coll in fig.axes[0].collections:
+        if coll.get_label().startswith(("GPU idle", "evidence")):
+            continue
+        for path in coll.get_paths():
+            row = round(float(path.vertices[:, 1].mean()))
+            counts[row] = counts.get(row, 0) + 1
+    return counts
+
+
+# -- interval maths -------------------------------------------------------------------------------
+
+
+def test_union_merges_overlaps_and_nesting_but_keeps_gaps():
+    s, e = union_intervals(np.array([0, 5, 2, 20]), np.array([10, 6, 12, 30]))
+    assert s.tolist() == [0, 20] and e.tolist() == [12, 30]
+
+
+def test_union_with_a_gap_tolerance_bridges_short_gaps_only():
+    s, e = union_intervals(np.array([0, 15, 100]), np.array([10, 20, 110]), gap_ns=5)
+    assert s.tolist() == [0, 100] and e.tolist() == [20, 110]
+
+
+def test_downsample_reports_how_busy_each_merged_rectangle_is():
+    # ten 1-ns events, one every 10 ns: merged at 20-ns resolution into one rectangle, 10 % busy
+    starts = np.arange(0, 100, 10)
+    r = downsample(starts, starts + 1, res_ns=20, max_rects=100)
+    assert len(r) == 1
+    assert r.start_ns[0] == 0 and r.end_ns[0] == 91
+    assert r.density[0] == pytest.approx(10 / 91)
+
+
+intervals = st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 5000)), min_size=1, max_size=300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(intervals, st.floats(1, 5e4), st.integers(1, 50))
+def test_downsample_covers_every_interval_within_the_budget(ivs, res_ns, max_rects):
+    start = np.array([s for s, _ in ivs], dtype=np.int64)
+    end = start + np.array([d for _, d in ivs], dtype=np.int64)
+    r = downsample(start, end, res_ns, max_rects)
+    assert 1 <= len(r) <= max_rects
+    assert np.all(np.diff(r.start_ns) > 0) and np.all(r.start_ns[1:] >= r.end_ns[:-1])
+    assert np.all((r.density >= 0) & (r.density <= 1))
+    # every input interval lies inside one output rectangle
+    k = np.searchsorted(r.start_ns, start, side="right") - 1
+    assert np.all(k >= 0) and np.all(end <= r.end_ns[k])
+
+
+# -- the figure on recorded traces ----------------------------------------------------------------
+
+
+def test_lanes_of_the_dataloader_trace(loader_report):
+    fig = timeline_figure(loader_report)
+    labels = _lane_labels(fig)
+    assert labels[0] == "CPU main thread"
+    assert labels[-1] == "GPU0 stream 7"
+    legend = _legend_labels(fig)
+    for expected in ("CPU ops", "data-loader wait", "GPU kernels", "memory copies", "GPU idle: waiting for the host"):
+        assert expected in legend
+    steps = loader_report.metrics["steps"]["count"]
+    step_texts = [t.get_text() for t in fig.axes[0].texts]
+    assert len(step_texts) == steps and all(t.startswith("step ") for t in step_texts)
+
+
+def test_one_gpu_lane_per_stream_of_the_primary_device():
+    report = analysed("a100_training_rank0")
+    fig = timeline_figure(report)
+    gpu_rows = [label for label in _lane_labels(fig) if label.startswith("GPU")]
+    device = report.metrics["gpu"]["primary_device"]
+    per_device = next(d for d in report.metrics["gpu"]["per_device"] if d["device"] == device)
+    assert len(gpu_rows) == min(len(per_device["streams"]), MAX_GPU_ROWS)
+    assert {int(r.split()[-1]) for r in gpu_rows} <= set(per_device["streams"])
+    assert "host sync (blocks on the GPU)" in _legend_labels(fig)
+
+
+def test_the_216k_event_trace_stays_within_the_rectangle_budget():
+    report = analysed("v100_large_216k_events")
+    fig = timeline_figure(report)
+    counts = _rects_per_row(fig)
+    assert counts and max(counts.values()) <= MAX_RECTS_PER_LANE
+    assert "communication (NCCL)" in _legend_labels(fig)
+    assert figure_png(fig)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_zoom_to_a_step_sets_the_x_range_to_that_step(loader_report):
+    m = loader_report.metrics
+    start, end = m["steps"]["bounds_ns"][2]
+    fig = timeline_figure(loader_report, TimelineOptions(step=2))
+    lo, hi = fig.axes[0].get_xlim()
+    origin = m["window"]["start_ns"]
+    assert lo <= (start - origin) / 1e6 < lo + 0.05 * (hi - lo)
+    assert hi - 0.05 * (hi - lo) < (end - origin) / 1e6 <= hi
+    assert "step" in fig.texts[0].get_text() and "3 of" in fig.texts[0].get_text()
+
+
+def test_highlighting_a_finding_draws_its_windows(loader_report):
+    finding = loader_report.finding("dataloader-bound")
+    assert finding is not None and finding.evidence.windows
+    fig = timeline_figure(loader_report, TimelineOptions(finding="dataloader-bound"))
+    marked = [c for c in fig.axes[0].collections if c.get_label() == "evidence: dataloader-bound"]
+    assert len(marked) == 1
+    assert len(marked[0].get_paths()) == len(finding.evidence.windows)
+    assert finding.title in fig.texts[0].get_text()
+
+
+def test_bad_requests_get_clear_errors(loader_report):
+    with pytest.raises(ValueError, match="out of range"):
+        timeline_figure(loader_report, TimelineOptions(step=99))
+    bare = Report(metrics=loader_report.metrics, findings=[], notes=[], trace=None)
+    with pytest.raises(ValueError, match="no trace"):
+        timeline_figure(bare)
+
+
+# -- hand-built traces ----------------------------------------------------------------------------
+
+
+def _sampled_report():
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 1000.0
+        tb.step(i + 1, t, 1000.0)
+        tb.dataloader(t + 10, 300)
+        tb.kernel("k_gemm", t + 400, 500, launch_ts=t + 350)
+    trace = load(tb.to_dict())
+    t_ns = np.arange(0, 3_000_000, 100_000, dtype=np.int64)
+    trace.samples = Samples(
+        gpu={"t_ns": t_ns, "device": np.zeros_like(t_ns), "gpu_util": np.full(t_ns.size, 50.0),
+             "mem_used_bytes": np.full(t_ns.size, 2**30), "mem_total_bytes": np.full(t_ns.size, 2**32)},
+        cpu={"t_ns": t_ns, "total": np.full(t_ns.size, 25.0), "workers": np.full(t_ns.size, 80.0)},
+    )
+    return gpumagic.analyze(trace)
+
+
+def test_samples_add_gpu_and_cpu_curves_beneath_the_lanes():
+    fig = timeline_figure(_sampled_report())
+    assert len(fig.axes) == 3
+    assert [ax.get_ylabel() for ax in fig.axes[1:]] == ["GPU (NVML) %", "host CPU %"]
+    gpu_lines = [line.get_label() for line in fig.axes[1].get_lines() if not line.get_label().startswith("_")]
+    assert gpu_lines == ["GPU utilisation", "GPU memory used"]
+    used = next(line for line in fig.axes[1].get_lines() if line.get_label() == "GPU memory used")
+    assert np.allclose(used.get_ydata(), 25.0)  # 1 GiB of 4 GiB
+
+
+def test_without_samples_only_the_lanes_are_drawn(loader_report):
+    assert len(timeline_figure(loader_report).axes) == 1
+
+
+def test_rendering_never_imports_pyplot():
+    code = (
+        "import sys, gpumagic\n"
+        "from gpumagic.render.timeline import timeline_png\n"
+        "r = gpumagic.analyze('tests/data/h100_bert_small_inference.json.gz')\n"
+        "assert timeline_png(r)[:4] == b'\\x89PNG'\n"
+        "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"
+    )
+    from render_helpers import DATA
+
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=DATA.parents[1])

@@ -1,0 +1,131 @@
+"""The ipywidgets tree, its interactions, and the MIME bundle a notebook receives."""
+
+import ipywidgets as w
+import pytest
+
+from gpumagic.render.html import Images
+from gpumagic.render.widget import ALL_STEPS, NO_HIGHLIGHT, TAB_TITLES, build_widget
+from gpumagic.report import mimebundle as mb
+from gpumagic.report.model import Report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def view(loader_report):
+    return build_widget(loader_report)
+
+
+def test_tree_is_header_then_six_tabs(view, loader_report):
+    root = view.root
+    assert isinstance(root, w.VBox) and root.children == (view.header, view.tabs)
+    assert tuple(view.tabs.titles) == TAB_TITLES
+    assert len(view.tabs.children) == len(TAB_TITLES)
+    assert "Median step" in view.header.value and loader_report.findings[0].title in view.header.value
+
+
+def test_checklist_has_one_item_per_finding_with_severity_word_and_gain(view, loader_report):
+    acc = view.checklist
+    assert isinstance(acc, w.Accordion) and acc.selected_index == 0
+    assert len(acc.children) == len(loader_report.findings)
+    for title, f, body in zip(acc.titles, loader_report.findings, acc.children):
+        assert f.title in title and f.severity.title() in title and "% of step time" in title
+        assert "Why it matters" in body.value and "<pre" in body.value
+
+
+def test_timeline_tab_has_controls_and_a_png(view, loader_report):
+    assert view.timeline_image.value[:8] == PNG_MAGIC
+    steps = [value for _, value in view.step_select.options]
+    assert steps == [ALL_STEPS, *range(loader_report.metrics["steps"]["count"])]
+    findings = [value for _, value in view.finding_select.options]
+    assert findings == [NO_HIGHLIGHT, *loader_report.finding_ids]
+
+
+def test_choosing_a_step_and_a_finding_redraws_the_timeline(view):
+    before = view.timeline_image.value
+    view.step_select.value = 1
+    zoomed = view.timeline_image.value
+    assert zoomed[:8] == PNG_MAGIC and zoomed != before
+    view.finding_select.value = "dataloader-bound"
+    assert view.timeline_image.value != zoomed
+    assert "highlighted" in view.timeline_status.value
+    view.finding_select.value = "mixed-precision-off"  # a finding without time windows
+    assert "no time windows" in view.timeline_status.value
+    view.step_select.value = ALL_STEPS
+    view.finding_select.value = NO_HIGHLIGHT
+    assert view.timeline_status.value == ""
+
+
+def test_other_tabs_hold_the_html_sections(view):
+    breakdown, kernels, memory, notes = view.tabs.children[2:]
+    assert "Step time by category" in breakdown.value and "GPU idle time" in breakdown.value
+    assert "Top kernels by total time" in kernels.value and "pageable" in kernels.value
+    assert "Memory" in memory.value or "memory" in memory.value
+    assert "Source:" in notes.value
+
+
+def test_a_report_without_trace_or_findings_builds_a_widget():
+    view = build_widget(Report(metrics={}, findings=[], notes=[]), Images())
+    assert view.timeline_image is None and view.step_select is None
+    assert "No findings" in view.checklist.value
+    assert "No timeline" in view.timeline_status.value
+
+
+# -- the MIME bundle ------------------------------------------------------------------------------
+
+
+class _Formatter:
+    def __init__(self, active):
+        self.active_types = active
+
+
+class _Shell:
+    """Stands in for IPython's shell: ``kernel`` is set only in a Jupyter kernel."""
+
+    def __init__(self, kernel, active):
+        self.kernel = kernel
+        self.display_formatter = _Formatter(active)
+
+
+#: What ipykernel's display formatter lists: its formatters' types (the widget type is not one).
+KERNEL_TYPES = ("text/plain", "text/html", "text/markdown", "image/svg+xml", "image/png", "application/json")
+
+
+def _in_shell(monkeypatch, kernel, active=KERNEL_TYPES):
+    monkeypatch.setattr(mb, "_ipython_shell", lambda: _Shell(kernel, list(active)))
+
+
+def test_a_live_kernel_gets_the_widget_view_with_static_fallbacks(monkeypatch, small_report):
+    import gpumagic.render.widget as widget_module
+
+    built = []
+    real = widget_module.build_widget
+    monkeypatch.setattr(widget_module, "build_widget", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+    _in_shell(monkeypatch, kernel=object())
+    bundle = mb.mimebundle(small_report)
+    assert set(bundle) == {mb.WIDGET_MIME, mb.HTML_MIME, mb.TEXT_MIME}
+    assert bundle[mb.WIDGET_MIME]["model_id"] == built[0].root.model_id
+    assert 'class="gpumagic-report gpumagic-static"' in bundle[mb.HTML_MIME]
+    assert bundle[mb.TEXT_MIME] == small_report.to_text()
+
+
+def test_widgets_can_be_switched_off(monkeypatch, small_report):
+    _in_shell(monkeypatch, kernel=object())
+    monkeypatch.setenv(mb.WIDGETS_ENV, "0")
+    assert set(mb.mimebundle(small_report)) == {mb.HTML_MIME, mb.TEXT_MIME}
+
+
+def test_outside_a_kernel_there_is_no_widget(monkeypatch, small_report):
+    _in_shell(monkeypatch, kernel=None)
+    assert set(mb.mimebundle(small_report)) == {mb.HTML_MIME, mb.TEXT_MIME}
+
+
+def test_a_terminal_shell_gets_only_text(monkeypatch, small_report):
+    _in_shell(monkeypatch, kernel=None, active=("text/plain",))
+    assert set(mb.mimebundle(small_report)) == {mb.TEXT_MIME}
+
+
+def test_include_and_exclude_are_honoured(monkeypatch, small_report):
+    _in_shell(monkeypatch, kernel=object())
+    assert set(mb.mimebundle(small_report, include={"text/html"})) == {mb.HTML_MIME}
+    assert set(mb.mimebundle(small_report, exclude={mb.WIDGET_MIME, "text/plain"})) == {mb.HTML_MIME}
