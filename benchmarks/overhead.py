@@ -1,0 +1,126 @@
+"""What profiling a training loop costs: bare vs ``gpumagic.profile()`` vs torch recording everything.
+
+A CPU training loop (an MLP on in-memory batches, 300 steps, about 4 s bare on one intra-op
+thread) runs in three ways, alternated round by round in one process so that drift (thermal,
+other load) hits all three alike:
+
+- ``bare``: the loop alone;
+- ``gpumagic``: inside ``gpumagic.profile()`` with its defaults (skip 1 step, record 5, CPU
+  sampling); the time includes stopping, exporting, loading, analysing: the report is ready;
+- ``torch_all``: inside ``torch.profiler.profile(record_shapes=True, with_stack=True,
+  profile_memory=True)`` for the whole loop, timed to the end of the ``with`` block (its
+  post-processing included, no export: generous to it).
+
+A first untimed round pays one-off costs (imports, the profiler's first start) and reports them.
+Each run is timed on the wall clock and in process CPU time (all threads, gpumagic's samplers
+included). On a shared machine the wall clock is noisy; the minimum over rounds and the CPU
+time are the steadier figures. One intra-op thread by default (``--threads``): with several, a
+preempted OpenMP thread stalls the others and a busy neighbour dominates the measurement.
+Run: ``python benchmarks/overhead.py [--steps 300] [--rounds 7] [--threads 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+#: Sizes chosen for ~13 ms per step on one thread of the 2-core dev VM (300 steps ≈ 4 s).
+BATCH, IN, HIDDEN, OUT = 128, 512, 960, 10
+N_BATCHES = 16
+
+
+def make_workload(seed: int = 0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, HIDDEN),
+                                torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUT))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    data = [(torch.randn(BATCH, IN), torch.randint(0, OUT, (BATCH,))) for _ in range(N_BATCHES)]
+
+    def loop(steps: int) -> float:
+        total = 0.0
+        for i in range(steps):
+            x, y = data[i % N_BATCHES]
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.detach()
+        return float(total)
+
+    return loop
+
+
+def run_bare(loop, steps: int) -> None:
+    loop(steps)
+
+
+def run_gpumagic(loop, steps: int) -> None:
+    import gpumagic
+
+    with gpumagic.profile(display=False) as run:
+        loop(steps)
+    assert run.report is not None and run.report.metrics["steps"]["count"] == 5
+
+
+def run_torch_all(loop, steps: int) -> None:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities, record_shapes=True, with_stack=True, profile_memory=True):
+        loop(steps)
+
+
+MODES = {"bare": run_bare, "gpumagic": run_gpumagic, "torch_all": run_torch_all}
+
+
+def timed(fn, loop, steps: int) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one run."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn(loop, steps)
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    loop = make_workload()
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.steps} steps, {args.rounds} rounds")
+    first = {name: timed(fn, loop, args.steps)[0] for name, fn in MODES.items()}
+    print("first (untimed) round, one-off costs included: " + ", ".join(f"{k} {v:.2f} s" for k, v in first.items()))
+
+    wall: dict[str, list[float]] = {name: [] for name in MODES}
+    cpu: dict[str, list[float]] = {name: [] for name in MODES}
+    names = list(MODES)
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
+        for name in order:
+            w, c = timed(MODES[name], loop, args.steps)
+            wall[name].append(w)
+            cpu[name].append(c)
+    print(report(wall, cpu))
+    return 0
+
+
+def report(wall: dict[str, list[float]], cpu: dict[str, list[float]]) -> str:
+    """A table of wall and CPU seconds per mode, each with its ratio to ``bare``."""
+    def stats(values: dict[str, list[float]], name: str, fn) -> tuple[float, float]:
+        v = fn(values[name])
+        return v, v / fn(values["bare"]) - 1
+
+    lines = [f"{'mode':<10} {'wall min':>9} {'vs bare':>8} {'wall med':>9} {'vs bare':>8} "
+             f"{'cpu min':>8} {'vs bare':>8} {'cpu med':>8} {'vs bare':>8}"]
+    for name in wall:
+        cells = [stats(wall, name, min), stats(wall, name, statistics.median),
+                 stats(cpu, name, min), stats(cpu, name, statistics.median)]
+        lines.append(f"{name:<10} " + " ".join(f"{v:>{9 if i < 2 else 8}.3f} {r:>+8.1%}" for i, (v, r) in enumerate(cells)))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""The Python API: profile code from scripts and notebooks without the magic.
+
+::
+
+    with gpumagic.profile(steps=3) as run:      # also a decorator: @gpumagic.profile()
+        train()
+    run.report, run.trace, run.save("run.json.gz")
+
+    prof = gpumagic.Profiler(label="baseline")  # across notebook cells
+    prof.start()   # ... later cells ...
+    run = prof.stop()
+
+Outside a notebook nothing is displayed unless ``display=True``; in a notebook the report is
+displayed when the run finishes unless ``display=False``.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from gpumagic.capture import CaptureError, CaptureOptions, CaptureSession, Run
+from gpumagic.capture.session import finish_after
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Profiler:
+    """A capture you start and stop yourself; the keyword options are those of :func:`profile`."""
+
+    def __init__(self, *, display: bool | None = None, **options: Any) -> None:
+        self.options = _options(options)
+        self.display = display
+        self.run: Run | None = None
+        self._session: CaptureSession | None = None
+
+    @property
+    def is_running(self) -> bool:
+        return self._session is not None
+
+    def start(self) -> Run:
+        """Start recording; returns the :class:`~gpumagic.capture.Run` that :meth:`stop` completes."""
+        if self._session is not None:
+            raise CaptureError("this Profiler is already running")
+        session = CaptureSession(self.options)
+        self.run = session.start()
+        self._session = session
+        return self.run
+
+    def stop(self, error: BaseException | None = None) -> Run:
+        """Stop recording, build the report (displayed in a notebook), and return the run.
+
+        ``error`` is an exception the profiled code raised: the report is then partial, and a
+        failure to build it is reported on stderr instead of raised.
+        """
+        if self._session is None:
+            raise CaptureError("this Profiler is not running: call start() first")
+        session, self._session = self._session, None
+        run = finish_after(session, error)
+        if run.report is not None and _wants_display(self.display):
+            _display(run.report)
+        return run
+
+    def __enter__(self) -> Run:
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.stop(exc)
+
+
+class profile:
+    """Profile a block (``with profile() as run:``) or each call of a function (decorator).
+
+    Options: ``label``, ``skip`` (optimizer steps left out as warm-up, default 1), ``steps``
+    (steps recorded, default 5), ``all_steps`` (record everything), ``max_seconds`` (cap while
+    no optimizer step has run, default 5), ``interval_ms`` (NVML/CPU sampling, default 100),
+    ``nvml``, ``cpu`` (the samplers), ``shapes``, ``stack``, ``memory``, ``save`` (bundle path),
+    ``display`` (None: only in a notebook).
+    A decorated function keeps its return value; its latest run is ``func.last_run``.
+    """
+
+    def __init__(self, *, display: bool | None = None, **options: Any) -> None:
+        self._display = display
+        self._options = _options(options)
+        self._profiler: Profiler | None = None
+
+    def _new_profiler(self) -> Profiler:
+        profiler = Profiler(display=self._display)
+        profiler.options = self._options
+        return profiler
+
+    def __enter__(self) -> Run:
+        if self._profiler is not None:
+            raise CaptureError("this profile() block is already running")
+        self._profiler = self._new_profiler()
+        return self._profiler.start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        profiler, self._profiler = self._profiler, None
+        profiler.stop(exc)
+
+    def __call__(self, func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            profiler = self._new_profiler()
+            wrapper.last_run = profiler.start()
+            try:
+                result = func(*args, **kwargs)
+            except BaseException as exc:
+                profiler.stop(exc)
+                raise
+            profiler.stop()
+            return result
+
+        wrapper.last_run = None
+        return wrapper  # type: ignore[return-value]
+
+
+def _options(options: dict[str, Any]) -> CaptureOptions:
+    try:
+        return CaptureOptions(**options)
+    except TypeError:
+        known = sorted(CaptureOptions.__dataclass_fields__)
+        unknown = sorted(set(options) - set(CaptureOptions.__dataclass_fields__))
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}, display") from None
+
+
+def in_notebook() -> bool:
+    """Whether this code runs in a Jupyter kernel (not a terminal IPython or a script)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _wants_display(display: bool | None) -> bool:
+    return in_notebook() if display is None else bool(display)
+
+
+def _display(report: Any) -> None:
+    from IPython.display import display
+
+    display(report)

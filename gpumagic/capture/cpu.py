@@ -1,0 +1,133 @@
+"""Host CPU samples from Linux ``/proc``: every core, this process, its data-loader workers.
+
+No dependency (psutil is not needed): ``/proc/stat`` gives per-core busy jiffies, and
+``/proc/<pid>/stat`` a process's user + system ticks. PyTorch names its DataLoader worker
+processes ``pt_data_worker`` (torch/utils/data/_utils/worker.py sets the thread name, which
+Linux reports as the process's ``comm``); they are found among this process's children.
+Percentages: ``total`` and ``per_core`` are 0-100 of all cores / each core; ``main`` (this process, all its
+threads) and ``workers`` (summed over all workers) are percent of one core and can exceed 100.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpumagic.capture.sampler import PeriodicSampler
+
+#: ``comm`` of a PyTorch DataLoader worker process.
+WORKER_COMM = "pt_data_worker"
+#: Columns of ``/proc/stat`` cpu lines counted as idle: idle and iowait (proc(5)).
+_IDLE_COLUMNS = (3, 4)
+
+
+@dataclass
+class CpuTimes:
+    """One reading: per-core (busy, total) jiffies and per-process busy ticks."""
+
+    cores: list[tuple[int, int]]
+    main_ticks: int
+    worker_ticks: dict[int, int] = field(default_factory=dict)
+
+
+class ProcReader:
+    """Reads ``/proc`` (or a directory laid out like it, for tests) for process ``pid``."""
+
+    def __init__(self, root: str | os.PathLike = "/proc", pid: int | None = None) -> None:
+        self.root = Path(root)
+        self.pid = os.getpid() if pid is None else pid
+
+    def available(self) -> bool:
+        return (self.root / "stat").is_file() and (self.root / str(self.pid) / "stat").is_file()
+
+    def ticks_per_second(self) -> int:
+        return os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def read(self) -> CpuTimes:
+        workers = {}
+        for child in self.children():
+            ticks = self._process_ticks(child)
+            if ticks is not None and self._comm(child) == WORKER_COMM:
+                workers[child] = ticks
+        main = self._process_ticks(self.pid)
+        return CpuTimes(self._cores(), 0 if main is None else main, workers)
+
+    def children(self) -> list[int]:
+        pids: list[int] = []
+        for path in (self.root / str(self.pid) / "task").glob("*/children"):
+            try:
+                pids.extend(int(p) for p in path.read_text().split())
+            except (OSError, ValueError):  # the thread ended while we read
+                continue
+        return pids
+
+    def _cores(self) -> list[tuple[int, int]]:
+        cores = []
+        for line in (self.root / "stat").read_text().splitlines():
+            if line.startswith("cpu") and line[3:4].isdigit():
+                values = [int(v) for v in line.split()[1:]]
+                idle = sum(values[i] for i in _IDLE_COLUMNS if i < len(values))
+                # guest time is already counted in user time (proc(5)); leave it out of the total
+                total = sum(values[:8])
+                cores.append((total - idle, total))
+        return cores
+
+    def _process_ticks(self, pid: int) -> int | None:
+        try:
+            text = (self.root / str(pid) / "stat").read_text()
+        except OSError:  # the process has exited
+            return None
+        fields = text.rsplit(")", 1)[1].split()  # the name in parentheses may contain spaces
+        return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of proc(5)
+
+    def _comm(self, pid: int) -> str:
+        try:
+            return (self.root / str(pid) / "comm").read_text().strip()
+        except OSError:
+            return ""
+
+
+class CpuSampler(PeriodicSampler):
+    """Rows of ``t_epoch_ns, total, per_core, main, workers, worker_count`` (percentages)."""
+
+    name = "cpu"
+
+    def __init__(self, reader: ProcReader, interval_s: float) -> None:
+        super().__init__(interval_s)
+        self.reader = reader
+        self._hz = reader.ticks_per_second()
+        self._last: tuple[int, CpuTimes] | None = None
+
+    def read(self, t_epoch_ns: int) -> list[dict[str, Any]]:
+        now = self.reader.read()
+        last, self._last = self._last, (t_epoch_ns, now)
+        if last is None:
+            return []
+        return [cpu_row(last[1], now, (t_epoch_ns - last[0]) / 1e9, self._hz, t_epoch_ns)]
+
+
+def cpu_row(before: CpuTimes, after: CpuTimes, dt_s: float, hz: int, t_epoch_ns: int) -> dict[str, Any]:
+    """Percentages over the interval between two readings."""
+    per_core = [_percent(b1 - b0, t1 - t0) for (b0, t0), (b1, t1) in zip(before.cores, after.cores)]
+    busy = sum(b1 - b0 for (b0, _), (b1, _) in zip(before.cores, after.cores))
+    total = sum(t1 - t0 for (_, t0), (_, t1) in zip(before.cores, after.cores))
+    one_core = hz * dt_s if dt_s > 0 else 0.0
+    # a worker first seen now has no earlier reading: it counts from the next interval
+    worker_ticks = sum(t - before.worker_ticks[p] for p, t in after.worker_ticks.items() if p in before.worker_ticks)
+    return {
+        "t_epoch_ns": t_epoch_ns,
+        "total": _percent(busy, total),
+        "per_core": per_core,
+        "main": _percent(after.main_ticks - before.main_ticks, one_core, cap=None),
+        "workers": _percent(worker_ticks, one_core, cap=None),
+        "worker_count": len(after.worker_ticks),
+    }
+
+
+def _percent(part: float, whole: float, cap: float | None = 100.0) -> float:
+    if whole <= 0:
+        return 0.0
+    value = max(0.0, 100.0 * part / whole)
+    return round(value if cap is None else min(cap, value), 2)

@@ -1,0 +1,87 @@
+"""What machine and library versions a capture ran with, for the bundle.
+
+Built only from the platform, ``/proc`` hardware facts and package metadata: nothing from the
+process environment (no variables, user names, host names or paths) goes into a saved file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+#: Libraries whose version helps explain a trace; reported only when already imported.
+_LIBRARIES = ("torch", "numpy", "IPython", "ipykernel", "ipywidgets", "transformers", "accelerate",
+              "lightning", "pytorch_lightning", "deepspeed", "triton")
+#: Distribution names that differ from the import name.
+_DISTRIBUTIONS = {"IPython": "ipython", "pytorch_lightning": "pytorch-lightning"}
+
+
+def machine_info(nvml_driver: str | None = None) -> dict[str, Any]:
+    """OS, CPU, memory and (when CUDA is initialised) GPU facts."""
+    info: dict[str, Any] = {
+        "os": platform.system(),
+        "os_release": platform.release(),
+        "arch": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "memory_bytes": _memory_bytes(),
+    }
+    info.update(_gpu_info())
+    if nvml_driver:
+        info["nvidia_driver"] = nvml_driver
+    return info
+
+
+def versions() -> dict[str, str]:
+    """Python, gpumagic and the already-imported libraries of :data:`_LIBRARIES`."""
+    out = {"python": platform.python_version(), "gpumagic": _version("gpumagic")}
+    for name in _LIBRARIES:
+        if name in sys.modules:
+            out[_DISTRIBUTIONS.get(name, name)] = getattr(sys.modules[name], "__version__", None) or _version(
+                _DISTRIBUTIONS.get(name, name))
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):  # not installed: nothing to report
+        out["nvidia-ml-py"] = importlib.metadata.version("nvidia-ml-py")
+    return {k: str(v) for k, v in out.items()}
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        module = sys.modules.get(distribution)
+        return str(getattr(module, "__version__", "unknown"))
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _gpu_info() -> dict[str, Any]:
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return {"cuda": None, "gpus": []}
+    gpus = []
+    if torch.cuda.is_initialized():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            gpus.append({"index": i, "name": p.name, "total_memory_bytes": int(p.total_memory),
+                         "compute_capability": f"{p.major}.{p.minor}", "sm_count": p.multi_processor_count})
+    return {"cuda": torch.version.cuda, "gpus": gpus}

@@ -1,0 +1,94 @@
+"""The knobs of one capture, validated once, shared by the magic and the Python API."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpumagic.capture.errors import OptionsError
+
+#: Optimizer steps left unrecorded at the start: the first step pays one-off costs (lazy
+#: allocation, cuDNN autotuning, compilation) that say nothing about the steady state.
+DEFAULT_SKIP_STEPS = 1
+#: Steps recorded after the skipped ones: enough for a median and a p90, few enough that the
+#: trace stays small (torch.profiler's own examples use ``schedule(active=3..5)``).
+DEFAULT_RECORD_STEPS = 5
+#: Recording cap, in seconds, while no optimizer step has been seen (inference, data prep).
+DEFAULT_MAX_SECONDS = 5.0
+#: NVML / CPU sampling period. NVML's utilisation counters are averages over 1/6 s to 1 s
+#: (NVML API reference, nvmlDeviceGetUtilizationRates), so sampling faster adds little.
+DEFAULT_INTERVAL_MS = 100
+#: Below this the samplers would mostly measure themselves.
+MIN_INTERVAL_MS = 10
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """What to record. ``max_seconds=None`` means the default cap, or no cap with ``all_steps``.
+
+    ``all_steps`` records the whole cell: every step from the start, no skip, no step limit.
+    ``nvml`` and ``cpu`` turn the GPU (NVML) and host CPU samplers on or off; ``save`` is a
+    path to write the bundle to.
+    ``shapes``/``stack``/``memory`` turn on torch.profiler's ``record_shapes``/``with_stack``/
+    ``profile_memory``; they inflate host time and the trace, so they are off by default.
+    """
+
+    label: str = ""
+    skip: int = DEFAULT_SKIP_STEPS
+    steps: int = DEFAULT_RECORD_STEPS
+    all_steps: bool = False
+    max_seconds: float | None = None
+    interval_ms: int = DEFAULT_INTERVAL_MS
+    nvml: bool = True
+    cpu: bool = True
+    shapes: bool = False
+    stack: bool = False
+    memory: bool = False
+    save: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_int("skip", self.skip, 0)
+        _check_int("steps", self.steps, 1)
+        _check_int("interval_ms", self.interval_ms, MIN_INTERVAL_MS)
+        if self.max_seconds is not None:
+            ok = isinstance(self.max_seconds, (int, float)) and not isinstance(self.max_seconds, bool)
+            if not ok or not math.isfinite(self.max_seconds) or self.max_seconds <= 0:
+                raise OptionsError(f"max_seconds must be a positive number of seconds, not {self.max_seconds!r}")
+        if not isinstance(self.label, str):
+            raise OptionsError(f"label must be a string, not {type(self.label).__name__}")
+
+    @property
+    def cap_seconds(self) -> float | None:
+        """The recording cap in force before the first optimizer step (None: no cap)."""
+        if self.max_seconds is not None:
+            return float(self.max_seconds)
+        return None if self.all_steps else DEFAULT_MAX_SECONDS
+
+    @property
+    def first_recorded_step(self) -> int:
+        """How many optimizer steps complete before the first recorded step begins."""
+        return 0 if self.all_steps else self.skip
+
+    @property
+    def last_recorded_step(self) -> int | None:
+        """After this many completed optimizer steps recording stops (None: never)."""
+        return None if self.all_steps else self.skip + self.steps
+
+    def describe(self) -> dict:
+        """The options as plain data, for the bundle's ``capture`` block."""
+        return {
+            "skip": self.first_recorded_step,
+            "steps": None if self.all_steps else self.steps,
+            "all_steps": self.all_steps,
+            "max_seconds": self.cap_seconds,
+            "interval_ms": self.interval_ms,
+            "nvml": self.nvml,
+            "record_shapes": self.shapes,
+            "with_stack": self.stack,
+            "profile_memory": self.memory,
+        }
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise OptionsError(f"{name} must be an integer >= {minimum}, not {value!r}")

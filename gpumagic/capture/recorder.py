@@ -1,0 +1,112 @@
+"""One ``torch.profiler`` session driven by hand: start, clock anchor, step markers, stop, export.
+
+No schedule: recording starts at :meth:`TorchRecorder.start` and ends at :meth:`stop`; the
+capture decides when from optimizer steps or its time cap. Step markers are the
+``ProfilerStep#N`` annotations torch's own ``profile.step()`` writes, so every trace reader
+finds the step boundaries.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from gpumagic.capture.bundle import CLOCK_ANCHOR
+from gpumagic.capture.options import CaptureOptions
+from gpumagic.capture.quiet import profiler_warnings_hidden, quiet_kineto
+from gpumagic.capture.steps import marker_name
+
+
+def profiler_active() -> bool:
+    """Whether a torch profiler is recording (on this thread, or anywhere via torch's flag)."""
+    import torch
+    import torch.autograd.profiler as autograd_profiler
+
+    return bool(torch._C._autograd._profiler_enabled() or autograd_profiler._is_profiler_enabled)
+
+
+class TorchRecorder:
+    """Wraps ``torch.profiler.profile``. ``cuda`` adds CUDA activity to CPU activity."""
+
+    def __init__(self, options: CaptureOptions, cuda: bool) -> None:
+        self.options = options
+        self.cuda = cuda
+        self._prof = None
+        self._marker = None
+        self.open_step: int | None = None
+        self.recording = False
+        self.start_epoch_ns: int | None = None
+        self.stop_epoch_ns: int | None = None
+
+    def start(self) -> int:
+        """Start recording; returns ``time.time_ns()`` at the clock anchor's start."""
+        import torch.profiler as tp
+
+        quiet_kineto()
+        with tp.record_function("gpumagic::warmup"):  # first use costs ~1 ms: keep it off the anchor
+            pass
+        activities = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if self.cuda else [])
+        prof = tp.profile(activities=activities, record_shapes=self.options.shapes,
+                          with_stack=self.options.stack, profile_memory=self.options.memory)
+        with profiler_warnings_hidden():
+            prof.start()
+        self._prof, self.recording = prof, True
+        self.start_epoch_ns = time.time_ns()
+        return self._anchor()
+
+    def _anchor(self) -> int:
+        import torch.profiler as tp
+
+        rf = tp.record_function(CLOCK_ANCHOR)
+        before = time.time_ns()
+        rf.__enter__()
+        after = time.time_ns()
+        rf.__exit__(None, None, None)
+        return (before + after) // 2
+
+    def begin_step(self, step_index: int) -> None:
+        """Close the open step marker, if any, and open ``ProfilerStep#step_index``."""
+        import torch.profiler as tp
+
+        self.end_step()
+        self._marker = tp.record_function(marker_name(step_index))
+        self._marker.__enter__()
+        self.open_step = step_index
+
+    def end_step(self) -> None:
+        if self._marker is not None:
+            self._marker.__exit__(None, None, None)
+            self._marker, self.open_step = None, None
+
+    def stop(self) -> None:
+        """Stop recording (leaves any open marker open: the caller closes it first). Idempotent."""
+        if not self.recording:
+            return
+        self.recording = False
+        _synchronize_cuda()  # let the last step's kernels finish inside the recording
+        with profiler_warnings_hidden():
+            self._prof.stop()
+        self.stop_epoch_ns = time.time_ns()
+
+    def export(self) -> bytes:
+        """The Kineto JSON of the stopped session; frees the profiler's buffers."""
+        if self._prof is None or self.recording:
+            raise RuntimeError("export() needs a started and stopped recording")
+        fd, path = tempfile.mkstemp(prefix="gpumagic-", suffix=".json")
+        os.close(fd)
+        try:
+            with profiler_warnings_hidden():
+                self._prof.export_chrome_trace(path)
+            return Path(path).read_bytes()
+        finally:
+            os.unlink(path)
+            self._prof = None
+
+
+def _synchronize_cuda() -> None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()

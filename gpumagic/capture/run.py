@@ -1,0 +1,55 @@
+"""What one capture leaves behind: the bundle bytes, the Report built from them, and notes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpumagic.capture import bundle
+from gpumagic.capture.errors import CaptureError
+from gpumagic.capture.options import CaptureOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpumagic.report.model import Report
+    from gpumagic.trace.model import Trace
+
+
+@dataclass
+class Run:
+    """The result of a capture. ``report`` is None while recording and when nothing was recorded.
+
+    ``bundle`` is the Kineto trace with its ``"gpumagic"`` block (uncompressed JSON bytes);
+    :meth:`save` writes it for ``gpumagic analyze``.
+    """
+
+    options: CaptureOptions
+    label: str = ""
+    notes: list[str] = field(default_factory=list)
+    bundle: bytes | None = field(default=None, repr=False)
+    report: Report | None = None
+    finished: bool = False
+    saved_to: Path | None = None
+
+    @property
+    def trace(self) -> Trace | None:
+        """The analysed trace (with samples), or None without a report."""
+        return None if self.report is None else self.report.trace
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the bundle to ``path`` (gzip when it ends in ``.gz``); returns the path written."""
+        if not self.finished:
+            raise CaptureError("the run is still recording: save it after the profiled code has finished")
+        if self.bundle is None:
+            raise CaptureError("nothing was recorded, so there is no trace to save")
+        try:
+            self.saved_to = bundle.write(path, self.bundle)
+        except ValueError as exc:
+            raise CaptureError(str(exc)) from None
+        return self.saved_to
+
+    def __repr__(self) -> str:
+        state = "recording" if not self.finished else (repr(self.report) if self.report else "no report")
+        label = f" {self.label!r}" if self.label else ""
+        return f"<gpumagic Run{label}: {state}>"

@@ -1,0 +1,341 @@
+"""A capture session: profiler, step detection, samplers and time cap, started and torn down together.
+
+Life of a session::
+
+    start() ──► recording ──(last recorded step / time cap)──► stopped ──► finish() ──► Run
+                     └───────────────(cell ends, raises or is interrupted)──────┘
+
+``finish()`` always tears everything down (profiler, hook, threads, NVML) before it builds the
+report, and one session at a time may be active in the process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpumagic.capture import bundle
+from gpumagic.capture.cpu import CpuSampler, ProcReader
+from gpumagic.capture.deadline import Deadline
+from gpumagic.capture.errors import TORCH_INSTALL_HINT, CaptureError, OptionsError, ProfilerBusyError, TorchMissingError
+from gpumagic.capture.machine import machine_info, versions
+from gpumagic.capture.markers import nest_step_markers
+from gpumagic.capture.nvml import NvmlBackend, NvmlSampler, PynvmlBackend, open_sampler, torch_devices
+from gpumagic.capture.options import CaptureOptions
+from gpumagic.capture.recorder import TorchRecorder, profiler_active
+from gpumagic.capture.run import Run
+from gpumagic.capture.steps import OptimizerStepHook, StepAction, marker_name, step_action
+
+NO_CUDA_NOTE = "no CUDA device: CPU activity only"
+
+_active_lock = threading.Lock()
+_active: CaptureSession | None = None
+
+
+def active_session() -> CaptureSession | None:
+    """The session now recording or awaiting ``finish()`` in this process, if any."""
+    return _active
+
+
+class CaptureSession:
+    """One capture. ``nvml_backend`` with ``nvml_devices`` (``(cuda_index, uuid)`` pairs, by
+    default the CUDA devices this process uses) and ``proc_root`` are injectable for tests."""
+
+    def __init__(self, options: CaptureOptions | None = None, *, nvml_backend: NvmlBackend | None = None,
+                 nvml_devices: list[tuple[int, str]] | None = None, proc_root: str | os.PathLike = "/proc") -> None:
+        self.options = options or CaptureOptions()
+        self.run = Run(options=self.options, label=self.options.label)
+        self.state = "new"
+        self.stop_reason: str | None = None
+        self._nvml_backend = nvml_backend
+        self._nvml_devices = nvml_devices
+        self._proc_root = proc_root
+        self._recorder: TorchRecorder | None = None
+        self._hook: OptimizerStepHook | None = None
+        self._deadline: Deadline | None = None
+        self._samplers: list[Any] = []
+        self._nvml: NvmlBackend | None = None
+        self._nvml_driver: str | None = None
+        self._anchor_ns: int | None = None
+        self._started_at = 0.0
+        self._recording_s: float | None = None
+        self._partial_step: int | None = None
+        self._deferred_error: BaseException | None = None
+
+    @property
+    def notes(self) -> list[str]:
+        return self.run.notes
+
+    # ----------------------------------------------------------------------------- start
+    def start(self) -> Run:
+        """Start recording; returns the :class:`Run` that :meth:`finish` completes.
+
+        Raises :class:`ProfilerBusyError` when another capture or torch profiler is active,
+        :class:`TorchMissingError` without torch, :class:`OptionsError` for a bad save path.
+        """
+        if self.state != "new":
+            raise CaptureError("a capture session can be started only once")
+        _claim(self)
+        try:
+            self._start()
+        except BaseException:
+            self._teardown()
+            self.state = "finished"
+            _release(self)
+            raise
+        return self.run
+
+    def _start(self) -> None:
+        torch = _import_torch()
+        if profiler_active():
+            raise ProfilerBusyError("another torch profiler is already recording in this process; "
+                                    "stop it before profiling with gpumagic")
+        if self.options.save:
+            try:
+                bundle.check_target(self.options.save)
+            except ValueError as exc:
+                raise OptionsError(str(exc)) from None
+        cuda = torch.cuda.is_available()
+        if not cuda:
+            self.notes.append(NO_CUDA_NOTE)
+        self._start_samplers(cuda)
+        self._recorder = TorchRecorder(self.options, cuda)
+        self._anchor_ns = self._recorder.start()
+        self._started_at = time.monotonic()
+        self.state = "recording"
+        if self.options.first_recorded_step == 0:
+            self._recorder.begin_step(0)
+        self._hook = OptimizerStepHook(self._on_step)
+        self._hook.install()
+        self._arm_deadline()
+
+    def _start_samplers(self, cuda: bool) -> None:
+        interval_s = self.options.interval_ms / 1000.0
+        if self.options.cpu:
+            reader = ProcReader(self._proc_root)
+            if reader.available():
+                self._samplers.append(CpuSampler(reader, interval_s))
+            else:
+                self.notes.append("Host CPU samples not recorded: they need Linux's /proc.")
+        if self.options.nvml and (cuda or self._nvml_devices):
+            backend = self._nvml_backend or PynvmlBackend()
+            devices = self._nvml_devices if self._nvml_devices is not None else torch_devices()
+            sampler, self._nvml_driver = open_sampler(backend, devices, interval_s, self.notes)
+            if sampler is not None:
+                self._nvml = backend
+                self._samplers.append(sampler)
+        for sampler in self._samplers:
+            sampler.start()
+
+    def _arm_deadline(self) -> None:
+        cap = self.options.cap_seconds
+        if cap is None:
+            return
+        self._deadline = Deadline(cap, self._on_deadline)
+        if not self._deadline.start():
+            self._deadline = None
+
+    # ------------------------------------------------------------------ while recording
+    def _on_step(self, completed: int) -> None:
+        """Optimizer step hook (on the capturing thread). Never raises into ``optimizer.step()``:
+        a failure stops recording and is raised by :meth:`finish`."""
+        if self.state != "recording":
+            return
+        try:
+            self._advance(completed)
+        except Exception as exc:  # re-raised by finish(), after the user's code has run
+            self._deferred_error = exc
+            self.state = "stopped"
+
+    def _advance(self, completed: int) -> None:
+        if completed == 1 and self._deadline is not None:
+            self._deadline.cancel()  # steps decide from now on, not the cap
+        action = step_action(completed, self.options.first_recorded_step, self.options.last_recorded_step)
+        if action in (StepAction.BEGIN, StepAction.ADVANCE):
+            self._recorder.begin_step(completed)
+        elif action is StepAction.STOP:
+            self._recorder.end_step()
+            self._stop_recording("steps")
+
+    def _on_deadline(self) -> None:
+        """Time cap reached (run on the main thread between two bytecodes)."""
+        if self.state != "recording" or (self._hook is not None and self._hook.completed):
+            return
+        try:
+            self._stop_recording("cap")
+        except Exception as exc:  # cannot propagate from a pending call: finish() raises it
+            self._deferred_error = exc
+            self.state = "stopped"
+
+    def _stop_recording(self, reason: str) -> None:
+        self.state = "stopped"
+        self.stop_reason = reason
+        if self._recorder.open_step is not None:
+            self._partial_step = self._recorder.open_step
+            self._recorder.end_step()
+        self._recorder.stop()
+        self._recording_s = time.monotonic() - self._started_at
+        for sampler in self._samplers:
+            sampler.stop()  # joins the thread (at most one read, ~40 ms with NVML PCIe) and samples once more
+
+    # ---------------------------------------------------------------------------- finish
+    def finish(self, error: BaseException | None = None) -> Run:
+        """Stop everything, then build the report. ``error`` is what the profiled code raised.
+
+        Teardown always completes and releases the session; an error while building the
+        report propagates (the caller decides whether the code's own error wins).
+        """
+        if self.state in ("new", "finished"):
+            raise CaptureError("this capture session is not running")
+        try:
+            if self._deadline is not None:
+                self._deadline.cancel()  # first, so that the cap cannot fire during the teardown
+            if self.state == "recording":
+                self._stop_recording("end")
+            self._teardown()
+        finally:
+            self.state = "finished"
+            _release(self)
+        self.run.finished = True
+        if self._deferred_error is not None:
+            err = self._deferred_error
+            raise CaptureError(f"profiling failed while the code ran ({type(err).__name__}: {err})") from err
+        self._add_outcome_notes(error)
+        self._build(self._recorder.export())
+        return self.run
+
+    def _teardown(self) -> None:
+        steps: list[Callable[[], None]] = []
+        if self._deadline is not None:
+            steps.append(self._deadline.cancel)
+        if self._hook is not None:
+            steps.append(self._hook.remove)
+        if self._recorder is not None and self._recorder.recording:
+            steps += [self._recorder.end_step, self._recorder.stop]
+        steps += [s.stop for s in self._samplers]
+        if self._nvml is not None:
+            steps.append(self._nvml.shutdown)
+        _run_all(steps)
+
+    def _add_outcome_notes(self, error: BaseException | None) -> None:
+        opts, seen = self.options, (self._hook.completed if self._hook else 0)
+        if self.stop_reason == "cap":
+            self.notes.append(f"Recording stopped at the {opts.cap_seconds:g} s cap (--max-seconds) before any "
+                              f"optimizer step: the profile covers only the start of the code.")
+        elif seen and opts.last_recorded_step is not None and seen < opts.last_recorded_step:
+            self.notes.append(f"Only {seen} optimizer step(s) ran; gpumagic skips {opts.skip} and records "
+                              f"{opts.steps}, so fewer steps were recorded than asked.")
+        if self._partial_step is not None and seen:
+            self.notes.append(f"Step {self._partial_step} was still running when recording ended; "
+                              "it is not counted as a step.")
+        if error is not None:
+            self.notes.append(f"The profiled code raised {type(error).__name__}: this profile is partial.")
+        for sampler in self._samplers:
+            if sampler.error:
+                self.notes.append(f"{sampler.name.upper()} sampling stopped early: {sampler.error}.")
+        if opts.shapes or opts.stack or opts.memory:
+            self.notes.append("Shapes, stacks or memory were recorded: they add host time per operator, so "
+                              "launch- and CPU-bound findings may be overstated.")
+
+    def _build(self, raw: bytes) -> None:
+        raw = nest_step_markers(raw)
+        if self._partial_step is not None:
+            raw = bundle.rename_partial_step(raw, marker_name(self._partial_step), self._partial_step)
+        section = bundle.make_section(
+            label=self.options.label, notes=self.notes, capture=self._capture_facts(),
+            machine=machine_info(self._nvml_driver), versions=versions(), anchor_epoch_ns=self._anchor_ns,
+            samples=self._sample_columns())
+        self.run.bundle = bundle.splice(raw, section)
+        self.run.report = _analyse(self.run.bundle, self.options.label)
+        if self.options.save:
+            self.run.save(self.options.save)
+
+    def _capture_facts(self) -> dict[str, Any]:
+        facts = self.options.describe()
+        facts.update({
+            "cuda": bool(self._recorder and self._recorder.cuda),
+            "optimizer_steps_seen": self._hook.completed if self._hook else 0,
+            "stop_reason": self.stop_reason,
+            "partial_step": self._partial_step,
+            "recording_s": None if self._recording_s is None else round(self._recording_s, 6),
+        })
+        return facts
+
+    def _sample_columns(self) -> dict[str, dict[str, list]]:
+        out: dict[str, dict[str, list]] = {}
+        for sampler in self._samplers:
+            key = "gpu" if isinstance(sampler, NvmlSampler) else "cpu"
+            if len(sampler.rows):
+                out[key] = sampler.columns()
+        return out
+
+
+def _analyse(data: bytes, label: str):
+    """Load the bundle through the trace loader (as ``gpumagic analyze`` would) and analyse it."""
+    from gpumagic.analysis import analyze
+    from gpumagic.trace import load
+
+    fd, path = tempfile.mkstemp(prefix="gpumagic-", suffix=".json")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        trace = load(path)
+    finally:
+        os.unlink(path)
+    trace.source = label or "live capture"
+    return analyze(trace, label=label)
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError:
+        raise TorchMissingError(TORCH_INSTALL_HINT) from None
+    return torch
+
+
+def _claim(session: CaptureSession) -> None:
+    global _active
+    with _active_lock:
+        if _active is not None:
+            raise ProfilerBusyError("a gpumagic profile is already running; nested profiling is not supported")
+        _active = session
+
+
+def _release(session: CaptureSession) -> None:
+    global _active
+    with _active_lock:
+        if _active is session:
+            _active = None
+
+
+def _run_all(steps: list[Callable[[], None]]) -> None:
+    """Run every step even if some fail; then raise the first failure."""
+    first: BaseException | None = None
+    for step in steps:
+        try:
+            step()
+        except BaseException as exc:  # keep tearing down; re-raised below
+            first = first or exc
+    if first is not None:
+        raise first
+
+
+def finish_after(session: CaptureSession, error: BaseException | None) -> Run:
+    """``session.finish(error)``, where the profiled code's own ``error`` wins.
+
+    When the code raised and the partial report cannot be built, say so on stderr and return
+    the run without a report, so that the caller re-raises the code's exception, not ours.
+    """
+    try:
+        return session.finish(error)
+    except Exception as exc:
+        if error is None:
+            raise
+        print(f"gpumagic: the partial report could not be built ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return session.run

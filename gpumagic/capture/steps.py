@@ -1,0 +1,89 @@
+"""Step detection: where training steps begin and end, without changes to the user's loop.
+
+A global optimizer step post-hook (``torch.optim.optimizer.register_optimizer_step_post_hook``)
+fires at the end of every ``optimizer.step()``, in a plain loop, Hugging Face's Trainer or
+Lightning alike. The end of one step is the start of the next, so a ``ProfilerStep#N`` marker
+spans from the end of optimizer step N-1 to the end of optimizer step N (it closes inside
+``Optimizer.step``'s own annotation, a few microseconds before that annotation ends).
+
+Only the first optimizer that steps counts (a GAN's second optimizer, stepping in the same
+iteration, would otherwise halve every step), and only on the thread that started the capture.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import weakref
+from collections.abc import Callable
+
+#: Prefix of the step markers; the analysis finds step boundaries by it (torch's own name).
+STEP_MARKER_PREFIX = "ProfilerStep#"
+
+
+class StepAction(enum.Enum):
+    """What the capture does after a given number of completed optimizer steps."""
+
+    NOTHING = "nothing"  # still skipping warm-up steps, or already stopped
+    BEGIN = "begin"  # open the first step marker
+    ADVANCE = "advance"  # close the current marker and open the next
+    STOP = "stop"  # close the current marker and stop recording
+
+
+def step_action(completed: int, first: int, last: int | None) -> StepAction:
+    """The action after ``completed`` optimizer steps, for a window of steps ``[first, last)``.
+
+    ``first`` steps are skipped; recording stops once ``last`` steps have completed (never
+    when ``last`` is None). ``completed == 0`` is the start of recording.
+    """
+    if last is not None and completed >= last:
+        return StepAction.STOP if completed == last else StepAction.NOTHING
+    if completed < first:
+        return StepAction.NOTHING
+    return StepAction.BEGIN if completed == first else StepAction.ADVANCE
+
+
+def marker_name(step_index: int) -> str:
+    return f"{STEP_MARKER_PREFIX}{step_index}"
+
+
+class OptimizerStepHook:
+    """Calls ``on_step(completed_steps)`` after each step of the primary optimizer.
+
+    Installed with :meth:`install`, removed with :meth:`remove` (never from inside the hook:
+    torch iterates the hook dict while calling it).
+    """
+
+    def __init__(self, on_step: Callable[[int], None]) -> None:
+        self._on_step = on_step
+        self._handle = None
+        self._primary: weakref.ReferenceType | None = None
+        self._owner = threading.get_ident()
+        self.completed = 0
+        self.other_optimizers = 0
+
+    def install(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._owner = threading.get_ident()
+        self._handle = register_optimizer_step_post_hook(self._hook)
+
+    def remove(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    @property
+    def installed(self) -> bool:
+        return self._handle is not None
+
+    def _hook(self, optimizer, args, kwargs) -> None:
+        if threading.get_ident() != self._owner:
+            return
+        if self._primary is None:
+            self._primary = weakref.ref(optimizer)
+        elif self._primary() is not optimizer:
+            self.other_optimizers += 1
+            return
+        self.completed += 1
+        self._on_step(self.completed)

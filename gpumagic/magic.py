@@ -1,0 +1,194 @@
+"""``%%gpuprofile`` / ``%gpuprofile``: profile a notebook cell or one statement. A thin shell.
+
+Load with ``%load_ext gpumagic``. The cell runs the way IPython's ``%%time`` runs it: transformed,
+compiled with the shell's compiler (so tracebacks show the cell's lines), executed in the user
+namespace, and its last expression's value returned, so the cell's ``Out`` still shows it.
+Everything else (recording, samplers, report) lives in :mod:`gpumagic.capture`.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_local_scope, output_can_be_silenced
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from gpumagic.capture import CaptureError, CaptureOptions, CaptureSession, Run
+from gpumagic.capture.options import DEFAULT_INTERVAL_MS, DEFAULT_MAX_SECONDS, DEFAULT_RECORD_STEPS, DEFAULT_SKIP_STEPS
+from gpumagic.capture.session import finish_after
+
+_QUOTES = "'\""
+
+
+@magics_class
+class GpuProfileMagics(Magics):
+    """Holds the ``gpuprofile`` magic."""
+
+    @magic_arguments()
+    @argument("-o", "--output", metavar="NAME", help="store the Report in this variable")
+    @argument("--label", default="", help="name the run (shown in the report; a run that completes is "
+              "remembered under it for comparison)")
+    @argument("--quiet", action="store_true", help="do not display the report")
+    @argument("--save", metavar="PATH", help="write the trace bundle here (.json or .json.gz) for "
+              "`gpumagic analyze`")
+    @argument("--skip", type=int, default=DEFAULT_SKIP_STEPS, metavar="K",
+              help=f"optimizer steps left unrecorded as warm-up (default {DEFAULT_SKIP_STEPS})")
+    @argument("--steps", type=int, default=DEFAULT_RECORD_STEPS, metavar="N",
+              help=f"optimizer steps recorded; then the code runs on unprofiled (default {DEFAULT_RECORD_STEPS})")
+    @argument("--all", action="store_true", dest="all_steps",
+              help="record the whole cell: every step, no skip, no step limit, no time cap")
+    @argument("--max-seconds", type=float, default=None, metavar="S",
+              help=f"recording cap while no optimizer step has run (default {DEFAULT_MAX_SECONDS:g})")
+    @argument("--interval-ms", type=int, default=DEFAULT_INTERVAL_MS, metavar="MS",
+              help=f"NVML and host CPU sampling period (default {DEFAULT_INTERVAL_MS})")
+    @argument("--no-nvml", action="store_true", help="do not sample the GPU through NVML")
+    @argument("--shapes", action="store_true", help="record operator input shapes (adds overhead)")
+    @argument("--stack", action="store_true", help="record Python call stacks (adds overhead)")
+    @argument("--memory", action="store_true", help="record allocator events (adds overhead)")
+    @argument("statement", nargs="*", help="line magic only: the statement to profile")
+    @needs_local_scope
+    @line_cell_magic
+    @output_can_be_silenced
+    def gpuprofile(self, line: str = "", cell: str | None = None, local_ns: dict | None = None) -> Any:
+        """Profile a cell's GPU and CPU activity and show why the GPU waits.
+
+        ``%%gpuprofile [options]`` profiles the cell below; ``%gpuprofile [options] statement``
+        profiles one statement. Training loops are found through their optimizer steps.
+        """
+        __tracebackhide__ = True  # IPython leaves this frame out of the cell's tracebacks
+        args, source = self._parse(line, cell)
+        code = self._compile(source)
+        session = CaptureSession(_capture_options(args))
+        try:
+            session.start()
+        except CaptureError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            value = _execute(code, self.shell.user_ns, local_ns)
+        except BaseException as exc:
+            self._show(finish_after(session, exc), args)
+            raise
+        run = session.finish()
+        if run.report is not None and args.label:
+            from gpumagic import runs
+
+            runs.remember(args.label, run.report)  # for comparing runs later, by label
+        self._show(run, args)
+        return value
+
+    def _parse(self, line: str, cell: str | None):
+        if cell is None:
+            options_text, source = split_options(line, _valued_options(self.gpuprofile.parser))
+        else:
+            options_text, source = line, cell
+        args = parse_argstring(self.gpuprofile, options_text)  # raises UsageError on bad options
+        if cell is not None and args.statement:
+            raise UsageError("%%gpuprofile takes options only; put the code in the cell below it")
+        if args.output is not None and not args.output.isidentifier():
+            raise UsageError(f"%gpuprofile: -o needs a variable name, not {args.output!r}")
+        if not source.strip():
+            raise UsageError("%gpuprofile needs code: `%gpuprofile [options] statement` or a %%gpuprofile cell")
+        return args, source
+
+    def _compile(self, source: str):
+        """Transform and compile the code before profiling starts (a SyntaxError costs nothing)."""
+        shell = self.shell
+        text = shell.transform_cell(source)
+        tree = shell.transform_ast(shell.compile.ast_parse(text))
+        filename = shell.compile.cache(text, shell.execution_count, raw_code=source)
+        body, last = split_last_expression(tree)
+        body_code = shell.compile(body, filename, "exec")
+        last_code = None if last is None else shell.compile(last, filename, "eval")
+        return body_code, last_code
+
+    def _show(self, run: Run, args) -> None:
+        if run.report is None:
+            return
+        if args.output:
+            self.shell.user_ns[args.output] = run.report
+        if not args.quiet:
+            from IPython.display import display
+
+            display(run.report)
+
+
+def _execute(code, user_ns: dict, local_ns: dict | None) -> Any:
+    __tracebackhide__ = True
+    body_code, last_code = code
+    exec(body_code, user_ns, local_ns)
+    return None if last_code is None else eval(last_code, user_ns, local_ns)
+
+
+def split_last_expression(tree: ast.Module) -> tuple[ast.Module, ast.Expression | None]:
+    """The cell without its last statement when that statement is an expression, and that
+    expression (as IPython's ``%%time`` does, so the value can be returned)."""
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        return ast.Module(body=tree.body[:-1], type_ignores=[]), ast.Expression(tree.body[-1].value)
+    return tree, None
+
+
+def split_options(line: str, valued: set[str]) -> tuple[str, str]:
+    """Split ``%gpuprofile`` line text into its leading options and the statement after them.
+
+    The statement is returned exactly as typed (quotes and spacing kept). ``valued`` names the
+    options that take a value; ``--`` ends the options explicitly.
+    """
+    i, n = 0, len(line)
+    while True:
+        while i < n and line[i].isspace():
+            i += 1
+        if i >= n or line[i] != "-" or i + 1 >= n or not (line[i + 1].isalpha() or line[i + 1] == "-"):
+            return line[:i].strip(), line[i:]
+        end = _token_end(line, i)
+        token = line[i:end]
+        if token == "--":
+            return line[:i].strip(), line[end:].lstrip()
+        i = end
+        if token in valued:  # the value is the next token
+            while i < n and line[i].isspace():
+                i += 1
+            i = _token_end(line, i)
+
+
+def _token_end(line: str, i: int) -> int:
+    """Index just past the token starting at ``i`` (a quoted string counts as one token)."""
+    n = len(line)
+    while i < n and not line[i].isspace():
+        if line[i] in _QUOTES:
+            close = line.find(line[i], i + 1)
+            i = n if close < 0 else close + 1
+        else:
+            i += 1
+    return i
+
+
+def _valued_options(parser) -> set[str]:
+    return {s for a in parser._actions if a.option_strings and a.nargs != 0 for s in a.option_strings}
+
+
+def _capture_options(args) -> CaptureOptions:
+    try:
+        return CaptureOptions(
+            label=args.label or "", skip=args.skip, steps=args.steps, all_steps=args.all_steps,
+            max_seconds=args.max_seconds, interval_ms=args.interval_ms, nvml=not args.no_nvml,
+            shapes=args.shapes, stack=args.stack, memory=args.memory, save=args.save)
+    except CaptureError as exc:
+        raise UsageError(f"%gpuprofile: {exc}") from None
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext gpumagic``: register the magic and quiet Kineto's logging."""
+    from gpumagic.capture.quiet import quiet_kineto
+
+    quiet_kineto()
+    ipython.register_magics(GpuProfileMagics)
+
+
+def unload_ipython_extension(ipython) -> None:
+    """``%unload_ext gpumagic``: remove the magic."""
+    magics = ipython.magics_manager.magics
+    for kind in ("line", "cell"):
+        magics[kind].pop("gpuprofile", None)
+    ipython.magics_manager.registry.pop("GpuProfileMagics", None)

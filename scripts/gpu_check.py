@@ -1,0 +1,218 @@
+"""End-to-end check on a CUDA machine: profile three known-bad workloads and assert the findings.
+
+Run from the repository root on a machine with a CUDA GPU::
+
+    python scripts/gpu_check.py --out artifacts/gpu_check
+
+Each workload runs under ``gpumagic.profile`` (defaults: skip 1 optimizer step, record 5) and
+saves its bundle as ``<out>/<name>.json.gz`` (small, gzip; fit to commit as test fixtures):
+
+- ``starved_loader``: a DataLoader without workers whose items cost ~2 ms of host time each,
+  feeding a small CNN: expects ``dataloader-bound``;
+- ``pageable_item``: each step builds a batch in pageable host memory, copies it with a plain
+  ``.to("cuda")`` and reads the loss with ``.item()``: expects ``pageable-memcpy`` and
+  ``host-sync``;
+- ``fp32_matmul``: an MLP of 4096-wide layers in FP32, TF32 off, no autocast: expects
+  ``mixed-precision-off``.
+
+It also checks that NVML samples were recorded for the device the trace shows and lie inside
+the recording, and that nothing (profiler, gpumagic thread) outlives a capture. Exit status: 0
+when every check passes (or when there is no CUDA device: nothing to check, said on stdout),
+1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Milliseconds of host work per DataLoader item in the starved workload (32 items a batch).
+ITEM_HOST_MS = 2.0
+#: Slack when checking that samples lie inside the recording (samplers start just before it).
+SAMPLE_SLACK_NS = 200_000_000
+
+
+def _import_gpumagic():
+    try:
+        import gpumagic
+    except ImportError:
+        sys.path.insert(0, str(ROOT))
+        import gpumagic
+    return gpumagic
+
+
+# ------------------------------------------------------------------------------- workloads
+def starved_loader(torch) -> Callable[[], None]:
+    from torch.utils.data import DataLoader, Dataset
+
+    class SlowImages(Dataset):
+        def __len__(self):
+            return 100_000
+
+        def __getitem__(self, i):
+            time.sleep(ITEM_HOST_MS / 1000)  # stands for JPEG decoding and augmentation
+            return torch.randn(3, 64, 64), i % 10
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(32, 10)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(SlowImages(), batch_size=32, num_workers=0)
+
+    def run():
+        for i, (x, y) in enumerate(loader):
+            x, y = x.cuda(), y.cuda()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i == 9:
+                break
+
+    return run
+
+
+def pageable_item(torch) -> Callable[[], None]:
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 64, 7, stride=2, padding=3), torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, padding=1),
+        torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def run():
+        losses = []
+        for _ in range(10):
+            x = torch.randn(64, 3, 224, 224)  # pageable host memory, ~38 MB
+            y = torch.randint(0, 10, (64,))
+            loss = torch.nn.functional.cross_entropy(model(x.to("cuda")), y.to("cuda"))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())  # a host sync every step
+
+    return run
+
+
+def fp32_matmul(torch) -> Callable[[], None]:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    width = 4096
+    layers = []
+    for _ in range(4):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(4096, width, device="cuda")
+
+    def run():
+        for _ in range(10):
+            loss = model(x).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return run
+
+
+WORKLOADS = {
+    "starved_loader": (starved_loader, {"dataloader-bound"}),
+    "pageable_item": (pageable_item, {"pageable-memcpy", "host-sync"}),
+    "fp32_matmul": (fp32_matmul, {"mixed-precision-off"}),
+}
+
+
+# ---------------------------------------------------------------------------------- checks
+def check_run(name: str, run, expected: set[str]) -> list[str]:
+    """Problems with one run; empty when it is as expected."""
+    problems = []
+    report = run.report
+    if report is None:
+        return [f"{name}: no report"]
+    missing = expected - set(report.finding_ids)
+    if missing:
+        problems.append(f"{name}: expected {sorted(missing)}, found {report.finding_ids}")
+    if report.metrics["steps"]["count"] != 5:
+        problems.append(f"{name}: {report.metrics['steps']['count']} steps recorded, expected 5")
+    if report.metrics["trace"]["cpu_only"]:
+        problems.append(f"{name}: the trace has no GPU activity")
+    problems += _check_samples(name, run)
+    return problems
+
+
+def _check_samples(name: str, run) -> list[str]:
+    samples = run.trace.samples
+    gpu = samples.gpu if samples is not None else {}
+    if "gpu_util" not in gpu or len(gpu["t_ns"]) < 2:
+        return [f"{name}: no NVML samples recorded (notes: {run.report.notes})"]
+    problems = []
+    trace_devices = {int(d) for d in set(run.trace.events.device.tolist()) if d >= 0}
+    sampled = {int(d) for d in gpu["device"].tolist()}
+    if not trace_devices <= sampled:
+        problems.append(f"{name}: trace devices {sorted(trace_devices)} but NVML sampled {sorted(sampled)}")
+    end_ns = int((run.trace.events.ts_ns + run.trace.events.dur_ns).max())
+    t = gpu["t_ns"]
+    if t.min() < -SAMPLE_SLACK_NS or t.max() > end_ns + SAMPLE_SLACK_NS:
+        problems.append(f"{name}: samples span {t.min()}..{t.max()} ns, recording 0..{end_ns} ns: misaligned")
+    return problems
+
+
+def check_clean(name: str) -> list[str]:
+    from gpumagic.capture.recorder import profiler_active
+
+    threads = [t.name for t in threading.enumerate() if t.name.startswith("gpumagic-")]
+    problems = [f"{name}: gpumagic threads left alive: {threads}"] if threads else []
+    if profiler_active():
+        problems.append(f"{name}: a torch profiler is still active")
+    return problems
+
+
+def summary(name: str, run) -> str:
+    m = run.report.metrics
+    util = (m.get("samples") or {}).get("gpu_util_mean")
+    return (f"{name}: findings {run.report.finding_ids}; GPU busy {m['gpu']['busy_frac']:.1%}, "
+            f"step median {m['steps']['median_ms']} ms, NVML util mean {util}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Profile three known-bad workloads on a CUDA GPU and check the findings.")
+    parser.add_argument("--out", type=Path, default=ROOT / "artifacts" / "gpu_check", help="folder for the .json.gz bundles")
+    parser.add_argument("--only", choices=sorted(WORKLOADS), action="append", help="run only this workload (repeatable)")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("gpu_check: torch is not installed; nothing to check.")
+        return 0
+    if not torch.cuda.is_available():
+        print(f"gpu_check: no CUDA device here (torch {torch.__version__}); nothing to check. "
+              "Run it on a machine with an NVIDIA GPU.")
+        return 0
+    gpumagic = _import_gpumagic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"gpu_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+    problems: list[str] = []
+    for name in args.only or WORKLOADS:
+        build, expected = WORKLOADS[name]
+        workload = build(torch)
+        path = args.out / f"{name}.json.gz"
+        with gpumagic.profile(label=name, save=str(path), display=False) as run:
+            workload()
+        found = check_run(name, run, expected) + check_clean(name)
+        print(summary(name, run) + f"; saved {path} ({path.stat().st_size / 1024:.0f} KiB)")
+        for note in run.report.notes:
+            print(f"    note: {note}")
+        problems += found
+        torch.cuda.empty_cache()
+    for p in problems:
+        print(f"FAIL {p}")
+    print("gpu_check: " + ("all checks passed" if not problems else f"{len(problems)} check(s) failed"))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
