@@ -26,7 +26,7 @@ def analyze(source: str | os.PathLike | dict | Trace, *, label: str = "") -> Rep
     if low is not None:
         findings.append(low)
     notes = list(trace.notes)
-    if ctx.device < 0:
+    if ctx.device < 0 and not any("CPU activity only" in n for n in notes):
         notes.append("No GPU activity in the trace: CPU activity only.")
     if ctx.window_source == "trace":
         notes.append("No ProfilerStep# markers: the window is the whole trace.")

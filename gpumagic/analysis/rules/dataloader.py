@@ -41,7 +41,8 @@ def dataloader_bound(ctx: Context, m: dict):
         nothing queued and sits idle. Worker processes prepare the next batches in parallel, so the
         batch is ready when the step asks for it.""",
         summary=f"{pct(frac)} of the window is spent waiting in the DataLoader "
-                f"({m['host']['dataloader_ms']:.1f} ms); for {pct(gain)} of the window nothing else runs, GPU included."
+                f"({m['host']['dataloader_ms']:.1f} ms); for {pct(gain)} of the window nothing else runs"
+                f"{', GPU included' if ctx.device >= 0 else ''}."
                 + cpu_note,
         numbers=numbers,
         windows=windows(dl[0], dl[1], "cpu", label="DataLoader wait"),
