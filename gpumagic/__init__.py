@@ -29,7 +29,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "profile": "gpumagic.api",
     "Profiler": "gpumagic.api",
-    "compare": "gpumagic.compare",
+    "compare": "gpumagic.comparison",
     "tune_dataloader": "gpumagic.tuner",
 }
 

@@ -59,6 +59,10 @@ class Profiler:
             raise CaptureError("this Profiler is not running: call start() first")
         session, self._session = self._session, None
         run = finish_after(session, error)
+        if run.report is not None and error is None and self.options.label:
+            from gpumagic import runs
+
+            runs.remember(self.options.label, run.report)
         if run.report is not None and _wants_display(self.display):
             _display(run.report)
         return run

@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--format", choices=("text", "json", "html"), default="text")
     a.add_argument("-o", "--output", help="write to this file instead of standard output")
     a.add_argument("--label", default="", help="name this run in the report")
+    from gpumagic.compare_cli import add_compare_parser
+
+    add_compare_parser(sub)
     return p
 
 
@@ -52,6 +55,10 @@ def _write(text: str, output: str | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "compare":
+        from gpumagic.compare_cli import run_compare
+
+        return run_compare(args)
     from gpumagic.analysis import analyze
 
     path = example_trace_path() if args.path == EXAMPLE else args.path

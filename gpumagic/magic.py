@@ -30,6 +30,7 @@ class GpuProfileMagics(Magics):
     @argument("-o", "--output", metavar="NAME", help="store the Report in this variable")
     @argument("--label", default="", help="name the run (shown in the report; a run that completes is "
               "remembered under it for comparison)")
+    @argument("--compare", metavar="LABEL", help="after the run, compare it with the run labelled LABEL (see --label)")
     @argument("--quiet", action="store_true", help="do not display the report")
     @argument("--save", metavar="PATH", help="write the trace bundle here (.json or .json.gz) for "
               "`gpumagic analyze`")
@@ -59,6 +60,7 @@ class GpuProfileMagics(Magics):
         """
         __tracebackhide__ = True  # IPython leaves this frame out of the cell's tracebacks
         args, source = self._parse(line, cell)
+        baseline = _baseline(args.compare)  # an unknown label fails before anything runs
         code = self._compile(source)
         session = CaptureSession(_capture_options(args))
         try:
@@ -68,14 +70,15 @@ class GpuProfileMagics(Magics):
         try:
             value = _execute(code, self.shell.user_ns, local_ns)
         except BaseException as exc:
-            self._show(finish_after(session, exc), args)
+            self._show(finish_after(session, exc), args, baseline)
             raise
         run = session.finish()
+        _trainer_first(run)
         if run.report is not None and args.label:
             from gpumagic import runs
 
             runs.remember(args.label, run.report)  # for comparing runs later, by label
-        self._show(run, args)
+        self._show(run, args, baseline)
         return value
 
     def _parse(self, line: str, cell: str | None):
@@ -103,7 +106,7 @@ class GpuProfileMagics(Magics):
         last_code = None if last is None else shell.compile(last, filename, "eval")
         return body_code, last_code
 
-    def _show(self, run: Run, args) -> None:
+    def _show(self, run: Run, args, baseline=None) -> None:
         if run.report is None:
             return
         if args.output:
@@ -112,6 +115,10 @@ class GpuProfileMagics(Magics):
             from IPython.display import display
 
             display(run.report)
+            if baseline is not None:
+                from gpumagic.comparison import compare
+
+                display(compare(baseline, run.report))
 
 
 def _execute(code, user_ns: dict, local_ns: dict | None) -> Any:
@@ -178,12 +185,35 @@ def _capture_options(args) -> CaptureOptions:
         raise UsageError(f"%gpuprofile: {exc}") from None
 
 
+def _baseline(label: str | None):
+    """The remembered report that ``--compare LABEL`` names (UsageError naming the known labels)."""
+    if not label:
+        return None
+    from gpumagic import runs
+
+    try:
+        return runs.get(label)
+    except runs.UnknownRunError as exc:
+        raise UsageError(f"%gpuprofile --compare: {exc}") from None
+
+
+def _trainer_first(run: Run) -> None:
+    """When this kernel uses ``transformers.Trainer``, phrase the fixes as TrainingArguments first."""
+    from gpumagic.integrations.huggingface import huggingface_fixes, trainer_imported
+
+    if run.report is not None and trainer_imported():
+        run.report = huggingface_fixes(run.report)
+
+
 def load_ipython_extension(ipython) -> None:
     """``%load_ext gpumagic``: register the magic and quiet Kineto's logging."""
     from gpumagic.capture.quiet import quiet_kineto
 
     quiet_kineto()
     ipython.register_magics(GpuProfileMagics)
+    from gpumagic.tuner_magic import TunerMagics
+
+    ipython.register_magics(TunerMagics)
 
 
 def unload_ipython_extension(ipython) -> None:
@@ -191,4 +221,6 @@ def unload_ipython_extension(ipython) -> None:
     magics = ipython.magics_manager.magics
     for kind in ("line", "cell"):
         magics[kind].pop("gpuprofile", None)
+    magics["line"].pop("gputune", None)
+    ipython.magics_manager.registry.pop("TunerMagics", None)
     ipython.magics_manager.registry.pop("GpuProfileMagics", None)

@@ -28,3 +28,11 @@ def test_unknown_attribute():
 
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         gpumagic.nope  # noqa: B018
+
+
+def test_gpumagic_compare_stays_the_function():
+    """Importing the submodule must not shadow the package attribute ``compare``."""
+    import importlib
+
+    importlib.import_module("gpumagic.comparison")
+    assert callable(gpumagic.compare)

@@ -1,0 +1,560 @@
+"""Before/after: what one change bought, measured on two runs (``gpumagic.compare``).
+
+(The module is not called ``compare``: a submodule of that name would replace the function
+``gpumagic.compare`` on the package as soon as it is imported.)
+
+::
+
+    cmp = gpumagic.compare("before.json.gz", "after.json.gz")   # or Reports, runs, or labels
+    cmp.to_dict()["step_time_ratio"]    # after / before, median step time
+    cmp                                 # in a notebook: the HTML table; in a terminal: text
+
+``a`` is the run *before* the change, ``b`` the run *after* it. Each may be a
+:class:`~gpumagic.report.model.Report`, anything with a ``.report`` (a run from
+``gpumagic.profile()``), a trace path (Kineto JSON, ``.json.gz`` or a gpumagic bundle) or the label
+of a run remembered by ``%%gpuprofile --label`` (:mod:`gpumagic.runs`).
+
+Step time is the median of the recorded steps (``ProfilerStep#`` markers), so runs with a
+different number of steps still compare. The breakdown is per step for the same reason.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpumagic.errors import GpumagicError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpumagic.report.model import Report
+
+#: A change of the median step under 3 % is called "about the same" (more when the runs' own
+#: steps vary more: see :func:`same_tolerance`). Our choice: the step-to-step jitter of a training
+#: loop on a quiet machine is a few percent (MAD/median of the steps in four of the five
+#: fixture traces with steps: 0.3-2 %).
+SAME_STEP_TOLERANCE = 0.03
+#: Fewer recorded steps than this make the median step a weak estimate (torch.profiler's
+#: examples record 3-5 active steps).
+FEW_STEPS = 3
+#: The headline metrics compared beside step time: (key, name, path in metrics, kind, better).
+#: kind: "ms_per_step"/"count_per_step" divide a window total by the step count (when both runs
+#: have steps); "frac" is a share of the window; "bytes". better: "lower", "higher" or "".
+HEADLINE = (
+    ("gpu_idle_ms", "GPU idle", ("idle", "total_ms"), "ms_per_step", "lower"),
+    ("dataloader_frac", "data-loader wait", ("host", "dataloader_frac"), "frac", "lower"),
+    ("kernel_count", "kernels", ("kernels", "count"), "count_per_step", ""),
+    ("memcpy_ms", "memory copies", ("copies", "total_ms"), "ms_per_step", "lower"),
+    ("sync_blocked_ms", "host blocked in syncs", ("syncs", "blocked_ms"), "ms_per_step", "lower"),
+    ("peak_allocated_bytes", "peak GPU memory", ("memory", "peak_allocated_bytes"), "bytes", ""),
+)
+TRACE_SUFFIXES = (".gz", ".json", ".pt.trace", ".trace")
+
+
+def compare(a: Any, b: Any) -> Comparison:
+    """Compare run ``a`` (before) with run ``b`` (after); see the module docstring for inputs.
+
+    Raises :class:`~gpumagic.errors.TraceError` for a missing or unreadable trace file,
+    :class:`~gpumagic.runs.UnknownRunError` for a string that is neither a file nor a remembered
+    label while some labels are remembered, :class:`GpumagicError` for a run without a report,
+    and :class:`TypeError` for anything else.
+    """
+    report_a, label_a = _as_report(a)
+    report_b, label_b = _as_report(b)
+    label_a, label_b = _distinct_labels(label_a or "before", label_b or "after")
+    return Comparison(report_a, report_b, label_a, label_b)
+
+
+def _as_report(x: Any) -> tuple[Report, str]:
+    """The Report behind ``x`` and a label for it (the report's, else the file name)."""
+    from gpumagic.report.model import Report
+
+    if isinstance(x, Report):
+        return x, x.label
+    if isinstance(x, (str, os.PathLike)):
+        return _report_from_path_or_label(x)
+    if hasattr(x, "report"):
+        report = x.report
+        if report is None:
+            raise GpumagicError(f"{x!r} has no report: nothing was recorded, so it cannot be compared")
+        return _as_report(report)
+    raise TypeError(f"compare() takes Reports, runs (with .report), trace paths or run labels, not {type(x).__name__}")
+
+
+def _report_from_path_or_label(x: str | os.PathLike) -> tuple[Report, str]:
+    from gpumagic import runs
+    from gpumagic.analysis import analyze
+
+    text = os.fspath(x)
+    known = runs.labels()
+    if isinstance(x, str) and known and not os.path.exists(text):
+        if text not in known:
+            listed = ", ".join(repr(k) for k in known)
+            raise runs.UnknownRunError(f"{text!r} is neither a trace file nor a remembered run; known labels: {listed}")
+        report = runs.get(text)
+        return report, report.label or text
+    report = analyze(text)
+    return report, report.label or trace_stem(text)
+
+
+def trace_stem(path: str) -> str:
+    """``'runs/resnet50_workers0.json.gz'`` → ``'resnet50_workers0'``."""
+    name = Path(path).name
+    stripped = True
+    while stripped:
+        stripped = False
+        for suffix in TRACE_SUFFIXES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                name, stripped = name[: -len(suffix)], True
+    return name
+
+
+def _distinct_labels(a: str, b: str) -> tuple[str, str]:
+    return (f"{a} (before)", f"{b} (after)") if a == b else (a, b)
+
+
+@dataclass
+class Comparison:
+    """Two reports side by side. :meth:`to_dict` holds every number; the renderers read it."""
+
+    before: Report
+    after: Report
+    label_before: str = "before"
+    label_after: str = "after"
+    data: dict[str, Any] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.data = summarise(self.before, self.after, self.label_before, self.label_after)
+
+    @property
+    def step_time_ratio(self) -> float | None:
+        return self.data["step_time_ratio"]
+
+    @property
+    def speedup(self) -> float | None:
+        return self.data["speedup"]
+
+    @property
+    def resolved(self) -> list[str]:
+        return list(self.data["resolved"])
+
+    @property
+    def new(self) -> list[str]:
+        return list(self.data["new"])
+
+    @property
+    def persisting(self) -> list[str]:
+        return list(self.data["persisting"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``step_time_ratio``, ``speedup``, ``gpu_busy``, ``breakdown``, ``metrics``,
+        ``resolved``/``new``/``persisting`` (finding ids), ``findings`` (details), ``notes``."""
+        import copy
+
+        return copy.deepcopy(self.data)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        import json
+
+        return json.dumps(self.data, indent=indent, allow_nan=False)
+
+    def to_text(self) -> str:
+        return render_text(self.data)
+
+    def to_html(self) -> str:
+        """A self-contained HTML page (no script, no network)."""
+        return html_document(self.data)
+
+    def save_html(self, path: str | os.PathLike) -> Path:
+        target = Path(path)
+        target.write_text(self.to_html(), encoding="utf-8")
+        return target
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        wanted = set(include) if include else {"text/plain", "text/html"}
+        wanted -= set(exclude or ())
+        bundle = {}
+        if "text/plain" in wanted:
+            bundle["text/plain"] = self.to_text()
+        if "text/html" in wanted:
+            bundle["text/html"] = render_fragment(self.data)
+        return bundle
+
+    def __repr__(self) -> str:
+        return f"<gpumagic Comparison {self.label_before!r} → {self.label_after!r}: {self.data['verdict']}>"
+
+
+# -- the numbers ----------------------------------------------------------------------------------
+
+
+def summarise(a: Report, b: Report, label_a: str, label_b: str) -> dict[str, Any]:
+    """Every number of the comparison, as plain JSON-ready data."""
+    ma, mb = a.metrics, b.metrics
+    steps_a, steps_b = _step_count(ma), _step_count(mb)
+    ratio = _ratio(_get(mb, "steps", "median_ms"), _get(ma, "steps", "median_ms"))
+    busy_a, busy_b = _get(ma, "gpu", "busy_frac"), _get(mb, "gpu", "busy_frac")
+    data: dict[str, Any] = {
+        "before": _run_facts(a, label_a),
+        "after": _run_facts(b, label_b),
+        "step_time_ratio": _round(ratio),
+        "speedup": _round(None if not ratio else 1 / ratio),
+        "step_time_change_frac": _round(None if ratio is None else ratio - 1),
+        "gpu_busy": {"before": busy_a, "after": busy_b, "delta": _round(_diff(busy_b, busy_a))},
+        "breakdown": _breakdown(ma, mb, steps_a, steps_b),
+        "metrics": [_headline_row(row, ma, mb, steps_a, steps_b) for row in HEADLINE],
+    }
+    data.update(_findings_diff(a, b))
+    data["same_tolerance_frac"] = _round(same_tolerance(a, b))
+    data["verdict"] = verdict(data, data["same_tolerance_frac"])
+    data["notes"] = comparability_notes(a, b, data)
+    return data
+
+
+def _get(metrics: dict[str, Any], *path: str) -> Any:
+    node: Any = metrics
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+def _step_count(m: dict[str, Any]) -> int:
+    """Recorded steps, or 0 when the window is not bounded by step markers."""
+    if _get(m, "window", "source") != "steps":
+        return 0
+    return int(_get(m, "steps", "count") or 0)
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or not den else num / den
+
+
+def _diff(x: float | None, y: float | None) -> float | None:
+    return None if x is None or y is None else x - y
+
+
+def _round(x: float | None, digits: int = 4) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+def _run_facts(r: Report, label: str) -> dict[str, Any]:
+    m = r.metrics
+    devices = _get(m, "trace", "devices") or []
+    primary = _get(m, "gpu", "primary_device")
+    names = [d.get("name") for d in devices if d.get("id") == primary] or [d.get("name") for d in devices[:1]]
+    return {
+        "label": label,
+        "source": _get(m, "trace", "source"),
+        "device": names[0] if names else None,
+        "steps": _step_count(m),
+        "step_median_ms": _get(m, "steps", "median_ms"),
+        "step_p90_ms": _get(m, "steps", "p90_ms"),
+        "step_mean_ms": _mean_step_ms(m),
+        "window_ms": _get(m, "window", "dur_ms"),
+        "findings": r.finding_ids,
+    }
+
+
+def _mean_step_ms(m: dict[str, Any]) -> float | None:
+    durations = [d for d in (_get(m, "steps", "durations_ms") or []) if d is not None]
+    return round(statistics.fmean(durations), 4) if durations and _step_count(m) else None
+
+
+def _per_step(value: float | None, steps: int) -> float | None:
+    return None if value is None else (value / steps if steps else value)
+
+
+def _breakdown(ma: dict, mb: dict, steps_a: int, steps_b: int) -> dict[str, Any]:
+    """Each category's time per step (per window when either run has no step markers)."""
+    per_step = bool(steps_a and steps_b)
+    sa, sb = (steps_a, steps_b) if per_step else (0, 0)
+    order = list(_get(ma, "breakdown", "order") or _get(mb, "breakdown", "order") or [])
+    rows = []
+    for cat in order:
+        x = _per_step(_get(ma, "breakdown", "total_ms", cat), sa)
+        y = _per_step(_get(mb, "breakdown", "total_ms", cat), sb)
+        rows.append({"category": cat, "before_ms": _round(x, 3), "after_ms": _round(y, 3), "delta_ms": _round(_diff(y, x), 3),
+                     "before_frac": _get(ma, "breakdown", "frac", cat), "after_frac": _get(mb, "breakdown", "frac", cat)})
+    return {"unit": "ms per step" if per_step else "ms in the window", "categories": rows}
+
+
+def _headline_row(row: tuple, ma: dict, mb: dict, steps_a: int, steps_b: int) -> dict[str, Any]:
+    key, name, path, kind, better = row
+    x, y = _get(ma, *path), _get(mb, *path)
+    per_step = kind.endswith("_per_step") and steps_a and steps_b
+    if per_step:
+        x, y = _per_step(x, steps_a), _per_step(y, steps_b)
+    unit = {"ms_per_step": "ms", "count_per_step": "count", "frac": "frac", "bytes": "bytes"}[kind]
+    return {"key": key, "name": name + (" per step" if per_step else ""), "unit": unit, "better": better,
+            "before": _round(x, 4), "after": _round(y, 4)}
+
+
+def _findings_diff(a: Report, b: Report) -> dict[str, Any]:
+    """Finding ids resolved (before only), new (after only) and persisting (both), each in its
+    report's order (largest estimated gain first)."""
+    ids_a, ids_b = a.finding_ids, b.finding_ids
+    details = {}
+    for fid in dict.fromkeys(ids_a + ids_b):
+        fa, fb = a.finding(fid), b.finding(fid)
+        details[fid] = {"title": (fb or fa).title,
+                        "before": None if fa is None else {"severity": fa.severity, "est_gain": fa.est_gain},
+                        "after": None if fb is None else {"severity": fb.severity, "est_gain": fb.est_gain}}
+    return {
+        "resolved": [f for f in ids_a if f not in ids_b],
+        "new": [f for f in ids_b if f not in ids_a],
+        "persisting": [f for f in ids_b if f in ids_a],
+        "findings": details,
+    }
+
+
+def same_tolerance(before: Report, after: Report) -> float:
+    """The relative step-time change below which the runs count as equally fast: the larger
+    relative median absolute deviation (MAD / median) of the two runs' step durations, and at
+    least :data:`SAME_STEP_TOLERANCE`. The MAD ignores one slow step (a p90 of 6 steps would not)."""
+    spreads = [SAME_STEP_TOLERANCE]
+    for r in (before, after):
+        durations = [d for d in (_get(r.metrics, "steps", "durations_ms") or []) if d is not None]
+        median = _get(r.metrics, "steps", "median_ms")
+        if len(durations) >= 2 and median:
+            spreads.append(statistics.median(abs(d - median) for d in durations) / median)
+    return max(spreads)
+
+
+def verdict(data: dict[str, Any], tolerance: float = SAME_STEP_TOLERANCE) -> str:
+    """One sentence: faster, slower or about the same (a change within ``tolerance``), per median step."""
+    ratio = data["step_time_ratio"]
+    if ratio is None:
+        return "Step times cannot be compared: a run has no ProfilerStep# markers."
+    change = ratio - 1
+    if abs(change) <= tolerance:
+        return f"About the same: the median step changed by {change * 100:+.1f} %, within the step-to-step variation."
+    if change < 0:
+        return f"{1 / ratio:.2f}× faster: the median step is {-change * 100:.0f} % shorter."
+    return f"{ratio:.2f}× slower: the median step is {change * 100:.0f} % longer."
+
+
+def comparability_notes(a: Report, b: Report, data: dict[str, Any]) -> list[str]:
+    """Reasons to read the comparison with care (different GPUs, few steps, no steps)."""
+    notes = []
+    da, db = data["before"]["device"], data["after"]["device"]
+    if da != db:
+        notes.append(f"The runs used different devices ({da or 'no GPU'} vs {db or 'no GPU'}): "
+                     "step times compare the hardware as well as the change.")
+    for side in ("before", "after"):
+        facts = data[side]
+        if not facts["steps"]:
+            notes.append(f"{facts['label']}: no ProfilerStep# markers, so its numbers cover the whole trace.")
+        elif facts["steps"] < FEW_STEPS:
+            notes.append(f"{facts['label']}: only {facts['steps']} recorded step(s): the median step is a weak estimate.")
+    if data["breakdown"]["unit"] != "ms per step":
+        notes.append("The breakdown compares totals over each trace, not time per step.")
+    src_a, src_b = data["before"]["source"], data["after"]["source"]
+    if src_a and src_a == src_b and a.metrics == b.metrics:
+        notes.append("Both sides are the same trace.")
+    return notes
+
+
+# -- text -----------------------------------------------------------------------------------------
+
+#: Widths of the text table: the row name, then before / after (widened to fit the labels, up
+#: to MAX_VALUE_W) / change.
+NAME_W, VALUE_W, MAX_VALUE_W, CHANGE_W = 30, 14, 32, 16
+MINUS = "\u2212"
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    from gpumagic.render._format import MISSING, fmt_bytes, fmt_ms, fmt_pct
+
+    if value is None:
+        return MISSING
+    if unit == "ms":
+        return fmt_ms(value)
+    if unit == "frac":
+        return fmt_pct(value, 1)
+    if unit == "bytes":
+        return fmt_bytes(value)
+    return f"{value:,.1f}" if value % 1 else f"{value:,.0f}"
+
+
+def _fmt_change(before: float | None, after: float | None, unit: str) -> str:
+    """``'+16.0 pts'``, ``'−38.3 ms'``: the signed change, in the row's unit."""
+    from gpumagic.render._format import MISSING
+
+    delta = _diff(after, before)
+    if delta is None:
+        return MISSING
+    sign = "+" if delta > 0 else MINUS if delta < 0 else "±"
+    if unit == "frac":
+        return f"{sign}{abs(delta) * 100:.1f} pts"
+    return sign + _fmt(abs(delta), unit)
+
+
+def _step_change(data: dict[str, Any]) -> str:
+    ratio = data["step_time_ratio"]
+    if ratio is None:
+        return "n/a"
+    pct = (ratio - 1) * 100
+    return f"×{ratio:.2f} ({'+' if pct > 0 else MINUS if pct < 0 else '±'}{abs(pct):.0f} %)"
+
+
+def table_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(name, before, after, change, css class of the change) for the headline table."""
+    b, a = data["before"], data["after"]
+    rows = [("median step", _fmt(b["step_median_ms"], "ms"), _fmt(a["step_median_ms"], "ms"), _step_change(data),
+             _direction(b["step_median_ms"], a["step_median_ms"], "lower")),
+            *(_ms_row(name, b[key], a[key]) for name, key in (("mean step", "step_mean_ms"), ("p90 step", "step_p90_ms"))),
+            ("GPU busy", _fmt(data["gpu_busy"]["before"], "frac"), _fmt(data["gpu_busy"]["after"], "frac"),
+             _fmt_change(data["gpu_busy"]["before"], data["gpu_busy"]["after"], "frac"),
+             _direction(data["gpu_busy"]["before"], data["gpu_busy"]["after"], "higher"))]
+    for m in data["metrics"]:
+        rows.append((m["name"], _fmt(m["before"], m["unit"]), _fmt(m["after"], m["unit"]),
+                     _fmt_change(m["before"], m["after"], m["unit"]), _direction(m["before"], m["after"], m["better"])))
+    return rows
+
+
+def _ms_row(name: str, before: float | None, after: float | None) -> tuple[str, str, str, str, str]:
+    return name, _fmt(before, "ms"), _fmt(after, "ms"), _fmt_change(before, after, "ms"), _direction(before, after, "lower")
+
+
+def breakdown_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """One row per category that took time in either run; a change is marked better or worse
+    only when it exceeds the "about the same" share of the median step before."""
+    from gpumagic.render.palette import CATEGORY_LABEL
+
+    step = data["before"]["step_median_ms"]
+    floor = (data["same_tolerance_frac"] or SAME_STEP_TOLERANCE) * step if step else None
+    rows = []
+    for r in data["breakdown"]["categories"]:
+        if not (r["before_ms"] or r["after_ms"]):
+            continue
+        delta = _diff(r["after_ms"], r["before_ms"])
+        marked = floor is not None and delta is not None and abs(delta) > floor
+        rows.append((CATEGORY_LABEL.get(r["category"], r["category"]), _fmt(r["before_ms"], "ms"), _fmt(r["after_ms"], "ms"),
+                     _fmt_change(r["before_ms"], r["after_ms"], "ms"),
+                     _direction(r["before_ms"], r["after_ms"], "lower") if marked else ""))
+    return rows
+
+
+def _direction(before: float | None, after: float | None, better: str) -> str:
+    """``'better'``, ``'worse'`` or ``''`` for a change, given which way is better."""
+    delta = _diff(after, before)
+    if not better or not delta:
+        return ""
+    return "better" if (delta < 0) == (better == "lower") else "worse"
+
+
+def finding_lines(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """(group, one line per finding) for resolved, new and persisting findings."""
+    out = []
+    for group in ("resolved", "new", "persisting"):
+        for fid in data[group]:
+            d = data["findings"][fid]
+            if group == "resolved":
+                gain = f"est. gain was {_gain(d['before'])}"
+            elif group == "new":
+                gain = f"est. gain {_gain(d['after'])}"
+            else:
+                gain = f"est. gain {_gain(d['before'])} → {_gain(d['after'])}"
+            out.append((group, f"{fid}: {d['title']} ({gain})"))
+    return out
+
+
+def _gain(side: dict[str, Any]) -> str:
+    """A finding's estimated gain (an upper bound on the step time it could save) as ``'33 %'``."""
+    gain = side["est_gain"]
+    return "<1 %" if gain < 0.005 else f"{gain * 100:.0f} %"
+
+
+def _clip(s: str, w: int) -> str:
+    return s if len(s) <= w else s[: w - 1] + "…"
+
+
+def _text_table(title: str, data: dict[str, Any], rows: list[tuple[str, ...]]) -> list[str]:
+    la, lb = data["before"]["label"], data["after"]["label"]
+    w = min(MAX_VALUE_W, max(VALUE_W, len(la) + 2, len(lb) + 2))
+    head = f"{_clip(title, NAME_W):<{NAME_W}}{_clip(la, w - 2):>{w}}{_clip(lb, w - 2):>{w}}  {'change':>{CHANGE_W}}"
+    lines = [head, "-" * len(head)]
+    lines += [f"{_clip(n, NAME_W):<{NAME_W}}{x:>{w}}{y:>{w}}  {c:>{CHANGE_W}}" for n, x, y, c, _ in rows]
+    return lines
+
+
+def render_text(data: dict[str, Any]) -> str:
+    """The comparison as plain text (about 75 columns)."""
+    lines = [f"gpumagic comparison: {data['before']['label']} → {data['after']['label']}", data["verdict"], ""]
+    lines += [*_text_table("", data, table_rows(data)), ""]
+    lines += [*_text_table(f"Breakdown ({data['breakdown']['unit']})", data, breakdown_rows(data)), "", "Findings"]
+    found = finding_lines(data)
+    for group in ("resolved", "new", "persisting"):
+        items = [line for g, line in found if g == group]
+        lines += [f"  {group:<11} {items[0] if items else 'none'}"] + [f"  {'':<11} {x}" for x in items[1:]]
+    if data["notes"]:
+        lines += ["", "Notes"] + [f"  - {n}" for n in data["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+# -- HTML -----------------------------------------------------------------------------------------
+
+EXTRA_CSS = (".gpumagic-report .gm-better{color:#1a7f37;font-weight:600}"
+             ".gpumagic-report .gm-worse{color:#cf222e;font-weight:600}"
+             ".gpumagic-report .gm-group{font-weight:600;padding-right:10px;white-space:nowrap}")
+
+
+def _html_table(title: str, data: dict[str, Any], rows: list[tuple[str, ...]]) -> str:
+    head = (f"<tr><th>{escape(title)}</th><th>{escape(data['before']['label'])}</th>"
+            f"<th>{escape(data['after']['label'])}</th><th>change</th></tr>")
+    body = "".join(
+        f'<tr><td>{escape(n)}</td><td class="gm-num">{escape(x)}</td><td class="gm-num">{escape(y)}</td>'
+        f'<td class="gm-num{" gm-" + css if css else ""}">{escape(c)}</td></tr>'
+        for n, x, y, c, css in rows)
+    return f'<table class="gm-table"><thead>{head}</thead><tbody>{body}</tbody></table>'
+
+
+def _tiles_html(data: dict[str, Any]) -> str:
+    b, a = data["before"], data["after"]
+    speed = "n/a" if data["speedup"] is None else f"{data['speedup']:.2f}×"
+    tiles = [("Median step", f"{_fmt(b['step_median_ms'], 'ms')} → {_fmt(a['step_median_ms'], 'ms')}"),
+             ("Speed-up", speed),
+             ("GPU busy", f"{_fmt(data['gpu_busy']['before'], 'frac')} → {_fmt(data['gpu_busy']['after'], 'frac')}"),
+             ("Findings resolved / new", f"{len(data['resolved'])} / {len(data['new'])}")]
+    return '<div class="gm-facts">' + "".join(
+        f'<div class="gm-fact"><div class="gm-fact-label">{escape(k)}</div><div class="gm-fact-value">{escape(v)}</div></div>'
+        for k, v in tiles) + "</div>"
+
+
+def _findings_html(data: dict[str, Any]) -> str:
+    found = finding_lines(data)
+    rows = []
+    for group in ("resolved", "new", "persisting"):
+        items = [line for g, line in found if g == group] or ["none"]
+        cell = "<br>".join(escape(x) for x in items)
+        rows.append(f'<tr><td class="gm-group">{group}</td><td>{cell}</td></tr>')
+    return f'<table class="gm-table"><tbody>{"".join(rows)}</tbody></table>'
+
+
+def render_fragment(data: dict[str, Any]) -> str:
+    """The comparison as one scoped ``<div>`` (the notebook's ``text/html``)."""
+    from gpumagic.render.html import wrap
+
+    notes = "".join(f"<li>{escape(n)}</li>" for n in data["notes"])
+    inner = (
+        f"<style>{EXTRA_CSS}</style>"
+        f"<h2>{escape(data['before']['label'])} → {escape(data['after']['label'])}</h2>"
+        f"{_tiles_html(data)}<div class=\"gm-top\">{escape(data['verdict'])}</div>"
+        f"<h3>Step time and GPU</h3>{_html_table('', data, table_rows(data))}"
+        f"<h3>Breakdown ({escape(data['breakdown']['unit'])})</h3>{_html_table('', data, breakdown_rows(data))}"
+        f"<h3>Findings</h3>{_findings_html(data)}"
+        + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else "")
+    )
+    return wrap(inner, static=True)
+
+
+def html_document(data: dict[str, Any]) -> str:
+    """A complete self-contained HTML page."""
+    title = escape(f"gpumagic comparison: {data['before']['label']} → {data['after']['label']}")
+    return ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f"<title>{title}</title>\n</head>\n<body style=\"margin:0;padding:24px;background:#f6f8fa\">\n"
+            f"{render_fragment(data)}\n</body>\n</html>\n")

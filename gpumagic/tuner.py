@@ -1,0 +1,585 @@
+"""Measure DataLoader settings instead of guessing them: batches per second over a small grid.
+
+::
+
+    result = gpumagic.tune_dataloader(train_dataset, batch_size=64)      # or an existing DataLoader
+    result                        # table, plot and the recommended DataLoader(...) in a notebook
+    result.recommended_kwargs     # {"num_workers": 4, "pin_memory": True, ...}
+
+Each setting of the grid ``num_workers × pin_memory × persistent_workers × prefetch_factor``
+(the last two only where ``num_workers > 0``) gets a fresh DataLoader, which is read for at
+most ``max_seconds_per_config`` seconds or ``max_batches`` batches after its first batch. Worker
+processes are shut down after every setting, also when it fails or is interrupted, so nothing
+outlives the call.
+
+How a setting is measured::
+
+    iter() ─ first batch ─┬─ warm-up (num_workers batches) ─┬── measured batches ──┐
+    └── startup_s ────────┘                                 └── batches_per_s ─────┘ ≤ max_seconds
+
+The warm-up skips the batches the workers prepared while the first one was being made, which
+would otherwise inflate the rate. ``restart_s`` is the time to the first batch of a new epoch:
+the cost ``persistent_workers=True`` saves.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import multiprocessing
+import os
+import pickle
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from html import escape
+from typing import Any
+
+#: Batch size used for a bare dataset when none is given (PyTorch's MNIST example's default).
+DEFAULT_DATASET_BATCH_SIZE = 64
+#: Default time read per setting after its first batch (a few dozen batches of a typical loader).
+DEFAULT_SECONDS_PER_CONFIG = 2.0
+DEFAULT_MAX_BATCHES = 200
+#: A worker batch that takes longer than this fails the setting instead of hanging the tuner
+#: (DataLoader's ``timeout``; torch itself notices a dead worker within 5 s, MP_STATUS_CHECK_INTERVAL).
+BATCH_TIMEOUT_S = 60.0
+#: Settings within 5 % of the fastest count as equally fast; the one with fewer workers wins
+#: (each worker holds a copy of the dataset and a CPU core). Our choice: repeated measurements of
+#: the same setting on an idle machine differ by a few percent.
+NEAR_BEST_FRAC = 0.05
+#: Start methods that pickle the dataset into each worker (everything but ``fork``).
+PICKLING_START_METHODS = ("spawn", "forkserver")
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """One DataLoader setting of the grid."""
+
+    num_workers: int
+    pin_memory: bool
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"num_workers": self.num_workers, "pin_memory": self.pin_memory}
+        if self.num_workers > 0:
+            kw.update(persistent_workers=self.persistent_workers, prefetch_factor=self.prefetch_factor)
+        return kw
+
+    @property
+    def label(self) -> str:
+        parts = [f"{self.num_workers} worker{'s' if self.num_workers != 1 else ''}"]
+        if self.pin_memory:
+            parts.append("pinned")
+        if self.num_workers > 0:
+            parts += ["persistent"] if self.persistent_workers else []
+            parts.append(f"prefetch {self.prefetch_factor}")
+        return ", ".join(parts)
+
+
+@dataclass
+class TuneRow:
+    """What one setting measured. ``status`` is ``"ok"``, ``"failed"`` or ``"skipped"``."""
+
+    config: TuneConfig
+    status: str = "ok"
+    batches: int = 0
+    seconds: float = 0.0
+    batches_per_s: float | None = None
+    samples_per_s: float | None = None
+    startup_s: float | None = None
+    restart_s: float | None = None
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(d.pop("config"))
+        return d
+
+
+@dataclass
+class TuneResult:
+    """The measured grid, the recommendation, and warnings about fragile worker setups."""
+
+    rows: list[TuneRow]
+    batch_size: int | None
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def best(self) -> TuneRow | None:
+        """The fastest setting, preferring fewer workers among those within 5 % of it."""
+        ok = [r for r in self.rows if r.batches_per_s]
+        if not ok:
+            return None
+        top = max(r.batches_per_s for r in ok)
+        near = [r for r in ok if r.batches_per_s >= (1 - NEAR_BEST_FRAC) * top]
+        return min(near, key=lambda r: (r.config.num_workers, r.config.prefetch_factor or 0, -r.batches_per_s))
+
+    @property
+    def baseline(self) -> TuneRow | None:
+        """The measured single-process setting (``num_workers=0``), if any."""
+        return next((r for r in self.rows if r.config.num_workers == 0 and r.batches_per_s), None)
+
+    @property
+    def speedup(self) -> float | None:
+        """Best over baseline batches per second."""
+        best, base = self.best, self.baseline
+        return None if best is None or base is None else best.batches_per_s / base.batches_per_s
+
+    @property
+    def recommended_kwargs(self) -> dict[str, Any]:
+        best = self.best
+        if best is None:
+            return {}
+        kw = {"batch_size": self.batch_size} if self.batch_size else {}
+        kw.update(best.config.loader_kwargs())
+        return kw
+
+    @property
+    def code(self) -> str:
+        kw = self.recommended_kwargs
+        if not kw:
+            return ""
+        args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
+        return f"# keep your other arguments (shuffle, collate_fn, ...)\nloader = DataLoader(dataset, {args})"
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.best
+        return {"rows": [r.to_dict() for r in self.rows], "best": None if best is None else best.to_dict(),
+                "speedup": self.speedup, "batch_size": self.batch_size, "recommended_kwargs": self.recommended_kwargs,
+                "code": self.code, "warnings": list(self.warnings), "notes": list(self.notes), "elapsed_s": self.elapsed_s}
+
+    def figure(self):
+        """Batches per second by setting, as a matplotlib Figure (Agg; no pyplot)."""
+        return _figure(self)
+
+    def png(self) -> bytes:
+        import io
+
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        fig = self.figure()
+        buf = io.BytesIO()
+        FigureCanvasAgg(fig).print_png(buf)
+        return buf.getvalue()
+
+    def to_text(self) -> str:
+        return _text(self)
+
+    def to_html(self) -> str:
+        return _html(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        wanted = (set(include) if include else {"text/plain", "text/html"}) - set(exclude or ())
+        bundle = {}
+        if "text/plain" in wanted:
+            bundle["text/plain"] = self.to_text()
+        if "text/html" in wanted:
+            bundle["text/html"] = self.to_html()
+        return bundle
+
+    def __repr__(self) -> str:
+        best = self.best
+        return f"<gpumagic TuneResult: {len(self.rows)} settings, best: {best.config.label if best else 'none'}>"
+
+
+# -- the public function --------------------------------------------------------------------------
+
+
+def tune_dataloader(dataset_or_loader: Any, *, num_workers: Iterable[int] | None = None,
+                    pin_memory: Iterable[bool] = (False, True), persistent_workers: Iterable[bool] = (True,),
+                    prefetch_factor: Iterable[int] = (2,), batch_size: int | None = None,
+                    max_seconds_per_config: float = DEFAULT_SECONDS_PER_CONFIG, max_batches: int = DEFAULT_MAX_BATCHES,
+                    device: str | None = None, collate_fn=None) -> TuneResult:
+    """Measure batches per second of a dataset (or of an existing DataLoader's dataset, batching
+    and collate function) for each setting of the grid, and recommend the fastest.
+
+    ``num_workers`` defaults to 0 and powers of two up to the CPUs this process may use.
+    ``pin_memory=True`` is measured only where CUDA is available (it does nothing otherwise).
+    ``device`` is where each batch is copied, as a training loop would, with
+    ``non_blocking=pin_memory``; by default ``"cuda"`` when available, else nothing is copied.
+    An exception from the dataset in the single-process setting propagates (it is a bug in the
+    dataset); a setting whose workers fail is reported as failed.
+    """
+    import torch
+
+    t0 = time.perf_counter()
+    base = _base_loader_args(dataset_or_loader, batch_size, collate_fn)
+    cuda = torch.cuda.is_available()
+    device = device if device is not None else ("cuda" if cuda else None)
+    notes: list[str] = []
+    grid = build_grid(num_workers, pin_memory, persistent_workers, prefetch_factor, cuda, notes)
+    _check_limits(max_seconds_per_config, max_batches)
+    warnings, workers_ok = fragility(base, notes)
+    rows = []
+    for config in grid:
+        if config.num_workers > 0 and not workers_ok:
+            rows.append(TuneRow(config, status="skipped", error="worker processes could not load the dataset (see warnings)"))
+            continue
+        rows.append(_measure(base, config, max_seconds_per_config, max_batches, device))
+    bs = base.get("batch_size")
+    result = TuneResult(rows=rows, batch_size=bs, warnings=warnings, notes=notes,
+                        elapsed_s=round(time.perf_counter() - t0, 3))
+    _add_result_notes(result, base["dataset"])
+    return result
+
+
+def default_workers() -> tuple[int, ...]:
+    """0, then 2, 4, 8, ... up to the CPUs this process may run on."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    out = [0]
+    n = 2
+    while n <= cpus:
+        out.append(n)
+        n *= 2
+    return tuple(out)
+
+
+def build_grid(num_workers, pin_memory, persistent_workers, prefetch_factor, cuda: bool, notes: list[str]) -> list[TuneConfig]:
+    """The settings to measure, validated, in order (fewest workers first, no duplicates)."""
+    workers = _ints("num_workers", default_workers() if num_workers is None else num_workers, 0)
+    prefetch = _ints("prefetch_factor", prefetch_factor, 1)
+    persist = _bools("persistent_workers", persistent_workers)
+    pins = _bools("pin_memory", pin_memory)
+    if not cuda and True in pins:
+        pins = [p for p in pins if not p] or [False]
+        notes.append("pin_memory=True was not measured: no CUDA device here, and pinned memory only speeds up "
+                     "copies to a GPU. When you train on a GPU, use pin_memory=True with .to(device, non_blocking=True).")
+    grid: dict[TuneConfig, None] = {}
+    for w, pin, per, pf in itertools.product(sorted(set(workers)), pins, persist, prefetch):
+        grid[TuneConfig(w, pin, per, pf) if w > 0 else TuneConfig(0, pin)] = None
+    return list(grid)
+
+
+def _ints(name: str, values: Iterable[int], minimum: int) -> list[int]:
+    values = list(values) if isinstance(values, Iterable) else [values]
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < minimum]
+    if not values or bad:
+        raise ValueError(f"{name} must be integers >= {minimum}, not {values!r}")
+    return values
+
+
+def _bools(name: str, values: Iterable[bool]) -> list[bool]:
+    values = list(values) if isinstance(values, Iterable) else [values]
+    if not values or any(not isinstance(v, bool) for v in values):
+        raise ValueError(f"{name} must be True and/or False, not {values!r}")
+    return list(dict.fromkeys(values))
+
+
+def _check_limits(max_seconds: float, max_batches: int) -> None:
+    if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not math.isfinite(max_seconds) or max_seconds <= 0:
+        raise ValueError(f"max_seconds_per_config must be a positive number of seconds, not {max_seconds!r}")
+    if isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1:
+        raise ValueError(f"max_batches must be an integer >= 1, not {max_batches!r}")
+
+
+def _base_loader_args(source: Any, batch_size: int | None, collate_fn) -> dict[str, Any]:
+    """The DataLoader arguments every setting shares (dataset, batching, collate, worker init)."""
+    from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+    if isinstance(source, DataLoader):
+        base: dict[str, Any] = {"dataset": source.dataset, "collate_fn": collate_fn or source.collate_fn,
+                                "worker_init_fn": source.worker_init_fn,
+                                "multiprocessing_context": source.multiprocessing_context}
+        if batch_size is None and source.batch_size is None:
+            base["batch_sampler"] = source.batch_sampler
+        else:
+            base.update(batch_size=batch_size or source.batch_size, drop_last=source.drop_last)
+            if not isinstance(source.dataset, IterableDataset):
+                base["sampler"] = source.sampler
+        return base
+    if not isinstance(source, Dataset) and not (hasattr(source, "__getitem__") and hasattr(source, "__len__")):
+        raise TypeError(f"tune_dataloader() takes a Dataset or a DataLoader, not {type(source).__name__}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be an integer >= 1, not {batch_size!r}")
+    base = {"dataset": source, "batch_size": batch_size or DEFAULT_DATASET_BATCH_SIZE}
+    if collate_fn is not None:
+        base["collate_fn"] = collate_fn
+    return base
+
+
+# -- fragility ------------------------------------------------------------------------------------
+
+
+def start_method(base: dict[str, Any]) -> str:
+    """How worker processes start: the loader's multiprocessing context, else the process-wide
+    method, else the platform default (the first of ``get_all_start_methods()``)."""
+    ctx = base.get("multiprocessing_context")
+    if isinstance(ctx, str):
+        return ctx
+    if ctx is not None:
+        return ctx.get_start_method()
+    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+
+
+def interactive_main() -> bool:
+    """True in a notebook or REPL: ``__main__`` has no file that a spawned worker could re-import."""
+    return not hasattr(sys.modules.get("__main__"), "__file__")
+
+
+def fragility(base: dict[str, Any], notes: list[str], method: str | None = None,
+              interactive: bool | None = None) -> tuple[list[str], bool]:
+    """Warnings about worker processes, and whether workers can work here at all.
+
+    Under ``spawn``/``forkserver`` (macOS, Windows; Linux from Python 3.14) every worker
+    unpickles the dataset, collate_fn and worker_init_fn: a class or function defined in a
+    notebook cell (``__main__``) cannot be found there, and a lambda or local function cannot be
+    pickled. Under ``fork`` both work, but the same notebook would break on those platforms.
+    """
+    method = start_method(base) if method is None else method
+    interactive = interactive_main() if interactive is None else interactive
+    problems = _pickling_problems(base, interactive)
+    if not problems:
+        return [], True
+    listed = "; ".join(problems)
+    if method in PICKLING_START_METHODS:
+        remedy = "Move these definitions into a .py module and import them"
+        if any("cannot be pickled" in p for p in problems):
+            remedy += ", and use named functions instead of lambdas or local functions"
+        return [f"Worker processes start with {method!r} here, so they must import and unpickle what the DataLoader "
+                f"uses: {listed}. Settings with num_workers > 0 were skipped. {remedy}."], False
+    notes.append(f"Workers start with {method!r} here, so this works; on macOS and Windows ('spawn') it would fail: "
+                 f"{listed}. Defining these in a .py module keeps the notebook portable.")
+    return [], True
+
+
+def _pickling_problems(base: dict[str, Any], interactive: bool) -> list[str]:
+    problems = []
+    dataset_type = type(base["dataset"])
+    if interactive and dataset_type.__module__ == "__main__":
+        problems.append(f"the dataset class {dataset_type.__name__} is defined in the notebook (__main__)")
+    for name in ("collate_fn", "worker_init_fn"):
+        fn = base.get(name)
+        if fn is None or getattr(fn, "__module__", "") == "torch.utils.data._utils.collate":
+            continue
+        if interactive and getattr(fn, "__module__", None) == "__main__" and getattr(fn, "__name__", "") != "<lambda>":
+            problems.append(f"{name} {getattr(fn, '__name__', fn)!s} is defined in the notebook (__main__)")
+            continue
+        try:
+            pickle.dumps(fn)
+        except Exception as exc:  # pickle raises PicklingError, AttributeError or TypeError by object
+            problems.append(f"{name} cannot be pickled ({type(exc).__name__}: {_first_line(exc)})")
+    return problems
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+# -- measuring ------------------------------------------------------------------------------------
+
+
+def _measure(base: dict[str, Any], config: TuneConfig, max_seconds: float, max_batches: int, device: str | None) -> TuneRow:
+    """Read one setting's DataLoader; its workers are shut down before this returns or raises."""
+    from torch.utils.data import DataLoader
+
+    timeout = BATCH_TIMEOUT_S if config.num_workers > 0 else 0
+    loader = DataLoader(**base, **config.loader_kwargs(), timeout=timeout)
+    row = TuneRow(config)
+    iterators: list[Any] = []
+    try:
+        if not _read(loader, row, max_seconds, max_batches, device, iterators):
+            return _failed(row, "the dataset yielded no batch")
+        row.restart_s = _restart(loader, iterators, device)
+    except Exception as exc:
+        if config.num_workers == 0:
+            raise
+        return _failed(row, f"{type(exc).__name__}: {_first_line(exc)}")
+    finally:
+        _shutdown(loader, iterators)
+    if row.batches_per_s and base.get("batch_size"):
+        row.samples_per_s = round(row.batches_per_s * base["batch_size"], 1)
+    return row
+
+
+def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: str | None, iterators: list) -> bool:
+    """First batch (startup), warm-up, then the measured batches; False when there was no batch."""
+    pinned = row.config.pin_memory
+    t0 = time.perf_counter()
+    iterator = iter(loader)
+    iterators.append(iterator)
+    if not _take(iterator, 1, device, pinned):
+        return False
+    t_first = time.perf_counter()
+    row.startup_s = round(t_first - t0, 4)
+    deadline = t_first + max_seconds
+    _take(iterator, row.config.num_workers, device, pinned, deadline)
+    t_start = time.perf_counter()
+    row.batches = _take(iterator, max_batches, device, pinned, deadline)
+    row.seconds = round(time.perf_counter() - t_start, 4)
+    if row.batches and row.seconds > 0:
+        row.batches_per_s = round(row.batches / row.seconds, 3)
+    else:
+        row.error = "too few batches to measure after the warm-up"
+    return True
+
+
+def _take(iterator, n: int, device: str | None, pinned: bool, deadline: float | None = None) -> int:
+    """Read up to ``n`` batches (stopping at the deadline or the end of the epoch); returns how many."""
+    got = 0
+    while got < n and (deadline is None or time.perf_counter() < deadline):
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            break
+        _to_device(batch, device, pinned)
+        got += 1
+    if device is not None and got and str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+    return got
+
+
+def _to_device(batch: Any, device: str | None, non_blocking: bool) -> Any:
+    """Copy the tensors of a batch (nested in lists, tuples, named tuples and dicts) to ``device``."""
+    if device is None:
+        return batch
+    if hasattr(batch, "to") and hasattr(batch, "is_pinned"):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        items = [_to_device(v, device, non_blocking) for v in batch]
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+    return batch
+
+
+def _restart(loader, iterators: list, device: str | None) -> float | None:
+    """Seconds to the first batch of a new epoch (the workers restart unless persistent)."""
+    if not loader.persistent_workers:
+        _shutdown_iterator(iterators[-1])  # its workers would compete with the new ones
+    t0 = time.perf_counter()
+    again = iter(loader)
+    iterators.append(again)
+    got = _take(again, 1, device, loader.pin_memory)
+    return round(time.perf_counter() - t0, 4) if got else None
+
+
+def _shutdown(loader, iterators: list) -> None:
+    """Stop the worker processes (and pin-memory threads) of every iterator of ``loader``."""
+    for iterator in [*iterators, getattr(loader, "_iterator", None)]:
+        _shutdown_iterator(iterator)
+    loader._iterator = None
+
+
+def _shutdown_iterator(iterator) -> None:
+    """torch's own worker shutdown, run now rather than whenever the iterator is collected."""
+    stop = getattr(iterator, "_shutdown_workers", None)
+    if stop is not None:
+        stop()
+
+
+def _failed(row: TuneRow, message: str) -> TuneRow:
+    row.status, row.error = "failed", message
+    row.batches_per_s = row.samples_per_s = None
+    return row
+
+
+def _add_result_notes(result: TuneResult, dataset: Any) -> None:
+    from torch.utils.data import IterableDataset
+
+    if any(r.status == "failed" for r in result.rows):
+        result.warnings.append("Some settings failed: their worker processes raised or died (see the table).")
+    rows = [r for r in result.rows if r.batches_per_s]
+    if rows and min(r.batches for r in rows) < 5:
+        result.notes.append("Fewer than 5 batches were measured for some settings (small dataset or short time): "
+                            "treat the rates as rough.")
+    if isinstance(dataset, IterableDataset) and any(r.config.num_workers for r in result.rows):
+        result.notes.append("IterableDataset: each worker iterates its own copy unless the dataset shards by "
+                            "torch.utils.data.get_worker_info().")
+
+
+# -- rendering ------------------------------------------------------------------------------------
+
+TABLE_HEADER = ("setting", "batches/s", "samples/s", "vs 0 workers", "first batch", "new epoch", "status")
+
+
+def table(result: TuneResult) -> list[tuple[str, ...]]:
+    """One tuple of strings per setting, in :data:`TABLE_HEADER` order."""
+    base = result.baseline
+    best = result.best
+    out = []
+    for r in result.rows:
+        rel = "" if not (base and r.batches_per_s) else f"{r.batches_per_s / base.batches_per_s:.2f}×"
+        status = r.status if not r.error else f"{r.status}: {r.error}"
+        mark = " ◀ best" if r is best else ""
+        out.append((r.config.label + mark, _num(r.batches_per_s), _num(r.samples_per_s), rel,
+                    _secs(r.startup_s), _secs(r.restart_s), status))
+    return out
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else (f"{x:,.0f}" if x >= 100 else f"{x:,.1f}")
+
+
+def _secs(x: float | None) -> str:
+    return "" if x is None else (f"{x * 1000:.0f} ms" if x < 1 else f"{x:.2f} s")
+
+
+def _summary(result: TuneResult) -> str:
+    best = result.best
+    if best is None:
+        return "No setting could be measured."
+    speed = f" — {result.speedup:.2f}× the single-process loader" if result.speedup else ""
+    return (f"Best: {best.config.label} at {_num(best.batches_per_s)} batches/s{speed} "
+            f"({len(result.rows)} settings measured in {result.elapsed_s:.1f} s).")
+
+
+def _text(result: TuneResult) -> str:
+    rows = [TABLE_HEADER, *table(result)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_HEADER) - 1)]
+    lines = ["gpumagic DataLoader tuning", _summary(result), ""]
+    for r in rows:
+        cells = [r[0].ljust(widths[0])] + [r[i].rjust(widths[i]) for i in range(1, len(widths))]
+        lines.append("  ".join(cells) + "  " + r[-1])
+    if result.code:
+        lines += ["", "Recommended:", *("  " + line for line in result.code.splitlines())]
+    lines += [f"Warning: {w}" for w in result.warnings] + [f"Note: {n}" for n in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _html(result: TuneResult) -> str:
+    from gpumagic.render.html import png_data_uri, wrap
+
+    head = "".join(f"<th>{escape(h)}</th>" for h in TABLE_HEADER)
+    body = "".join("<tr>" + "".join(f'<td{" class=gm-num" if 0 < i < 6 else ""}>{escape(c)}</td>' for i, c in enumerate(r))
+                   + "</tr>" for r in table(result))
+    warn = "".join(f'<div class="gm-top gm-sev-medium">{escape(w)}</div>' for w in result.warnings)
+    notes = "".join(f"<li>{escape(n)}</li>" for n in result.notes)
+    plot = ""
+    if result.best is not None:
+        plot = f'<img class="gm-figure" style="max-width:640px" alt="batches per second by setting" src="{png_data_uri(result.png())}">'
+    code = f'<h4>Recommended</h4><pre class="gm-code"><code>{escape(result.code)}</code></pre>' if result.code else ""
+    inner = (f"<h2>DataLoader tuning</h2><p>{escape(_summary(result))}</p>{warn}"
+             f'<table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+             f"{plot}{code}" + (f"<ul>{notes}</ul>" if notes else ""))
+    return wrap(inner, static=True)
+
+
+def _figure(result: TuneResult):
+    from matplotlib.figure import Figure
+
+    from gpumagic.render.palette import BLUE, GREY, ORANGE
+
+    rows = result.rows
+    best = result.best
+    fig = Figure(figsize=(6.4, 0.8 + 0.32 * len(rows)), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    ys = list(range(len(rows)))[::-1]
+    values = [r.batches_per_s or 0 for r in rows]
+    colors = [ORANGE if r is best else (BLUE if r.batches_per_s else GREY) for r in rows]
+    ax.barh(ys, values, color=colors)
+    ax.set_yticks(ys, [r.config.label for r in rows], fontsize=8)
+    for y, r in zip(ys, rows):
+        if not r.batches_per_s:
+            ax.text(0, y, f" {r.status}", va="center", fontsize=8, color=GREY)
+    ax.set_xlabel("batches per second (higher is better)")
+    ax.set_title("DataLoader settings", fontsize=10)
+    ax.spines[["top", "right"]].set_visible(False)
+    return fig
+

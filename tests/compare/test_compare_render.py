@@ -1,0 +1,60 @@
+"""Text and HTML renders of a comparison, and the notebook MIME bundle."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from tracebuilder import DATA
+
+import gpumagic
+from gpumagic.comparison import compare
+
+W0 = os.path.join(DATA, "resnet50_v100_workers0.json.gz")
+W4 = os.path.join(DATA, "resnet50_v100_workers4.json.gz")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    a, b = gpumagic.analyze(W0), gpumagic.analyze(W4)
+    a.label, b.label = "workers=0", "workers=4 <b>"
+    return compare(a, b)
+
+
+def test_text_shows_headline_breakdown_and_findings(pair):
+    text = pair.to_text()
+    lines = text.splitlines()
+    assert lines[0] == "gpumagic comparison: workers=0 → workers=4 <b>"
+    assert lines[1] == pair.to_dict()["verdict"]
+    ratio = pair.to_dict()["step_time_ratio"]
+    assert re.search(rf"median step\s+177 ms\s+127 ms\s+×{ratio:.2f} \(−28 %\)", text)
+    assert re.search(r"data-loader wait\s+59\.3 ms\s+1\.2 ms\s+−58\.1 ms", text)
+    assert "  resolved    dataloader-bound: The training loop waits for the data loader (est. gain was 33 %)" in lines
+    assert "  new         none" in lines
+    assert "communication" not in text  # zero in both runs: not shown
+    assert max(len(line) for line in lines if not line.startswith("  ")) <= 100
+
+
+def test_html_is_self_contained_and_escaped(pair):
+    html = pair.to_html()
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+    assert "workers=4 &lt;b&gt;" in html and "workers=4 <b>" not in html
+    assert 'class="gm-num gm-better">×0.72 (−28 %)' in html
+    assert "dataloader-bound" in html
+    assert len(html) < 30_000
+
+
+def test_mimebundle_has_text_and_html_and_honours_include(pair):
+    bundle = pair._repr_mimebundle_()
+    assert set(bundle) == {"text/plain", "text/html"}
+    assert bundle["text/plain"] == pair.to_text()
+    assert bundle["text/html"].startswith('<div class="gpumagic-report')
+    assert set(pair._repr_mimebundle_(include=["text/plain"])) == {"text/plain"}
+    assert set(pair._repr_mimebundle_(exclude=["text/html"])) == {"text/plain"}
+
+
+def test_save_html(pair, tmp_path):
+    out = pair.save_html(tmp_path / "cmp.html")
+    assert out.read_text(encoding="utf-8") == pair.to_html()

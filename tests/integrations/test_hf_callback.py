@@ -1,0 +1,109 @@
+"""GpuProfileCallback profiles a few steps of Trainer.train() on a tiny model, on the CPU."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from gpumagic import runs
+from gpumagic.capture import OptionsError
+
+pytestmark = pytest.mark.slow  # imports transformers (~5 s) and trains a few steps
+
+
+@pytest.fixture
+def Callback(hf):
+    from gpumagic.integrations.huggingface import GpuProfileCallback
+
+    return GpuProfileCallback
+
+
+def test_records_steps_after_warmup_and_phrases_fixes_as_training_arguments(Callback, make_trainer, hf):
+    runs.forget()
+    callback = Callback(skip=2, steps=3, label="hf-tiny", display=False)
+    assert isinstance(callback, hf.TrainerCallback)
+    make_trainer(callback, max_steps=7).train()
+    report = callback.report
+    assert report is not None and not callback.is_recording
+    assert report.metrics["steps"]["count"] == 3
+    assert report.label == "hf-tiny" and runs.get("hf-tiny") is report
+    assert callback.run.options.skip == 0 and callback.run.options.steps == 3  # started after 2 warm-up steps
+    dl = report.finding("dataloader-bound")
+    assert dl is not None, report.finding_ids  # 8 items × 4 ms of sleep per step
+    first = dl.fixes[0]
+    assert first.flavor == "huggingface"
+    assert "dataloader_num_workers=4" in first.code and "dataloader_persistent_workers=True" in first.code
+    assert "dataloader_pin_memory" not in first.code  # CPU-only run: pinning would not help
+    assert any(f.flavor == "pytorch" for f in dl.fixes)
+    assert any(n.startswith("Fixes are phrased as TrainingArguments for transformers") for n in report.notes)
+    runs.forget()
+
+
+def test_skip_zero_records_from_the_start(Callback, make_trainer):
+    callback = Callback(skip=0, steps=2, display=False)
+    make_trainer(callback, max_steps=4, item_s=0).train()
+    assert callback.report.metrics["steps"]["count"] == 2
+
+
+def test_training_shorter_than_asked_ends_the_recording(Callback, make_trainer):
+    callback = Callback(skip=1, steps=5, display=False)
+    make_trainer(callback, max_steps=3, item_s=0).train()
+    assert callback.report is not None
+    assert callback.report.metrics["steps"]["count"] == 2
+    assert any("Only 2 optimizer step(s) ran" in n for n in callback.report.notes)
+
+
+def test_displays_the_report_when_asked(Callback, make_trainer, monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    callback = Callback(skip=1, steps=1, display=True)
+    make_trainer(callback, max_steps=2, item_s=0).train()
+    assert shown == [callback.report]
+
+
+def test_a_busy_profiler_leaves_training_unprofiled_with_a_warning(Callback, make_trainer):
+    import gpumagic
+
+    other = gpumagic.Profiler(display=False, all_steps=True)
+    other.start()
+    try:
+        callback = Callback(skip=0, steps=1, display=False)
+        with pytest.warns(RuntimeWarning, match="not profiling this training run"):
+            make_trainer(callback, max_steps=2, item_s=0).train()
+        assert callback.report is None and not callback.is_recording
+    finally:
+        other.stop()
+
+
+def test_a_failed_train_is_closed_by_the_next_one(Callback, make_trainer):
+    callback = Callback(skip=0, steps=50, display=False)
+    with pytest.raises(RuntimeError, match="the dataset broke"):
+        make_trainer(callback, max_steps=20, item_s=0, fail_at=24).train()
+    assert callback.is_recording  # train() raised: no on_train_end
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        make_trainer(callback, max_steps=2, item_s=0).train()
+    assert not callback.is_recording
+    assert callback.report is not None and callback.report.metrics["steps"]["count"] == 2
+
+
+def test_close_keeps_the_partial_report(Callback, make_trainer):
+    callback = Callback(skip=0, steps=50, display=False)
+    with pytest.raises(RuntimeError):
+        make_trainer(callback, max_steps=20, item_s=0, fail_at=24).train()
+    callback.close()
+    assert not callback.is_recording
+    assert callback.report is not None
+    assert any("this profile is partial" in n for n in callback.report.notes)
+
+
+def test_bad_options_fail_when_the_callback_is_made(Callback):
+    with pytest.raises(OptionsError, match="steps must be an integer >= 1"):
+        Callback(steps=0)
+    with pytest.raises(TypeError):
+        Callback(no_such_option=True)
+    with pytest.raises(TypeError, match="all_steps does not apply"):
+        Callback(all_steps=True)

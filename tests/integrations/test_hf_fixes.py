@@ -1,0 +1,154 @@
+"""huggingface_fixes: findings' fixes phrased as TrainingArguments, checked against a version."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from types import SimpleNamespace
+
+import pytest
+from tracebuilder import DATA
+
+import gpumagic
+from gpumagic.integrations.huggingface import arguments_code, huggingface_fixes, installed_schema
+from gpumagic.report.model import Evidence, Finding, Fix, Report
+
+#: TrainingArguments fields of a transformers 4.x-like version (before the v5 renames), for the
+#: settings gpumagic suggests; dataloader_prefetch_factor left out to play an older release.
+OLD_FIELDS = {"dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers", "bf16", "fp16",
+              "tf32", "torch_compile", "optim", "group_by_length", "gradient_checkpointing",
+              "per_device_train_batch_size"}
+
+
+@pytest.fixture(scope="module")
+def w0():
+    return gpumagic.analyze(os.path.join(DATA, "resnet50_v100_workers0.json.gz"))
+
+
+def _finding(fid: str, **numbers) -> Finding:
+    return Finding(id=fid, severity="medium", title=fid, why="why", evidence=Evidence("s", numbers), est_gain=0.1,
+                   gain_method="m", fixes=(Fix("huggingface", "rule's own", "TrainingArguments(..., x=1)"),
+                                           Fix("pytorch", "p", "torch.thing()")), doc_url="https://example.org")
+
+
+def _report(*findings: Finding, **metrics) -> Report:
+    return Report(metrics=metrics, findings=list(findings), notes=[])
+
+
+def test_dataloader_fix_comes_first_and_drops_fields_the_version_lacks(w0):
+    out = huggingface_fixes(w0, "4.30.0", fields=OLD_FIELDS)
+    f = out.finding("dataloader-bound")
+    first = f.fixes[0]
+    assert first.flavor == "huggingface"
+    assert first.code == ("TrainingArguments(..., dataloader_num_workers=4, dataloader_pin_memory=True,\n"
+                          "                  dataloader_persistent_workers=True)")
+    assert "transformers 4.30.0 has no TrainingArguments field for dataloader_prefetch_factor" in first.description
+    assert [x.flavor for x in f.fixes[1:]] == ["pytorch"]
+    assert "Fixes are phrased as TrainingArguments for transformers 4.30.0." in out.notes
+
+
+def test_original_report_is_untouched_and_rewriting_is_idempotent(w0):
+    before = [f.fixes for f in w0.findings]
+    once = huggingface_fixes(w0, fields=OLD_FIELDS)
+    twice = huggingface_fixes(once, fields=OLD_FIELDS)
+    assert [f.fixes for f in w0.findings] == before
+    assert [f.fixes for f in twice.findings] == [f.fixes for f in once.findings]
+    assert len(twice.notes) == len(once.notes)
+    assert once.finding_ids == w0.finding_ids and once.metrics is w0.metrics
+
+
+def test_precision_by_compute_capability():
+    volta = huggingface_fixes(_report(_finding("mixed-precision-off", compute_capability=7.0)), fields=OLD_FIELDS)
+    assert volta.findings[0].fixes[0].code == "TrainingArguments(..., fp16=True)"
+    ampere = huggingface_fixes(_report(_finding("mixed-precision-off", compute_capability=8.0)), fields=OLD_FIELDS)
+    assert ampere.findings[0].fixes[0].code == "TrainingArguments(..., bf16=True, tf32=True)"
+
+
+def test_renamed_settings_use_the_spelling_the_version_has():
+    memory = _finding("memory-pressure")
+    old = huggingface_fixes(_report(memory), fields=OLD_FIELDS).findings[0]
+    assert [fx.code for fx in old.fixes[:2]] == ["TrainingArguments(..., gradient_checkpointing=True)",
+                                                 "TrainingArguments(..., group_by_length=True)"]
+    assert "extra forward pass" in old.fixes[0].description  # the trade-off is stated
+    v5 = OLD_FIELDS - {"group_by_length"} | {"activation_checkpointing", "train_sampling_strategy"}
+    new = huggingface_fixes(_report(memory), fields=v5).findings[0]
+    assert [fx.code for fx in new.fixes[:2]] == ["TrainingArguments(..., activation_checkpointing=True)",
+                                                 "TrainingArguments(..., train_sampling_strategy='group_by_length')"]
+    neither = huggingface_fixes(_report(memory), fields={"bf16"}).findings[0]
+    assert [fx.flavor for fx in neither.fixes] == ["pytorch"]  # nothing this version can express
+
+
+def test_training_args_build_on_current_values():
+    current = SimpleNamespace(dataloader_num_workers=2, dataloader_pin_memory=True, dataloader_persistent_workers=False,
+                              per_device_train_batch_size=16)
+    out = huggingface_fixes(_report(_finding("dataloader-bound"), _finding("low-gpu-utilization")),
+                            fields=OLD_FIELDS, training_args=current)
+    dl, low = out.findings
+    assert dl.fixes[0].code == "TrainingArguments(..., dataloader_num_workers=4, dataloader_persistent_workers=True)"
+    assert "Already set: dataloader_pin_memory=True." in dl.fixes[0].description
+    assert low.fixes[0].code == "TrainingArguments(..., per_device_train_batch_size=32)"
+
+
+def test_everything_already_set_says_so_in_the_code():
+    current = SimpleNamespace(dataloader_pin_memory=True)
+    f = huggingface_fixes(_report(_finding("pageable-memcpy")), fields=OLD_FIELDS, training_args=current).findings[0]
+    assert f.fixes[0].code == "# already set in your TrainingArguments: dataloader_pin_memory=True"
+
+
+def test_findings_without_advice_keep_their_trainer_fixes_first():
+    f = _finding("host-sync")
+    f = dataclasses.replace(f, fixes=tuple(reversed(f.fixes)))  # pytorch first
+    out = huggingface_fixes(_report(f), fields=OLD_FIELDS).findings[0]
+    assert [x.flavor for x in out.fixes] == ["huggingface", "pytorch"]
+    low = huggingface_fixes(_report(_finding("low-gpu-utilization")), fields=OLD_FIELDS).findings[0]
+    assert low.fixes[0].description == "rule's own"  # batch size unknown without training_args
+
+
+def test_cpu_only_reports_get_no_pinning_advice():
+    out = huggingface_fixes(_report(_finding("dataloader-bound"), trace={"cpu_only": True}), fields=OLD_FIELDS)
+    assert "pin_memory" not in out.findings[0].fixes[0].code
+
+
+def test_checkpointing_trade_off_note_when_memory_is_plentiful():
+    current = SimpleNamespace(gradient_checkpointing=True)
+    out = huggingface_fixes(_report(memory={"peak_frac": 0.2}), fields=OLD_FIELDS, training_args=current)
+    assert any(n.startswith("Gradient (activation) checkpointing is on while GPU memory peaks at 20 %") for n in out.notes)
+    full = huggingface_fixes(_report(memory={"peak_frac": 0.9}), fields=OLD_FIELDS, training_args=current)
+    assert not any("checkpointing is on" in n for n in full.notes)
+
+
+def test_every_fixture_report_stays_well_formed():
+    for name in ("a100_training_rank0.json.gz", "h100_bert_small_inference.json.gz", "v100_large_216k_events.json.gz"):
+        out = huggingface_fixes(gpumagic.analyze(os.path.join(DATA, name)), fields=OLD_FIELDS | {"ddp_bucket_cap_mb"})
+        for f in out.findings:
+            assert f.fixes and all(fx.code.strip() and fx.flavor in ("pytorch", "huggingface") for fx in f.fixes)
+            flavors = [fx.flavor for fx in f.fixes]
+            assert flavors == sorted(flavors)  # "huggingface" sorts before "pytorch": Trainer fixes first
+        out.to_json()
+
+
+def test_arguments_code_wraps_under_the_parenthesis():
+    code = arguments_code({"a_long_setting_name": 1, "another_long_setting": True, "third": "x"}, width=60)
+    assert code == ("TrainingArguments(..., a_long_setting_name=1,\n"
+                    "                  another_long_setting=True, third='x')")
+
+
+def test_against_the_installed_transformers(hf, w0):
+    schema = installed_schema()
+    assert schema is not None and schema.version == hf.__version__
+    out = huggingface_fixes(w0, transformers_version="0.0.1")
+    assert f"checked against the installed transformers {hf.__version__}, not 0.0.1" in out.notes[-1]
+    code = out.finding("dataloader-bound").fixes[0].code
+    assert ("dataloader_prefetch_factor=2" in code) == ("dataloader_prefetch_factor" in schema.fields)
+    launch = huggingface_fixes(_report(_finding("launch-bound"))).findings[0].fixes[0]
+    assert launch.code == "TrainingArguments(..., torch_compile=True, optim='adamw_torch_fused')"
+    assert schema.spelling("optim", "no_such_optimizer") is None
+
+
+def test_without_transformers_the_settings_are_unchecked(monkeypatch, w0):
+    import gpumagic.integrations.huggingface as hfmod
+
+    monkeypatch.setattr(hfmod, "installed_schema", lambda: None)
+    out = huggingface_fixes(w0)
+    assert "transformers is not installed" in out.notes[-1]
+    assert "dataloader_prefetch_factor=2" in out.finding("dataloader-bound").fixes[0].code

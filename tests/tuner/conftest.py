@@ -1,0 +1,34 @@
+"""The tuner must leave no worker process behind: checked after every test in this folder."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+
+
+def child_pids() -> list[int]:
+    """Live child processes of this process (Linux /proc; empty elsewhere)."""
+    me, out = os.getpid(), []
+    if not os.path.isdir("/proc"):
+        return out
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended while we looked
+            continue
+        if int(fields[1]) == me and fields[0] != "Z":
+            out.append(int(entry))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    assert child_pids() == [], "a child process leaked in from an earlier test"
+    yield
+    assert multiprocessing.active_children() == []
+    assert child_pids() == [], "the tuner left worker processes behind"

@@ -1,0 +1,108 @@
+"""The grid, the choice of the best setting and the fragility checks, without measuring."""
+
+from __future__ import annotations
+
+import pytest
+from datasets_for_tuner import Sleepy, pair_collate
+
+from gpumagic.tuner import TuneConfig, TuneResult, TuneRow, build_grid, default_workers, fragility
+
+
+def test_default_workers_are_zero_then_powers_of_two_up_to_the_cpus(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    assert default_workers() == (0, 2, 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert default_workers() == (0,)
+
+
+def test_grid_collapses_worker_options_for_zero_workers_and_drops_pinning_without_cuda():
+    notes: list[str] = []
+    grid = build_grid((2, 0, 2), (False, True), (False, True), (2, 4), cuda=False, notes=notes)
+    assert grid[0] == TuneConfig(0, False)
+    assert len(grid) == 1 + 2 * 2  # workers 2 × persistent 2 × prefetch 2, unpinned only
+    assert all(not c.pin_memory for c in grid)
+    assert "pin_memory=True was not measured" in notes[0]
+    with_cuda = build_grid((0, 2), (False, True), (True,), (2,), cuda=True, notes=[])
+    assert [(c.num_workers, c.pin_memory) for c in with_cuda] == [(0, False), (0, True), (2, False), (2, True)]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"num_workers": (-1,)}, "num_workers must be integers >= 0"),
+    ({"num_workers": ("2",)}, "num_workers"),
+    ({"prefetch_factor": (0,)}, "prefetch_factor must be integers >= 1"),
+    ({"pin_memory": ("yes",)}, "pin_memory must be True and/or False"),
+    ({"persistent_workers": ()}, "persistent_workers"),
+])
+def test_grid_validation(kwargs, message):
+    args = {"num_workers": (0,), "pin_memory": (False,), "persistent_workers": (True,), "prefetch_factor": (2,)}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        build_grid(args["num_workers"], args["pin_memory"], args["persistent_workers"], args["prefetch_factor"], False, [])
+
+
+def test_config_kwargs_and_labels():
+    assert TuneConfig(0, True).loader_kwargs() == {"num_workers": 0, "pin_memory": True}
+    assert TuneConfig(4, True, True, 2).loader_kwargs() == {"num_workers": 4, "pin_memory": True,
+                                                            "persistent_workers": True, "prefetch_factor": 2}
+    assert TuneConfig(1, False, False, 4).label == "1 worker, prefetch 4"
+    assert TuneConfig(4, True, True, 2).label == "4 workers, pinned, persistent, prefetch 2"
+
+
+def _row(workers: int, rate: float | None, status: str = "ok") -> TuneRow:
+    return TuneRow(TuneConfig(workers, False, True, 2 if workers else None), status=status, batches_per_s=rate)
+
+
+def test_best_prefers_fewer_workers_when_nearly_as_fast():
+    result = TuneResult(rows=[_row(0, 100.0), _row(2, 150.0), _row(4, 152.0), _row(8, None, "failed")], batch_size=32)
+    assert result.best.config.num_workers == 2  # 150 is within 5 % of 152
+    assert result.speedup == pytest.approx(1.5)
+    assert result.recommended_kwargs["num_workers"] == 2
+    clear = TuneResult(rows=[_row(0, 100.0), _row(2, 150.0), _row(4, 200.0)], batch_size=None)
+    assert clear.best.config.num_workers == 4
+    assert "batch_size" not in clear.recommended_kwargs
+    assert TuneResult(rows=[_row(2, None, "failed")], batch_size=1).best is None
+
+
+def test_fragility_under_spawn_in_a_notebook(monkeypatch):
+    monkeypatch.setattr(Sleepy, "__module__", "__main__")
+    base = {"dataset": Sleepy(), "collate_fn": lambda b: b}
+    notes: list[str] = []
+    warnings, workers_ok = fragility(base, notes, method="spawn", interactive=True)
+    assert not workers_ok and notes == []
+    assert "the dataset class Sleepy is defined in the notebook (__main__)" in warnings[0]
+    assert "collate_fn cannot be pickled" in warnings[0]
+
+
+def test_fragility_under_fork_is_a_portability_note(monkeypatch):
+    monkeypatch.setattr(Sleepy, "__module__", "__main__")
+    notes: list[str] = []
+    warnings, workers_ok = fragility({"dataset": Sleepy()}, notes, method="fork", interactive=True)
+    assert workers_ok and warnings == []
+    assert "on macOS and Windows ('spawn') it would fail" in notes[0]
+
+
+def test_no_fragility_for_importable_definitions():
+    notes: list[str] = []
+    base = {"dataset": Sleepy(), "collate_fn": pair_collate}
+    assert fragility(base, notes, method="spawn", interactive=True) == ([], True)
+    assert notes == []
+    # a script's __main__ can be re-imported by spawned workers
+    assert fragility({"dataset": Sleepy()}, notes, method="spawn", interactive=False) == ([], True)
+
+
+def test_batches_are_copied_to_the_device_through_nesting():
+    from collections import namedtuple
+
+    import torch
+
+    from gpumagic.tuner import _to_device
+
+    Pair = namedtuple("Pair", "x y")
+    batch = {"a": [torch.ones(2), (torch.zeros(1), 3)], "p": Pair(torch.ones(1), "label")}
+    moved = _to_device(batch, "cpu", False)
+    assert isinstance(moved["p"], Pair) and moved["p"].y == "label"
+    assert isinstance(moved["a"], list) and isinstance(moved["a"][1], tuple) and moved["a"][1][1] == 3
+    assert torch.equal(moved["a"][0], torch.ones(2))
+    assert _to_device(batch, None, False) is batch

@@ -1,0 +1,62 @@
+"""``%gputune``: a thin shell over tune_dataloader."""
+
+from __future__ import annotations
+
+import builtins
+import sys
+
+import pytest
+from datasets_for_tuner import Sleepy
+
+from gpumagic.tuner import TuneResult
+
+IPython = pytest.importorskip("IPython")
+
+
+@pytest.fixture(scope="module")
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    saved_builtins = dict(builtins.__dict__)
+    saved_main = sys.modules.get("__main__")
+    saved_hooks = (sys.displayhook, sys.excepthook)
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    ip = InteractiveShell.instance(config=config)
+    ip.run_line_magic("load_ext", "gpumagic.tuner_magic")
+    try:
+        yield ip
+    finally:
+        ip.run_line_magic("unload_ext", "gpumagic.tuner_magic")
+        ip.history_manager.end_session()
+        InteractiveShell.clear_instance()
+        for name in set(builtins.__dict__) - set(saved_builtins):
+            del builtins.__dict__[name]
+        builtins.__dict__.update(saved_builtins)
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+        sys.displayhook, sys.excepthook = saved_hooks
+
+
+def test_gputune_measures_and_stores_the_result(shell):
+    shell.user_ns["ds"] = Sleepy(n=40, item_s=0)
+    shell.run_line_magic("gputune", "ds --workers 0,1 --pin-memory off --batch-size 4 --seconds 0.2 -o tuned --quiet")
+    result = shell.user_ns["tuned"]
+    assert isinstance(result, TuneResult)
+    assert [r.config.num_workers for r in result.rows] == [0, 1]
+    assert result.batch_size == 4
+
+
+@pytest.mark.parametrize("line, message", [
+    ("missing_name", "cannot evaluate 'missing_name': NameError"),
+    ("ds --workers a,b", "--workers takes comma-separated integers"),
+    ("ds --seconds 0", "max_seconds_per_config must be a positive number"),
+    ("42", "takes a Dataset or a DataLoader"),
+])
+def test_gputune_usage_errors(shell, line, message):
+    from IPython.core.error import UsageError
+
+    shell.user_ns["ds"] = Sleepy(n=8, item_s=0)
+    with pytest.raises(UsageError, match=message):
+        shell.run_line_magic("gputune", line)

@@ -1,0 +1,131 @@
+"""tune_dataloader measures real DataLoaders on the CPU, in bounded time, and cleans up."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from datasets_for_tuner import AlwaysFails, FailsInWorkers, Sleepy, pair_collate
+from torch.utils.data import DataLoader
+
+from gpumagic.tuner import TuneResult, tune_dataloader
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="expectations are for the CPU-only path")
+
+
+def test_workers_beat_the_single_process_loader():
+    result = tune_dataloader(Sleepy(item_s=0.003), batch_size=4, num_workers=(0, 2), max_seconds_per_config=0.4)
+    assert [r.status for r in result.rows] == ["ok", "ok"]
+    assert result.baseline.config.num_workers == 0
+    assert result.best.config.num_workers == 2
+    assert result.speedup > 1.3  # two workers sleep in parallel: ideally 2×
+    assert result.recommended_kwargs == {"batch_size": 4, "num_workers": 2, "pin_memory": False,
+                                         "persistent_workers": True, "prefetch_factor": 2}
+    assert "loader = DataLoader(dataset, batch_size=4, num_workers=2, pin_memory=False" in result.code
+    for row in result.rows:
+        assert row.startup_s > 0 and row.restart_s > 0 and row.batches > 0
+        assert row.samples_per_s == pytest.approx(row.batches_per_s * 4, rel=1e-3)
+    assert any("pin_memory=True was not measured" in n for n in result.notes)
+
+
+def test_time_and_batch_limits_hold():
+    t0 = time.perf_counter()
+    slow = tune_dataloader(Sleepy(item_s=0.02), batch_size=4, num_workers=(0,), max_seconds_per_config=0.3)
+    elapsed = time.perf_counter() - t0
+    row = slow.rows[0]
+    assert row.seconds <= 0.3 + 0.1  # the deadline is checked between batches of ~80 ms
+    assert elapsed < 1.5
+    few = tune_dataloader(Sleepy(item_s=0), batch_size=2, num_workers=(0,), max_batches=3, max_seconds_per_config=5)
+    assert few.rows[0].batches == 3
+
+
+def test_takes_a_dataloader_and_keeps_its_batching_and_collate():
+    loader = DataLoader(Sleepy(n=60, item_s=0), batch_size=5, collate_fn=pair_collate, drop_last=True)
+    result = tune_dataloader(loader, num_workers=(0, 1), max_seconds_per_config=0.2, persistent_workers=(False,))
+    assert result.batch_size == 5
+    assert all(r.status == "ok" for r in result.rows)
+    assert result.rows[1].config.persistent_workers is False
+    assert "batches" in result.to_text()
+
+
+def test_epoch_end_stops_the_measurement_and_says_so():
+    result = tune_dataloader(Sleepy(n=8, item_s=0), batch_size=4, num_workers=(0,), max_seconds_per_config=1)
+    assert result.rows[0].batches == 1  # two batches in the epoch: the first one is the startup
+    assert any("Fewer than 5 batches" in n for n in result.notes)
+
+
+def test_failing_workers_are_reported_not_raised():
+    result = tune_dataloader(FailsInWorkers(item_s=0), batch_size=4, num_workers=(0, 2), max_seconds_per_config=0.2)
+    ok, failed = result.rows
+    assert ok.status == "ok" and failed.status == "failed"
+    assert "ValueError" in failed.error and failed.batches_per_s is None
+    assert result.best is ok
+    assert any("Some settings failed" in w for w in result.warnings)
+
+
+def test_a_broken_dataset_raises_from_the_single_process_setting():
+    with pytest.raises(KeyError, match="item 0 is missing"):
+        tune_dataloader(AlwaysFails(), batch_size=2, num_workers=(0, 2), max_seconds_per_config=0.2)
+
+
+def test_spawn_with_a_notebook_dataset_skips_worker_settings(monkeypatch):
+    import gpumagic.tuner as tuner
+
+    monkeypatch.setattr(tuner, "start_method", lambda base: "spawn")
+    monkeypatch.setattr(tuner, "interactive_main", lambda: True)
+    monkeypatch.setattr(Sleepy, "__module__", "__main__")
+    result = tune_dataloader(Sleepy(item_s=0), batch_size=4, num_workers=(0, 2), max_seconds_per_config=0.2)
+    assert [r.status for r in result.rows] == ["ok", "skipped"]
+    assert "the dataset class Sleepy is defined in the notebook (__main__)" in result.warnings[0]
+    assert "'spawn'" in result.warnings[0]
+    assert result.best.config.num_workers == 0
+
+
+def test_bad_arguments_fail_before_any_measurement():
+    with pytest.raises(ValueError, match="max_seconds_per_config"):
+        tune_dataloader(Sleepy(), max_seconds_per_config=0)
+    with pytest.raises(ValueError, match="max_batches"):
+        tune_dataloader(Sleepy(), max_batches=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        tune_dataloader(Sleepy(), batch_size=0)
+    with pytest.raises(TypeError, match="takes a Dataset or a DataLoader"):
+        tune_dataloader(42)
+
+
+def test_result_renders(tmp_path):
+    result = tune_dataloader(Sleepy(n=100, item_s=0.001), batch_size=4, num_workers=(0, 1), max_seconds_per_config=0.2)
+    assert isinstance(result, TuneResult)
+    text = result.to_text()
+    assert text.startswith("gpumagic DataLoader tuning\nBest: ")
+    assert "◀ best" in text and "Recommended:" in text
+    png = result.png()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    bundle = result._repr_mimebundle_()
+    assert set(bundle) == {"text/plain", "text/html"}
+    assert "data:image/png;base64," in bundle["text/html"] and "<script" not in bundle["text/html"]
+    d = result.to_dict()
+    assert d["best"]["num_workers"] == result.best.config.num_workers
+    assert [r["status"] for r in d["rows"]] == ["ok", "ok"]
+
+
+def test_workers_are_shut_down_when_interrupted(monkeypatch):
+    import gpumagic.tuner as tuner
+
+    calls = {"n": 0}
+
+    def interrupt_on_third(batch, device, non_blocking):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return batch
+
+    monkeypatch.setattr(tuner, "_to_device", interrupt_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        tune_dataloader(Sleepy(item_s=0.001), batch_size=2, num_workers=(2,), max_seconds_per_config=1)
+    # the autouse fixture then checks that no worker process is left
+
+
+def test_an_explicit_device_is_fed_each_batch():
+    result = tune_dataloader(Sleepy(n=40, item_s=0), batch_size=4, num_workers=(0,), device="cpu", max_seconds_per_config=0.2)
+    assert result.rows[0].status == "ok" and result.rows[0].batches > 0
