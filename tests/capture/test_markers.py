@@ -76,9 +76,11 @@ def test_a_captured_trace_nests_on_every_thread(train):
               if e.get("ph") == "X" and e.get("cat") in ("user_annotation", "cpu_op")]
     assert _violations(events) == []
     steps = sorted((e for e in events if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
-    optimizer_ends = {round(e["ts"] + e["dur"], 3) for e in events if e["name"].startswith("Optimizer.step#")}
+    optimizer_ends = [e["ts"] + e["dur"] for e in events if e["name"].startswith("Optimizer.step#")]
     assert len(steps) == 5
-    assert all(round(s["ts"] + s["dur"], 3) in optimizer_ends for s in steps)
+    # float µs timestamps: ts + dur of two events that end together can differ in the last digits
+    unmatched = [s for s in steps if not any(abs(s["ts"] + s["dur"] - end) <= 0.002 for end in optimizer_ends)]
+    assert unmatched == [], (unmatched, optimizer_ends)
 
 
 def test_an_optimizer_step_cut_off_by_the_stop_is_shortened_not_followed():
