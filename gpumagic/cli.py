@@ -34,15 +34,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _render(report, fmt: str) -> str:
+def render_as(result, fmt: str) -> str:
+    """A Report or Comparison as text, JSON or self-contained HTML."""
     if fmt == "json":
-        return report.to_json() + "\n"
+        return result.to_json() + "\n"
     if fmt == "html":
-        return report.to_html()
-    return report.to_text()
+        return result.to_html()
+    return result.to_text()
 
 
-def _write(text: str, output: str | None) -> None:
+def write_output(text: str, output: str | None) -> None:
+    """Write to ``output``, or to standard output when it is None; GpumagicError if it cannot."""
     if output is None:
         sys.stdout.write(text)
         return
@@ -64,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = example_trace_path() if args.path == EXAMPLE else args.path
     try:
         report = analyze(path, label=args.label)
-        _write(_render(report, args.format), args.output)
+        write_output(render_as(report, args.format), args.output)
     except GpumagicError as exc:
         print(f"gpumagic: error: {exc}", file=sys.stderr)
         return 2

@@ -30,12 +30,12 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
 
 def run_compare(args: argparse.Namespace) -> int:
     """Analyse both traces, compare them and write the result; 2 with one stderr line on bad input."""
+    from gpumagic.cli import render_as, write_output
     from gpumagic.comparison import compare
 
     try:
         comparison = compare(_path(args.before), _path(args.after))
-        text = _render(comparison, args.format)
-        _write(text, args.output)
+        write_output(render_as(comparison, args.format), args.output)
     except GpumagicError as exc:
         print(f"gpumagic: error: {exc}", file=sys.stderr)
         return 2
@@ -50,22 +50,3 @@ def _path(arg: str) -> Path:
     from gpumagic.cli import EXAMPLE, example_trace_path
 
     return Path(example_trace_path() if arg == EXAMPLE else arg)
-
-
-def _render(comparison, fmt: str) -> str:
-    if fmt == "json":
-        return comparison.to_json() + "\n"
-    if fmt == "html":
-        return comparison.to_html()
-    return comparison.to_text()
-
-
-def _write(text: str, output: str | None) -> None:
-    if output is None:
-        sys.stdout.write(text)
-        return
-    try:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise GpumagicError(f"{output}: cannot write ({exc.strerror or exc})") from None

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpumagic.errors import GpumagicError
+from gpumagic.render.summary import metric
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.model import Report
@@ -194,8 +195,8 @@ def summarise(a: Report, b: Report, label_a: str, label_b: str) -> dict[str, Any
     """Every number of the comparison, as plain JSON-ready data."""
     ma, mb = a.metrics, b.metrics
     steps_a, steps_b = _step_count(ma), _step_count(mb)
-    ratio = _ratio(_get(mb, "steps", "median_ms"), _get(ma, "steps", "median_ms"))
-    busy_a, busy_b = _get(ma, "gpu", "busy_frac"), _get(mb, "gpu", "busy_frac")
+    ratio = _ratio(metric(mb, "steps", "median_ms"), metric(ma, "steps", "median_ms"))
+    busy_a, busy_b = metric(ma, "gpu", "busy_frac"), metric(mb, "gpu", "busy_frac")
     data: dict[str, Any] = {
         "before": _run_facts(a, label_a),
         "after": _run_facts(b, label_b),
@@ -213,20 +214,11 @@ def summarise(a: Report, b: Report, label_a: str, label_b: str) -> dict[str, Any
     return data
 
 
-def _get(metrics: dict[str, Any], *path: str) -> Any:
-    node: Any = metrics
-    for key in path:
-        if not isinstance(node, dict):
-            return None
-        node = node.get(key)
-    return node
-
-
 def _step_count(m: dict[str, Any]) -> int:
     """Recorded steps, or 0 when the window is not bounded by step markers."""
-    if _get(m, "window", "source") != "steps":
+    if metric(m, "window", "source") != "steps":
         return 0
-    return int(_get(m, "steps", "count") or 0)
+    return int(metric(m, "steps", "count") or 0)
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -243,24 +235,24 @@ def _round(x: float | None, digits: int = 4) -> float | None:
 
 def _run_facts(r: Report, label: str) -> dict[str, Any]:
     m = r.metrics
-    devices = _get(m, "trace", "devices") or []
-    primary = _get(m, "gpu", "primary_device")
+    devices = metric(m, "trace", "devices") or []
+    primary = metric(m, "gpu", "primary_device")
     names = [d.get("name") for d in devices if d.get("id") == primary] or [d.get("name") for d in devices[:1]]
     return {
         "label": label,
-        "source": _get(m, "trace", "source"),
+        "source": metric(m, "trace", "source"),
         "device": names[0] if names else None,
         "steps": _step_count(m),
-        "step_median_ms": _get(m, "steps", "median_ms"),
-        "step_p90_ms": _get(m, "steps", "p90_ms"),
+        "step_median_ms": metric(m, "steps", "median_ms"),
+        "step_p90_ms": metric(m, "steps", "p90_ms"),
         "step_mean_ms": _mean_step_ms(m),
-        "window_ms": _get(m, "window", "dur_ms"),
+        "window_ms": metric(m, "window", "dur_ms"),
         "findings": r.finding_ids,
     }
 
 
 def _mean_step_ms(m: dict[str, Any]) -> float | None:
-    durations = [d for d in (_get(m, "steps", "durations_ms") or []) if d is not None]
+    durations = [d for d in (metric(m, "steps", "durations_ms") or []) if d is not None]
     return round(statistics.fmean(durations), 4) if durations and _step_count(m) else None
 
 
@@ -272,19 +264,19 @@ def _breakdown(ma: dict, mb: dict, steps_a: int, steps_b: int) -> dict[str, Any]
     """Each category's time per step (per window when either run has no step markers)."""
     per_step = bool(steps_a and steps_b)
     sa, sb = (steps_a, steps_b) if per_step else (0, 0)
-    order = list(_get(ma, "breakdown", "order") or _get(mb, "breakdown", "order") or [])
+    order = list(metric(ma, "breakdown", "order") or metric(mb, "breakdown", "order") or [])
     rows = []
     for cat in order:
-        x = _per_step(_get(ma, "breakdown", "total_ms", cat), sa)
-        y = _per_step(_get(mb, "breakdown", "total_ms", cat), sb)
+        x = _per_step(metric(ma, "breakdown", "total_ms", cat), sa)
+        y = _per_step(metric(mb, "breakdown", "total_ms", cat), sb)
         rows.append({"category": cat, "before_ms": _round(x, 3), "after_ms": _round(y, 3), "delta_ms": _round(_diff(y, x), 3),
-                     "before_frac": _get(ma, "breakdown", "frac", cat), "after_frac": _get(mb, "breakdown", "frac", cat)})
+                     "before_frac": metric(ma, "breakdown", "frac", cat), "after_frac": metric(mb, "breakdown", "frac", cat)})
     return {"unit": "ms per step" if per_step else "ms in the window", "categories": rows}
 
 
 def _headline_row(row: tuple, ma: dict, mb: dict, steps_a: int, steps_b: int) -> dict[str, Any]:
     key, name, path, kind, better = row
-    x, y = _get(ma, *path), _get(mb, *path)
+    x, y = metric(ma, *path), metric(mb, *path)
     per_step = kind.endswith("_per_step") and steps_a and steps_b
     if per_step:
         x, y = _per_step(x, steps_a), _per_step(y, steps_b)
@@ -317,8 +309,8 @@ def same_tolerance(before: Report, after: Report) -> float:
     least :data:`SAME_STEP_TOLERANCE`. The MAD ignores one slow step (a p90 of 6 steps would not)."""
     spreads = [SAME_STEP_TOLERANCE]
     for r in (before, after):
-        durations = [d for d in (_get(r.metrics, "steps", "durations_ms") or []) if d is not None]
-        median = _get(r.metrics, "steps", "median_ms")
+        durations = [d for d in (metric(r.metrics, "steps", "durations_ms") or []) if d is not None]
+        median = metric(r.metrics, "steps", "median_ms")
         if len(durations) >= 2 and median:
             spreads.append(statistics.median(abs(d - median) for d in durations) / median)
     return max(spreads)
