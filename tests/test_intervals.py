@@ -1,6 +1,7 @@
 """Interval maths checked against a brute-force model on a small integer grid (Hypothesis)."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,3 +77,12 @@ def test_empty_inputs():
     assert iv.total(iv.intersect(e, e)) == 0
     assert iv.gaps(e, 0, 10)[0].tolist() == [0]
     assert iv.measure_in(e, np.array([0]), np.array([5])).tolist() == [0]
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=30), st.floats(0, 100))
+def test_percentile_matches_numpy(values, q):
+    from gpumagic._arrays import distinct, percentile
+
+    a = np.array(values)
+    assert percentile(a, q) == pytest.approx(float(np.percentile(a, q)), rel=1e-9, abs=1e-6)
+    assert distinct(a).tolist() == np.unique(a).tolist()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.trace.model import GPU_KINDS, Kind, Trace
@@ -205,7 +206,7 @@ def _gpu_facts(ctx: Context) -> None:
     device's idle gaps, classified with HolisticTraceAnalysis's definitions."""
     ev, m = ctx.trace.events, ctx.masks
     gpu_in = ctx.events_in_window(m["gpu"])
-    devices = np.unique(ev.device[gpu_in]) if gpu_in.any() else np.zeros(0, dtype=np.int32)
+    devices = distinct(ev.device[gpu_in]) if gpu_in.any() else np.zeros(0, dtype=np.int32)
     best, best_busy = -1, -1
     for d in devices.tolist():
         on_d = gpu_in & (ev.device == d)

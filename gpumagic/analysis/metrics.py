@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from gpumagic._arrays import distinct, median, percentile
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
@@ -66,10 +67,10 @@ def _steps(ctx: Context) -> dict[str, Any]:
            "bounds_ns": [[s, e] for s, e in ctx.step_bounds], "durations_ms": [round(x, 4) for x in d.tolist()],
            "median_ms": None, "p90_ms": None, "first_step_outlier": False, "first_over_median": None}
     if d.size:
-        out["median_ms"] = round(float(np.median(d)), 4)
-        out["p90_ms"] = round(float(np.percentile(d, 90)), 4)
+        out["median_ms"] = round(float(median(d)), 4)
+        out["p90_ms"] = round(float(percentile(d, 90)), 4)
     if d.size >= 3:
-        rest = float(np.median(d[1:]))
+        rest = float(median(d[1:]))
         ratio = float(d[0]) / rest if rest > 0 else None
         out["first_over_median"] = None if ratio is None else round(ratio, 3)
         out["first_step_outlier"] = bool(ratio is not None and ratio >= FIRST_STEP_OUTLIER_RATIO)
@@ -130,7 +131,7 @@ def _kernels(ctx: Context) -> dict[str, Any]:
                            "matmul_tensor_core_ms": _ms(dur[(m["name_matmul"] & m["name_tensor_core"])[k]].sum()),
                            "short_kernel_us": SHORT_KERNEL_NS / 1000, "top": []}
     if dur.size:
-        out["median_us"] = round(float(np.median(dur)) / 1000, 3)
+        out["median_us"] = round(float(median(dur)) / 1000, 3)
         out["short_frac"] = round(float(np.mean(dur < SHORT_KERNEL_NS)), 4)
         ids = ev.name[k]
         tot = np.bincount(ids, weights=dur, minlength=len(ctx.trace.names))
@@ -149,7 +150,7 @@ def copy_groups(ctx: Context) -> dict[tuple[str, str], dict[str, Any]]:
     """Copies on the primary device grouped by (direction, host memory kind)."""
     ev = ctx.trace.events
     idx = np.flatnonzero(ctx.events_in_window(ctx.masks["memcpy"]) & (ev.device == ctx.device))
-    kinds = {n: nm.copy_kind(ctx.trace.names[n]) for n in np.unique(ev.name[idx]).tolist()}
+    kinds = {n: nm.copy_kind(ctx.trace.names[n]) for n in distinct(ev.name[idx]).tolist()}
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for n, key in kinds.items():
         sel = idx[ev.name[idx] == n]
@@ -194,7 +195,7 @@ def harmful_syncs(ctx: Context) -> tuple[np.ndarray, Gaps]:
     inside = (k >= 0) & (ends < g_e[np.maximum(k, 0)])
     kk = np.maximum(k, 0)
     harmful = inside & followed[kk] & ((g_e[kk] - g_s[kk]) >= LAUNCH_LATENCY_MAX_NS)
-    return idx[harmful], ctx.gaps.where(np.unique(kk[harmful]))
+    return idx[harmful], ctx.gaps.where(distinct(kk[harmful]))
 
 
 def syncs(ctx: Context) -> dict[str, Any]:
@@ -202,11 +203,11 @@ def syncs(ctx: Context) -> dict[str, Any]:
     idx = sync_events(ctx)
     harm, starved = harmful_syncs(ctx)
     by_name: dict[str, dict[str, float]] = {}
-    for n in np.unique(ev.name[idx]).tolist():
+    for n in distinct(ev.name[idx]).tolist():
         sel = idx[ev.name[idx] == n]
         by_name[names[n]] = {"count": int(sel.size), "ms": _ms(ev.dur_ns[sel].sum())}
     ops = np.flatnonzero(ctx.events_in_window(ctx.masks["name_sync_op"] & ctx.masks["host"]))
-    op_counts = {names[n]: int(np.count_nonzero(ev.name[ops] == n)) for n in np.unique(ev.name[ops]).tolist()}
+    op_counts = {names[n]: int(np.count_nonzero(ev.name[ops] == n)) for n in distinct(ev.name[ops]).tolist()}
     return {"count": int(idx.size), "blocked_ms": _ms(ev.dur_ns[idx].sum()), "harmful_count": int(harm.size),
             "starved_ms": _ms(starved.total_ns()), "by_name": by_name, "sync_ops": op_counts}
 

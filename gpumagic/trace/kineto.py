@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.errors import TraceError
 from gpumagic.trace import schema
 from gpumagic.trace.model import (
@@ -316,7 +317,7 @@ _CORR, _EXT, _EXT_2021, _DEVICE, _STREAM, _NBYTES = (
 def _normalise_lanes(lane_index, lane_names, kinds, raw_lane):
     """Merge (pid, tid) keys that differ only in spelling ("25738" vs 25738, "stream 7" vs 7)."""
     gpu_kind = np.isin(kinds, np.array(GPU_KINDS, dtype=np.int8))
-    gpu_lanes = set(np.unique(raw_lane[gpu_kind]).tolist())
+    gpu_lanes = set(distinct(raw_lane[gpu_kind]).tolist())
     merged: dict[tuple[int, int], int] = {}
     lanes: list[Lane] = []
     remap = np.zeros(len(lane_index), dtype=np.int32)

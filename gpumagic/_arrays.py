@@ -1,0 +1,38 @@
+"""Small numpy helpers shared by the trace and analysis layers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """Sorted distinct values, like ``np.unique(values)``.
+
+    Plain ``np.unique`` imports ``numpy.ma`` on first use (tens of milliseconds, paid by every
+    ``gpumagic analyze`` process); a sort and a comparison give the same answer without it.
+    """
+    s = np.sort(np.asarray(values).ravel())
+    if s.size == 0:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def percentile(values: np.ndarray, q: float) -> float:
+    """The ``q``-th percentile with linear interpolation (numpy's default method).
+
+    ``np.median``/``np.percentile`` also import ``numpy.ma`` on first use; this does not.
+    """
+    s = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    if s.size == 0:
+        raise ValueError("percentile of an empty array")
+    pos = (s.size - 1) * q / 100.0
+    lo = int(np.floor(pos))
+    hi = min(lo + 1, s.size - 1)
+    return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
+
+
+def median(values: np.ndarray) -> float:
+    return percentile(values, 50.0)
