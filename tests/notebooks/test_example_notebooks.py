@@ -1,0 +1,210 @@
+"""The example notebooks run top to bottom on the CPU, teach what they say, and stay as committed.
+
+Each committed notebook in ``example_notebooks/`` is executed with nbclient from that folder (as a
+user opening it there: it imports ``nbdata.py`` and reads ``../tests/data``), through the same
+``execute`` as ``scripts/build_notebooks.py``, so with ``GPUMAGIC_WIDGETS=0`` in the kernel's
+environment. nbclient fails a cell that raises or runs longer than the per-cell timeout; each
+notebook must also finish within :data:`NOTEBOOK_BUDGET_S`. Then a few outputs that carry the
+lesson are checked (e.g. that notebook 2's comparison resolved ``dataloader-bound``).
+
+Without a GPU, the GPU cells must print their skip message; with one, they must not.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "example_notebooks"
+#: Seconds a notebook may take on a busy 2-core CI machine (the slowest takes ~20 s there).
+NOTEBOOK_BUDGET_S = 120
+#: Seconds one cell may take before nbclient fails it.
+CELL_TIMEOUT_S = 120
+SKIP_MESSAGE = "No CUDA device here: this cell is skipped"
+
+
+def _load_builder():
+    spec = importlib.util.spec_from_file_location("build_notebooks", ROOT / "scripts" / "build_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+builder = _load_builder()
+NAMES = list(builder.NOTEBOOKS)
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def outputs_text(cell) -> str:
+    """The text a code cell showed: its streams and the text/plain of its displays."""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out["text"])
+        else:
+            parts.append(out.get("data", {}).get("text/plain", ""))
+    return "\n".join(parts)
+
+
+def cell_with(nb, fragment: str):
+    """The first code cell whose source contains ``fragment``."""
+    for cell in nb.cells:
+        if cell.cell_type == "code" and fragment in cell.source:
+            return cell
+    raise AssertionError(f"no code cell contains {fragment!r}")
+
+
+def output_of(nb, fragment: str) -> str:
+    return outputs_text(cell_with(nb, fragment))
+
+
+def gpu_cells(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "code" and "if GPU:" in c.source]
+
+
+def check_gpu_cells(nb) -> None:
+    cells = gpu_cells(nb)
+    assert cells, "the notebook has GPU cells"
+    skipped = [SKIP_MESSAGE in outputs_text(c) for c in cells]
+    assert skipped == [not cuda_available()] * len(cells), skipped
+
+
+@pytest.fixture
+def run_notebook(tmp_path):
+    """``run_notebook(name)``: execute the committed notebook; returns it with fresh outputs. The
+    kernel's temporary files (the notebooks write there) go to the test's ``tmp_path``."""
+
+    def run(name: str):
+        before = sorted(p.name for p in NOTEBOOKS.iterdir() if p.name != "__pycache__")
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        t0 = time.perf_counter()
+        builder.execute(nb, timeout_s=CELL_TIMEOUT_S, env={"TMPDIR": str(tmp_path)})
+        elapsed = time.perf_counter() - t0
+        assert elapsed < NOTEBOOK_BUDGET_S, f"{name} took {elapsed:.0f} s"
+        after = sorted(p.name for p in NOTEBOOKS.iterdir() if p.name != "__pycache__")
+        assert after == before, "the notebook left files in example_notebooks/"
+        return nb
+
+    return run
+
+
+# -- the committed files --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_is_what_the_build_script_writes(name):
+    committed = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    built = builder.build(name)
+    assert [(c.id, c.cell_type, c.source) for c in committed.cells] == [(c.id, c.cell_type, c.source) for c in built.cells], (
+        f"{name}.ipynb differs from scripts/build_notebooks.py: run python scripts/build_notebooks.py")
+    assert committed.metadata["kernelspec"]["name"] == "python3"
+    nbformat.validate(committed)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_has_small_static_outputs_and_no_errors(name):
+    path = NOTEBOOKS / f"{name}.ipynb"
+    assert path.stat().st_size <= builder.MAX_NOTEBOOK_BYTES
+    nb = nbformat.read(path, as_version=4)
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code_cells), "committed without running every cell"
+    assert builder.problems(nb, path.stat().st_size) == []
+    assert all("execution" not in c.metadata for c in nb.cells), "timings were saved"
+
+
+def test_the_build_script_refuses_widget_views_errors_and_large_files():
+    nb = builder.build("01_quickstart")
+    nb.cells[1].outputs = [nbformat.v4.new_output("display_data", data={builder.WIDGET_MIME: {}, "text/plain": "x"}),
+                           nbformat.v4.new_output("error", ename="ValueError", evalue="boom", traceback=[])]
+    found = builder.problems(nb, builder.MAX_NOTEBOOK_BYTES + 1)
+    assert len(found) == 3
+    assert any("over the" in p for p in found) and any("widget" in p for p in found) and any("error" in p for p in found)
+
+
+def test_readme_lists_every_notebook():
+    readme = (NOTEBOOKS / "README.md").read_text(encoding="utf-8")
+    for name in NAMES:
+        assert f"({name}.ipynb)" in readme, name
+
+
+# -- executing them -------------------------------------------------------------------------------
+
+
+def test_quickstart(run_notebook):
+    nb = run_notebook("01_quickstart")
+    report_cell = cell_with(nb, "%%gpuprofile -o report")
+    shown = report_cell.outputs[0]["data"]
+    assert shown["text/plain"].startswith("gpumagic report")
+    assert "<" in shown["text/html"] and builder.WIDGET_MIME not in shown
+    assert "5 steps recorded" in output_of(nb, 'steps = report.metrics["steps"]')
+    assert output_of(nb, "example = gpumagic.analyze").startswith("gpumagic report — ResNet-50, V100, num_workers=0")
+    assert output_of(nb, "top = example.findings[0]").startswith("The training loop waits for the data loader")
+
+
+@pytest.mark.slow
+def test_dataloader_bottleneck_is_found_fixed_and_measured(run_notebook):
+    nb = run_notebook("02_dataloader_bottleneck")
+    assert "waiting in the DataLoader" in output_of(nb, 'finding = before.finding("dataloader-bound")')
+    assert "◀ best" in output_of(nb, "%gputune dataset")
+    assert "'num_workers': " in output_of(nb, "print(tuned.recommended_kwargs)")
+    summary = output_of(nb, 'comparison = gpumagic.compare("before", "after")')
+    assert "resolved: dataloader-bound" in summary
+    speedup = float(re.search(r"speed-up: ([\d.]+)×", summary).group(1))
+    assert speedup > 1.3, summary
+
+
+def test_transfers_and_syncs(run_notebook):
+    nb = run_notebook("03_transfers_and_syncs")
+    check_gpu_cells(nb)
+    copies = output_of(nb, 'resnet = gpumagic.analyze(DATA / "resnet50_v100_workers0.json.gz"')
+    assert "HtoD copies from pageable memory" in copies and "pageable copies moved" in copies
+    assert "sync calls were followed by GPU idle time" in output_of(nb, 'a100 = gpumagic.analyze(')
+    timeline = cell_with(nb, "timeline_png(a100").outputs[0]["data"]
+    assert "image/png" in timeline
+
+
+@pytest.mark.slow
+def test_huggingface_trainer(run_notebook):
+    pytest.importorskip("transformers")
+    nb = run_notebook("04_huggingface_trainer")
+    assert output_of(nb, "callback = GpuProfileCallback(").startswith("gpumagic report — hf before")
+    fixes = output_of(nb, "report = callback.report")
+    assert fixes.startswith("# huggingface:") and "dataloader_num_workers=4" in fixes
+    assert "Fixes are phrased as TrainingArguments for transformers" in fixes
+    summary = output_of(nb, 'print(f"speed-up: {comparison.speedup')
+    if not cuda_available():  # on a GPU the step is so short that 4 workers may not keep up (the notebook says so)
+        assert "resolved: dataloader-bound" in summary
+
+
+def test_offline_analysis(run_notebook):
+    nb = run_notebook("05_offline_analysis")
+    assert "'resolved': ['dataloader-bound']" in output_of(nb, "data = comparison.to_dict()")
+    sizes = output_of(nb, "obj.save_html(OUT / name)")
+    assert re.search(r"comparison\.html\s+\d+ KiB", sizes), sizes
+    assert "label 'tiny run', 5 steps" in output_of(nb, "bundle = OUT")
+    assert output_of(nb, "!gpumagic analyze ../tests/data/h100").startswith("gpumagic report — NVIDIA H100")
+    assert "['dataloader-bound']" in output_of(nb, "!gpumagic compare")
+    assert "wrote html report to example.html" in output_of(nb, "gpumagic analyze example --format html")
+    assert output_of(nb, "!gpumagic analyze no_such_trace").startswith("gpumagic: error:")
+
+
+def test_settings_to_kernels(run_notebook):
+    nb = run_notebook("06_settings_to_kernels")
+    check_gpu_cells(nb)
+    assert "findings: mixed-precision-off" in output_of(nb, 'resnet = gpumagic.analyze(DATA / "v100_resnet_ns_timestamps')
+    assert "torch.compile" in output_of(nb, 'bert = gpumagic.analyze(DATA / "h100_bert_small_inference')
+    bounds = output_of(nb, "kernel_bounds(resnet)")
+    assert bounds.count("faster saves ≤") == 6, bounds
