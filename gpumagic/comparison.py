@@ -20,6 +20,7 @@ different number of steps still compare. The breakdown is per step for the same 
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
 #: loop on a quiet machine is a few percent (MAD/median of the steps in four of the five
 #: fixture traces with steps: 0.3-2 %).
 SAME_STEP_TOLERANCE = 0.03
+#: Standard error of a sample median relative to σ/√n for normal data: √(π/2) ≈ 1.2533.
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
 #: Fewer recorded steps than this make the median step a weak estimate (torch.profiler's
 #: examples record 3-5 active steps).
 FEW_STEPS = 3
@@ -304,16 +307,22 @@ def _findings_diff(a: Report, b: Report) -> dict[str, Any]:
 
 
 def same_tolerance(before: Report, after: Report) -> float:
-    """The relative step-time change below which the runs count as equally fast: the larger
-    relative median absolute deviation (MAD / median) of the two runs' step durations, and at
-    least :data:`SAME_STEP_TOLERANCE`. The MAD ignores one slow step (a p90 of 6 steps would not)."""
-    spreads = [SAME_STEP_TOLERANCE]
+    """The relative step-time change below which the runs count as equally fast.
+
+    Each run's median step has a standard error of about 1.25 × σ / √n, with σ estimated robustly
+    as 1.4826 × MAD (the median absolute deviation ignores one slow step). The tolerance is two
+    combined standard errors of the two medians, relative to each median (about 95 % confidence
+    for normal noise), and at least :data:`SAME_STEP_TOLERANCE`. A noisy run thus widens the band
+    only as much as its step count leaves the median uncertain."""
+    variances = []
     for r in (before, after):
         durations = [d for d in (metric(r.metrics, "steps", "durations_ms") or []) if d is not None]
         median = metric(r.metrics, "steps", "median_ms")
         if len(durations) >= 2 and median:
-            spreads.append(statistics.median(abs(d - median) for d in durations) / median)
-    return max(spreads)
+            mad = statistics.median(abs(d - median) for d in durations)
+            se_rel = MEDIAN_SE_FACTOR * 1.4826 * mad / median / math.sqrt(len(durations))
+            variances.append(se_rel**2)
+    return max(SAME_STEP_TOLERANCE, 2 * math.sqrt(sum(variances)))
 
 
 def verdict(data: dict[str, Any], tolerance: float = SAME_STEP_TOLERANCE) -> str:

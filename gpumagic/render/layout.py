@@ -133,6 +133,8 @@ def plan_rows(report: Report, trace: Trace, view: TimelineView) -> list[LaneRow]
 def _name_masks(report: Report, trace: Trace) -> dict[str, np.ndarray]:
     """Boolean arrays over ``trace.names``, classified by the analysis's own name rules."""
     syncs = event_names.SYNC_CALLS | event_names.SYNC_OPS | set((metric(report.metrics, "syncs", "by_name") or {}).keys())
+    if metric(report.metrics, "trace", "cpu_only"):
+        syncs = set()  # .item() on a CPU tensor blocks on nothing: no GPU to wait for
     return {
         "step": trace.name_ids(event_names.is_step),
         "dataloader": trace.name_ids(event_names.is_dataloader),

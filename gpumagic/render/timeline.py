@@ -378,7 +378,7 @@ def _sample_series(trace: Trace, view: TimelineView) -> list[_Series]:
     if "t_ns" in cpu and "total" in cpu:
         lines = [("host CPU, all cores", np.asarray(cpu["total"], float), palette.GREY)]
         if "main" in cpu:
-            lines.append(("main thread (% of one core)", np.asarray(cpu["main"], float), palette.BLUE))
+            lines.append(("this process, all threads (% of one core)", np.asarray(cpu["main"], float), palette.BLUE))
         if "workers" in cpu:
             lines.append(("data-loader workers (% of one core)", np.asarray(cpu["workers"], float), palette.ORANGE))
         out.append(_Series("host CPU %", np.asarray(cpu["t_ns"], np.int64), tuple(lines)))

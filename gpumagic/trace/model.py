@@ -149,7 +149,8 @@ class Samples:
     ``Trace.origin_ns``). GPU fields: ``device``, ``gpu_util``, ``mem_util``,
     ``mem_used_bytes``, ``mem_total_bytes``, ``power_w``, ``sm_clock_mhz``, ``pcie_tx_kbps``,
     ``pcie_rx_kbps``. CPU fields: ``total`` (percent of all cores), ``per_core`` (2-D),
-    ``workers`` (percent of one core summed over data-loader worker processes).
+    ``main`` (this process, all its threads, in percent of one core), ``workers`` (percent of one
+    core summed over data-loader worker processes), ``worker_count``.
     """
 
     gpu: dict[str, np.ndarray] = field(default_factory=dict)

@@ -58,3 +58,18 @@ def test_mimebundle_has_text_and_html_and_honours_include(pair):
 def test_save_html(pair, tmp_path):
     out = pair.save_html(tmp_path / "cmp.html")
     assert out.read_text(encoding="utf-8") == pair.to_html()
+
+
+def test_a_noisy_after_run_does_not_hide_a_large_speedup():
+    """−56 % on the median with a noisy 5-step after-run is a real speed-up, not "about the same"."""
+    from types import SimpleNamespace
+
+    from gpumagic.comparison import same_tolerance, verdict
+
+    before = SimpleNamespace(metrics={"steps": {"durations_ms": [100, 101, 99, 100, 102], "median_ms": 100}})
+    after = SimpleNamespace(metrics={"steps": {"durations_ms": [44, 30, 70, 44, 60], "median_ms": 44}})
+    tol = same_tolerance(before, after)
+    assert 0.03 < tol < 0.56
+    assert verdict({"step_time_ratio": 0.44}, tol).startswith("2.27× faster")
+    steady = SimpleNamespace(metrics={"steps": {"durations_ms": [100, 100, 101, 99], "median_ms": 100}})
+    assert same_tolerance(steady, steady) == 0.03
