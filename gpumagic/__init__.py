@@ -8,8 +8,8 @@ Public API::
     gpumagic.Profiler(...)                          # start()/stop() across cells
     %load_ext gpumagic  ->  %%gpuprofile, %gpuprofile
 
-Importing gpumagic registers nothing and imports neither torch nor IPython; those load when
-the names that need them are first used.
+Importing gpumagic registers nothing and imports neither numpy, torch nor IPython; those load
+when the names that need them are first used.
 """
 
 from __future__ import annotations
@@ -17,16 +17,15 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from gpumagic.analysis import analyze
 from gpumagic.errors import GpumagicError, TraceError
 from gpumagic.report.model import Evidence, Finding, Fix, Report, Window
-from gpumagic.trace import Trace
-from gpumagic.trace import load as load_trace
 
 __version__ = "0.1.0"
 
-#: Public names whose modules import torch/IPython/ipywidgets: resolved on first use.
+#: Public names whose modules import numpy, torch, IPython or ipywidgets: resolved on first use.
 _LAZY = {
+    "analyze": "gpumagic.analysis",
+    "Trace": "gpumagic.trace.model",
     "profile": "gpumagic.api",
     "Profiler": "gpumagic.api",
     "compare": "gpumagic.comparison",
@@ -41,6 +40,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "load_trace":
+        return import_module("gpumagic.trace.kineto").load
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'gpumagic' has no attribute {name!r}")

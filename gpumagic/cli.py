@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from collections.abc import Sequence
 
 from gpumagic.errors import GpumagicError
@@ -55,17 +56,49 @@ def write_output(text: str, output: str | None) -> None:
         raise GpumagicError(f"{output}: cannot write ({exc.strerror or exc})") from None
 
 
+class _ReadAhead(threading.Thread):
+    """Read (and gunzip) a trace file on a helper thread; :meth:`result` returns its bytes or
+    raises its :class:`~gpumagic.errors.TraceError` on the calling thread."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(name="gpumagic-read", daemon=True)
+        self.path = path
+        self._raw: bytes | None = None
+        self._error: GpumagicError | None = None
+        self.start()
+
+    def run(self) -> None:
+        from gpumagic.trace.files import read_bytes
+
+        try:
+            self._raw = read_bytes(self.path)
+        except GpumagicError as exc:
+            self._error = exc
+
+    def result(self) -> bytes:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        raw, self._raw = self._raw, None
+        return raw
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "compare":
         from gpumagic.compare_cli import run_compare
 
         return run_compare(args)
-    from gpumagic.analysis import analyze
-
     path = example_trace_path() if args.path == EXAMPLE else args.path
+    reading = _ReadAhead(path)  # gunzip (which releases the GIL) while numpy & co. are imported
+    from gpumagic.analysis import analyze
+    from gpumagic.trace.kineto import build, decode
+
     try:
-        report = analyze(path, label=args.label)
+        tracefile, notes = decode(reading.result(), path)
+        trace = build(tracefile, notes, path)
+        del tracefile  # the decoded structs: free them before the analysis allocates
+        report = analyze(trace, label=args.label)
         write_output(render_as(report, args.format), args.output)
     except GpumagicError as exc:
         print(f"gpumagic: error: {exc}", file=sys.stderr)

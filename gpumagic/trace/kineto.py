@@ -12,10 +12,8 @@ names) and durations that round negative; both are tolerated and reported in ``T
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
-import zlib
 from collections.abc import Iterable
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -26,6 +24,7 @@ import numpy as np
 from gpumagic._arrays import distinct
 from gpumagic.errors import TraceError
 from gpumagic.trace import schema
+from gpumagic.trace.files import read_bytes
 from gpumagic.trace.model import (
     GPU_KINDS,
     DeviceInfo,
@@ -61,44 +60,9 @@ SKIPPED_CATEGORIES = frozenset({"Trace", "Spans", "overhead", "cuda_profiler_ran
 FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu"})
 CLOCK_ANCHOR = "gpumagic::clock_anchor"
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _TRAILING_COMMA = re.compile(rb",(\s*[\]}])")
 _BAD_ESCAPE = re.compile(rb'\\(?!["\\/bfnrtu])')
 _CONTROL_CHARS = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
-
-
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """The file's JSON bytes, gunzipped when it is gzip. Raises :class:`TraceError`."""
-    path = os.fspath(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: is a directory, not a trace file") from None
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if not raw:
-        raise TraceError(f"{path}: the file is empty")
-    if raw[:2] == _GZIP_MAGIC:
-        try:
-            raw = _gunzip(raw)
-        except (EOFError, OSError, zlib.error):
-            raise TraceError(f"{path}: truncated or corrupt gzip data") from None
-        if not raw:
-            raise TraceError(f"{path}: the gzip file holds no data")
-    return raw
-
-
-def _gunzip(data: bytes) -> bytes:
-    """Gunzip into one buffer sized from the gzip trailer (ISIZE, RFC 1952), so that a 50 MB trace
-    does not pass through a chain of growing buffers; multi-member files take the general path."""
-    isize = int.from_bytes(data[-4:], "little")
-    out = zlib.decompress(data, wbits=31, bufsize=max(isize, 1 << 16))
-    if len(out) & 0xFFFFFFFF != isize:
-        return gzip.decompress(data)
-    return out
 
 
 def decode(raw: bytes, source: str = "<bytes>") -> tuple[schema.TraceFile, list[str]]:
@@ -195,25 +159,25 @@ def build(tf: schema.TraceFile, notes: list[str], source: str) -> Trace:
     if tf.traceEvents is None:
         raise TraceError(f"{source}: not a PyTorch profiler trace (no traceEvents)")
     events = tf.traceEvents
-    ph_index, ph = _interned(list(map(_PH, events)))
-    cat_index, cat = _interned(list(map(_CAT, events)))
-
-    def select(phase: str, keep_cats=None) -> list[schema.Event]:
-        mask = ph == ph_index.get(phase, -1)
-        if keep_cats is not None:
-            mask &= np.isin(cat, [i for c, i in cat_index.items() if keep_cats(c)])
-        return _pick(events, np.flatnonzero(mask))
-
-    durations = select("X", lambda c: c not in SKIPPED_CATEGORIES)
-    memory = [e for e in select("i") if e.name == "[memory]"]
+    by_type = _by_type(events)
+    complete = by_type.get(schema.Complete, [])
+    cats = list(map(_CAT, complete))
+    cat_set = set(cats)
+    keep = [c for c in cat_set if c not in SKIPPED_CATEGORIES]
+    if len(keep) < len(cat_set):  # drop the profiler's own spans ("Trace", ...)
+        skipped = frozenset(cat_set - set(keep))
+        complete = [e for e, c in zip(complete, cats) if c not in skipped]
+        cats = [c for c in cats if c not in skipped]
+    durations = complete
+    memory = [e for e in by_type.get(schema.Instant, []) if e.name == "[memory]"]
     if not durations and not memory:
         raise TraceError(f"{source}: the trace holds no profiler events")
-    lane_names = _lane_names(select("M"))
+    lane_names = _lane_names(by_type.get(schema.Metadata, []))
     t0 = min(min(map(_TS, durations), default=np.inf), min(map(_TS, memory), default=np.inf))
-    table, lanes, names, neg = _event_table(durations, lane_names, t0)
+    table, lanes, names, neg = _event_table(durations, cats, lane_names, t0)
     if neg:
         notes.append(f"{neg} events had negative durations (a Kineto rounding slip); they were set to 0.")
-    _link_by_flows(table, lanes, events, t0)
+    _link_by_flows(table, lanes, by_type.get(schema.FlowStart, []), by_type.get(schema.FlowEnd, []), t0)
     base_ns = tf.baseTimeNanoseconds or 0
     trace = Trace(
         events=table,
@@ -223,7 +187,7 @@ def build(tf: schema.TraceFile, notes: list[str], source: str) -> Trace:
         devices=[_device(d) for d in tf.deviceProperties],
         origin_ns=int(base_ns + round(t0 * 1000.0)),
         notes=notes,
-        meta=_meta(tf, len(events), {c for c, i in cat_index.items() if (cat[ph == ph_index.get("X", -1)] == i).any()}),
+        meta=_meta(tf, len(events), set(keep)),
         source=source,
     )
     if tf.gpumagic:
@@ -231,10 +195,18 @@ def build(tf: schema.TraceFile, notes: list[str], source: str) -> Trace:
     return trace
 
 
-def _lane_names(meta_events: Iterable[schema.Event]) -> dict[tuple[Any, Any], str]:
+def _by_type(events: list) -> dict[type, list]:
+    """The events grouped by their struct type (the phase they were decoded as), in order."""
+    types = list(map(type, events))
+    codes = {t: i for i, t in enumerate(dict.fromkeys(types))}
+    code = _column(map(codes.__getitem__, types), np.int16, len(types))
+    return {t: _pick(events, np.flatnonzero(code == i)) for t, i in codes.items()}
+
+
+def _lane_names(meta_events: Iterable[schema.Metadata]) -> dict[tuple[Any, Any], str]:
     out: dict[tuple[Any, Any], str] = {}
     for e in meta_events:
-        if e.name == "thread_name" and e.args is not None and e.args.name:
+        if e.name == "thread_name" and e.args.name:
             out[(_as_int(e.pid), _as_int(e.tid))] = e.args.name.strip()
     return out
 
@@ -258,39 +230,52 @@ def _pick(items: list, index: np.ndarray) -> list:
     return list(itemgetter(*index.tolist())(items))
 
 
-def _lane_keys(evs: list[schema.Event]) -> tuple[dict, np.ndarray]:
-    """Intern (pid, tid) pairs by interning each half and pairing the small integer codes
-    (much cheaper than hashing 10^5 mixed int/str tuples)."""
-    pid_index, pid_ids = _interned(list(map(_PID, evs)))
-    tid_index, tid_ids = _interned(list(map(_TID, evs)))
-    codes = pid_ids.astype(np.int64) * len(tid_index) + tid_ids
-    uniq, first, raw_lane = np.unique(codes, return_index=True, return_inverse=True)
-    pids, tids = list(pid_index), list(tid_index)
+def _lane_keys(evs: list[schema.Complete]) -> tuple[dict, np.ndarray]:
+    """Intern (pid, tid) pairs, numbered in first-seen order. Fast path: all ids are ints
+    (current traces), paired as one int64 code; else each half is interned first (2021 traces
+    spell some tids as strings)."""
+    n = len(evs)
+    try:
+        pid = _column(map(_PID, evs), np.int64, n)
+        tid = _column(map(_TID, evs), np.int64, n)
+        pids, tids = pid, tid
+    except (TypeError, ValueError):  # a string id somewhere
+        pid_index, pid = _interned(list(map(_PID, evs)))
+        tid_index, tid = _interned(list(map(_TID, evs)))
+        pids, tids = list(pid_index), list(tid_index)
+    pid = pid.astype(np.int64)
+    tid = tid.astype(np.int64)
+    span = int(tid.max() - tid.min() + 1) if n else 1
+    codes = (pid - (pid.min() if n else 0)) * span + (tid - (tid.min() if n else 0))
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
     order = np.argsort(first)  # lanes numbered in first-seen order
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    lane_index = {(pids[uniq[i] // len(tids)], tids[uniq[i] % len(tids)]): int(rank[i]) for i in order}
-    return lane_index, rank[raw_lane.ravel()].astype(np.int32)
+    lane_index = {(_item(pids, pid[first[i]]), _item(tids, tid[first[i]])): int(rank[i]) for i in order}
+    return lane_index, rank[inverse.ravel()].astype(np.int32)
 
 
-def _event_table(evs: list[schema.Event], lane_names: dict, t0: float):
+def _item(values, code):
+    """The original id: ``values`` is the array of ints itself, or the list of interned ids."""
+    return int(code) if isinstance(values, np.ndarray) else values[int(code)]
+
+
+def _event_table(evs: list[schema.Complete], cats: list, lane_names: dict, t0: float):
     n = len(evs)
-    cats = list(map(_CAT, evs))
     cat_kind = {c: int(CATEGORY_KINDS.get(c, Kind.OTHER)) for c in set(cats)}
     kinds = _column(map(cat_kind.__getitem__, cats), np.int8, n)
     name_index, name_ids = _interned(list(map(_NAME, evs)))
     lane_index, raw_lane = _lane_keys(evs)
     ts = _column(map(_TS, evs), np.float64, n)
-    dur = np.array(list(map(_DUR, evs)), dtype=np.float64) if n else np.zeros(0)  # None -> nan
+    dur = _column(map(_DUR, evs), np.float64, n)
     args = list(map(_ARGS, evs))
     corr = _column(map(_CORR, args), np.int64, n)
-    ext = np.maximum(_column(map(_EXT, args), np.int64, n), _column(map(_EXT_2021, args), np.int64, n))
     dev = _column(map(_DEVICE, args), np.int32, n)
     stream = _column(map(_STREAM, args), np.int32, n)
     nbytes = _column(map(_NBYTES, args), np.int64, n)
 
     ts_ns = np.rint((ts - t0) * 1000.0).astype(np.int64)
-    dur_ns = np.rint(np.nan_to_num(dur) * 1000.0).astype(np.int64)
+    dur_ns = np.rint(dur * 1000.0).astype(np.int64)
     negative = int(np.count_nonzero(dur_ns < 0))
     np.maximum(dur_ns, 0, out=dur_ns)
 
@@ -303,15 +288,12 @@ def _event_table(evs: list[schema.Event], lane_names: dict, t0: float):
     stream[~gpu] = -1
 
     order = np.argsort(ts_ns, kind="stable")
-    table = EventTable(kinds, name_ids, lane, ts_ns, dur_ns, corr, ext, dev, stream, nbytes).take(order)
+    table = EventTable(kinds, name_ids, lane, ts_ns, dur_ns, corr, dev, stream, nbytes).take(order)
     return table, lanes, list(name_index), negative
 
 
-_PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (
-    attrgetter(a) for a in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
-_CORR, _EXT, _EXT_2021, _DEVICE, _STREAM, _NBYTES = (
-    attrgetter(a) for a in ("correlation", "external_id", "external_id_2021", "device", "stream", "nbytes")
-)
+_CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (attrgetter(a) for a in ("cat", "name", "pid", "tid", "ts", "dur", "args"))
+_CORR, _DEVICE, _STREAM, _NBYTES = (attrgetter(a) for a in ("correlation", "device", "stream", "nbytes"))
 
 
 def _normalise_lanes(lane_index, lane_names, kinds, raw_lane):
@@ -347,17 +329,17 @@ def _as_int(value: int | str) -> int:
     return int(m.group()) if m else -1
 
 
-def _link_by_flows(table: EventTable, lanes: list[Lane], events: list[schema.Event], t0: float) -> None:
+def _link_by_flows(table: EventTable, lanes: list[Lane], flow_starts: list, flow_ends: list, t0: float) -> None:
     """Fill missing correlation ids from ``ac2g`` flow arrows (start on the launch, end on the
     GPU event, matched by lane and timestamp). Most traces carry ``correlation`` in both args."""
     gpu = np.isin(table.kind, np.array(GPU_KINDS, dtype=np.int8))
     if not np.any(gpu & (table.corr < 0)):
         return
     starts, ends = {}, {}
-    for e in events:
-        if e.ph in ("s", "f") and e.cat in FLOW_CATEGORIES and e.id is not None:
-            key = (_as_int(e.pid), _as_int(e.tid), round((e.ts - t0) * 1000.0))
-            (starts if e.ph == "s" else ends)[key] = _as_int(e.id)
+    for flows, group in ((starts, flow_starts), (ends, flow_ends)):
+        for e in group:
+            if e.cat in FLOW_CATEGORIES and e.id is not None:
+                flows[(_as_int(e.pid), _as_int(e.tid), round((e.ts - t0) * 1000.0))] = _as_int(e.id)
     for flows in (starts, ends):
         for i in np.flatnonzero(table.corr < 0):
             ln = lanes[table.lane[i]]
@@ -366,7 +348,7 @@ def _link_by_flows(table: EventTable, lanes: list[Lane], events: list[schema.Eve
                 table.corr[i] = fid
 
 
-def _memory_table(evs: list[schema.Event], t0: float) -> MemoryTable:
+def _memory_table(evs: list[schema.Instant], t0: float) -> MemoryTable:
     if not evs:
         return MemoryTable.empty()
     n = len(evs)

@@ -81,7 +81,6 @@ class EventTable:
     ts_ns: np.ndarray  # int64
     dur_ns: np.ndarray  # int64, never negative
     corr: np.ndarray  # int64
-    ext: np.ndarray  # int64 external id (links ops to the runtime calls they make)
     device: np.ndarray  # int32
     stream: np.ndarray  # int32
     nbytes: np.ndarray  # int64
@@ -109,7 +108,6 @@ _EVENT_DTYPES = {
     "ts_ns": np.int64,
     "dur_ns": np.int64,
     "corr": np.int64,
-    "ext": np.int64,
     "device": np.int32,
     "stream": np.int32,
     "nbytes": np.int64,

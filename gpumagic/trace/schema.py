@@ -2,21 +2,19 @@
 
 msgspec decodes straight into these structs and skips every field not declared here (input
 shapes, call stacks, grid sizes...), which is what makes loading fast. Field names follow the
-JSON written by ``torch.profiler`` from 2021 (``"external id"``) to today (``"External id"``,
-``baseTimeNanoseconds``). Reference: Kineto's ``ChromeTraceLogger`` (libkineto/src/output_json.cpp)
-and the Trace Event Format document.
+JSON written by ``torch.profiler`` from 2021 to today (``baseTimeNanoseconds``, ``cuda_driver``...).
+References: Kineto's ``ChromeTraceLogger`` (libkineto/src/output_json.cpp) and the Trace Event
+Format document (the phases ``ph``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 
 
 class Args(msgspec.Struct, frozen=True, gc=False, rename={
-    "external_id": "External id",
-    "external_id_2021": "external id",
     "nbytes": "bytes",
     "mem_bytes": "Bytes",
     "total_allocated": "Total Allocated",
@@ -24,11 +22,10 @@ class Args(msgspec.Struct, frozen=True, gc=False, rename={
     "device_id": "Device Id",
     "device_type": "Device Type",
 }):
-    """The few ``args`` the analysis reads; -1 means absent."""
+    """The few ``args`` the analysis reads; -1 means absent. (``correlation`` links a launch to
+    the kernel or copy it enqueued; operators' ``External id`` is not needed and not read.)"""
 
     correlation: int = -1
-    external_id: int = -1
-    external_id_2021: int = -1
     stream: int = -1
     device: int = -1
     nbytes: int = -1
@@ -45,20 +42,68 @@ class Args(msgspec.Struct, frozen=True, gc=False, rename={
 NO_ARGS = Args()
 
 
+class _Event(msgspec.Struct, gc=False, tag_field="ph"):
+    """Events are told apart by their phase ``ph`` while decoding (a tagged union), so each kind
+    carries only the fields it needs and the loader selects kinds without a pass over strings."""
 
 
-class Event(msgspec.Struct, gc=False):
-    """One trace event. ``pid``/``tid`` are ints, or strings in older and synthetic lanes."""
+class Complete(_Event, tag="X"):
+    """A duration event: operators, annotations, runtime calls, kernels, copies, memsets.
+    ``pid``/``tid`` are ints, or strings in older and synthetic lanes."""
 
-    ph: str = ""
     cat: str | None = None
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
     ts: float = 0.0
-    dur: float | None = None
-    id: int | str | None = None
+    dur: float = 0.0
     args: Args = NO_ARGS
+
+
+class Instant(_Event, tag="i"):
+    """An instant event; ``[memory]`` records carry the allocator's totals in ``args``."""
+
+    cat: str | None = None
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    args: Args = NO_ARGS
+
+
+class Metadata(_Event, tag="M"):
+    """``process_name``, ``thread_name``, ``process_labels``..."""
+
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    args: Args = NO_ARGS
+
+
+class FlowStart(_Event, tag="s"):
+    """A flow arrow's start (``ac2g``: on the launch)."""
+
+    cat: str | None = None
+    id: int | str | None = None
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+
+
+class FlowEnd(_Event, tag="f"):
+    """A flow arrow's end (``ac2g``: on the GPU event)."""
+
+    cat: str | None = None
+    id: int | str | None = None
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+
+
+#: Every other phase of the Trace Event Format, read and ignored.
+_OTHER_PHASES = "BEIbneCtPONDVvRc("
+Event = Union[(Complete, Instant, Metadata, FlowStart, FlowEnd,
+               *(msgspec.defstruct(f"Phase_{ord(p)}", [], bases=(_Event,), tag=p) for p in _OTHER_PHASES))]
 
 
 class DeviceProperties(msgspec.Struct):
