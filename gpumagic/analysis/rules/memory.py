@@ -32,8 +32,8 @@ def memory_pressure(ctx: Context, m: dict):
         fixes=(
             pytorch("Trade compute for memory, or shrink what is stored",
                     """
-from torch.utils.checkpoint import checkpoint
-out = checkpoint(block, x, use_reentrant=False)     # recompute activations in backward
+# recompute a block's activations in backward instead of keeping them
+out = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
 # or: autocast to bf16; or micro-batches with gradient accumulation"""),
             huggingface("Through TrainingArguments",
                         "TrainingArguments(..., gradient_checkpointing=True, bf16=True,\n"
