@@ -13,7 +13,7 @@ import numpy as np
 from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
-from gpumagic.trace.model import GPU_KINDS, Kind, Trace
+from gpumagic.trace.model import GPU_KINDS, LAUNCH_KINDS, Kind, Trace
 
 #: A GPU gap shorter than this, whose next kernel was already queued, is launch latency
 #: ("kernel wait"). HTA's ``consecutive_kernel_delay`` default is 30 in trace units (µs in its
@@ -110,7 +110,7 @@ def _flags(trace: Trace) -> dict[str, np.ndarray]:
     """Per distinct name, which classes it belongs to (evaluated once per name)."""
     classifiers = {
         "step": nm.is_step, "dataloader": nm.is_dataloader, "sync_call": nm.is_sync_call,
-        "sync_op": nm.SYNC_OPS.__contains__, "launch": nm.is_launch_call, "nccl": nm.is_nccl,
+        "sync_op": nm.SYNC_OPS.__contains__, "nccl": nm.is_nccl,
         "tensor_core": nm.is_tensor_core, "matmul": nm.is_matmul, "alloc": nm.ALLOC_CALLS.__contains__,
         "init": nm.INIT_CALLS.__contains__, "compile": nm.is_compile,
     }
@@ -128,7 +128,7 @@ def build_context(trace: Trace) -> Context:
         "kernel": kind == Kind.KERNEL,
         "memcpy": kind == Kind.MEMCPY,
         "memset": kind == Kind.MEMSET,
-        "runtime": np.isin(kind, np.array([Kind.RUNTIME, Kind.DRIVER], dtype=np.int8)),
+        "runtime": np.isin(kind, np.array(LAUNCH_KINDS, dtype=np.int8)),
         "cpu_op": kind == Kind.CPU_OP,
         "annotation": kind == Kind.ANNOTATION,
         "python": kind == Kind.PYTHON,

@@ -27,7 +27,6 @@ ALLOC_CALLS = frozenset({"cudaMalloc", "cudaMallocAsync", "cudaHostAlloc", "cuda
                          "cuMemAlloc_v2", "cuMemCreate", "hipMalloc", "hipFree", "hipHostMalloc"})
 INIT_CALLS = frozenset({"cuInit", "cuDevicePrimaryCtxRetain", "cudaGetDeviceCount", "cudaSetDevice",
                         "cudaGetDeviceProperties", "cudaGetDeviceProperties_v2", "hipInit", "hipGetDeviceCount"})
-LAUNCH_CALLS_RE = re.compile(r"^(cuda|hip)(LaunchKernel|LaunchKernelExC|LaunchCooperativeKernel|GraphLaunch)|^cuLaunchKernel")
 COMPILE_RE = re.compile(r"(convert_frame\.py.*_compile|compile_fx|async_compile|codecache|"
                         r"TorchDynamo|torch/_inductor/.*compile|triton/compiler|autotune|cudnnFind)")
 
@@ -62,10 +61,6 @@ def is_dataloader(name: str) -> bool:
 
 def is_sync_call(name: str) -> bool:
     return name in SYNC_CALLS
-
-
-def is_launch_call(name: str) -> bool:
-    return bool(LAUNCH_CALLS_RE.match(name))
 
 
 def is_nccl(name: str) -> bool:

@@ -7,6 +7,7 @@ false positives.
 
 from __future__ import annotations
 
+from gpumagic.analysis.rules.base import Rule
 from gpumagic.analysis.rules.communication import communication_heavy
 from gpumagic.analysis.rules.dataloader import dataloader_bound
 from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
@@ -18,7 +19,7 @@ from gpumagic.analysis.rules.utilization import gpu_idle_gaps, low_gpu_utilizati
 from gpumagic.analysis.rules.warmup import warmup_in_window
 
 #: Rules that name a cause, run first; ``low-gpu-utilization`` then reports what they leave unexplained.
-CAUSE_RULES = (
+CAUSE_RULES: tuple[Rule, ...] = (
     dataloader_bound, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
 )
