@@ -7,13 +7,13 @@ hook is still installed; it cleans up first, so one failure does not cascade int
 
 from __future__ import annotations
 
-import builtins
-import sys
 import threading
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from ipyshell import ipython_shell  # noqa: E402
 
 from gpumagic.capture import session as session_module  # noqa: E402
 from gpumagic.capture.recorder import profiler_active  # noqa: E402
@@ -74,28 +74,8 @@ def no_leftovers():
 @pytest.fixture(scope="module")
 def shell():
     """An IPython shell with gpumagic loaded, history in memory; process state restored after."""
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
-    saved_builtins = dict(builtins.__dict__)
-    saved_main = sys.modules.get("__main__")
-    saved_hooks = (sys.displayhook, sys.excepthook)
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    ip = InteractiveShell.instance(config=config)
-    ip.run_line_magic("load_ext", "gpumagic")
-    try:
+    with ipython_shell("gpumagic") as ip:
         yield ip
-    finally:
-        ip.run_line_magic("unload_ext", "gpumagic")
-        ip.history_manager.end_session()
-        InteractiveShell.clear_instance()
-        for name in set(builtins.__dict__) - set(saved_builtins):
-            del builtins.__dict__[name]
-        builtins.__dict__.update(saved_builtins)
-        if saved_main is not None:
-            sys.modules["__main__"] = saved_main
-        sys.displayhook, sys.excepthook = saved_hooks
 
 
 @pytest.fixture

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import builtins
-import sys
-
 import pytest
 from datasets_for_tuner import Sleepy
+from ipyshell import ipython_shell
 
 from gpumagic.tuner import TuneResult
 
@@ -15,28 +13,8 @@ IPython = pytest.importorskip("IPython")
 
 @pytest.fixture(scope="module")
 def shell():
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
-    saved_builtins = dict(builtins.__dict__)
-    saved_main = sys.modules.get("__main__")
-    saved_hooks = (sys.displayhook, sys.excepthook)
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    ip = InteractiveShell.instance(config=config)
-    ip.run_line_magic("load_ext", "gpumagic.tuner_magic")
-    try:
+    with ipython_shell("gpumagic.tuner_magic") as ip:
         yield ip
-    finally:
-        ip.run_line_magic("unload_ext", "gpumagic.tuner_magic")
-        ip.history_manager.end_session()
-        InteractiveShell.clear_instance()
-        for name in set(builtins.__dict__) - set(saved_builtins):
-            del builtins.__dict__[name]
-        builtins.__dict__.update(saved_builtins)
-        if saved_main is not None:
-            sys.modules["__main__"] = saved_main
-        sys.displayhook, sys.excepthook = saved_hooks
 
 
 def test_gputune_measures_and_stores_the_result(shell):
