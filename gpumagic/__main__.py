@@ -1,5 +1,3 @@
-import sys
+from gpumagic.cli import run
 
-from gpumagic.cli import main
-
-sys.exit(main())
+run()

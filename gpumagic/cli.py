@@ -21,6 +21,16 @@ def example_trace_path() -> str:
     return os.path.join(os.path.dirname(__file__), "examples", "resnet50_v100_workers0.json.gz")
 
 
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return n
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpumagic", description="Why is my GPU waiting? Analyse PyTorch profiler traces.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -29,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--format", choices=("text", "json", "html"), default="text")
     a.add_argument("-o", "--output", help="write to this file instead of standard output")
     a.add_argument("--label", default="", help="name this run in the report")
+    a.add_argument("-j", "--jobs", type=_jobs, default=0, metavar="N",
+                   help="processes that decode a large trace side by side (default: one per core; 1: none)")
     from gpumagic.compare_cli import add_compare_parser
 
     add_compare_parser(sub)
@@ -63,7 +75,7 @@ class _ReadAhead(threading.Thread):
     def __init__(self, path: str) -> None:
         super().__init__(name="gpumagic-read", daemon=True)
         self.path = path
-        self._raw: bytes | None = None
+        self._raw: bytearray | None = None
         self._error: GpumagicError | None = None
         self.start()
 
@@ -71,11 +83,11 @@ class _ReadAhead(threading.Thread):
         from gpumagic.trace.files import read_bytes
 
         try:
-            self._raw = read_bytes(self.path)
+            self._raw = read_bytes(self.path, mutable=True)
         except GpumagicError as exc:
             self._error = exc
 
-    def result(self) -> bytes:
+    def result(self) -> bytearray:
         self.join()
         if self._error is not None:
             raise self._error
@@ -92,12 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = example_trace_path() if args.path == EXAMPLE else args.path
     reading = _ReadAhead(path)  # gunzip (which releases the GIL) while numpy & co. are imported
     from gpumagic.analysis import analyze
-    from gpumagic.trace.kineto import build, decode
+    from gpumagic.trace.kineto import from_bytes
+    from gpumagic.trace.pieces import available_workers
 
     try:
-        tracefile, notes = decode(reading.result(), path)
-        trace = build(tracefile, notes, path)
-        del tracefile  # the decoded structs: free them before the analysis allocates
+        trace = from_bytes(reading.result(), path, workers=args.jobs or available_workers())
         report = analyze(trace, label=args.label)
         write_output(render_as(report, args.format), args.output)
     except GpumagicError as exc:
@@ -108,5 +119,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def run() -> None:
+    """The console script: :func:`main`, then leave without tearing the interpreter down.
+
+    Freeing every object of a large analysis one by one at exit takes longer than the output
+    needs; everything is written and flushed by then, so the process ends at once.
+    """
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help (0) and usage errors (2)
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

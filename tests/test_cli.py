@@ -49,6 +49,38 @@ def test_missing_file_in_a_real_process():
     assert r.stderr == "gpumagic: error: /no/such/trace.json: no such file\n"
 
 
+def test_a_real_process_writes_everything_before_its_quick_exit(tmp_path):
+    """The console entry ends with ``os._exit``: the report must be complete on stdout and in -o."""
+    cmd = [sys.executable, "-m", "gpumagic", "analyze", os.path.join(DATA, "a100_training_rank0.json.gz"), "--format", "json"]
+    piped = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert piped.returncode == 0
+    out = tmp_path / "r.json"
+    to_file = subprocess.run([*cmd, "-o", str(out), "-j", "1"], capture_output=True, text=True, check=False)
+    assert to_file.returncode == 0 and "wrote json report" in to_file.stderr
+    assert json.loads(piped.stdout) == json.loads(out.read_text())  # and -j 1 gives the same report
+    usage = subprocess.run([*cmd, "-j", "-3"], capture_output=True, text=True, check=False)
+    assert usage.returncode == 2 and "expected a whole number >= 0" in usage.stderr
+    helped = subprocess.run([sys.executable, "-m", "gpumagic", "analyze", "--help"], capture_output=True, text=True, check=False)
+    assert helped.returncode == 0 and "--jobs" in helped.stdout
+
+
+def test_jobs_decode_a_large_trace_in_pieces_with_the_same_report(tmp_path, monkeypatch):
+    from gpumagic.trace import pieces
+
+    monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1 << 20)
+    calls = []
+    real = pieces.decode_in_pieces
+    monkeypatch.setattr(pieces, "decode_in_pieces", lambda raw, n: calls.append((n, real(raw, n))) or calls[-1][1])
+    path = os.path.join(DATA, "resnet50_v100_workers4.json.gz")
+    reports = []
+    for jobs in ("3", "1"):
+        out = tmp_path / f"r{jobs}.json"
+        assert main(["analyze", path, "--format", "json", "-o", str(out), "-j", jobs]) == 0
+        reports.append(json.loads(out.read_text()))
+    assert [n for n, _ in calls] == [3] and calls[0][1] is not None  # cut in 3, not a fallback
+    assert reports[0] == reports[1]
+
+
 def test_unwritable_output(tmp_path, capsys):
     assert main(["analyze", H100, "-o", str(tmp_path / "no" / "dir" / "r.txt")]) == 2
     assert "cannot write" in capsys.readouterr().err

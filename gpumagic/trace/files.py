@@ -12,8 +12,12 @@ from gpumagic.errors import TraceError
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """The file's JSON bytes, gunzipped when it is gzip. Raises :class:`TraceError`."""
+def read_bytes(path: str | os.PathLike, *, mutable: bool = False) -> bytes | bytearray:
+    """The file's JSON bytes, gunzipped when it is gzip. Raises :class:`TraceError`.
+
+    ``mutable=True`` returns a ``bytearray``, which :mod:`gpumagic.trace.pieces` can cut into
+    pieces without copying them.
+    """
     path = os.fspath(path)
     try:
         with open(path, "rb") as fh:
@@ -28,11 +32,13 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         raise TraceError(f"{path}: the file is empty")
     if raw[:2] == _GZIP_MAGIC:
         try:
-            raw = _gunzip(raw)
+            raw = _gunzip_into(raw) if mutable else _gunzip(raw)
         except (EOFError, OSError, zlib.error):
             raise TraceError(f"{path}: truncated or corrupt gzip data") from None
         if not raw:
             raise TraceError(f"{path}: the gzip file holds no data")
+    elif mutable:
+        raw = bytearray(raw)
     return raw
 
 
@@ -43,4 +49,21 @@ def _gunzip(data: bytes) -> bytes:
     out = zlib.decompress(data, wbits=31, bufsize=max(isize, 1 << 16))
     if len(out) & 0xFFFFFFFF != isize:
         return gzip.decompress(data)
+    return out
+
+
+def _gunzip_into(data: bytes) -> bytearray:
+    """Gunzip into a ``bytearray`` 1 MB at a time. (Growing a large buffer remaps its pages
+    rather than copying them, and the 1 MB pieces reuse the same heap memory, so this costs
+    about what :func:`_gunzip` does.)"""
+    out = bytearray()
+    inflate = zlib.decompressobj(wbits=31)
+    pending = memoryview(data)
+    while pending and not inflate.eof:
+        out += inflate.decompress(pending, 1 << 20)
+        pending = inflate.unconsumed_tail
+    if not inflate.eof:
+        raise EOFError("compressed file ended before the end-of-stream marker was reached")
+    if inflate.unused_data.strip(b"\0"):  # a multi-member file
+        return bytearray(gzip.decompress(data))
     return out

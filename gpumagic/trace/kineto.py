@@ -8,6 +8,12 @@ an extra top-level ``"gpumagic"`` key holding samples and capture facts).
 
 Kineto occasionally writes JSON that strict parsers reject (trailing commas, stray backslashes in
 names) and durations that round negative; both are tolerated and reported in ``Trace.notes``.
+
+Loading runs in stages: msgspec decodes the text into typed structs (:mod:`.schema`; flow
+arrows are skipped, and decoded in a second pass only for a trace whose GPU events lack
+``correlation`` args); :func:`extract` turns a list of structs into a :class:`Part` of columns;
+:func:`_assemble` joins the parts of a file (one, or one per piece when :mod:`.pieces` decodes a
+large file side by side) into the :class:`Trace`.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -65,11 +72,16 @@ _BAD_ESCAPE = re.compile(rb'\\(?!["\\/bfnrtu])')
 _CONTROL_CHARS = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
-def decode(raw: bytes, source: str = "<bytes>") -> tuple[schema.TraceFile, list[str]]:
-    """Decode JSON bytes with the typed schema; repair Kineto's known JSON slips if needed."""
+def decode(raw: bytes, source: str = "<bytes>", *, flows: bool = True) -> tuple[schema.TraceFile | schema.FastTraceFile, list[str]]:
+    """Decode JSON bytes with the typed schema; repair Kineto's known JSON slips if needed.
+
+    With ``flows=False`` the flow arrows' bodies are skipped (:class:`~schema.FastTraceFile`),
+    which is what :func:`from_bytes` does; it decodes them in a second pass only when needed.
+    """
+    decoders = _FULL if flows else _FAST
     notes: list[str] = []
     try:
-        return _decode_typed(raw), notes
+        return _decode_typed(raw, decoders), notes
     except msgspec.ValidationError:
         return _decode_lenient(raw, source, notes), notes
     except msgspec.DecodeError as first_error:
@@ -77,20 +89,36 @@ def decode(raw: bytes, source: str = "<bytes>") -> tuple[schema.TraceFile, list[
         if repaired == raw:
             raise TraceError(f"{source}: not valid JSON ({_short(first_error)})") from None
         try:
-            tf = _decode_typed(repaired)
+            tf = _decode_typed(repaired, decoders)
         except msgspec.ValidationError:
             tf = _decode_lenient(repaired, source, notes)
         except msgspec.DecodeError:
             raise TraceError(f"{source}: not valid JSON, truncated or corrupt ({_short(first_error)})") from None
-        notes.append("The trace was not strictly valid JSON (a known Kineto slip such as a trailing "
-                     "comma or an unescaped backslash); it was repaired before reading.")
+        notes.append(REPAIRED_NOTE)
         return tf, notes
 
 
-def _decode_typed(raw: bytes) -> schema.TraceFile:
-    if raw.lstrip()[:1] == b"[":
-        return schema.TraceFile(traceEvents=schema.EVENTS_DECODER.decode(raw))
-    return schema.TRACE_DECODER.decode(raw)
+REPAIRED_NOTE = ("The trace was not strictly valid JSON (a known Kineto slip such as a trailing "
+                 "comma or an unescaped backslash); it was repaired before reading.")
+_FULL = (schema.TRACE_DECODER, schema.EVENTS_DECODER)
+_FAST = (schema.FAST_DECODER, schema.FAST_EVENTS_DECODER)
+_FLOWS = (schema.FLOW_DECODER, schema.FLOW_EVENTS_DECODER)
+
+
+def _decode_typed(raw: bytes, decoders: tuple = _FULL):
+    file_decoder, events_decoder = decoders
+    if first_char(raw) == b"[":
+        return file_decoder.type(traceEvents=events_decoder.decode(raw))
+    return file_decoder.decode(raw)
+
+
+_SPACE = re.compile(rb"\s*")
+
+
+def first_char(raw: bytes | bytearray) -> bytes:
+    """The first non-blank byte (without copying the text, as ``bytearray.lstrip`` would)."""
+    at = _SPACE.match(raw).end()
+    return bytes(raw[at:at + 1])
 
 
 def _decode_lenient(raw: bytes, source: str, notes: list[str]) -> schema.TraceFile:
@@ -135,13 +163,15 @@ def _short(exc: Exception) -> str:
     return str(exc).splitlines()[0][:120]
 
 
-def load(source: str | os.PathLike | dict | schema.TraceFile) -> Trace:
+def load(source: str | os.PathLike | dict | schema.TraceFile, *, workers: int = 1) -> Trace:
     """Load a trace from a path (``.json`` or ``.json.gz``), a parsed dict, or decoded structs.
 
+    ``workers`` > 1 lets a large file be decoded in pieces by forked processes (see
+    :func:`from_bytes`); the default keeps everything in this process, as a notebook kernel needs.
     Raises :class:`~gpumagic.errors.TraceError` with one sentence when the input is not a
     readable profiler trace.
     """
-    if isinstance(source, schema.TraceFile):
+    if isinstance(source, (schema.TraceFile, schema.FastTraceFile)):
         return build(source, [], "<memory>")
     if isinstance(source, dict):
         try:
@@ -150,49 +180,180 @@ def load(source: str | os.PathLike | dict | schema.TraceFile) -> Trace:
             raise TraceError(f"<dict>: not a PyTorch profiler trace ({_short(exc)})") from None
         return build(tf, [], "<dict>")
     name = os.fspath(source)
-    tf, notes = decode(read_bytes(name), name)
-    return build(tf, notes, name)
+    return from_bytes(read_bytes(name), name, workers=workers)
 
 
-def build(tf: schema.TraceFile, notes: list[str], source: str) -> Trace:
-    """Turn decoded structs into the columnar :class:`Trace`."""
+def from_bytes(raw: bytes, source: str = "<bytes>", *, workers: int = 1) -> Trace:
+    """Load a trace from its JSON bytes.
+
+    With ``workers`` > 1 on Linux, a file of at least two pieces of
+    :data:`~gpumagic.trace.pieces.MIN_PIECE_BYTES` is cut at event boundaries and the pieces are
+    decoded side by side by forked processes, which send back columns; any doubt about a cut
+    (it is verified by decoding) falls back to decoding the whole file here. The result is the
+    same either way.
+    """
+    pieces = None
+    if workers > 1:
+        from gpumagic.trace import pieces as _pieces
+
+        pieces = _pieces.decode_in_pieces(raw, workers)
+    if pieces is not None:
+        header, parts = pieces
+        return _assemble(header, parts, [], source, lambda: _flows_from_bytes(raw))
+    tf, notes = decode(raw, source, flows=False)
     if tf.traceEvents is None:
         raise TraceError(f"{source}: not a PyTorch profiler trace (no traceEvents)")
-    events = tf.traceEvents
+    parts = [extract(tf.traceEvents)]
+    header = schema.Header(**{f: getattr(tf, f) for f in schema.HEADER_FIELDS})
+    if isinstance(tf, schema.TraceFile):  # the lenient path decoded everything, flows included
+        flow_lists = _flow_lists(tf.traceEvents)
+        flows = lambda: flow_lists  # noqa: E731
+    else:
+        flows = lambda: _flows_from_bytes(raw)  # noqa: E731
+    del tf  # free the structs before the columns are assembled
+    return _assemble(header, parts, notes, source, flows)
+
+
+def build(tf: schema.TraceFile | schema.FastTraceFile, notes: list[str], source: str) -> Trace:
+    """Turn decoded structs into the columnar :class:`Trace` (flow arrows are used only if they
+    were decoded, i.e. from a :class:`~schema.TraceFile`)."""
+    if tf.traceEvents is None:
+        raise TraceError(f"{source}: not a PyTorch profiler trace (no traceEvents)")
+    return _assemble(tf, [extract(tf.traceEvents)], notes, source, lambda: _flow_lists(tf.traceEvents))
+
+
+@dataclass
+class Part:
+    """The columns that one run of events (a whole file, or one piece of it) contributes, in
+    file order, before the trace-wide origin is known. Pickled between processes, so it holds
+    arrays and small lists only."""
+
+    event_count: int
+    categories: set  # of the duration events kept
+    kind: np.ndarray  # int8
+    names: list[str]  # interned, first-seen order
+    name: np.ndarray  # int32 index into names
+    lane_keys: list[tuple[Any, Any]]  # (pid, tid) as written, first-seen order
+    lane: np.ndarray  # int32 index into lane_keys
+    ts: np.ndarray  # float64, as written (µs)
+    dur: np.ndarray  # float64, µs
+    corr: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    nbytes: np.ndarray
+    memory: dict[str, np.ndarray]  # the [memory] records' columns; "ts" as written
+    lane_names: dict[tuple[int, int], str]
+
+    @property
+    def t_min(self) -> float:
+        return min(float(self.ts.min()) if self.ts.size else np.inf,
+                   float(self.memory["ts"].min()) if self.memory["ts"].size else np.inf)
+
+
+def extract(events: list) -> Part:
+    """The columns of a list of decoded events (one pass per field, at C speed)."""
     by_type = _by_type(events)
     complete = by_type.get(schema.Complete, [])
     cats = list(map(_CAT, complete))
     cat_set = set(cats)
-    keep = [c for c in cat_set if c not in SKIPPED_CATEGORIES]
+    keep = {c for c in cat_set if c not in SKIPPED_CATEGORIES}
     if len(keep) < len(cat_set):  # drop the profiler's own spans ("Trace", ...)
-        skipped = frozenset(cat_set - set(keep))
-        complete = [e for e, c in zip(complete, cats) if c not in skipped]
-        cats = [c for c in cats if c not in skipped]
-    durations = complete
+        complete = [e for e, c in zip(complete, cats) if c in keep]
+        cats = [c for c in cats if c in keep]
+    n = len(complete)
+    cat_kind = {c: int(CATEGORY_KINDS.get(c, Kind.OTHER)) for c in keep}
+    name_index, name_ids = _interned(list(map(_NAME, complete)))
+    lane_index, lane = _lane_keys(complete)
+    args = list(map(_ARGS, complete))
     memory = [e for e in by_type.get(schema.Instant, []) if e.name == "[memory]"]
-    if not durations and not memory:
+    return Part(
+        event_count=len(events),
+        categories=keep,
+        kind=_column(map(cat_kind.__getitem__, cats), np.int8, n),
+        names=list(name_index),
+        name=name_ids,
+        lane_keys=list(lane_index),
+        lane=lane,
+        ts=_column(map(_TS, complete), np.float64, n),
+        dur=_column(map(_DUR, complete), np.float64, n),
+        corr=_column(map(_CORR, args), np.int64, n),
+        device=_column(map(_DEVICE, args), np.int32, n),
+        stream=_column(map(_STREAM, args), np.int32, n),
+        nbytes=_column(map(_NBYTES, args), np.int64, n),
+        memory=_memory_columns(memory),
+        lane_names=_lane_names(by_type.get(schema.Metadata, [])),
+    )
+
+
+def _assemble(header, parts: list[Part], notes: list[str], source: str, flows) -> Trace:
+    """One :class:`Trace` from the parts of a file (in file order) and its header fields.
+    ``flows()`` returns the flow arrows (starts, ends); it is called only when some GPU event
+    lacks a correlation id."""
+    if not any(p.kind.size or p.memory["ts"].size for p in parts):
         raise TraceError(f"{source}: the trace holds no profiler events")
-    lane_names = _lane_names(by_type.get(schema.Metadata, []))
-    t0 = min(min(map(_TS, durations), default=np.inf), min(map(_TS, memory), default=np.inf))
-    table, lanes, names, neg = _event_table(durations, cats, lane_names, t0)
+    t0 = min(p.t_min for p in parts)
+    names, name_ids = _merge_interned([(p.names, p.name) for p in parts])
+    lane_keys, raw_lane = _merge_interned([(p.lane_keys, p.lane) for p in parts])
+    lane_names: dict = {}
+    for p in parts:
+        lane_names.update(p.lane_names)
+
+    def cat(field: str) -> np.ndarray:
+        arrays = [getattr(p, field) for p in parts]
+        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+    kinds = cat("kind")
+    table, lanes, neg = _event_table(kinds, name_ids, {k: i for i, k in enumerate(lane_keys)}, raw_lane, lane_names,
+                                     cat("ts"), cat("dur"), cat("corr"), cat("device"), cat("stream"), cat("nbytes"), t0)
     if neg:
         notes.append(f"{neg} events had negative durations (a Kineto rounding slip); they were set to 0.")
-    _link_by_flows(table, lanes, by_type.get(schema.FlowStart, []), by_type.get(schema.FlowEnd, []), t0)
-    base_ns = tf.baseTimeNanoseconds or 0
+    gpu = np.isin(table.kind, np.array(GPU_KINDS, dtype=np.int8))
+    if np.any(gpu & (table.corr < 0)):
+        _link_by_flows(table, lanes, *flows(), t0)
+    memory = {k: np.concatenate([p.memory[k] for p in parts]) for k in parts[0].memory}
+    categories = set().union(*(p.categories for p in parts))
+    base_ns = header.baseTimeNanoseconds or 0
     trace = Trace(
         events=table,
         names=names,
         lanes=lanes,
         memory=_memory_table(memory, t0),
-        devices=[_device(d) for d in tf.deviceProperties],
+        devices=[_device(d) for d in header.deviceProperties],
         origin_ns=int(base_ns + round(t0 * 1000.0)),
         notes=notes,
-        meta=_meta(tf, len(events), set(keep)),
+        meta=_meta(header, sum(p.event_count for p in parts), categories),
         source=source,
     )
-    if tf.gpumagic:
-        _attach_bundle(trace, tf.gpumagic)
+    if header.gpumagic:
+        _attach_bundle(trace, header.gpumagic)
     return trace
+
+
+def _merge_interned(parts: list[tuple[list, np.ndarray]]) -> tuple[list, np.ndarray]:
+    """Re-intern per-part keys into one first-seen numbering; the per-row ids follow."""
+    if len(parts) == 1:
+        return parts[0]
+    index: dict = {}
+    ids = []
+    for keys, local in parts:
+        remap = _column((index.setdefault(k, len(index)) for k in keys), np.int32, len(keys))
+        ids.append(remap[local] if local.size else local.astype(np.int32))
+    return list(index), np.concatenate(ids)
+
+
+def _flow_lists(events: list) -> tuple[list, list]:
+    by_type = _by_type(events)
+    return by_type.get(schema.FlowStart, []), by_type.get(schema.FlowEnd, [])
+
+
+def _flows_from_bytes(raw: bytes) -> tuple[list, list]:
+    """The second pass for a trace whose GPU events lack correlation ids: its flow arrows."""
+    for data in (raw, _repair(raw)):
+        try:
+            return _flow_lists(_decode_typed(data, _FLOWS).traceEvents or [])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    return [], []
 
 
 def _by_type(events: list) -> dict[type, list]:
@@ -260,20 +421,7 @@ def _item(values, code):
     return int(code) if isinstance(values, np.ndarray) else values[int(code)]
 
 
-def _event_table(evs: list[schema.Complete], cats: list, lane_names: dict, t0: float):
-    n = len(evs)
-    cat_kind = {c: int(CATEGORY_KINDS.get(c, Kind.OTHER)) for c in set(cats)}
-    kinds = _column(map(cat_kind.__getitem__, cats), np.int8, n)
-    name_index, name_ids = _interned(list(map(_NAME, evs)))
-    lane_index, raw_lane = _lane_keys(evs)
-    ts = _column(map(_TS, evs), np.float64, n)
-    dur = _column(map(_DUR, evs), np.float64, n)
-    args = list(map(_ARGS, evs))
-    corr = _column(map(_CORR, args), np.int64, n)
-    dev = _column(map(_DEVICE, args), np.int32, n)
-    stream = _column(map(_STREAM, args), np.int32, n)
-    nbytes = _column(map(_NBYTES, args), np.int64, n)
-
+def _event_table(kinds, name_ids, lane_index, raw_lane, lane_names, ts, dur, corr, dev, stream, nbytes, t0: float):
     ts_ns = np.rint((ts - t0) * 1000.0).astype(np.int64)
     dur_ns = np.rint(dur * 1000.0).astype(np.int64)
     negative = int(np.count_nonzero(dur_ns < 0))
@@ -282,14 +430,14 @@ def _event_table(evs: list[schema.Complete], cats: list, lane_names: dict, t0: f
     lanes, remap, lane_pid, lane_tid = _normalise_lanes(lane_index, lane_names, kinds, raw_lane)
     lane = remap[raw_lane]
     gpu = np.isin(kinds, np.array((*GPU_KINDS, Kind.GPU_ANNOTATION, Kind.SYNC), dtype=np.int8))
-    dev = np.where(gpu & (dev < 0), lane_pid[lane], dev)
-    stream = np.where(gpu & (stream < 0), lane_tid[lane], stream)
+    dev = np.where(gpu & (dev < 0), lane_pid[lane], dev).astype(np.int32)
+    stream = np.where(gpu & (stream < 0), lane_tid[lane], stream).astype(np.int32)
     dev[~gpu] = -1
     stream[~gpu] = -1
 
     order = np.argsort(ts_ns, kind="stable")
     table = EventTable(kinds, name_ids, lane, ts_ns, dur_ns, corr, dev, stream, nbytes).take(order)
-    return table, lanes, list(name_index), negative
+    return table, lanes, negative
 
 
 _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (attrgetter(a) for a in ("cat", "name", "pid", "tid", "ts", "dur", "args"))
@@ -332,9 +480,6 @@ def _as_int(value: int | str) -> int:
 def _link_by_flows(table: EventTable, lanes: list[Lane], flow_starts: list, flow_ends: list, t0: float) -> None:
     """Fill missing correlation ids from ``ac2g`` flow arrows (start on the launch, end on the
     GPU event, matched by lane and timestamp). Most traces carry ``correlation`` in both args."""
-    gpu = np.isin(table.kind, np.array(GPU_KINDS, dtype=np.int8))
-    if not np.any(gpu & (table.corr < 0)):
-        return
     starts, ends = {}, {}
     for flows, group in ((starts, flow_starts), (ends, flow_ends)):
         for e in group:
@@ -348,30 +493,35 @@ def _link_by_flows(table: EventTable, lanes: list[Lane], flow_starts: list, flow
                 table.corr[i] = fid
 
 
-def _memory_table(evs: list[schema.Instant], t0: float) -> MemoryTable:
-    if not evs:
-        return MemoryTable.empty()
+def _memory_columns(evs: list[schema.Instant]) -> dict[str, np.ndarray]:
     n = len(evs)
     args = list(map(_ARGS, evs))
 
     def col(attr: str, dtype=np.int64) -> np.ndarray:
         return _column(map(attrgetter(attr), args), dtype, n)
 
-    return MemoryTable(
-        ts_ns=np.rint((_column(map(_TS, evs), np.float64, n) - t0) * 1000.0).astype(np.int64),
-        device_type=col("device_type", np.int8),
-        device=col("device_id", np.int32),
-        nbytes=col("mem_bytes"),
-        allocated=col("total_allocated"),
-        reserved=col("total_reserved"),
-    )
+    return {
+        "ts": _column(map(_TS, evs), np.float64, n),
+        "device_type": col("device_type", np.int8),
+        "device": col("device_id", np.int32),
+        "nbytes": col("mem_bytes"),
+        "allocated": col("total_allocated"),
+        "reserved": col("total_reserved"),
+    }
+
+
+def _memory_table(cols: dict[str, np.ndarray], t0: float) -> MemoryTable:
+    if not cols["ts"].size:
+        return MemoryTable.empty()
+    ts_ns = np.rint((cols["ts"] - t0) * 1000.0).astype(np.int64)
+    return MemoryTable(ts_ns=ts_ns, **{k: v for k, v in cols.items() if k != "ts"})
 
 
 def _device(d: schema.DeviceProperties) -> DeviceInfo:
     return DeviceInfo(d.id, d.name, d.totalGlobalMem, d.computeMajor, d.computeMinor, d.numSms)
 
 
-def _meta(tf: schema.TraceFile, event_count: int, cats: set) -> dict[str, Any]:
+def _meta(tf: schema.Header, event_count: int, cats: set) -> dict[str, Any]:
     dist = tf.distributedInfo
     return {
         "schema": "2021" if {"Operator", "Runtime", "Kernel"} & cats else "current",

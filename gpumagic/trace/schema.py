@@ -102,8 +102,29 @@ class FlowEnd(_Event, tag="f"):
 
 #: Every other phase of the Trace Event Format, read and ignored.
 _OTHER_PHASES = "BEIbneCtPONDVvRc("
-Event = Union[(Complete, Instant, Metadata, FlowStart, FlowEnd,
-               *(msgspec.defstruct(f"Phase_{ord(p)}", [], bases=(_Event,), tag=p) for p in _OTHER_PHASES))]
+
+
+def _skipped(tag: str) -> type:
+    """A field-less event of phase ``tag``: the decoder checks its phase and skips its body."""
+    return msgspec.defstruct(f"Skipped_{ord(tag)}", [], bases=(_Event,), tag=tag, module=__name__)
+
+
+_SKIPPED = {tag: _skipped(tag) for tag in "XiMsf" + _OTHER_PHASES}
+
+
+def _union(*kept: type) -> Any:
+    """The tagged union of ``kept`` and a field-less type for every other phase."""
+    tags = {t.__struct_config__.tag for t in kept}
+    return Union[(*kept, *(t for tag, t in _SKIPPED.items() if tag not in tags))]
+
+
+#: Every event the analysis reads, flows included (``load`` of a dict or of these structs).
+Event = _union(Complete, Instant, Metadata, FlowStart, FlowEnd)
+#: What loading from bytes decodes first: flow arrows are only needed when a trace lacks
+#: ``correlation`` args (then :data:`FlowEvent` is decoded in a second pass), so skip their bodies.
+FastEvent = _union(Complete, Instant, Metadata)
+#: The second pass: flow arrows only.
+FlowEvent = _union(FlowStart, FlowEnd)
 
 
 class DeviceProperties(msgspec.Struct):
@@ -121,10 +142,10 @@ class DistributedInfo(msgspec.Struct):
     world_size: int | None = None
 
 
-class TraceFile(msgspec.Struct):
-    """The top-level object. ``gpumagic`` holds what a gpumagic bundle adds (samples, machine)."""
+class Header(msgspec.Struct):
+    """The top-level fields besides ``traceEvents``. ``gpumagic`` holds what a gpumagic bundle
+    adds (samples, machine)."""
 
-    traceEvents: list[Event] | None = None
     deviceProperties: list[DeviceProperties] = []
     displayTimeUnit: str | None = None
     baseTimeNanoseconds: int | None = None
@@ -133,5 +154,31 @@ class TraceFile(msgspec.Struct):
     gpumagic: dict[str, Any] | None = None
 
 
+#: The names of the header fields, for merging the headers of a file decoded in pieces.
+HEADER_FIELDS = Header.__struct_fields__
+
+
+class TraceFile(Header):
+    """The top-level object, every event decoded."""
+
+    traceEvents: list[Event] | None = None
+
+
+class FastTraceFile(Header):
+    """The top-level object as loading from bytes first decodes it (flow arrows skipped)."""
+
+    traceEvents: list[FastEvent] | None = None
+
+
+class FlowTraceFile(msgspec.Struct):
+    """The top-level object, flow arrows only."""
+
+    traceEvents: list[FlowEvent] | None = None
+
+
 TRACE_DECODER = msgspec.json.Decoder(TraceFile)
 EVENTS_DECODER = msgspec.json.Decoder(list[Event])  # a bare JSON array of events
+FAST_DECODER = msgspec.json.Decoder(FastTraceFile)
+FAST_EVENTS_DECODER = msgspec.json.Decoder(list[FastEvent])
+FLOW_DECODER = msgspec.json.Decoder(FlowTraceFile)
+FLOW_EVENTS_DECODER = msgspec.json.Decoder(list[FlowEvent])

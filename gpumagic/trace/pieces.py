@@ -1,0 +1,219 @@
+"""Decoding a large trace in pieces, side by side, in forked processes.
+
+msgspec holds the GIL while it decodes, so threads cannot share the work; processes can. The
+JSON text is cut at commas between two top-level events of ``traceEvents``, and each piece is
+made into a small JSON object of its own:
+
+- the first piece: the file's text up to the first cut, closed with ``]}``;
+- a middle piece: ``{"traceEvents":[`` + the events between two cuts + ``]}``;
+- the last piece: ``{"traceEvents":[`` + the rest of the file (its closing ``]`` and any
+  top-level fields after the events, such as ``baseTimeNanoseconds``).
+
+A cut is found by a text search near an even share of the file, so it is only a guess; decoding
+checks it. A piece is valid JSON with the trace's schema only when the cut lies directly inside
+the top-level ``traceEvents`` array: a cut inside a string leaves the string open, a cut inside
+a nested object or array leaves the brackets unbalanced, and a cut in another top-level array
+yields objects without the ``ph`` field every event has. On any failure the caller decodes the
+whole file in one process, so a bad guess costs time, never correctness.
+
+The first piece is decoded by the calling process, the others by children made with
+``os.fork`` (Linux only), each of which sends back its :class:`~gpumagic.trace.kineto.Part`
+(numpy columns and small lists, pickled) through a pipe and leaves with ``os._exit``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import signal
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import msgspec
+
+from gpumagic.trace import schema
+from gpumagic.trace.kineto import extract, first_char
+
+#: No piece is smaller than this (bytes of JSON): below it, a fork and a pickle cost more than
+#: the decoding they would share.
+MIN_PIECE_BYTES = 8 << 20
+#: At most this many pieces, whatever the number of cores.
+MAX_PIECES = 8
+
+_CUT = re.compile(rb",\s*\{")
+_OPEN = b'{"traceEvents":['
+
+
+def available_workers() -> int:
+    """The number of CPU cores this process may run on (1 where fork is not used)."""
+    if not sys.platform.startswith("linux"):
+        return 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cuts(raw: bytes | bytearray, pieces: int) -> list[int]:
+    """Offsets of up to ``pieces - 1`` commas that may separate two top-level events, placed so
+    that the pieces take about as long to decode; each is followed (after white space) by
+    ``{``."""
+    out: list[int] = []
+    for target in _even_shares(raw, pieces):
+        m = _CUT.search(raw, max(target, out[-1] + 1 if out else 0))
+        if m is None:
+            break
+        out.append(m.start())
+    return out
+
+
+def _even_shares(raw: bytes | bytearray, pieces: int, samples: int = 64, width: int = 16 << 10) -> list[int]:
+    """Offsets that split ``raw`` into ``pieces`` runs of about equal work.
+
+    The work is mostly per duration event (decoding its fields, then one column per field;
+    flow arrows are skipped and instant events are few or cheap), and events differ in size
+    (a kernel's ``args`` are longer than an operator's), so equal bytes are not equal work. The
+    density of duration events is estimated by counting their ``"dur"`` keys in ``samples``
+    windows of ``width`` bytes spread over the text (about 1 MB read in all), and the cumulative
+    estimate is inverted.
+    """
+    n = len(raw)
+    step = n / samples
+    counts = [raw.count(b'"dur"', int(k * step), min(n, int(k * step) + width)) + 1 for k in range(samples)]
+    total = sum(counts)
+    out, acc, k = [], 0.0, 0
+    for i in range(1, pieces):
+        goal = total * i / pieces
+        while k < samples - 1 and acc + counts[k] < goal:
+            acc += counts[k]
+            k += 1
+        out.append(min(n, int((k + (goal - acc) / counts[k]) * step)))
+    return out
+
+
+def piece(raw: bytes, at: list[int], i: int) -> bytes:
+    """The JSON text of piece ``i`` of ``raw`` cut at the commas ``at`` (a copy)."""
+    if i == 0:
+        return raw[: at[0]] + b"]}"
+    body = raw[at[i - 1] + 1: at[i]] + b"]}" if i < len(at) else raw[at[i - 1] + 1:]
+    return _OPEN + body
+
+
+@contextmanager
+def _piece_text(raw: bytes | bytearray, at: list[int], i: int) -> Iterator[bytes | memoryview]:
+    """Piece ``i``'s text. In a ``bytearray`` it is made in place: ``]}`` over the comma that
+    ends the piece and the byte after it, and ``{"traceEvents":[`` over the bytes that end the
+    piece before; the bytes are put back afterwards (a forked child, which owns a private copy
+    of the pages it writes, need not care). In ``bytes`` it is a copy."""
+    start = at[i - 1] + 1 - len(_OPEN) if i else 0
+    if not isinstance(raw, bytearray) or start < 0:
+        yield piece(raw, at, i)
+        return
+    end = at[i] + 2 if i < len(at) else len(raw)
+    saved = [(at[i], bytes(raw[at[i]:end]))] if i < len(at) else []
+    if i:
+        saved.append((start, bytes(raw[start:start + len(_OPEN)])))
+    try:
+        if i < len(at):
+            raw[at[i]:end] = b"]}"
+        if i:
+            raw[start:start + len(_OPEN)] = _OPEN
+        with memoryview(raw) as view, view[start:end] as text:
+            yield text
+    finally:
+        for pos, old in saved:
+            raw[pos:pos + len(old)] = old
+
+
+def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[dict[str, Any], Any] | None:
+    """(header fields, Part) of piece ``i``, or None when the piece does not decode as a trace."""
+    try:
+        with _piece_text(raw, at, i) as text:
+            tf = schema.FAST_DECODER.decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if tf.traceEvents is None:
+        return None
+    header = {f: getattr(tf, f) for f in schema.HEADER_FIELDS}
+    return header, extract(tf.traceEvents)
+
+
+def decode_in_pieces(raw: bytes, workers: int) -> tuple[schema.Header, list] | None:
+    """Decode ``raw`` in up to ``workers`` pieces side by side: (merged header, parts in file
+    order), or None when the file is too small to share, cannot be cut, or a piece fails."""
+    n = min(workers, len(raw) // MIN_PIECE_BYTES, MAX_PIECES)
+    if n < 2 or not hasattr(os, "fork") or first_char(raw) != b"{":
+        return None
+    at = cuts(raw, n)
+    if not at:
+        return None
+    children: list[tuple[int, int]] = []
+    try:
+        for i in range(1, len(at) + 1):
+            children.append(_fork(raw, at, i))
+        results = [decode_piece(raw, at, 0)]
+        if results[0] is None:
+            return None
+        while children:
+            pid, fd = children.pop(0)
+            try:
+                results.append(_receive(fd))
+            finally:
+                os.waitpid(pid, 0)
+    finally:
+        for pid, fd in children:  # failed or interrupted: stop the rest, and reap them
+            _stop(pid, fd)
+    if any(r is None for r in results):
+        return None
+    return _merge_headers([h for h, _ in results]), [p for _, p in results]
+
+
+def _fork(raw: bytes, at: list[int], i: int) -> tuple[int, int]:
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about fork() in a process with other threads (numpy's OpenBLAS
+        # pool counts). The warning is about a child that needs a lock another thread held at
+        # the fork; this child takes none: it decodes, pickles, writes to a pipe, and leaves
+        # with os._exit.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: decode, send, leave without running any of the parent's clean-up
+        code = 1
+        try:
+            os.close(r)
+            result = decode_piece(raw, at, i)
+            payload = b"" if result is None else pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+            with os.fdopen(w, "wb") as out:
+                out.write(payload)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    return pid, r
+
+
+def _receive(fd: int) -> Any:
+    with os.fdopen(fd, "rb") as fh:
+        payload = fh.read()
+    return pickle.loads(payload) if payload else None
+
+
+def _stop(pid: int, fd: int) -> None:
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    with suppress(OSError):
+        os.close(fd)
+
+
+def _merge_headers(headers: list[dict[str, Any]]) -> schema.Header:
+    """The top-level fields are split between the first piece (those before ``traceEvents``) and
+    the last (those after); take each from the piece that holds it."""
+    default = schema.Header()
+    merged = {f: next((h[f] for h in headers if h[f] != getattr(default, f)), getattr(default, f))
+              for f in schema.HEADER_FIELDS}
+    return schema.Header(**merged)

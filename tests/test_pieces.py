@@ -1,0 +1,180 @@
+"""Decoding a large trace in pieces by forked processes gives exactly what one process gives,
+or falls back to one process; it leaves no child behind."""
+
+import dataclasses
+import gzip
+import json
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tracebuilder import DATA, TraceBuilder, busy_steps
+
+from gpumagic.trace import pieces
+from gpumagic.trace.files import read_bytes
+from gpumagic.trace.kineto import from_bytes
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pieces are decoded by fork on Linux only")
+
+
+def assert_same(a, b):
+    for table in ("events", "memory"):
+        x, y = getattr(a, table), getattr(b, table)
+        for f in dataclasses.fields(x):
+            u, v = getattr(x, f.name), getattr(y, f.name)
+            assert u.dtype == v.dtype and np.array_equal(u, v), f"{table}.{f.name}"
+    assert a.names == b.names
+    assert a.lanes == b.lanes
+    assert a.devices == b.devices
+    assert a.origin_ns == b.origin_ns
+    assert a.meta == b.meta
+    assert a.notes == b.notes
+
+
+def no_children_left():
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    """Let even a small file be cut (the real minimum is 8 MB a piece)."""
+    monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1)
+
+
+@pytest.mark.parametrize("name", ["a100_training_rank0.json.gz", "resnet50_v100_workers0.json.gz",
+                                  "v100_resnet_ns_timestamps.json.gz", "h100_bert_small_inference.json.gz"])
+@pytest.mark.parametrize("workers", [2, 5])
+@pytest.mark.parametrize("mutable", [False, True])
+def test_pieces_give_the_same_trace(small_pieces, name, workers, mutable):
+    path = os.path.join(DATA, name)
+    raw = read_bytes(path, mutable=mutable)
+    before = bytes(raw)
+    assert pieces.decode_in_pieces(raw, workers) is not None  # really cut, not a fallback
+    assert_same(from_bytes(raw, path, workers=workers), from_bytes(before, path))
+    assert bytes(raw) == before  # a bytearray cut in place is put back
+    no_children_left()
+
+
+def test_small_files_are_not_cut():
+    raw = read_bytes(os.path.join(DATA, "h100_bert_small_inference.json.gz"))
+    assert pieces.decode_in_pieces(raw, 8) is None
+
+
+def test_cuts_balance_duration_events_not_bytes():
+    # first half: many short duration events; second half: fewer, long flow-heavy events
+    short = [f'{{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": {i}, "dur": 1}}' for i in range(3000)]
+    long = [f'{{"ph": "f", "cat": "ac2g", "name": "{"x" * 200}", "id": {i}, "pid": 1, "tid": 1, "ts": {i}}}' for i in range(3000)]
+    raw = ('{"traceEvents": [' + ",\n".join(short + long) + "]}").encode()
+    (cut,) = pieces.cuts(raw, 2)
+    assert raw.count(b'"dur"', 0, cut) == pytest.approx(1500, rel=0.1)
+
+
+def _trace_with_traps() -> bytes:
+    """Kineto-like text in which ", {" also occurs inside strings, nested arrays of objects and
+    another top-level array, with header fields on both sides of the events."""
+    tb = TraceBuilder()
+    busy_steps(tb, 4, 1000, 500)
+    for i in range(4):
+        tb.memory(100.0 + 1000 * i, allocated=2**30 + i, reserved=2**31)
+    for i, e in enumerate(tb.events):
+        e.setdefault("args", {})["trap"] = [{"a": i}, {"b": "x, {y"}]
+        e["name"] = e["name"] + ", {not a cut"
+    d = tb.to_dict()
+    d["deviceProperties"] = d.get("deviceProperties", []) * 3
+    events = d.pop("traceEvents")
+    head = {k: v for k, v in d.items() if k != "baseTimeNanoseconds"}
+    text = json.dumps(head, indent=1)[:-2] + ',\n "traceEvents": [\n' + ",\n".join(json.dumps(e, indent=1) for e in events)
+    tail = '\n],\n "baseTimeNanoseconds": 1700000000000000000,\n "distributedInfo": {"rank": 0, "ranks": [{"r": 0}, {"r": 1}]}\n}'
+    return (text + tail).encode()
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_cut_is_verified_a_bad_one_falls_back(monkeypatch, data):
+    """Wherever the cuts fall (any comma followed by "{", in a string, a nested array, the
+    header), the result is either None or exactly the one-process trace."""
+    raw = _trace_with_traps()
+    whole = from_bytes(raw, "t")
+    assert whole.origin_ns >= 1_700_000_000_000_000_000  # the trailing header field was read
+    candidates = [m.start() for m in pieces._CUT.finditer(raw)]
+    chosen = sorted(set(data.draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=3))))
+    monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1)
+    monkeypatch.setattr(pieces, "cuts", lambda raw, n: chosen)
+    mutable = data.draw(st.booleans())
+    buf = bytearray(raw) if mutable else raw
+    result = pieces.decode_in_pieces(buf, len(chosen) + 1)
+    assert bytes(buf) == raw
+    if result is not None:
+        assert_same(from_bytes(buf, "t", workers=len(chosen) + 1), whole)
+    assert_same(from_bytes(buf, "t", workers=4), whole)  # the caller's view: always right
+    no_children_left()
+
+
+def test_cuts_between_top_level_events_are_accepted(monkeypatch):
+    raw = _trace_with_traps()
+    between = [m.start() + 1 for m in re.finditer(rb"\},\n\{", raw)]  # "},\n{": only between events
+    chosen = [between[len(between) // 4], between[len(between) // 2], between[3 * len(between) // 4]]
+    monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1)
+    monkeypatch.setattr(pieces, "cuts", lambda raw, n: chosen)
+    assert pieces.decode_in_pieces(raw, 4) is not None
+    assert_same(from_bytes(raw, "t", workers=4), from_bytes(raw, "t"))
+    no_children_left()
+
+
+def test_a_bad_cut_in_a_child_falls_back_and_reaps(monkeypatch):
+    raw = _trace_with_traps()
+    inside_string = raw.index(b", {not a cut", len(raw) // 2)
+    first = next(m.start() for m in pieces._CUT.finditer(raw) if m.start() > len(raw) // 4)
+    monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1)
+    monkeypatch.setattr(pieces, "cuts", lambda raw, n: [first, inside_string])
+    assert pieces.decode_in_pieces(raw, 3) is None
+    no_children_left()
+
+
+def test_a_bad_first_piece_stops_the_children(monkeypatch):
+    raw = _trace_with_traps()
+    in_header = raw.index(b"deviceProperties")
+    cut = next(m.start() for m in pieces._CUT.finditer(raw) if m.start() > in_header)
+    assert cut < raw.index(b"traceEvents")
+    monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1)
+    monkeypatch.setattr(pieces, "cuts", lambda raw, n: [cut, len(raw) // 2 + raw[len(raw) // 2:].index(b",")])
+    assert pieces.decode_in_pieces(raw, 3) is None
+    no_children_left()
+
+
+def test_flow_arrows_are_decoded_in_a_second_pass_when_correlation_is_missing(tmp_path, small_pieces):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    for i in range(40):
+        tb.add(cat="cuda_runtime", name="cudaLaunchKernel", ts=10.0 + i, dur=0.5, args={})
+        tb.add(ph="s", cat="ac2g", name="ac2g", id=100 + i, ts=10.0 + i)
+        tb.add(cat="kernel", name="k", ts=100.0 + 10 * i, dur=5.0, pid=0, tid=7, args={"device": 0, "stream": 7})
+        tb.add(ph="f", cat="ac2g", name="ac2g", id=100 + i, ts=100.0 + 10 * i, pid=0, tid=7, bp="e")
+    raw = json.dumps(tb.to_dict(), indent=1).encode()
+    for workers in (1, 3):
+        t = from_bytes(raw, "t", workers=workers)
+        kernel = t.events.kind == 5
+        assert sorted(t.events.corr[kernel].tolist()) == list(range(100, 140))
+        assert sorted(t.events.corr[t.events.kind == 3].tolist()) == list(range(100, 140))
+    no_children_left()
+
+
+def test_gzip_read_mutable_matches_and_rejects_truncation(tmp_path):
+    path = os.path.join(DATA, "a100_training_rank0.json.gz")
+    assert bytes(read_bytes(path, mutable=True)) == read_bytes(path)
+    multi = tmp_path / "multi.json.gz"
+    multi.write_bytes(gzip.compress(b'{"traceEvents": [') + gzip.compress(b"]}"))
+    assert read_bytes(multi, mutable=True) == bytearray(b'{"traceEvents": []}')
+    with open(path, "rb") as fh:
+        data = fh.read()
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(data[: len(data) // 3])
+    from gpumagic import TraceError
+
+    with pytest.raises(TraceError, match="truncated or corrupt gzip"):
+        read_bytes(cut, mutable=True)
