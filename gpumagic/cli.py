@@ -72,9 +72,10 @@ class _ReadAhead(threading.Thread):
     """Read (and gunzip) a trace file on a helper thread; :meth:`result` returns its bytes or
     raises its :class:`~gpumagic.errors.TraceError` on the calling thread."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, mutable: bool) -> None:
         super().__init__(name="gpumagic-read", daemon=True)
         self.path = path
+        self.mutable = mutable
         self._raw: bytearray | None = None
         self._error: GpumagicError | None = None
         self.start()
@@ -83,7 +84,7 @@ class _ReadAhead(threading.Thread):
         from gpumagic.trace.files import read_bytes
 
         try:
-            self._raw = read_bytes(self.path, mutable=True)
+            self._raw = read_bytes(self.path, mutable=self.mutable)
         except GpumagicError as exc:
             self._error = exc
 
@@ -102,13 +103,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_compare(args)
     path = example_trace_path() if args.path == EXAMPLE else args.path
-    reading = _ReadAhead(path)  # gunzip (which releases the GIL) while numpy & co. are imported
-    from gpumagic.analysis import analyze
-    from gpumagic.trace.kineto import from_bytes
     from gpumagic.trace.pieces import available_workers
 
+    workers = args.jobs or available_workers()
+    # gunzip (which releases the GIL) while numpy & co. are imported; into a bytearray when the
+    # text may be cut into pieces in place
+    reading = _ReadAhead(path, mutable=workers > 1)
+    from gpumagic.analysis import analyze
+    from gpumagic.trace.kineto import from_bytes
+
     try:
-        trace = from_bytes(reading.result(), path, workers=args.jobs or available_workers())
+        trace = from_bytes(reading.result(), path, workers=workers)
         report = analyze(trace, label=args.label)
         write_output(render_as(report, args.format), args.output)
     except GpumagicError as exc:

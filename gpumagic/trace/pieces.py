@@ -19,6 +19,9 @@ whole file in one process, so a bad guess costs time, never correctness.
 The first piece is decoded by the calling process, the others by children made with
 ``os.fork`` (Linux only), each of which sends back its :class:`~gpumagic.trace.kineto.Part`
 (numpy columns and small lists, pickled) through a pipe and leaves with ``os._exit``.
+
+This module imports only the standard library at first (the CLI asks :func:`available_workers`
+before numpy is loaded); the decoder is imported when a piece is decoded.
 """
 
 from __future__ import annotations
@@ -31,12 +34,11 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import msgspec
+if TYPE_CHECKING:
+    from gpumagic.trace import schema
 
-from gpumagic.trace import schema
-from gpumagic.trace.kineto import extract, first_char
 
 #: No piece is smaller than this (bytes of JSON): below it, a fork and a pickle cost more than
 #: the decoding they would share.
@@ -131,6 +133,11 @@ def _piece_text(raw: bytes | bytearray, at: list[int], i: int) -> Iterator[bytes
 
 def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[dict[str, Any], Any] | None:
     """(header fields, Part) of piece ``i``, or None when the piece does not decode as a trace."""
+    import msgspec
+
+    from gpumagic.trace import schema
+    from gpumagic.trace.kineto import extract
+
     try:
         with _piece_text(raw, at, i) as text:
             tf = schema.FAST_DECODER.decode(text)
@@ -145,6 +152,8 @@ def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[dict[st
 def decode_in_pieces(raw: bytes, workers: int) -> tuple[schema.Header, list] | None:
     """Decode ``raw`` in up to ``workers`` pieces side by side: (merged header, parts in file
     order), or None when the file is too small to share, cannot be cut, or a piece fails."""
+    from gpumagic.trace.kineto import first_char
+
     n = min(workers, len(raw) // MIN_PIECE_BYTES, MAX_PIECES)
     if n < 2 or not hasattr(os, "fork") or first_char(raw) != b"{":
         return None
@@ -213,6 +222,8 @@ def _stop(pid: int, fd: int) -> None:
 def _merge_headers(headers: list[dict[str, Any]]) -> schema.Header:
     """The top-level fields are split between the first piece (those before ``traceEvents``) and
     the last (those after); take each from the piece that holds it."""
+    from gpumagic.trace import schema
+
     default = schema.Header()
     merged = {f: next((h[f] for h in headers if h[f] != getattr(default, f)), getattr(default, f))
               for f in schema.HEADER_FIELDS}
