@@ -5,6 +5,7 @@ import dataclasses
 import gzip
 import json
 import os
+import pickle
 import re
 import sys
 
@@ -145,6 +146,25 @@ def test_a_bad_first_piece_stops_the_children(monkeypatch):
     monkeypatch.setattr(pieces, "cuts", lambda raw, n: [cut, len(raw) // 2 + raw[len(raw) // 2:].index(b",")])
     assert pieces.decode_in_pieces(raw, 3) is None
     no_children_left()
+
+
+def test_a_child_that_dies_while_sending_falls_back(monkeypatch, small_pieces):
+    raw = read_bytes(os.path.join(DATA, "resnet50_v100_workers0.json.gz"))
+    real = pieces.decode_piece
+
+    def dying(raw, at, i):
+        if i == 0:
+            return real(raw, at, i)
+        os._exit(9)  # as if killed (out of memory) before it wrote its result
+
+    monkeypatch.setattr(pieces, "decode_piece", dying)
+    assert pieces.decode_in_pieces(raw, 3) is None
+    no_children_left()
+    truncated = pickle.dumps(real(raw, pieces.cuts(raw, 2), 1))[:1000]
+    r, w = os.pipe()
+    os.write(w, truncated)
+    os.close(w)
+    assert pieces._receive(r) is None
 
 
 def test_flow_arrows_are_decoded_in_a_second_pass_when_correlation_is_missing(tmp_path, small_pieces):

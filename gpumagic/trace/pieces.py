@@ -97,7 +97,7 @@ def _even_shares(raw: bytes | bytearray, pieces: int, samples: int = 64, width: 
     return out
 
 
-def piece(raw: bytes, at: list[int], i: int) -> bytes:
+def piece(raw: bytes | bytearray, at: list[int], i: int) -> bytes:
     """The JSON text of piece ``i`` of ``raw`` cut at the commas ``at`` (a copy)."""
     if i == 0:
         return raw[: at[0]] + b"]}"
@@ -149,7 +149,7 @@ def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[dict[st
     return header, extract(tf.traceEvents)
 
 
-def decode_in_pieces(raw: bytes, workers: int) -> tuple[schema.Header, list] | None:
+def decode_in_pieces(raw: bytes | bytearray, workers: int) -> tuple[schema.Header, list] | None:
     """Decode ``raw`` in up to ``workers`` pieces side by side: (merged header, parts in file
     order), or None when the file is too small to share, cannot be cut, or a piece fails."""
     from gpumagic.trace.kineto import first_char
@@ -181,7 +181,7 @@ def decode_in_pieces(raw: bytes, workers: int) -> tuple[schema.Header, list] | N
     return _merge_headers([h for h, _ in results]), [p for _, p in results]
 
 
-def _fork(raw: bytes, at: list[int], i: int) -> tuple[int, int]:
+def _fork(raw: bytes | bytearray, at: list[int], i: int) -> tuple[int, int]:
     r, w = os.pipe()
     with warnings.catch_warnings():
         # Python 3.12+ warns about fork() in a process with other threads (numpy's OpenBLAS
@@ -206,9 +206,14 @@ def _fork(raw: bytes, at: list[int], i: int) -> tuple[int, int]:
 
 
 def _receive(fd: int) -> Any:
+    """A child's result, or None if it sent nothing or something unreadable (it failed, or was
+    killed while writing)."""
     with os.fdopen(fd, "rb") as fh:
         payload = fh.read()
-    return pickle.loads(payload) if payload else None
+    try:
+        return pickle.loads(payload) if payload else None
+    except Exception:  # a truncated or corrupt payload: decode in one process instead
+        return None
 
 
 def _stop(pid: int, fd: int) -> None:
