@@ -61,6 +61,19 @@ def splice(kineto_json: bytes, section: dict[str, Any]) -> bytes:
     return b'{"' + BUNDLE_KEY.encode() + b'":' + encoded + comma + rest
 
 
+#: Top-level fields of Kineto's JSON that name the machine or a local path, not the run:
+#: ``host_name`` (the machine's host name) and ``traceName`` (the temporary file the trace was
+#: exported to). Blanked in bundles so that a shared bundle does not identify where it was made.
+IDENTIFYING_FIELDS = ("host_name", "traceName")
+_IDENTIFYING = re.compile(rb'("(?:' + b"|".join(f.encode() for f in IDENTIFYING_FIELDS) + rb')"\s*:\s*)"(?:[^"\\]|\\.)*"')
+
+
+def scrub_identity(kineto_json: bytes) -> bytes:
+    """Blank the values of :data:`IDENTIFYING_FIELDS` (they stay present, as empty strings, so
+    readers that expect them still find them)."""
+    return _IDENTIFYING.sub(rb'\1""', kineto_json)
+
+
 def rename_partial_step(kineto_json: bytes, marker: str, step_index: int) -> bytes:
     """Rename every event called ``marker`` (CPU and GPU copies) to the partial-step name."""
     pattern = re.compile(rb'("name"\s*:\s*)"' + re.escape(marker.encode()) + rb'"')

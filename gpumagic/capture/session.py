@@ -243,7 +243,7 @@ class CaptureSession:
                               "launch- and CPU-bound findings may be overstated.")
 
     def _build(self, raw: bytes) -> None:
-        raw = nest_step_markers(raw)
+        raw = bundle.scrub_identity(nest_step_markers(raw))
         if self._partial_step is not None:
             raw = bundle.rename_partial_step(raw, marker_name(self._partial_step), self._partial_step)
         section = bundle.make_section(

@@ -244,6 +244,19 @@ def test_nothing_from_the_environment_is_saved(tmp_path, monkeypatch, train):
     text = path.read_text()
     assert secret not in text and "HF_TOKEN" not in text
     assert os.environ.get("USER", "\0nobody") not in json.loads(text)["gpumagic"].__repr__()
+    # Kineto's own top-level fields that name the machine and the temporary export path
+    data = json.loads(text)
+    assert data.get("host_name", "") == "" and data.get("traceName", "") == ""
+
+
+def test_scrub_identity_blanks_only_the_top_level_identity_fields():
+    from gpumagic.capture.bundle import scrub_identity
+
+    raw = (b'{"schemaVersion": 1, "host_name": "gpu-box-7.corp", "traceName": "/tmp/tmpab\\"c.json",'
+           b' "traceEvents": [{"ph": "X", "name": "host_name", "args": {"note": "traceName"}}]}')
+    out = json.loads(scrub_identity(raw))
+    assert out["host_name"] == "" and out["traceName"] == ""
+    assert out["traceEvents"][0]["name"] == "host_name" and out["traceEvents"][0]["args"] == {"note": "traceName"}
 
 
 def test_profiling_does_not_change_results(train):
