@@ -626,9 +626,7 @@ def transfers_and_syncs() -> list:
         step, with those moments highlighted:
         """),
         code("""
-        from gpumagic.render.timeline import TimelineOptions, timeline_png
-
-        display(Image(timeline_png(a100, TimelineOptions(step=0, finding="host-sync"))))
+        display(Image(a100.timeline_png(step=0, finding="host-sync")))
         """),
         md("""
         ## What to remember

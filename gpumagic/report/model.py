@@ -131,6 +131,22 @@ class Report:
 
         return save_html(self, path)
 
+    def timeline(self, step: int | None = None, finding: str | None = None):
+        """The timeline as a matplotlib ``Figure`` (object-oriented API, no pyplot state): lanes
+        per host thread and GPU stream, idle gaps by cause, samples; ``step`` zooms to one step
+        (an index into ``metrics["steps"]``), ``finding`` highlights that finding's evidence.
+        Save it with ``fig.savefig(path)``. Raises ValueError for a report without its trace
+        (one rebuilt from JSON)."""
+        from gpumagic.render.timeline import TimelineOptions, timeline_figure
+
+        return timeline_figure(self, TimelineOptions(step=step, finding=finding))
+
+    def timeline_png(self, step: int | None = None, finding: str | None = None) -> bytes:
+        """:meth:`timeline` as PNG bytes, e.g. for ``IPython.display.Image``."""
+        from gpumagic.render.timeline import figure_png
+
+        return figure_png(self.timeline(step=step, finding=finding))
+
     def widget(self):
         """The interactive ipywidgets view (a VBox), to display or embed."""
         from gpumagic.report.mimebundle import widget

@@ -172,7 +172,7 @@ def test_transfers_and_syncs(run_notebook):
     copies = output_of(nb, 'resnet = gpumagic.analyze(DATA / "resnet50_v100_workers0.json.gz"')
     assert "HtoD copies from pageable memory" in copies and "pageable copies moved" in copies
     assert "sync calls were followed by GPU idle time" in output_of(nb, 'a100 = gpumagic.analyze(')
-    timeline = cell_with(nb, "timeline_png(a100").outputs[0]["data"]
+    timeline = cell_with(nb, "a100.timeline_png(").outputs[0]["data"]
     assert "image/png" in timeline
 
 

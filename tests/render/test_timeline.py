@@ -141,6 +141,16 @@ def test_highlighting_a_finding_draws_its_windows(loader_report):
     assert finding.title in fig.texts[0].get_text()
 
 
+def test_the_report_methods_draw_the_same_timeline(loader_report):
+    fig = loader_report.timeline(step=1, finding="dataloader-bound")
+    direct = timeline_figure(loader_report, TimelineOptions(step=1, finding="dataloader-bound"))
+    assert fig.axes[0].get_xlim() == direct.axes[0].get_xlim()
+    assert [c.get_label() for c in fig.axes[0].collections] == [c.get_label() for c in direct.axes[0].collections]
+    assert loader_report.timeline_png(step=1)[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="out of range"):
+        loader_report.timeline(step=99)
+
+
 def test_bad_requests_get_clear_errors(loader_report):
     with pytest.raises(ValueError, match="out of range"):
         timeline_figure(loader_report, TimelineOptions(step=99))
