@@ -107,6 +107,35 @@ def test_gpu_idle_gaps(gap_us, fires):
         assert "aten::log_metrics" in f.evidence.summary  # the cause is named
 
 
+def test_gpu_idle_gaps_with_queued_work_name_the_launch_that_queued_it():
+    """Kernels of one CUDA graph, launched at the step's start, run with 2 ms holes between them:
+    the host is not the holdup, and the evidence says the work was queued long before."""
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.add(cat="cuda_runtime", name="cudaGraphLaunch", ts=t + 1, dur=20, args={"correlation": 500 + i})
+        for j in range(3):
+            tb.add(cat="kernel", name=f"graph_node_{j}", ts=t + 100 + j * 3_000, dur=1_000, pid=0, tid=7,
+                   args={"device": 0, "stream": 7, "correlation": 500 + i})
+    f = get(tb, "gpu-idle-gaps")
+    assert f is not None
+    assert "queued work not started, launched" in f.evidence.summary
+    assert "ms before it ran by cudaGraphLaunch" in f.evidence.summary
+    assert "launched long before it" in f.why  # the mechanism is explained
+
+
+def test_gpu_idle_gaps_waiting_for_the_host_do_not_claim_queued_work():
+    tb = TraceBuilder()
+    for i in range(4):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.kernel("k", t + 2_000, 6_000, launch_ts=t + 1_990)  # launched as the gap ends
+        tb.op("aten::log_metrics", t, 1_980)
+    f = get(tb, "gpu-idle-gaps")
+    assert f is not None and "launched" not in f.evidence.summary
+
+
 # ---- mixed-precision-off: cc ≥ 7.0, FP32 matmuls, ~no tensor cores
 @pytest.mark.parametrize(("cc", "kernel", "fires"), [
     ((7, 0), "volta_sgemm_128x64_nn", True),

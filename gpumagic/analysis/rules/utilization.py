@@ -48,6 +48,11 @@ def low_gpu_utilization(ctx: Context, m: dict, explained: float = 0.0):
     )
 
 
+def _describe_gap(ctx: Context, start: int, end: int, cause: str) -> str:
+    queued = _queued_detail(ctx, start, end) if cause == "other" else ""
+    return f"{(end - start) / 1e6:.1f} ms ({_CAUSE_WORDS[cause]}{queued}, {_gap_cause(ctx, start, end)})"
+
+
 def _gap_cause(ctx: Context, start: int, end: int) -> str:
     """What the main thread was doing during a gap: the longest host op overlapping it."""
     ev, msk = ctx.trace.events, ctx.masks
@@ -58,6 +63,22 @@ def _gap_cause(ctx: Context, start: int, end: int) -> str:
     overlap = np.minimum(ev.ts_ns[cand] + ev.dur_ns[cand], end) - np.maximum(ev.ts_ns[cand], start)
     best = cand[int(np.argmax(overlap))]
     return f"main thread in {ctx.trace.names[ev.name[best]][:80]}"
+
+
+def _queued_detail(ctx: Context, start: int, end: int) -> str:
+    """For a gap whose next GPU work had been launched before the gap began: how long before,
+    and by which call (e.g. ``cudaGraphLaunch``). Empty when that is not the case."""
+    ev, msk = ctx.trace.events, ctx.masks
+    after = np.flatnonzero(msk["gpu"] & (ev.device == ctx.device) & (ev.ts_ns >= end))
+    if after.size == 0:
+        return ""
+    k = int(after[0])
+    launched = int(ctx.launch_ts[k])
+    if launched < 0 or launched >= start:
+        return ""
+    by = np.flatnonzero(msk["runtime"] & (ev.corr == ev.corr[k]))
+    call = f" by {ctx.trace.names[ev.name[by[0]]]}" if by.size else ""
+    return f", launched {(end - launched) / 1e6:.1f} ms before it ran{call}"
 
 
 def explained_idle(ctx: Context) -> iv.Intervals:
@@ -79,14 +100,16 @@ def gpu_idle_gaps(ctx: Context, m: dict):
         return None
     unexplained = ctx.frac(iv.total(iv.subtract(long.intervals, explained_idle(ctx))))
     top = np.argsort(-long.dur_ns, kind="stable")[:5].tolist()
-    causes = "; ".join(
-        f"{long.dur_ns[i] / 1e6:.1f} ms ({_CAUSE_WORDS[GAP_CAUSES[long.cause[i]]]}, "
-        f"{_gap_cause(ctx, int(long.start_ns[i]), int(long.end_ns[i]))})" for i in top)
+    causes = "; ".join(_describe_gap(ctx, int(long.start_ns[i]), int(long.end_ns[i]), GAP_CAUSES[long.cause[i]])
+                       for i in top)
     return finding(
         "gpu-idle-gaps", severity=severity_for(unexplained), title=f"{len(long)} long GPU idle gaps (≥ 1 ms)",
-        why="""A gap of a millisecond or more is thousands of kernel launches' worth of idle GPU. Long gaps
-        almost always have one host-side cause — a batch being loaded, a synchronisation, a logging or
-        checkpoint call — that is visible on the main thread at the same moment.""",
+        why="""A gap of a millisecond or more is thousands of kernel launches' worth of idle GPU. Most long
+        gaps have one host-side cause — a batch being loaded, a synchronisation, a logging or checkpoint
+        call — visible on the main thread at the same moment. When the work after a gap had been launched
+        long before it ("queued work not started"), the host was not the holdup: the GPU waited on a
+        dependency — an event recorded on another stream, a collective waiting for a slower rank, a host
+        callback in a CUDA graph — or on work the profiler did not record.""",
         summary=f"{len(long)} gaps ≥ 1 ms total {total / 1e6:.1f} ms ({pct(frac)} of the window). Longest: {causes}.",
         numbers={"long_gaps": len(long), "long_gap_ms": round(total / 1e6, 3), "long_gap_frac": round(frac, 4),
                  "unexplained_frac": round(unexplained, 4),
