@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -276,18 +275,12 @@ class CaptureSession:
 
 
 def _analyse(data: bytes, label: str):
-    """Load the bundle through the trace loader (as ``gpumagic analyze`` would) and analyse it."""
+    """Load the bundle through the trace loader (as ``gpumagic analyze`` would, in this
+    process) and analyse it."""
     from gpumagic.analysis import analyze
-    from gpumagic.trace import load
+    from gpumagic.trace.kineto import from_bytes
 
-    fd, path = tempfile.mkstemp(prefix="gpumagic-", suffix=".json")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        trace = load(path)
-    finally:
-        os.unlink(path)
-    trace.source = label or "live capture"
+    trace = from_bytes(data, label or "live capture")
     return analyze(trace, label=label)
 
 
