@@ -24,7 +24,6 @@ import math
 import os
 import statistics
 from dataclasses import dataclass, field
-from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -166,10 +165,14 @@ class Comparison:
         return json.dumps(self.data, indent=indent, allow_nan=False)
 
     def to_text(self) -> str:
+        from gpumagic.render.comparison import render_text
+
         return render_text(self.data)
 
     def to_html(self) -> str:
         """A self-contained HTML page (no script, no network)."""
+        from gpumagic.render.comparison import html_document
+
         return html_document(self.data)
 
     def save_html(self, path: str | os.PathLike) -> Path:
@@ -184,6 +187,8 @@ class Comparison:
         if "text/plain" in wanted:
             bundle["text/plain"] = self.to_text()
         if "text/html" in wanted:
+            from gpumagic.render.comparison import render_fragment
+
             bundle["text/html"] = render_fragment(self.data)
         return bundle
 
@@ -206,11 +211,11 @@ def summarise(a: Report, b: Report, label_a: str, label_b: str) -> dict[str, Any
         "step_time_ratio": _round(ratio),
         "speedup": _round(None if not ratio else 1 / ratio),
         "step_time_change_frac": _round(None if ratio is None else ratio - 1),
-        "gpu_busy": {"before": busy_a, "after": busy_b, "delta": _round(_diff(busy_b, busy_a))},
+        "gpu_busy": {"before": busy_a, "after": busy_b, "delta": _round(difference(busy_b, busy_a))},
         "breakdown": _breakdown(ma, mb, steps_a, steps_b),
         "metrics": [_headline_row(row, ma, mb, steps_a, steps_b) for row in HEADLINE],
     }
-    data.update(_findings_diff(a, b))
+    data.update(_findingsdifference(a, b))
     data["same_tolerance_frac"] = _round(same_tolerance(a, b))
     data["verdict"] = verdict(data, data["same_tolerance_frac"])
     data["notes"] = comparability_notes(a, b, data)
@@ -228,7 +233,8 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return None if num is None or not den else num / den
 
 
-def _diff(x: float | None, y: float | None) -> float | None:
+def difference(x: float | None, y: float | None) -> float | None:
+    """``x - y``, or None when either is missing."""
     return None if x is None or y is None else x - y
 
 
@@ -272,7 +278,7 @@ def _breakdown(ma: dict, mb: dict, steps_a: int, steps_b: int) -> dict[str, Any]
     for cat in order:
         x = _per_step(metric(ma, "breakdown", "total_ms", cat), sa)
         y = _per_step(metric(mb, "breakdown", "total_ms", cat), sb)
-        rows.append({"category": cat, "before_ms": _round(x, 3), "after_ms": _round(y, 3), "delta_ms": _round(_diff(y, x), 3),
+        rows.append({"category": cat, "before_ms": _round(x, 3), "after_ms": _round(y, 3), "delta_ms": _round(difference(y, x), 3),
                      "before_frac": metric(ma, "breakdown", "frac", cat), "after_frac": metric(mb, "breakdown", "frac", cat)})
     return {"unit": "ms per step" if per_step else "ms in the window", "categories": rows}
 
@@ -288,7 +294,7 @@ def _headline_row(row: tuple, ma: dict, mb: dict, steps_a: int, steps_b: int) ->
             "before": _round(x, 4), "after": _round(y, 4)}
 
 
-def _findings_diff(a: Report, b: Report) -> dict[str, Any]:
+def _findingsdifference(a: Report, b: Report) -> dict[str, Any]:
     """Finding ids resolved (before only), new (after only) and persisting (both), each in its
     report's order (largest estimated gain first)."""
     ids_a, ids_b = a.finding_ids, b.finding_ids
@@ -357,205 +363,3 @@ def comparability_notes(a: Report, b: Report, data: dict[str, Any]) -> list[str]
     if src_a and src_a == src_b and a.metrics == b.metrics:
         notes.append("Both sides are the same trace.")
     return notes
-
-
-# -- text -----------------------------------------------------------------------------------------
-
-#: Widths of the text table: the row name, then before / after (widened to fit the labels, up
-#: to MAX_VALUE_W) / change.
-NAME_W, VALUE_W, MAX_VALUE_W, CHANGE_W = 30, 14, 32, 16
-MINUS = "\u2212"
-
-
-def _fmt(value: float | None, unit: str) -> str:
-    from gpumagic.render._format import MISSING, fmt_bytes, fmt_ms, fmt_pct
-
-    if value is None:
-        return MISSING
-    if unit == "ms":
-        return fmt_ms(value)
-    if unit == "frac":
-        return fmt_pct(value, 1)
-    if unit == "bytes":
-        return fmt_bytes(value)
-    return f"{value:,.1f}" if value % 1 else f"{value:,.0f}"
-
-
-def _fmt_change(before: float | None, after: float | None, unit: str) -> str:
-    """``'+16.0 pts'``, ``'−38.3 ms'``: the signed change, in the row's unit."""
-    from gpumagic.render._format import MISSING
-
-    delta = _diff(after, before)
-    if delta is None:
-        return MISSING
-    sign = "+" if delta > 0 else MINUS if delta < 0 else "±"
-    if unit == "frac":
-        return f"{sign}{abs(delta) * 100:.1f} pts"
-    return sign + _fmt(abs(delta), unit)
-
-
-def _step_change(data: dict[str, Any]) -> str:
-    ratio = data["step_time_ratio"]
-    if ratio is None:
-        return "n/a"
-    pct = (ratio - 1) * 100
-    return f"×{ratio:.2f} ({'+' if pct > 0 else MINUS if pct < 0 else '±'}{abs(pct):.0f} %)"
-
-
-def table_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
-    """(name, before, after, change, css class of the change) for the headline table."""
-    b, a = data["before"], data["after"]
-    rows = [("median step", _fmt(b["step_median_ms"], "ms"), _fmt(a["step_median_ms"], "ms"), _step_change(data),
-             _direction(b["step_median_ms"], a["step_median_ms"], "lower")),
-            *(_ms_row(name, b[key], a[key]) for name, key in (("mean step", "step_mean_ms"), ("p90 step", "step_p90_ms"))),
-            ("GPU busy", _fmt(data["gpu_busy"]["before"], "frac"), _fmt(data["gpu_busy"]["after"], "frac"),
-             _fmt_change(data["gpu_busy"]["before"], data["gpu_busy"]["after"], "frac"),
-             _direction(data["gpu_busy"]["before"], data["gpu_busy"]["after"], "higher"))]
-    for m in data["metrics"]:
-        rows.append((m["name"], _fmt(m["before"], m["unit"]), _fmt(m["after"], m["unit"]),
-                     _fmt_change(m["before"], m["after"], m["unit"]), _direction(m["before"], m["after"], m["better"])))
-    return rows
-
-
-def _ms_row(name: str, before: float | None, after: float | None) -> tuple[str, str, str, str, str]:
-    return name, _fmt(before, "ms"), _fmt(after, "ms"), _fmt_change(before, after, "ms"), _direction(before, after, "lower")
-
-
-def breakdown_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
-    """One row per category that took time in either run; a change is marked better or worse
-    only when it exceeds the "about the same" share of the median step before."""
-    from gpumagic.render.palette import CATEGORY_LABEL
-
-    step = data["before"]["step_median_ms"]
-    floor = (data["same_tolerance_frac"] or SAME_STEP_TOLERANCE) * step if step else None
-    rows = []
-    for r in data["breakdown"]["categories"]:
-        if not (r["before_ms"] or r["after_ms"]):
-            continue
-        delta = _diff(r["after_ms"], r["before_ms"])
-        marked = floor is not None and delta is not None and abs(delta) > floor
-        rows.append((CATEGORY_LABEL.get(r["category"], r["category"]), _fmt(r["before_ms"], "ms"), _fmt(r["after_ms"], "ms"),
-                     _fmt_change(r["before_ms"], r["after_ms"], "ms"),
-                     _direction(r["before_ms"], r["after_ms"], "lower") if marked else ""))
-    return rows
-
-
-def _direction(before: float | None, after: float | None, better: str) -> str:
-    """``'better'``, ``'worse'`` or ``''`` for a change, given which way is better."""
-    delta = _diff(after, before)
-    if not better or not delta:
-        return ""
-    return "better" if (delta < 0) == (better == "lower") else "worse"
-
-
-def finding_lines(data: dict[str, Any]) -> list[tuple[str, str]]:
-    """(group, one line per finding) for resolved, new and persisting findings."""
-    out = []
-    for group in ("resolved", "new", "persisting"):
-        for fid in data[group]:
-            d = data["findings"][fid]
-            if group == "resolved":
-                gain = f"est. gain was {_gain(d['before'])}"
-            elif group == "new":
-                gain = f"est. gain {_gain(d['after'])}"
-            else:
-                gain = f"est. gain {_gain(d['before'])} → {_gain(d['after'])}"
-            out.append((group, f"{fid}: {d['title']} ({gain})"))
-    return out
-
-
-def _gain(side: dict[str, Any]) -> str:
-    """A finding's estimated gain (an upper bound on the step time it could save) as ``'33 %'``."""
-    gain = side["est_gain"]
-    return "<1 %" if gain < 0.005 else f"{gain * 100:.0f} %"
-
-
-def _clip(s: str, w: int) -> str:
-    return s if len(s) <= w else s[: w - 1] + "…"
-
-
-def _text_table(title: str, data: dict[str, Any], rows: list[tuple[str, ...]]) -> list[str]:
-    la, lb = data["before"]["label"], data["after"]["label"]
-    w = min(MAX_VALUE_W, max(VALUE_W, len(la) + 2, len(lb) + 2))
-    head = f"{_clip(title, NAME_W):<{NAME_W}}{_clip(la, w - 2):>{w}}{_clip(lb, w - 2):>{w}}  {'change':>{CHANGE_W}}"
-    lines = [head, "-" * len(head)]
-    lines += [f"{_clip(n, NAME_W):<{NAME_W}}{x:>{w}}{y:>{w}}  {c:>{CHANGE_W}}" for n, x, y, c, _ in rows]
-    return lines
-
-
-def render_text(data: dict[str, Any]) -> str:
-    """The comparison as plain text (about 75 columns)."""
-    lines = [f"gpumagic comparison: {data['before']['label']} → {data['after']['label']}", data["verdict"], ""]
-    lines += [*_text_table("", data, table_rows(data)), ""]
-    lines += [*_text_table(f"Breakdown ({data['breakdown']['unit']})", data, breakdown_rows(data)), "", "Findings"]
-    found = finding_lines(data)
-    for group in ("resolved", "new", "persisting"):
-        items = [line for g, line in found if g == group]
-        lines += [f"  {group:<11} {items[0] if items else 'none'}"] + [f"  {'':<11} {x}" for x in items[1:]]
-    if data["notes"]:
-        lines += ["", "Notes"] + [f"  - {n}" for n in data["notes"]]
-    return "\n".join(lines) + "\n"
-
-
-# -- HTML -----------------------------------------------------------------------------------------
-
-EXTRA_CSS = (".gpumagic-report .gm-better{color:#1a7f37;font-weight:600}"
-             ".gpumagic-report .gm-worse{color:#cf222e;font-weight:600}"
-             ".gpumagic-report .gm-group{font-weight:600;padding-right:10px;white-space:nowrap}")
-
-
-def _html_table(title: str, data: dict[str, Any], rows: list[tuple[str, ...]]) -> str:
-    head = (f"<tr><th>{escape(title)}</th><th>{escape(data['before']['label'])}</th>"
-            f"<th>{escape(data['after']['label'])}</th><th>change</th></tr>")
-    body = "".join(
-        f'<tr><td>{escape(n)}</td><td class="gm-num">{escape(x)}</td><td class="gm-num">{escape(y)}</td>'
-        f'<td class="gm-num{" gm-" + css if css else ""}">{escape(c)}</td></tr>'
-        for n, x, y, c, css in rows)
-    return f'<table class="gm-table"><thead>{head}</thead><tbody>{body}</tbody></table>'
-
-
-def _tiles_html(data: dict[str, Any]) -> str:
-    b, a = data["before"], data["after"]
-    speed = "n/a" if data["speedup"] is None else f"{data['speedup']:.2f}×"
-    tiles = [("Median step", f"{_fmt(b['step_median_ms'], 'ms')} → {_fmt(a['step_median_ms'], 'ms')}"),
-             ("Speed-up", speed),
-             ("GPU busy", f"{_fmt(data['gpu_busy']['before'], 'frac')} → {_fmt(data['gpu_busy']['after'], 'frac')}"),
-             ("Findings resolved / new", f"{len(data['resolved'])} / {len(data['new'])}")]
-    return '<div class="gm-facts">' + "".join(
-        f'<div class="gm-fact"><div class="gm-fact-label">{escape(k)}</div><div class="gm-fact-value">{escape(v)}</div></div>'
-        for k, v in tiles) + "</div>"
-
-
-def _findings_html(data: dict[str, Any]) -> str:
-    found = finding_lines(data)
-    rows = []
-    for group in ("resolved", "new", "persisting"):
-        items = [line for g, line in found if g == group] or ["none"]
-        cell = "<br>".join(escape(x) for x in items)
-        rows.append(f'<tr><td class="gm-group">{group}</td><td>{cell}</td></tr>')
-    return f'<table class="gm-table"><tbody>{"".join(rows)}</tbody></table>'
-
-
-def render_fragment(data: dict[str, Any]) -> str:
-    """The comparison as one scoped ``<div>`` (the notebook's ``text/html``)."""
-    from gpumagic.render.html import wrap
-
-    notes = "".join(f"<li>{escape(n)}</li>" for n in data["notes"])
-    inner = (
-        f"<style>{EXTRA_CSS}</style>"
-        f"<h2>{escape(data['before']['label'])} → {escape(data['after']['label'])}</h2>"
-        f"{_tiles_html(data)}<div class=\"gm-top\">{escape(data['verdict'])}</div>"
-        f"<h3>Step time and GPU</h3>{_html_table('', data, table_rows(data))}"
-        f"<h3>Breakdown ({escape(data['breakdown']['unit'])})</h3>{_html_table('', data, breakdown_rows(data))}"
-        f"<h3>Findings</h3>{_findings_html(data)}"
-        + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else "")
-    )
-    return wrap(inner, static=True)
-
-
-def html_document(data: dict[str, Any]) -> str:
-    """A complete self-contained HTML page."""
-    title = escape(f"gpumagic comparison: {data['before']['label']} → {data['after']['label']}")
-    return ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f"<title>{title}</title>\n</head>\n<body style=\"margin:0;padding:24px;background:#f6f8fa\">\n"
-            f"{render_fragment(data)}\n</body>\n</html>\n")
