@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpumagic.errors import GpumagicError
-from gpumagic.render.summary import metric
+from gpumagic.report.model import metric
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.model import Report

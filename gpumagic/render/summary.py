@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpumagic.render._format import MISSING, fmt_gain, fmt_ms, fmt_pct, severity_label
+from gpumagic.report.model import metric
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.model import Finding, Report
@@ -25,16 +26,6 @@ class Fact:
     label: str
     value: str
     hint: str = ""
-
-
-def metric(metrics: dict[str, Any], *path: str) -> Any:
-    """``metrics[a][b]...``, or ``None`` where any level is missing or null."""
-    node: Any = metrics
-    for key in path:
-        if not isinstance(node, dict):
-            return None
-        node = node.get(key)
-    return node
 
 
 def header_facts(report: Report) -> list[Fact]:

@@ -70,6 +70,17 @@ class Finding:
         return d
 
 
+def metric(metrics: dict[str, Any], *path: str) -> Any:
+    """``metrics[a][b]...``, or ``None`` where any level is missing or null (a report rebuilt
+    from JSON, or one of a CPU-only trace, lacks some sections)."""
+    node: Any = metrics
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """By estimated gain (largest first), then severity, then id for a stable order."""
     return sorted(findings, key=lambda f: (-round(f.est_gain, 6), SEVERITY_ORDER[f.severity], f.id))
