@@ -167,6 +167,26 @@ def test_a_child_that_dies_while_sending_falls_back(monkeypatch, small_pieces):
     assert pieces._receive(r) is None
 
 
+def test_when_no_process_can_be_forked_one_process_decodes(monkeypatch, small_pieces):
+    path = os.path.join(DATA, "v100_resnet_ns_timestamps.json.gz")
+    raw = read_bytes(path)
+    real_fork, calls = pieces._fork_quietly, []
+
+    def fork_once_then_fail():
+        calls.append(1)
+        if len(calls) > 1:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return real_fork()
+
+    monkeypatch.setattr(pieces, "_fork_quietly", fork_once_then_fail)
+    before = set(os.listdir("/proc/self/fd"))
+    assert pieces.decode_in_pieces(raw, 4) is None
+    assert len(calls) == 2
+    no_children_left()
+    assert set(os.listdir("/proc/self/fd")) == before  # no pipe left open
+    assert_same(from_bytes(raw, path, workers=4), from_bytes(raw, path))
+
+
 def test_flow_arrows_are_decoded_in_a_second_pass_when_correlation_is_missing(tmp_path, small_pieces):
     tb = TraceBuilder()
     tb.step(1, 0, 1000)

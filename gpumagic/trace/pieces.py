@@ -162,8 +162,11 @@ def decode_in_pieces(raw: bytes | bytearray, workers: int) -> tuple[schema.Heade
         return None
     children: list[tuple[int, int]] = []
     try:
-        for i in range(1, len(at) + 1):
-            children.append(_fork(raw, at, i))
+        try:
+            for i in range(1, len(at) + 1):
+                children.append(_fork(raw, at, i))
+        except OSError:  # no process or pipe to spare (EAGAIN, ENOMEM, EMFILE): one process it is
+            return None
         results = [decode_piece(raw, at, 0)]
         if results[0] is None:
             return None
@@ -183,13 +186,12 @@ def decode_in_pieces(raw: bytes | bytearray, workers: int) -> tuple[schema.Heade
 
 def _fork(raw: bytes | bytearray, at: list[int], i: int) -> tuple[int, int]:
     r, w = os.pipe()
-    with warnings.catch_warnings():
-        # Python 3.12+ warns about fork() in a process with other threads (numpy's OpenBLAS
-        # pool counts). The warning is about a child that needs a lock another thread held at
-        # the fork; this child takes none: it decodes, pickles, writes to a pipe, and leaves
-        # with os._exit.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+    try:
+        pid = _fork_quietly()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        raise
     if pid == 0:  # the child: decode, send, leave without running any of the parent's clean-up
         code = 1
         try:
@@ -203,6 +205,16 @@ def _fork(raw: bytes | bytearray, at: list[int], i: int) -> tuple[int, int]:
             os._exit(code)
     os.close(w)
     return pid, r
+
+
+def _fork_quietly() -> int:
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about fork() in a process with other threads (numpy's OpenBLAS
+        # pool counts). The warning is about a child that needs a lock another thread held at
+        # the fork; this child takes none: it decodes, pickles, writes to a pipe, and leaves
+        # with os._exit.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
 
 
 def _receive(fd: int) -> Any:
