@@ -14,6 +14,9 @@ from collections.abc import Sequence
 from gpumagic.errors import GpumagicError
 
 EXAMPLE = "example"
+#: Exit status when standard output's reader closed the pipe early: 128 + SIGPIPE (13), what a
+#: shell reports for a program that signal ended.
+PIPE_CLOSED_STATUS = 141
 
 
 def example_trace_path() -> str:
@@ -131,10 +134,13 @@ def run() -> None:
     needs; everything is written and flushed by then, so the process ends at once.
     """
     try:
-        code = main()
-    except SystemExit as exc:  # argparse's --help (0) and usage errors (2)
-        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-    sys.stdout.flush()
+        try:
+            code = main()
+        except SystemExit as exc:  # argparse's --help (0) and usage errors (2)
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (``gpumagic analyze t | head``): stop quietly
+        code = PIPE_CLOSED_STATUS
     sys.stderr.flush()
     os._exit(code)
 

@@ -49,10 +49,16 @@ def test_missing_file_in_a_real_process():
     assert r.stderr == "gpumagic: error: /no/such/trace.json: no such file\n"
 
 
+def _buffered_env() -> dict[str, str]:
+    """This process's environment without PYTHONUNBUFFERED, so that a child buffers its stdout
+    as it does on a user's machine."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
 def test_a_real_process_writes_everything_before_its_quick_exit(tmp_path):
     """The console entry ends with ``os._exit``: the report must be complete on stdout and in -o."""
     cmd = [sys.executable, "-m", "gpumagic", "analyze", os.path.join(DATA, "a100_training_rank0.json.gz"), "--format", "json"]
-    piped = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    piped = subprocess.run(cmd, capture_output=True, text=True, check=False, env=_buffered_env())
     assert piped.returncode == 0
     out = tmp_path / "r.json"
     to_file = subprocess.run([*cmd, "-o", str(out), "-j", "1"], capture_output=True, text=True, check=False)
@@ -60,8 +66,21 @@ def test_a_real_process_writes_everything_before_its_quick_exit(tmp_path):
     assert json.loads(piped.stdout) == json.loads(out.read_text())  # and -j 1 gives the same report
     usage = subprocess.run([*cmd, "-j", "-3"], capture_output=True, text=True, check=False)
     assert usage.returncode == 2 and "expected a whole number >= 0" in usage.stderr
-    helped = subprocess.run([sys.executable, "-m", "gpumagic", "analyze", "--help"], capture_output=True, text=True, check=False)
+    helped = subprocess.run([sys.executable, "-m", "gpumagic", "analyze", "--help"], capture_output=True, text=True,
+                            check=False, env=_buffered_env())
     assert helped.returncode == 0 and "--jobs" in helped.stdout
+
+
+def test_a_reader_that_stops_early_ends_the_process_quietly():
+    """``gpumagic analyze t --format html | head -c 10``: no traceback, the status of SIGPIPE."""
+    cmd = [sys.executable, "-m", "gpumagic", "analyze", os.path.join(DATA, "a100_training_rank0.json.gz"), "--format", "html"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_buffered_env())
+    assert proc.stdout.read(10) == b"<!DOCTYPE "
+    proc.stdout.close()  # the reader goes away with ~100 KB still to come
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 141
+    assert err == ""
 
 
 def test_jobs_decode_a_large_trace_in_pieces_with_the_same_report(tmp_path, monkeypatch):
