@@ -17,6 +17,8 @@ EXAMPLE = "example"
 #: Exit status when standard output's reader closed the pipe early: 128 + SIGPIPE (13), what a
 #: shell reports for a program that signal ended.
 PIPE_CLOSED_STATUS = 141
+#: Exit status after Ctrl-C: 128 + SIGINT (2).
+INTERRUPTED_STATUS = 130
 
 
 def example_trace_path() -> str:
@@ -141,6 +143,8 @@ def run() -> None:
         sys.stdout.flush()
     except BrokenPipeError:  # the reader went away (``gpumagic analyze t | head``): stop quietly
         code = PIPE_CLOSED_STATUS
+    except KeyboardInterrupt:  # Ctrl-C: any decoding children were stopped on the way out
+        code = INTERRUPTED_STATUS
     sys.stderr.flush()
     os._exit(code)
 

@@ -1,5 +1,6 @@
 """``gpumagic analyze``: formats, exit codes, one-line errors, never a traceback."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -98,6 +99,34 @@ def test_jobs_decode_a_large_trace_in_pieces_with_the_same_report(tmp_path, monk
         reports.append(json.loads(out.read_text()))
     assert [n for n, _ in calls] == [3] and calls[0][1] is not None  # cut in 3, not a fallback
     assert reports[0] == reports[1]
+
+
+def test_ctrl_c_while_decoding_in_pieces_stops_the_children_and_exits_130(tmp_path):
+    """SIGINT to the whole process group (as a terminal sends it) while pieces are decoded."""
+    import signal
+    import time
+
+    big = tmp_path / "big.json"
+    with gzip.open(os.path.join(DATA, "v100_large_216k_events.json.gz"), "rb") as fh:
+        big.write_bytes(fh.read())
+    proc = subprocess.Popen([sys.executable, "-m", "gpumagic", "analyze", str(big), "-j", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until a decoding child exists
+        kids = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        if kids:
+            break
+        time.sleep(0.01)
+    assert kids, "no decoding child was started"
+    os.killpg(proc.pid, signal.SIGINT)
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 130
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{pid}") for pid in kids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in kids)  # the children are gone
 
 
 def test_unwritable_output(tmp_path, capsys):
