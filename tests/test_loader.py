@@ -176,6 +176,28 @@ def test_bad_input_raises_one_sentence(tmp_path, content, message):
     assert "\n" not in str(exc.value)
 
 
+def test_a_directory_names_the_traces_inside_it(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TraceError, match=r"is a directory, not a trace file \(it holds no \.json or \.json\.gz file\)$"):
+        load_trace(str(tmp_path / "empty"))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for i, name in enumerate(["host_1.pt.trace.json.gz", "host_2.pt.trace.json", "notes.txt", "host_3.pt.trace.json.gz",
+                              "host_4.json", "host_5.json.gz"]):
+        (logs / name).write_bytes(b"{}")
+        os.utime(logs / name, (1_700_000_000 + i, 1_700_000_000 + i))
+    with pytest.raises(TraceError) as exc:
+        load_trace(str(logs))
+    msg = str(exc.value)
+    assert "\n" not in msg and "notes.txt" not in msg
+    assert msg.endswith(f"give one of its 5 trace files, newest first: {logs / 'host_5.json.gz'}, {logs / 'host_4.json'}, "
+                        f"{logs / 'host_3.pt.trace.json.gz'} and 2 more")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "w.pt.trace.json").write_bytes(b"{}")
+    with pytest.raises(TraceError, match=r"its trace file is .*w\.pt\.trace\.json$"):
+        load_trace(str(tmp_path / "one"))
+
+
 def test_missing_directory_and_truncated(tmp_path):
     with pytest.raises(TraceError, match="no such file"):
         analyze(str(tmp_path / "nope.json"))

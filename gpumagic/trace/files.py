@@ -25,7 +25,7 @@ def read_bytes(path: str | os.PathLike, *, mutable: bool = False) -> bytes | byt
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise TraceError(f"{path}: is a directory, not a trace file") from None
+        raise TraceError(f"{path}: is a directory, not a trace file{_traces_inside(path)}") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if not raw:
@@ -57,3 +57,25 @@ def _gunzip_into(data: bytes) -> bytearray:
     its work), then one copy. Inflating a few MB at a time into a growing buffer looks leaner
     but measured slower: each step must take the GIL back from the thread importing numpy."""
     return bytearray(_gunzip(data))
+
+
+#: Names that trace files written by torch.profiler end with (``export_chrome_trace``,
+#: ``tensorboard_trace_handler``'s ``*.pt.trace.json[.gz]``, gpumagic bundles).
+TRACE_NAME_ENDINGS = (".json", ".json.gz")
+
+
+def _traces_inside(directory: str) -> str:
+    """For the error about a directory: the newest trace files in it, to name one instead."""
+    try:
+        entries = [e for e in os.scandir(directory) if e.is_file() and e.name.endswith(TRACE_NAME_ENDINGS)]
+    except OSError:
+        return ""
+    if not entries:
+        return " (it holds no .json or .json.gz file)"
+    entries.sort(key=lambda e: e.stat().st_mtime, reverse=True)
+    if len(entries) == 1:
+        return f"; its trace file is {os.path.join(directory, entries[0].name)}"
+    shown = ", ".join(os.path.join(directory, e.name) for e in entries[:3])
+    more = f" and {len(entries) - 3} more" if len(entries) > 3 else ""
+    return f"; give one of its {len(entries)} trace files, newest first: {shown}{more}"
+
