@@ -255,13 +255,17 @@ def extract(events: list) -> Part:
     by_type = _by_type(events)
     complete = by_type.get(schema.Complete, [])
     cats = list(map(_CAT, complete))
-    cat_set = set(cats)
-    keep = {c for c in cat_set if c not in SKIPPED_CATEGORIES}
-    if len(keep) < len(cat_set):  # drop the profiler's own spans ("Trace", ...)
-        complete = [e for e, c in zip(complete, cats) if c in keep]
-        cats = [c for c in cats if c in keep]
+    # one code per category: its Kind, or -1 for the profiler's own spans ("Trace", ...), which
+    # every Kineto trace has a few of and which are dropped here
+    code = {c: -1 if c in SKIPPED_CATEGORIES else int(CATEGORY_KINDS.get(c, Kind.OTHER)) for c in set(cats)}
+    keep = {c for c, k in code.items() if k >= 0}
+    kind = _column(map(code.__getitem__, cats), np.int8, len(cats))
+    del cats
+    if len(keep) < len(code):
+        kept = np.flatnonzero(kind >= 0)
+        complete = _pick(complete, kept)
+        kind = kind[kept]
     n = len(complete)
-    cat_kind = {c: int(CATEGORY_KINDS.get(c, Kind.OTHER)) for c in keep}
     name_index, name_ids = _interned(list(map(_NAME, complete)))
     lane_index, lane = _lane_keys(complete)
     args = list(map(_ARGS, complete))
@@ -269,7 +273,7 @@ def extract(events: list) -> Part:
     return Part(
         event_count=len(events),
         categories=keep,
-        kind=_column(map(cat_kind.__getitem__, cats), np.int8, n),
+        kind=kind,
         names=list(name_index),
         name=name_ids,
         lane_keys=list(lane_index),
