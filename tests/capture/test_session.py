@@ -210,7 +210,7 @@ def test_fake_nvml_samples_reach_the_trace_aligned_with_it(train):
 def test_cpu_samples_are_recorded():
     def busy():
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 0.3:
+        while time.monotonic() - t0 < 0.8:  # ~40 sampling periods: robust on a loaded machine
             torch.ones(256).mul_(2)
             sum(range(20_000))  # keep the CPU busy without flooding the trace
 
