@@ -72,16 +72,16 @@ _BAD_ESCAPE = re.compile(rb'\\(?!["\\/bfnrtu])')
 _CONTROL_CHARS = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
-def decode(raw: bytes, source: str = "<bytes>", *, flows: bool = True) -> tuple[schema.TraceFile | schema.FastTraceFile, list[str]]:
+def decode(raw: bytes, source: str = "<bytes>") -> tuple[schema.TraceFile | schema.FastTraceFile, list[str]]:
     """Decode JSON bytes with the typed schema; repair Kineto's known JSON slips if needed.
 
-    With ``flows=False`` the flow arrows' bodies are skipped (:class:`~schema.FastTraceFile`),
-    which is what :func:`from_bytes` does; it decodes them in a second pass only when needed.
+    Flow arrows' bodies are skipped (:class:`~schema.FastTraceFile`); :func:`from_bytes` decodes
+    them in a second pass only when needed. A file whose values do not fit the schema takes the
+    lenient path, which returns a :class:`~schema.TraceFile` with every event, flows included.
     """
-    decoders = _FULL if flows else _FAST
     notes: list[str] = []
     try:
-        return _decode_typed(raw, decoders), notes
+        return _decode_typed(raw, _FAST), notes
     except msgspec.ValidationError:
         return _decode_lenient(raw, source, notes), notes
     except msgspec.DecodeError as first_error:
@@ -89,7 +89,7 @@ def decode(raw: bytes, source: str = "<bytes>", *, flows: bool = True) -> tuple[
         if repaired == raw:
             raise TraceError(f"{source}: not valid JSON ({_short(first_error)})") from None
         try:
-            tf = _decode_typed(repaired, decoders)
+            tf = _decode_typed(repaired, _FAST)
         except msgspec.ValidationError:
             tf = _decode_lenient(repaired, source, notes)
         except msgspec.DecodeError:
@@ -100,12 +100,11 @@ def decode(raw: bytes, source: str = "<bytes>", *, flows: bool = True) -> tuple[
 
 REPAIRED_NOTE = ("The trace was not strictly valid JSON (a known Kineto slip such as a trailing "
                  "comma or an unescaped backslash); it was repaired before reading.")
-_FULL = (schema.TRACE_DECODER, schema.EVENTS_DECODER)
 _FAST = (schema.FAST_DECODER, schema.FAST_EVENTS_DECODER)
 _FLOWS = (schema.FLOW_DECODER, schema.FLOW_EVENTS_DECODER)
 
 
-def _decode_typed(raw: bytes, decoders: tuple = _FULL):
+def _decode_typed(raw: bytes, decoders: tuple):
     file_decoder, events_decoder = decoders
     if first_char(raw) == b"[":
         return file_decoder.type(traceEvents=events_decoder.decode(raw))
@@ -200,11 +199,11 @@ def from_bytes(raw: bytes, source: str = "<bytes>", *, workers: int = 1) -> Trac
     if pieces is not None:
         header, parts = pieces
         return _assemble(header, parts, [], source, lambda: _flows_from_bytes(raw))
-    tf, notes = decode(raw, source, flows=False)
+    tf, notes = decode(raw, source)
     if tf.traceEvents is None:
         raise TraceError(f"{source}: not a PyTorch profiler trace (no traceEvents)")
     parts = [extract(tf.traceEvents)]
-    header = schema.Header(**{f: getattr(tf, f) for f in schema.HEADER_FIELDS})
+    header = schema.header_of(tf)
     if isinstance(tf, schema.TraceFile):  # the lenient path decoded everything, flows included
         flow_lists = _flow_lists(tf.traceEvents)
         flows = lambda: flow_lists  # noqa: E731

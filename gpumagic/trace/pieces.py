@@ -131,7 +131,7 @@ def _piece_text(raw: bytes | bytearray, at: list[int], i: int) -> Iterator[bytes
             raw[pos:pos + len(old)] = old
 
 
-def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[dict[str, Any], Any] | None:
+def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[schema.Header, Any] | None:
     """(header fields, Part) of piece ``i``, or None when the piece does not decode as a trace."""
     import msgspec
 
@@ -145,8 +145,7 @@ def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[dict[st
         return None
     if tf.traceEvents is None:
         return None
-    header = {f: getattr(tf, f) for f in schema.HEADER_FIELDS}
-    return header, extract(tf.traceEvents)
+    return schema.header_of(tf), extract(tf.traceEvents)
 
 
 def decode_in_pieces(raw: bytes | bytearray, workers: int) -> tuple[schema.Header, list] | None:
@@ -236,12 +235,12 @@ def _stop(pid: int, fd: int) -> None:
         os.close(fd)
 
 
-def _merge_headers(headers: list[dict[str, Any]]) -> schema.Header:
+def _merge_headers(headers: list[schema.Header]) -> schema.Header:
     """The top-level fields are split between the first piece (those before ``traceEvents``) and
     the last (those after); take each from the piece that holds it."""
     from gpumagic.trace import schema
 
     default = schema.Header()
-    merged = {f: next((h[f] for h in headers if h[f] != getattr(default, f)), getattr(default, f))
+    merged = {f: next((getattr(h, f) for h in headers if getattr(h, f) != getattr(default, f)), getattr(default, f))
               for f in schema.HEADER_FIELDS}
     return schema.Header(**merged)

@@ -80,24 +80,22 @@ class Metadata(_Event, tag="M"):
     args: Args = NO_ARGS
 
 
-class FlowStart(_Event, tag="s"):
+class _Flow(_Event):
+    """A flow arrow's end point; ``id`` pairs a start with its end."""
+
+    cat: str | None = None
+    id: int | str | None = None
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+
+
+class FlowStart(_Flow, tag="s"):
     """A flow arrow's start (``ac2g``: on the launch)."""
 
-    cat: str | None = None
-    id: int | str | None = None
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
 
-
-class FlowEnd(_Event, tag="f"):
+class FlowEnd(_Flow, tag="f"):
     """A flow arrow's end (``ac2g``: on the GPU event)."""
-
-    cat: str | None = None
-    id: int | str | None = None
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
 
 
 #: Every other phase of the Trace Event Format, read and ignored.
@@ -158,6 +156,11 @@ class Header(msgspec.Struct):
 HEADER_FIELDS = Header.__struct_fields__
 
 
+def header_of(tf: Header) -> Header:
+    """The header fields of a decoded file, without its events (which can then be freed)."""
+    return Header(**{f: getattr(tf, f) for f in HEADER_FIELDS})
+
+
 class TraceFile(Header):
     """The top-level object, every event decoded."""
 
@@ -176,8 +179,6 @@ class FlowTraceFile(msgspec.Struct):
     traceEvents: list[FlowEvent] | None = None
 
 
-TRACE_DECODER = msgspec.json.Decoder(TraceFile)
-EVENTS_DECODER = msgspec.json.Decoder(list[Event])  # a bare JSON array of events
 FAST_DECODER = msgspec.json.Decoder(FastTraceFile)
 FAST_EVENTS_DECODER = msgspec.json.Decoder(list[FastEvent])
 FLOW_DECODER = msgspec.json.Decoder(FlowTraceFile)
