@@ -36,11 +36,14 @@ GAP_CAUSES = ("host_wait", "launch_latency", "other")
 
 @dataclass
 class Gaps:
-    """GPU idle gaps as arrays: start, end (ns) and cause (index into :data:`GAP_CAUSES`)."""
+    """GPU idle gaps as arrays: start, end (ns), cause (index into :data:`GAP_CAUSES`) and
+    ``next_event``, the row of the device's first GPU event at or after the gap's end (-1 when
+    there is none)."""
 
     start_ns: np.ndarray
     end_ns: np.ndarray
     cause: np.ndarray
+    next_event: np.ndarray
 
     def __len__(self) -> int:
         return int(self.start_ns.size)
@@ -50,7 +53,7 @@ class Gaps:
         return self.end_ns - self.start_ns
 
     def where(self, mask: np.ndarray) -> Gaps:
-        return Gaps(self.start_ns[mask], self.end_ns[mask], self.cause[mask])
+        return Gaps(self.start_ns[mask], self.end_ns[mask], self.cause[mask], self.next_event[mask])
 
     def of_cause(self, *causes: str) -> Gaps:
         return self.where(np.isin(self.cause, [GAP_CAUSES.index(c) for c in causes]))
@@ -65,7 +68,7 @@ class Gaps:
     @classmethod
     def empty(cls) -> Gaps:
         z = np.zeros(0, dtype=np.int64)
-        return cls(z, z, z.astype(np.int8))
+        return cls(z, z, z.astype(np.int8), z)
 
 
 @dataclass
@@ -246,8 +249,8 @@ def _classify_gaps(ctx: Context) -> tuple[Gaps, dict[str, int]]:
     on_d = np.flatnonzero(m["gpu"] & (ev.device == ctx.device))
     starts = ev.ts_ns[on_d]  # sorted: the table is sorted by start
     k = np.searchsorted(starts, g_e, side="left")
-    nxt = on_d[np.minimum(k, on_d.size - 1)]
-    has_next = (k < on_d.size) & (g_e < ctx.hi)
+    nxt = np.where(k < on_d.size, on_d[np.minimum(k, on_d.size - 1)], -1)
+    has_next = (nxt >= 0) & (g_e < ctx.hi)
     launch = np.where(has_next, ctx.launch_ts[nxt], -1)
     length = g_e - g_s
     cause = np.where(
@@ -257,7 +260,7 @@ def _classify_gaps(ctx: Context) -> tuple[Gaps, dict[str, int]]:
     )
     for c, key in enumerate(GAP_CAUSES):
         idle[key] = int(length[cause == c].sum())
-    return Gaps(g_s, g_e, cause.astype(np.int8)), idle
+    return Gaps(g_s, g_e, cause.astype(np.int8), nxt.astype(np.int64)), idle
 
 
 def _breakdown(ctx: Context) -> None:

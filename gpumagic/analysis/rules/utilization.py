@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumagic.analysis import intervals as iv
-from gpumagic.analysis.context import GAP_CAUSES, LONG_GAP_NS, Context
+from gpumagic.analysis.context import GAP_CAUSES, LONG_GAP_NS, Context, Gaps
 from gpumagic.analysis.metrics import harmful_syncs
 from gpumagic.analysis.rules.base import finding, pct, pytorch, severity_for, windows
 
@@ -48,8 +48,9 @@ def low_gpu_utilization(ctx: Context, m: dict, explained: float = 0.0):
     )
 
 
-def _describe_gap(ctx: Context, start: int, end: int, cause: str) -> str:
-    queued = _queued_detail(ctx, start, end) if cause == "other" else ""
+def _describe_gap(ctx: Context, gaps: Gaps, i: int) -> str:
+    start, end, cause = int(gaps.start_ns[i]), int(gaps.end_ns[i]), GAP_CAUSES[gaps.cause[i]]
+    queued = _queued_detail(ctx, start, end, int(gaps.next_event[i])) if cause == "other" else ""
     return f"{(end - start) / 1e6:.1f} ms ({_CAUSE_WORDS[cause]}{queued}, {_gap_cause(ctx, start, end)})"
 
 
@@ -65,18 +66,15 @@ def _gap_cause(ctx: Context, start: int, end: int) -> str:
     return f"main thread in {ctx.trace.names[ev.name[best]][:80]}"
 
 
-def _queued_detail(ctx: Context, start: int, end: int) -> str:
-    """For a gap whose next GPU work had been launched before the gap began: how long before,
-    and by which call (e.g. ``cudaGraphLaunch``). Empty when that is not the case."""
-    ev, msk = ctx.trace.events, ctx.masks
-    after = np.flatnonzero(msk["gpu"] & (ev.device == ctx.device) & (ev.ts_ns >= end))
-    if after.size == 0:
+def _queued_detail(ctx: Context, start: int, end: int, nxt: int) -> str:
+    """For a gap whose next GPU work (row ``nxt``) had been launched before the gap began: how
+    long before, and by which call (e.g. ``cudaGraphLaunch``). Empty when that is not the case."""
+    if nxt < 0:
         return ""
-    k = int(after[0])
-    launched = int(ctx.launch_ts[k])
+    ev, launched = ctx.trace.events, int(ctx.launch_ts[nxt])
     if launched < 0 or launched >= start:
         return ""
-    by = np.flatnonzero(msk["runtime"] & (ev.corr == ev.corr[k]))
+    by = np.flatnonzero(ctx.masks["runtime"] & (ev.corr == ev.corr[nxt]))
     call = f" by {ctx.trace.names[ev.name[by[0]]]}" if by.size else ""
     return f", launched {(end - launched) / 1e6:.1f} ms before it ran{call}"
 
@@ -100,8 +98,7 @@ def gpu_idle_gaps(ctx: Context, m: dict):
         return None
     unexplained = ctx.frac(iv.total(iv.subtract(long.intervals, explained_idle(ctx))))
     top = np.argsort(-long.dur_ns, kind="stable")[:5].tolist()
-    causes = "; ".join(_describe_gap(ctx, int(long.start_ns[i]), int(long.end_ns[i]), GAP_CAUSES[long.cause[i]])
-                       for i in top)
+    causes = "; ".join(_describe_gap(ctx, long, i) for i in top)
     return finding(
         "gpu-idle-gaps", severity=severity_for(unexplained), title=f"{len(long)} long GPU idle gaps (≥ 1 ms)",
         why="""A gap of a millisecond or more is thousands of kernel launches' worth of idle GPU. Most long
