@@ -154,9 +154,9 @@ class Report:
 
     def timeline_png(self, step: int | None = None, finding: str | None = None) -> bytes:
         """:meth:`timeline` as PNG bytes, e.g. for ``IPython.display.Image``."""
-        from gpumagic.render.timeline import figure_png
+        from gpumagic.render.timeline import TimelineOptions, timeline_png
 
-        return figure_png(self.timeline(step=step, finding=finding))
+        return timeline_png(self, TimelineOptions(step=step, finding=finding))
 
     def widget(self):
         """The interactive ipywidgets view (a VBox), to display or embed."""
