@@ -9,7 +9,8 @@ import argparse
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from gpumagic.errors import GpumagicError
 
@@ -73,6 +74,19 @@ def write_output(text: str, output: str | None) -> None:
         raise GpumagicError(f"{output}: cannot write ({exc.strerror or exc})") from None
 
 
+def emit(produce: Callable[[], Any], fmt: str, output: str | None, what: str) -> int:
+    """Write what ``produce()`` returns (a Report or Comparison) as ``fmt``: 0, or 2 with one
+    line on stderr when the input is bad or the output cannot be written."""
+    try:
+        write_output(render_as(produce(), fmt), output)
+    except GpumagicError as exc:
+        print(f"gpumagic: error: {exc}", file=sys.stderr)
+        return 2
+    if output:
+        print(f"gpumagic: wrote {fmt} {what} to {output}", file=sys.stderr)
+    return 0
+
+
 class _ReadAhead(threading.Thread):
     """Read (and gunzip) a trace file on a helper thread; :meth:`result` returns its bytes or
     raises its :class:`~gpumagic.errors.TraceError` on the calling thread."""
@@ -117,16 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gpumagic.analysis import analyze
     from gpumagic.trace.kineto import from_bytes
 
-    try:
-        trace = from_bytes(reading.result(), path, workers=workers)
-        report = analyze(trace, label=args.label)
-        write_output(render_as(report, args.format), args.output)
-    except GpumagicError as exc:
-        print(f"gpumagic: error: {exc}", file=sys.stderr)
-        return 2
-    if args.output:
-        print(f"gpumagic: wrote {args.format} report to {args.output}", file=sys.stderr)
-    return 0
+    return emit(lambda: analyze(from_bytes(reading.result(), path, workers=workers), label=args.label),
+                args.format, args.output, "report")
 
 
 def run() -> None:

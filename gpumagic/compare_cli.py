@@ -7,10 +7,7 @@ runs it. Exit status: 0 on success, 2 on bad input (one line on stderr, never a 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-
-from gpumagic.errors import GpumagicError
 
 FORMATS = ("text", "json", "html")
 
@@ -30,18 +27,10 @@ def add_compare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
 
 def run_compare(args: argparse.Namespace) -> int:
     """Analyse both traces, compare them and write the result; 2 with one stderr line on bad input."""
-    from gpumagic.cli import render_as, write_output
+    from gpumagic.cli import emit
     from gpumagic.comparison import compare
 
-    try:
-        comparison = compare(_path(args.before), _path(args.after))
-        write_output(render_as(comparison, args.format), args.output)
-    except GpumagicError as exc:
-        print(f"gpumagic: error: {exc}", file=sys.stderr)
-        return 2
-    if args.output:
-        print(f"gpumagic: wrote {args.format} comparison to {args.output}", file=sys.stderr)
-    return 0
+    return emit(lambda: compare(_path(args.before), _path(args.after)), args.format, args.output, "comparison")
 
 
 def _path(arg: str) -> Path:
