@@ -18,6 +18,7 @@ from importlib import import_module
 from typing import Any
 
 from gpumagic.errors import GpumagicError, TraceError
+from gpumagic.report import views as _views
 from gpumagic.report.model import Evidence, Finding, Fix, Report, Window
 
 __version__ = "0.1.0"
@@ -26,10 +27,10 @@ __version__ = "0.1.0"
 _LAZY = {
     "analyze": "gpumagic.analysis",
     "Trace": "gpumagic.trace.model",
-    "profile": "gpumagic.api",
-    "Profiler": "gpumagic.api",
-    "compare": "gpumagic.comparison",
-    "tune_dataloader": "gpumagic.tuner",
+    "profile": "gpumagic.shells.api",
+    "Profiler": "gpumagic.shells.api",
+    "compare": "gpumagic.tuning.comparison",
+    "tune_dataloader": "gpumagic.tuning.dataloader",
 }
 
 __all__ = [
@@ -37,6 +38,14 @@ __all__ = [
     "__version__", "analyze", "compare", "load_ipython_extension", "load_trace", "profile",
     "tune_dataloader", "unload_ipython_extension",
 ]
+
+
+def _load_views() -> None:
+    """Register the renderers (:mod:`gpumagic.render.views`) the first time a view is asked for."""
+    import gpumagic.render.views  # noqa: F401
+
+
+_views.provide(_load_views)
 
 
 def __getattr__(name: str) -> Any:
@@ -50,8 +59,8 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext gpumagic``: register ``%%gpuprofile`` and ``%gpuprofile``."""
-    import_module("gpumagic.magic").load_ipython_extension(ipython)
+    import_module("gpumagic.shells.magic").load_ipython_extension(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
-    import_module("gpumagic.magic").unload_ipython_extension(ipython)
+    import_module("gpumagic.shells.magic").unload_ipython_extension(ipython)

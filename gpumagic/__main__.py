@@ -1,3 +1,3 @@
-from gpumagic.cli import run
+from gpumagic.shells.cli import run
 
 run()

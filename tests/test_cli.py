@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tracebuilder import DATA
 
 from gpumagic import TraceError, analyze
-from gpumagic.cli import main
+from gpumagic.shells.cli import main
 
 H100 = os.path.join(DATA, "h100_bert_small_inference.json.gz")
 

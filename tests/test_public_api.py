@@ -34,5 +34,5 @@ def test_gpumagic_compare_stays_the_function():
     """Importing the submodule must not shadow the package attribute ``compare``."""
     import importlib
 
-    importlib.import_module("gpumagic.comparison")
+    importlib.import_module("gpumagic.tuning.comparison")
     assert callable(gpumagic.compare)

@@ -1,4 +1,4 @@
-"""Integrations with training frameworks. Each submodule imports its framework only when used.
+"""Integrations with training frameworks (public paths; the code lives in :mod:`gpumagic.shells`).
 
 - :mod:`gpumagic.integrations.huggingface`: ``GpuProfileCallback`` for ``transformers.Trainer``
   and ``huggingface_fixes`` (fixes phrased as ``TrainingArguments``); ``pip install 'gpumagic[hf]'``.

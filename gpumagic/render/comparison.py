@@ -1,4 +1,4 @@
-"""Text and HTML for a :class:`~gpumagic.comparison.Comparison` (its ``data`` dict): a table of
+"""Text and HTML for a :class:`~gpumagic.tuning.comparison.Comparison` (its ``data`` dict): a table of
 step time and the headline metrics before / after, the per-step breakdown, and the findings
 resolved, new and persisting."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from gpumagic.comparison import SAME_STEP_TOLERANCE, difference
 from gpumagic.render._format import MISSING, fmt_bytes, fmt_ms, fmt_pct
 from gpumagic.render.html import wrap
 from gpumagic.render.palette import CATEGORY_LABEL
+from gpumagic.tuning.comparison import SAME_STEP_TOLERANCE, difference
 
 # -- text -----------------------------------------------------------------------------------------
 

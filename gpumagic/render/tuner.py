@@ -1,4 +1,4 @@
-"""Text, HTML and a bar chart for a :class:`~gpumagic.tuner.TuneResult` (``tune_dataloader``)."""
+"""Text, HTML and a bar chart for a :class:`~gpumagic.tuning.dataloader.TuneResult` (``tune_dataloader``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from gpumagic.render.html import png_data_uri, wrap
 from gpumagic.render.palette import BLUE, GREY, ORANGE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gpumagic.tuner import TuneResult
+    from gpumagic.tuning.dataloader import TuneResult
 
 # -- text ------------------------------------------------------------------------------------
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from gpumagic.report.views import view
+
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.trace.model import Trace
 
@@ -126,21 +128,15 @@ class Report:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def to_text(self, width: int = 100) -> str:
-        from gpumagic.render.text import render_text
-
-        return render_text(self, width=width)
+        return view("report", "text")(self, width=width)
 
     def to_html(self) -> str:
         """One self-contained HTML document (no network, no CDN)."""
-        from gpumagic.render.html import render_html
-
-        return render_html(self)
+        return view("report", "html")(self)
 
     def save_html(self, path):
         """Write one self-contained HTML file (no network); returns the path."""
-        from gpumagic.report.mimebundle import save_html
-
-        return save_html(self, path)
+        return view("report", "save_html")(self, path)
 
     def timeline(self, step: int | None = None, finding: str | None = None):
         """The timeline as a matplotlib ``Figure`` (object-oriented API, no pyplot state): lanes
@@ -148,27 +144,19 @@ class Report:
         (an index into ``metrics["steps"]``), ``finding`` highlights that finding's evidence.
         Save it with ``fig.savefig(path)``. Raises ValueError for a report without its trace
         (one rebuilt from JSON)."""
-        from gpumagic.render.timeline import TimelineOptions, timeline_figure
-
-        return timeline_figure(self, TimelineOptions(step=step, finding=finding))
+        return view("report", "timeline")(self, step=step, finding=finding)
 
     def timeline_png(self, step: int | None = None, finding: str | None = None) -> bytes:
         """:meth:`timeline` as PNG bytes, e.g. for ``IPython.display.Image``."""
-        from gpumagic.render.timeline import TimelineOptions, timeline_png
-
-        return timeline_png(self, TimelineOptions(step=step, finding=finding))
+        return view("report", "timeline_png")(self, step=step, finding=finding)
 
     def widget(self):
         """The interactive ipywidgets view (a VBox), to display or embed."""
-        from gpumagic.report.mimebundle import widget
-
-        return widget(self)
+        return view("report", "widget")(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        """Live widget + static HTML + text in one output (see gpumagic.report.mimebundle)."""
-        from gpumagic.report.mimebundle import mimebundle
-
-        return mimebundle(self, include=include, exclude=exclude)
+        """Live widget + static HTML + text in one output (see gpumagic.render.display)."""
+        return view("report", "mimebundle")(self, include=include, exclude=exclude)
 
     def __repr__(self) -> str:
         ids = ", ".join(self.finding_ids) or "no findings"

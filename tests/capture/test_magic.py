@@ -10,8 +10,8 @@ import threading
 import pytest
 from IPython.utils.capture import capture_output
 
-from gpumagic.magic import GpuProfileMagics, split_last_expression, split_options
 from gpumagic.report.model import Report
+from gpumagic.shells.magic import GpuProfileMagics, split_last_expression, split_options
 
 TRAIN = """
 import torch
@@ -72,7 +72,7 @@ def test_output_variable_label_and_quiet(shell, displayed):
 
 
 def test_a_labelled_run_is_remembered_only_when_it_completes(shell):
-    from gpumagic import runs
+    from gpumagic.tuning import runs
 
     runs.forget()
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import gpumagic.api as api
+import gpumagic.shells.api as api
 from gpumagic.capture import CaptureError, OptionsError
 
 

@@ -1,4 +1,4 @@
-"""``gpumagic compare`` (through add_compare_parser/run_compare) and the labelled-run registry."""
+"""``gpumagic compare`` (through gpumagic.shells.cli.compare) and the labelled-run registry."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from tracebuilder import DATA
 
 import gpumagic
-from gpumagic import runs
-from gpumagic.compare_cli import add_compare_parser
+from gpumagic.shells.cli.compare import add_parser as add_compare_parser
+from gpumagic.tuning import runs
 
 W0 = os.path.join(DATA, "resnet50_v100_workers0.json.gz")
 W4 = os.path.join(DATA, "resnet50_v100_workers4.json.gz")

@@ -11,9 +11,9 @@ import pytest
 from tracebuilder import DATA, TraceBuilder, busy_steps
 
 import gpumagic
-from gpumagic import runs
-from gpumagic.comparison import Comparison, compare, trace_stem
 from gpumagic.errors import GpumagicError, TraceError
+from gpumagic.tuning import runs
+from gpumagic.tuning.comparison import Comparison, compare, trace_stem
 
 W0 = os.path.join(DATA, "resnet50_v100_workers0.json.gz")
 W4 = os.path.join(DATA, "resnet50_v100_workers4.json.gz")

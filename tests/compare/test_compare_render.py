@@ -9,7 +9,7 @@ import pytest
 from tracebuilder import DATA
 
 import gpumagic
-from gpumagic.comparison import compare
+from gpumagic.tuning.comparison import compare
 
 W0 = os.path.join(DATA, "resnet50_v100_workers0.json.gz")
 W4 = os.path.join(DATA, "resnet50_v100_workers4.json.gz")
@@ -64,7 +64,7 @@ def test_a_noisy_after_run_does_not_hide_a_large_speedup():
     """−56 % on the median with a noisy 5-step after-run is a real speed-up, not "about the same"."""
     from types import SimpleNamespace
 
-    from gpumagic.comparison import same_tolerance, verdict
+    from gpumagic.tuning.comparison import same_tolerance, verdict
 
     before = SimpleNamespace(metrics={"steps": {"durations_ms": [100, 101, 99, 100, 102], "median_ms": 100}})
     after = SimpleNamespace(metrics={"steps": {"durations_ms": [44, 30, 70, 44, 60], "median_ms": 44}})

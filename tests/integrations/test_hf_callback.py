@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 
-from gpumagic import runs
 from gpumagic.capture import OptionsError
+from gpumagic.tuning import runs
 
 pytestmark = pytest.mark.slow  # imports transformers (~5 s) and trains a few steps
 

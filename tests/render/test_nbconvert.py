@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpumagic.report import mimebundle as mb
+from gpumagic.render import display as mb
 
 nbformat = pytest.importorskip("nbformat")
 nbconvert = pytest.importorskip("nbconvert")

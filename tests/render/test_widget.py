@@ -3,9 +3,9 @@
 import ipywidgets as w
 import pytest
 
+from gpumagic.render import display as mb
 from gpumagic.render.html import Images
 from gpumagic.render.widget import ALL_STEPS, NO_HIGHLIGHT, TAB_TITLES, build_widget
-from gpumagic.report import mimebundle as mb
 from gpumagic.report.model import Report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -6,14 +6,14 @@ import pytest
 from datasets_for_tuner import Sleepy
 from ipyshell import ipython_shell
 
-from gpumagic.tuner import TuneResult
+from gpumagic.tuning.dataloader import TuneResult
 
 IPython = pytest.importorskip("IPython")
 
 
 @pytest.fixture(scope="module")
 def shell():
-    with ipython_shell("gpumagic.tuner_magic") as ip:
+    with ipython_shell("gpumagic.shells.tune_magic") as ip:
         yield ip
 
 

@@ -9,7 +9,7 @@ import torch
 from datasets_for_tuner import AlwaysFails, FailsInWorkers, Sleepy, pair_collate
 from torch.utils.data import DataLoader
 
-from gpumagic.tuner import TuneResult, tune_dataloader
+from gpumagic.tuning.dataloader import TuneResult, tune_dataloader
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="expectations are for the CPU-only path")
 
@@ -70,7 +70,7 @@ def test_a_broken_dataset_raises_from_the_single_process_setting():
 
 
 def test_spawn_with_a_notebook_dataset_skips_worker_settings(monkeypatch):
-    import gpumagic.tuner as tuner
+    import gpumagic.tuning.dataloader as tuner
 
     monkeypatch.setattr(tuner, "start_method", lambda base: "spawn")
     monkeypatch.setattr(tuner, "interactive_main", lambda: True)
@@ -110,7 +110,7 @@ def test_result_renders(tmp_path):
 
 
 def test_workers_are_shut_down_when_interrupted(monkeypatch):
-    import gpumagic.tuner as tuner
+    import gpumagic.tuning.dataloader as tuner
 
     calls = {"n": 0}
 

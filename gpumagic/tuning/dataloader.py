@@ -35,6 +35,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpumagic.report.views import view
+
 #: Batch size used for a bare dataset when none is given (PyTorch's MNIST example's default).
 DEFAULT_DATASET_BATCH_SIZE = 64
 #: Default time read per setting after its first batch (a few dozen batches of a typical loader).
@@ -153,9 +155,7 @@ class TuneResult:
 
     def figure(self):
         """Batches per second by setting, as a matplotlib Figure (Agg; no pyplot)."""
-        from gpumagic.render.tuner import figure
-
-        return figure(self)
+        return view("tune", "figure")(self)
 
     def png(self) -> bytes:
         import io
@@ -168,14 +168,10 @@ class TuneResult:
         return buf.getvalue()
 
     def to_text(self) -> str:
-        from gpumagic.render.tuner import render_text
-
-        return render_text(self)
+        return view("tune", "text")(self)
 
     def to_html(self) -> str:
-        from gpumagic.render.tuner import render_html
-
-        return render_html(self)
+        return view("tune", "html")(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         wanted = (set(include) if include else {"text/plain", "text/html"}) - set(exclude or ())

@@ -12,7 +12,7 @@
 ``a`` is the run *before* the change, ``b`` the run *after* it. Each may be a
 :class:`~gpumagic.report.model.Report`, anything with a ``.report`` (a run from
 ``gpumagic.profile()``), a trace path (Kineto JSON, ``.json.gz`` or a gpumagic bundle) or the label
-of a run remembered by ``%%gpuprofile --label`` (:mod:`gpumagic.runs`).
+of a run remembered by ``%%gpuprofile --label`` (:mod:`gpumagic.tuning.runs`).
 
 Step time is the median of the recorded steps (``ProfilerStep#`` markers), so runs with a
 different number of steps still compare. The breakdown is per step for the same reason.
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpumagic.errors import GpumagicError
 from gpumagic.report.model import metric
+from gpumagic.report.views import view
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.model import Report
@@ -61,7 +62,7 @@ def compare(a: Any, b: Any) -> Comparison:
     """Compare run ``a`` (before) with run ``b`` (after); see the module docstring for inputs.
 
     Raises :class:`~gpumagic.errors.TraceError` for a missing or unreadable trace file,
-    :class:`~gpumagic.runs.UnknownRunError` for a string that is neither a file nor a remembered
+    :class:`~gpumagic.tuning.runs.UnknownRunError` for a string that is neither a file nor a remembered
     label while some labels are remembered, :class:`GpumagicError` for a run without a report,
     and :class:`TypeError` for anything else.
     """
@@ -88,8 +89,8 @@ def _as_report(x: Any) -> tuple[Report, str]:
 
 
 def _report_from_path_or_label(x: str | os.PathLike) -> tuple[Report, str]:
-    from gpumagic import runs
     from gpumagic.analysis import analyze
+    from gpumagic.tuning import runs
 
     text = os.fspath(x)
     known = runs.labels()
@@ -165,15 +166,11 @@ class Comparison:
         return json.dumps(self.data, indent=indent, allow_nan=False)
 
     def to_text(self) -> str:
-        from gpumagic.render.comparison import render_text
-
-        return render_text(self.data)
+        return view("comparison", "text")(self.data)
 
     def to_html(self) -> str:
         """A self-contained HTML page (no script, no network)."""
-        from gpumagic.render.comparison import html_document
-
-        return html_document(self.data)
+        return view("comparison", "html")(self.data)
 
     def save_html(self, path: str | os.PathLike) -> Path:
         target = Path(path)
@@ -187,9 +184,7 @@ class Comparison:
         if "text/plain" in wanted:
             bundle["text/plain"] = self.to_text()
         if "text/html" in wanted:
-            from gpumagic.render.comparison import render_fragment
-
-            bundle["text/html"] = render_fragment(self.data)
+            bundle["text/html"] = view("comparison", "fragment")(self.data)
         return bundle
 
     def __repr__(self) -> str:

@@ -75,7 +75,7 @@ class GpuProfileMagics(Magics):
         run = session.finish()
         _trainer_first(run)
         if run.report is not None and args.label:
-            from gpumagic import runs
+            from gpumagic.tuning import runs
 
             runs.remember(args.label, run.report)  # for comparing runs later, by label
         self._show(run, args, baseline)
@@ -116,7 +116,7 @@ class GpuProfileMagics(Magics):
 
             display(run.report)
             if baseline is not None:
-                from gpumagic.comparison import compare
+                from gpumagic.tuning.comparison import compare
 
                 display(compare(baseline, run.report))
 
@@ -189,7 +189,7 @@ def _baseline(label: str | None):
     """The remembered report that ``--compare LABEL`` names (UsageError naming the known labels)."""
     if not label:
         return None
-    from gpumagic import runs
+    from gpumagic.tuning import runs
 
     try:
         return runs.get(label)
@@ -199,7 +199,7 @@ def _baseline(label: str | None):
 
 def _trainer_first(run: Run) -> None:
     """When this kernel uses ``transformers.Trainer``, phrase the fixes as TrainingArguments first."""
-    from gpumagic.integrations.huggingface import huggingface_fixes, trainer_imported
+    from gpumagic.shells.huggingface import huggingface_fixes, trainer_imported
 
     if run.report is not None and trainer_imported():
         run.report = huggingface_fixes(run.report)
@@ -211,7 +211,7 @@ def load_ipython_extension(ipython) -> None:
 
     quiet_kineto()
     ipython.register_magics(GpuProfileMagics)
-    from gpumagic.tuner_magic import TunerMagics
+    from gpumagic.shells.tune_magic import TunerMagics
 
     ipython.register_magics(TunerMagics)
 

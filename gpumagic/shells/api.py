@@ -60,7 +60,7 @@ class Profiler:
         session, self._session = self._session, None
         run = finish_after(session, error)
         if run.report is not None and error is None and self.options.label:
-            from gpumagic import runs
+            from gpumagic.tuning import runs
 
             runs.remember(self.options.label, run.report)
         if run.report is not None and _wants_display(self.display):

@@ -1,0 +1,58 @@
+"""The ``gpumagic`` command line: one parser, a module per subcommand.
+
+- ``gpumagic analyze PATH`` (:mod:`.analyze`): a report on one trace;
+- ``gpumagic compare BEFORE AFTER`` (:mod:`.compare`): what changed between two runs.
+
+Each subcommand module has ``add_parser(subparsers)`` and ``run(args) -> int``; :mod:`._output`
+holds what they share (writing the result, the exit statuses). Exit status: 0 on success, 2 on
+bad input (one line on stderr, never a traceback), 130 after Ctrl-C, 141 when the reader of
+standard output went away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from gpumagic.shells.cli import analyze, compare
+from gpumagic.shells.cli._output import INTERRUPTED_STATUS, PIPE_CLOSED_STATUS
+
+SUBCOMMANDS = (analyze, compare)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpumagic", description="Why is my GPU waiting? Analyse PyTorch profiler traces.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for command in SUBCOMMANDS:
+        command.add_parser(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.handler(args)
+
+
+def run() -> None:
+    """The console script: :func:`main`, then leave without tearing the interpreter down.
+
+    Freeing every object of a large analysis one by one at exit takes longer than the output
+    needs; everything is written and flushed by then, so the process ends at once.
+    """
+    try:
+        try:
+            code = main()
+        except SystemExit as exc:  # argparse's --help (0) and usage errors (2)
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (``gpumagic analyze t | head``): stop quietly
+        code = PIPE_CLOSED_STATUS
+    except KeyboardInterrupt:  # Ctrl-C: any decoding children were stopped on the way out
+        code = INTERRUPTED_STATUS
+    sys.stderr.flush()
+    os._exit(code)
+
+
+__all__ = ["main", "parser", "run"]

@@ -1,0 +1,421 @@
+"""Hugging Face ``Trainer``: profile a few training steps, and phrase fixes as ``TrainingArguments``.
+
+::
+
+    from gpumagic.integrations.huggingface import GpuProfileCallback
+
+    callback = GpuProfileCallback(skip=2, steps=5)     # leave 2 warm-up steps out, record 5
+    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[callback])
+    trainer.train()            # in a notebook the report is displayed when the 5 steps are done
+    callback.report            # the Report, fixes first as TrainingArguments
+
+``huggingface_fixes(report)`` rewrites any report's fixes as ``TrainingArguments`` settings
+checked against the installed transformers (a setting the version lacks is dropped and said so).
+It needs transformers only to check; without it the settings are left unchecked, with a note.
+
+The callback records from the end of optimizer step ``skip`` (after ``skip`` warm-up steps; with
+``skip=0`` from the start of training) for ``steps`` optimizer steps, through
+:class:`gpumagic.Profiler`. If ``Trainer.train()`` raises while recording, the recording is
+closed at the next ``train()`` or by :meth:`GpuProfileCallback.close`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpumagic.report.model import Fix
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpumagic.report.model import Finding, Report
+
+HF_INSTALL_HINT = "GpuProfileCallback needs transformers: pip install 'gpumagic[hf]' (or pip install transformers)"
+#: The settings' spellings across transformers versions, newest first: (field, value). transformers
+#: 5 replaced ``group_by_length=True`` by ``train_sampling_strategy="group_by_length"`` and renamed
+#: ``gradient_checkpointing`` to ``activation_checkpointing`` (the old name is a deprecated alias).
+SPELLINGS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "gradient_checkpointing": (("activation_checkpointing", True), ("gradient_checkpointing", True)),
+    "group_by_length": (("train_sampling_strategy", "group_by_length"), ("group_by_length", True)),
+}
+#: Data-loader workers suggested when the Trainer uses none (the dataloader-bound rule's default;
+#: ``gpumagic.tune_dataloader(trainer.get_train_dataloader())`` measures the best value).
+DEFAULT_WORKERS = 4
+#: Compute capability from which bf16 and TF32 tensor cores exist (Ampere; NVIDIA CUDA guide).
+BF16_MIN_CC = 8.0
+#: Activation checkpointing recomputes the forward pass of each checkpointed block during the
+#: backward pass: about one extra forward, i.e. ~20-30 % more compute per step (Chen et al. 2016,
+#: "Training Deep Nets with Sublinear Memory Cost"; the transformers docs quote ~20 %).
+CHECKPOINTING_COST = "recomputing activations costs about one extra forward pass (~20-30 % longer steps)"
+#: Below this peak share of GPU memory, activation checkpointing buys nothing the run needs.
+LOW_MEMORY_FRAC = 0.5
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One TrainingArguments suggestion: settings by their canonical name, and a trade-off."""
+
+    description: str
+    settings: dict[str, Any]
+    caveat: str = ""
+
+
+# -- what to suggest per finding ------------------------------------------------------------------
+
+
+def _dataloader(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    workers = _current(current, "dataloader_num_workers", 0)
+    settings: dict[str, Any] = {"dataloader_num_workers": DEFAULT_WORKERS if not workers else 2 * workers}
+    if not cpu_only:  # pinned memory only speeds up copies to a GPU
+        settings["dataloader_pin_memory"] = True
+    settings.update(dataloader_persistent_workers=True, dataloader_prefetch_factor=2)
+    return [Advice("Load batches in worker processes" + ("," if cpu_only else ", pinned,") + " kept alive between epochs",
+                   settings, "gpumagic.tune_dataloader(trainer.get_train_dataloader()) measures the best num_workers")]
+
+
+def _pinned(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    return [Advice("Pin the Trainer's batches so host→GPU copies are fast and asynchronous",
+                   {"dataloader_pin_memory": True},
+                   "tensors created outside the DataLoader (in compute_loss or a callback) stay pageable")]
+
+
+def _precision(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    cc = f.evidence.numbers.get("compute_capability")
+    if isinstance(cc, (int, float)) and cc >= BF16_MIN_CC:
+        return [Advice("Train in bfloat16 mixed precision, with TF32 for the remaining FP32 matmuls",
+                       {"bf16": True, "tf32": True})]
+    return [Advice("Train in float16 mixed precision (this GPU has no bf16 tensor cores; the Trainer adds the "
+                   "loss scaler)", {"fp16": True})]
+
+
+def _launch(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    return [Advice("Fuse kernels with torch.compile and step the optimizer in one fused kernel",
+                   {"torch_compile": True, "optim": "adamw_torch_fused"},
+                   "the first steps compile the model: profile after them (skip=)")]
+
+
+def _cpu(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    settings: dict[str, Any] = {"torch_compile": True}
+    batch = _current(current, "per_device_train_batch_size", None)
+    if isinstance(batch, int) and batch > 0:
+        settings["per_device_train_batch_size"] = 2 * batch
+    return [Advice("Cut Python overhead per step with torch.compile" +
+                   ("" if "per_device_train_batch_size" in settings else ", and give each step more work "
+                    "(a larger per_device_train_batch_size)"), settings)]
+
+
+def _memory(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    return [Advice("Trade compute for memory: recompute activations in the backward pass",
+                   {"gradient_checkpointing": True}, CHECKPOINTING_COST),
+            Advice("Batch sequences of similar length together (less padding, smaller typical batches)",
+                   {"group_by_length": True}, "for variable-length text with dynamic padding")]
+
+
+def _bigger_batch(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    batch = _current(current, "per_device_train_batch_size", None)
+    if not isinstance(batch, int) or batch < 1:
+        return []  # the current batch size is unknown: the PyTorch fix says what to do
+    return [Advice("Give the GPU more work per step", {"per_device_train_batch_size": 2 * batch},
+                   "scale the learning rate with the batch size, or keep the effective batch with "
+                   "gradient_accumulation_steps")]
+
+
+def _communication(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    return [Advice("Let DDP all-reduce larger gradient buckets, overlapped with the backward pass",
+                   {"ddp_bucket_cap_mb": 100},
+                   "with gradient_accumulation_steps > 1 the Trainer already skips the all-reduce between micro-batches")]
+
+
+ADVICE = {
+    "dataloader-bound": _dataloader,
+    "pageable-memcpy": _pinned,
+    "transfer-bound": _pinned,
+    "mixed-precision-off": _precision,
+    "launch-bound": _launch,
+    "cpu-bound": _cpu,
+    "memory-pressure": _memory,
+    "low-gpu-utilization": _bigger_batch,
+    "communication-heavy": _communication,
+}
+
+
+def _current(training_args: Any, name: str, default: Any) -> Any:
+    return getattr(training_args, name, default) if training_args is not None else default
+
+
+# -- the installed TrainingArguments --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArgsSchema:
+    """The TrainingArguments fields to check against (``None``: unchecked) and their version."""
+
+    fields: dict[str, Any] | None
+    version: str
+
+    def spelling(self, name: str, value: Any) -> tuple[str, Any] | None:
+        """The first spelling of setting ``name`` that this version accepts, or None."""
+        for field, val in SPELLINGS.get(name, ((name, value),)):
+            if self.fields is None or (field in self.fields and self.accepts(field, val)):
+                return field, val
+        return None
+
+    def accepts(self, field: str, value: Any) -> bool:
+        """A value outside the field's declared choices (or an unknown optimizer) is refused."""
+        spec = self.fields.get(field) if self.fields else None
+        choices = getattr(spec, "metadata", {}).get("choices") if spec is not None else None
+        if choices and isinstance(value, str):
+            return value in choices
+        if field == "optim" and isinstance(value, str):
+            return value in _optimizer_names()
+        return True
+
+
+def installed_schema() -> ArgsSchema | None:
+    """The installed transformers' TrainingArguments, or None when transformers is missing."""
+    try:
+        import transformers
+        from transformers import TrainingArguments
+    except ImportError:
+        return None
+    return ArgsSchema({f.name: f for f in dataclasses.fields(TrainingArguments)}, transformers.__version__)
+
+
+def _optimizer_names() -> set[str]:
+    try:
+        from transformers.training_args import OptimizerNames
+    except ImportError:
+        return set()
+    return {o.value for o in OptimizerNames}
+
+
+# -- rewriting a report ---------------------------------------------------------------------------
+
+
+def huggingface_fixes(report: Report, transformers_version: str | None = None, *, training_args: Any = None,
+                      fields: Any = None) -> Report:
+    """A new Report whose findings put ``TrainingArguments`` fixes first.
+
+    Fixes are checked against the installed transformers' ``TrainingArguments`` (or ``fields``,
+    a collection of field names, when given): a setting that version lacks is dropped, and the fix
+    says so. ``transformers_version`` names the version in messages; when it differs from the
+    installed one, a note says which version was checked. ``training_args`` (the run's
+    ``TrainingArguments``) lets suggestions build on current values and skip settings already
+    made. Findings without a Trainer equivalent keep their fixes, Trainer ones first.
+    """
+    schema = _schema(fields, transformers_version)
+    notes = list(report.notes)
+    cpu_only = bool((report.metrics.get("trace") or {}).get("cpu_only"))
+    findings = [_rephrase(f, schema, training_args, cpu_only) for f in report.findings]
+    notes += _version_notes(schema, transformers_version, notes)
+    notes += _checkpointing_note(report, training_args)
+    return dataclasses.replace(report, findings=findings, notes=notes)
+
+
+def _schema(fields: Any, version: str | None) -> ArgsSchema:
+    if fields is not None:
+        return ArgsSchema({name: None for name in fields}, version or "given")
+    installed = installed_schema()
+    return installed if installed is not None else ArgsSchema(None, version or "not installed")
+
+
+def _version_notes(schema: ArgsSchema, asked: str | None, existing: list[str]) -> list[str]:
+    if schema.fields is None:
+        note = ("transformers is not installed: the TrainingArguments fixes were not checked against a version "
+                "(pip install 'gpumagic[hf]').")
+    elif asked and asked != schema.version and schema.version != "given":
+        note = (f"TrainingArguments fixes were checked against the installed transformers {schema.version}, "
+                f"not {asked}.")
+    else:
+        note = f"Fixes are phrased as TrainingArguments for transformers {schema.version}."
+    return [] if note in existing else [note]
+
+
+def _rephrase(f: Finding, schema: ArgsSchema, training_args: Any, cpu_only: bool) -> Finding:
+    """Trainer fixes first. A finding with no advice here (or none for this run) keeps the rule's
+    own Trainer fixes; advice whose settings this version entirely lacks is dropped."""
+    pytorch = tuple(x for x in f.fixes if x.flavor == "pytorch")
+    advice = ADVICE[f.id](f, training_args, cpu_only) if f.id in ADVICE else []
+    if not advice:
+        return dataclasses.replace(f, fixes=tuple(x for x in f.fixes if x.flavor == "huggingface") + pytorch)
+    fixes = tuple(fx for fx in (_fix(a, schema, training_args) for a in advice) if fx is not None)
+    return dataclasses.replace(f, fixes=fixes + pytorch)
+
+
+def _fix(advice: Advice, schema: ArgsSchema, training_args: Any) -> Fix | None:
+    """The advice as a Fix: settings this version lacks are named, settings already made skipped."""
+    kwargs: dict[str, Any] = {}
+    missing, already = [], []
+    for name, value in advice.settings.items():
+        spelled = schema.spelling(name, value)
+        if spelled is None:
+            missing.append(name)
+        elif training_args is not None and getattr(training_args, spelled[0], object()) == spelled[1]:
+            already.append(f"{spelled[0]}={spelled[1]!r}")
+        else:
+            kwargs[spelled[0]] = spelled[1]
+    if not kwargs and not already:
+        return None
+    text = advice.description + (f" ({advice.caveat})" if advice.caveat else "") + "."
+    if missing:
+        text += f" transformers {schema.version} has no TrainingArguments field for {', '.join(missing)}."
+    if already:
+        text += f" Already set: {', '.join(already)}."
+    code = arguments_code(kwargs) if kwargs else "# already set in your TrainingArguments: " + ", ".join(already)
+    return Fix("huggingface", text, code)
+
+
+def arguments_code(kwargs: dict[str, Any], width: int = 88) -> str:
+    """``TrainingArguments(..., a=1, b=True)``, wrapped under the parenthesis at ``width``."""
+    head, indent = "TrainingArguments(...", " " * len("TrainingArguments(")
+    lines, line = [], head
+    for k, v in kwargs.items():
+        item = f"{k}={v!r}"
+        if len(line) + len(item) + 3 > width:
+            lines.append(line + ",")
+            line = indent + item
+        else:
+            line += ", " + item
+    return "\n".join([*lines, line + ")"])
+
+
+def _checkpointing_note(report: Report, training_args: Any) -> list[str]:
+    """The gradient-checkpointing trade-off, when it is on although memory is plentiful."""
+    on = any(getattr(training_args, n, None) is True for n in ("activation_checkpointing", "gradient_checkpointing"))
+    peak = (report.metrics.get("memory") or {}).get("peak_frac")
+    if not on or peak is None or peak >= LOW_MEMORY_FRAC:
+        return []
+    return [f"Gradient (activation) checkpointing is on while GPU memory peaks at {peak * 100:.0f} % of capacity: "
+            f"{CHECKPOINTING_COST}. Turning it off, or using the memory for a larger batch, is likely faster."]
+
+
+def trainer_imported() -> bool:
+    """Whether this process imported ``transformers.Trainer`` (a hint that fixes should be Trainer-first)."""
+    return "transformers.trainer" in sys.modules
+
+
+# -- the callback ---------------------------------------------------------------------------------
+
+
+class _ProfileSteps:
+    """The callback's logic, independent of transformers (the class itself is built on first use)."""
+
+    def __init__(self, *, skip: int = 1, steps: int = 5, label: str = "", display: bool | None = None,
+                 all_ranks: bool = False, trainer_fixes: bool = True, **options: Any) -> None:
+        from gpumagic.capture import CaptureOptions
+
+        if "all_steps" in options:
+            raise TypeError("GpuProfileCallback records `steps` optimizer steps; all_steps does not apply "
+                            "(wrap trainer.train() in %%gpuprofile --all to record everything)")
+        CaptureOptions(label=label, skip=skip, steps=steps, **options)  # bad values fail here, not mid-training
+        self.skip, self.steps, self.label = skip, steps, label
+        self.display, self.all_ranks, self.trainer_fixes = display, all_ranks, trainer_fixes
+        self.options = options
+        self.run = None
+        self.report: Report | None = None
+        self._profiler = None
+        self._start_at: int | None = None  # global step after which recording starts; None: not profiling
+
+    @property
+    def is_recording(self) -> bool:
+        return self._profiler is not None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.close()
+        self.run = self.report = None
+        self._start_at = None
+        if state.is_world_process_zero or self.all_ranks:
+            self._start_at = state.global_step + self.skip
+            if self.skip == 0:
+                self._start()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._start_at is None:
+            return
+        if self._profiler is None and self.run is None and self.skip and state.global_step >= self._start_at:
+            self._start()
+        elif self._profiler is not None and state.global_step >= self._start_at + self.steps:
+            self._finish(args)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._profiler is not None:
+            self._finish(args)
+
+    def close(self) -> None:
+        """Stop a recording left open by a ``train()`` that raised (its partial report is kept)."""
+        if self._profiler is not None:
+            self._finish(None, RuntimeError("Trainer.train() did not finish"))
+
+    def _start(self) -> None:
+        from gpumagic.capture import CaptureError
+        from gpumagic.shells.api import Profiler
+
+        profiler = Profiler(display=False, label=self.label, skip=0, steps=self.steps, **self.options)
+        try:
+            profiler.start()
+        except CaptureError as exc:  # training goes on unprofiled; say why
+            warnings.warn(f"gpumagic: not profiling this training run: {exc}", RuntimeWarning, stacklevel=2)
+            self._start_at = None
+            return
+        self._profiler = profiler
+
+    def _finish(self, training_args: Any, error: BaseException | None = None) -> None:
+        profiler, self._profiler = self._profiler, None
+        self.run = profiler.stop(error)
+        report = self.run.report
+        if report is not None and self.trainer_fixes:
+            report = huggingface_fixes(report, training_args=training_args)
+        self.report = report
+        if report is None:
+            return
+        if self.label:
+            from gpumagic.tuning import runs
+
+            runs.remember(self.label, report)
+        if _wants_display(self.display):
+            from IPython.display import display
+
+            display(report)
+
+
+def _wants_display(display: bool | None) -> bool:
+    if display is not None:
+        return bool(display)
+    from gpumagic.shells.api import in_notebook
+
+    return in_notebook()
+
+
+def _callback_class() -> type:
+    try:
+        from transformers import TrainerCallback
+    except ImportError:
+        raise ImportError(HF_INSTALL_HINT) from None
+
+    class GpuProfileCallback(_ProfileSteps, TrainerCallback):
+        """A ``transformers.TrainerCallback`` that profiles ``steps`` optimizer steps after ``skip``
+        warm-up steps and exposes ``callback.report`` (displayed in a notebook unless
+        ``display=False``).
+
+        Options: ``skip`` (default 1), ``steps`` (default 5), ``label`` (also remembers the report
+        for ``gpumagic.compare`` and ``%%gpuprofile --compare``), ``display``, ``all_ranks`` (profile
+        every process of a distributed run, not only rank 0), ``trainer_fixes`` (phrase fixes as
+        TrainingArguments, default True), and the capture options of :func:`gpumagic.profile`
+        (``max_seconds``, ``interval_ms``, ``nvml``, ``shapes``, ``stack``, ``memory``, ``save``).
+        """
+
+    GpuProfileCallback.__module__ = "gpumagic.integrations.huggingface"  # its public path
+    return GpuProfileCallback
+
+
+def __getattr__(name: str) -> Any:
+    if name == "GpuProfileCallback":
+        cls = _callback_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ADVICE", "Advice", "GpuProfileCallback", "huggingface_fixes", "installed_schema", "trainer_imported"]  # noqa: F822 (GpuProfileCallback: built by __getattr__)
