@@ -10,6 +10,7 @@ and inode, so a link or another spelling of the same path is caught too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterable
@@ -78,9 +79,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str, *, protect: Iterabl
         except OSError as exc:
             raise WriteError(f"cannot write {target}: {exc.strerror or exc}") from None
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):  # the rename may have happened already
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     return target
