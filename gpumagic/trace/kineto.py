@@ -142,7 +142,7 @@ def _assemble(header, parts: list[Part], notes: list[str], source: str, flows) -
         meta=_meta(header, sum(p.event_count for p in parts), categories),
         source=source,
     )
-    if header.gpumagic:
+    if header.gpumagic is not None:
         attach_bundle(trace, header.gpumagic)
     return trace
 

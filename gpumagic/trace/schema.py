@@ -149,7 +149,7 @@ class Header(msgspec.Struct):
     baseTimeNanoseconds: int | None = None
     schemaVersion: int | str | None = None
     distributedInfo: DistributedInfo | None = None
-    gpumagic: dict[str, Any] | None = None
+    gpumagic: Any = None  # checked field by field when read (trace.bundled)
 
 
 #: The names of the header fields, for merging the headers of a file decoded in pieces.
