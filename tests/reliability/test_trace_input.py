@@ -243,6 +243,17 @@ def test_multi_member_gzip_and_trailing_padding(tmp_path):
     assert bytes(read_bytes(path)) == text
 
 
+def test_plain_zlib_inflates_the_same_when_isal_is_absent(monkeypatch, tmp_path):
+    path = os.path.join(DATA, "h100_bert_small_inference.json.gz")
+    fast = bytes(read_bytes(path))
+    monkeypatch.setattr(files, "_inflate", zlib)
+    assert bytes(read_bytes(path)) == fast
+    cut = tmp_path / "cut.json.gz"
+    with open(path, "rb") as fh:
+        cut.write_bytes(fh.read()[:20_000])
+    one_line_error(lambda: read_bytes(cut), "truncated or corrupt gzip")
+
+
 def old_repair(raw: bytes) -> bytes:
     """The repair as one regex pass over the whole text (what the windowed repair must equal)."""
     raw = re.sub(rb",(\s*[\]}])", rb"\1", raw)
