@@ -18,9 +18,10 @@ A first untimed round pays one-off costs (imports, the profiler's first start) a
 Each run is timed on the wall clock and in process CPU time (all threads, gpumagic's samplers
 included). What gpumagic adds on top of the profiler itself (step hook, samplers, loading and
 analysing) is ``gpumagic / profiler``, computed per round (the modes of a round ran side by side)
-and printed as the median of those paired ratios with their spread. On a shared machine the wall clock is noisy; the minimum over rounds and the CPU
-time are the steadier figures. One intra-op thread by default (``--threads``): with several, a
-preempted OpenMP thread stalls the others and a busy neighbour dominates the measurement.
+and printed as the median of those paired ratios with their spread. On a shared machine the
+wall clock is noisy; the minimum over rounds and the CPU time are the steadier figures. One
+intra-op thread by default (``--threads``): with several, a preempted OpenMP thread stalls the
+others and a busy neighbour dominates the measurement.
 Run: ``python benchmarks/overhead.py [--steps 300] [--rounds 7] [--threads 1]``.
 """
 

@@ -112,7 +112,6 @@ def extract(events: list) -> Part:
             repairs["bad_time"] = bad
         kept = np.flatnonzero(keep)
         complete, kind, ts, dur = pick(complete, kept), kind[kept], ts[kept], dur[kept]
-    n = len(complete)
     name_index, name_ids = interned(list(map(_NAME, complete)))
     lane_index, lane = _lane_keys(complete)
     args = list(map(_ARGS, complete))

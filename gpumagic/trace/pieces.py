@@ -53,6 +53,9 @@ MIN_PIECE_BYTES = 8 << 20
 PIECE_BYTES = 32 << 20
 #: At most this many processes decode pieces, whatever the number of cores.
 MAX_WORKERS = 8
+#: In one process, a file is cut only from this size: below it, decoding it at once is a little
+#: faster (no piece to verify) and its structs (about 3x the text) are not yet a burden.
+ONE_PROCESS_MIN_BYTES = 4 * PIECE_BYTES
 
 _CUT = re.compile(rb",\s*\{")
 _OPEN = b'{"traceEvents":['
@@ -196,13 +199,15 @@ def decode_in_pieces(raw: bytes | bytearray, workers: int) -> tuple[schema.Heade
     be cut, or a piece fails."""
     from gpumagic.trace.decode import first_char
 
-    if len(raw) < 2 * MIN_PIECE_BYTES or first_char(raw) != b"{":
+    if workers < 2 or not hasattr(os, "fork"):
+        workers = 1
+    if len(raw) < max(2 * MIN_PIECE_BYTES, ONE_PROCESS_MIN_BYTES if workers == 1 else 0) or first_char(raw) != b"{":
         return None
     at = cuts(raw, max(2, -(-len(raw) // PIECE_BYTES)))
     if not at:
         return None
     count = len(at) + 1
-    procs = min(workers, MAX_WORKERS, count) if hasattr(os, "fork") else 1
+    procs = min(workers, MAX_WORKERS, count)
     runs = [range(count * k // procs, count * (k + 1) // procs) for k in range(procs)]
     children: list[tuple[int, int]] = []
     try:

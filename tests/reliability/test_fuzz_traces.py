@@ -55,12 +55,15 @@ def test_any_mutation_gives_a_report_or_one_line(rng):
 
 @contextmanager
 def small_pieces(size: int):
-    saved = pieces.MIN_PIECE_BYTES, pieces.PIECE_BYTES
-    pieces.MIN_PIECE_BYTES, pieces.PIECE_BYTES = 1, max(1, size)
+    names = ("MIN_PIECE_BYTES", "PIECE_BYTES", "ONE_PROCESS_MIN_BYTES")
+    saved = [getattr(pieces, n) for n in names]
+    for n, v in zip(names, (1, max(1, size), 0)):
+        setattr(pieces, n, v)
     try:
         yield
     finally:
-        pieces.MIN_PIECE_BYTES, pieces.PIECE_BYTES = saved
+        for n, v in zip(names, saved):
+            setattr(pieces, n, v)
 
 
 @settings(PROFILE, max_examples=max(10, PROFILE.max_examples // 4))

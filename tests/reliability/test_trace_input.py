@@ -329,6 +329,7 @@ def test_a_cut_in_another_top_level_array_is_refused(monkeypatch, before):
     in_other = [m.start() for m in pieces._CUT.finditer(raw) if m.start() > other][5]
     whole = load(raw)
     monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1)
+    monkeypatch.setattr(pieces, "ONE_PROCESS_MIN_BYTES", 0)
     for chosen in ([in_other], [raw.index(b"},", raw.index(b'"traceEvents"')) + 1, in_other]):
         if before and len(chosen) > 1:
             continue
@@ -345,6 +346,7 @@ def test_second_array_same_answer_with_and_without_pieces(monkeypatch, before):
     raw = two_arrays(before)
     whole = analyze(load(raw)).metrics
     monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1)
+    monkeypatch.setattr(pieces, "ONE_PROCESS_MIN_BYTES", 0)
     for size in (200, 1000, 5000):
         monkeypatch.setattr(pieces, "PIECE_BYTES", size)
         assert analyze(load(raw, workers=2)).metrics == whole
