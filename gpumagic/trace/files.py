@@ -46,7 +46,7 @@ def read_bytes(path: str | os.PathLike, *, mutable: bool = False) -> bytes | byt
     """
     path = os.fspath(path)
     raw = _read_stdin() if path == STDIN else _read_file(path, mutable)
-    name = "<stdin>" if path == STDIN else path
+    name = display_name(path)
     if not raw:
         raise TraceError(f"{name}: the file is empty")
     if raw[:2] == _GZIP_MAGIC:
@@ -56,6 +56,11 @@ def read_bytes(path: str | os.PathLike, *, mutable: bool = False) -> bytes | byt
     elif mutable and not isinstance(raw, bytearray):
         raw = bytearray(raw)
     return raw
+
+
+def display_name(path: str) -> str:
+    """How messages name ``path``: ``<stdin>`` for ``-``."""
+    return "<stdin>" if path == STDIN else path
 
 
 def _read_file(path: str, mutable: bool) -> bytes | bytearray:

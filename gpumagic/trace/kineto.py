@@ -31,7 +31,7 @@ from gpumagic.trace import schema
 from gpumagic.trace.bundled import attach_bundle
 from gpumagic.trace.columns import REPAIR_NOTES, TS_LIMIT_US, Part, as_int, column, extract, fit64
 from gpumagic.trace.decode import decode, flow_lists, flows_from_bytes, short
-from gpumagic.trace.files import read_bytes
+from gpumagic.trace.files import display_name, read_bytes
 from gpumagic.trace.model import GPU_KINDS, DeviceInfo, EventTable, Kind, Lane, MemoryTable, Trace
 
 FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu"})
@@ -73,6 +73,7 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
     """
     from gpumagic.trace import pieces as _pieces
 
+    source = display_name(source)
     pieces = _pieces.decode_in_pieces(raw, workers)
     if pieces is not None:
         header, parts = pieces

@@ -303,6 +303,13 @@ def test_dash_reads_a_pipe_bounded_like_a_file():
     assert p.stdout.decode().split() == [str(len(text)), "{"], p.stderr
 
 
+def test_bad_json_on_standard_input_is_one_line_naming_stdin():
+    p = subprocess.run([sys.executable, "-m", "gpumagic", "analyze", "-"], input=b'{"traceEvents": [', capture_output=True,
+                       timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    assert p.returncode == 2 and p.stderr.decode().splitlines() == [
+        "gpumagic: error: <stdin>: not valid JSON (Input data was truncated)"]
+
+
 def test_a_device_on_standard_input_is_refused():
     with open("/dev/zero", "rb") as zero:
         p = run_cli("analyze", "-", stdin=zero)
