@@ -40,25 +40,31 @@ def decode(raw: bytes | bytearray, source: str = "<bytes>") -> tuple[schema.Trac
     fit the schema takes the lenient path, which returns a :class:`~schema.TraceFile` with every
     event, flows included. Raises :class:`TraceError` in one sentence.
     """
+    try:
+        return _decode(raw, source)
+    except RecursionError:  # msgspec refuses nesting deeper than Python's recursion limit
+        raise TraceError(f"{source}: the JSON is nested too deeply to be a profiler trace") from None
+
+
+def _decode(raw: bytes | bytearray, source: str) -> tuple[schema.TraceFile | schema.FastTraceFile, list[str]]:
     notes: list[str] = []
     try:
         return decode_typed(raw, FAST), notes
     except msgspec.ValidationError:
         return _decode_lenient(raw, source, notes), notes
     except msgspec.DecodeError as first_error:
-        repaired = repair(raw)
-        if repaired is raw:
-            raise TraceError(f"{source}: not valid JSON ({short(first_error)})") from None
-        try:
-            tf = decode_typed(repaired, FAST)
-        except msgspec.ValidationError:
-            tf = _decode_lenient(repaired, source, notes)
-        except msgspec.DecodeError:
-            raise TraceError(f"{source}: not valid JSON, truncated or corrupt ({short(first_error)})") from None
-        notes.append(REPAIRED_NOTE)
-        return tf, notes
-    except RecursionError:
-        raise TraceError(f"{source}: the JSON is nested too deeply to be a profiler trace") from None
+        message = f"{source}: not valid JSON ({short(first_error)})"
+    repaired = repair(raw)
+    if repaired is raw:
+        raise TraceError(message)
+    try:
+        tf = decode_typed(repaired, FAST)
+    except msgspec.ValidationError:
+        tf = _decode_lenient(repaired, source, notes)
+    except msgspec.DecodeError:
+        raise TraceError(message.replace("not valid JSON", "not valid JSON, truncated or corrupt", 1)) from None
+    notes.append(REPAIRED_NOTE)
+    return tf, notes
 
 
 def decode_typed(raw: bytes | bytearray | memoryview, decoders: tuple):
@@ -83,8 +89,6 @@ def _decode_lenient(raw: bytes | bytearray, source: str, notes: list[str]) -> sc
         obj = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise TraceError(f"{source}: not valid JSON ({short(exc)})") from None
-    except RecursionError:
-        raise TraceError(f"{source}: the JSON is nested too deeply to be a profiler trace") from None
     if isinstance(obj, list):
         obj = {"traceEvents": obj}
     if not isinstance(obj, dict):

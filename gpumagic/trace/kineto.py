@@ -74,7 +74,9 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
     from gpumagic.trace import pieces as _pieces
 
     source = display_name(source)
-    pieces = _pieces.decode_in_pieces(raw, workers)
+    pieces = None
+    if workers > 1 or len(raw) >= _pieces.ONE_PROCESS_MIN_BYTES:
+        pieces = _pieces.decode_in_pieces(raw, workers)
     if pieces is not None:
         header, parts = pieces
         return _assemble(header, parts, [], source, lambda: flows_from_bytes(raw))

@@ -135,14 +135,16 @@ def test_non_finite_json_numbers_are_one_line(literal):
     one_line_error(lambda: load(raw), "not valid JSON")
 
 
-@pytest.mark.parametrize("where", ["events", "header", "bundle", "args"])
+@pytest.mark.parametrize("where", ["events", "header", "bundle", "args", "with_a_trailing_comma"])
 def test_json_nested_100000_deep_is_one_line(where):
     deep = b"[" * 100_000 + b"]" * 100_000
     text = json.dumps(base()).encode()
     raw = {"events": b'{"traceEvents": [' + deep + b"]}",
            "header": text[:-1] + b', "x": ' + deep + b"}",
            "bundle": text[:-1] + b', "gpumagic": {"notes": ' + deep + b"}}",
-           "args": text.replace(b'"args": {', b'"args": {"deep": ' + deep + b", ", 1)}[where]
+           "args": text.replace(b'"args": {', b'"args": {"deep": ' + deep + b", ", 1),
+           # found by the fuzzer: the repair pass (for the comma) meets the nesting
+           "with_a_trailing_comma": text[:-1] + b', "x": ' + deep + b",}"}[where]
     one_line_error(lambda: load(raw), "nested too deeply")
 
 
