@@ -1,10 +1,13 @@
-"""What profiling a training loop costs: bare vs ``gpumagic.profile()`` vs torch recording everything.
+"""What profiling a training loop costs: bare vs the profiler alone vs ``gpumagic.profile()`` vs torch recording everything.
 
 A CPU training loop (an MLP on in-memory batches, 300 steps, about 4 s bare on one intra-op
-thread) runs in three ways, alternated round by round in one process so that drift (thermal,
-other load) hits all three alike:
+thread) runs in four ways, alternated round by round in one process so that drift (thermal,
+other load) hits all of them alike:
 
 - ``bare``: the loop alone;
+- ``profiler``: a bare ``torch.profiler.profile()`` with the activities gpumagic uses (CPU, and
+  CUDA when there is a GPU), recording what gpumagic records by default (started after the first
+  step, stopped after five more, ``prof.step()`` at each) and exporting its trace to a file;
 - ``gpumagic``: inside ``gpumagic.profile()`` with its defaults (skip 1 step, record 5, CPU
   sampling); the time includes stopping, exporting, loading, analysing: the report is ready;
 - ``torch_all``: inside ``torch.profiler.profile(record_shapes=True, with_stack=True,
@@ -13,16 +16,21 @@ other load) hits all three alike:
 
 A first untimed round pays one-off costs (imports, the profiler's first start) and reports them.
 Each run is timed on the wall clock and in process CPU time (all threads, gpumagic's samplers
-included). On a shared machine the wall clock is noisy; the minimum over rounds and the CPU
-time are the steadier figures. One intra-op thread by default (``--threads``): with several, a
-preempted OpenMP thread stalls the others and a busy neighbour dominates the measurement.
+included). What gpumagic adds on top of the profiler itself (step hook, samplers, loading and
+analysing) is ``gpumagic / profiler``, computed per round (the modes of a round ran side by side)
+and printed as the median of those paired ratios with their spread. On a shared machine the
+wall clock is noisy; the minimum over rounds and the CPU time are the steadier figures. One
+intra-op thread by default (``--threads``): with several, a preempted OpenMP thread stalls the
+others and a busy neighbour dominates the measurement.
 Run: ``python benchmarks/overhead.py [--steps 300] [--rounds 7] [--threads 1]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import tempfile
 import time
 
 import torch
@@ -39,7 +47,7 @@ def make_workload(seed: int = 0):
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     data = [(torch.randn(BATCH, IN), torch.randint(0, OUT, (BATCH,))) for _ in range(N_BATCHES)]
 
-    def loop(steps: int) -> float:
+    def loop(steps: int, after_step=None) -> float:
         total = 0.0
         for i in range(steps):
             x, y = data[i % N_BATCHES]
@@ -48,6 +56,8 @@ def make_workload(seed: int = 0):
             loss.backward()
             opt.step()
             total += loss.detach()
+            if after_step is not None:
+                after_step(i)
         return float(total)
 
     return loop
@@ -55,6 +65,34 @@ def make_workload(seed: int = 0):
 
 def run_bare(loop, steps: int) -> None:
     loop(steps)
+
+
+#: gpumagic.profile()'s defaults: skip this many optimizer steps, then record this many.
+SKIP, RECORD = 1, 5
+
+
+def run_profiler(loop, steps: int) -> None:
+    """The profiler alone over the window gpumagic records, its trace exported to a file."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    prof = torch.profiler.profile(activities=activities)
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+
+    def after_step(i: int) -> None:
+        if i == SKIP - 1:
+            prof.start()
+        elif SKIP <= i < SKIP + RECORD:
+            prof.step()
+            if i == SKIP + RECORD - 1:
+                prof.stop()
+                prof.export_chrome_trace(path)
+
+    try:
+        loop(steps, after_step)
+    finally:
+        os.unlink(path)
 
 
 def run_gpumagic(loop, steps: int) -> None:
@@ -71,7 +109,7 @@ def run_torch_all(loop, steps: int) -> None:
         loop(steps)
 
 
-MODES = {"bare": run_bare, "gpumagic": run_gpumagic, "torch_all": run_torch_all}
+MODES = {"bare": run_bare, "profiler": run_profiler, "gpumagic": run_gpumagic, "torch_all": run_torch_all}
 
 
 def timed(fn, loop, steps: int) -> tuple[float, float]:
@@ -104,7 +142,23 @@ def main(argv: list[str] | None = None) -> int:
             wall[name].append(w)
             cpu[name].append(c)
     print(report(wall, cpu))
+    print(paired(wall, "wall"))
+    print(paired(cpu, "cpu"))
     return 0
+
+
+def paired(values: dict[str, list[float]], clock: str) -> str:
+    """Per-round ratios of modes that ran side by side: median and spread (min .. max)."""
+    def line(what: str, num: str, den: str, target: str) -> str:
+        r = [a / b - 1 for a, b in zip(values[num], values[den])]
+        return (f"  {what:<34} median {statistics.median(r):+6.1%}   spread {min(r):+6.1%} .. {max(r):+6.1%}"
+                f"   over {len(r)} rounds   {target}")
+
+    return "\n".join([f"paired per-round ratios ({clock} clock):",
+                      line("gpumagic on top of the profiler", "gpumagic", "profiler", "(target <= +5 %)"),
+                      line("gpumagic total vs bare", "gpumagic", "bare", "(target <= +15 %)"),
+                      line("the profiler alone vs bare", "profiler", "bare", ""),
+                      line("torch recording everything vs bare", "torch_all", "bare", "")])
 
 
 def report(wall: dict[str, list[float]], cpu: dict[str, list[float]]) -> str:

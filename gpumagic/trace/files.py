@@ -1,62 +1,186 @@
-"""Reading a trace file's bytes: plain or gzip. Imports nothing heavy, so that the CLI can read
-(and gunzip, which releases the GIL) while the analysis modules are still being imported."""
+"""Reading a trace's bytes: a plain or gzip file, or standard input, in bounded memory.
+
+Imports nothing heavy, so that the CLI can read (and gunzip, which releases the GIL) while the
+analysis modules are still being imported."""
 
 from __future__ import annotations
 
-import gzip
 import os
+import stat
+import sys
 import zlib
 
 from gpumagic.errors import TraceError
 
+try:  # ISA-L's inflate: zlib's API, about twice as fast (measured in benchmarks/analyze_speed.py)
+    from isal import isal_zlib as _inflate
+except ImportError:  # no wheel for this platform: the standard library's zlib
+    _inflate = zlib
+
 _GZIP_MAGIC = b"\x1f\x8b"
+#: The path that means standard input.
+STDIN = "-"
+#: Standard input is read up to this many bytes (a pipe has no size to check beforehand; a file
+#: given by its path has no such limit).
+STDIN_LIMIT_BYTES = 4 << 30
+#: Real traces compress about 10-20:1. Past :data:`INFLATE_FREE_BYTES` of output, a gzip file
+#: that inflates to more than this many times its own size is refused (a "gzip bomb": 1 MB of
+#: compressed NUL bytes inflates to 1 GB). :data:`INFLATE_ENV` lifts it.
+MAX_INFLATE_RATIO = 100
+INFLATE_FREE_BYTES = 256 << 20
+#: Environment variable: the largest inflation ratio accepted (a number), or 0 for no limit.
+INFLATE_ENV = "GPUMAGIC_MAX_INFLATE"
+#: Output is inflated this many bytes at a time (zlib releases the GIL for each step).
+_INFLATE_STEP = 16 << 20
+_INPUT_STEP = 1 << 20
 
 
 def read_bytes(path: str | os.PathLike, *, mutable: bool = False) -> bytes | bytearray:
     """The file's JSON bytes, gunzipped when it is gzip. Raises :class:`TraceError`.
 
-    ``mutable=True`` returns a ``bytearray``, which :mod:`gpumagic.trace.pieces` can cut into
-    pieces without copying them.
+    ``-`` reads standard input. Anything that is not a regular file (a FIFO, a device such as
+    ``/dev/zero``, a socket) is refused before it is opened. Gzip data is inflated into one
+    ``bytearray`` (refused early if it inflates absurdly, see :data:`MAX_INFLATE_RATIO`);
+    ``mutable=True`` returns a ``bytearray`` for plain files too, which
+    :mod:`gpumagic.trace.pieces` can cut into pieces without copying them.
     """
     path = os.fspath(path)
+    raw = _read_stdin() if path == STDIN else _read_file(path, mutable)
+    name = display_name(path)
+    if not raw:
+        raise TraceError(f"{name}: the file is empty")
+    if raw[:2] == _GZIP_MAGIC:
+        raw = gunzip(raw, name)
+        if not raw:
+            raise TraceError(f"{name}: the gzip file holds no data")
+    elif mutable and not isinstance(raw, bytearray):
+        raw = bytearray(raw)
+    return raw
+
+
+def display_name(path: str) -> str:
+    """How messages name ``path``: ``<stdin>`` for ``-``."""
+    return "<stdin>" if path == STDIN else path
+
+
+def _read_file(path: str, mutable: bool) -> bytes | bytearray:
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise TraceError(f"{path}: is a directory, not a trace file{_traces_inside(path)}")
+        if not stat.S_ISREG(st.st_mode):
+            raise TraceError(f"{path}: is not a regular file ({_file_kind(st.st_mode)}); give a trace file, "
+                             f"or {STDIN} to read standard input")
+        with open(path, "rb", buffering=0) as fh:
+            if not mutable:
+                return fh.read()
+            buf = bytearray(st.st_size)
+            got = fh.readinto(buf)
+            if got < st.st_size:
+                del buf[got:]
+            return buf
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise TraceError(f"{path}: is a directory, not a trace file{_traces_inside(path)}") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if not raw:
-        raise TraceError(f"{path}: the file is empty")
-    if raw[:2] == _GZIP_MAGIC:
-        try:
-            raw = _gunzip_into(raw) if mutable else _gunzip(raw)
-        except (EOFError, OSError, zlib.error):
-            raise TraceError(f"{path}: truncated or corrupt gzip data") from None
-        if not raw:
-            raise TraceError(f"{path}: the gzip file holds no data")
-    elif mutable:
-        raw = bytearray(raw)
-    return raw
 
 
-def _gunzip(data: bytes) -> bytes:
-    """Gunzip into one buffer sized from the gzip trailer (ISIZE, RFC 1952), so that a 50 MB trace
-    does not pass through a chain of growing buffers; multi-member files take the general path."""
-    isize = int.from_bytes(data[-4:], "little")
-    out = zlib.decompress(data, wbits=31, bufsize=max(isize, 1 << 16))
-    if len(out) & 0xFFFFFFFF != isize:
-        return gzip.decompress(data)
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a plain file"
+
+
+def _read_stdin() -> bytearray:
+    """Standard input, read to its end, up to :data:`STDIN_LIMIT_BYTES`. A terminal or a device
+    (``< /dev/zero``) is refused: a trace comes from a file or a pipe."""
+    stream = sys.stdin.buffer if sys.stdin is not None else None
+    try:
+        fd = stream.fileno() if stream is not None else 0
+        mode = os.fstat(fd).st_mode
+    except (OSError, ValueError, AttributeError):
+        raise TraceError("<stdin>: standard input cannot be read") from None
+    if os.isatty(fd) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise TraceError("<stdin>: standard input is a terminal or a device; pipe a trace into it "
+                         "(gpumagic analyze - < trace.json.gz)")
+    out = bytearray()
+    try:
+        while True:
+            chunk = os.read(fd, min(_INFLATE_STEP, STDIN_LIMIT_BYTES + 1 - len(out)))
+            if not chunk:
+                return out
+            out += chunk
+            if len(out) > STDIN_LIMIT_BYTES:
+                raise TraceError(f"<stdin>: more than {STDIN_LIMIT_BYTES >> 30} GiB on standard input; "
+                                 "save the trace to a file and give its path")
+    except OSError as exc:
+        raise TraceError(f"<stdin>: cannot read ({exc.strerror or exc})") from None
+
+
+def inflate_limit() -> float:
+    """The largest inflation ratio accepted: :data:`MAX_INFLATE_RATIO`, or :data:`INFLATE_ENV`
+    (0 means no limit)."""
+    value = os.environ.get(INFLATE_ENV, "").strip()
+    if not value:
+        return MAX_INFLATE_RATIO
+    try:
+        ratio = float(value)
+    except ValueError:
+        raise TraceError(f"{INFLATE_ENV}={value!r} is not a number (a ratio such as 1000, or 0 for no limit)") from None
+    return float("inf") if ratio <= 0 else ratio
+
+
+def gunzip(data: bytes | bytearray, name: str = "<bytes>") -> bytearray:
+    """Inflate gzip ``data`` (one member or several) into one ``bytearray``.
+
+    The output is preallocated from the gzip trailer (ISIZE, RFC 1952) and filled a step at a
+    time, so a 1 GB trace needs 1 GB, not a second copy; past :data:`INFLATE_FREE_BYTES`, output
+    beyond the inflation limit stops it with a :class:`TraceError` naming the ratio.
+    """
+    ratio = inflate_limit()
+    allowed = max(INFLATE_FREE_BYTES, ratio * len(data))
+    hint = int.from_bytes(data[-4:], "little")
+    out = bytearray(hint if hint <= allowed else 0)
+    size = 0
+    try:
+        with memoryview(data) as view:
+            pos = 0
+            while pos < len(view):
+                d = _inflate.decompressobj(wbits=31)
+                while not d.eof:
+                    if d.unconsumed_tail:
+                        chunk = d.decompress(d.unconsumed_tail, _INFLATE_STEP)
+                    elif pos < len(view):
+                        step = view[pos:pos + _INPUT_STEP]
+                        pos += len(step)
+                        chunk = d.decompress(step, _INFLATE_STEP)
+                    else:
+                        raise EOFError
+                    end = size + len(chunk)
+                    if end > allowed:
+                        raise TraceError(
+                            f"{name}: inflates to more than {ratio:g} times its compressed size (over {end / len(data):.0f}:1 "
+                            f"past {INFLATE_FREE_BYTES >> 20} MiB; real traces compress about 10-20:1); "
+                            f"set {INFLATE_ENV}=<ratio> (0 for no limit) to read it anyway")
+                    if end <= len(out):
+                        out[size:end] = chunk
+                    else:
+                        del out[size:]
+                        out += chunk
+                    size = end
+                pos -= len(d.unused_data)
+                if view[pos:pos + 2] != _GZIP_MAGIC:  # no further member (end, or padding)
+                    break
+    except (EOFError, zlib.error, _inflate.error):
+        raise TraceError(f"{name}: truncated or corrupt gzip data") from None
+    del out[size:]
     return out
-
-
-def _gunzip_into(data: bytes) -> bytearray:
-    """Gunzip into a ``bytearray``: one :func:`_gunzip` call (which releases the GIL for all of
-    its work), then one copy. Inflating a few MB at a time into a growing buffer looks leaner
-    but measured slower: each step must take the GIL back from the thread importing numpy."""
-    return bytearray(_gunzip(data))
 
 
 #: Names that trace files written by torch.profiler end with (``export_chrome_trace``,

@@ -81,8 +81,8 @@ class EventTable:
     ts_ns: np.ndarray  # int64
     dur_ns: np.ndarray  # int64, never negative
     corr: np.ndarray  # int64
-    device: np.ndarray  # int32
-    stream: np.ndarray  # int32
+    device: np.ndarray  # int64 (wide enough for any id a trace writes)
+    stream: np.ndarray  # int64 (streams of 4294967295 occur)
     nbytes: np.ndarray  # int64
 
     def __len__(self) -> int:
@@ -108,8 +108,8 @@ _EVENT_DTYPES = {
     "ts_ns": np.int64,
     "dur_ns": np.int64,
     "corr": np.int64,
-    "device": np.int32,
-    "stream": np.int32,
+    "device": np.int64,
+    "stream": np.int64,
     "nbytes": np.int64,
 }
 _EVENT_FIELDS = tuple(_EVENT_DTYPES)
@@ -121,6 +121,7 @@ class MemoryTable:
 
     ``device_type`` follows c10's DeviceType: 0 = CPU, 1 = CUDA. ``allocated``/``reserved``
     are the allocator totals after the event (-1 in old traces that did not record them).
+    Every column is int64.
     """
 
     ts_ns: np.ndarray
@@ -136,7 +137,7 @@ class MemoryTable:
     @classmethod
     def empty(cls) -> MemoryTable:
         z = np.zeros(0, dtype=np.int64)
-        return cls(z, z.astype(np.int8), z.astype(np.int32), z, z, z)
+        return cls(z, z, z, z, z, z)
 
 
 @dataclass

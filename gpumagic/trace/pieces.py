@@ -1,24 +1,29 @@
-"""Decoding a large trace in pieces, side by side, in forked processes.
+"""Decoding a large trace piece by piece, and side by side in forked processes.
 
-msgspec holds the GIL while it decodes, so threads cannot share the work; processes can. The
-JSON text is cut at commas between two top-level events of ``traceEvents``, and each piece is
-made into a small JSON object of its own:
+The JSON text is cut at commas between two top-level events of ``traceEvents``, and each piece
+is made into a small JSON object of its own:
 
 - the first piece: the file's text up to the first cut, closed with ``]}``;
 - a middle piece: ``{"traceEvents":[`` + the events between two cuts + ``]}``;
 - the last piece: ``{"traceEvents":[`` + the rest of the file (its closing ``]`` and any
   top-level fields after the events, such as ``baseTimeNanoseconds``).
 
-A cut is found by a text search near an even share of the file, so it is only a guess; decoding
-checks it. A piece is valid JSON with the trace's schema only when the cut lies directly inside
-the top-level ``traceEvents`` array: a cut inside a string leaves the string open, a cut inside
-a nested object or array leaves the brackets unbalanced, and a cut in another top-level array
-yields objects without the ``ph`` field every event has. On any failure the caller decodes the
-whole file in one process, so a bad guess costs time, never correctness.
+Pieces are about :data:`PIECE_BYTES` each, and each is turned into columns (a
+:class:`~gpumagic.trace.columns.Part`) before the next is decoded, so only one piece's structs
+are alive at a time in a process: memory stays near the size of the text itself, however
+large the file. msgspec holds the GIL while it decodes, so threads cannot share the work;
+processes can: the pieces are dealt out as contiguous runs, the first run decoded by the calling
+process, the others by children made with ``os.fork`` (Linux only), each of which sends back its
+parts (numpy columns and small lists, pickled) through a pipe and leaves with ``os._exit``.
 
-The first piece is decoded by the calling process, the others by children made with
-``os.fork`` (Linux only), each of which sends back its :class:`~gpumagic.trace.kineto.Part`
-(numpy columns and small lists, pickled) through a pipe and leaves with ``os._exit``.
+A cut is found by a text search near an even share of the work, so it is only a guess; decoding
+checks it. A cut must lie directly inside the top-level ``traceEvents`` array: a cut inside a
+string leaves the string open, a cut inside a nested object or array leaves the brackets
+unbalanced (both fail to decode), and a cut in another top-level array is caught by two checks,
+the first piece's ``traceEvents`` must end at the ``]`` appended to it (found with
+:data:`~gpumagic.trace.schema.OUTLINE_DECODER`) and a middle piece may hold no key but
+``traceEvents`` (:class:`~gpumagic.trace.schema.PieceTraceFile`). On any failure the caller
+decodes the whole file at once, so a bad guess costs time, never correctness.
 
 This module imports only the standard library at first (the CLI asks :func:`available_workers`
 before numpy is loaded); the decoder is imported when a piece is decoded.
@@ -41,10 +46,16 @@ if TYPE_CHECKING:
 
 
 #: No piece is smaller than this (bytes of JSON): below it, a fork and a pickle cost more than
-#: the decoding they would share.
+#: the decoding they would share. A file shorter than two such pieces is decoded at once.
 MIN_PIECE_BYTES = 8 << 20
-#: At most this many pieces, whatever the number of cores.
-MAX_PIECES = 8
+#: The size pieces are cut to: the structs of one piece (about twice its text) are the most
+#: that is alive at a time in each process.
+PIECE_BYTES = 32 << 20
+#: At most this many processes decode pieces, whatever the number of cores.
+MAX_WORKERS = 8
+#: In one process, a file is cut only from this size: below it, decoding it at once is a little
+#: faster (no piece to verify) and its structs (about 3x the text) are not yet a burden.
+ONE_PROCESS_MIN_BYTES = 4 * PIECE_BYTES
 
 _CUT = re.compile(rb",\s*\{")
 _OPEN = b'{"traceEvents":['
@@ -132,58 +143,101 @@ def _piece_text(raw: bytes | bytearray, at: list[int], i: int) -> Iterator[bytes
 
 
 def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[schema.Header, Any] | None:
-    """(header fields, Part) of piece ``i``, or None when the piece does not decode as a trace."""
+    """(header fields, Part) of piece ``i``, or None when the piece does not decode as a piece of
+    the trace's ``traceEvents``."""
     import msgspec
 
     from gpumagic.trace import schema
-    from gpumagic.trace.kineto import extract
+    from gpumagic.trace.columns import extract
 
+    last = i == len(at)
     try:
         with _piece_text(raw, at, i) as text:
-            tf = schema.FAST_DECODER.decode(text)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+            if 0 < i < len(at):
+                tf = schema.PIECE_DECODER.decode(text)
+            else:
+                tf = schema.FAST_DECODER.decode(text)
+                if i == 0 and not last and not _events_end_at_the_end(text):
+                    return None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     if tf.traceEvents is None:
         return None
-    return schema.header_of(tf), extract(tf.traceEvents)
+    header = schema.header_of(tf) if isinstance(tf, schema.FastTraceFile) else schema.Header()
+    return header, extract(tf.traceEvents)
+
+
+def _events_end_at_the_end(text: bytes | memoryview) -> bool:
+    """Whether the top-level ``traceEvents`` of the first piece's text is closed by the ``]``
+    appended to it, i.e. the cut fell inside ``traceEvents`` and not in a later array."""
+    import numpy as np
+
+    from gpumagic.trace import schema
+
+    events = schema.OUTLINE_DECODER.decode(text).traceEvents
+    if not len(events):
+        return False
+    start = np.frombuffer(events, dtype=np.uint8).ctypes.data - np.frombuffer(text, dtype=np.uint8).ctypes.data
+    return start + len(events) == len(text) - 1
+
+
+def decode_run(raw: bytes | bytearray, at: list[int], run: range) -> list | None:
+    """The (header, Part) of each piece in ``run``, one piece after another (each piece's structs
+    are freed before the next is decoded), or None if one fails."""
+    out = []
+    for i in run:
+        result = decode_piece(raw, at, i)
+        if result is None:
+            return None
+        out.append(result)
+    return out
 
 
 def decode_in_pieces(raw: bytes | bytearray, workers: int) -> tuple[schema.Header, list] | None:
-    """Decode ``raw`` in up to ``workers`` pieces side by side: (merged header, parts in file
-    order), or None when the file is too small to share, cannot be cut, or a piece fails."""
-    from gpumagic.trace.kineto import first_char
+    """Decode ``raw`` in pieces, runs of them side by side in up to ``workers`` processes:
+    (merged header, parts in file order), or None when the file is too small to cut, cannot
+    be cut, or a piece fails."""
+    from gpumagic.trace.decode import first_char
 
-    n = min(workers, len(raw) // MIN_PIECE_BYTES, MAX_PIECES)
-    if n < 2 or not hasattr(os, "fork") or first_char(raw) != b"{":
+    if workers < 2 or not hasattr(os, "fork"):
+        workers = 1
+    if len(raw) < max(2 * MIN_PIECE_BYTES, ONE_PROCESS_MIN_BYTES if workers == 1 else 0) or first_char(raw) != b"{":
         return None
-    at = cuts(raw, n)
+    at = cuts(raw, max(2, -(-len(raw) // PIECE_BYTES)))
     if not at:
         return None
+    count = len(at) + 1
+    procs = min(workers, MAX_WORKERS, count)
+    runs = [range(count * k // procs, count * (k + 1) // procs) for k in range(procs)]
     children: list[tuple[int, int]] = []
     try:
         try:
-            for i in range(1, len(at) + 1):
-                children.append(_fork(raw, at, i))
+            for run in runs[1:]:
+                children.append(_fork(raw, at, run))
         except OSError:  # no process or pipe to spare (EAGAIN, ENOMEM, EMFILE): one process it is
-            return None
-        results = [decode_piece(raw, at, 0)]
-        if results[0] is None:
+            for pid, fd in children:
+                _stop(pid, fd)
+            children = []
+            runs = [range(count)]
+        results = decode_run(raw, at, runs[0])
+        if results is None:
             return None
         while children:
             pid, fd = children.pop(0)
             try:
-                results.append(_receive(fd))
+                received = _receive(fd)
             finally:
                 os.waitpid(pid, 0)
+            if received is None:
+                return None
+            results.extend(received)
     finally:
         for pid, fd in children:  # failed or interrupted: stop the rest, and reap them
             _stop(pid, fd)
-    if any(r is None for r in results):
-        return None
     return _merge_headers([h for h, _ in results]), [p for _, p in results]
 
 
-def _fork(raw: bytes | bytearray, at: list[int], i: int) -> tuple[int, int]:
+def _fork(raw: bytes | bytearray, at: list[int], run: range) -> tuple[int, int]:
     r, w = os.pipe()
     try:
         pid = _fork_quietly()
@@ -195,7 +249,7 @@ def _fork(raw: bytes | bytearray, at: list[int], i: int) -> tuple[int, int]:
         code = 1
         try:
             os.close(r)
-            result = decode_piece(raw, at, i)
+            result = decode_run(raw, at, run)
             payload = b"" if result is None else pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
             with os.fdopen(w, "wb") as out:
                 out.write(payload)

@@ -149,7 +149,7 @@ class Header(msgspec.Struct):
     baseTimeNanoseconds: int | None = None
     schemaVersion: int | str | None = None
     distributedInfo: DistributedInfo | None = None
-    gpumagic: dict[str, Any] | None = None
+    gpumagic: Any = None  # checked field by field when read (trace.bundled)
 
 
 #: The names of the header fields, for merging the headers of a file decoded in pieces.
@@ -179,7 +179,25 @@ class FlowTraceFile(msgspec.Struct):
     traceEvents: list[FlowEvent] | None = None
 
 
-FAST_DECODER = msgspec.json.Decoder(FastTraceFile)
-FAST_EVENTS_DECODER = msgspec.json.Decoder(list[FastEvent])
-FLOW_DECODER = msgspec.json.Decoder(FlowTraceFile)
-FLOW_EVENTS_DECODER = msgspec.json.Decoder(list[FlowEvent])
+class PieceTraceFile(msgspec.Struct, forbid_unknown_fields=True):
+    """A middle piece of a file decoded in pieces (see :mod:`.pieces`): its events and nothing
+    else, so that a piece that ran out of ``traceEvents`` into another top-level key fails."""
+
+    traceEvents: list[FastEvent]
+
+
+class Outline(msgspec.Struct):
+    """Where ``traceEvents`` lies in a text: msgspec skips everything else and hands back the
+    array's text as a :class:`msgspec.Raw` that points into the decoded buffer."""
+
+    traceEvents: msgspec.Raw = msgspec.Raw(b"")
+
+
+# Not strict: a number written as a string ("bytes": "1", as ROCm's roctracer writes some args)
+# is read as the number instead of sending the whole file to the lenient path.
+FAST_DECODER = msgspec.json.Decoder(FastTraceFile, strict=False)
+FAST_EVENTS_DECODER = msgspec.json.Decoder(list[FastEvent], strict=False)
+FLOW_DECODER = msgspec.json.Decoder(FlowTraceFile, strict=False)
+FLOW_EVENTS_DECODER = msgspec.json.Decoder(list[FlowEvent], strict=False)
+PIECE_DECODER = msgspec.json.Decoder(PieceTraceFile, strict=False)
+OUTLINE_DECODER = msgspec.json.Decoder(Outline)

@@ -1,0 +1,99 @@
+"""Reading what a gpumagic bundle adds to a Kineto trace (the top-level ``"gpumagic"`` key written
+by :mod:`gpumagic.capture.bundle`): label, notes, capture facts and samples aligned to the trace.
+
+The section comes from a file, so every field is checked before use: a field of the wrong type
+or shape is left out with a note, and the rest of the trace loads as usual.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpumagic.trace.columns import fit64
+from gpumagic.trace.model import Samples, Trace
+
+CLOCK_ANCHOR = "gpumagic::clock_anchor"
+#: Epoch times beyond this (ns, about the year 2116) are not read; with it, adding the clock
+#: offset cannot overflow int64.
+EPOCH_LIMIT_NS = 1 << 62
+#: Top-level fields copied into ``Trace.meta`` as they are (plain JSON values).
+META_FIELDS = ("label", "capture", "machine", "versions")
+
+
+def attach_bundle(trace: Trace, bundle: Any) -> None:
+    """Read ``bundle`` (the decoded ``"gpumagic"`` value) into ``trace``."""
+    if not isinstance(bundle, dict):
+        trace.notes.append("The trace's gpumagic section is not an object; it was ignored.")
+        return
+    notes = bundle.get("notes", [])
+    if isinstance(notes, list):
+        trace.notes.extend(n for n in notes if isinstance(n, str) and n)
+    else:
+        trace.notes.append("The gpumagic section's notes are not a list; they were ignored.")
+    for key in META_FIELDS:
+        if key in bundle:
+            trace.meta[key] = bundle[key]
+    if "label" in trace.meta and not isinstance(trace.meta["label"], str):
+        trace.meta["label"] = str(trace.meta["label"])[:200]
+    samples = bundle.get("samples") or {}
+    if not isinstance(samples, dict):
+        trace.notes.append("The gpumagic section's samples are not an object; they were ignored.")
+        return
+    if not samples:
+        return
+    clock = bundle.get("clock") or {}
+    offset = _sample_offset(trace, clock if isinstance(clock, dict) else {})
+    trace.samples = Samples(gpu=_columns(trace, "gpu", samples.get("gpu"), offset),
+                            cpu=_columns(trace, "cpu", samples.get("cpu"), offset))
+
+
+def _sample_offset(trace: Trace, clock: dict[str, Any]) -> int:
+    """ns to add to an epoch time to get trace-relative time."""
+    anchor_epoch = fit64(clock.get("anchor_epoch_ns"))
+    if anchor_epoch is not None and abs(anchor_epoch) < EPOCH_LIMIT_NS:
+        ids = [i for i, n in enumerate(trace.names) if n == CLOCK_ANCHOR]
+        hit = np.isin(trace.events.name, ids) if ids else np.zeros(0, dtype=bool)
+        if hit.any():
+            return int(trace.events.ts_ns[np.flatnonzero(hit)[0]]) - anchor_epoch
+    trace.notes.append("Samples were aligned assuming the profiler clock is the system clock (no clock anchor).")
+    return -trace.origin_ns
+
+
+def _columns(trace: Trace, which: str, block: Any, offset: int) -> dict[str, np.ndarray]:
+    """One block of samples as arrays of equal length; what does not fit is left out with a note."""
+    if not block:
+        return {}
+    times = _numbers(block.get("t_epoch_ns")) if isinstance(block, dict) else None
+    if times is None or times.ndim != 1 or not np.all(np.abs(times) < EPOCH_LIMIT_NS):
+        trace.notes.append(f"The gpumagic section's {which} samples have no valid times (t_epoch_ns); they were ignored.")
+        return {}
+    out = {"t_ns": times.astype(np.int64) + offset}
+    skipped = []
+    for key, values in block.items():
+        if key == "t_epoch_ns":
+            continue
+        arr = _numbers(values)
+        if arr is None or arr.ndim == 0 or len(arr) != len(times) or key == "t_ns":
+            skipped.append(str(key)[:40])
+        else:
+            out[key] = arr
+    if skipped:
+        trace.notes.append(f"The gpumagic section's {which} samples had fields of the wrong type or length, "
+                           f"left out: {', '.join(sorted(skipped))}.")
+    return out
+
+
+def _numbers(values: Any) -> np.ndarray | None:
+    """``values`` as a numeric array (ints stay ints), or None if it is not a list of finite
+    numbers (or of equal-length lists of them)."""
+    if not isinstance(values, list):
+        return None
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        return None
+    if arr.dtype.kind not in "iuf" or (arr.dtype.kind == "f" and not np.all(np.isfinite(arr))):
+        return None
+    return arr

@@ -1,0 +1,270 @@
+"""From decoded event structs to columns: :func:`extract` turns a list of events (a whole file,
+or one piece of it) into a :class:`Part`, one numpy array per field.
+
+Values a column cannot hold are not allowed to stop the load: ids and sizes are stored as
+int64 (an id beyond 64 bits, or not a number, reads as absent, -1), ``pid``/``tid`` keep their
+exact Python value (a 64-bit pthread id is interned, not squeezed), and an event whose time or
+duration is not a finite number within :data:`TS_LIMIT_US` / :data:`DUR_LIMIT_US` is skipped.
+Each such repair is counted in :attr:`Part.repairs` and becomes one note on the trace.
+
+This module sits below both :mod:`.kineto` (which assembles parts into a trace) and
+:mod:`.pieces` (which extracts parts in forked processes).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
+from typing import Any
+
+import numpy as np
+
+from gpumagic.trace import schema
+from gpumagic.trace.model import Kind
+
+#: Category names from every schema year, mapped to one :class:`Kind`.
+CATEGORY_KINDS: dict[str | None, Kind] = {
+    "Operator": Kind.CPU_OP,
+    "cpu_op": Kind.CPU_OP,
+    "user_annotation": Kind.ANNOTATION,
+    "python_function": Kind.PYTHON,
+    "Python": Kind.PYTHON,
+    "Runtime": Kind.RUNTIME,
+    "cuda_runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.DRIVER,
+    "Kernel": Kind.KERNEL,
+    "kernel": Kind.KERNEL,
+    "Memcpy": Kind.MEMCPY,
+    "gpu_memcpy": Kind.MEMCPY,
+    "Memset": Kind.MEMSET,
+    "gpu_memset": Kind.MEMSET,
+    "gpu_user_annotation": Kind.GPU_ANNOTATION,
+    "cuda_sync": Kind.SYNC,
+}
+#: Duration events that describe the profiler itself, not the program.
+SKIPPED_CATEGORIES = frozenset({"Trace", "Spans", "overhead", "cuda_profiler_range"})
+
+#: Largest |ts| read, in µs: 4e15 µs is the year 2096 as Unix time, and two such times 8e15 µs
+#: apart still fit int64 nanoseconds (9.2e18) once made relative to the trace's origin.
+TS_LIMIT_US = 4e15
+#: Longest duration read, in µs (about 31 years); with TS_LIMIT_US, every end time fits int64 ns.
+DUR_LIMIT_US = 1e15
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+#: What :attr:`Part.repairs` counts, and the note each count becomes.
+REPAIR_NOTES = {
+    "bad_time": "{n} events had a time or duration that is not a finite number within range (for "
+                "example 1e308); they were skipped.",
+    "wide_int": "{n} ids or sizes in event args were beyond 64 bits or not numbers; they were read as absent.",
+}
+
+
+@dataclass
+class Part:
+    """The columns that one run of events (a whole file, or one piece of it) contributes, in
+    file order, before the trace-wide origin is known. Pickled between processes, so it holds
+    arrays and small lists only."""
+
+    event_count: int
+    categories: set  # of the duration events kept
+    kind: np.ndarray  # int8
+    names: list[str]  # interned, first-seen order
+    name: np.ndarray  # int32 index into names
+    lane_keys: list[tuple[Any, Any]]  # (pid, tid) as written, first-seen order
+    lane: np.ndarray  # int32 index into lane_keys
+    ts: np.ndarray  # float64, as written (µs)
+    dur: np.ndarray  # float64, µs
+    corr: np.ndarray  # int64
+    device: np.ndarray  # int64
+    stream: np.ndarray  # int64
+    nbytes: np.ndarray  # int64
+    memory: dict[str, np.ndarray]  # the [memory] records' columns; "ts" as written
+    lane_names: dict[tuple[int, int], str]
+    repairs: dict[str, int] = field(default_factory=dict)  # keys of REPAIR_NOTES -> count
+
+    @property
+    def t_min(self) -> float:
+        return min(float(self.ts.min()) if self.ts.size else np.inf,
+                   float(self.memory["ts"].min()) if self.memory["ts"].size else np.inf)
+
+
+def extract(events: list) -> Part:
+    """The columns of a list of decoded events (one pass per field, at C speed)."""
+    repairs: dict[str, int] = {}
+    by_type = by_phase(events)
+    complete = by_type.get(schema.Complete, [])
+    cats = list(map(_CAT, complete))
+    # one code per category: its Kind, or -1 for the profiler's own spans ("Trace", ...), which
+    # every Kineto trace has a few of and which are dropped here
+    code = {c: -1 if c in SKIPPED_CATEGORIES else int(CATEGORY_KINDS.get(c, Kind.OTHER)) for c in set(cats)}
+    keep_cats = {c for c, k in code.items() if k >= 0}
+    kind = column(map(code.__getitem__, cats), np.int8, len(cats))
+    del cats
+    ts = column(map(_TS, complete), np.float64, len(complete))
+    dur = column(map(_DUR, complete), np.float64, len(complete))
+    keep = (kind >= 0) & _times_ok(ts, dur)
+    if not keep.all():
+        bad = int(np.count_nonzero((kind >= 0) & ~keep))
+        if bad:
+            repairs["bad_time"] = bad
+        kept = np.flatnonzero(keep)
+        complete, kind, ts, dur = pick(complete, kept), kind[kept], ts[kept], dur[kept]
+    name_index, name_ids = interned(list(map(_NAME, complete)))
+    lane_index, lane = _lane_keys(complete)
+    args = list(map(_ARGS, complete))
+    memory = [e for e in by_type.get(schema.Instant, []) if e.name == "[memory]"]
+    return Part(
+        event_count=len(events),
+        categories=keep_cats,
+        kind=kind,
+        names=list(name_index),
+        name=name_ids,
+        lane_keys=list(lane_index),
+        lane=lane,
+        ts=ts,
+        dur=dur,
+        corr=int_column(args, _CORR, repairs),
+        device=int_column(args, _DEVICE, repairs),
+        stream=int_column(args, _STREAM, repairs),
+        nbytes=int_column(args, _NBYTES, repairs),
+        memory=_memory_columns(memory, repairs),
+        lane_names=_lane_names(by_type.get(schema.Metadata, [])),
+        repairs=repairs,
+    )
+
+
+def _times_ok(ts: np.ndarray, dur: np.ndarray | None = None) -> np.ndarray:
+    """Which events have a finite time within TS_LIMIT_US (and a duration up to DUR_LIMIT_US;
+    negative durations are kept here and clamped to 0, with a note, when the trace is built)."""
+    with np.errstate(invalid="ignore"):
+        ok = np.abs(ts) <= TS_LIMIT_US  # False for NaN and ±inf
+        if dur is not None:
+            ok &= np.abs(dur) <= DUR_LIMIT_US
+    return ok
+
+
+def int_column(items: list, get, repairs: dict[str, int]) -> np.ndarray:
+    """``get(item)`` for each item as int64. Fast path at C speed; a value beyond int64 (or not an
+    int at all, from a lenient decode) makes a second, per-value pass that reads it as -1 and
+    counts it under ``repairs["wide_int"]``."""
+    try:
+        return column(map(get, items), np.int64, len(items))
+    except (OverflowError, TypeError, ValueError):
+        values = [fit64(get(x)) for x in items]
+        bad = values.count(None)
+        repairs["wide_int"] = repairs.get("wide_int", 0) + bad
+        return np.array([-1 if v is None else v for v in values], dtype=np.int64)
+
+
+def fit64(value: Any) -> int | None:
+    """``value`` if it is an int that int64 holds, else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX:
+        return value
+    return None
+
+
+def by_phase(events: list) -> dict[type, list]:
+    """The events grouped by their struct type (the phase they were decoded as), in order."""
+    types = list(map(type, events))
+    codes = {t: i for i, t in enumerate(dict.fromkeys(types))}
+    code = column(map(codes.__getitem__, types), np.int16, len(types))
+    return {t: pick(events, np.flatnonzero(code == i)) for t, i in codes.items()}
+
+
+def _lane_names(meta_events: Iterable[schema.Metadata]) -> dict[tuple[Any, Any], str]:
+    out: dict[tuple[Any, Any], str] = {}
+    for e in meta_events:
+        if e.name == "thread_name" and e.args.name:
+            out[(as_int(e.pid), as_int(e.tid))] = e.args.name.strip()
+    return out
+
+
+def column(values: Iterable, dtype, n: int) -> np.ndarray:
+    return np.fromiter(values, dtype=dtype, count=n)
+
+
+def interned(keys: list) -> tuple[dict, np.ndarray]:
+    """(key -> index in first-seen order, index per row), all at C speed."""
+    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    return index, column(map(index.__getitem__, keys), np.int32, len(keys))
+
+
+def pick(items: list, index: np.ndarray) -> list:
+    """``[items[i] for i in index]`` at C speed."""
+    if index.size == 0:
+        return []
+    if index.size == 1:
+        return [items[int(index[0])]]
+    return list(itemgetter(*index.tolist())(items))
+
+
+def _lane_keys(evs: list[schema.Complete]) -> tuple[dict, np.ndarray]:
+    """Intern (pid, tid) pairs, numbered in first-seen order. Fast path: all ids are int64
+    (current traces), paired as one int64 code; else each half is interned first (2021 traces
+    spell some tids as strings; a 64-bit pthread id may exceed int64)."""
+    n = len(evs)
+    try:
+        pid = column(map(_PID, evs), np.int64, n)
+        tid = column(map(_TID, evs), np.int64, n)
+        if n and _pair_span(pid, tid) >= 1 << 62:  # the pair code below would overflow int64
+            raise OverflowError
+        pids, tids = pid, tid
+    except (TypeError, ValueError, OverflowError):  # a string id, or ids too wide to pair
+        pid_index, pid = interned(list(map(_PID, evs)))
+        tid_index, tid = interned(list(map(_TID, evs)))
+        pids, tids = list(pid_index), list(tid_index)
+    pid = pid.astype(np.int64)
+    tid = tid.astype(np.int64)
+    span = int(tid.max() - tid.min() + 1) if n else 1
+    codes = (pid - (pid.min() if n else 0)) * span + (tid - (tid.min() if n else 0))
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # lanes numbered in first-seen order
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    lane_index = {(_item(pids, pid[first[i]]), _item(tids, tid[first[i]])): int(rank[i]) for i in order}
+    return lane_index, rank[inverse.ravel()].astype(np.int32)
+
+
+def _pair_span(pid: np.ndarray, tid: np.ndarray) -> int:
+    """How large the (pid, tid) pair code can get, in Python ints (which do not overflow)."""
+    return (int(pid.max()) - int(pid.min()) + 1) * (int(tid.max()) - int(tid.min()) + 1)
+
+
+def _item(values, code):
+    """The original id: ``values`` is the array of ints itself, or the list of interned ids."""
+    return int(code) if isinstance(values, np.ndarray) else values[int(code)]
+
+
+_CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (attrgetter(a) for a in ("cat", "name", "pid", "tid", "ts", "dur", "args"))
+_CORR, _DEVICE, _STREAM, _NBYTES = (attrgetter(a) for a in ("correlation", "device", "stream", "nbytes"))
+
+_DIGITS = re.compile(r"-?\d+")
+
+
+def as_int(value: int | str) -> int:
+    """25738 → 25738; "25738" → 25738; "stream 7" → 7; "Spans" → -1."""
+    if isinstance(value, int):
+        return value
+    m = _DIGITS.search(value)
+    return int(m.group()) if m else -1
+
+
+def _memory_columns(evs: list[schema.Instant], repairs: dict[str, int]) -> dict[str, np.ndarray]:
+    ts = column(map(_TS, evs), np.float64, len(evs))
+    ok = _times_ok(ts)
+    if not ok.all():
+        repairs["bad_time"] = repairs.get("bad_time", 0) + int(np.count_nonzero(~ok))
+        kept = np.flatnonzero(ok)
+        evs, ts = pick(evs, kept), ts[kept]
+    args = list(map(_ARGS, evs))
+    return {
+        "ts": ts,
+        "device_type": int_column(args, attrgetter("device_type"), repairs),
+        "device": int_column(args, attrgetter("device_id"), repairs),
+        "nbytes": int_column(args, attrgetter("mem_bytes"), repairs),
+        "allocated": int_column(args, attrgetter("total_allocated"), repairs),
+        "reserved": int_column(args, attrgetter("total_reserved"), repairs),
+    }
