@@ -280,8 +280,8 @@ def extract(events: list) -> Part:
         ts=_column(map(_TS, complete), np.float64, n),
         dur=_column(map(_DUR, complete), np.float64, n),
         corr=_column(map(_CORR, args), np.int64, n),
-        device=_column(map(_DEVICE, args), np.int32, n),
-        stream=_column(map(_STREAM, args), np.int32, n),
+        device=_id_column(map(_DEVICE, args), n),
+        stream=_id_column(map(_STREAM, args), n),
         nbytes=_column(map(_NBYTES, args), np.int64, n),
         memory=_memory_columns(memory),
         lane_names=_lane_names(by_type.get(schema.Metadata, [])),
@@ -377,6 +377,13 @@ def _lane_names(meta_events: Iterable[schema.Metadata]) -> dict[tuple[Any, Any],
 
 def _column(values: Iterable, dtype, n: int) -> np.ndarray:
     return np.fromiter(values, dtype=dtype, count=n)
+
+
+def _id_column(values: Iterable, n: int) -> np.ndarray:
+    """A device or stream id column. Ids outside int32 become -1 ("none"): real traces carry
+    an unsigned -1 (4294967295) as the stream of some CUPTI sync records."""
+    wide = np.fromiter(values, dtype=np.int64, count=n)
+    return np.where((wide >= 0) & (wide <= np.iinfo(np.int32).max), wide, -1).astype(np.int32)
 
 
 def _interned(keys: list) -> tuple[dict, np.ndarray]:
@@ -506,7 +513,7 @@ def _memory_columns(evs: list[schema.Instant]) -> dict[str, np.ndarray]:
     return {
         "ts": _column(map(_TS, evs), np.float64, n),
         "device_type": col("device_type", np.int8),
-        "device": col("device_id", np.int32),
+        "device": _id_column(map(attrgetter("device_id"), args), n),
         "nbytes": col("mem_bytes"),
         "allocated": col("total_allocated"),
         "reserved": col("total_reserved"),
