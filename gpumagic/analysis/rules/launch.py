@@ -88,7 +88,8 @@ with torch.cuda.graph(g):
     )
     if ctx.workload != "training":
         return fixes
-    return fixes + (
+    return (
+        *fixes,
         pytorch("Use fused optimizers (one kernel for all parameters)",
                 "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)"),
         huggingface("Through TrainingArguments", "TrainingArguments(..., torch_compile=True, optim=\"adamw_torch_fused\")"),

@@ -16,16 +16,15 @@ LONG_GAPS_FRAC = 0.05
 DOC = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
 
 
-def low_gpu_utilization(ctx: Context, m: dict, explained: float = 0.0):
+def low_gpu_utilization(ctx: Context, m: dict):
     """Signal: the primary GPU's busy fraction (union of kernels, copies and memsets over all
-    streams). Threshold: < 50 %. Gain: the idle share not already claimed by a more specific
-    finding (``explained``), since those name the cause and the fix. False positives: a window
-    that is mostly start-up or evaluation, not training."""
+    streams). Threshold: < 50 % (gpumagic's anchor). Gain: the idle share; ``analysis.gains``
+    then keeps only the idle time no more specific finding claims, since those name the cause
+    and the fix. False positives: a window that is mostly start-up or evaluation."""
     busy = m["gpu"]["busy_frac"]
     if busy is None or busy >= BUSY_FRAC:
         return None
-    idle = 1.0 - busy
-    residual = max(0.0, idle - explained)
+    residual = 1.0 - busy
     i = m["idle"]
     return finding(
         "low-gpu-utilization", severity=severity_for(residual),
@@ -40,7 +39,7 @@ def low_gpu_utilization(ctx: Context, m: dict, explained: float = 0.0):
                  "launch_latency_ms": i["launch_latency_ms"], "other_ms": i["other_ms"], "threshold_frac": BUSY_FRAC},
         windows=windows(*ctx.gaps.intervals, "gpu", ctx.device, "GPU idle"),
         est_gain=residual,
-        gain_method="idle share of the window not already claimed by a more specific finding",
+        gain_method="idle share of the window",
         fixes=(pytorch("Find where the time goes: look at the other findings and the timeline; a bigger batch "
                        "is the generic remedy", "loader = DataLoader(dataset, batch_size=2 * batch_size, ...)"),),
         doc_url=DOC,
@@ -131,11 +130,29 @@ def gpu_idle_gaps(ctx: Context, m: dict):
         windows=windows(*long.intervals, "gpu", ctx.device, "idle gap ≥ 1 ms"),
         est_gain=frac,
         gain_method="length of the gaps ≥ 1 ms (time that a more specific finding claims counts there, once)",
-        fixes=(pytorch(f"Overlap the host work with GPU work, or move it out of the loop ({where})",
-                       "# see the gap causes above; e.g. log every N steps instead of every step\n"
-                       "if step % 100 == 0:\n    log(metrics)"),),
+        fixes=_gap_fixes(ctx, host >= queued, where),
         doc_url=DOC,
     )
+
+
+def _gap_fixes(ctx: Context, host_side: bool, where: str):
+    if host_side:
+        return (pytorch(f"Overlap the host work with GPU work, or move it out of the loop ({where})",
+                        "# see the gap causes above; e.g. log every N steps instead of every step\n"
+                        "if step % 100 == 0:\n    log(metrics)"),)
+    return (pytorch("The GPU had work queued: find what it waited for. On a multi-GPU job, compare the ranks' "
+                    "step times (a slower rank stalls every collective); else record more steps, so that the work "
+                    "the queue waited on is in the window",
+                    """
+import time
+import torch.distributed as dist
+t0 = time.perf_counter()
+train_step(batch)
+torch.cuda.synchronize()
+times = [None] * dist.get_world_size()
+dist.all_gather_object(times, round(time.perf_counter() - t0, 4))
+if dist.get_rank() == 0:
+    print("step seconds per rank:", times)"""),)
 
 
 def long_gap_intervals(ctx: Context) -> iv.Intervals:
