@@ -148,6 +148,7 @@ def test_gpu_idle_gaps_waiting_for_the_host_do_not_claim_queued_work():
 def test_mixed_precision_off(cc, kernel, fires):
     tb = TraceBuilder(cc=cc)
     busy_steps(tb, 3, 10_000, 6_000, kernel_name=kernel)
+    tb.op("Optimizer.step#AdamW.step", 9_000, 100)  # a training step: training fixes
     f = get(tb, "mixed-precision-off")
     assert (f is not None) is fires
     if fires:
