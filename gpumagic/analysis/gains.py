@@ -24,6 +24,7 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import sync_costs
 from gpumagic.analysis.rules.base import severity_for
 from gpumagic.analysis.rules.cpu import saturated_idle
+from gpumagic.analysis.rules.dataloader import DATALOADER_FRAC
 from gpumagic.analysis.rules.launch import host_ops_in_wait, launch_wait
 from gpumagic.analysis.rules.transfers import exposed_copies
 from gpumagic.analysis.rules.utilization import LONG_GAPS_FRAC, long_gap_intervals
@@ -39,9 +40,10 @@ IDLE_TYPE = frozenset({"dataloader-bound", "host-sync", "launch-bound", "cpu-bou
 #: the loader wait is the symptom and less CPU work per batch is the fix.
 CLAIM_ORDER = ("host-cpu-saturated", "dataloader-bound", "host-sync", "transfer-bound", "small-transfers",
                "too-small-for-gpu", "cpu-bound", "launch-bound", "gpu-idle-gaps", "low-gpu-utilization")
-#: Symptom findings shown only while the time no more specific finding explains stays above
-#: their own threshold: 12 idle gaps already told as data-loader waits are not a second story.
-SYMPTOM_MIN_GAIN = {"gpu-idle-gaps": LONG_GAPS_FRAC}
+#: Findings dropped when a more specific finding took their time and what is left falls below
+#: their own threshold: idle gaps already told as data-loader waits, or data-loader waits
+#: already told as a saturated CPU, are not a second story.
+SYMPTOM_MIN_GAIN = {"gpu-idle-gaps": LONG_GAPS_FRAC, "dataloader-bound": DATALOADER_FRAC}
 #: Time-based findings outside the idle budget: their windows join the union too.
 OTHER_TIME_BASED = ("communication-heavy",)
 
@@ -88,7 +90,7 @@ def apportion(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], flo
             keep *= 1.0 - f.est_gain
     combined = round(min(1.0, max(0.0, 1.0 - keep)), 4)
     out = [by_id[f.id] for f in findings
-           if not (f.id in SYMPTOM_MIN_GAIN and f.id in CLAIMS and by_id[f.id].est_gain < SYMPTOM_MIN_GAIN[f.id])]
+           if not (f.id in SYMPTOM_MIN_GAIN and by_id[f.id].est_gain < min(f.est_gain, SYMPTOM_MIN_GAIN[f.id]))]
     return [replace(f, est_gain=min(f.est_gain, combined)) for f in out], combined
 
 
@@ -96,5 +98,5 @@ def _with_gain(f: Finding, gain: float, before: list[str]) -> Finding:
     gain = round(max(0.0, min(1.0, gain)), 4)
     if abs(gain - f.est_gain) < 5e-5:
         return f
-    note = f"; time also named by {', '.join(before)} counted there" if before and gain < f.est_gain else ""
+    note = f", less the time {', '.join(before)} already counts" if before and gain < f.est_gain else ""
     return replace(f, est_gain=gain, severity=severity_for(gain), gain_method=f.gain_method + note)

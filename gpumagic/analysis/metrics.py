@@ -10,6 +10,7 @@ import numpy as np
 from gpumagic._arrays import distinct, median, percentile
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
+from gpumagic.analysis.hostcpu import host_cpu
 from gpumagic.analysis.context import (
     BREAKDOWN_ORDER,
     GAP_CAUSES,
@@ -345,9 +346,13 @@ def communication(ctx: Context) -> dict[str, Any]:
 def _host(ctx: Context) -> dict[str, Any]:
     dl = iv.total(ctx.cat_union["dataloader"])
     lane = ctx.trace.lanes[ctx.main_lane] if ctx.main_lane >= 0 else None
+    h = host_cpu(ctx)
     return {"dataloader_ms": _ms(dl), "dataloader_frac": round(ctx.frac(dl), 4),
             "runtime_ms": _ms(iv.total(ctx.cat_union["runtime"])), "cpu_op_ms": _ms(iv.total(ctx.cat_union["cpu_exec"])),
-            "main_thread": None if lane is None else {"pid": lane.pid, "tid": lane.tid}}
+            "main_thread": None if lane is None else {"pid": lane.pid, "tid": lane.tid},
+            "usable_cores": h.usable_cores, "usable_cores_source": h.usable_source,
+            "cpu_busy_cores": h.busy_cores, "cpu_saturation": h.saturation,
+            "loader_cpu_bound": h.loader_cpu_bound}
 
 
 def _samples(ctx: Context) -> dict[str, Any]:

@@ -35,10 +35,13 @@ def dataloader_bound(ctx: Context, m: dict):
     numbers = {"dataloader_ms": m["host"]["dataloader_ms"], "dataloader_frac": m["host"]["dataloader_frac"],
                "gpu_idle_during_wait_frac": round(gain, 4), "threshold_frac": DATALOADER_FRAC}
     cpu_note = ""
-    samples = m.get("samples") or {}
-    if samples.get("cpu_util_mean") is not None:
-        numbers["host_cpu_util_mean_pct"] = samples["cpu_util_mean"]
-        cpu_note = f" Host CPU utilisation averaged {samples['cpu_util_mean']:.0f} %"
+    host, samples = m["host"], m.get("samples") or {}
+    if host["cpu_busy_cores"] is not None:
+        numbers["cpu_busy_cores"] = host["cpu_busy_cores"]
+        cpu_note = f" Host CPU samples: {host['cpu_busy_cores']:.2f} cores busy on average"
+        if host["usable_cores"]:
+            numbers["usable_cores"] = host["usable_cores"]
+            cpu_note += f" of {host['usable_cores']:g} usable"
         if samples.get("workers_util_mean") is not None:
             numbers["workers_cpu_util_mean_pct"] = samples["workers_util_mean"]
             cpu_note += f"; loader workers used {samples['workers_util_mean']:.0f} % of a core"

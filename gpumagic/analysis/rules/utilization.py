@@ -129,7 +129,7 @@ def gpu_idle_gaps(ctx: Context, m: dict):
                  "min_gap_ms": LONG_GAP_NS / 1e6},
         windows=windows(*long.intervals, "gpu", ctx.device, "idle gap ≥ 1 ms"),
         est_gain=frac,
-        gain_method="length of the gaps ≥ 1 ms (time that a more specific finding claims counts there, once)",
+        gain_method="length of the gaps ≥ 1 ms",
         fixes=_gap_fixes(ctx, host >= queued, where),
         doc_url=DOC,
     )
