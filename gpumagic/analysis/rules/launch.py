@@ -126,7 +126,7 @@ def cpu_bound(ctx: Context, m: dict):
         host stay ahead of the GPU.""",
         summary=f"The GPU waits on the host for {pct(ctx.frac(hw_ns))} of the window; the main thread runs "
                 f"operators/Python for {pct(share)} of that wait" + (f", most of it in {where}" if where else "") + ".",
-        numbers={"host_wait_ms": round(hw_ns / 1e6, 3), "host_wait_frac": round(ctx.frac(hw_ns), 4),
+        numbers={"host_wait_ms": m["idle"]["host_wait_ms"], "host_wait_frac": round(ctx.frac(hw_ns), 4),
                  "cpu_busy_share_of_wait": round(share, 4)},
         windows=windows(gaps[0], gaps[1], "gpu", ctx.device, "GPU waiting for host"),
         est_gain=gain, gain_method="host-wait idle time during which the main thread ran operators or Python",
