@@ -64,7 +64,7 @@ x = torch.stack([augment(img) for img in imgs]).float().div_(255)
     cores = f"{h.usable_cores:g} usable cores ({h.usable_source})"
     return finding(
         "host-cpu-saturated", severity=severity_for(wait_frac),
-        title=f"The host CPU is saturated ({pct(h.saturation)} of {h.usable_cores:g} usable cores) while the loop waits",
+        title=f"Host CPU saturated ({pct(h.saturation)} of {h.usable_cores:g} cores)",
         why="""Every usable core of the host is busy, and the loop still waits for its data"""
             + (" while the GPU idles" if gpu else "") + """. More DataLoader workers cannot help: there is
         no free core for them. What helps is less CPU work per batch — decode and augment on the GPU, cache

@@ -50,8 +50,7 @@ def launch_bound(ctx: Context, m: dict):
     gain = ctx.frac(launch_idle_ns)
     return finding(
         "launch-bound", severity=severity_for(gain),
-        title=f"The GPU waits for kernel launches: {pct(k['short_frac'])} of kernels run under "
-              f"{k['short_kernel_us']:.0f} µs",
+        title="The GPU waits for launches of tiny kernels",
         why="""Every kernel costs the host several microseconds to launch (Python, the PyTorch
         dispatcher, the CUDA driver). When most kernels finish faster than that, the GPU completes each
         one before the next arrives and idles in between. Fusing operations (torch.compile) or replaying
@@ -97,10 +96,11 @@ with torch.cuda.graph(g):
 
 
 def cpu_bound(ctx: Context, m: dict):
-    """Signal: the GPU waits on the host (HTA host wait) for ≥ 20 % of the window while the
-    main thread runs operators or Python (≥ 50 % of that wait), not the data loader, and the
-    kernels are not tiny (that case is ``launch-bound``). Gain: the host-wait time covered by
-    main-thread operator work. False positives: deliberate CPU work (metrics, logging) that
+    """Signal: the GPU waits on the host (the host-wait parts of idle gaps, split at the launch)
+    for ≥ 20 % of the window while the main thread runs operators or Python (≥ 50 % of that
+    wait), not the data loader, and the kernels are not tiny (that case is ``launch-bound``).
+    The title names the innermost frame that covers most of it. Gain: the host-wait time covered
+    by main-thread operator work. False positives: deliberate CPU work (metrics, logging) that
     could be moved out of the loop rather than sped up."""
     gaps = ctx.gaps.host_wait()
     hw_ns = iv.total(gaps)
@@ -119,7 +119,7 @@ def cpu_bound(ctx: Context, m: dict):
                                  "TrainingArguments(..., torch_compile=True, per_device_train_batch_size=64)"))
     return finding(
         "cpu-bound", severity=severity_for(gain),
-        title=f"The GPU idles while the host runs {where}" if where else "Host-side Python and operators keep the GPU waiting",
+        title=f"GPU idle while the host is in {where}" if where else "Host-side Python and operators keep the GPU waiting",
         why="""The GPU can only run what the host has queued. Here the main thread spends long stretches in
         Python and operator code between launches, so the queue runs dry and the GPU idles. Less host
         work per step (compiling the model, larger batches, moving bookkeeping out of the loop) lets the
@@ -164,4 +164,4 @@ def busiest_frame(ctx: Context, during: iv.Intervals) -> str:
     best = tot[ok].max()
     pool = np.flatnonzero(ok & (tot >= 0.5 * best))
     inner = pool[int(np.argmin(dur[pool] / np.maximum(cnt[pool], 1)))]
-    return f"`{ctx.trace.names[inner][:60]}`"
+    return f"`{ctx.trace.names[inner][:28]}`"

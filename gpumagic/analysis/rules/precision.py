@@ -19,9 +19,12 @@ DOC = "https://pytorch.org/docs/stable/amp.html"
 
 
 def mixed_precision_off(ctx: Context, m: dict):
-    """Signal: matmul/convolution kernels (gemm, conv, cutlass, nvjet...) take ≥ 10 % of kernel
-    time on a GPU of compute capability ≥ 7.0, and < 10 % of that time runs tensor-core kernels
-    (names with h884/s1688/16816/tensorop/wmma/gmma/nvjet/bf16...). Gain: matmul time share ×
+    """Signal: matmul/convolution/attention kernels (gemm, conv, cutlass, nvjet; AMD Tensile
+    ``Cijk_``, MIOpen xdlops; Triton ``attn_fwd``, ``_matmul``: ``names.MATMUL_RE``) take ≥ 10 %
+    of kernel time on a GPU of compute capability ≥ 7.0 (AMD CDNA GPUs report 9.x), and < 10 % of
+    that time runs tensor-core / matrix-core kernels (h884/s1688/16816/tensorop/gmma/nvjet/bf16;
+    MFMA ``MI16x16x1``, xdlops: ``names.TENSOR_CORE_RE``). Inference traces get autocast without
+    a GradScaler. Gain: matmul time share ×
     (1 − 1/8), from the ≥ 8× peak of tensor cores over FP32. False positives: kernels whose
     names hide tensor-core use; FP32 kept on purpose for numerical reasons."""
     info = ctx.device_info

@@ -36,7 +36,7 @@ def host_sync(ctx: Context, m: dict):
     ops = ", ".join(f"{n} ×{c}" for n, c in sorted(s["sync_ops"].items(), key=lambda kv: -kv[1])[:3])
     return finding(
         "host-sync", severity=severity_for(frac),
-        title=f"The host blocks on the GPU in {_top_sync(s)} for {pct(harmful_frac)} of the window",
+        title=f"Syncs block the host: {_top_sync(s)}",
         why="""CUDA work is queued asynchronously: the host normally runs ahead and the GPU never waits.
         Reading a GPU value on the host (.item(), .cpu(), printing a loss, a boolean test on a CUDA
         tensor, nonzero) forces a synchronisation: the host stops until the queue drains. While it is

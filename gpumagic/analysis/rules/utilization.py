@@ -111,11 +111,11 @@ def gpu_idle_gaps(ctx: Context, m: dict):
     causes = "; ".join(_describe_gap(ctx, long, j) for j in top)
     host = int(np.minimum(long.host_ns, long.dur_ns).sum())
     queued = long.total_ns() - host
-    what = "waiting for the host" if host >= queued else "on queued work that did not start"
+    what = "host wait" if host >= queued else "queued work"
     where = host_frame(ctx, int(long.start_ns[top[0]]), int(long.end_ns[top[0]]))
     return finding(
         "gpu-idle-gaps", severity=severity_for(frac),
-        title=f"{i['long_gap_count']} GPU idle gaps ≥ 1 ms ({i['long_gap_ms']:.1f} ms), mostly {what}",
+        title=f"{i['long_gap_count']} GPU idle gaps ≥ 1 ms, mostly {what}",
         why="""A gap of a millisecond or more is thousands of kernel launches' worth of idle GPU. Most long
         gaps have one host-side cause — a batch being loaded, a synchronisation, a logging or checkpoint
         call — visible on the main thread at the same moment. When the work after a gap had been launched
