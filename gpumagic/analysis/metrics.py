@@ -10,7 +10,6 @@ import numpy as np
 from gpumagic._arrays import distinct, median, percentile
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
-from gpumagic.analysis.hostcpu import host_cpu
 from gpumagic.analysis.context import (
     BREAKDOWN_ORDER,
     GAP_CAUSES,
@@ -20,6 +19,7 @@ from gpumagic.analysis.context import (
     SHORT_KERNEL_NS,
     Context,
 )
+from gpumagic.analysis.hostcpu import host_cpu
 
 TOP_KERNELS = 15
 #: A first step this many times the median of the others is an outlier (warm-up in the window).

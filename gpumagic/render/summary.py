@@ -1,7 +1,8 @@
-"""The header every render starts with: five facts readable in five seconds.
+"""The header every render starts with: six facts readable in five seconds.
 
 Wall time, steps recorded, median step time, GPU busy share, the share of step time that
-fixing every finding could save (``combined_gain``), and the top finding with its estimated gain. Text, HTML and the widget all read :func:`header_facts`, so they agree.
+fixing every finding could save (``combined_gain``), and the top finding with its estimated
+gain. Text, HTML and the widget all read :func:`header_facts`, so they agree.
 """
 
 from __future__ import annotations

@@ -88,9 +88,10 @@ def exposed_copies(ctx: Context) -> iv.Intervals:
 
 def transfer_bound(ctx: Context, m: dict):
     """Signal: host↔device copy time on the GPU that no compute kernel overlaps. Threshold:
-    > 10 % of the window. Gain: that exposed copy time (``analysis.gains`` caps it to the idle
-    time no other idle-type finding claims, as the issue counts it among the GPU-idle findings) (prefetching the next batch on a side
-    stream, or keeping data on the GPU, hides or removes it). False positives: a workload whose
+    > 10 % of the window. Gain: that exposed copy time (prefetching the next batch on a side
+    stream, or keeping data on the GPU, hides or removes it); ``analysis.gains`` caps it to the
+    idle time no other idle-type finding claims, since it counts among the GPU-idle findings.
+    False positives: a workload whose
     purpose is moving data (checkpointing, offload)."""
     exposed = exposed_copies(ctx)
     frac = ctx.frac(iv.total(exposed))
