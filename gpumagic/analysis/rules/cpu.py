@@ -33,13 +33,15 @@ def saturated_idle(ctx: Context) -> iv.Intervals:
 def host_cpu_saturated(ctx: Context, m: dict):
     """Signal: host CPU samples (gpumagic's ``/proc`` sampler, recorded in a bundle) average
     ≥ 90 % of the usable cores (affinity mask and cgroup quota recorded at capture) over the
-    window, while the loop waits for data or the GPU waits on the host for ≥ 5 % of the window.
-    Never fires on a plain Kineto trace (no samples). Gain: that waiting time, within GPU idle
+    window, while the loop waits for data or the GPU waits on the host for ≥ 5 % of the window,
+    unless the samples show the data-loader wait is not CPU work (a loader sleeping on I/O is
+    not held back by busy cores: more workers still help it). Never fires on a plain Kineto
+    trace (no samples). Gain: that waiting time, within GPU idle
     time when there is a GPU — less CPU work per batch is what shortens it; more workers
     cannot, since no core is free. False positives: other processes on the same cores (then
     the cores are still not free for this run); a sampling period longer than the window."""
     h = host_cpu(ctx)
-    if h.saturation is None or h.saturation < SATURATION:
+    if h.saturation is None or h.saturation < SATURATION or h.loader_cpu_bound is False:
         return None
     recover = saturated_idle(ctx)
     wait_frac = ctx.frac(iv.total(recover))

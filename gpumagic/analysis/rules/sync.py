@@ -41,9 +41,9 @@ def host_sync(ctx: Context, m: dict):
         Reading a GPU value on the host (.item(), .cpu(), printing a loss, a boolean test on a CUDA
         tensor, nonzero) forces a synchronisation: the host stops until the queue drains. While it is
         blocked it cannot prepare or launch the next work, so the GPU then waits for it.""",
-        summary=f"{s['harmful_count']} of {s['count']} sync calls blocked the host while the GPU still had work, "
-                f"for {s['harmful_blocked_ms']:.2f} ms ({pct(harmful_frac)} of the window); the GPU then waited "
-                f"on the host for {s['starved_ms']:.2f} ms that running ahead would have hidden"
+        summary=f"{s['harmful_count']} of {s['count']} sync calls blocked the host for {s['harmful_blocked_ms']:.2f} ms "
+                f"({pct(harmful_frac)} of the window) while the GPU still had work; those sync calls were followed by "
+                f"GPU idle time of which {s['starved_ms']:.2f} ms a host running ahead would have hidden"
                 + (f"; sync ops: {ops}" if ops else "") + ".",
         numbers={"sync_calls": s["count"], "harmful_syncs": s["harmful_count"],
                  "harmful_blocked_ms": s["harmful_blocked_ms"], "starved_ms": s["starved_ms"],
