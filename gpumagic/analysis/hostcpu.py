@@ -47,6 +47,8 @@ def _host_cpu(ctx: Context) -> HostCpu:
     machine = ctx.trace.meta.get("machine") or {}
     usable = machine.get("usable_cores")
     source = machine.get("usable_cores_source") or ("unknown" if usable is None else "cpu_count")
+    if usable is None and machine.get("cpu_count"):  # a bundle from before usable cores were recorded
+        usable, source = float(machine["cpu_count"]), "cpu_count"
     cpu = ctx.trace.samples.cpu if ctx.trace.samples is not None else {}
     t = np.asarray(cpu.get("t_ns", np.zeros(0)))
     sel = (t >= ctx.lo) & (t <= ctx.hi) if t.size else np.zeros(0, dtype=bool)

@@ -28,7 +28,7 @@ def low_gpu_utilization(ctx: Context, m: dict):
     i = m["idle"]
     return finding(
         "low-gpu-utilization", severity=severity_for(residual),
-        title=f"The GPU is busy only {pct(busy)} of the time",
+        title=f"GPU busy only {pct(busy)}, idle mostly {_dominant_idle(i)}",
         why="""A GPU is fast only while it has queued work. Whatever the host does between launches —
         loading data, Python code, synchronising, logging — shows up as idle GPU time. The idle time below
         is split by cause; the other findings name the fixes.""",
@@ -52,6 +52,13 @@ _CAUSE_WORDS = {"host_wait": "waiting for the host", "launch_latency": "launch l
 #: A host frame names what the main thread was doing during a gap only if it covers at least
 #: half of the gap (gpumagic default: a frame that overlaps a sliver of a gap did not cause it).
 FRAME_MIN_COVER = 0.5
+
+
+def _dominant_idle(i: dict) -> str:
+    """The largest part of the idle time, in words."""
+    parts = {"waiting for the host": i["host_wait_ms"], "in launch latency": i["launch_latency_ms"],
+             "on queued work": i["other_ms"]}
+    return max(parts, key=parts.get)
 
 
 def _describe_gap(ctx: Context, gaps: Gaps, i: int) -> str:
@@ -115,7 +122,7 @@ def gpu_idle_gaps(ctx: Context, m: dict):
     where = host_frame(ctx, int(long.start_ns[top[0]]), int(long.end_ns[top[0]]))
     return finding(
         "gpu-idle-gaps", severity=severity_for(frac),
-        title=f"{i['long_gap_count']} GPU idle gaps ≥ 1 ms, mostly {what}",
+        title=f"{i['long_gap_count']} GPU idle gap{'s' if i['long_gap_count'] != 1 else ''} ≥ 1 ms, mostly {what}",
         why="""A gap of a millisecond or more is thousands of kernel launches' worth of idle GPU. Most long
         gaps have one host-side cause — a batch being loaded, a synchronisation, a logging or checkpoint
         call — visible on the main thread at the same moment. When the work after a gap had been launched
