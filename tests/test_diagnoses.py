@@ -353,7 +353,7 @@ def test_a_plain_trace_says_the_worker_count_is_an_assumption():
             .replace("torch.utils.data.DataLoader", "dict"), "<fix>", "exec")  # valid Python
 
 
-def _with_samples(tb, busy_pct: float, main_pct: float, usable=2, workers=0):
+def _with_samples(tb, busy_pct: float, main_pct: float, usable=2, workers=0, demand_pct: float | None = None):
     """A bundle: the trace plus a machine record and CPU samples every 2 ms."""
     d = tb.to_dict()
     times = list(range(0, 40_001_000, 2_000_000))
@@ -366,6 +366,8 @@ def _with_samples(tb, busy_pct: float, main_pct: float, usable=2, workers=0):
                             "per_core": [[busy_pct] * usable] * len(times), "main": [main_pct] * len(times),
                             "workers": [0.0] * len(times), "worker_count": [workers] * len(times)}},
     }
+    if demand_pct is not None:
+        d["gpumagic"]["samples"]["cpu"].update(main_demand=[demand_pct] * len(times), workers_demand=[0.0] * len(times))
     return analyze(d)
 
 
@@ -415,3 +417,30 @@ def test_cpu_only_saturated_fix_has_no_gpu_decode():
 def test_build_context_caches_the_workload():
     ctx = build_context(load(_loader_trace(training=True).to_dict()))
     assert ctx.workload == "training" and ctx.workload == "training"
+
+
+@pytest.mark.parametrize(("demand_pct", "cpu_bound"), [(5.0, False), (95.0, True)])
+def test_on_saturated_cores_the_loaders_demand_tells_sleeping_from_starved(demand_pct, cpu_bound):
+    """Other processes keep both cores busy; the loader got 30 % of a core. Whether it wanted a
+    core (starved: CPU work) or slept (I/O) comes from its run + run-queue time."""
+    r = _with_samples(_loader_trace(training=True), 100.0, main_pct=30.0, demand_pct=demand_pct)
+    assert r.metrics["host"]["loader_cpu_bound"] is cpu_bound
+    assert ("host-cpu-saturated" in r.finding_ids) is cpu_bound
+    if not cpu_bound:  # sleeping loaders overlap across workers whatever the cores: more help
+        assert r.finding("dataloader-bound").evidence.numbers["suggested_num_workers"] == 4
+
+
+def test_without_demand_samples_a_saturated_machine_leaves_the_loader_unknown():
+    r = _with_samples(_loader_trace(training=True), 100.0, main_pct=30.0)
+    assert r.metrics["host"]["loader_cpu_bound"] is None
+    assert "host-cpu-saturated" not in r.finding_ids  # cannot tell: no claim that workers won't help
+
+
+def test_the_sampler_records_what_the_loading_threads_wanted():
+    from gpumagic.capture.cpu import CpuTimes, cpu_row
+
+    before = CpuTimes(cores=[(0, 0)], main_ticks=0, main_demand_ns=0, worker_demand_ns={7: 0})
+    after = CpuTimes(cores=[(100, 100)], main_ticks=30, main_demand_ns=900_000_000, worker_demand_ns={7: 500_000_000})
+    row = cpu_row(before, after, dt_s=1.0, hz=100, t_epoch_ns=1)
+    assert row["main"] == 30.0 and row["main_demand"] == 90.0 and row["workers_demand"] == 50.0
+    assert "main_demand" not in cpu_row(CpuTimes([(0, 0)], 0), CpuTimes([(1, 1)], 0), 1.0, 100, 1)

@@ -138,3 +138,14 @@ def test_the_same_gaps_have_the_same_numbers_everywhere():
     i = r.metrics["idle"]
     assert f.title.startswith(f"{i['long_gap_count']} GPU idle gap") and f"total {i['long_gap_ms']:.1f} ms" in f.evidence.summary
     assert f.evidence.numbers["long_gaps"] == i["long_gap_count"] == 1
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_fix_is_valid_python(name):
+    """Fixes get pasted into training loops: each parses (IPython magic lines aside)."""
+    import ast
+
+    for f in report(name).findings:
+        for fx in f.fixes:
+            code = "\n".join(line for line in fx.code.splitlines() if not line.lstrip().startswith("%"))
+            ast.parse(code)  # `TrainingArguments(..., x=1)` is valid: the Ellipsis stands for your arguments

@@ -20,8 +20,8 @@ from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 
 #: A data-loader wait is CPU work when the loading side (the main process with
-#: ``num_workers=0``, else the workers) keeps at least half a core busy per loading process
-#: during it (gpumagic default: below that, most of the wait is I/O, sleeps or locks).
+#: ``num_workers=0``, else the workers) uses at least half of the CPU it could get during it
+#: (gpumagic default: below that, most of the wait is I/O, sleeps or locks).
 LOADER_CPU_SHARE = 0.5
 
 
@@ -52,47 +52,72 @@ def _host_cpu(ctx: Context) -> HostCpu:
     cpu = ctx.trace.samples.cpu if ctx.trace.samples is not None else {}
     t = np.asarray(cpu.get("t_ns", np.zeros(0)))
     sel = (t >= ctx.lo) & (t <= ctx.hi) if t.size else np.zeros(0, dtype=bool)
-    busy = _busy_cores(cpu, sel, machine) if sel.any() else None
+    per_sample = _busy_cores(cpu, machine) if t.size else None
+    busy = float(per_sample[sel].mean()) if per_sample is not None and sel.any() else None
     saturation = None if busy is None or not usable else round(min(1.0, busy / float(usable)), 4)
     workers = int(np.max(np.asarray(cpu["worker_count"])[sel])) if sel.any() and "worker_count" in cpu else None
-    bound, how = _loader_cpu_bound(ctx, cpu, t, workers)
+    bound, how = _loader_cpu_bound(ctx, cpu, t, workers, per_sample, usable)
     return HostCpu(usable, source, int(sel.sum()), None if busy is None else round(busy, 3), saturation, bound, how, workers)
 
 
-def _busy_cores(cpu: dict, sel: np.ndarray, machine: dict) -> float | None:
+def _busy_cores(cpu: dict, machine: dict) -> np.ndarray | None:
+    """Busy usable cores per sample."""
     affinity = machine.get("cpu_affinity")
     quota = machine.get("cpu_quota_cores")
     per_core = np.asarray(cpu.get("per_core", np.zeros((0, 0))), dtype=np.float64)
+    n = np.asarray(cpu["t_ns"]).size
     if quota is not None and affinity and quota < len(affinity) and "main" in cpu:
-        own = np.asarray(cpu["main"], dtype=np.float64)[sel] + np.asarray(cpu.get("workers", 0 * cpu["main"]),
-                                                                          dtype=np.float64)[sel]
-        return float(own.mean()) / 100
-    if per_core.ndim == 2 and per_core.shape[0] == sel.size and per_core.shape[1]:
+        return _own_cores(cpu)
+    if per_core.ndim == 2 and per_core.shape[0] == n and per_core.shape[1]:
         cols = [c for c in (affinity or range(per_core.shape[1])) if c < per_core.shape[1]]
-        return float(per_core[sel][:, cols].sum(axis=1).mean()) / 100
+        return per_core[:, cols].sum(axis=1) / 100
     if "total" in cpu and machine.get("cpu_count"):
-        return float(np.asarray(cpu["total"], dtype=np.float64)[sel].mean()) / 100 * machine["cpu_count"]
+        return np.asarray(cpu["total"], dtype=np.float64) / 100 * machine["cpu_count"]
     return None
 
 
-def _loader_cpu_bound(ctx: Context, cpu: dict, t: np.ndarray, workers: int | None) -> tuple[bool | None, str]:
-    """Is the data-loader wait CPU work? From the samples taken during the waits (the loading
-    processes' CPU per process), else from how much of the wait main-thread operators cover."""
+def _own_cores(cpu: dict) -> np.ndarray:
+    """Cores this process and its data-loader workers kept busy, per sample."""
+    main = np.asarray(cpu["main"], dtype=np.float64)
+    return (main + np.asarray(cpu.get("workers", np.zeros_like(main)), dtype=np.float64)) / 100
+
+
+def _loader_cpu_bound(ctx: Context, cpu: dict, t: np.ndarray, workers: int | None,
+                      busy: np.ndarray | None, usable: float | None) -> tuple[bool | None, str]:
+    """Is the data-loader wait CPU work? From the samples: each covers the time since the one
+    before it and counts in proportion to how much of that time the loop waited for data (at
+    least one sample's worth in all). The loading processes (the main one with
+    ``num_workers=0``, else the workers) are CPU-bound when they used at least half of the CPU
+    they could get — a core each, or what other processes left of the usable cores — so a
+    loader starved of CPU by other work still counts as CPU-bound, and a sleeping one does not.
+    Else from how much of the wait main-thread operators (not Python frames) cover; unknown
+    when neither says."""
     waits = ctx.cat_union["dataloader"]
     if iv.total(waits) == 0:
         return None, ""
-    if t.size and "main" in cpu:
-        k = np.searchsorted(waits[0], t, side="right") - 1
-        during = (k >= 0) & (t < waits[1][np.maximum(k, 0)])
-        if during.any():
-            if workers:
-                per_worker = np.asarray(cpu.get("workers"), dtype=np.float64)[during].mean() / 100 / workers
-                return bool(per_worker >= LOADER_CPU_SHARE), "samples"
-            main = np.asarray(cpu["main"], dtype=np.float64)[during].mean() / 100
-            return bool(main >= LOADER_CPU_SHARE), "samples"
+    if t.size >= 2 and "main" in cpu:
+        order = np.argsort(t, kind="stable")
+        ts = t[order]
+        weight = iv.measure_in(waits, ts[:-1], ts[1:]) / np.maximum(np.diff(ts), 1).astype(np.float64)
+        if weight.sum() >= 1.0:
+            procs = workers or 1
+            demand_key = "workers_demand" if workers else "main_demand"
+            if demand_key in cpu and (np.asarray(cpu[demand_key]) >= 0).all():
+                # what the loading threads wanted (running + waiting for a core): exact
+                wanted = np.asarray(cpu[demand_key], dtype=np.float64)[order][1:] / 100 / procs
+                return bool(np.average(np.minimum(wanted, 1.0), weights=weight) >= LOADER_CPU_SHARE), "samples"
+            loading = np.asarray(cpu["workers" if workers else "main"], dtype=np.float64)[order][1:] / 100
+            could = np.full(loading.size, float(procs))
+            if busy is not None and usable:
+                others = np.maximum(busy[order][1:] - _own_cores(cpu)[order][1:], 0.0)
+                could = np.clip(float(usable) - others, 0.0, procs)
+            if np.average(could, weights=weight) < LOADER_CPU_SHARE * procs:
+                return None, ""  # other processes left too little CPU to tell sleeping from starved
+            share = np.average(np.minimum(loading / np.maximum(could, 1e-9), 1.0), weights=weight)
+            return bool(share >= LOADER_CPU_SHARE), "samples"
     ev, m = ctx.trace.events, ctx.masks
-    ops = ctx.intervals(ctx.events_in_window((ev.lane == ctx.main_lane) & (m["cpu_op"] | m["python"])
-                                             & ~m["name_dataloader"]))
+    # operators only: a Python frame (with_stack) also covers a sleep
+    ops = ctx.intervals(ctx.events_in_window((ev.lane == ctx.main_lane) & m["cpu_op"] & ~m["name_dataloader"]))
     covered = iv.total(iv.intersect(ops, waits)) / iv.total(waits)
     if covered >= LOADER_CPU_SHARE:
         return True, "main-thread ops"

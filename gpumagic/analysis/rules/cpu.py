@@ -11,6 +11,8 @@ from gpumagic.analysis.rules.base import finding, pct, pytorch, severity_for, wi
 #: The issue's anchor: the host CPU samples average ≥ 90 % of the usable cores over the window.
 #: Below that a core is free about one sample in ten, and another worker can still use it.
 SATURATION = 0.90
+#: An average needs a few samples: at gpumagic's default 100 ms period, a window of 0.3 s.
+MIN_SAMPLES = 3
 #: "While the loop waits": the data-loader wait (TensorBoard profiler plugin's 5 % data-loader
 #: threshold) or the GPU's host-wait idle time must reach this share of the window.
 WAIT_FRAC = 0.05
@@ -33,16 +35,18 @@ def saturated_idle(ctx: Context) -> iv.Intervals:
 def host_cpu_saturated(ctx: Context, m: dict):
     """Signal: host CPU samples (gpumagic's ``/proc`` sampler, recorded in a bundle) average
     ≥ 90 % of the usable cores (affinity mask and cgroup quota recorded at capture) over the
-    window, while the loop waits for data or the GPU waits on the host for ≥ 5 % of the window,
-    unless the samples show the data-loader wait is not CPU work (a loader sleeping on I/O is
-    not held back by busy cores: more workers still help it). Never fires on a plain Kineto
-    trace (no samples). Gain: that waiting time, within GPU idle
+    window (at least 3 samples), while the loop waits for data or the GPU waits on the host for
+    ≥ 5 % of the window; when the loop waits for data, the samples must show that the wait is
+    CPU work (``analysis.hostcpu``: a loader sleeping on I/O is not held back by busy cores, and
+    more workers still help it). Never fires on a plain Kineto trace (no samples). Gain: that waiting time, within GPU idle
     time when there is a GPU — less CPU work per batch is what shortens it; more workers
     cannot, since no core is free. False positives: other processes on the same cores (then
     the cores are still not free for this run); a sampling period longer than the window."""
     h = host_cpu(ctx)
-    if h.saturation is None or h.saturation < SATURATION or h.loader_cpu_bound is False:
+    if h.saturation is None or h.saturation < SATURATION or h.sample_count < MIN_SAMPLES:
         return None
+    if iv.total(ctx.cat_union["dataloader"]) and h.loader_cpu_bound is not True:
+        return None  # the loop waits for data, but not for CPU work (or we cannot tell)
     recover = saturated_idle(ctx)
     wait_frac = ctx.frac(iv.total(recover))
     if wait_frac < WAIT_FRAC:

@@ -71,9 +71,9 @@ def dataloader_bound(ctx: Context, m: dict):
 def _worker_advice(h) -> tuple[str, int | None]:
     """The sentence that says where the worker count comes from, and the count (None: the fix
     computes it on the machine that runs it)."""
-    if h.saturation is not None and h.saturation >= SATURATION:
-        return (f"The usable cores are saturated ({pct(h.saturation)} of {h.usable_cores:g}): more workers will "
-                "not help; see host-cpu-saturated."), None
+    if _saturated(h):
+        return (f"The usable cores are saturated ({pct(h.saturation)} of {h.usable_cores:g}) and loading is CPU "
+                "work: more workers will not help; see host-cpu-saturated."), None
     if h.loader_cpu_bound is False and h.usable_cores:
         n = 2 * int(max(1, float(h.usable_cores)))
         return (f"The wait is mostly not CPU work ({h.loader_cpu_source}): workers waiting on I/O need no core "
@@ -86,8 +86,13 @@ def _worker_advice(h) -> tuple[str, int | None]:
             "computed on the machine that runs it (an assumption: one core per worker, one for the main process)."), None
 
 
+def _saturated(h) -> bool:
+    """No core is free and loading is CPU work (the case ``host-cpu-saturated`` reports)."""
+    return h.saturation is not None and h.saturation >= SATURATION and h.loader_cpu_bound is True
+
+
 def _fixes(ctx: Context, h, workers: int | None):
-    if h.saturation is not None and h.saturation >= SATURATION:
+    if _saturated(h):
         return (pytorch("No core is free for workers (see host-cpu-saturated): make each batch cheaper; "
                         + CACHE_FIX[0].lower() + CACHE_FIX[1:], CACHE_CODE),)
     gpu, training = ctx.device >= 0, ctx.workload == "training"

@@ -113,7 +113,8 @@ def cpu_bound(ctx: Context, m: dict):
     gain = ctx.frac(iv.total(busy_in_wait))
     where = busiest_frame(ctx, busy_in_wait)
     fixes = [pytorch("Compile the model to cut Python and dispatcher overhead", "model = torch.compile(model)"),
-             pytorch("Give the GPU more work per launch", "loader = DataLoader(dataset, batch_size=2 * batch_size, ...)")]
+             pytorch("Give the GPU more work per launch",
+                     "loader = DataLoader(dataset, batch_size=2 * batch_size)  # keep your other arguments")]
     if ctx.workload == "training":
         fixes.append(huggingface("Through TrainingArguments",
                                  "TrainingArguments(..., torch_compile=True, per_device_train_batch_size=64)"))

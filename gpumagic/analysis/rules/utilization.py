@@ -41,7 +41,7 @@ def low_gpu_utilization(ctx: Context, m: dict):
         est_gain=residual,
         gain_method="idle share of the window",
         fixes=(pytorch("Find where the time goes: look at the other findings and the timeline; a bigger batch "
-                       "is the generic remedy", "loader = DataLoader(dataset, batch_size=2 * batch_size, ...)"),),
+                       "is the generic remedy", "loader = DataLoader(dataset, batch_size=2 * batch_size)  # keep your other arguments"),),
         doc_url=DOC,
     )
 
