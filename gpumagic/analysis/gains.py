@@ -66,20 +66,25 @@ def apportion(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], flo
     idle = ctx.gaps.intervals if ctx.device >= 0 else (iv.union([ctx.lo], [ctx.hi]))
     budget = iv.total(idle)
     claimed = iv.empty()
+    claimed_by: dict[str, iv.Intervals] = {}
     for fid in CLAIM_ORDER:
         f = by_id.get(fid)
         if f is None:
             continue
+        taken_by: list[str] = []
         if fid not in CLAIMS:  # an idle-type finding this module does not know: its own gain, capped
             ns = min(int(f.est_gain * ctx.window_ns), budget)
         else:
-            own = iv.subtract(CLAIMS[fid](ctx), claimed)
+            wanted = CLAIMS[fid](ctx)
             if fid != "transfer-bound":
-                own = iv.intersect(own, idle)
+                wanted = iv.intersect(wanted, idle)
+            taken_by = [c for c, t in claimed_by.items() if iv.total(iv.intersect(wanted, t))]
+            own = iv.subtract(wanted, claimed)
+            claimed_by[fid] = own
             claimed = iv.merge(claimed, own)
             ns = min(iv.total(own), budget)
         budget -= ns
-        by_id[fid] = _with_gain(f, ctx.frac(ns), before=[c for c in CLAIM_ORDER[:CLAIM_ORDER.index(fid)] if c in by_id])
+        by_id[fid] = _with_gain(f, ctx.frac(ns), before=taken_by)
     union = claimed
     for fid in OTHER_TIME_BASED:
         if fid in by_id:
@@ -98,5 +103,5 @@ def _with_gain(f: Finding, gain: float, before: list[str]) -> Finding:
     gain = round(max(0.0, min(1.0, gain)), 4)
     if abs(gain - f.est_gain) < 5e-5:
         return f
-    note = f", less the time {', '.join(before)} already counts" if before and gain < f.est_gain else ""
+    note = f", less the time already counted by {', '.join(before)}" if before and gain < f.est_gain else ""
     return replace(f, est_gain=gain, severity=severity_for(gain), gain_method=f.gain_method + note)
