@@ -7,12 +7,14 @@ import pytest
 from tracebuilder import DATA
 
 import gpumagic
+from gpumagic.report.model import metric
 
 with open(os.path.join(DATA, "EXPECTED.json")) as fh:
     EXPECTED = json.load(fh)
 
 CASES = [(f, "fires", i) for f, e in EXPECTED.items() for i in e["fires"]] + \
         [(f, "silent", i) for f, e in EXPECTED.items() for i in e["silent"]]
+METRIC_CASES = [(f, path, lo, hi) for f, e in EXPECTED.items() for path, (lo, hi) in e.get("metrics", {}).items()]
 _CACHE: dict = {}
 
 
@@ -29,6 +31,22 @@ def test_expected_findings(trace, expect, finding_id):
         assert finding_id in ids
     else:
         assert finding_id not in ids
+
+
+@pytest.mark.parametrize("trace", sorted(EXPECTED))
+def test_every_trace_is_analysed(trace):
+    assert report(trace).metrics["trace"]["events"] > 0
+
+
+@pytest.mark.parametrize(("trace", "path", "lo", "hi"), METRIC_CASES)
+def test_expected_metric_ranges(trace, path, lo, hi):
+    value = metric(report(trace).metrics, *path.split("."))
+    assert value is not None and lo <= value <= hi, f"{path} = {value}"
+
+
+def test_the_checks_add_up_to_the_issue_count():
+    """Issue 10: 130 checks counting each trace's analysis as one, 118 without."""
+    assert len(CASES) + len(METRIC_CASES) == 118 and len(EXPECTED) == 12
 
 
 def test_final_device_synchronize_is_not_harmful():

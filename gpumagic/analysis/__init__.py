@@ -6,7 +6,8 @@ import os
 
 from gpumagic.analysis import metrics as _metrics
 from gpumagic.analysis.context import build_context
-from gpumagic.analysis.rules import CAUSE_RULES, IDLE_CAUSES, low_gpu_utilization
+from gpumagic.analysis.gains import apportion
+from gpumagic.analysis.rules import CAUSE_RULES, low_gpu_utilization
 from gpumagic.report.model import Report, sort_findings
 from gpumagic.trace import Trace, load
 
@@ -21,17 +22,17 @@ def analyze(source: str | os.PathLike | dict | Trace, *, label: str = "") -> Rep
     ctx = build_context(trace)
     metrics = _metrics.compute(ctx)
     findings = [f for f in (rule(ctx, metrics) for rule in CAUSE_RULES) if f is not None]
-    explained = sum(f.est_gain for f in findings if f.id in IDLE_CAUSES)
-    low = low_gpu_utilization(ctx, metrics, explained=explained)
+    low = low_gpu_utilization(ctx, metrics)
     if low is not None:
         findings.append(low)
+    findings, combined = apportion(ctx, findings)
     notes = list(trace.notes)
     if ctx.device < 0 and not any("CPU activity only" in n for n in notes):
         notes.append("No GPU activity in the trace: CPU activity only.")
     if ctx.window_source == "trace":
         notes.append("No ProfilerStep# markers: the window is the whole trace.")
     return Report(metrics=metrics, findings=sort_findings(findings), notes=notes, trace=trace,
-                  label=label or str(trace.meta.get("label") or ""))
+                  label=label or str(trace.meta.get("label") or ""), combined_gain=combined)
 
 
 __all__ = ["analyze"]

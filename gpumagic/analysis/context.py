@@ -7,13 +7,14 @@ Its docstrings name the definitions used (TensorBoard profiler plugin, HolisticT
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
-from gpumagic.trace.model import GPU_KINDS, LAUNCH_KINDS, Kind, Trace
+from gpumagic.trace.model import GPU_KINDS, LAUNCH_KINDS, DeviceInfo, Kind, Trace
 
 #: A GPU gap shorter than this, whose next kernel was already queued, is launch latency
 #: ("kernel wait"). HTA's ``consecutive_kernel_delay`` default is 30 in trace units (µs in its
@@ -29,21 +30,34 @@ SHORT_KERNEL_NS = 10_000
 #: the window belongs to the first category active then.
 BREAKDOWN_ORDER = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
 MAX_REPORTED_GAPS = 50
+#: c10's DeviceType codes of GPU allocator records: 1 = CUDA, 6 = HIP (c10/core/DeviceType.h).
+GPU_DEVICE_TYPES = (1, 6)
 
-
-GAP_CAUSES = ("host_wait", "launch_latency", "other")
+#: Why the GPU was idle. ``host_wait``: the next work had not been launched yet;
+#: ``launch_latency``: it was queued and started within the normal launch delay; the others are
+#: queued work that did not start (``idle.other_ms``), named where the trace shows the
+#: dependency: a stream waiting on an event (``stream_wait``), a collective waiting for other
+#: ranks (``collective``), a graph replay (``graph_launch``); ``other`` when nothing says.
+GAP_CAUSES = ("host_wait", "launch_latency", "other", "stream_wait", "collective", "graph_launch")
+QUEUED_CAUSES = ("other", "stream_wait", "collective", "graph_launch")
 
 
 @dataclass
 class Gaps:
-    """GPU idle gaps as arrays: start, end (ns), cause (index into :data:`GAP_CAUSES`) and
-    ``next_event``, the row of the device's first GPU event at or after the gap's end (-1 when
-    there is none)."""
+    """GPU idle gaps as arrays: start, end (ns), cause (index into :data:`GAP_CAUSES`, the
+    larger part of the gap), ``next_event``, the row of the device's first GPU event at or after
+    the gap's end (-1 when there is none), and ``host_ns``, the gap's host-wait part: it runs
+    from the gap's start; the rest of the gap is launch latency or queued work."""
 
     start_ns: np.ndarray
     end_ns: np.ndarray
     cause: np.ndarray
     next_event: np.ndarray
+    host_ns: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.host_ns is None:
+            self.host_ns = np.where(self.cause == 0, self.end_ns - self.start_ns, 0).astype(np.int64)
 
     def __len__(self) -> int:
         return int(self.start_ns.size)
@@ -53,10 +67,17 @@ class Gaps:
         return self.end_ns - self.start_ns
 
     def where(self, mask: np.ndarray) -> Gaps:
-        return Gaps(self.start_ns[mask], self.end_ns[mask], self.cause[mask], self.next_event[mask])
+        return Gaps(self.start_ns[mask], self.end_ns[mask], self.cause[mask], self.next_event[mask],
+                    self.host_ns[mask])
 
     def of_cause(self, *causes: str) -> Gaps:
         return self.where(np.isin(self.cause, [GAP_CAUSES.index(c) for c in causes]))
+
+    def host_wait(self) -> iv.Intervals:
+        """The host-wait parts of the gaps: from each gap's start to the launch that ends it
+        (plus the normal launch delay)."""
+        keep = self.host_ns > 0
+        return self.start_ns[keep], (self.start_ns + self.host_ns)[keep]
 
     def total_ns(self) -> int:
         return int(self.dur_ns.sum())
@@ -92,6 +113,9 @@ class Context:
     name_flags: dict[str, np.ndarray] = field(default_factory=dict)
     masks: dict[str, np.ndarray] = field(default_factory=dict)
     launch_ts: np.ndarray | None = None  # per event: start of the launch that enqueued it (-1)
+    launch_row: np.ndarray | None = None  # per event: row of the launch that enqueued it (-1)
+    gpu_lanes: frozenset = frozenset()  # host lanes that drive the GPU: the main one and launchers
+    cache: dict = field(default_factory=dict)  # facts several rules derive (e.g. sync costs)
 
     @property
     def window_ns(self) -> int:
@@ -99,6 +123,42 @@ class Context:
 
     def frac(self, ns: float) -> float:
         return float(ns) / self.window_ns
+
+    @property
+    def device_info(self) -> DeviceInfo | None:
+        """The primary GPU's ``deviceProperties``. Kernels may name a GPU by another index than
+        ``deviceProperties`` does (ROCm traces: kernels on device 2, the only GPU listed as 0);
+        when the id is not listed and every listed GPU is the same model, that model is it."""
+        if self.device < 0:
+            return None
+        info = self.trace.device_info(self.device)
+        devs = self.trace.devices
+        if info is None and devs and len({(d.name, d.total_memory_bytes, d.compute_capability) for d in devs}) == 1:
+            info = devs[0]
+        return info
+
+    def memory_records(self) -> np.ndarray:
+        """Mask of the allocator records of the primary GPU (CUDA or HIP device type). When none
+        carries its id but the records name exactly one GPU, those are its records (ROCm traces
+        number the GPU 0 in allocator records and 2 on kernels)."""
+        mem = self.trace.memory
+        gpu = np.isin(mem.device_type, GPU_DEVICE_TYPES)
+        if self.device < 0:
+            return gpu
+        mine = gpu & (mem.device == self.device)
+        if not mine.any() and gpu.any() and distinct(mem.device[gpu]).size == 1:
+            return gpu
+        return mine
+
+    @cached_property
+    def workload(self) -> str:
+        """``"training"`` when the trace shows a backward pass or an optimizer step, else
+        ``"inference"`` (its advice then has no optimizer, gradient or Trainer fixes)."""
+        return "training" if bool(self.masks["name_training"].any()) else "inference"
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.device < 0
 
     def events_in_window(self, mask: np.ndarray) -> np.ndarray:
         ev = self.trace.events
@@ -116,6 +176,7 @@ def _flags(trace: Trace) -> dict[str, np.ndarray]:
         "sync_op": nm.SYNC_OPS.__contains__, "nccl": nm.is_nccl,
         "tensor_core": nm.is_tensor_core, "matmul": nm.is_matmul, "alloc": nm.ALLOC_CALLS.__contains__,
         "init": nm.INIT_CALLS.__contains__, "compile": nm.is_compile,
+        "graph_launch": nm.is_graph_launch, "stream_wait": nm.is_stream_wait, "training": nm.is_training,
     }
     return {k: trace.name_ids(f) for k, f in classifiers.items()}
 
@@ -140,7 +201,8 @@ def build_context(trace: Trace) -> Context:
     host = ~gpu & (kind != Kind.GPU_ANNOTATION) & (kind != Kind.SYNC)
     masks["host"] = host
     steps = np.flatnonzero(masks["name_step"] & host)
-    launch_ts = _launch_times(trace, masks)
+    launch_row = _launch_rows(trace, masks)
+    launch_ts = np.where(launch_row >= 0, ev.ts_ns[np.maximum(launch_row, 0)], -1)
     step_bounds, step_names = _steps(trace, steps, masks, launch_ts)
     if step_bounds:
         lo, hi, source = step_bounds[0][0], step_bounds[-1][1], "steps"
@@ -151,14 +213,15 @@ def build_context(trace: Trace) -> Context:
     hi = max(hi, lo + 1)
     main_lane = _main_lane(trace, steps, masks)
     ctx = Context(trace, lo, hi, source, step_bounds, step_names, main_lane, -1, iv.empty(), [], Gaps.empty(),
-                  {}, {}, {}, flags, masks, launch_ts)
+                  {}, {}, {}, flags, masks, launch_ts, launch_row)
+    ctx.gpu_lanes = frozenset({main_lane, *ev.lane[launch_row[launch_row >= 0]].tolist()}) - {-1}
     _gpu_facts(ctx)
     _breakdown(ctx)
     return ctx
 
 
-def _launch_times(trace: Trace, masks: dict[str, np.ndarray]) -> np.ndarray:
-    """For each GPU event, the start time of the runtime/driver call with the same correlation id."""
+def _launch_rows(trace: Trace, masks: dict[str, np.ndarray]) -> np.ndarray:
+    """For each GPU event, the row of the runtime/driver call with the same correlation id."""
     ev = trace.events
     out = np.full(len(ev), -1, dtype=np.int64)
     launches = np.flatnonzero(masks["runtime"] & (ev.corr >= 0))
@@ -170,7 +233,7 @@ def _launch_times(trace: Trace, masks: dict[str, np.ndarray]) -> np.ndarray:
     pos = np.searchsorted(keys, ev.corr[targets])
     pos = np.minimum(pos, keys.size - 1)
     hit = keys[pos] == ev.corr[targets]
-    out[targets[hit]] = ev.ts_ns[launches[order][pos[hit]]]
+    out[targets[hit]] = launches[order][pos[hit]]
     return out
 
 
@@ -226,23 +289,29 @@ def _gpu_facts(ctx: Context) -> None:
 
 
 def _classify_gaps(ctx: Context) -> tuple[Gaps, dict[str, int]]:
-    """Split the primary device's idle time inside the window (HTA, "Idle Time Breakdown"):
+    """Split the primary device's idle time inside the window (after HTA's "Idle Time
+    Breakdown", split at the launch):
 
     ::
 
-        GPU   ███████          ████     ████
-        host    launch ▲                ▲ launch
-                       └ issued after the GPU ran dry: host wait
-                                  issued before, gap < 30 µs: launch latency; else other
+        GPU   ███████                      ████
+        host              launch ▲
+              ├ host wait ───────┼30µs┤ queued ┤   next work launched after the gap began
+        GPU   ███████          ████
+        host    launch ▲                           launched before: < 30 µs launch latency,
+                                                   else queued work that did not start
 
-    - host wait: the work that ends the gap was launched after the gap began (the host had
-      not queued it in time); also the leading gap before the first GPU work of the window;
-    - launch latency ("kernel wait"): the work was already queued and the gap is short;
-    - other: queued work that still did not start (cross-stream waits, events...).
-    A trailing gap (no GPU work after it in the window) is idle time with cause ``other``.
+    - host wait: from the gap's start to the launch of the work that ends it, plus the normal
+      launch delay (up to :data:`LAUNCH_LATENCY_MAX_NS`); also a leading gap whose launch is
+      not in the trace;
+    - whatever remains after that is queued work that did not start: a dependency (an event
+      wait on another stream, a collective waiting for other ranks, a graph replay, work outside
+      the recorded window), counted as ``other`` and named where the trace shows it;
+    - work launched before the gap began: launch latency when the gap is short, else queued;
+    - a trailing gap (no GPU work after it in the window) is ``other``.
     """
     ev, m = ctx.trace.events, ctx.masks
-    idle = {"host_wait": 0, "launch_latency": 0, "other": 0}
+    idle = dict.fromkeys(("host_wait", "launch_latency", "other"), 0)
     if ctx.device < 0:
         return Gaps.empty(), idle
     g_s, g_e = iv.gaps(ctx.busy, ctx.lo, ctx.hi)
@@ -251,16 +320,43 @@ def _classify_gaps(ctx: Context) -> tuple[Gaps, dict[str, int]]:
     k = np.searchsorted(starts, g_e, side="left")
     nxt = np.where(k < on_d.size, on_d[np.minimum(k, on_d.size - 1)], -1)
     has_next = (nxt >= 0) & (g_e < ctx.hi)
-    launch = np.where(has_next, ctx.launch_ts[nxt], -1)
+    launch = np.where(has_next, ctx.launch_ts[np.maximum(nxt, 0)], -1)
     length = g_e - g_s
-    cause = np.where(
-        ~has_next, 2,
-        np.where((launch < 0), np.where(g_s == ctx.lo, 0, 2),
-                 np.where(launch >= g_s, 0, np.where(length < LAUNCH_LATENCY_MAX_NS, 1, 2))),
-    )
-    for c, key in enumerate(GAP_CAUSES):
-        idle[key] = int(length[cause == c].sum())
-    return Gaps(g_s, g_e, cause.astype(np.int8), nxt.astype(np.int64)), idle
+    after = has_next & (launch >= g_s)
+    unknown_lead = has_next & (launch < 0) & (g_s == ctx.lo)
+    host_ns = np.where(after, np.minimum(launch + LAUNCH_LATENCY_MAX_NS, g_e) - g_s, 0)
+    host_ns = np.where(unknown_lead, length, np.maximum(host_ns, 0))
+    latency = has_next & (launch >= 0) & (launch < g_s) & (length < LAUNCH_LATENCY_MAX_NS)
+    queued_ns = length - host_ns - np.where(latency, length, 0)
+    dependency = _dependencies(ctx, nxt, launch)
+    cause = np.where(latency, 1, np.where(host_ns >= queued_ns, 0, np.where(has_next, dependency, 2)))
+    idle["host_wait"] = int(host_ns.sum())
+    idle["launch_latency"] = int(length[latency].sum())
+    idle["other"] = int(queued_ns.sum())
+    return Gaps(g_s, g_e, cause.astype(np.int8), nxt.astype(np.int64), host_ns.astype(np.int64)), idle
+
+
+def _dependencies(ctx: Context, nxt: np.ndarray, launch: np.ndarray) -> np.ndarray:
+    """Per gap, the cause index naming what the queued work after it waited on: a collective
+    kernel (``collective``), work replayed by a graph launch (``graph_launch``), a stream wait
+    issued between the previous launch and this one (``stream_wait``), else ``other``."""
+    ev, m = ctx.trace.events, ctx.masks
+    out = np.full(nxt.size, GAP_CAUSES.index("other"), dtype=np.int64)
+    if nxt.size == 0:
+        return out
+    row = np.maximum(nxt, 0)
+    waits = np.sort(ev.ts_ns[m["name_stream_wait"] & m["runtime"]])
+    launches = np.sort(ctx.launch_ts[(ctx.launch_ts >= 0) & m["gpu"] & (ev.device == ctx.device)])
+    prev = launches[np.maximum(np.searchsorted(launches, launch, side="left") - 1, 0)] if launches.size else launch
+    w = np.searchsorted(waits, launch, side="right") - 1
+    has_wait = (w >= 0) & (waits[np.maximum(w, 0)] >= prev) if waits.size else np.zeros(nxt.size, bool)
+    out[has_wait & (launch >= 0)] = GAP_CAUSES.index("stream_wait")
+    by = ctx.launch_row[row]
+    graph = (by >= 0) & m["name_graph_launch"][np.maximum(by, 0)]
+    out[graph] = GAP_CAUSES.index("graph_launch")
+    out[m["kernel"][row] & m["name_nccl"][row]] = GAP_CAUSES.index("collective")
+    out[nxt < 0] = GAP_CAUSES.index("other")
+    return out
 
 
 def _breakdown(ctx: Context) -> None:

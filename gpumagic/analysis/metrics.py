@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,8 @@ from gpumagic.analysis.context import (
     MAX_REPORTED_GAPS,
     SHORT_KERNEL_NS,
     Context,
-    Gaps,
 )
+from gpumagic.analysis.hostcpu import host_cpu
 
 TOP_KERNELS = 15
 #: A first step this many times the median of the others is an outlier (warm-up in the window).
@@ -58,6 +59,7 @@ def _trace(ctx: Context) -> dict[str, Any]:
                      "total_memory_bytes": d.total_memory_bytes} for d in t.devices],
         "cpu_only": ctx.device < 0,
         "distributed": t.meta.get("distributed"),
+        "workload": ctx.workload,
     }
 
 
@@ -111,8 +113,8 @@ def _idle(ctx: Context) -> dict[str, Any]:
         "launch_latency_max_us": LAUNCH_LATENCY_MAX_NS / 1000,
         "long_gap_count": len(long),
         "long_gap_ms": _ms(long.total_ns()),
-        "gaps": [{"start_ns": int(gaps.start_ns[i]), "end_ns": int(gaps.end_ns[i]), "cause": GAP_CAUSES[gaps.cause[i]]}
-                 for i in top.tolist()],
+        "gaps": [{"start_ns": int(gaps.start_ns[i]), "end_ns": int(gaps.end_ns[i]), "cause": GAP_CAUSES[gaps.cause[i]],
+                  "host_wait_ms": _ms(gaps.host_ns[i])} for i in top.tolist()],
     }
 
 
@@ -129,7 +131,7 @@ def _kernels(ctx: Context) -> dict[str, Any]:
                            "tensor_core_ms": _ms(dur[m["name_tensor_core"][k]].sum()),
                            "matmul_ms": _ms(dur[m["name_matmul"][k]].sum()),
                            "matmul_tensor_core_ms": _ms(dur[(m["name_matmul"] & m["name_tensor_core"])[k]].sum()),
-                           "short_kernel_us": SHORT_KERNEL_NS / 1000, "top": []}
+                           "short_kernel_us": SHORT_KERNEL_NS / 1000, "graph_frac": graph_frac(ctx), "top": []}
     if dur.size:
         out["median_us"] = round(float(median(dur)) / 1000, 3)
         out["short_frac"] = round(float(np.mean(dur < SHORT_KERNEL_NS)), 4)
@@ -144,6 +146,16 @@ def _kernels(ctx: Context) -> dict[str, Any]:
                                "tensor_core": bool(ctx.name_flags["tensor_core"][n]),
                                "matmul": bool(ctx.name_flags["matmul"][n])})
     return out
+
+
+def graph_frac(ctx: Context) -> float | None:
+    """Share of the primary GPU's kernels in the window that a graph launch replayed
+    (``cudaGraphLaunch``/``hipGraphLaunch``), from the correlation ids."""
+    k = np.flatnonzero(kernel_mask(ctx))
+    if k.size == 0:
+        return None
+    by = ctx.launch_row[k]
+    return round(float(np.mean((by >= 0) & ctx.masks["name_graph_launch"][np.maximum(by, 0)])), 4)
 
 
 def copy_groups(ctx: Context) -> dict[tuple[str, str], dict[str, Any]]:
@@ -174,51 +186,131 @@ def _copies(ctx: Context) -> dict[str, Any]:
 
 
 def sync_events(ctx: Context) -> np.ndarray:
-    """Host sync calls inside the window (indexes into the event table)."""
-    m = ctx.masks
-    return np.flatnonzero(ctx.events_in_window(m["name_sync_call"] & m["runtime"] & m["host"]))
+    """Host calls inside the window that block until the GPU has finished (rows of the event
+    table): the sync calls of ``names.SYNC_CALLS``, and asynchronous-copy calls whose copy
+    goes from the device to *pageable* host memory — "for transfers from device memory to
+    pageable host memory, the function will return only once the copy has completed" (CUDA
+    Runtime API, "API synchronization behavior"); that is how ``.item()``, ``.cpu()`` and
+    ``.tolist()`` on CUDA tensors usually synchronise."""
+    m, ev = ctx.masks, ctx.trace.events
+    calls = m["name_sync_call"] & m["runtime"] & m["host"]
+    copies = np.flatnonzero(m["memcpy"] & (ctx.launch_row >= 0))
+    if copies.size:
+        kinds = {n: nm.copy_kind(ctx.trace.names[n]) for n in distinct(ev.name[copies]).tolist()}
+        to_pageable = np.array([kinds[n] == ("DtoH", "pageable") for n in ev.name[copies].tolist()], dtype=bool)
+        calls = calls.copy()
+        calls[ctx.launch_row[copies[to_pageable]]] = True
+    return np.flatnonzero(ctx.events_in_window(calls))
 
 
-def harmful_syncs(ctx: Context) -> tuple[np.ndarray, Gaps]:
-    """Sync calls after which the GPU starves: the call returns into a GPU idle gap that is
-    followed by more GPU work in the window, and the gap is longer than launch latency.
-    Returns the harmful sync indexes and the gaps they cause.
-    A final sync that only waits for queued work (nothing runs after it) costs nothing."""
+#: A sync that held the host for less than this while the GPU still had queued work cost less
+#: than one kernel launch (2–10 µs on current GPUs, see context.LAUNCH_LATENCY_MAX_NS): it is
+#: not counted as harmful.
+SYNC_MIN_BLOCKED_NS = 10_000
+
+
+@dataclass
+class SyncCost:
+    """Per sync call in the window (``idx``): the time it blocked the host while the GPU still
+    had queued work (``blocked_ns``), whether it is harmful, and the GPU idle time the harmful
+    ones cost (``starved``)."""
+
+    idx: np.ndarray
+    blocked_ns: np.ndarray
+    harmful: np.ndarray  # bool per call
+    starved: iv.Intervals
+
+
+def queued_work(ctx: Context) -> iv.Intervals:
+    """When the primary GPU had work queued or running: from each GPU event's launch to its end."""
+    ev, m = ctx.trace.events, ctx.masks
+    on = m["gpu"] & (ev.device == ctx.device)
+    start = np.where(on & (ctx.launch_ts >= 0), ctx.launch_ts, ev.ts_ns)[on]
+    return iv.union(np.minimum(start, ev.ts_ns[on]), ev.ts_ns[on] + ev.dur_ns[on])
+
+
+def sync_costs(ctx: Context) -> SyncCost:
+    if "sync_costs" not in ctx.cache:
+        ctx.cache["sync_costs"] = _sync_costs(ctx)
+    return ctx.cache["sync_costs"]
+
+
+def _sync_costs(ctx: Context) -> SyncCost:
+    """A sync is harmful only for the time it actually blocked the host while the GPU still had
+    queued work (``blocked_ns``: the call's overlap with :func:`queued_work`), when GPU work
+    follows it in the window. A call that returns in microseconds because the GPU was already
+    idle blocked nothing, however long the gap around it (that gap belongs to whatever the host
+    did); a final sync that only waits for the queue to drain costs nothing.
+
+    What harmful syncs cost the GPU: without the blocks, the host would have run ahead by the
+    time it spent blocked, launching later work (and preparing batches) while the GPU still had
+    work. So host-wait idle time (in gaps longer than the launch-latency bound) after a harmful sync is the syncs' doing, up to the total time
+    they had blocked the host by then, less what earlier idle time already used of it. Launch
+    latency (work already queued) and queued work waiting on a dependency are not."""
     idx = sync_events(ctx)
-    if idx.size == 0 or not len(ctx.gaps):
-        return idx[:0], Gaps.empty()
     ev = ctx.trace.events
-    g_s, g_e = ctx.gaps.start_ns, ctx.gaps.end_ns
-    followed = g_e < ctx.hi
-    ends = ev.ts_ns[idx] + ev.dur_ns[idx]
-    k = np.searchsorted(g_s, ends, side="right") - 1
-    inside = (k >= 0) & (ends < g_e[np.maximum(k, 0)])
-    kk = np.maximum(k, 0)
-    harmful = inside & followed[kk] & ((g_e[kk] - g_s[kk]) >= LAUNCH_LATENCY_MAX_NS)
-    return idx[harmful], ctx.gaps.where(distinct(kk[harmful]))
+    starts, ends = ev.ts_ns[idx], ev.ts_ns[idx] + ev.dur_ns[idx]
+    if idx.size == 0 or ctx.device < 0:
+        return SyncCost(idx, np.zeros(idx.size, np.int64), np.zeros(idx.size, bool), iv.empty())
+    blocked = iv.measure_in(queued_work(ctx), starts, ends).astype(np.int64)
+    harmful = (ends < _last_gpu_start(ctx)) & (blocked >= SYNC_MIN_BLOCKED_NS)
+    real = ctx.gaps.where(ctx.gaps.dur_ns >= LAUNCH_LATENCY_MAX_NS)  # shorter: launch noise
+    return SyncCost(idx, blocked, harmful, _run_ahead(real.host_wait(), ends[harmful], blocked[harmful]))
+
+
+def _run_ahead(waits: iv.Intervals, returns: np.ndarray, blocked: np.ndarray) -> iv.Intervals:
+    """The host-wait time that a host, ahead by the cumulative ``blocked`` time of the syncs
+    returned so far, would have hidden (in time order, each wait using what is left)."""
+    if returns.size == 0:
+        return iv.empty()
+    order = np.argsort(returns)
+    returns, cum = returns[order], np.cumsum(blocked[order])
+    s, e = iv.clip(waits, int(returns[0]), int(np.iinfo(np.int64).max))
+    budget = cum[np.searchsorted(returns, s, side="right") - 1]
+    used, out_e = 0, e.copy()
+    for j in range(s.size):
+        take = min(int(e[j] - s[j]), max(0, int(budget[j]) - used))
+        used += take
+        out_e[j] = s[j] + take
+    return iv.union(s, out_e)
+
+
+def _last_gpu_start(ctx: Context) -> int:
+    """Start of the last GPU work on the primary device inside the window."""
+    ev = ctx.trace.events
+    on = ctx.events_in_window(ctx.masks["gpu"] & (ev.device == ctx.device))
+    return int(ev.ts_ns[on].max()) if on.any() else ctx.lo
+
+
+def harmful_syncs(ctx: Context) -> tuple[np.ndarray, iv.Intervals]:
+    """The harmful sync calls (event rows) and the idle time they caused (see :func:`sync_costs`)."""
+    c = sync_costs(ctx)
+    return c.idx[c.harmful], c.starved
 
 
 def syncs(ctx: Context) -> dict[str, Any]:
     ev, names = ctx.trace.events, ctx.trace.names
-    idx = sync_events(ctx)
-    harm, starved = harmful_syncs(ctx)
+    c = sync_costs(ctx)
+    idx = c.idx
     by_name: dict[str, dict[str, float]] = {}
     for n in distinct(ev.name[idx]).tolist():
-        sel = idx[ev.name[idx] == n]
-        by_name[names[n]] = {"count": int(sel.size), "ms": _ms(ev.dur_ns[sel].sum())}
+        sel = ev.name[idx] == n
+        by_name[names[n]] = {"count": int(sel.sum()), "ms": _ms(ev.dur_ns[idx[sel]].sum()),
+                             "blocked_ms": _ms(c.blocked_ns[sel].sum())}
     ops = np.flatnonzero(ctx.events_in_window(ctx.masks["name_sync_op"] & ctx.masks["host"]))
     op_counts = {names[n]: int(np.count_nonzero(ev.name[ops] == n)) for n in distinct(ev.name[ops]).tolist()}
-    return {"count": int(idx.size), "blocked_ms": _ms(ev.dur_ns[idx].sum()), "harmful_count": int(harm.size),
-            "starved_ms": _ms(starved.total_ns()), "by_name": by_name, "sync_ops": op_counts}
+    return {"count": int(idx.size), "call_ms": _ms(ev.dur_ns[idx].sum()), "blocked_ms": _ms(c.blocked_ns.sum()),
+            "harmful_count": int(c.harmful.sum()), "harmful_blocked_ms": _ms(c.blocked_ns[c.harmful].sum()),
+            "starved_ms": _ms(iv.total(c.starved)),
+            "min_blocked_us": SYNC_MIN_BLOCKED_NS / 1000, "by_name": by_name, "sync_ops": op_counts}
 
 
 def _memory(ctx: Context) -> dict[str, Any]:
     mem = ctx.trace.memory
-    dev = ctx.device
-    info = ctx.trace.device_info(dev) if dev >= 0 else None
+    info = ctx.device_info
     cap = info.total_memory_bytes if info and info.total_memory_bytes > 0 else None
     out = {"peak_allocated_bytes": None, "peak_reserved_bytes": None, "capacity_bytes": cap, "peak_frac": None, "source": None}
-    sel = (mem.device_type == 1) & ((mem.device == dev) | (dev < 0))
+    sel = ctx.memory_records()
     if sel.any() and (mem.allocated[sel] >= 0).any():
         out["peak_allocated_bytes"] = int(mem.allocated[sel].max())
         out["peak_reserved_bytes"] = int(mem.reserved[sel].max()) if (mem.reserved[sel] >= 0).any() else None
@@ -254,9 +346,13 @@ def communication(ctx: Context) -> dict[str, Any]:
 def _host(ctx: Context) -> dict[str, Any]:
     dl = iv.total(ctx.cat_union["dataloader"])
     lane = ctx.trace.lanes[ctx.main_lane] if ctx.main_lane >= 0 else None
+    h = host_cpu(ctx)
     return {"dataloader_ms": _ms(dl), "dataloader_frac": round(ctx.frac(dl), 4),
             "runtime_ms": _ms(iv.total(ctx.cat_union["runtime"])), "cpu_op_ms": _ms(iv.total(ctx.cat_union["cpu_exec"])),
-            "main_thread": None if lane is None else {"pid": lane.pid, "tid": lane.tid}}
+            "main_thread": None if lane is None else {"pid": lane.pid, "tid": lane.tid},
+            "usable_cores": h.usable_cores, "usable_cores_source": h.usable_source,
+            "cpu_busy_cores": h.busy_cores, "cpu_saturation": h.saturation,
+            "loader_cpu_bound": h.loader_cpu_bound}
 
 
 def _samples(ctx: Context) -> dict[str, Any]:

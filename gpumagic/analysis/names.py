@@ -1,6 +1,9 @@
-"""What an event's name says: step markers, data-loader waits, syncs, NCCL, tensor cores.
+"""What an event's name says: step markers, data-loader waits, syncs, collectives, matmuls,
+tensor/matrix cores, graph launches, compilation.
 
-Classifiers run once per *distinct* name (a few thousand at most), never per event.
+This is the one data module for names: every pattern sits in a table with the public source
+that documents it, so adding a vendor or a library touches this file only. Classifiers run
+once per *distinct* name (a few thousand at most), never per event.
 """
 
 from __future__ import annotations
@@ -10,14 +13,32 @@ import re
 STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 DATALOADER_PREFIX = "enumerate(DataLoader)"
 
-#: Host calls that block until the GPU (or a stream/event) has finished its queued work.
-#: CUDA runtime/driver and their ROCm (HIP) twins; ``cudaMemcpy`` without ``Async`` is
-#: synchronous with respect to the host (CUDA Runtime API, "API synchronization behavior").
-SYNC_CALLS = frozenset({
-    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2",
-    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
-})
+#: Host calls that block until the GPU (or a stream/event) has finished queued work, with the
+#: document that says so. Non-blocking look-alikes are deliberately absent: ``cudaEventQuery``
+#: and ``cudaStreamQuery`` poll, ``cudaStreamWaitEvent`` orders streams on the GPU, and CUPTI's
+#: ``cuda_sync`` activity records ("Event Sync", "Stream Wait Event", "Context Sync") describe
+#: a sync without being the host call.
+SYNC_CALL_SOURCES = {
+    # CUDA Runtime API, "Device Management" / "Stream Management" / "Event Management"
+    "cudaDeviceSynchronize": "CUDA Runtime API: blocks until the device has completed all preceding tasks",
+    "cudaStreamSynchronize": "CUDA Runtime API: waits for stream tasks to complete",
+    "cudaEventSynchronize": "CUDA Runtime API: waits for an event to complete",
+    # CUDA Runtime API, "API synchronization behavior": synchronous memcpy
+    "cudaMemcpy": "CUDA Runtime API, API synchronization behavior: synchronous copy",
+    "cudaMemcpy2D": "CUDA Runtime API, API synchronization behavior: synchronous copy",
+    # CUDA Driver API twins
+    "cuCtxSynchronize": "CUDA Driver API", "cuStreamSynchronize": "CUDA Driver API",
+    "cuEventSynchronize": "CUDA Driver API", "cuMemcpyDtoH_v2": "CUDA Driver API: synchronous copy",
+    "cuMemcpyHtoD_v2": "CUDA Driver API: synchronous copy",
+    # HIP Runtime API (ROCm docs, "Synchronization"/"Memory management")
+    "hipDeviceSynchronize": "HIP Runtime API", "hipStreamSynchronize": "HIP Runtime API",
+    "hipEventSynchronize": "HIP Runtime API", "hipMemcpy": "HIP Runtime API: synchronous copy",
+    "hipMemcpyDtoH": "HIP Runtime API: synchronous copy", "hipMemcpyHtoD": "HIP Runtime API: synchronous copy",
+    # ROCm PyTorch: c10/hip copies a scalar to the host with hipMemcpyWithStream, which
+    # synchronises the stream (HIP Runtime API: "hipMemcpyWithStream ... synchronous")
+    "hipMemcpyWithStream": "HIP Runtime API: copy on a stream, then synchronise it",
+}
+SYNC_CALLS = frozenset(SYNC_CALL_SOURCES)
 #: Operators that force a sync to read a value on the host (PyTorch docs,
 #: ``torch.cuda.set_sync_debug_mode``; ``.item()`` lowers to ``_local_scalar_dense``).
 SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
@@ -27,28 +48,74 @@ ALLOC_CALLS = frozenset({"cudaMalloc", "cudaMallocAsync", "cudaHostAlloc", "cuda
                          "cuMemAlloc_v2", "cuMemCreate", "hipMalloc", "hipFree", "hipHostMalloc"})
 INIT_CALLS = frozenset({"cuInit", "cuDevicePrimaryCtxRetain", "cudaGetDeviceCount", "cudaSetDevice",
                         "cudaGetDeviceProperties", "cudaGetDeviceProperties_v2", "hipInit", "hipGetDeviceCount"})
+#: Launches that replay a whole captured graph (CUDA Runtime API ``cudaGraphLaunch``, Driver API
+#: ``cuGraphLaunch``, HIP ``hipGraphLaunch``): one host call, many kernels.
+GRAPH_LAUNCH_CALLS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
+#: Calls that make a stream wait for an event recorded on another stream: a GPU-side
+#: dependency, not host work (CUDA Runtime API ``cudaStreamWaitEvent``; HIP twin).
+STREAM_WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent", "hipStreamWaitEvent"})
+
+#: Compilation and autotuning. TorchDynamo's ``convert_frame`` / Inductor's ``compile_fx``,
+#: ``async_compile``, ``codecache`` (torch/_dynamo, torch/_inductor sources), Triton's compiler,
+#: cuDNN's algorithm search (``cudnnFind*``). Not ``TorchDynamo Cache Lookup``: that is the
+#: per-call guard check of an already compiled frame (torch/_dynamo/eval_frame), nor the
+#: ``Torch-Compiled Region``/``CompiledFunction`` spans that run compiled code.
 COMPILE_RE = re.compile(r"(convert_frame\.py.*_compile|compile_fx|async_compile|codecache|"
-                        r"TorchDynamo|torch/_inductor/.*compile|triton/compiler|autotune|cudnnFind)")
+                        r"torch/_inductor/.*compile|triton/compiler|autotune|cudnnFind|TorchDynamo(?! Cache Lookup))")
+NOT_COMPILE_RE = re.compile(r"Cache Lookup|Torch-Compiled Region|CompiledFunction")
 
-NCCL_RE = re.compile(r"nccl|rccl", re.IGNORECASE)
+#: Collective-communication kernels, with their sources:
+#: - ``nccl``: NVIDIA NCCL kernels (``ncclKernel_AllReduce_...``, ``ncclDevKernel_...``);
+#: - ``rccl``: AMD RCCL (the NCCL port, same kernel names plus ``rccl``);
+#: - ``multimem_all_reduce``/``multimem_`` : PyTorch symmetric memory (torch/csrc/distributed/c10d/symm_mem);
+#: - ``one_shot_all_reduce``/``two_shot_all_reduce``: PyTorch symmetric memory and intra-node
+#:   all-reduce kernels of SGLang/vLLM (``cross_device_reduce_1stage/2stage``);
+#: - ``custom_all_reduce``/``cross_device_reduce``: vLLM csrc/custom_all_reduce.cuh, SGLang's copy;
+#: - ``quickreduce``: vLLM's ROCm quick all-reduce (csrc/quickreduce).
+COLLECTIVE_RE = re.compile(
+    r"(nccl|rccl|multimem_all_reduce|multimem_all_gather|one_shot_all_reduce|two_shot_all_reduce|"
+    r"custom_all_reduce|cross_device_reduce|allreduce_kernel|all_reduce_kernel|quickreduce|"
+    r"reduce_scatter_kernel|all_gather_kernel)",
+    re.IGNORECASE,
+)
 
-#: Kernel-name fragments that mean tensor-core instructions (HMMA/IMMA/GMMA/wgmma) are used.
-#: cuBLAS/cuDNN encode the MMA shape or precision in the name (``h884``, ``s1688``, ``16816``,
-#: ``tf32``, ``bf16``); cutlass names ``tensorop``; Hopper's cuBLAS kernels are ``nvjet``
-#: and ``sm90_xmma_*gmma*``; flash-attention and fused MHA kernels always use tensor cores.
+#: Kernel-name fragments that mean tensor-core (NVIDIA) or matrix-core (AMD) instructions, by source:
+#: - cuBLAS/cuDNN encode the MMA shape or precision (``h884``, ``s1688``, ``16816``, ``tf32``,
+#:   ``bf16``...); cutlass names ``tensorop``; Hopper cuBLAS ``nvjet``/``sm90_xmma_*gmma*``
+#:   (NVIDIA cuBLAS/cutlass kernel naming);
+#: - flash-attention (``flash_fwd``) and fused MHA (``fmha``) kernels always use tensor cores;
+#: - AMD Tensile/hipBLASLt: ``MI16x16x1`` etc. is the MFMA instruction shape in the kernel name
+#:   (ROCm Tensile docs, "Kernel names": ``MI<M>x<N>x<B>`` = MatrixInstruction);
+#: - AMD MFMA/xdlops: ``mfma``, ``xdlops``, MIOpen's implicit-GEMM ``gtcx`` (xdlops) kernels;
+#: - Triton attention kernels (``attn_fwd``, ``unified_attention``) are ``tl.dot`` in 16-bit,
+#:   which Triton lowers to MMA/MFMA (Triton fused-attention tutorial; vLLM triton_unified_attention).
 TENSOR_CORE_RE = re.compile(
     r"(h884|h1688|s1688|h16816|s16816|i8816|i16832|884gemm|1688gemm|16816gemm|tensorop|wmma|hmma|"
-    r"imma|gmma|wgmma|nvjet|tf32|bf16|fp16|f16f16|_f16_|e4m3|e5m2|fp8|flash|fmha|sm90_xmma|sm100_)",
+    r"imma|gmma|wgmma|nvjet|tf32|bf16|fp16|f16f16|_f16_|e4m3|e5m2|fp8|flash|fmha|sm90_xmma|sm100_|"
+    r"_MI\d+x\d+x\d+|mfma|xdlops|_gtcx|attn_fwd|attn_bwd|unified_attention)",
     re.IGNORECASE,
 )
-#: Matmul and convolution kernels: the work tensor cores accelerate.
+#: Matmul, convolution and attention kernels: the work tensor/matrix cores accelerate.
+#: NVIDIA: cuBLAS/cutlass/cuDNN names (gemm, conv, wgrad/dgrad/fprop, nvjet, xmma);
+#: AMD: Tensile/hipBLASLt ``Cijk_`` (C[i,j] = Σ_k A·B, Tensile's kernel naming), rocBLAS/MIOpen
+#: ``igemm``/xdlops, Composable Kernel ``gemm``; Triton: ``_matmul*``, ``bmm``, ``attn_fwd``.
 MATMUL_RE = re.compile(
-    r"(gemm|gemv|conv|wgrad|dgrad|fprop|matmul|cutlass|nvjet|xmma|flash|fmha|attention|winograd|"
-    r"implicit_convolve|cublas|mma)",
+    r"(gemm|gemv|conv|wgrad|dgrad|fprop|matmul|cutlass|nvjet|xmma|flash|fmha|attention|attn_fwd|attn_bwd|"
+    r"winograd|implicit_convolve|cublas|mma|^Cijk_|xdlops|\bbmm|_bmm)",
     re.IGNORECASE,
 )
+#: Names that mark a training step: autograd's engine, ``*Backward*`` nodes, optimizer steps
+#: (PyTorch profiler records ``Optimizer.step#AdamW.step``), and backward kernels.
+TRAINING_RE = re.compile(r"(autograd::engine|Backward|_backward|Optimizer\.(step|zero_grad)|optimizer\.step|wgrad|dgrad)")
 
 COPY_KIND_RE = re.compile(r"Memcpy (HtoD|DtoH|DtoD|PtoP|HtoH)(?: \((\w+) -> (\w+)\))?")
+#: Host frames that say nothing about what the program was doing (the interpreter's and
+#: IPython's outer frames).
+UNINFORMATIVE_FRAME_RE = re.compile(
+    r"^(<module>|<built-in method exec|<built-in function exec|exec|run_code|run_cell|run_ast_nodes|"
+    r"_run_module_as_main|_run_code|ProfilerStep#|gpumagic::|\[memory\]|<frozen runpy>|"
+    r".*IPython/core/interactiveshell\.py|.*ipykernel/|.*runpy\.py)"
+)
 
 
 def is_step(name: str) -> bool:
@@ -64,7 +131,11 @@ def is_sync_call(name: str) -> bool:
 
 
 def is_nccl(name: str) -> bool:
-    return bool(NCCL_RE.search(name))
+    """Any collective-communication kernel (NCCL, RCCL, custom all-reduce); the historical name."""
+    return bool(COLLECTIVE_RE.search(name))
+
+
+is_collective = is_nccl
 
 
 def is_tensor_core(name: str) -> bool:
@@ -76,7 +147,23 @@ def is_matmul(name: str) -> bool:
 
 
 def is_compile(name: str) -> bool:
-    return bool(COMPILE_RE.search(name))
+    return bool(COMPILE_RE.search(name)) and not NOT_COMPILE_RE.search(name)
+
+
+def is_graph_launch(name: str) -> bool:
+    return name in GRAPH_LAUNCH_CALLS
+
+
+def is_stream_wait(name: str) -> bool:
+    return name in STREAM_WAIT_CALLS
+
+
+def is_training(name: str) -> bool:
+    return bool(TRAINING_RE.search(name))
+
+
+def is_informative_frame(name: str) -> bool:
+    return not UNINFORMATIVE_FRAME_RE.match(name)
 
 
 def copy_kind(name: str) -> tuple[str, str]:

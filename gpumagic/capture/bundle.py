@@ -3,6 +3,10 @@
 ``"gpumagic": {"format": 1, "label", "notes", "capture", "machine", "versions", "clock":
 {"anchor_epoch_ns", "anchor_name"}, "samples": {"gpu": {field: [...]}, "cpu": {field: [...]}}}``
 
+``machine`` includes the cores the run could use (``usable_cores``, ``cpu_affinity``,
+``cpu_quota_cores``: see ``capture.machine.usable_cpus``), so that ``gpumagic analyze`` of a saved
+run sizes its DataLoader advice to them.
+
 Any Kineto reader (Perfetto, TensorBoard, HTA) still opens the file: unknown keys are ignored.
 The key is spliced into the exported bytes rather than re-encoding the whole trace, which keeps
 saving cheap for large traces.

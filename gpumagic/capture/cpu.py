@@ -6,6 +6,11 @@ processes ``pt_data_worker`` (torch/utils/data/_utils/worker.py sets the thread 
 Linux reports as the process's ``comm``); they are found among this process's children.
 Percentages: ``total`` and ``per_core`` are 0-100 of all cores / each core; ``main`` (this process, all its
 threads) and ``workers`` (summed over all workers) are percent of one core and can exceed 100.
+``main_demand`` and ``workers_demand`` are the CPU the loading threads *wanted*: time running
+plus time runnable but waiting for a core, from ``/proc/<pid>/schedstat`` (the main thread of
+this process, and of each worker; proc(5), sched-stats.rst), in percent of one core. A thread
+that sleeps or waits on I/O wants nothing; one starved by other processes wants a full core
+even when it got little of it. Absent where the kernel has no schedstat.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ class CpuTimes:
     cores: list[tuple[int, int]]
     main_ticks: int
     worker_ticks: dict[int, int] = field(default_factory=dict)
+    main_demand_ns: int | None = None  # main thread: ns on a CPU + ns waiting on a run queue
+    worker_demand_ns: dict[int, int] = field(default_factory=dict)
 
 
 class ProcReader:
@@ -46,13 +53,25 @@ class ProcReader:
         return os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
     def read(self) -> CpuTimes:
-        workers = {}
+        workers, demand = {}, {}
         for child in self.children():
             ticks = self._process_ticks(child)
             if ticks is not None and self._comm(child) == WORKER_COMM:
                 workers[child] = ticks
+                d = self._demand_ns(child)
+                if d is not None:
+                    demand[child] = d
         main = self._process_ticks(self.pid)
-        return CpuTimes(self._cores(), 0 if main is None else main, workers)
+        return CpuTimes(self._cores(), 0 if main is None else main, workers, self._demand_ns(self.pid), demand)
+
+    def _demand_ns(self, pid: int) -> int | None:
+        """ns the process's main thread ran plus ns it waited runnable (``schedstat``'s first
+        two fields), or None where the file is missing."""
+        try:
+            on_cpu, waiting = (self.root / str(pid) / "schedstat").read_text().split()[:2]
+            return int(on_cpu) + int(waiting)
+        except (OSError, ValueError):  # no schedstat (kernel option), or the process exited
+            return None
 
     def children(self) -> list[int]:
         pids: list[int] = []
@@ -116,7 +135,7 @@ def cpu_row(before: CpuTimes, after: CpuTimes, dt_s: float, hz: int, t_epoch_ns:
     one_core = hz * dt_s if dt_s > 0 else 0.0
     # a worker first seen now has no earlier reading: it counts from the next interval
     worker_ticks = sum(t - before.worker_ticks[p] for p, t in after.worker_ticks.items() if p in before.worker_ticks)
-    return {
+    row = {
         "t_epoch_ns": t_epoch_ns,
         "total": _percent(busy, total),
         "per_core": per_core,
@@ -124,6 +143,13 @@ def cpu_row(before: CpuTimes, after: CpuTimes, dt_s: float, hz: int, t_epoch_ns:
         "workers": _percent(worker_ticks, one_core, cap=None),
         "worker_count": len(after.worker_ticks),
     }
+    wall_ns = dt_s * 1e9
+    if before.main_demand_ns is not None and after.main_demand_ns is not None:
+        row["main_demand"] = _percent(after.main_demand_ns - before.main_demand_ns, wall_ns, cap=None)
+        wanted = sum(d - before.worker_demand_ns[p] for p, d in after.worker_demand_ns.items()
+                     if p in before.worker_demand_ns)
+        row["workers_demand"] = _percent(wanted, wall_ns, cap=None)
+    return row
 
 
 def _percent(part: float, whole: float, cap: float | None = 100.0) -> float:

@@ -28,6 +28,7 @@ def machine_info(nvml_driver: str | None = None) -> dict[str, Any]:
         "os_release": platform.release(),
         "arch": platform.machine(),
         "cpu_count": os.cpu_count(),
+        **usable_cpus(),
         "cpu_model": _cpu_model(),
         "memory_bytes": _memory_bytes(),
     }
@@ -35,6 +36,38 @@ def machine_info(nvml_driver: str | None = None) -> dict[str, Any]:
     if nvml_driver:
         info["nvidia_driver"] = nvml_driver
     return info
+
+
+def usable_cpus(cgroup_root: str | os.PathLike = "/sys/fs/cgroup") -> dict[str, Any]:
+    """The cores this process may run on: ``cpu_affinity`` (``os.sched_getaffinity``, where the
+    platform has it), ``cpu_quota_cores`` (a cgroup CPU quota, where one is set: cgroup v2
+    ``cpu.max`` or v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``) and ``usable_cores``, the
+    smaller of the two (else ``os.cpu_count()``). ``usable_cores_source`` says which."""
+    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    quota = _cgroup_quota_cores(Path(cgroup_root))
+    usable: float = len(affinity) if affinity else (os.cpu_count() or 1)
+    source = "affinity" if affinity else "cpu_count"
+    if quota is not None and quota < usable:
+        usable, source = quota, "cgroup quota"
+    return {"cpu_affinity": affinity, "cpu_quota_cores": quota, "usable_cores": round(float(usable), 2),
+            "usable_cores_source": source}
+
+
+def _cgroup_quota_cores(root: Path) -> float | None:
+    """CPU quota in cores, or None when unlimited or unknown (cgroup v2 ``cpu.max`` is
+    ``"max 100000"`` or ``"<quota> <period>"``; v1 has a quota of -1 when unlimited)."""
+    try:
+        v2 = root / "cpu.max"
+        if v2.is_file():
+            quota, period = v2.read_text().split()[:2]
+            return None if quota == "max" else round(int(quota) / int(period), 2)
+        v1q, v1p = root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us"
+        if v1q.is_file() and v1p.is_file():
+            quota_us, period_us = int(v1q.read_text()), int(v1p.read_text())
+            return None if quota_us <= 0 or period_us <= 0 else round(quota_us / period_us, 2)
+    except (OSError, ValueError):  # unreadable or malformed: no quota known
+        return None
+    return None
 
 
 def versions() -> dict[str, str]:

@@ -1,7 +1,8 @@
-"""The header every render starts with: five facts readable in five seconds.
+"""The header every render starts with: six facts readable in five seconds.
 
-Wall time, steps recorded, median step time, GPU busy share, and the top finding with its
-estimated gain. Text, HTML and the widget all read :func:`header_facts`, so they agree.
+Wall time, steps recorded, median step time, GPU busy share, the share of step time that
+fixing every finding could save (``combined_gain``), and the top finding with its estimated
+gain. Text, HTML and the widget all read :func:`header_facts`, so they agree.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class Fact:
 
 
 def header_facts(report: Report) -> list[Fact]:
-    """The four numeric facts of the header, in reading order."""
+    """The numeric facts of the header, in reading order."""
     m = report.metrics
     steps = metric(m, "steps", "count")
     cpu_only = bool(metric(m, "trace", "cpu_only"))
@@ -42,6 +43,8 @@ def header_facts(report: Report) -> list[Fact]:
             "no GPU" if cpu_only else fmt_pct(metric(m, "gpu", "busy_frac")),
             "share of wall time the main GPU ran kernels, copies or memsets",
         ),
+        Fact("Fixing all", "nothing found" if not report.findings else f"up to {fmt_pct(report.combined_gain)}",
+             "estimated share of step time saved by fixing every finding together, overlapping time counted once"),
     ]
 
 

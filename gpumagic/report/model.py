@@ -14,6 +14,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.trace.model import Trace
 
 Severity = Literal["high", "medium", "low"]
+#: Version of the JSON report's layout and meanings; bumped whenever a key's meaning changes
+#: (CHANGELOG.md says what changed). 2: issue 10 (syncs, idle split, gains counted once).
+SCHEMA_VERSION = 2
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
 
@@ -95,7 +98,9 @@ class Report:
     ``metrics`` is a JSON-ready dict (see :mod:`gpumagic.analysis.metrics` for its keys);
     ``findings`` are sorted by estimated gain; ``notes`` say what was and was not captured
     or what was tolerated in the input. ``trace`` is kept for the timeline renderers and is
-    not part of :meth:`to_dict`.
+    not part of :meth:`to_dict`. ``combined_gain`` (0..1) is the estimated share of step time
+    saved by fixing every finding together, counting overlapping time once; no finding's
+    ``est_gain`` exceeds it.
     """
 
     metrics: dict[str, Any]
@@ -103,6 +108,7 @@ class Report:
     notes: list[str]
     trace: Trace | None = field(default=None, repr=False, compare=False)
     label: str = ""
+    combined_gain: float = 0.0
 
     def finding(self, finding_id: str) -> Finding | None:
         for f in self.findings:
@@ -116,7 +122,9 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "schema_version": SCHEMA_VERSION,
             "label": self.label,
+            "combined_gain": self.combined_gain,
             "metrics": self.metrics,
             "findings": [f.to_dict() for f in self.findings],
             "notes": list(self.notes),

@@ -67,7 +67,9 @@ class Advice:
 
 def _dataloader(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
     workers = _current(current, "dataloader_num_workers", 0)
-    settings: dict[str, Any] = {"dataloader_num_workers": DEFAULT_WORKERS if not workers else 2 * workers}
+    suggested = f.evidence.numbers.get("suggested_num_workers")  # from the usable cores (analysis.hostcpu)
+    settings: dict[str, Any] = {"dataloader_num_workers": int(suggested) if suggested
+                                else DEFAULT_WORKERS if not workers else 2 * workers}
     if not cpu_only:  # pinned memory only speeds up copies to a GPU
         settings["dataloader_pin_memory"] = True
     settings.update(dataloader_persistent_workers=True, dataloader_prefetch_factor=2)

@@ -44,8 +44,10 @@ def test_fixture_pair_step_time_and_dataloader_resolved(pair, reports):
     assert 0.68 < d["step_time_ratio"] < 0.76  # MANIFEST: the workers=4 step is clearly shorter
     assert d["speedup"] == pytest.approx(1 / expected, abs=1e-3)
     assert d["resolved"] == ["dataloader-bound"]
-    assert d["new"] == []
-    assert set(d["persisting"]) == {"mixed-precision-off", "pageable-memcpy", "gpu-idle-gaps"}
+    # workers=0's long gaps are its data-loader waits (told once, by dataloader-bound); with the
+    # loader fixed, the queued-work gaps of workers=4 are a finding of their own (issue 10)
+    assert d["new"] == ["gpu-idle-gaps"]
+    assert set(d["persisting"]) == {"mixed-precision-off", "pageable-memcpy"}
     assert d["findings"]["dataloader-bound"]["after"] is None
     assert d["verdict"].startswith(f"{1 / expected:.2f}× faster")
 

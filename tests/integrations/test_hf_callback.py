@@ -33,7 +33,9 @@ def test_records_steps_after_warmup_and_phrases_fixes_as_training_arguments(Call
     assert dl is not None, report.finding_ids  # 8 items × 4 ms of sleep per step
     first = dl.fixes[0]
     assert first.flavor == "huggingface"
-    assert "dataloader_num_workers=4" in first.code and "dataloader_persistent_workers=True" in first.code
+    # the worker count follows the evidence (issue 10): the usable cores recorded at capture
+    workers = dl.evidence.numbers.get("suggested_num_workers", 4)
+    assert f"dataloader_num_workers={workers}" in first.code and "dataloader_persistent_workers=True" in first.code
     assert "dataloader_pin_memory" not in first.code  # CPU-only run: pinning would not help
     assert any(f.flavor == "pytorch" for f in dl.fixes)
     assert any(n.startswith("Fixes are phrased as TrainingArguments for transformers") for n in report.notes)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from gpumagic.analysis.rules.base import Rule
 from gpumagic.analysis.rules.communication import communication_heavy
+from gpumagic.analysis.rules.cpu import host_cpu_saturated
 from gpumagic.analysis.rules.dataloader import dataloader_bound
 from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
 from gpumagic.analysis.rules.memory import memory_pressure
@@ -18,17 +19,16 @@ from gpumagic.analysis.rules.transfers import pageable_memcpy, transfer_bound
 from gpumagic.analysis.rules.utilization import gpu_idle_gaps, low_gpu_utilization
 from gpumagic.analysis.rules.warmup import warmup_in_window
 
-#: Rules that name a cause, run first; ``low-gpu-utilization`` then reports what they leave unexplained.
+#: Rules that name a cause, run first; ``low-gpu-utilization`` then reports the idle time they
+#: leave unexplained (``analysis.gains`` counts overlapping time once).
 CAUSE_RULES: tuple[Rule, ...] = (
-    dataloader_bound, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
+    host_cpu_saturated, dataloader_bound, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
 )
-#: Finding ids whose gain is GPU idle time (what ``low-gpu-utilization``'s residual excludes).
-IDLE_CAUSES = frozenset({"dataloader-bound", "host-sync", "launch-bound", "cpu-bound", "transfer-bound",
-                         "communication-heavy"})
 FINDING_IDS = (
     "dataloader-bound", "pageable-memcpy", "host-sync", "launch-bound", "low-gpu-utilization", "gpu-idle-gaps",
     "mixed-precision-off", "transfer-bound", "memory-pressure", "communication-heavy", "warmup-in-window", "cpu-bound",
+    "host-cpu-saturated",
 )
 
-__all__ = ["CAUSE_RULES", "FINDING_IDS", "IDLE_CAUSES", "low_gpu_utilization"]
+__all__ = ["CAUSE_RULES", "FINDING_IDS", "low_gpu_utilization"]

@@ -11,7 +11,8 @@ DOC = "https://pytorch.org/docs/stable/notes/ddp.html"
 
 
 def communication_heavy(ctx: Context, m: dict):
-    """Signal: NCCL kernel time on the primary GPU that no compute kernel overlaps. Threshold:
+    """Signal: collective kernel time (NCCL, RCCL, custom all-reduce: ``names.COLLECTIVE_RE``)
+    on the primary GPU that no compute kernel overlaps. Threshold:
     > 10 % of the window. Gain: that exposed time (overlap by bucketing gradients, or fewer
     and larger collectives). False positives: a rank waiting in a collective for a slower rank
     (the time is then load imbalance, visible only across ranks)."""
@@ -31,12 +32,20 @@ def communication_heavy(ctx: Context, m: dict):
                  "overlap_frac": c["overlap_frac"] or 0.0, "exposed_frac": c["exposed_frac"]},
         windows=windows(exposed[0], exposed[1], "gpu", ctx.device, "exposed collective"),
         est_gain=c["exposed_frac"], gain_method="NCCL time not overlapped by compute kernels",
-        fixes=(
+        fixes=_fixes(ctx),
+        doc_url=DOC,
+    )
+
+
+def _fixes(ctx: Context):
+    if ctx.workload != "training":
+        return (pytorch("Fewer, larger collectives: fewer tensor-parallel ranks for a small model, or batch more requests",
+                        "# e.g. vLLM: LLM(model, tensor_parallel_size=1) when the model fits one GPU\n"
+                        "# or raise the batch (max_num_seqs) so that each collective carries more work"),)
+    return (
             pytorch("Let DDP overlap larger buckets; skip the all-reduce on accumulation steps",
                     """
 model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=100, gradient_as_bucket_view=True)
 with model.no_sync():          # on all but the last micro-batch of an accumulation
     loss.backward()"""),
-        ),
-        doc_url=DOC,
     )

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.hostcpu import host_cpu, suggested_workers
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for, windows
+from gpumagic.analysis.rules.cpu import CACHE_CODE, CACHE_FIX, SATURATION
 
 #: TensorBoard profiler plugin: recommend more DataLoader workers when the DataLoader share of
 #: step time exceeds 5 %.
@@ -16,51 +18,96 @@ def dataloader_bound(ctx: Context, m: dict):
     """Signal: time the main thread spends inside ``enumerate(DataLoader)#...__next__``.
     Threshold: > 5 % of the window (TensorBoard plugin). Gain: the part of that wait during
     which the GPU was also idle (the breakdown's exclusive data-loader time) — time that worker
-    processes preparing batches in parallel could hide. False positives: a loader that is slow
-    because of I/O stalls more workers cannot fix; an iterable dataset with one shard."""
+    processes preparing batches in parallel could hide. The worker count follows the evidence
+    (``analysis.hostcpu``): when loading is CPU work, never more workers than the usable cores
+    recorded at capture allow (none at all when they are saturated: ``host-cpu-saturated``);
+    when it is mostly not CPU (I/O, sleeps), more workers than cores, saying why; for a plain
+    trace, a count computed from the machine it runs on, saying it is an assumption.
+    ``pin_memory`` only with a GPU; ``shuffle`` and ``TrainingArguments`` only when training.
+    False positives: a loader slowed by I/O stalls that more workers cannot fix; an iterable
+    dataset with one shard."""
     dl = ctx.cat_union["dataloader"]
     frac = ctx.frac(iv.total(dl))
     if frac <= DATALOADER_FRAC:
         return None
     gain = ctx.frac(iv.total(ctx.exclusive["dataloader"]))
-    numbers = {"dataloader_ms": m["host"]["dataloader_ms"], "dataloader_frac": round(frac, 4),
+    h = host_cpu(ctx)
+    numbers = {"dataloader_ms": m["host"]["dataloader_ms"], "dataloader_frac": m["host"]["dataloader_frac"],
                "gpu_idle_during_wait_frac": round(gain, 4), "threshold_frac": DATALOADER_FRAC}
     cpu_note = ""
-    samples = m.get("samples") or {}
-    if samples.get("cpu_util_mean") is not None:
-        numbers["host_cpu_util_mean_pct"] = samples["cpu_util_mean"]
-        cpu_note = f" Host CPU utilisation averaged {samples['cpu_util_mean']:.0f} %"
+    host, samples = m["host"], m.get("samples") or {}
+    if host["cpu_busy_cores"] is not None:
+        numbers["cpu_busy_cores"] = host["cpu_busy_cores"]
+        cpu_note = f" Host CPU samples: {host['cpu_busy_cores']:.2f} cores busy on average"
+        if host["usable_cores"]:
+            numbers["usable_cores"] = host["usable_cores"]
+            cpu_note += f" of {host['usable_cores']:g} usable"
         if samples.get("workers_util_mean") is not None:
             numbers["workers_cpu_util_mean_pct"] = samples["workers_util_mean"]
             cpu_note += f"; loader workers used {samples['workers_util_mean']:.0f} % of a core"
         cpu_note += "."
+    advice, workers = _worker_advice(h)
+    if workers is not None:
+        numbers["suggested_num_workers"] = workers
+    loop = "training loop" if ctx.workload == "training" else "loop"
     return finding(
-        "dataloader-bound", severity=severity_for(gain), title="The training loop waits for the data loader",
+        "dataloader-bound", severity=severity_for(gain), title=f"The {loop} waits for the data loader",
         why="""Each step asks the DataLoader for the next batch on the main Python thread. With few or
-        no worker processes, loading and augmenting the batch happens right there, while the GPU has
-        nothing queued and sits idle. Worker processes prepare the next batches in parallel, so the
-        batch is ready when the step asks for it.""",
+        no worker processes, loading and augmenting the batch happens right there, while """
+            + ("the GPU has nothing queued and sits idle" if ctx.device >= 0 else "the model waits") + """.
+        Worker processes prepare the next batches in parallel, so the batch is ready when the step asks
+        for it — if there are free cores for them.""",
         summary=f"{pct(frac)} of the window is spent waiting in the DataLoader "
                 f"({m['host']['dataloader_ms']:.1f} ms); for {pct(gain)} of the window nothing else runs"
-                f"{', GPU included' if ctx.device >= 0 else ''}."
-                + cpu_note,
+                f"{', GPU included' if ctx.device >= 0 else ''}." + cpu_note + " " + advice,
         numbers=numbers,
         windows=windows(dl[0], dl[1], "cpu", label="DataLoader wait"),
         est_gain=gain, gain_method="data-loader wait that does not overlap GPU work or other host activity",
-        fixes=(
-            pytorch("Load batches in worker processes, into pinned memory, and keep the workers alive",
-                    """
-loader = torch.utils.data.DataLoader(
-    dataset, batch_size=batch_size, shuffle=True,
-    num_workers=4,            # try os.cpu_count() // 2; gpumagic.tune_dataloader() measures it
-    pin_memory=True,
-    persistent_workers=True,
-    prefetch_factor=2,
-)"""),
-            huggingface("The same through TrainingArguments",
-                        """
-TrainingArguments(..., dataloader_num_workers=4, dataloader_pin_memory=True,
-                  dataloader_persistent_workers=True, dataloader_prefetch_factor=2)"""),
-        ),
+        fixes=_fixes(ctx, h, workers),
         doc_url=DOC,
     )
+
+
+def _worker_advice(h) -> tuple[str, int | None]:
+    """The sentence that says where the worker count comes from, and the count (None: the fix
+    computes it on the machine that runs it)."""
+    if _saturated(h):
+        return (f"The usable cores are saturated ({pct(h.saturation)} of {h.usable_cores:g}) and loading is CPU "
+                "work: more workers will not help; see host-cpu-saturated."), None
+    if h.loader_cpu_bound is False and h.usable_cores:
+        n = 2 * int(max(1, float(h.usable_cores)))
+        return (f"The wait is mostly not CPU work ({h.loader_cpu_source}): workers waiting on I/O need no core "
+                f"each, so {n} workers (2 per usable core) can help."), n
+    n = suggested_workers(h)
+    if n is not None:
+        busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
+        return f"{n} worker(s): what the spare cores allow ({h.usable_cores:g} usable{busy}, recorded at capture).", n
+    return ("The trace does not record how many cores the run could use: the worker count in the fix is "
+            "computed on the machine that runs it (an assumption: one core per worker, one for the main process)."), None
+
+
+def _saturated(h) -> bool:
+    """No core is free and loading is CPU work (the case ``host-cpu-saturated`` reports)."""
+    return h.saturation is not None and h.saturation >= SATURATION and h.loader_cpu_bound is True
+
+
+def _fixes(ctx: Context, h, workers: int | None):
+    if _saturated(h):
+        return (pytorch("No core is free for workers (see host-cpu-saturated): make each batch cheaper; "
+                        + CACHE_FIX[0].lower() + CACHE_FIX[1:], CACHE_CODE),)
+    gpu, training = ctx.device >= 0, ctx.workload == "training"
+    head = "" if workers is not None else (
+        "import os\nusable_cores = len(os.sched_getaffinity(0)) if hasattr(os, \"sched_getaffinity\") else os.cpu_count()\n")
+    count = str(workers) if workers is not None else "max(1, usable_cores - 1)"
+    lines = ["dataset, batch_size=batch_size" + (", shuffle=True" if training else "") + ",",
+             f"num_workers={count}," + ("" if workers is not None else "   # assumption: one core per worker"),
+             "persistent_workers=True,"] + (["pin_memory=True,"] if gpu else [])
+    code = head + "loader = torch.utils.data.DataLoader(\n" + "".join(f"    {ln}\n" for ln in lines) + ")"
+    fixes = [pytorch("Load batches in worker processes" + (", into pinned memory," if gpu else "")
+                     + " and keep the workers alive", code)]
+    if training:
+        fixes.append(huggingface("The same through TrainingArguments",
+                                 head + f"TrainingArguments(..., dataloader_num_workers={count}"
+                                 + (", dataloader_pin_memory=True" if gpu else "")
+                                 + ", dataloader_persistent_workers=True)"))
+    return tuple(fixes)

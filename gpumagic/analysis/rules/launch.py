@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from gpumagic.analysis import intervals as iv
+from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for, windows
 
@@ -18,18 +21,26 @@ LAUNCH_IDLE_SHARE = 0.5
 #: the main thread runs operators (≥ 50 % of that wait), not the data loader.
 HOST_WAIT_FRAC = 0.20
 CPU_OP_SHARE = 0.5
+#: A step whose kernels are mostly (≥ half) replayed by graph launches (cudaGraphLaunch /
+#: hipGraphLaunch) already pays one launch per graph, not per kernel: it is not launch-bound
+#: (CUDA Programming Guide, "CUDA Graphs": a graph launch submits all its nodes at once).
+GRAPH_REPLAY_SHARE = 0.5
 GRAPHS_DOC = "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs"
 COMPILE_DOC = "https://pytorch.org/docs/stable/torch.compiler.html"
 
 
 def launch_bound(ctx: Context, m: dict):
-    """Signal: most kernels last under 10 µs, the GPU is busy < 50 % of the window, and the host
+    """Signal: most kernels last under 10 µs, the GPU is busy < 50 % of the window, the host
     is busy launching (runtime calls ≥ 25 % of the window, or host wait + launch latency ≥ 50 %
-    of GPU idle time). Gain: GPU idle time classified host wait or launch latency (what fewer,
-    larger launches — CUDA graphs, torch.compile fusion — can recover). False positives: small
-    inference batches where latency, not throughput, is the goal (the fix still applies)."""
+    of GPU idle time), and fewer than half the kernels are replayed by graph launches (a graph
+    replay is already one launch for the whole step). Gain: GPU idle time classified host wait
+    or launch latency (what fewer, larger launches — CUDA graphs, torch.compile fusion — can
+    recover). False positives: small inference batches where latency, not throughput, is the
+    goal (the fix still applies)."""
     k, _idle = m["kernels"], m["idle"]
     if not k["count"] or k["short_frac"] < SHORT_KERNEL_SHARE or (m["gpu"]["busy_frac"] or 0) >= BUSY_MAX:
+        return None
+    if (k.get("graph_frac") or 0) >= GRAPH_REPLAY_SHARE:
         return None
     runtime_frac = ctx.frac(iv.total(ctx.cat_union["runtime"]))
     launch_idle_ns = ctx.idle_ns["host_wait"] + ctx.idle_ns["launch_latency"]
@@ -37,9 +48,9 @@ def launch_bound(ctx: Context, m: dict):
     if runtime_frac < RUNTIME_FRAC and launch_idle_ns / idle_ns < LAUNCH_IDLE_SHARE:
         return None
     gain = ctx.frac(launch_idle_ns)
-    gaps = ctx.gaps.of_cause("host_wait", "launch_latency")
     return finding(
-        "launch-bound", severity=severity_for(gain), title="Tiny kernels: the GPU waits for launches",
+        "launch-bound", severity=severity_for(gain),
+        title="The GPU waits for launches of tiny kernels",
         why="""Every kernel costs the host several microseconds to launch (Python, the PyTorch
         dispatcher, the CUDA driver). When most kernels finish faster than that, the GPU completes each
         one before the next arrives and idles in between. Fusing operations (torch.compile) or replaying
@@ -50,62 +61,108 @@ def launch_bound(ctx: Context, m: dict):
         numbers={"kernels": k["count"], "short_kernel_frac": k["short_frac"], "median_kernel_us": k["median_us"],
                  "gpu_busy_frac": m["gpu"]["busy_frac"], "runtime_frac": round(runtime_frac, 4),
                  "launch_wait_ms": round(launch_idle_ns / 1e6, 3)},
-        windows=windows(*gaps.intervals, "gpu", ctx.device, "waiting for launch"),
+        windows=windows(*launch_wait(ctx), "gpu", ctx.device, "waiting for launch"),
         est_gain=gain, gain_method="GPU idle time classified as host wait or launch latency (HTA definitions)",
-        fixes=(
-            pytorch("Fuse kernels with torch.compile (mode='reduce-overhead' also uses CUDA graphs)",
-                    "model = torch.compile(model, mode=\"reduce-overhead\")"),
-            pytorch("Or capture a static step in a CUDA graph",
-                    """
+        fixes=_launch_fixes(ctx),
+        doc_url=GRAPHS_DOC,
+    )
+
+
+def launch_wait(ctx: Context):
+    """The time ``launch-bound`` recovers: host-wait parts of gaps and launch-latency gaps."""
+    return iv.merge(ctx.gaps.host_wait(), ctx.gaps.of_cause("launch_latency").intervals)
+
+
+def _launch_fixes(ctx: Context):
+    fixes = (
+        pytorch("Fuse kernels with torch.compile (mode='reduce-overhead' also uses CUDA graphs)",
+                "model = torch.compile(model, mode=\"reduce-overhead\")"),
+        pytorch("Or capture a static step in a CUDA graph",
+                """
 g = torch.cuda.CUDAGraph()
 static_x = torch.randn(batch_shape, device="cuda")
 with torch.cuda.graph(g):
     static_y = model(static_x)
 # each step: static_x.copy_(x); g.replay()"""),
-            pytorch("Use fused optimizers (one kernel for all parameters)",
-                    "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)"),
-            huggingface("Through TrainingArguments", "TrainingArguments(..., torch_compile=True, optim=\"adamw_torch_fused\")"),
-        ),
-        doc_url=GRAPHS_DOC,
+    )
+    if ctx.workload != "training":
+        return fixes
+    return (
+        *fixes,
+        pytorch("Use fused optimizers (one kernel for all parameters)",
+                "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)"),
+        huggingface("Through TrainingArguments", "TrainingArguments(..., torch_compile=True, optim=\"adamw_torch_fused\")"),
     )
 
 
 def cpu_bound(ctx: Context, m: dict):
-    """Signal: the GPU waits on the host (HTA host wait) for ≥ 20 % of the window while the
-    main thread runs operators or Python (≥ 50 % of that wait), not the data loader, and the
-    kernels are not tiny (that case is ``launch-bound``). Gain: the host-wait time covered by
-    main-thread operator work. False positives: deliberate CPU work (metrics, logging) that
+    """Signal: the GPU waits on the host (the host-wait parts of idle gaps, split at the launch)
+    for ≥ 20 % of the window while the main thread runs operators or Python (≥ 50 % of that
+    wait), not the data loader, and the kernels are not tiny (that case is ``launch-bound``).
+    The title names the innermost frame that covers most of it. Gain: the host-wait time covered
+    by main-thread operator work. False positives: deliberate CPU work (metrics, logging) that
     could be moved out of the loop rather than sped up."""
-    host_wait = ctx.gaps.of_cause("host_wait")
-    hw_ns = host_wait.total_ns()
+    gaps = ctx.gaps.host_wait()
+    hw_ns = iv.total(gaps)
     if ctx.frac(hw_ns) < HOST_WAIT_FRAC or (m["kernels"]["short_frac"] or 0) >= SHORT_KERNEL_SHARE:
         return None
-    ev, msk = ctx.trace.events, ctx.masks
-    main = ev.lane == ctx.main_lane
-    ops = ctx.intervals(ctx.events_in_window(main & (msk["cpu_op"] | msk["python"] | msk["runtime"])))
-    ops = iv.subtract(ops, ctx.cat_union["dataloader"])
-    gaps = host_wait.intervals
-    busy_in_wait = iv.intersect(ops, gaps)
+    busy_in_wait = host_ops_in_wait(ctx)
     share = iv.total(busy_in_wait) / max(hw_ns, 1)
     if share < CPU_OP_SHARE:
         return None
     gain = ctx.frac(iv.total(busy_in_wait))
+    where = busiest_frame(ctx, busy_in_wait)
+    fixes = [pytorch("Compile the model to cut Python and dispatcher overhead", "model = torch.compile(model)"),
+             pytorch("Give the GPU more work per launch",
+                     "loader = DataLoader(dataset, batch_size=2 * batch_size)  # keep your other arguments")]
+    if ctx.workload == "training":
+        fixes.append(huggingface("Through TrainingArguments",
+                                 "TrainingArguments(..., torch_compile=True, per_device_train_batch_size=64)"))
     return finding(
-        "cpu-bound", severity=severity_for(gain), title="Host-side Python and operators keep the GPU waiting",
+        "cpu-bound", severity=severity_for(gain),
+        title=f"GPU idle while the host is in {where}" if where else "Host-side Python and operators keep the GPU waiting",
         why="""The GPU can only run what the host has queued. Here the main thread spends long stretches in
         Python and operator code between launches, so the queue runs dry and the GPU idles. Less host
         work per step (compiling the model, larger batches, moving bookkeeping out of the loop) lets the
         host stay ahead of the GPU.""",
         summary=f"The GPU waits on the host for {pct(ctx.frac(hw_ns))} of the window; the main thread runs "
-                f"operators/Python for {pct(share)} of that wait.",
-        numbers={"host_wait_ms": round(hw_ns / 1e6, 3), "host_wait_frac": round(ctx.frac(hw_ns), 4),
+                f"operators/Python for {pct(share)} of that wait" + (f", most of it in {where}" if where else "") + ".",
+        numbers={"host_wait_ms": m["idle"]["host_wait_ms"], "host_wait_frac": round(ctx.frac(hw_ns), 4),
                  "cpu_busy_share_of_wait": round(share, 4)},
         windows=windows(gaps[0], gaps[1], "gpu", ctx.device, "GPU waiting for host"),
         est_gain=gain, gain_method="host-wait idle time during which the main thread ran operators or Python",
-        fixes=(
-            pytorch("Compile the model to cut Python and dispatcher overhead", "model = torch.compile(model)"),
-            pytorch("Give the GPU more work per launch", "loader = DataLoader(dataset, batch_size=2 * batch_size, ...)"),
-            huggingface("Through TrainingArguments", "TrainingArguments(..., torch_compile=True, per_device_train_batch_size=64)"),
-        ),
+        fixes=tuple(fixes),
         doc_url=COMPILE_DOC,
     )
+
+
+def host_ops_in_wait(ctx: Context) -> iv.Intervals:
+    """The time ``cpu-bound`` recovers: host-wait idle time while the main thread ran operators,
+    Python or runtime calls (not the data loader)."""
+    ev, msk = ctx.trace.events, ctx.masks
+    main = ev.lane == ctx.main_lane
+    ops = ctx.intervals(ctx.events_in_window(main & (msk["cpu_op"] | msk["python"] | msk["runtime"])))
+    return iv.intersect(iv.subtract(ops, ctx.cat_union["dataloader"]), ctx.gaps.host_wait())
+
+
+def busiest_frame(ctx: Context, during: iv.Intervals) -> str:
+    """The innermost informative main-thread frame that covers most of ``during``: among the
+    names whose events cover ≥ half as much of it as the best one, the one with the shortest
+    events (inner frames are shorter than the frames that call them)."""
+    ev, msk = ctx.trace.events, ctx.masks
+    cand = np.flatnonzero((ev.lane == ctx.main_lane) & msk["host"] & ~msk["name_step"] & ~msk["runtime"]
+                          & ctx.events_in_window(np.ones(len(ev), bool)))
+    if cand.size == 0 or iv.total(during) == 0:
+        return ""
+    cover = iv.measure_in(during, ev.ts_ns[cand], ev.ts_ns[cand] + ev.dur_ns[cand])
+    names = ev.name[cand]
+    tot = np.bincount(names, weights=cover, minlength=len(ctx.trace.names))
+    dur = np.bincount(names, weights=ev.dur_ns[cand], minlength=len(ctx.trace.names))
+    cnt = np.bincount(names, minlength=len(ctx.trace.names))
+    ok = np.array([tot[n] > 0 and nm.is_informative_frame(ctx.trace.names[n]) for n in range(tot.size)], dtype=bool)
+    if not ok.any():
+        return ""
+    best = tot[ok].max()
+    pool = np.flatnonzero(ok & (tot >= 0.5 * best))
+    inner = pool[int(np.argmin(dur[pool] / np.maximum(cnt[pool], 1)))]
+    return f"`{ctx.trace.names[inner][:28]}`"

@@ -29,7 +29,19 @@ def memory_pressure(ctx: Context, m: dict):
                 f"of {mem['capacity_bytes'] / 2**30:.2f} GiB ({mem['source']}).",
         numbers={"peak_frac": mem["peak_frac"], "capacity_bytes": mem["capacity_bytes"], "source": mem["source"] or ""},
         est_gain=0.0, gain_method="not a direct speed loss: risk of OOM and allocator retries",
-        fixes=(
+        fixes=_fixes(ctx),
+        doc_url=DOC,
+    )
+
+
+def _fixes(ctx: Context):
+    if ctx.workload != "training":
+        return (pytorch("Store less per batch: lower precision weights, a smaller batch",
+                        """
+model = model.to(torch.bfloat16)       # half the memory of FP32 weights and activations
+with torch.inference_mode():           # keeps no autograd state
+    out = model(x[: len(x) // 2])      # or a smaller batch"""),)
+    return (
             pytorch("Trade compute for memory, or shrink what is stored",
                     """
 # recompute a block's activations in backward instead of keeping them
@@ -38,6 +50,4 @@ out = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
             huggingface("Through TrainingArguments",
                         "TrainingArguments(..., gradient_checkpointing=True, bf16=True,\n"
                         "                  per_device_train_batch_size=8, gradient_accumulation_steps=4)"),
-        ),
-        doc_url=DOC,
     )

@@ -19,12 +19,15 @@ DOC = "https://pytorch.org/docs/stable/amp.html"
 
 
 def mixed_precision_off(ctx: Context, m: dict):
-    """Signal: matmul/convolution kernels (gemm, conv, cutlass, nvjet...) take ≥ 10 % of kernel
-    time on a GPU of compute capability ≥ 7.0, and < 10 % of that time runs tensor-core kernels
-    (names with h884/s1688/16816/tensorop/wmma/gmma/nvjet/bf16...). Gain: matmul time share ×
+    """Signal: matmul/convolution/attention kernels (gemm, conv, cutlass, nvjet; AMD Tensile
+    ``Cijk_``, MIOpen xdlops; Triton ``attn_fwd``, ``_matmul``: ``names.MATMUL_RE``) take ≥ 10 %
+    of kernel time on a GPU of compute capability ≥ 7.0 (AMD CDNA GPUs report 9.x), and < 10 % of
+    that time runs tensor-core / matrix-core kernels (h884/s1688/16816/tensorop/gmma/nvjet/bf16;
+    MFMA ``MI16x16x1``, xdlops: ``names.TENSOR_CORE_RE``). Inference traces get autocast without
+    a GradScaler. Gain: matmul time share ×
     (1 − 1/8), from the ≥ 8× peak of tensor cores over FP32. False positives: kernels whose
     names hide tensor-core use; FP32 kept on purpose for numerical reasons."""
-    info = ctx.trace.device_info(ctx.device) if ctx.device >= 0 else None
+    info = ctx.device_info
     k = m["kernels"]
     if info is None or info.compute_capability < TENSOR_CORE_MIN_CC or not k["total_ms"]:
         return None
@@ -43,9 +46,21 @@ def mixed_precision_off(ctx: Context, m: dict):
         numbers={"matmul_ms": matmul, "matmul_tensor_core_ms": tc, "matmul_kernel_frac": round(matmul / k["total_ms"], 4),
                  "compute_capability": info.compute_capability},
         est_gain=gain, gain_method="matmul/conv share of the window × (1 − 1/8), the tensor-core speed-up floor",
-        fixes=_fixes(info.compute_capability),
+        fixes=_fixes(info.compute_capability) if ctx.workload == "training" else _inference_fixes(info.compute_capability),
         doc_url=DOC,
     )
+
+
+def _inference_fixes(cc: float):
+    """Inference: autocast the forward pass (no loss scaling, no optimizer); bf16 from cc 8.0."""
+    dtype = "bfloat16" if cc >= 8.0 else "float16"
+    fixes = [pytorch(f"Autocast inference to {dtype}",
+                     f"""
+with torch.inference_mode(), torch.autocast(device_type="cuda", dtype=torch.{dtype}):
+    out = model(x)""")]
+    if cc >= 8.0:
+        fixes.append(pytorch("At least let FP32 matmuls use TF32 tensor cores", 'torch.set_float32_matmul_precision("high")'))
+    return tuple(fixes)
 
 
 def _fixes(cc: float):

@@ -2,42 +2,54 @@
 
 from __future__ import annotations
 
+from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import harmful_syncs
 from gpumagic.analysis.rules.base import finding, pct, pytorch, severity_for, windows
 
-#: gpumagic default: GPU time lost after syncs must reach 2 % of the window — about the
+#: gpumagic default: harmful syncs must block the host for ≥ 2 % of the window — about the
 #: run-to-run noise of step time, below which the advice is not worth a code change.
-STARVED_FRAC = 0.02
+BLOCKED_FRAC = 0.02
 DOC = "https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html"
 
 
 def host_sync(ctx: Context, m: dict):
-    """Signal: host calls that block until the GPU is done (``cudaStreamSynchronize``,
-    ``cudaDeviceSynchronize``, synchronous ``cudaMemcpy``; reached from ``.item()``,
-    ``nonzero``, printing a CUDA tensor...) whose return finds the GPU idle, with more GPU work
-    following in the window. Threshold: the idle time after such syncs ≥ 2 % of the window.
-    Gain: that idle time (the GPU had no queued work because the host was blocked). A final
-    sync that only waits for queued work costs nothing and is not counted."""
-    harm, starved = harmful_syncs(ctx)
+    """Signal: host calls that block until the GPU is done — CUDA and HIP stream/device/event
+    syncs and synchronous copies (``cudaMemcpy``, ROCm's ``hipMemcpyWithStream``, and
+    asynchronous copies to pageable host memory, which return only when done; names and
+    sources in ``analysis.names.SYNC_CALL_SOURCES``), reached from ``.item()``, ``.cpu()``,
+    ``nonzero``, printing a CUDA tensor... A call is harmful when it blocked the host ≥ 10 µs
+    while the GPU still had queued work and GPU work follows it in the window
+    (``metrics.sync_costs``). Threshold: harmful syncs block the host for ≥ 2 % of the window
+    (about run-to-run noise), and some GPU idle time follows them. Gain: the host-wait idle
+    time after them that a host running ahead by the time it spent blocked would have hidden.
+    A sync that returns at once into an already idle GPU and a final sync that only waits for
+    the queue to drain cost nothing. False positives: a sync the program needs (early
+    stopping on a loss) — then read it less often."""
     s = m["syncs"]
-    starved_ns = starved.total_ns()
+    harmful_frac = ctx.frac(s["harmful_blocked_ms"] * 1e6)
+    harm, starved = harmful_syncs(ctx)
+    starved_ns = iv.total(starved)
     frac = ctx.frac(starved_ns)
-    if harm.size == 0 or frac < STARVED_FRAC:
+    if harm.size == 0 or harmful_frac < BLOCKED_FRAC or starved_ns <= 0:
         return None
     ops = ", ".join(f"{n} ×{c}" for n, c in sorted(s["sync_ops"].items(), key=lambda kv: -kv[1])[:3])
     return finding(
-        "host-sync", severity=severity_for(frac, 0.1, 0.02), title="The host blocks on the GPU, then the GPU starves",
+        "host-sync", severity=severity_for(frac),
+        title=f"Syncs block the host: {_top_sync(s)}",
         why="""CUDA work is queued asynchronously: the host normally runs ahead and the GPU never waits.
-        Reading a GPU value on the host (.item(), printing a loss, a boolean test on a CUDA tensor,
-        nonzero) forces a synchronisation: the host stops until the queue drains, and when it resumes
-        the GPU has nothing to do until new work is launched.""",
-        summary=f"{harm.size} of {s['count']} sync calls were followed by GPU idle time totalling "
-                f"{starved_ns / 1e6:.2f} ms ({pct(frac)} of the window)" + (f"; sync ops: {ops}" if ops else "") + ".",
-        numbers={"sync_calls": s["count"], "harmful_syncs": int(harm.size), "blocked_ms": s["blocked_ms"],
-                 "starved_ms": round(starved_ns / 1e6, 3), "starved_frac": round(frac, 4)},
-        windows=windows(*starved.intervals, "gpu", ctx.device, "GPU idle after sync"),
-        est_gain=frac, gain_method="GPU idle time that follows the harmful syncs",
+        Reading a GPU value on the host (.item(), .cpu(), printing a loss, a boolean test on a CUDA
+        tensor, nonzero) forces a synchronisation: the host stops until the queue drains. While it is
+        blocked it cannot prepare or launch the next work, so the GPU then waits for it.""",
+        summary=f"{s['harmful_count']} of {s['count']} sync calls blocked the host for {s['harmful_blocked_ms']:.2f} ms "
+                f"({pct(harmful_frac)} of the window) while the GPU still had work; those sync calls were followed by "
+                f"GPU idle time of which {s['starved_ms']:.2f} ms a host running ahead would have hidden"
+                + (f"; sync ops: {ops}" if ops else "") + ".",
+        numbers={"sync_calls": s["count"], "harmful_syncs": s["harmful_count"],
+                 "harmful_blocked_ms": s["harmful_blocked_ms"], "starved_ms": s["starved_ms"],
+                 "starved_frac": round(frac, 4), "threshold_frac": BLOCKED_FRAC},
+        windows=windows(*starved, "gpu", ctx.device, "GPU idle after sync"),
+        est_gain=frac, gain_method="host-wait idle time after harmful syncs, up to the time they blocked the host",
         fixes=(
             pytorch("Keep values on the GPU; read them rarely; find hidden syncs",
                     """
@@ -49,3 +61,9 @@ if step % 50 == 0:
         ),
         doc_url=DOC,
     )
+
+
+def _top_sync(s: dict) -> str:
+    """The sync call that blocked longest, e.g. ``cudaStreamSynchronize ×75``."""
+    name, row = max(s["by_name"].items(), key=lambda kv: kv[1]["blocked_ms"])
+    return f"{name} ×{row['count']}"

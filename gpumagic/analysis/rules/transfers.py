@@ -57,35 +57,43 @@ def pageable_memcpy(ctx: Context, m: dict):
                  "pageable_bytes_frac": round(p_bytes / all_bytes, 4)},
         windows=windows(ev.ts_ns[idx], ev.ts_ns[idx] + ev.dur_ns[idx], "gpu", ctx.device, "pageable copy"),
         est_gain=gain, gain_method="GPU time of the pageable copies (pinned copies are faster and can overlap compute)",
-        fixes=(
+        fixes=_pageable_fixes(ctx),
+        doc_url=PINNED_DOC,
+    )
+
+
+def _pageable_fixes(ctx: Context):
+    return (
             pytorch("Pin host memory and copy asynchronously",
                     """
-loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True)
+loader = DataLoader(dataset, batch_size=batch_size, pin_memory=True)   # keep your num_workers
 for x, y in loader:
     x = x.to("cuda", non_blocking=True)
     y = y.to("cuda", non_blocking=True)
 # for tensors you build yourself: t = t.pin_memory(); t.to("cuda", non_blocking=True)"""),
-            huggingface("The Trainer pins batches by default; make sure it is on",
-                        "TrainingArguments(..., dataloader_pin_memory=True)"),
-        ),
-        doc_url=PINNED_DOC,
-    )
+    ) + ((huggingface("The Trainer pins batches by default; make sure it is on",
+                      "TrainingArguments(..., dataloader_pin_memory=True)"),) if ctx.workload == "training" else ())
+
+
+def exposed_copies(ctx: Context) -> iv.Intervals:
+    """Host↔device copy time on the primary GPU that no compute kernel overlaps."""
+    host, _ = _host_copies(ctx)
+    if not host:
+        return iv.empty()
+    ev = ctx.trace.events
+    mask = np.zeros(len(ev), dtype=bool)
+    mask[np.concatenate([g["idx"] for g in host.values()])] = True
+    return iv.subtract(ctx.intervals(mask), ctx.cat_union["kernel"])
 
 
 def transfer_bound(ctx: Context, m: dict):
     """Signal: host↔device copy time on the GPU that no compute kernel overlaps. Threshold:
     > 10 % of the window. Gain: that exposed copy time (prefetching the next batch on a side
-    stream, or keeping data on the GPU, hides or removes it). False positives: a workload whose
+    stream, or keeping data on the GPU, hides or removes it); ``analysis.gains`` caps it to the
+    idle time no other idle-type finding claims, since it counts among the GPU-idle findings.
+    False positives: a workload whose
     purpose is moving data (checkpointing, offload)."""
-    host, _ = _host_copies(ctx)
-    if not host:
-        return None
-    ev = ctx.trace.events
-    idx = np.concatenate([g["idx"] for g in host.values()])
-    mask = np.zeros(len(ev), dtype=bool)
-    mask[idx] = True
-    copies = ctx.intervals(mask)
-    exposed = iv.subtract(copies, ctx.cat_union["kernel"])
+    exposed = exposed_copies(ctx)
     frac = ctx.frac(iv.total(exposed))
     if frac <= TRANSFER_FRAC:
         return None
@@ -102,7 +110,7 @@ def transfer_bound(ctx: Context, m: dict):
         fixes=(
             pytorch("Overlap the copy of the next batch with compute",
                     """
-loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True)
+loader = DataLoader(dataset, batch_size=batch_size, pin_memory=True)   # keep your num_workers
 copy_stream = torch.cuda.Stream()
 def to_gpu(batch):
     with torch.cuda.stream(copy_stream):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpumagic.analysis import intervals as iv
-from gpumagic.analysis.context import GAP_CAUSES, LONG_GAP_NS, Context, Gaps
-from gpumagic.analysis.metrics import harmful_syncs
+from gpumagic.analysis import names as nm
+from gpumagic.analysis.context import GAP_CAUSES, LONG_GAP_NS, QUEUED_CAUSES, Context, Gaps
 from gpumagic.analysis.rules.base import finding, pct, pytorch, severity_for, windows
 
 #: The issue's anchor: the GPU busy less than half of the profiled window.
@@ -14,23 +14,21 @@ BUSY_FRAC = 0.5
 #: Long gaps (≥ 1 ms) must add up to this share of the window to be worth a finding.
 LONG_GAPS_FRAC = 0.05
 DOC = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
-_CAUSE_WORDS = {"host_wait": "waiting for the host", "launch_latency": "launch latency", "other": "queued work not started"}
 
 
-def low_gpu_utilization(ctx: Context, m: dict, explained: float = 0.0):
+def low_gpu_utilization(ctx: Context, m: dict):
     """Signal: the primary GPU's busy fraction (union of kernels, copies and memsets over all
-    streams). Threshold: < 50 %. Gain: the idle share not already claimed by a more specific
-    finding (``explained``), since those name the cause and the fix. False positives: a window
-    that is mostly start-up or evaluation, not training."""
+    streams). Threshold: < 50 % (gpumagic's anchor). Gain: the idle share; ``analysis.gains``
+    then keeps only the idle time no more specific finding claims, since those name the cause
+    and the fix. False positives: a window that is mostly start-up or evaluation."""
     busy = m["gpu"]["busy_frac"]
     if busy is None or busy >= BUSY_FRAC:
         return None
-    idle = 1.0 - busy
-    residual = max(0.0, idle - explained)
+    residual = 1.0 - busy
     i = m["idle"]
     return finding(
         "low-gpu-utilization", severity=severity_for(residual),
-        title=f"The GPU is busy only {pct(busy)} of the time",
+        title=f"GPU busy only {pct(busy)}, idle mostly {_dominant_idle(i)}",
         why="""A GPU is fast only while it has queued work. Whatever the host does between launches —
         loading data, Python code, synchronising, logging — shows up as idle GPU time. The idle time below
         is split by cause; the other findings name the fixes.""",
@@ -41,83 +39,129 @@ def low_gpu_utilization(ctx: Context, m: dict, explained: float = 0.0):
                  "launch_latency_ms": i["launch_latency_ms"], "other_ms": i["other_ms"], "threshold_frac": BUSY_FRAC},
         windows=windows(*ctx.gaps.intervals, "gpu", ctx.device, "GPU idle"),
         est_gain=residual,
-        gain_method="idle share of the window not already claimed by a more specific finding",
+        gain_method="idle share of the window",
         fixes=(pytorch("Find where the time goes: look at the other findings and the timeline; a bigger batch "
-                       "is the generic remedy", "loader = DataLoader(dataset, batch_size=2 * batch_size, ...)"),),
+                       "is the generic remedy", "loader = DataLoader(dataset, batch_size=2 * batch_size)  # keep your other arguments"),),
         doc_url=DOC,
     )
+
+
+_CAUSE_WORDS = {"host_wait": "waiting for the host", "launch_latency": "launch latency",
+                "other": "queued work not started", "stream_wait": "queued work waiting on another stream's event",
+                "collective": "a collective waiting for other ranks", "graph_launch": "queued graph replay not started"}
+#: A host frame names what the main thread was doing during a gap only if it covers at least
+#: half of the gap (gpumagic default: a frame that overlaps a sliver of a gap did not cause it).
+FRAME_MIN_COVER = 0.5
+
+
+def _dominant_idle(i: dict) -> str:
+    """The largest part of the idle time, in words."""
+    parts = {"waiting for the host": i["host_wait_ms"], "in launch latency": i["launch_latency_ms"],
+             "on queued work": i["other_ms"]}
+    return max(parts, key=parts.get)
 
 
 def _describe_gap(ctx: Context, gaps: Gaps, i: int) -> str:
     start, end, cause = int(gaps.start_ns[i]), int(gaps.end_ns[i]), GAP_CAUSES[gaps.cause[i]]
-    queued = _queued_detail(ctx, start, end, int(gaps.next_event[i])) if cause == "other" else ""
-    return f"{(end - start) / 1e6:.1f} ms ({_CAUSE_WORDS[cause]}{queued}, {_gap_cause(ctx, start, end)})"
+    host = int(gaps.host_ns[i])
+    queued = _queued_detail(ctx, start, end, int(gaps.next_event[i])) if cause in QUEUED_CAUSES else ""
+    split = ""
+    if 0 < host < end - start:
+        split = f"; {host / 1e6:.1f} ms host wait, {(end - start - host) / 1e6:.1f} ms queued"
+    return f"{(end - start) / 1e6:.1f} ms ({_CAUSE_WORDS[cause]}{queued}{split}, {host_frame(ctx, start, end)})"
 
 
-def _gap_cause(ctx: Context, start: int, end: int) -> str:
-    """What the main thread was doing during a gap: the longest host op overlapping it."""
+def host_frame(ctx: Context, start: int, end: int) -> str:
+    """What the main thread was doing during ``[start, end)``: the innermost informative host
+    frame (an operator, the DataLoader, a Python function — not ``<module>`` or the IPython
+    machinery) that covers at least :data:`FRAME_MIN_COVER` of the interval."""
     ev, msk = ctx.trace.events, ctx.masks
     cand = np.flatnonzero((ev.lane == ctx.main_lane) & msk["host"] & ~msk["name_step"]
                           & (ev.ts_ns < end) & (ev.ts_ns + ev.dur_ns > start))
-    if cand.size == 0:
-        return "the main thread shows no profiled activity"
-    overlap = np.minimum(ev.ts_ns[cand] + ev.dur_ns[cand], end) - np.maximum(ev.ts_ns[cand], start)
-    best = cand[int(np.argmax(overlap))]
-    return f"main thread in {ctx.trace.names[ev.name[best]][:80]}"
+    if cand.size:
+        cover = np.minimum(ev.ts_ns[cand] + ev.dur_ns[cand], end) - np.maximum(ev.ts_ns[cand], start)
+        info = np.array([nm.is_informative_frame(ctx.trace.names[n]) for n in ev.name[cand]], dtype=bool)
+        ok = info & (cover >= FRAME_MIN_COVER * max(end - start, 1))
+        if ok.any():
+            best = cand[ok][int(np.argmin(ev.dur_ns[cand[ok]]))]
+            return f"main thread in {ctx.trace.names[ev.name[best]][:80]}"
+    return "the main thread shows no profiled activity for most of it"
 
 
 def _queued_detail(ctx: Context, start: int, end: int, nxt: int) -> str:
-    """For a gap whose next GPU work (row ``nxt``) had been launched before the gap began: how
-    long before, and by which call (e.g. ``cudaGraphLaunch``). Empty when that is not the case."""
+    """For a gap whose next GPU work (row ``nxt``) had been queued before it ran: how long
+    before, and by which call (e.g. ``cudaGraphLaunch``). Empty when that is not known."""
     if nxt < 0:
         return ""
     ev, launched = ctx.trace.events, int(ctx.launch_ts[nxt])
-    if launched < 0 or launched >= start:
+    if launched < 0 or launched >= end:
         return ""
-    by = np.flatnonzero(ctx.masks["runtime"] & (ev.corr == ev.corr[nxt]))
-    call = f" by {ctx.trace.names[ev.name[by[0]]]}" if by.size else ""
+    by = int(ctx.launch_row[nxt])
+    call = f" by {ctx.trace.names[ev.name[by]]}" if by >= 0 else ""
     return f", launched {(end - launched) / 1e6:.1f} ms before it ran{call}"
 
 
-def explained_idle(ctx: Context) -> iv.Intervals:
-    """Idle time that a cause finding already accounts for: data-loader waits and the GPU
-    starvation that follows harmful syncs."""
-    _, after_sync = harmful_syncs(ctx)
-    return iv.merge(ctx.cat_union["dataloader"], after_sync.intervals)
-
-
 def gpu_idle_gaps(ctx: Context, m: dict):
-    """Signal: GPU idle gaps ≥ 1 ms inside the window (merged across streams). Threshold: they
-    add up to ≥ 5 % of the window. Gain: their total. Each gap is reported with its HTA cause
-    and what the main thread was doing. False positives: gaps during deliberate host work
-    (evaluation, checkpointing) inside the window."""
+    """Signal: GPU idle gaps ≥ 1 ms inside the window (merged across streams), each split at
+    the launch of the work that ends it into host wait and queued work (docs/metrics.md).
+    Threshold: they add up to ≥ 5 % of the window (gpumagic default). Gain: their length (the
+    idle-time accounting in ``analysis.gains`` then counts time a more specific finding
+    claims only once). Each gap is reported with its cause and the innermost host frame that
+    covers it. False positives: gaps during deliberate host work (evaluation, checkpointing);
+    queued gaps whose dependency lies outside the trace (then the fix is elsewhere)."""
+    i = m["idle"]
     long = ctx.gaps.where(ctx.gaps.dur_ns >= LONG_GAP_NS)
-    total = long.total_ns()
-    frac = ctx.frac(total)
+    frac = ctx.frac(long.total_ns())
     if frac < LONG_GAPS_FRAC:
         return None
-    unexplained = ctx.frac(iv.total(iv.subtract(long.intervals, explained_idle(ctx))))
     top = np.argsort(-long.dur_ns, kind="stable")[:5].tolist()
-    causes = "; ".join(_describe_gap(ctx, long, i) for i in top)
+    causes = "; ".join(_describe_gap(ctx, long, j) for j in top)
+    host = int(np.minimum(long.host_ns, long.dur_ns).sum())
+    queued = long.total_ns() - host
+    what = "host wait" if host >= queued else "queued work"
+    where = host_frame(ctx, int(long.start_ns[top[0]]), int(long.end_ns[top[0]]))
     return finding(
-        "gpu-idle-gaps", severity=severity_for(unexplained), title=f"{len(long)} long GPU idle gaps (≥ 1 ms)",
+        "gpu-idle-gaps", severity=severity_for(frac),
+        title=f"{i['long_gap_count']} GPU idle gap{'s' if i['long_gap_count'] != 1 else ''} ≥ 1 ms, mostly {what}",
         why="""A gap of a millisecond or more is thousands of kernel launches' worth of idle GPU. Most long
         gaps have one host-side cause — a batch being loaded, a synchronisation, a logging or checkpoint
         call — visible on the main thread at the same moment. When the work after a gap had been launched
-        long before it ("queued work not started"), the host was not the holdup: the GPU waited on a
+        before it ran ("queued work not started"), the host was not the holdup: the GPU waited on a
         dependency — an event recorded on another stream, a collective waiting for a slower rank, a host
         callback in a CUDA graph — or on work the profiler did not record.""",
-        summary=f"{len(long)} gaps ≥ 1 ms total {total / 1e6:.1f} ms ({pct(frac)} of the window). Longest: {causes}.",
-        numbers={"long_gaps": len(long), "long_gap_ms": round(total / 1e6, 3), "long_gap_frac": round(frac, 4),
-                 "unexplained_frac": round(unexplained, 4),
+        summary=f"{i['long_gap_count']} gaps ≥ 1 ms total {i['long_gap_ms']:.1f} ms ({pct(frac)} of the window): "
+                f"{host / 1e6:.1f} ms host wait, {queued / 1e6:.1f} ms queued work; the longest: {causes}.",
+        numbers={"long_gaps": i["long_gap_count"], "long_gap_ms": i["long_gap_ms"], "long_gap_frac": round(frac, 4),
+                 "host_wait_ms": round(host / 1e6, 4), "queued_ms": round(queued / 1e6, 4),
                  "min_gap_ms": LONG_GAP_NS / 1e6},
         windows=windows(*long.intervals, "gpu", ctx.device, "idle gap ≥ 1 ms"),
-        est_gain=unexplained,
-        gain_method="length of the gaps ≥ 1 ms not already explained by a data-loader wait or a sync",
-        fixes=(pytorch("Overlap the host work with GPU work, or move it out of the loop",
-                       "# see the gap causes above; e.g. log every N steps instead of every step\n"
-                       "if step % 100 == 0:\n    log(metrics)"),),
+        est_gain=frac,
+        gain_method="length of the gaps ≥ 1 ms",
+        fixes=_gap_fixes(ctx, host >= queued, where),
         doc_url=DOC,
     )
 
 
+def _gap_fixes(ctx: Context, host_side: bool, where: str):
+    if host_side:
+        return (pytorch(f"Overlap the host work with GPU work, or move it out of the loop ({where})",
+                        "# see the gap causes above; e.g. log every N steps instead of every step\n"
+                        "if step % 100 == 0:\n    log(metrics)"),)
+    return (pytorch("The GPU had work queued: find what it waited for. On a multi-GPU job, compare the ranks' "
+                    "step times (a slower rank stalls every collective); else record more steps, so that the work "
+                    "the queue waited on is in the window",
+                    """
+import time
+import torch.distributed as dist
+t0 = time.perf_counter()
+train_step(batch)
+torch.cuda.synchronize()
+times = [None] * dist.get_world_size()
+dist.all_gather_object(times, round(time.perf_counter() - t0, 4))
+if dist.get_rank() == 0:
+    print("step seconds per rank:", times)"""),)
+
+
+def long_gap_intervals(ctx: Context) -> iv.Intervals:
+    """The time ``gpu-idle-gaps`` recovers: its gaps ≥ 1 ms."""
+    return ctx.gaps.where(ctx.gaps.dur_ns >= LONG_GAP_NS).intervals

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pct, pytorch
@@ -17,13 +19,11 @@ def warmup_in_window(ctx: Context, m: dict):
     compilation or autotuning (dynamo/inductor/triton compile, ``cudnnFind``) covering ≥ 5 % of the
     window, or a first step ≥ 2× the median of the others. Gain: the cold time (it will not recur,
     so the measured step time overstates the steady state). False positives: a loop that really
-    recompiles or re-allocates every step (then the fix is to stop that)."""
-    m_ = ctx.masks
-    parts = {
-        "CUDA initialisation": ctx.intervals(ctx.events_in_window(m_["name_init"] & m_["runtime"])),
-        "allocator growth (cudaMalloc/cudaFree)": ctx.intervals(ctx.events_in_window(m_["name_alloc"] & m_["runtime"])),
-        "compilation or autotuning": ctx.intervals(ctx.events_in_window(m_["name_compile"] & m_["host"])),
-    }
+    recompiles or re-allocates every step (then the fix is to stop that). Only threads that
+    drive the GPU count (the main thread and the threads that launch GPU work): a compile-pool
+    worker blocked in a queue for the whole window is not compiling, and ``TorchDynamo Cache
+    Lookup`` (an already compiled frame's guard check) is not compilation."""
+    parts = cold_parts(ctx)
     cold = {k: ctx.frac(iv.total(v)) for k, v in parts.items()}
     steps = m["steps"]
     first_extra = 0.0
@@ -49,3 +49,14 @@ def warmup_in_window(ctx: Context, m: dict):
                        "%%gpuprofile --skip 3\n# or: torch.profiler.schedule(wait=1, warmup=2, active=5)"),),
         doc_url=DOC,
     )
+
+
+def cold_parts(ctx: Context) -> dict[str, iv.Intervals]:
+    """Cold-start time by kind, on the threads that drive the GPU (``Context.gpu_lanes``)."""
+    m_, ev = ctx.masks, ctx.trace.events
+    driving = np.isin(ev.lane, np.fromiter(ctx.gpu_lanes, dtype=np.int64, count=len(ctx.gpu_lanes)))
+    return {
+        "CUDA initialisation": ctx.intervals(ctx.events_in_window(m_["name_init"] & m_["runtime"] & driving)),
+        "allocator growth (cudaMalloc/cudaFree)": ctx.intervals(ctx.events_in_window(m_["name_alloc"] & m_["runtime"] & driving)),
+        "compilation or autotuning": ctx.intervals(ctx.events_in_window(m_["name_compile"] & m_["host"] & driving)),
+    }

@@ -1,0 +1,107 @@
+"""Gains that overlap, counted once: each finding's share of the idle time, and the report's
+``combined_gain``.
+
+Several findings can name the same idle moment (a data-loader wait is also a long gap and part
+of the low utilisation). Each GPU-idle-type finding recovers a set of time windows
+(:data:`CLAIMS`); walking them from the most specific cause to the most generic
+(:data:`CLAIM_ORDER`), a finding keeps only the idle time no earlier finding claimed. So the
+idle-type gains add up to at most the window's idle share (1 − ``gpu.busy_frac``), and none
+exceeds ``combined_gain``.
+
+``combined_gain``: the estimated share of step time saved by fixing every finding together.
+Time-based fixes recover time windows: their union ``U`` counts each moment once. Fixes that
+make GPU work shorter (mixed precision, pinned copies, a cold start that will not recur)
+combine with it as ``1 − (1 − U) · Π(1 − g)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.metrics import sync_costs
+from gpumagic.analysis.rules.base import severity_for
+from gpumagic.analysis.rules.cpu import saturated_idle
+from gpumagic.analysis.rules.dataloader import DATALOADER_FRAC
+from gpumagic.analysis.rules.launch import host_ops_in_wait, launch_wait
+from gpumagic.analysis.rules.transfers import exposed_copies
+from gpumagic.analysis.rules.utilization import LONG_GAPS_FRAC, long_gap_intervals
+from gpumagic.report.model import Finding
+
+#: Findings whose gain is GPU idle time (issue 10's list; ``small-transfers`` and
+#: ``too-small-for-gpu`` are issue 14's ids, covered here before they exist).
+IDLE_TYPE = frozenset({"dataloader-bound", "host-sync", "launch-bound", "cpu-bound", "transfer-bound",
+                       "gpu-idle-gaps", "low-gpu-utilization", "host-cpu-saturated", "small-transfers",
+                       "too-small-for-gpu"})
+#: Most specific cause first: a moment goes to the first finding in this order that claims it.
+#: ``host-cpu-saturated`` comes before ``dataloader-bound`` because when the cores are saturated
+#: the loader wait is the symptom and less CPU work per batch is the fix.
+CLAIM_ORDER = ("host-cpu-saturated", "dataloader-bound", "host-sync", "transfer-bound", "small-transfers",
+               "too-small-for-gpu", "cpu-bound", "launch-bound", "gpu-idle-gaps", "low-gpu-utilization")
+#: Findings dropped when a more specific finding took their time and what is left falls below
+#: their own threshold: idle gaps already told as data-loader waits, or data-loader waits
+#: already told as a saturated CPU, are not a second story.
+SYMPTOM_MIN_GAIN = {"gpu-idle-gaps": LONG_GAPS_FRAC, "dataloader-bound": DATALOADER_FRAC}
+#: Time-based findings outside the idle budget: their windows join the union too.
+OTHER_TIME_BASED = ("communication-heavy",)
+
+CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
+    "host-cpu-saturated": saturated_idle,
+    "dataloader-bound": lambda ctx: ctx.exclusive["dataloader"],
+    "host-sync": lambda ctx: sync_costs(ctx).starved,
+    "transfer-bound": exposed_copies,
+    "cpu-bound": host_ops_in_wait,
+    "launch-bound": launch_wait,
+    "gpu-idle-gaps": long_gap_intervals,
+    "low-gpu-utilization": lambda ctx: ctx.gaps.intervals,
+    "communication-heavy": lambda ctx: ctx.exclusive["communication"],
+}
+
+
+def apportion(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], float]:
+    """The findings with idle-type gains counted once, and ``combined_gain``."""
+    by_id = {f.id: f for f in findings}
+    idle = ctx.gaps.intervals if ctx.device >= 0 else (iv.union([ctx.lo], [ctx.hi]))
+    budget = iv.total(idle)
+    claimed = iv.empty()
+    claimed_by: dict[str, iv.Intervals] = {}
+    for fid in CLAIM_ORDER:
+        f = by_id.get(fid)
+        if f is None:
+            continue
+        taken_by: list[str] = []
+        if fid not in CLAIMS:  # an idle-type finding this module does not know: its own gain, capped
+            ns = min(int(f.est_gain * ctx.window_ns), budget)
+        else:
+            wanted = CLAIMS[fid](ctx)
+            if fid != "transfer-bound":
+                wanted = iv.intersect(wanted, idle)
+            taken_by = [c for c, t in claimed_by.items() if iv.total(iv.intersect(wanted, t))]
+            own = iv.subtract(wanted, claimed)
+            claimed_by[fid] = own
+            claimed = iv.merge(claimed, own)
+            ns = min(iv.total(own), budget)
+        budget -= ns
+        by_id[fid] = _with_gain(f, ctx.frac(ns), before=taken_by)
+    union = claimed
+    for fid in OTHER_TIME_BASED:
+        if fid in by_id:
+            union = iv.merge(union, CLAIMS[fid](ctx))
+    keep = 1.0 - min(1.0, ctx.frac(iv.total(union)))
+    for f in by_id.values():
+        if f.id not in IDLE_TYPE and f.id not in OTHER_TIME_BASED:
+            keep *= 1.0 - f.est_gain
+    combined = round(min(1.0, max(0.0, 1.0 - keep)), 4)
+    out = [by_id[f.id] for f in findings
+           if not (f.id in SYMPTOM_MIN_GAIN and by_id[f.id].est_gain < min(f.est_gain, SYMPTOM_MIN_GAIN[f.id]))]
+    return [replace(f, est_gain=min(f.est_gain, combined)) for f in out], combined
+
+
+def _with_gain(f: Finding, gain: float, before: list[str]) -> Finding:
+    gain = round(max(0.0, min(1.0, gain)), 4)
+    if abs(gain - f.est_gain) < 5e-5:
+        return f
+    note = f", less the time already counted by {', '.join(before)}" if before and gain < f.est_gain else ""
+    return replace(f, est_gain=gain, severity=severity_for(gain), gain_method=f.gain_method + note)

@@ -1,0 +1,137 @@
+"""What the host CPU could do and did: usable cores, how busy they were, and whether waiting
+for data was CPU work. Feeds ``metrics["host"]``, ``host-cpu-saturated`` and the data-loader
+advice.
+
+Usable cores come from the capture (``os.sched_getaffinity`` and a cgroup quota, recorded in
+the bundle's ``machine`` block by ``capture.machine.usable_cpus``); a plain Kineto trace does
+not say, and the advice then says its worker count is an assumption. Busy cores come from the
+host CPU samples (``/proc/stat`` per core, ``capture.cpu``): over the cores of the affinity
+mask when it is known, else over all cores; under a cgroup quota smaller than the mask, from
+the process's own CPU time (this process plus its data-loader workers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+
+#: A data-loader wait is CPU work when the loading side (the main process with
+#: ``num_workers=0``, else the workers) uses at least half of the CPU it could get during it
+#: (gpumagic default: below that, most of the wait is I/O, sleeps or locks).
+LOADER_CPU_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class HostCpu:
+    usable_cores: float | None  # None: the trace does not say
+    usable_source: str  # "affinity", "cgroup quota", "cpu_count" or "unknown"
+    sample_count: int  # CPU samples inside the window
+    busy_cores: float | None  # mean busy cores (of the usable ones) over the window
+    saturation: float | None  # busy_cores / usable_cores
+    loader_cpu_bound: bool | None  # the data-loader wait is mostly CPU work (None: unknown)
+    loader_cpu_source: str  # "samples", "main-thread ops" or ""
+    worker_count: int | None  # data-loader workers seen by the sampler
+
+
+def host_cpu(ctx: Context) -> HostCpu:
+    if "host_cpu" not in ctx.cache:
+        ctx.cache["host_cpu"] = _host_cpu(ctx)
+    return ctx.cache["host_cpu"]
+
+
+def _host_cpu(ctx: Context) -> HostCpu:
+    machine = ctx.trace.meta.get("machine") or {}
+    usable = machine.get("usable_cores")
+    source = machine.get("usable_cores_source") or ("unknown" if usable is None else "cpu_count")
+    if usable is None and machine.get("cpu_count"):  # a bundle from before usable cores were recorded
+        usable, source = float(machine["cpu_count"]), "cpu_count"
+    cpu = ctx.trace.samples.cpu if ctx.trace.samples is not None else {}
+    t = np.asarray(cpu.get("t_ns", np.zeros(0)))
+    sel = (t >= ctx.lo) & (t <= ctx.hi) if t.size else np.zeros(0, dtype=bool)
+    per_sample = _busy_cores(cpu, machine) if t.size else None
+    busy = float(per_sample[sel].mean()) if per_sample is not None and sel.any() else None
+    saturation = None if busy is None or not usable else round(min(1.0, busy / float(usable)), 4)
+    workers = int(np.max(np.asarray(cpu["worker_count"])[sel])) if sel.any() and "worker_count" in cpu else None
+    bound, how = _loader_cpu_bound(ctx, cpu, t, workers, per_sample, usable)
+    return HostCpu(usable, source, int(sel.sum()), None if busy is None else round(busy, 3), saturation, bound, how, workers)
+
+
+def _busy_cores(cpu: dict, machine: dict) -> np.ndarray | None:
+    """Busy usable cores per sample."""
+    affinity = machine.get("cpu_affinity")
+    quota = machine.get("cpu_quota_cores")
+    per_core = np.asarray(cpu.get("per_core", np.zeros((0, 0))), dtype=np.float64)
+    n = np.asarray(cpu["t_ns"]).size
+    if quota is not None and affinity and quota < len(affinity) and "main" in cpu:
+        return _own_cores(cpu)
+    if per_core.ndim == 2 and per_core.shape[0] == n and per_core.shape[1]:
+        cols = [c for c in (affinity or range(per_core.shape[1])) if c < per_core.shape[1]]
+        return per_core[:, cols].sum(axis=1) / 100
+    if "total" in cpu and machine.get("cpu_count"):
+        return np.asarray(cpu["total"], dtype=np.float64) / 100 * machine["cpu_count"]
+    return None
+
+
+def _own_cores(cpu: dict) -> np.ndarray:
+    """Cores this process and its data-loader workers kept busy, per sample."""
+    main = np.asarray(cpu["main"], dtype=np.float64)
+    return (main + np.asarray(cpu.get("workers", np.zeros_like(main)), dtype=np.float64)) / 100
+
+
+def _loader_cpu_bound(ctx: Context, cpu: dict, t: np.ndarray, workers: int | None,
+                      busy: np.ndarray | None, usable: float | None) -> tuple[bool | None, str]:
+    """Is the data-loader wait CPU work? From the samples: each covers the time since the one
+    before it and counts in proportion to how much of that time the loop waited for data (at
+    least one sample's worth in all). The loading processes (the main one with
+    ``num_workers=0``, else the workers) are CPU-bound when they used at least half of the CPU
+    they could get — a core each, or what other processes left of the usable cores — so a
+    loader starved of CPU by other work still counts as CPU-bound, and a sleeping one does not.
+    Else from how much of the wait main-thread operators (not Python frames) cover; unknown
+    when neither says."""
+    waits = ctx.cat_union["dataloader"]
+    if iv.total(waits) == 0:
+        return None, ""
+    if t.size >= 2 and "main" in cpu:
+        order = np.argsort(t, kind="stable")
+        ts = t[order]
+        weight = iv.measure_in(waits, ts[:-1], ts[1:]) / np.maximum(np.diff(ts), 1).astype(np.float64)
+        if weight.sum() >= 1.0:
+            procs = workers or 1
+            demand_key = "workers_demand" if workers else "main_demand"
+            if demand_key in cpu and (np.asarray(cpu[demand_key]) >= 0).all():
+                # what the loading threads wanted (running + waiting for a core): exact
+                wanted = np.asarray(cpu[demand_key], dtype=np.float64)[order][1:] / 100 / procs
+                return bool(np.average(np.minimum(wanted, 1.0), weights=weight) >= LOADER_CPU_SHARE), "samples"
+            loading = np.asarray(cpu["workers" if workers else "main"], dtype=np.float64)[order][1:] / 100
+            could = np.full(loading.size, float(procs))
+            if busy is not None and usable:
+                others = np.maximum(busy[order][1:] - _own_cores(cpu)[order][1:], 0.0)
+                could = np.clip(float(usable) - others, 0.0, procs)
+            if np.average(could, weights=weight) < LOADER_CPU_SHARE * procs:
+                return None, ""  # other processes left too little CPU to tell sleeping from starved
+            share = np.average(np.minimum(loading / np.maximum(could, 1e-9), 1.0), weights=weight)
+            return bool(share >= LOADER_CPU_SHARE), "samples"
+    ev, m = ctx.trace.events, ctx.masks
+    # operators only: a Python frame (with_stack) also covers a sleep
+    ops = ctx.intervals(ctx.events_in_window((ev.lane == ctx.main_lane) & m["cpu_op"] & ~m["name_dataloader"]))
+    covered = iv.total(iv.intersect(ops, waits)) / iv.total(waits)
+    if covered >= LOADER_CPU_SHARE:
+        return True, "main-thread ops"
+    return None, ""
+
+
+def suggested_workers(h: HostCpu) -> int | None:
+    """``num_workers`` the spare usable cores allow: the workers already running plus one per
+    idle usable core (busy cores from the samples; without samples the main process is assumed
+    to keep one core busy), at least 1 and never more than ``usable − 1`` (the main process
+    needs a core too; with one usable core, 1). None when the usable cores are unknown."""
+    if not h.usable_cores:
+        return None
+    usable = int(np.floor(float(h.usable_cores) + 1e-6))
+    spare = float(h.usable_cores) - (h.busy_cores if h.busy_cores is not None else 1.0)
+    want = (h.worker_count or 0) + int(np.floor(max(spare, 0.0) + 1e-6))
+    return max(1, min(want, max(1, usable - 1)))

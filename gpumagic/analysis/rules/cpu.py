@@ -1,0 +1,86 @@
+"""``host-cpu-saturated``: the host's cores are all busy while the loop waits for data or the
+GPU idles — the CPU, not the model, holds the run back."""
+
+from __future__ import annotations
+
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.hostcpu import host_cpu
+from gpumagic.analysis.rules.base import finding, pct, pytorch, severity_for, windows
+
+#: The issue's anchor: the host CPU samples average ≥ 90 % of the usable cores over the window.
+#: Below that a core is free about one sample in ten, and another worker can still use it.
+SATURATION = 0.90
+#: An average needs a few samples: at gpumagic's default 100 ms period, a window of 0.3 s.
+MIN_SAMPLES = 3
+#: "While the loop waits": the data-loader wait (TensorBoard profiler plugin's 5 % data-loader
+#: threshold) or the GPU's host-wait idle time must reach this share of the window.
+WAIT_FRAC = 0.05
+CACHE_FIX = "Preprocess once and cache the tensors (random augmentations then repeat per sample)"
+CACHE_CODE = """
+xs, ys = zip(*(dataset[i] for i in range(len(dataset))))   # decode and transform once
+torch.save((torch.stack(xs), torch.stack([torch.as_tensor(y) for y in ys])), "preprocessed.pt")
+x, y = torch.load("preprocessed.pt")
+dataset = torch.utils.data.TensorDataset(x, y)"""
+DOC = "https://pytorch.org/vision/stable/generated/torchvision.io.decode_jpeg.html"
+
+
+def saturated_idle(ctx: Context) -> iv.Intervals:
+    """The time ``host-cpu-saturated`` recovers: data-loader waits and host-wait idle time
+    (within GPU idle time when there is a GPU)."""
+    waits = iv.merge(ctx.cat_union["dataloader"], ctx.gaps.host_wait())
+    return iv.intersect(waits, ctx.gaps.intervals) if ctx.device >= 0 else waits
+
+
+def host_cpu_saturated(ctx: Context, m: dict):
+    """Signal: host CPU samples (gpumagic's ``/proc`` sampler, recorded in a bundle) average
+    ≥ 90 % of the usable cores (affinity mask and cgroup quota recorded at capture) over the
+    window (at least 3 samples), while the loop waits for data or the GPU waits on the host for
+    ≥ 5 % of the window; when the loop waits for data, the samples must show that the wait is
+    CPU work (``analysis.hostcpu``: a loader sleeping on I/O is not held back by busy cores, and
+    more workers still help it). Never fires on a plain Kineto trace (no samples). Gain: that waiting time, within GPU idle
+    time when there is a GPU — less CPU work per batch is what shortens it; more workers
+    cannot, since no core is free. False positives: other processes on the same cores (then
+    the cores are still not free for this run); a sampling period longer than the window."""
+    h = host_cpu(ctx)
+    if h.saturation is None or h.saturation < SATURATION or h.sample_count < MIN_SAMPLES:
+        return None
+    if iv.total(ctx.cat_union["dataloader"]) and h.loader_cpu_bound is not True:
+        return None  # the loop waits for data, but not for CPU work (or we cannot tell)
+    recover = saturated_idle(ctx)
+    wait_frac = ctx.frac(iv.total(recover))
+    if wait_frac < WAIT_FRAC:
+        return None
+    gpu = ctx.device >= 0
+    fixes = [
+        pytorch(CACHE_FIX, CACHE_CODE),
+        pytorch("Do less CPU work per sample: a cheaper format or a lower resolution",
+                "# e.g. store images pre-resized to the training resolution, or as uint8 tensors / numpy arrays"),
+    ]
+    if gpu:
+        fixes.insert(0, pytorch("Decode and augment on the GPU instead of the CPU",
+                                """
+import torchvision
+from torchvision.transforms import v2
+# the dataset returns the encoded bytes only: torchvision.io.read_file(path)
+augment = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])
+imgs = torchvision.io.decode_jpeg(encoded_batch, device="cuda")   # a list of uint8 CHW tensors
+x = torch.stack([augment(img) for img in imgs]).float().div_(255)
+# or NVIDIA DALI: a pipeline that decodes and augments on the GPU"""))
+    cores = f"{h.usable_cores:g} usable cores ({h.usable_source})"
+    return finding(
+        "host-cpu-saturated", severity=severity_for(wait_frac),
+        title=f"Host CPU saturated ({pct(h.saturation)} of {h.usable_cores:g} cores)",
+        why="""Every usable core of the host is busy, and the loop still waits for its data"""
+            + (" while the GPU idles" if gpu else "") + """. More DataLoader workers cannot help: there is
+        no free core for them. What helps is less CPU work per batch — decode and augment on the GPU, cache
+        preprocessed tensors, a cheaper format or resolution — or more cores.""",
+        summary=f"Host CPU samples average {h.busy_cores:.2f} busy cores of {cores}, {pct(h.saturation)}, "
+                f"over {h.sample_count} samples; the loop waits for {pct(wait_frac)} of the window.",
+        numbers={"cpu_saturation": h.saturation, "busy_cores": h.busy_cores, "usable_cores": h.usable_cores,
+                 "cpu_samples": h.sample_count, "wait_frac": round(wait_frac, 4), "threshold": SATURATION},
+        windows=windows(*recover, "cpu", label="waiting while the CPU is saturated"),
+        est_gain=wait_frac, gain_method="data-loader and host waits while the cores were saturated",
+        fixes=tuple(fixes),
+        doc_url=DOC,
+    )
