@@ -177,7 +177,11 @@ def load(source: str | os.PathLike | dict | schema.TraceFile, *, workers: int = 
             tf = msgspec.convert(source, schema.TraceFile, strict=False)
         except msgspec.ValidationError as exc:
             raise TraceError(f"<dict>: not a PyTorch profiler trace ({_short(exc)})") from None
-        return build(tf, [], "<dict>")
+        from gpumagic.trace import ops
+
+        trace = build(tf, [], "<dict>")
+        ops.attach_dicts(trace, source.get("traceEvents"))
+        return trace
     name = os.fspath(source)
     return from_bytes(read_bytes(name), name, workers=workers)
 
@@ -198,7 +202,7 @@ def from_bytes(raw: bytes, source: str = "<bytes>", *, workers: int = 1) -> Trac
         pieces = _pieces.decode_in_pieces(raw, workers)
     if pieces is not None:
         header, parts = pieces
-        return _assemble(header, parts, [], source, lambda: _flows_from_bytes(raw))
+        return _with_ops(_assemble(header, parts, [], source, lambda: _flows_from_bytes(raw)), raw)
     tf, notes = decode(raw, source)
     if tf.traceEvents is None:
         raise TraceError(f"{source}: not a PyTorch profiler trace (no traceEvents)")
@@ -210,7 +214,15 @@ def from_bytes(raw: bytes, source: str = "<bytes>", *, workers: int = 1) -> Trac
     else:
         flows = lambda: _flows_from_bytes(raw)  # noqa: E731
     del tf  # free the structs before the columns are assembled
-    return _assemble(header, parts, notes, source, flows)
+    return _with_ops(_assemble(header, parts, notes, source, flows), raw)
+
+
+def _with_ops(trace: Trace, raw: bytes) -> Trace:
+    """Operators' shapes and FLOP counts, read in a second pass only when the file has them."""
+    from gpumagic.trace import ops
+
+    ops.attach(trace, raw)
+    return trace
 
 
 def build(tf: schema.TraceFile | schema.FastTraceFile, notes: list[str], source: str) -> Trace:
