@@ -1,7 +1,7 @@
 """The header every render starts with: five facts readable in five seconds.
 
-Wall time, steps recorded, median step time, GPU busy share, and the top finding with its
-estimated gain. Text, HTML and the widget all read :func:`header_facts`, so they agree.
+Wall time, steps recorded, median step time, GPU busy share (plus achieved TFLOP/s and MFU
+when FLOPs are known), and the top finding with its estimated gain. Text, HTML and the widget all read :func:`header_facts`, so they agree.
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ class Fact:
 
 
 def header_facts(report: Report) -> list[Fact]:
-    """The four numeric facts of the header, in reading order."""
+    """The numeric facts of the header, in reading order: four, and a fifth (achieved TFLOP/s and
+    MFU) when the trace recorded the shapes or FLOPs that ``metrics.compute`` needs."""
     m = report.metrics
     steps = metric(m, "steps", "count")
     cpu_only = bool(metric(m, "trace", "cpu_only"))
-    return [
+    facts = [
         Fact("Wall time", fmt_ms(metric(m, "window", "dur_ms")), _window_hint(m)),
         Fact("Steps recorded", MISSING if steps is None else str(steps), "ProfilerStep# markers in the trace"),
         Fact("Median step", fmt_ms(metric(m, "steps", "median_ms")), "median duration of the recorded steps"),
@@ -43,6 +44,12 @@ def header_facts(report: Report) -> list[Fact]:
             "share of wall time the main GPU ran kernels, copies or memsets",
         ),
     ]
+    tflops, mfu = metric(m, "compute", "achieved_tflops"), metric(m, "compute", "mfu")
+    if tflops is not None:  # only when FLOPs were recorded (--shapes / --flops)
+        value = f"{tflops:.3g} TFLOP/s" + ("" if mfu is None else f" \u00b7 MFU {fmt_pct(mfu)}")
+        facts.append(Fact("Compute", value, "matmul/conv FLOPs per second of wall time; MFU: that over the "
+                                            "device's dense peak for the dtype"))
+    return facts
 
 
 def _window_hint(m: dict[str, Any]) -> str:
