@@ -362,7 +362,7 @@ def metrics(ctx) -> dict[str, Any]:
         dtype = "tf32"
     flops = c["flops"]
     seconds = ctx.window_ns / 1e9
-    out.update(flops=flops, achieved_tflops=round(flops / seconds / 1e12, 4), dtype=dtype,
+    out.update(flops=flops, achieved_tflops=round(flops / seconds / 1e12, 6), dtype=dtype,
                flops_source="profiler" if c["profiler"] else "shapes")
     if ctx.step_bounds:
         out["flops_per_step"] = flops / len(ctx.step_bounds)

@@ -159,7 +159,7 @@ def test_bad_options_are_usage_errors(shell, source, fragment):
 def test_help_documents_every_option():
     doc = GpuProfileMagics.gpuprofile.__doc__
     for option in ("--output", "--label", "--quiet", "--save", "--skip", "--steps", "--all", "--max-seconds",
-                   "--interval-ms", "--no-nvml", "--shapes", "--stack", "--memory"):
+                   "--interval-ms", "--no-nvml", "--shapes", "--flops", "--stack", "--memory"):
         assert option in doc
 
 
