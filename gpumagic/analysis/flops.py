@@ -372,6 +372,8 @@ def metrics(ctx) -> dict[str, Any]:
     tflops, source = devices.peak_tflops(name, dtype)
     if tflops:
         out.update(peak_tflops=tflops, peak_source=source, mfu=round(out["achieved_tflops"] / tflops, 4))
+        if out["matmul_kernel_tflops"] is not None and out["matmul_kernel_tflops"] > tflops:
+            out["matmul_kernel_tflops"] = None  # above peak: some matmul kernels were not recognised by name
     return out
 
 
