@@ -37,7 +37,7 @@ def test_times_and_lanes_match_the_event_table():
     trace = from_bytes(json.dumps(shaped_trace().to_dict()).encode())
     ev, ops = trace.events, trace.ops
     for i, name in enumerate(ops.name):
-        row = [j for j in range(len(ev)) if trace.names[ev.name[j]] == name][0]
+        row = next(j for j in range(len(ev)) if trace.names[ev.name[j]] == name)
         assert (ops.ts_ns[i], ops.dur_ns[i], ops.lane[i]) == (ev.ts_ns[row], ev.dur_ns[row], ev.lane[row])
 
 
