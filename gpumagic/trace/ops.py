@@ -142,17 +142,39 @@ def _table(trace, ops: list[_Op], raw_json: bool = True) -> OpTable | None:
     ts = np.fromiter((o.ts for o in ops), np.float64, len(ops))
     order = np.argsort(ts, kind="stable")
     ops = [ops[i] for i in order.tolist()]
-    load = _ANY.decode if raw_json else (lambda v: v)
+    column = _json_column if raw_json else _value_column
     return OpTable(
         name=[o.name for o in ops],
-        lane=np.fromiter((lanes.get((_as_int(o.pid), _as_int(o.tid)), -1) for o in ops), np.int32, len(ops)),
+        lane=_lanes(ops, lanes),
         ts_ns=np.rint(ts[order] * 1000.0 - t0_ns).astype(np.int64),
         dur_ns=np.maximum(np.rint(np.fromiter((o.dur for o in ops), np.float64, len(ops)) * 1000.0), 0).astype(np.int64),
         flops=np.fromiter((o.args.flops for o in ops), np.float64, len(ops)),
-        dims=[_safe(load, o.args.dims, []) for o in ops],
-        types=[_safe(load, o.args.types, []) for o in ops],
-        concrete=[_safe(load, o.args.concrete, None) for o in ops],
+        dims=column([o.args.dims for o in ops], []),
+        types=column([o.args.types for o in ops], []),
+        concrete=column([o.args.concrete for o in ops], None),
     )
+
+
+def _lanes(ops: list[_Op], lanes: dict) -> np.ndarray:
+    """Each operator's row in ``Trace.lanes`` (ids spelled as the loader spells them)."""
+    keys = [(o.pid, o.tid) for o in ops]
+    index = {k: lanes.get((_as_int(k[0]), _as_int(k[1])), -1) for k in set(keys)}
+    return np.fromiter(map(index.__getitem__, keys), np.int32, len(keys))
+
+
+def _json_column(raws: list, default) -> list:
+    """Decode many raw JSON values at once (one decoder call over ``[v1,v2,...]``); a value that
+    is absent or not a list becomes ``default``."""
+    text = b"[" + b",".join(bytes(r) if len(r) else b"null" for r in raws) + b"]"
+    try:
+        values = _ANY.decode(text)
+    except msgspec.DecodeError:
+        return [_safe(_ANY.decode, r, default) for r in raws]
+    return [v if isinstance(v, list) else default for v in values]
+
+
+def _value_column(values: list, default) -> list:
+    return [v if isinstance(v, list) else default for v in values]
 
 
 def _present(value) -> bool:
