@@ -435,3 +435,36 @@ def test_inductor_triton_kernels_are_already_fused():
     assert names.is_fused_attention("attn_fwd")
     assert not names.is_softmax("attn_fwd_softmax_fused") and names.is_softmax("cunn_SoftMaxForward")
     assert kernel_rules.ATTENTION_NEIGHBOURS >= 2
+
+
+def test_small_copies_metrics_per_direction():
+    d = analyze(copies_trace(20).to_dict()).metrics["small_copies"]
+    assert d["max_bytes"] == 64 * 1024 and set(d["directions"]) == {"HtoD"}
+    h = d["directions"]["HtoD"]
+    assert (h["count"], h["per_step"], h["bytes"], h["median_bytes"]) == (60, 20, 60 * 4096, 4096)
+    assert h["size_classes"] == {"<=1KiB": 0, "<=8KiB": 60, "<=64KiB": 0}
+    assert h["gpu_ms"] == pytest.approx(0.6) and h["host_ms"] == pytest.approx(0.18)
+    assert h["cost_frac"] == pytest.approx(3 * 20 * 13 / 30_000, abs=1e-4)  # 10 µs copy + 3 µs call, apart
+
+
+def test_synchronous_small_copies_waiting_on_kernels_cost_only_their_own_time():
+    """Scalar reads behind a long kernel: each call blocks until the queue drains. The wait is
+    host-sync's matter; the copies themselves cost little, so small-transfers stays silent."""
+    tb = TraceBuilder()
+    corr = 5000
+    for i in range(3):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.kernel("k_long", t + 10, 8_000, launch_ts=t + 2)
+        call_start = t + 50
+        for j in range(20):
+            corr += 1
+            copy_ts = t + 8_020 + j * 10
+            tb.runtime("cudaMemcpyAsync", call_start, copy_ts + 6 - call_start, corr)
+            tb.add(cat="gpu_memcpy", name="Memcpy DtoH (Device -> Pageable)", ts=copy_ts, dur=5, pid=0, tid=7,
+                   args={"device": 0, "stream": 7, "correlation": corr, "bytes": 256})
+            call_start = copy_ts + 7
+    r = analyze(tb.to_dict())
+    h = r.metrics["small_copies"]["directions"]["DtoH"]
+    assert h["host_ms"] == pytest.approx(3 * 20 * 0.006, abs=1e-3)  # from each copy's start to the return
+    assert "small-transfers" not in r.finding_ids

@@ -6,16 +6,10 @@ import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.copysizes import SMALL_COPY_BYTES, small_copies
 from gpumagic.analysis.metrics import copy_groups
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for, windows
 
-#: A copy of at most this many bytes is "small". Each copy pays a fixed cost — the runtime call,
-#: a DMA descriptor, often a stream sync — of several µs; at 64 KiB a PCIe 3/4 link (12–25 GB/s)
-#: moves the data itself in 2.5–5 µs, the same order, so below it the fixed cost dominates and
-#: batching pays (CUDA C++ Best Practices Guide, "Data Transfer Between Host and Device":
-#: "batching many small transfers into one larger transfer performs significantly better").
-#: 64 KB is also the size Nsight Systems' expert rules use, as the issue reports.
-SMALL_COPY_BYTES = 64 * 1024
 #: Fire when one direction has at least this many small copies per step ...
 MIN_PER_STEP = 16
 #: ... and they cost at least this share of the window on the host (the calls) and the GPU (the
@@ -24,40 +18,14 @@ MIN_COST_FRAC = 0.02
 DOC = "https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/index.html#data-transfer-between-host-and-device"
 
 
-def small_copies(ctx: Context) -> dict[str, dict]:
-    """Per direction (``HtoD``, ``DtoH``): the copies of ≤ 64 KiB — count, bytes, median and
-    largest size, GPU time, the host time of the calls that issued them, and their union."""
-    ev = ctx.trace.events
-    out: dict[str, dict] = {}
-    launches = ctx.masks["runtime"] & (ev.corr >= 0)
-    for (direction, _mem), g in copy_groups(ctx).items():
-        if direction not in ("HtoD", "DtoH"):
-            continue
-        idx = g["idx"][(ev.nbytes[g["idx"]] >= 0) & (ev.nbytes[g["idx"]] <= SMALL_COPY_BYTES)]
-        if idx.size == 0:
-            continue
-        row = out.setdefault(direction, {"idx": [], "host_idx": []})
-        row["idx"].append(idx)
-        row["host_idx"].append(np.flatnonzero(launches & np.isin(ev.corr, ev.corr[idx])))
-    for row in out.values():
-        idx, host = np.concatenate(row["idx"]), np.concatenate(row["host_idx"])
-        sizes = ev.nbytes[idx]
-        gpu = iv.union(ev.ts_ns[idx], ev.ts_ns[idx] + ev.dur_ns[idx])
-        calls = iv.union(ev.ts_ns[host], ev.ts_ns[host] + ev.dur_ns[host])
-        row.update(idx=idx, count=int(idx.size), bytes=int(sizes.sum()), median_bytes=int(np.median(sizes)),
-                   max_bytes=int(sizes.max()), gpu_ns=iv.total(gpu), host_ns=iv.total(calls),
-                   cost=iv.clip(iv.merge(gpu, calls), ctx.lo, ctx.hi))
-    return out
-
-
 def small_transfers(ctx: Context, m: dict):
     """Signal: host↔device copies of ≤ 64 KiB, per direction. Threshold: ≥ 16 per step in one
     direction, costing ≥ 2 % of the window (the union of their issuing calls on the host and the
-    copies on the GPU). Gain: that cost × (1 − 1/copies per step): one batched copy per step and
+    copies on the GPU, while the GPU is busy with nothing else). Gain: that cost × (1 − 1/copies per step): one batched copy per step and
     direction pays the fixed cost once. False positives: copies that are inherently per-step
     scalars (a loss value read with ``.item()``) — ``host-sync`` covers those that block."""
     steps = max(len(ctx.step_bounds), 1)
-    rows = {d: r for d, r in small_copies(ctx).items() if r["count"] / steps >= MIN_PER_STEP}
+    rows = {d: r for d, r in small_copies(ctx, copy_groups(ctx)).items() if r["count"] / steps >= MIN_PER_STEP}
     if not rows:
         return None
     cost = iv.empty()
@@ -88,7 +56,7 @@ def small_transfers(ctx: Context, m: dict):
                  **{f"{d.lower()}_gpu_ms": round(r["gpu_ns"] / 1e6, 4) for d, r in rows.items()},
                  **{f"{d.lower()}_host_ms": round(r["host_ns"] / 1e6, 4) for d, r in rows.items()}},
         windows=windows(ev.ts_ns[idx], ev.ts_ns[idx] + ev.dur_ns[idx], "gpu", ctx.device, "small copy"),
-        est_gain=gain, gain_method="host calls ∪ GPU copy time of the small copies × (1 − 1/copies per step)",
+        est_gain=gain, gain_method="host calls ∪ GPU copy time of the small copies while the GPU does nothing else × (1 − 1/copies per step)",
         fixes=(
             pytorch("Move the batch once: stack on the host, copy one pinned tensor",
                     """

@@ -49,18 +49,18 @@ def mixed_precision_off(ctx: Context, m: dict):
 
 
 def _fixes(cc: float):
-    """bf16 autocast on Ampere and later (cc ≥ 8.0, which also has TF32); fp16 with a
-    GradScaler on Volta/Turing, whose tensor cores have no bf16."""
+    """On Ampere and later (cc ≥ 8.0): TF32 first (one line, FP32 code unchanged), then bf16
+    autocast; fp16 with a GradScaler on Volta/Turing, whose tensor cores have no bf16 or TF32."""
     if cc >= 8.0:
         return (
-            pytorch("Autocast the forward pass to bfloat16",
+            pytorch("First, one line: let FP32 matmuls use TF32 tensor cores",
+                    'torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True\n'
+                    'torch.set_float32_matmul_precision("high")'),
+            pytorch("Then autocast the forward pass to bfloat16",
                     """
 with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
     loss = loss_fn(model(x), y)
 loss.backward()"""),
-            pytorch("At least let FP32 matmuls use TF32 tensor cores",
-                    'torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True\n'
-                    'torch.set_float32_matmul_precision("high")'),
             huggingface("Through TrainingArguments", "TrainingArguments(..., bf16=True, tf32=True)"),
         )
     return (
