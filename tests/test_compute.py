@@ -468,3 +468,20 @@ def test_synchronous_small_copies_waiting_on_kernels_cost_only_their_own_time():
     h = r.metrics["small_copies"]["directions"]["DtoH"]
     assert h["host_ms"] == pytest.approx(3 * 20 * 0.006, abs=1e-3)  # from each copy's start to the return
     assert "small-transfers" not in r.finding_ids
+
+
+def test_inference_gets_no_training_advice():
+    """No backward or optimizer in the trace: no TrainingArguments, loss or optimizer fixes."""
+    inference = analyze(elementwise_trace(3_600, 5_400).to_dict()).finding("elementwise-bound")
+    assert not any("TrainingArguments" in fx.code or "optim" in fx.code or "loss" in fx.code for fx in inference.fixes)
+    tb = elementwise_trace(3_600, 5_400)
+    tb.op("autograd::engine::evaluate_function: AddmmBackward0", 50, 10)
+    training = analyze(tb.to_dict()).finding("elementwise-bound")
+    assert any("TrainingArguments" in fx.code for fx in training.fixes)
+    eff = analyze(efficiency_trace(9e9).to_dict()).finding("low-compute-efficiency")
+    assert not any("TrainingArguments" in fx.code or "loss_fn" in fx.code for fx in eff.fixes)
+
+
+def test_tf32_is_the_first_step_on_ampere():
+    f = fixture_report("event_sync_multistream.json.gz").finding("mixed-precision-off")  # FP32 sgemm on an A100
+    assert "set_float32_matmul_precision" in f.fixes[0].code and "autocast" in f.fixes[1].code

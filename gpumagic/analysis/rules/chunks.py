@@ -9,6 +9,7 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.copysizes import SMALL_COPY_BYTES, small_copies
 from gpumagic.analysis.metrics import copy_groups
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for, windows
+from gpumagic.analysis.rules.compute import is_training
 
 #: Fire when one direction has at least this many small copies per step ...
 MIN_PER_STEP = 16
@@ -16,6 +17,18 @@ MIN_PER_STEP = 16
 #: copies) together — the same floor as ``host-sync``'s 2 %.
 MIN_COST_FRAC = 0.02
 DOC = "https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/index.html#data-transfer-between-host-and-device"
+
+
+def small_transfer_windows(ctx: Context) -> iv.Intervals:
+    """The time the small copies of the directions over :data:`MIN_PER_STEP` cost (host calls ∪
+    GPU copies while the GPU does nothing else): the idle time fixing them recovers, for combining
+    gains across findings (issue 10's ``analysis.gains`` claims)."""
+    steps = max(len(ctx.step_bounds), 1)
+    cost = iv.empty()
+    for r in small_copies(ctx, copy_groups(ctx)).values():
+        if r["count"] / steps >= MIN_PER_STEP:
+            cost = iv.merge(cost, r["cost"])
+    return cost
 
 
 def small_transfers(ctx: Context, m: dict):
@@ -69,8 +82,7 @@ for x, y in loader:
     x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)"""),
             pytorch("Keep constants on the GPU: create them once, outside the loop",
                     'scale = torch.tensor(0.5, device="cuda")   # not torch.tensor(0.5).cuda() every step'),
-            huggingface("The Trainer collates and pins batches; keep per-sample work in the dataset",
-                        "TrainingArguments(..., dataloader_pin_memory=True)"),
-        ),
+        ) + ((huggingface("The Trainer collates and pins batches; keep per-sample work in the dataset",
+                          "TrainingArguments(..., dataloader_pin_memory=True)"),) if is_training(ctx) else ()),
         doc_url=DOC,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from gpumagic.analysis import devices
@@ -34,6 +36,16 @@ MFU_DOC = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
 SMALL_DOC = "https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/index.html#data-transfer-between-host-and-device"
 
 
+#: Operators and kernels only a training step runs: autograd, backward kernels, optimizer steps
+#: (the same test as issue 10's ``Context.workload``, which can replace :func:`is_training`).
+TRAINING_RE = re.compile(r"(autograd::engine|Backward|_backward|Optimizer\.(step|zero_grad)|optimizer\.step|wgrad|dgrad)")
+
+
+def is_training(ctx: Context) -> bool:
+    """Whether the trace shows a backward pass or an optimizer step (else: inference advice)."""
+    return bool(ctx.trace.name_ids(lambda n: bool(TRAINING_RE.search(n))).any())
+
+
 def low_compute_efficiency(ctx: Context, m: dict):
     """Signal: model FLOPs utilisation (``metrics.compute.mfu``: FLOPs of the matmul-family
     operators over the window ÷ the device's dense peak for their dtype) while the GPU is busy.
@@ -62,26 +74,29 @@ def low_compute_efficiency(ctx: Context, m: dict):
         numbers={"mfu": c["mfu"], "achieved_tflops": c["achieved_tflops"], "peak_tflops": c["peak_tflops"],
                  "dtype": c["dtype"], "gpu_busy_frac": busy, "threshold_mfu": MFU_LOW},
         est_gain=gain, gain_method="busy share × (1 − MFU / 10 %): the GPU time saved if MFU rose to the threshold",
-        fixes=_efficiency_fixes(c),
+        fixes=_efficiency_fixes(c, is_training(ctx)),
         doc_url=MFU_DOC,
     )
 
 
-def _efficiency_fixes(c: dict):
+def _efficiency_fixes(c: dict, training: bool):
     fixes = []
     peak = devices.peak_for(c["device_name"])
     if c["dtype"] in ("fp32", "tf32") and peak and peak.tflops.get("bf16"):
+        body = "    loss = loss_fn(model(x), y)" if training else "    out = model(x)"
         fixes.append(pytorch(f"Use the faster dtype: bf16/fp16 peaks at {peak.tflops.get('bf16', 0):g} TFLOP/s here",
                              'torch.set_float32_matmul_precision("high")   # TF32 first, one line\n'
-                             'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n'
-                             '    loss = loss_fn(model(x), y)'))
+                             f'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n{body}'))
     fixes += [
-        pytorch("Give each matmul more work: a bigger batch (or sequence packing)",
-                "loader = DataLoader(dataset, batch_size=2 * batch_size, ...)"),
+        pytorch("Give each matmul more work: a bigger batch (or sequence packing)" if training else
+                "Give each matmul more work: batch requests together",
+                "loader = DataLoader(dataset, batch_size=2 * batch_size, ...)" if training else
+                "out = model(torch.stack(requests))   # one call for many inputs"),
         pytorch("Fuse the memory-bound kernels between matmuls", "model = torch.compile(model)"),
-        huggingface("Through TrainingArguments", "TrainingArguments(..., bf16=True, torch_compile=True, "
-                                                 "per_device_train_batch_size=64)"),
     ]
+    if training:
+        fixes.append(huggingface("Through TrainingArguments", "TrainingArguments(..., bf16=True, torch_compile=True, "
+                                                              "per_device_train_batch_size=64)"))
     return tuple(fixes)
 
 
@@ -138,6 +153,13 @@ def too_small_for_gpu(ctx: Context, m: dict):
         ),
         doc_url=SMALL_DOC,
     )
+
+
+def too_small_windows(ctx: Context):
+    """The GPU idle time of the window: what too-small-for-gpu's fixes recover (more work per
+    launch fills it; on the CPU there is no GPU to idle), for combining gains across findings
+    (issue 10's ``analysis.gains`` claims)."""
+    return ctx.gaps.intervals
 
 
 def _flops_per_step(m: dict, ctx: Context, steps: int) -> float | None:

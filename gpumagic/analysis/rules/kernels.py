@@ -9,6 +9,7 @@ from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import kernel_mask
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for, windows
+from gpumagic.analysis.rules.compute import is_training
 
 #: A softmax kernel is attention's when a matmul kernel runs within this many kernels before it
 #: and after it on the same stream (QKᵀ → [scale, mask] → softmax → [dropout] → ·V).
@@ -125,8 +126,9 @@ def elementwise_bound(ctx: Context, m: dict):
     if share < ELEMENTWISE_SHARE:
         return None
     gain = ctx.frac(e_ns) * (1 - 1 / FUSION_SPEEDUP)
-    optimizer = any("multi_tensor_apply" in ctx.trace.names[n] or "Adam" in ctx.trace.names[n]
-                    for n in np.unique(ev.name[e_rows]).tolist())
+    training = is_training(ctx)
+    optimizer = training and any("multi_tensor_apply" in ctx.trace.names[n] or "Adam" in ctx.trace.names[n]
+                                 for n in np.unique(ev.name[e_rows]).tolist())
     med_us = float(median(ev.dur_ns[e_rows])) / 1000
     return finding(
         "elementwise-bound", severity=severity_for(gain),
@@ -143,12 +145,12 @@ def elementwise_bound(ctx: Context, m: dict):
                  "elementwise_kernels": int(e_rows.size), "median_us": round(med_us, 3),
                  "threshold_frac": ELEMENTWISE_SHARE},
         est_gain=gain, gain_method="elementwise kernel time × (1 − 1/2), the fusion speed-up",
-        fixes=_fusion_fixes(optimizer),
+        fixes=_fusion_fixes(optimizer, training),
         doc_url=COMPILE_DOC,
     )
 
 
-def _fusion_fixes(optimizer: bool):
+def _fusion_fixes(optimizer: bool, training: bool):
     fixes = [pytorch("Let the compiler fuse chains of elementwise operations", "model = torch.compile(model)")]
     if optimizer:
         fixes.append(pytorch("Fuse the optimizer's per-parameter math into a few kernels",
@@ -156,7 +158,8 @@ def _fusion_fixes(optimizer: bool):
     fixes += [
         pytorch("Use the fused forms of norms and losses",
                 "y = torch.nn.functional.rms_norm(x, (d,), weight)   # one kernel, not pow/mean/rsqrt/mul\n"
-                "loss = torch.nn.functional.cross_entropy(logits, target)   # not log(softmax(x))"),
+                + ("loss = torch.nn.functional.cross_entropy(logits, target)   # not log(softmax(x))" if training else
+                   "probs = torch.softmax(logits, dim=-1)   # one kernel, not exp / sum / div")),
         pytorch("Last: a custom Triton kernel for a hot chain the compiler misses (see example notebook 07)",
                 """
 @triton.jit
@@ -164,6 +167,8 @@ def bias_gelu(x_ptr, b_ptr, out_ptr, n, d, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + i, mask=i < n) + tl.load(b_ptr + i % d, mask=i < n)
     tl.store(out_ptr + i, 0.5 * x * (1 + tl.erf(x * 0.7071067811865476)), mask=i < n)"""),
-        huggingface("Through TrainingArguments", 'TrainingArguments(..., torch_compile=True, optim="adamw_torch_fused")'),
     ]
+    if training:
+        fixes.append(huggingface("Through TrainingArguments",
+                                 'TrainingArguments(..., torch_compile=True, optim="adamw_torch_fused")'))
     return tuple(fixes)
