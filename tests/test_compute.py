@@ -485,3 +485,16 @@ def test_inference_gets_no_training_advice():
 def test_tf32_is_the_first_step_on_ampere():
     f = fixture_report("event_sync_multistream.json.gz").finding("mixed-precision-off")  # FP32 sgemm on an A100
     assert "set_float32_matmul_precision" in f.fixes[0].code and "autocast" in f.fixes[1].code
+
+
+def test_claim_windows_match_the_quoted_cost():
+    """The windows offered for combining gains are the cost the finding quotes."""
+    from gpumagic import load_trace
+    from gpumagic.analysis import intervals as iv
+    from gpumagic.analysis.context import build_context
+    from gpumagic.analysis.rules.chunks import small_transfer_windows
+
+    tb = copies_trace(20)
+    ctx = build_context(load_trace(tb.to_dict()))
+    n = analyze(tb.to_dict()).finding("small-transfers").evidence.numbers
+    assert iv.total(small_transfer_windows(ctx)) / ctx.window_ns == pytest.approx(n["cost_frac"], abs=1e-4)
