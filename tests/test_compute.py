@@ -129,7 +129,8 @@ def test_peak_table_names_sku_variants(name, sku, bf16):
     assert peak.sku == sku and peak.tflops["bf16"] == bf16 and peak.source
 
 
-@pytest.mark.parametrize("name", ["", "   ", None, "NVIDIA H800", "Some Future GPU", "AMD Instinct MI250X/MI250"])
+@pytest.mark.parametrize("name", ["", "   ", None, "NVIDIA H800", "Some Future GPU", "AMD Instinct MI250X/MI250",
+                                  "NVIDIA GeForce RTX 3090 Ti", "NVIDIA GeForce RTX 4090 Laptop GPU", "NVIDIA L40"])
 def test_unknown_or_ambiguous_devices_get_no_peak(name):
     assert devices.peak_tflops(name, "bf16") == (None, None)
 

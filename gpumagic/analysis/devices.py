@@ -9,7 +9,8 @@ and CDNA 3 (AMD MI300) on. A dtype a device has no rate for is absent: the MFU i
 Names are matched on what ``torch.cuda.get_device_name()`` / the trace's ``deviceProperties``
 report (``"NVIDIA H100 80GB HBM3"``, ``"Tesla V100-SXM2-32GB"``, ``"AMD Instinct MI300X VF"``).
 A name that matches no entry, or matches one only ambiguously (``"AMD Instinct MI250X/MI250"``),
-gets ``None`` — never a guess.
+gets ``None`` — never a guess. GeForce entries match the exact model only (a "Ti", "SUPER", "D"
+or laptop variant has other clocks and is not listed).
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ PEAKS: tuple[tuple[re.Pattern, Peak], ...] = tuple((re.compile(p, re.IGNORECASE)
     (r"A10G", Peak("A10G", {}, "AWS-only SKU: NVIDIA publishes no datasheet figures for it; no peak is assumed")),
     (r"\bA10\b", Peak("A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0},
                       "NVIDIA A10 datasheet: FP32 31.2, TF32 62.5 (125*), BF16/FP16 125 (250*) TFLOPS")),
-    (r"RTX 3090", Peak("GeForce RTX 3090", {"fp32": 35.6, "tf32": 35.6, "bf16": 71.0, "fp16": 71.0},
-                       "NVIDIA Ampere GA102 GPU architecture whitepaper, Table 9 (RTX 3090): FP32 35.6; "
+    (r"RTX 3090\s*$", Peak("GeForce RTX 3090", {"fp32": 35.6, "tf32": 35.6, "bf16": 71.0, "fp16": 71.0},
+                       "NVIDIA Ampere GA102 GPU architecture whitepaper (RTX 3090): FP32 35.6; "
                        "TF32 35.6; FP16/BF16 tensor with FP32 accumulate 71 TFLOPS dense")),
-    (r"RTX 3080", Peak("GeForce RTX 3080", {"fp32": 29.8, "tf32": 29.8, "bf16": 59.5, "fp16": 59.5},
-                       "NVIDIA Ampere GA102 GPU architecture whitepaper, Table 9 (RTX 3080): FP32 29.8; "
+    (r"RTX 3080\s*$", Peak("GeForce RTX 3080", {"fp32": 29.8, "tf32": 29.8, "bf16": 59.5, "fp16": 59.5},
+                       "NVIDIA Ampere GA102 GPU architecture whitepaper (RTX 3080): FP32 29.8; "
                        "TF32 29.8; FP16/BF16 tensor with FP32 accumulate 59.5 TFLOPS dense")),
     # --- NVIDIA Ada ---
     (r"L40S", Peak("L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05, "fp8": 733.0},
@@ -68,11 +69,11 @@ PEAKS: tuple[tuple[re.Pattern, Peak], ...] = tuple((re.compile(p, re.IGNORECASE)
     (r"\bL4\b", Peak("L4", {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0, "fp8": 242.5},
                      "NVIDIA L4 datasheet: FP32 30.3; TF32 120*, BF16/FP16 242*, FP8 485* TFLOPS "
                      "(*with sparsity; dense is half)")),
-    (r"RTX 4090", Peak("GeForce RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2, "fp8": 330.3},
-                       "NVIDIA Ada GPU architecture whitepaper, Table 2 (RTX 4090): FP32 82.6; TF32 82.6; "
+    (r"RTX 4090\s*$", Peak("GeForce RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2, "fp8": 330.3},
+                       "NVIDIA Ada GPU architecture whitepaper (RTX 4090): FP32 82.6; TF32 82.6; "
                        "FP16/BF16 with FP32 accumulate 165.2; FP8 with FP32 accumulate 330.3 TFLOPS dense")),
-    (r"RTX 4080", Peak("GeForce RTX 4080", {"fp32": 48.7, "tf32": 48.7, "bf16": 97.5, "fp16": 97.5, "fp8": 194.9},
-                       "NVIDIA Ada GPU architecture whitepaper, Table 3 (RTX 4080 16GB): FP32 48.7; TF32 48.7; "
+    (r"RTX 4080\s*$", Peak("GeForce RTX 4080", {"fp32": 48.7, "tf32": 48.7, "bf16": 97.5, "fp16": 97.5, "fp8": 194.9},
+                       "NVIDIA Ada GPU architecture whitepaper (RTX 4080 16GB): FP32 48.7; TF32 48.7; "
                        "FP16/BF16 with FP32 accumulate 97.5; FP8 194.9 TFLOPS dense")),
     # --- NVIDIA Hopper ---
     (r"H100.*NVL", Peak("H100 NVL", _H_NVL, "NVIDIA H100 datasheet, H100 NVL: FP32 60, TF32 835*, "
@@ -89,7 +90,7 @@ PEAKS: tuple[tuple[re.Pattern, Peak], ...] = tuple((re.compile(p, re.IGNORECASE)
     (r"B200", Peak("B200", {"fp32": 75.0, "tf32": 1125.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
                    "NVIDIA HGX B200 specifications (8 GPUs): FP32 600 TFLOPS, TF32 18*, FP16/BF16 36*, "
                    "FP8 72* PFLOPS (*with sparsity); per GPU dense = /8, /2")),
-    (r"RTX 5090", Peak("GeForce RTX 5090", {"fp32": 104.8, "tf32": 104.8, "bf16": 209.5, "fp16": 209.5, "fp8": 419.0},
+    (r"RTX 5090\s*$", Peak("GeForce RTX 5090", {"fp32": 104.8, "tf32": 104.8, "bf16": 209.5, "fp16": 209.5, "fp8": 419.0},
                        "NVIDIA RTX Blackwell GPU architecture whitepaper (RTX 5090): FP32 104.8; TF32 104.8; "
                        "FP16/BF16 with FP32 accumulate 209.5; FP8 with FP32 accumulate 419 TFLOPS dense")),
     # --- AMD Instinct (CDNA) ---
