@@ -228,6 +228,11 @@ def test_attention_flops_and_causal_half():
     tb = TraceBuilder(cc=None)
     op(tb, "aten::scaled_dot_product_attention", 10, 30, [q, q, q, [], [], []], concrete=["", "", "", "", "0.", "True"])
     assert compute(tb)["flops"] == full / 2
+    tb = TraceBuilder(cc=None)  # the flash variant called directly (a compiled graph), (batch, seq, heads, dim)
+    blhd = [1, 128, 8, 64]
+    op(tb, "aten::_flash_attention_forward", 10, 30, [blhd, blhd, blhd] + [[]] * 6,
+       concrete=["", "", "", "", "", "128", "128", "0.", "True"])
+    assert compute(tb)["flops"] == full / 2
 
 
 def test_ops_outside_the_window_do_not_count():

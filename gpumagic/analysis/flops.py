@@ -55,6 +55,12 @@ ATTN_BWD = frozenset({"aten::_scaled_dot_product_flash_attention_backward",
                       "aten::_scaled_dot_product_flash_attention_for_cpu_backward"})
 ATTN_BWD_BLHD = frozenset({"aten::_flash_attention_backward", "aten::_efficient_attention_backward"})
 ATTN_BWD_FACTOR = 2.5
+#: Where each attention operator takes ``is_causal`` (aten/src/ATen/native/native_functions.yaml):
+#: a causal mask skips half of the score matrix.
+CAUSAL_ARG = {"aten::scaled_dot_product_attention": 5, "aten::_scaled_dot_product_flash_attention": 4,
+              "aten::_scaled_dot_product_efficient_attention": 6, "aten::_scaled_dot_product_cudnn_attention": 6,
+              "aten::_flash_attention_forward": 8, "aten::_scaled_dot_product_flash_attention_backward": 11,
+              "aten::_scaled_dot_product_efficient_attention_backward": 11}
 #: ``Input type`` strings → the dtypes ``metrics.compute.dtype`` names.
 DTYPES = {"float": "fp32", "c10::Half": "fp16", "Half": "fp16", "c10::BFloat16": "bf16", "BFloat16": "bf16",
           "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
@@ -122,7 +128,8 @@ def matmul_flops(name: str, dims: list) -> float | None:
 
 
 def attention_flops(name: str, dims: list, concrete) -> float | None:
-    """``2·B·H·L·S·(D + Dv)``, halved for a causal mask, ×2.5 for a backward."""
+    """``2·B·H·L·S·(D + Dv)``, halved for a causal mask (when ``is_causal`` was recorded), ×2.5 for
+    a backward."""
     off = 1 if name in ATTN_BWD or name in ATTN_BWD_BLHD else 0
     q, k, v = _tensor(dims, off), _tensor(dims, off + 1), _tensor(dims, off + 2)
     if not q or not k or not v or len(q) != 4 or len(k) != 4 or len(v) != 4:
@@ -134,7 +141,7 @@ def attention_flops(name: str, dims: list, concrete) -> float | None:
         b, h, lq, d = q
         s, dv = k[2], v[3]
     flops = 2.0 * b * h * lq * s * (d + dv)
-    if name in ATTN_FWD and _concrete(concrete, 5) is True:  # sdpa(q, k, v, mask, dropout, is_causal)
+    if name in CAUSAL_ARG and _concrete(concrete, CAUSAL_ARG[name]) is True:
         flops /= 2
     return flops * (ATTN_BWD_FACTOR if off else 1.0)
 
