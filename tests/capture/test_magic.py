@@ -234,3 +234,11 @@ def test_unload_removes_the_magic_and_load_brings_it_back(shell):
     finally:
         shell.run_line_magic("load_ext", "gpumagic")
     assert shell.find_cell_magic("gpuprofile") is not None
+
+
+def test_flops_option_gives_compute_metrics_from_the_profilers_counts(shell):
+    result, _ = run(shell, "%%gpuprofile --flops --quiet -o rep" + TRAIN.format(n=8))
+    assert result.success
+    c = shell.user_ns["rep"].metrics["compute"]
+    # per step: forward addmm 2·8·16·1, weight gradient mm 2·8·16·1 (the input needs no gradient)
+    assert c["flops_source"] == "profiler" and c["flops_per_step"] == 2 * (2 * 8 * 16 * 1)
