@@ -199,7 +199,6 @@ class _Ops:
                 self.parent[i] = stack[-1]
                 self.children[stack[-1]].append(i)
             stack.append(i)
-        self.order = order
 
     def descendants(self, i: int):
         todo = list(self.children.get(i, ()))
