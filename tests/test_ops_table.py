@@ -64,3 +64,11 @@ def test_odd_shape_values_load_and_count_nothing():
 
     c = analyze(tb.to_dict()).metrics["compute"]
     assert (c["flops"], c["flops_source"], c["ops_unresolved"]) == (None, None, 2)
+
+
+def test_decoding_in_pieces_gives_the_same_table():
+    path = os.path.join(DATA, "resnet50_v100_workers0.json.gz")
+    one, two = load(path), load(path, workers=2)
+    assert len(one.ops) == len(two.ops) == 23622
+    assert (one.ops.ts_ns == two.ops.ts_ns).all() and (one.ops.lane == two.ops.lane).all()
+    assert one.ops.dims == two.ops.dims and one.ops.name == two.ops.name
