@@ -23,6 +23,8 @@ from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import sync_costs
 from gpumagic.analysis.rules.base import severity_for
+from gpumagic.analysis.rules.chunks import small_transfer_windows
+from gpumagic.analysis.rules.compute import too_small_windows
 from gpumagic.analysis.rules.cpu import saturated_idle
 from gpumagic.analysis.rules.dataloader import DATALOADER_FRAC
 from gpumagic.analysis.rules.launch import host_ops_in_wait, launch_wait
@@ -30,16 +32,20 @@ from gpumagic.analysis.rules.transfers import exposed_copies
 from gpumagic.analysis.rules.utilization import LONG_GAPS_FRAC, long_gap_intervals
 from gpumagic.report.model import Finding
 
-#: Findings whose gain is GPU idle time (issue 10's list; ``small-transfers`` and
-#: ``too-small-for-gpu`` are issue 14's ids, covered here before they exist).
+#: Findings whose gain is GPU idle time.
 IDLE_TYPE = frozenset({"dataloader-bound", "host-sync", "launch-bound", "cpu-bound", "transfer-bound",
                        "gpu-idle-gaps", "low-gpu-utilization", "host-cpu-saturated", "small-transfers",
                        "too-small-for-gpu"})
 #: Most specific cause first: a moment goes to the first finding in this order that claims it.
 #: ``host-cpu-saturated`` comes before ``dataloader-bound`` because when the cores are saturated
 #: the loader wait is the symptom and less CPU work per batch is the fix.
+#: ``too-small-for-gpu`` (the work itself is too small to keep any GPU busy) claims what the ways
+#: to launch faster leave, so ``launch-bound`` keeps its own share when both fire.
 CLAIM_ORDER = ("host-cpu-saturated", "dataloader-bound", "host-sync", "transfer-bound", "small-transfers",
-               "too-small-for-gpu", "cpu-bound", "launch-bound", "gpu-idle-gaps", "low-gpu-utilization")
+               "cpu-bound", "launch-bound", "gpu-idle-gaps", "too-small-for-gpu", "low-gpu-utilization")
+#: Findings whose windows include copy time on the GPU (busy, not idle): not cut to the idle time,
+#: but still within the idle budget.
+COPY_TIME = frozenset({"transfer-bound", "small-transfers"})
 #: Findings dropped when a more specific finding took their time and what is left falls below
 #: their own threshold: idle gaps already told as data-loader waits, or data-loader waits
 #: already told as a saturated CPU, are not a second story.
@@ -55,6 +61,8 @@ CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
     "cpu-bound": host_ops_in_wait,
     "launch-bound": launch_wait,
     "gpu-idle-gaps": long_gap_intervals,
+    "small-transfers": small_transfer_windows,
+    "too-small-for-gpu": too_small_windows,
     "low-gpu-utilization": lambda ctx: ctx.gaps.intervals,
     "communication-heavy": lambda ctx: ctx.exclusive["communication"],
 }
@@ -76,7 +84,7 @@ def apportion(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], flo
             ns = min(int(f.est_gain * ctx.window_ns), budget)
         else:
             wanted = CLAIMS[fid](ctx)
-            if fid != "transfer-bound":
+            if fid not in COPY_TIME:
                 wanted = iv.intersect(wanted, idle)
             taken_by = [c for c, t in claimed_by.items() if iv.total(iv.intersect(wanted, t))]
             own = iv.subtract(wanted, claimed)

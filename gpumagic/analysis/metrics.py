@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
+from gpumagic.analysis import copysizes, flops
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
@@ -45,6 +46,8 @@ def compute(ctx: Context) -> dict[str, Any]:
         "memory": _memory(ctx),
         "communication": communication(ctx),
         "host": _host(ctx),
+        "compute": flops.metrics(ctx),
+        "small_copies": copysizes.metrics(ctx, copy_groups(ctx)),
         **({"samples": _samples(ctx)} if ctx.trace.samples is not None else {}),
     }
 

@@ -180,3 +180,48 @@ def copy_kind(name: str) -> tuple[str, str]:
         return direction, "device"
     host = {"HtoD": src, "DtoH": dst}.get(direction, src)
     return direction, (host or "unknown").lower()
+
+
+# --- Kernel-level classes: fused attention, softmax, elementwise/reduction -----------
+#: Fused attention kernels: FlashAttention (``flash_fwd_kernel``/``flash_bwd``, the names in
+#: PyTorch's ``aten/src/ATen/native/transformers/cuda/flash_attn``), memory-efficient attention
+#: (``fmha_cutlassF``/``fmha_cutlassB``, xFormers' kernels vendored in PyTorch's
+#: ``mem_eff_attention``), cuDNN's SDPA (``cudnn_generated_fort_native_sdpa``, names seen in
+#: cuDNN frontend traces), fused MHA (``fmha``), AMD Composable Kernel ``ck_fmha``/``fmha_fwd``
+#: and aiter ``mha_fwd``, Triton attention (``attn_fwd``/``attn_bwd`` in the TraceLens MI300X
+#: traces, vLLM's ``unified_attention``/``paged_attention``).
+FUSED_ATTENTION_RE = re.compile(
+    r"(flash_fwd|flash_bwd|flash_attn|FlashAttn|fmha|efficient_attention|mem_eff|native_sdpa|_sdpa_|"
+    r"attn_fwd|attn_bwd|unified_attention|paged_attention|mha_fwd|mha_bwd)",
+    re.IGNORECASE,
+)
+#: Softmax kernels: PyTorch's ``cunn_SoftMaxForward``/``softmax_warp_forward`` (aten/src/ATen/
+#: native/cuda/SoftMax.cu, PersistentSoftmax.cuh), MIOpen ``SoftmaxForward``, Triton ``*softmax*``.
+SOFTMAX_RE = re.compile(r"softmax", re.IGNORECASE)
+#: Memory-bound elementwise, reduction and normalisation kernels, the work fusion collapses.
+#: PyTorch's TensorIterator kernels are ``elementwise_kernel``, ``vectorized_elementwise_kernel``,
+#: ``unrolled_elementwise_kernel`` and ``reduce_kernel`` (aten/src/ATen/native/cuda/Loops.cuh,
+#: Reduce.cuh); optimizers' ``multi_tensor_apply_kernel`` (ForeachFunctors.cuh); normalisation:
+#: cuDNN ``bn_fw_*``/``bn_bw_*``, PyTorch ``batch_norm_*``, ``layer_norm``, ``group_norm``,
+#: ``rms_norm``, ck_tile ``rmsnorm``; softmax; ``CatArrayBatchedCopy``. Triton kernels that
+#: Inductor generated (``triton_poi_``/``triton_red_``/``triton_per_``) are already fused and do
+#: not count.
+ELEMENTWISE_RE = re.compile(
+    r"(elementwise_kernel|reduce_kernel|multi_tensor_apply|\bbn_fw|\bbn_bw|batch_norm|layer_norm|LayerNorm|"
+    r"group_norm|rms_?norm|softmax|CatArrayBatchedCopy|\bindex_elementwise|fill_kernel|"
+    r"(?<![a-z])(add|mul|div|where|copy)_kernel)",
+    re.IGNORECASE,
+)
+INDUCTOR_FUSED_RE = re.compile(r"^triton_(poi|red|per|tem)_")
+
+
+def is_fused_attention(name: str) -> bool:
+    return bool(FUSED_ATTENTION_RE.search(name))
+
+
+def is_softmax(name: str) -> bool:
+    return bool(SOFTMAX_RE.search(name)) and not is_fused_attention(name)
+
+
+def is_elementwise(name: str) -> bool:
+    return bool(ELEMENTWISE_RE.search(name)) and not INDUCTOR_FUSED_RE.match(name) and not is_nccl(name)

@@ -31,6 +31,7 @@ class CaptureOptions:
     path to write the bundle to.
     ``shapes``/``stack``/``memory`` turn on torch.profiler's ``record_shapes``/``with_stack``/
     ``profile_memory``; they inflate host time and the trace, so they are off by default.
+    ``flops`` turns on ``with_flops`` (the profiler's own FLOP counts) and, with it, shapes.
     """
 
     label: str = ""
@@ -45,6 +46,7 @@ class CaptureOptions:
     stack: bool = False
     memory: bool = False
     save: str | None = None
+    flops: bool = False
 
     def __post_init__(self) -> None:
         _check_int("skip", self.skip, 0)
@@ -83,7 +85,8 @@ class CaptureOptions:
             "max_seconds": self.cap_seconds,
             "interval_ms": self.interval_ms,
             "nvml": self.nvml,
-            "record_shapes": self.shapes,
+            "record_shapes": self.shapes or self.flops,
+            "with_flops": self.flops,
             "with_stack": self.stack,
             "profile_memory": self.memory,
         }

@@ -8,6 +8,7 @@ finds the step boundaries.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -48,8 +49,9 @@ class TorchRecorder:
         with tp.record_function("gpumagic::warmup"):  # first use costs ~1 ms: keep it off the anchor
             pass
         activities = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if self.cuda else [])
-        prof = tp.profile(activities=activities, record_shapes=self.options.shapes,
-                          with_stack=self.options.stack, profile_memory=self.options.memory)
+        prof = tp.profile(activities=activities, record_shapes=self.options.shapes or self.options.flops,
+                          with_stack=self.options.stack, profile_memory=self.options.memory,
+                          with_flops=self.options.flops)
         with profiler_warnings_hidden():
             prof.start()
         self._prof, self.recording = prof, True
@@ -98,11 +100,35 @@ class TorchRecorder:
         os.close(fd)
         try:
             with profiler_warnings_hidden():
+                counts = _flop_counts(self._prof) if self.options.flops else {}
                 self._prof.export_chrome_trace(path)
-            return Path(path).read_bytes()
+            raw = Path(path).read_bytes()
+            return _with_flops(raw, counts) if counts else raw
         finally:
             os.unlink(path)
             self._prof = None
+
+
+def _flop_counts(prof) -> dict[int, tuple[str, int]]:
+    """``with_flops=True`` computes FLOPs per operator (``FunctionEvent.flops``), but torch's
+    Chrome-trace export does not write them; keyed by the operator's id (its ``External id``)."""
+    return {int(e.id): (e.name, int(e.flops)) for e in prof.events() if getattr(e, "flops", 0)}
+
+
+def _with_flops(raw: bytes, counts: dict[int, tuple[str, int]]) -> bytes:
+    """The trace with ``args["flops"]`` on the operators the profiler counted (the trace layer
+    reads it); a trace that is not strict JSON is returned unchanged."""
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return raw
+    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+    for e in events if isinstance(events, list) else ():
+        args = e.get("args") if isinstance(e, dict) and e.get("ph") == "X" else None
+        hit = counts.get(args.get("External id")) if isinstance(args, dict) else None
+        if hit is not None and hit[0] == e.get("name"):
+            args["flops"] = hit[1]
+    return json.dumps(doc).encode()
 
 
 def _synchronize_cuda() -> None:

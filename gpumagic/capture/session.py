@@ -237,8 +237,8 @@ class CaptureSession:
         for sampler in self._samplers:
             if sampler.error:
                 self.notes.append(f"{sampler.name.upper()} sampling stopped early: {sampler.error}.")
-        if opts.shapes or opts.stack or opts.memory:
-            self.notes.append("Shapes, stacks or memory were recorded: they add host time per operator, so "
+        if opts.shapes or opts.stack or opts.memory or opts.flops:
+            self.notes.append("Shapes, FLOPs, stacks or memory were recorded: they add host time per operator, so "
                               "launch- and CPU-bound findings may be overstated.")
 
     def _build(self, raw: bytes) -> None:

@@ -1,8 +1,9 @@
-"""The header every render starts with: six facts readable in five seconds.
+"""The header every render starts with: a few facts readable in five seconds.
 
 Wall time, steps recorded, median step time, GPU busy share, the share of step time that
-fixing every finding could save (``combined_gain``), and the top finding with its estimated
-gain. Text, HTML and the widget all read :func:`header_facts`, so they agree.
+fixing every finding could save (``combined_gain``), achieved TFLOP/s and MFU when FLOPs are
+known, and the top finding with its estimated gain. Text, HTML and the widget all read
+:func:`header_facts`, so they agree.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ class Fact:
 
 
 def header_facts(report: Report) -> list[Fact]:
-    """The numeric facts of the header, in reading order."""
+    """The numeric facts of the header, in reading order: five, and a sixth (achieved TFLOP/s and
+    MFU) when the trace recorded the shapes or FLOPs that ``metrics.compute`` needs."""
     m = report.metrics
     steps = metric(m, "steps", "count")
     cpu_only = bool(metric(m, "trace", "cpu_only"))
-    return [
+    facts = [
         Fact("Wall time", fmt_ms(metric(m, "window", "dur_ms")), _window_hint(m)),
         Fact("Steps recorded", MISSING if steps is None else str(steps), "ProfilerStep# markers in the trace"),
         Fact("Median step", fmt_ms(metric(m, "steps", "median_ms")), "median duration of the recorded steps"),
@@ -46,6 +48,12 @@ def header_facts(report: Report) -> list[Fact]:
         Fact("Fixing all", "nothing found" if not report.findings else f"up to {fmt_pct(report.combined_gain)}",
              "estimated share of step time saved by fixing every finding together, overlapping time counted once"),
     ]
+    tflops, mfu = metric(m, "compute", "achieved_tflops"), metric(m, "compute", "mfu")
+    if tflops is not None:  # only when FLOPs were recorded (--shapes / --flops)
+        value = f"{tflops:.3g} TFLOP/s" + ("" if mfu is None else f" \u00b7 MFU {fmt_pct(mfu)}")
+        facts.append(Fact("Compute", value, "matmul/conv FLOPs per second of wall time; MFU: that over the "
+                                            "device's dense peak for the dtype"))
+    return facts
 
 
 def _window_hint(m: dict[str, Any]) -> str:

@@ -36,7 +36,7 @@ INDENT = "   "
 def render_text(report: Report, width: int = 100) -> str:
     """The whole report as text lines no wider than ``width`` (code lines excepted)."""
     blocks = [
-        _header(report),
+        _header(report, width),
         _checklist(report, width),
         _breakdown(report),
         _kernels(report, width),
@@ -46,11 +46,16 @@ def render_text(report: Report, width: int = 100) -> str:
     return "\n\n".join(b for b in blocks if b) + "\n"
 
 
-def _header(report: Report) -> str:
-    facts = " \u00b7 ".join(f"{f.label} {f.value}" for f in header_facts(report))
+def _header(report: Report, width: int = 100) -> str:
+    facts = [""]
+    for f in header_facts(report):  # facts joined by " · ", a new line where the width would overflow
+        item = f"{f.label} {f.value}"
+        if facts[-1] and len(facts[-1]) + 3 + len(item) > width:
+            facts.append("")
+        facts[-1] = f"{facts[-1]} \u00b7 {item}" if facts[-1] else item
     top = top_finding(report)
     line = NO_FINDINGS if top is None else f"Top finding: {SEVERITY_BADGE[top.severity].strip()} {top.title} \u2014 {fmt_gain(top.est_gain)}"
-    return "\n".join([title_line(report), facts, line])
+    return "\n".join([title_line(report), *facts, line])
 
 
 def _checklist(report: Report, width: int) -> str:

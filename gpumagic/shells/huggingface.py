@@ -140,6 +140,10 @@ ADVICE = {
     "memory-pressure": _memory,
     "low-gpu-utilization": _bigger_batch,
     "communication-heavy": _communication,
+    "small-transfers": _pinned,
+    "elementwise-bound": _launch,
+    "low-compute-efficiency": _bigger_batch,
+    "too-small-for-gpu": _bigger_batch,
 }
 
 

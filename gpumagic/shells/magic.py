@@ -46,6 +46,8 @@ class GpuProfileMagics(Magics):
               help=f"NVML and host CPU sampling period (default {DEFAULT_INTERVAL_MS})")
     @argument("--no-nvml", action="store_true", help="do not sample the GPU through NVML")
     @argument("--shapes", action="store_true", help="record operator input shapes (adds overhead)")
+    @argument("--flops", action="store_true", help="record the profiler's FLOP counts and shapes, for "
+              "achieved TFLOP/s and MFU (adds overhead)")
     @argument("--stack", action="store_true", help="record Python call stacks (adds overhead)")
     @argument("--memory", action="store_true", help="record allocator events (adds overhead)")
     @argument("statement", nargs="*", help="line magic only: the statement to profile")
@@ -180,7 +182,8 @@ def _capture_options(args) -> CaptureOptions:
         return CaptureOptions(
             label=args.label or "", skip=args.skip, steps=args.steps, all_steps=args.all_steps,
             max_seconds=args.max_seconds, interval_ms=args.interval_ms, nvml=not args.no_nvml,
-            shapes=args.shapes, stack=args.stack, memory=args.memory, save=args.save)
+            shapes=args.shapes, stack=args.stack, memory=args.memory, save=args.save,
+            flops=args.flops)
     except CaptureError as exc:
         raise UsageError(f"%gpuprofile: {exc}") from None
 

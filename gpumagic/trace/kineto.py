@@ -56,7 +56,11 @@ def load(source: str | os.PathLike | dict | schema.TraceFile, *, workers: int = 
             raise TraceError(f"<dict>: not a PyTorch profiler trace ({short(exc)})") from None
         except RecursionError:
             raise TraceError("<dict>: nested too deeply to be a profiler trace") from None
-        return build(tf, [], "<dict>")
+        from gpumagic.trace import ops
+
+        trace = build(tf, [], "<dict>")
+        ops.attach_dicts(trace, source.get("traceEvents"))
+        return trace
     name = os.fspath(source)
     return from_bytes(read_bytes(name), name, workers=workers)
 
@@ -79,7 +83,7 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
         pieces = _pieces.decode_in_pieces(raw, workers)
     if pieces is not None:
         header, parts = pieces
-        return _assemble(header, parts, [], source, lambda: flows_from_bytes(raw))
+        return _with_ops(_assemble(header, parts, [], source, lambda: flows_from_bytes(raw)), raw)
     tf, notes = decode(raw, source)
     if tf.traceEvents is None:
         raise TraceError(f"{source}: not a PyTorch profiler trace (no traceEvents)")
@@ -91,7 +95,15 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
     else:
         flows = lambda: flows_from_bytes(raw)  # noqa: E731
     del tf  # free the structs before the columns are assembled
-    return _assemble(header, parts, notes, source, flows)
+    return _with_ops(_assemble(header, parts, notes, source, flows), raw)
+
+
+def _with_ops(trace: Trace, raw: bytes) -> Trace:
+    """Operators' shapes and FLOP counts, read in a second pass only when the file has them."""
+    from gpumagic.trace import ops
+
+    ops.attach(trace, raw)
+    return trace
 
 
 def build(tf: schema.TraceFile | schema.FastTraceFile, notes: list[str], source: str) -> Trace:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -170,6 +171,7 @@ class Trace:
     notes: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     source: str = ""
+    ops: Any = None  # gpumagic.trace.ops.OpTable when the file recorded shapes or FLOPs
 
     def name_ids(self, predicate) -> np.ndarray:
         """Boolean array over ``names``: which interned names satisfy ``predicate``."""

@@ -159,7 +159,7 @@ def test_bad_options_are_usage_errors(shell, source, fragment):
 def test_help_documents_every_option():
     doc = GpuProfileMagics.gpuprofile.__doc__
     for option in ("--output", "--label", "--quiet", "--save", "--skip", "--steps", "--all", "--max-seconds",
-                   "--interval-ms", "--no-nvml", "--shapes", "--stack", "--memory"):
+                   "--interval-ms", "--no-nvml", "--shapes", "--flops", "--stack", "--memory"):
         assert option in doc
 
 
@@ -234,3 +234,11 @@ def test_unload_removes_the_magic_and_load_brings_it_back(shell):
     finally:
         shell.run_line_magic("load_ext", "gpumagic")
     assert shell.find_cell_magic("gpuprofile") is not None
+
+
+def test_flops_option_gives_compute_metrics_from_the_profilers_counts(shell):
+    result, _ = run(shell, "%%gpuprofile --flops --quiet -o rep" + TRAIN.format(n=8))
+    assert result.success
+    c = shell.user_ns["rep"].metrics["compute"]
+    # per step: forward addmm 2·8·16·1, weight gradient mm 2·8·16·1 (the input needs no gradient)
+    assert c["flops_source"] == "profiler" and c["flops_per_step"] == 2 * (2 * 8 * 16 * 1)

@@ -46,6 +46,8 @@ def test_all_steps_records_from_the_start_without_limit_or_cap():
 def test_describe_reports_the_effective_window():
     d = CaptureOptions(skip=2, steps=3, shapes=True).describe()
     assert (d["skip"], d["steps"], d["record_shapes"], d["with_stack"]) == (2, 3, True, False)
+    d = CaptureOptions(flops=True).describe()
+    assert (d["record_shapes"], d["with_flops"]) == (True, True)  # FLOP counts need the shapes
 
 
 def test_default_window_actions():

@@ -100,3 +100,28 @@ def test_display_only_in_a_notebook_unless_asked(monkeypatch, train):
 
 def test_in_notebook_is_false_in_a_plain_process():
     assert api.in_notebook() is False
+
+
+def test_flops_option_records_the_profilers_counts_and_shapes(tmp_path):
+    """``flops=True`` (``%%gpuprofile --flops``): torch computes FLOPs per operator, gpumagic writes
+    them into the trace (torch's own export leaves them out), and metrics.compute reads them."""
+    import torch
+
+    a, b = torch.randn(64, 128), torch.randn(128, 32)
+    linear = torch.nn.Linear(128, 16)
+    with torch.no_grad(), api.profile(flops=True) as run:
+        for _ in range(3):
+            torch.mm(a, b)
+        linear(a)
+    c = run.report.metrics["compute"]
+    assert c["flops_source"] == "profiler"
+    assert c["flops"] == 3 * 2 * 64 * 128 * 32 + 2 * 64 * 128 * 16
+    assert c["dtype"] == "fp32" and c["peak_tflops"] is None  # CPU only: no GPU peak
+    saved = gpumagic_load(run.save(tmp_path / "f.json.gz"))
+    assert (saved.ops.flops > 0).sum() >= 4  # the counts travel in the bundle
+
+
+def gpumagic_load(path):
+    from gpumagic.trace import load
+
+    return load(path)

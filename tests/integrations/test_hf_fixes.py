@@ -152,3 +152,9 @@ def test_without_transformers_the_settings_are_unchecked(monkeypatch, w0):
     out = huggingface_fixes(w0)
     assert "transformers is not installed" in out.notes[-1]
     assert "dataloader_prefetch_factor=2" in out.finding("dataloader-bound").fixes[0].code
+
+
+def test_issue14_findings_have_trainer_settings():
+    out = huggingface_fixes(_report(_finding("small-transfers"), _finding("elementwise-bound")), fields=OLD_FIELDS)
+    assert "dataloader_pin_memory=True" in out.finding("small-transfers").fixes[0].code
+    assert "torch_compile=True" in out.finding("elementwise-bound").fixes[0].code

@@ -104,8 +104,8 @@ def run_notebook(tmp_path):
 # -- the committed files --------------------------------------------------------------------------
 
 
-def test_the_six_notebooks_are_found():
-    assert len(NAMES) == 6 and NAMES[0] == "01_quickstart"
+def test_the_seven_notebooks_are_found():
+    assert len(NAMES) == 7 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -216,3 +216,25 @@ def test_settings_to_kernels(run_notebook):
     assert "torch.compile" in output_of(nb, 'bert = gpumagic.analyze(DATA / "h100_bert_small_inference')
     bounds = output_of(nb, "kernel_bounds(resnet)")
     assert bounds.count("faster saves ≤") == 6, bounds
+
+
+def test_compute_efficiency(run_notebook):
+    nb = run_notebook("07_compute_efficiency")
+    check_gpu_cells(nb)
+    mfu = output_of(nb, 'resnet = gpumagic.analyze(DATA / "resnet50_v100_workers0')
+    busy, mfu_pct = re.search(r"GPU busy (\d+)%", mfu), re.search(r"MFU (\d+)%", mfu)
+    assert busy and mfu_pct and int(mfu_pct.group(1)) < int(busy.group(1))  # busy is not useful arithmetic
+    hand = re.search(r"by hand: ([\d.]+) TFLOP per step; gpumagic: ([\d.]+) TFLOP", output_of(nb, "forward_per_image"))
+    assert hand and abs(float(hand.group(2)) / float(hand.group(1)) - 1) < 0.2
+    live = re.search(r"flops_source: profiler; per step ([\d.]+) MFLOP \(by hand ([\d.]+) MFLOP\)",
+                     output_of(nb, 'c = mlp.metrics["compute"]'))
+    assert live and live.group(1) == live.group(2)  # --flops: the profiler's counts, checked by hand
+    sweep = output_of(nb, "SIZES = [8, 32, 128, 512, 1024]")
+    assert sweep.count("\n") >= 5 and "GFLOP/s" in sweep
+    assert "the CPU wins below n ≈" in output_of(nb, "n_cross = ")
+    bert = output_of(nb, 'bert = gpumagic.analyze(DATA / "h100_bert_small_inference')
+    assert "launch-bound" in bert and bert.rstrip().endswith("False")  # idle, yet not too small for a GPU
+    triton = output_of(nb, "def bias_gelu(x, bias)") + output_of(nb, "import triton.language as tl")
+    assert "fused kernel matches PyTorch" in triton or "Triton cannot run here" in triton
+    if "fused kernel matches PyTorch" in triton:
+        assert float(re.search(r"max error ([\d.e+-]+)", triton).group(1)) < 1e-4

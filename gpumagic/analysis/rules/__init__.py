@@ -8,9 +8,12 @@ false positives.
 from __future__ import annotations
 
 from gpumagic.analysis.rules.base import Rule
+from gpumagic.analysis.rules.chunks import small_transfers
 from gpumagic.analysis.rules.communication import communication_heavy
+from gpumagic.analysis.rules.compute import low_compute_efficiency, too_small_for_gpu
 from gpumagic.analysis.rules.cpu import host_cpu_saturated
 from gpumagic.analysis.rules.dataloader import dataloader_bound
+from gpumagic.analysis.rules.kernels import elementwise_bound, unfused_attention
 from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
 from gpumagic.analysis.rules.memory import memory_pressure
 from gpumagic.analysis.rules.precision import mixed_precision_off
@@ -24,11 +27,13 @@ from gpumagic.analysis.rules.warmup import warmup_in_window
 CAUSE_RULES: tuple[Rule, ...] = (
     host_cpu_saturated, dataloader_bound, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
+    small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
 )
 FINDING_IDS = (
     "dataloader-bound", "pageable-memcpy", "host-sync", "launch-bound", "low-gpu-utilization", "gpu-idle-gaps",
     "mixed-precision-off", "transfer-bound", "memory-pressure", "communication-heavy", "warmup-in-window", "cpu-bound",
-    "host-cpu-saturated",
+    "host-cpu-saturated", "small-transfers", "too-small-for-gpu", "low-compute-efficiency", "unfused-attention",
+    "elementwise-bound",
 )
 
 __all__ = ["CAUSE_RULES", "FINDING_IDS", "low_gpu_utilization"]

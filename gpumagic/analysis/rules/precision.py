@@ -52,30 +52,32 @@ def mixed_precision_off(ctx: Context, m: dict):
 
 
 def _inference_fixes(cc: float):
-    """Inference: autocast the forward pass (no loss scaling, no optimizer); bf16 from cc 8.0."""
+    """Inference: on Ampere and later TF32 first (one line), then autocast the forward pass (no loss
+    scaling, no optimizer); bf16 from cc 8.0."""
     dtype = "bfloat16" if cc >= 8.0 else "float16"
-    fixes = [pytorch(f"Autocast inference to {dtype}",
-                     f"""
+    autocast = pytorch(f"{'Then a' if cc >= 8.0 else 'A'}utocast inference to {dtype}",
+                       f"""
 with torch.inference_mode(), torch.autocast(device_type="cuda", dtype=torch.{dtype}):
-    out = model(x)""")]
+    out = model(x)""")
     if cc >= 8.0:
-        fixes.append(pytorch("At least let FP32 matmuls use TF32 tensor cores", 'torch.set_float32_matmul_precision("high")'))
-    return tuple(fixes)
+        return (pytorch("First, one line: let FP32 matmuls use TF32 tensor cores", 'torch.set_float32_matmul_precision("high")'),
+                autocast)
+    return (autocast,)
 
 
 def _fixes(cc: float):
-    """bf16 autocast on Ampere and later (cc ≥ 8.0, which also has TF32); fp16 with a
-    GradScaler on Volta/Turing, whose tensor cores have no bf16."""
+    """On Ampere and later (cc ≥ 8.0): TF32 first (one line, FP32 code unchanged), then bf16
+    autocast; fp16 with a GradScaler on Volta/Turing, whose tensor cores have no bf16 or TF32."""
     if cc >= 8.0:
         return (
-            pytorch("Autocast the forward pass to bfloat16",
+            pytorch("First, one line: let FP32 matmuls use TF32 tensor cores",
+                    'torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True\n'
+                    'torch.set_float32_matmul_precision("high")'),
+            pytorch("Then autocast the forward pass to bfloat16",
                     """
 with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
     loss = loss_fn(model(x), y)
 loss.backward()"""),
-            pytorch("At least let FP32 matmuls use TF32 tensor cores",
-                    'torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True\n'
-                    'torch.set_float32_matmul_precision("high")'),
             huggingface("Through TrainingArguments", "TrainingArguments(..., bf16=True, tf32=True)"),
         )
     return (

@@ -1,0 +1,416 @@
+"""FLOPs of the matmul-family and convolution operators in a window, and ``metrics["compute"]``.
+
+Where the numbers come from, best first:
+
+- ``"profiler"``: ``torch.profiler(with_flops=True)`` writes ``args["flops"]`` on the operators
+  it has a formula for (matmuls and ``conv2d`` forward; PyTorch ``torch/csrc/profiler/util.cpp``,
+  ``computeFlops``). Work it has no formula for (convolution backward, attention) is added from
+  shapes.
+- ``"shapes"``: from ``record_shapes=True``'s input sizes, with the usual counts (a multiply-add is
+  2 FLOPs): ``mm``/``addmm`` ``2·M·K·N``, ``bmm``/``baddbmm`` ``2·B·M·K·N``, ``linear`` ``2·rows·in·out``,
+  a convolution ``2 · numel(output) · Cin/groups · kernel area`` (= ``2 · numel(output) ·
+  prod(weight.shape[1:])``), its backward the same per gradient it computes (input and weight:
+  2× the forward), attention ``2·B·H·L·S·(D + Dv)`` forward and 2.5× that backward (five matmuls
+  instead of two; FlashAttention-2 paper, Dao 2023, §4 counts the same).
+
+Each piece of work counts once: an operator of the family counts only when no enclosing operator
+on its thread is of the family (``aten::linear`` counts, the ``aten::addmm`` inside it does not).
+A convolution's output size comes from its recorded stride/padding (``Concrete Inputs``, torch ≥
+2.1); old traces record neither, so it comes from the backward operator of the same input and
+weight shapes (whose ``grad_output`` has the output's size), or else from the input of the next
+operator on the thread that takes a tensor of the output's batch and channels.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from gpumagic.analysis import devices
+
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                        "aten::_addmm_activation", "aten::addbmm", "aten::_scaled_mm"})
+CONV_RE = re.compile(r"^aten::(conv[123]d|convolution|_convolution|cudnn_convolution(_relu|_add_relu)?|"
+                     r"miopen_convolution|miopen_depthwise_convolution|mkldnn_convolution|_slow_conv2d_forward|"
+                     r"slow_conv2d_forward|thnn_conv2d|_nnpack_spatial_convolution|slow_conv3d)$")
+CONV_T_RE = re.compile(r"^aten::(conv_transpose[123]d|cudnn_convolution_transpose|miopen_convolution_transpose|"
+                       r"slow_conv_transpose[23]d)$")
+#: Backward with (grad_output, input, weight): today's ``convolution_backward`` and the slow paths.
+CONV_BWD_GRAD_FIRST = frozenset({"aten::convolution_backward", "aten::slow_conv2d_backward",
+                                 "aten::thnn_conv2d_backward", "aten::_slow_conv2d_backward"})
+#: Backward with (input, grad_output, weight): the cuDNN/MIOpen/oneDNN backward of torch < 1.11.
+CONV_BWD_INPUT_FIRST = frozenset({"aten::cudnn_convolution_backward", "aten::miopen_convolution_backward",
+                                  "aten::mkldnn_convolution_backward"})
+CONV_BWD_PARTS = re.compile(r"_convolution_backward_(input|weight)$")
+ATTN_FWD = frozenset({"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
+                      "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
+                      "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math"})
+ATTN_FWD_BLHD = frozenset({"aten::_flash_attention_forward", "aten::_efficient_attention_forward"})
+ATTN_BWD = frozenset({"aten::_scaled_dot_product_flash_attention_backward",
+                      "aten::_scaled_dot_product_efficient_attention_backward",
+                      "aten::_scaled_dot_product_cudnn_attention_backward",
+                      "aten::_scaled_dot_product_flash_attention_for_cpu_backward"})
+ATTN_BWD_BLHD = frozenset({"aten::_flash_attention_backward", "aten::_efficient_attention_backward"})
+ATTN_BWD_FACTOR = 2.5
+#: Where each attention operator takes ``is_causal`` (aten/src/ATen/native/native_functions.yaml):
+#: a causal mask skips half of the score matrix.
+CAUSAL_ARG = {"aten::scaled_dot_product_attention": 5, "aten::_scaled_dot_product_flash_attention": 4,
+              "aten::_scaled_dot_product_efficient_attention": 6, "aten::_scaled_dot_product_cudnn_attention": 6,
+              "aten::_flash_attention_forward": 8, "aten::_scaled_dot_product_flash_attention_backward": 11,
+              "aten::_scaled_dot_product_efficient_attention_backward": 11}
+#: ``Input type`` strings → the dtypes ``metrics.compute.dtype`` names.
+DTYPES = {"float": "fp32", "c10::Half": "fp16", "Half": "fp16", "c10::BFloat16": "bf16", "BFloat16": "bf16",
+          "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
+          "c10::Float8_e5m2fnuz": "fp8", "double": "fp64"}
+#: How far ahead on a thread to look for the operator that consumes a convolution's output.
+NEXT_OP_LOOKAHEAD = 40
+
+
+def in_family(name: str) -> bool:
+    return (name in MATMUL_OPS or name in ATTN_FWD or name in ATTN_FWD_BLHD or name in ATTN_BWD
+            or name in ATTN_BWD_BLHD or name in CONV_BWD_GRAD_FIRST or name in CONV_BWD_INPUT_FIRST
+            or bool(CONV_RE.match(name) or CONV_T_RE.match(name)))
+
+
+def _numel(shape) -> int:
+    return int(np.prod(shape, dtype=np.float64)) if shape else 0
+
+
+def _tensor(dims, i) -> list[int] | None:
+    if i < len(dims) and isinstance(dims[i], list) and dims[i] and all(isinstance(x, int) for x in dims[i]):
+        return dims[i]
+    return None
+
+
+def _concrete(concrete, i):
+    """A recorded scalar/list input: ``"[2, 2]"`` → [2, 2]; ``"1"`` → 1; else None."""
+    if not concrete or i >= len(concrete) or not isinstance(concrete[i], str) or not concrete[i]:
+        return None
+    text = concrete[i].strip()
+    if text in ("True", "False"):
+        return text == "True"
+    nums = re.findall(r"-?\d+", text)
+    if text.startswith("["):
+        return [int(x) for x in nums]
+    if text in ("same", "'same'", "valid", "'valid'"):
+        return text.strip("'")
+    return int(nums[0]) if len(nums) == 1 and re.fullmatch(r"-?\d+\.?", text) else None
+
+
+def matmul_flops(name: str, dims: list) -> float | None:
+    if name in ("aten::mm", "aten::_scaled_mm"):
+        a, b = _tensor(dims, 0), _tensor(dims, 1)
+        return 2.0 * a[0] * a[1] * b[1] if a and b and len(a) == 2 and len(b) == 2 else None
+    if name in ("aten::addmm", "aten::_addmm_activation"):
+        a, b = _tensor(dims, 1), _tensor(dims, 2)
+        return 2.0 * a[0] * a[1] * b[1] if a and b and len(a) == 2 and len(b) == 2 else None
+    if name in ("aten::bmm", "aten::baddbmm", "aten::addbmm"):
+        a, b = (_tensor(dims, 0), _tensor(dims, 1)) if name == "aten::bmm" else (_tensor(dims, 1), _tensor(dims, 2))
+        return 2.0 * a[0] * a[1] * a[2] * b[2] if a and b and len(a) == 3 and len(b) == 3 else None
+    if name == "aten::linear":
+        x, w = _tensor(dims, 0), _tensor(dims, 1)
+        if not x or not w:
+            return None
+        out = w[0] if len(w) == 2 else 1
+        return 2.0 * _numel(x) * out
+    if name == "aten::matmul":  # broadcast batch dims; a 1-D operand is a vector
+        a, b = _tensor(dims, 0), _tensor(dims, 1)
+        if not a or not b:
+            return None
+        batch = max(_numel(a[:-2]) if len(a) > 2 else 1, _numel(b[:-2]) if len(b) > 2 else 1)
+        m = a[-2] if len(a) >= 2 else 1
+        n = b[-1] if len(b) >= 2 else 1
+        return 2.0 * batch * m * a[-1] * n
+    return None
+
+
+def attention_flops(name: str, dims: list, concrete) -> float | None:
+    """``2·B·H·L·S·(D + Dv)``, halved for a causal mask (when ``is_causal`` was recorded), ×2.5 for
+    a backward."""
+    off = 1 if name in ATTN_BWD or name in ATTN_BWD_BLHD else 0
+    q, k, v = _tensor(dims, off), _tensor(dims, off + 1), _tensor(dims, off + 2)
+    if not q or not k or not v or len(q) != 4 or len(k) != 4 or len(v) != 4:
+        return None
+    if name in ATTN_FWD_BLHD or name in ATTN_BWD_BLHD:  # (batch, seq, heads, dim)
+        b, lq, h, d = q
+        s, dv = k[1], v[3]
+    else:  # (batch, heads, seq, dim)
+        b, h, lq, d = q
+        s, dv = k[2], v[3]
+    flops = 2.0 * b * h * lq * s * (d + dv)
+    if name in CAUSAL_ARG and _concrete(concrete, CAUSAL_ARG[name]) is True:
+        flops /= 2
+    return flops * (ATTN_BWD_FACTOR if off else 1.0)
+
+
+def conv_out_spatial(name: str, x: list[int], w: list[int], concrete) -> list[int] | None:
+    """The output's spatial sizes from recorded stride/padding/dilation, when recorded."""
+    if name.startswith("aten::cudnn_convolution") or name.startswith("aten::miopen_") or name == "aten::mkldnn_convolution":
+        pad_i, stride_i, dil_i = 2, 3, 4
+    else:  # conv2d, convolution, _convolution, slow paths: (input, weight, bias, stride, padding, dilation, ...)
+        stride_i, pad_i, dil_i = 3, 4, 5
+    stride, pad, dil = _concrete(concrete, stride_i), _concrete(concrete, pad_i), _concrete(concrete, dil_i)
+    nsp = len(x) - 2
+    if stride is None or pad is None:
+        return None
+    if pad == "same":
+        return list(x[2:])
+    pad = 0 if pad == "valid" else pad
+
+    def per_dim(v, default):
+        if v is None:
+            return [default] * nsp
+        return v * nsp if isinstance(v, list) and len(v) == 1 else (v if isinstance(v, list) else [v] * nsp)
+
+    s, p, d = per_dim(stride, 1), per_dim(pad, 0), per_dim(dil, 1)
+    if len(s) != nsp or len(p) != nsp or len(d) != nsp:
+        return None
+    return [(x[2 + i] + 2 * p[i] - d[i] * (w[2 + i] - 1) - 1) // s[i] + 1 for i in range(nsp)]
+
+
+def _dtype(types: list) -> str | None:
+    for t in types[:3] if types else ():
+        if t in DTYPES:
+            return DTYPES[t]
+    return None
+
+
+class _Ops:
+    """The operator table with each operator's parent (the enclosing operator on its thread)."""
+
+    def __init__(self, table):
+        self.t = table
+        n = len(table)
+        self.end = table.ts_ns + table.dur_ns
+        order = np.lexsort((-table.dur_ns, table.ts_ns, table.lane))
+        self.parent = np.full(n, -1, dtype=np.int64)
+        self.children: dict[int, list[int]] = defaultdict(list)
+        stack: list[int] = []
+        lane = None
+        for i in order.tolist():
+            if table.lane[i] != lane:
+                stack, lane = [], table.lane[i]
+            while stack and self.end[stack[-1]] <= table.ts_ns[i]:
+                stack.pop()
+            if stack and self.end[i] <= self.end[stack[-1]]:
+                self.parent[i] = stack[-1]
+                self.children[stack[-1]].append(i)
+            stack.append(i)
+
+    def descendants(self, i: int):
+        todo = list(self.children.get(i, ()))
+        while todo:
+            j = todo.pop()
+            yield j
+            todo.extend(self.children.get(j, ()))
+
+    def has_family_ancestor(self, i: int, family: np.ndarray) -> bool:
+        p = self.parent[i]
+        while p >= 0:
+            if family[p]:
+                return True
+            p = self.parent[p]
+        return False
+
+
+def count(table, lo: int, hi: int) -> dict[str, Any]:
+    """FLOPs of the family operators that start in ``[lo, hi)``: total, per dtype, the source."""
+    out = {"flops": 0.0, "by_dtype": defaultdict(float), "profiler": 0, "shapes": 0, "unresolved": 0}
+    if table is None or not len(table):
+        return out
+    ops = _Ops(table)
+    names = table.name
+    family = np.fromiter((in_family(n) for n in names), bool, len(names))
+    has_flops = table.flops > 0
+    bwd_out = _backward_outputs(table)
+    for i in np.flatnonzero(family & (table.ts_ns >= lo) & (table.ts_ns < hi)).tolist():
+        if ops.has_family_ancestor(i, family):
+            continue
+        flops, source = _unit_flops(ops, i, has_flops, bwd_out)
+        if flops is None:
+            out["unresolved"] += 1
+            continue
+        out["flops"] += flops
+        out[source] += 1
+        out["by_dtype"][_unit_dtype(ops, i, family) or "unknown"] += flops
+    return out
+
+
+def _unit_flops(ops: _Ops, i: int, has_flops: np.ndarray, bwd_out) -> tuple[float | None, str]:
+    """The profiler's count where it has one (the outermost counted operators inside the unit),
+    else the count from shapes."""
+    t = ops.t
+    if has_flops[i]:
+        return float(t.flops[i]), "profiler"
+    inner = [j for j in ops.descendants(i) if has_flops[j] and not _has_counted_ancestor(ops, j, i, has_flops)]
+    if inner:
+        return float(t.flops[inner].sum()), "profiler"
+    return shape_flops(ops, i, bwd_out), "shapes"
+
+
+def _has_counted_ancestor(ops: _Ops, j: int, stop: int, has_flops: np.ndarray) -> bool:
+    p = ops.parent[j]
+    while p >= 0 and p != stop:
+        if has_flops[p]:
+            return True
+        p = ops.parent[p]
+    return False
+
+
+def _unit_dtype(ops: _Ops, i: int, family: np.ndarray) -> str | None:
+    """The dtype the work ran in: the innermost family operator's inputs (autocast casts inside
+    ``aten::linear``, so the ``addmm`` within it shows the reduced precision)."""
+    best, depth_best = _dtype(ops.t.types[i]), 0
+    for j in ops.descendants(i):
+        if family[j] and _dtype(ops.t.types[j]):
+            depth, p = 0, j
+            while p != i and p >= 0:
+                depth, p = depth + 1, ops.parent[p]
+            if depth > depth_best:
+                best, depth_best = _dtype(ops.t.types[j]), depth
+    return best
+
+
+def shape_flops(ops: _Ops, i: int, bwd_out) -> float | None:
+    t = ops.t
+    name, dims, concrete = t.name[i], t.dims[i], t.concrete[i]
+    if name in MATMUL_OPS:
+        return matmul_flops(name, dims)
+    if name in ATTN_FWD or name in ATTN_FWD_BLHD or name in ATTN_BWD or name in ATTN_BWD_BLHD:
+        return attention_flops(name, dims, concrete)
+    if name in CONV_BWD_GRAD_FIRST or name in CONV_BWD_INPUT_FIRST:
+        return _conv_backward(ops, i)
+    x, w = _tensor(dims, 0), _tensor(dims, 1)
+    if not x or not w or len(x) != len(w) or len(x) < 3:
+        return None
+    if CONV_T_RE.match(name) or (name in ("aten::convolution", "aten::_convolution") and _concrete(concrete, 6) is True):
+        return 2.0 * _numel(x) * _numel(w[1:])
+    spatial = conv_out_spatial(name, x, w, concrete) or bwd_out.get((tuple(x), tuple(w))) or _next_input(ops, i, x, w)
+    if not spatial:
+        return None
+    return 2.0 * x[0] * w[0] * _numel(spatial) * _numel(w[1:])
+
+
+def _conv_backward(ops: _Ops, i: int) -> float | None:
+    t = ops.t
+    name, dims = t.name[i], t.dims[i]
+    g_i, x_i = (0, 1) if name in CONV_BWD_GRAD_FIRST else (1, 0)
+    g, x, w = _tensor(dims, g_i), _tensor(dims, x_i), _tensor(dims, 2)
+    if not g or not w:
+        return None
+    transposed = _concrete(t.concrete[i], 7) is True if name == "aten::convolution_backward" else False
+    forward = 2.0 * _numel(x if transposed and x else g) * _numel(w[1:])
+    parts = {m.group(1) for j in ops.descendants(i) if (m := CONV_BWD_PARTS.search(t.name[j]))}
+    if parts:
+        return forward * len(parts)
+    text = t.concrete[i][-1] if t.concrete[i] else ""  # output_mask, e.g. "[True, True, False]"
+    if isinstance(text, str) and text.startswith("["):
+        flags = re.findall(r"True|False", text)
+        if len(flags) >= 2:
+            return forward * ((flags[0] == "True") + (flags[1] == "True"))
+    return forward * 2
+
+
+def _backward_outputs(table) -> dict[tuple, list[int]]:
+    """(input shape, weight shape) → the output's spatial sizes, from convolution backward
+    operators (their ``grad_output`` has the forward output's size)."""
+    out: dict[tuple, list[int]] = {}
+    for i, name in enumerate(table.name):
+        if name in CONV_BWD_GRAD_FIRST or name in CONV_BWD_INPUT_FIRST:
+            g_i, x_i = (0, 1) if name in CONV_BWD_GRAD_FIRST else (1, 0)
+            g, x, w = _tensor(table.dims[i], g_i), _tensor(table.dims[i], x_i), _tensor(table.dims[i], 2)
+            if g and x and w and len(g) == len(x) >= 3:
+                out.setdefault((tuple(x), tuple(w)), g[2:])
+    return out
+
+
+def _next_input(ops: _Ops, i: int, x: list[int], w: list[int]) -> list[int] | None:
+    """The spatial sizes of the first later operator on the thread (after the convolution and
+    its enclosing convolution operators end) whose first input has the output's batch and
+    channels."""
+    t = ops.t
+    end = ops.end[i]
+    lane = t.lane[i]
+    cand = np.flatnonzero((t.lane == lane) & (t.ts_ns >= end))[:NEXT_OP_LOOKAHEAD]
+    for j in cand.tolist():
+        y = _tensor(t.dims[j], 0)
+        if y and len(y) == len(x) and y[0] == x[0] and y[1] == w[0]:
+            return y[2:]
+    return None
+
+
+#: FP32 matmuls count as TF32 when kernels whose names say TF32 carry most of the matmul
+#: kernel time (cuBLAS/cutlass put ``tf32`` in the name, e.g. ``cutlass_80_tensorop_s1688tf32gemm``
+#: and ``sm80_xmma_gemm_f32f32_tf32f32``; on Ampere ``s1688gemm`` tensor-op kernels on FP32 data
+#: are TF32 too: FP32 has no tensor-core path of its own).
+TF32_KERNEL_RE = re.compile(r"tf32|tensorop_s1688|tensorop_s16816", re.IGNORECASE)
+
+
+def metrics(ctx) -> dict[str, Any]:
+    """``metrics["compute"]`` (docs/metrics.md): FLOPs over the window, achieved TFLOP/s, the
+    device's peak for the dtype the matmuls ran in, and MFU = achieved / peak."""
+    c = count(ctx.trace.ops, ctx.lo, ctx.hi)
+    name = _device_name(ctx)
+    peak = devices.peak_for(name)
+    out: dict[str, Any] = {"flops": None, "flops_per_step": None, "achieved_tflops": None, "peak_tflops": None,
+                           "mfu": None, "flops_source": None, "dtype": None, "device_name": name or None,
+                           "device_sku": peak.sku if peak else None, "peak_source": None,
+                           "ops_counted": c["profiler"] + c["shapes"], "ops_unresolved": c["unresolved"],
+                           "matmul_kernel_tflops": None}
+    if not out["ops_counted"]:
+        return out
+    dtype = max(c["by_dtype"].items(), key=lambda kv: kv[1])[0]
+    dtype = None if dtype in ("unknown", "fp64") else dtype
+    if dtype == "fp32" and _tf32_kernels(ctx):
+        dtype = "tf32"
+    flops = c["flops"]
+    seconds = ctx.window_ns / 1e9
+    out.update(flops=flops, achieved_tflops=round(flops / seconds / 1e12, 6), dtype=dtype,
+               flops_source="profiler" if c["profiler"] else "shapes")
+    if ctx.step_bounds:
+        out["flops_per_step"] = flops / len(ctx.step_bounds)
+    mm_ns = _matmul_kernel_ns(ctx)
+    if mm_ns:
+        out["matmul_kernel_tflops"] = round(flops / (mm_ns / 1e9) / 1e12, 4)
+    tflops, source = devices.peak_tflops(name, dtype)
+    if tflops:
+        out.update(peak_tflops=tflops, peak_source=source, mfu=round(out["achieved_tflops"] / tflops, 4))
+        if out["matmul_kernel_tflops"] is not None and out["matmul_kernel_tflops"] > tflops:
+            out["matmul_kernel_tflops"] = None  # above peak: some matmul kernels were not recognised by name
+    return out
+
+
+def _device_name(ctx) -> str:
+    """The primary GPU's name; when its id is not in ``deviceProperties`` (ROCm traces number
+    kernels' devices differently) but every listed device has the same name, that name."""
+    if ctx.device < 0:
+        return ""
+    info = ctx.trace.device_info(ctx.device)
+    if info is not None:
+        return info.name
+    names = {d.name for d in ctx.trace.devices}
+    return names.pop() if len(names) == 1 else ""
+
+
+def _matmul_mask(ctx) -> np.ndarray:
+    ev = ctx.trace.events
+    return ctx.events_in_window(ctx.masks["kernel"] & ctx.masks["name_matmul"]) & (ev.device == ctx.device)
+
+
+def _matmul_kernel_ns(ctx) -> int:
+    return int(ctx.trace.events.dur_ns[_matmul_mask(ctx)].sum()) if ctx.device >= 0 else 0
+
+
+def _tf32_kernels(ctx) -> bool:
+    if ctx.device < 0:
+        return False
+    ev = ctx.trace.events
+    sel = _matmul_mask(ctx)
+    total = ev.dur_ns[sel].sum()
+    if not total:
+        return False
+    ids = np.flatnonzero(ctx.trace.name_ids(lambda n: bool(TF32_KERNEL_RE.search(n))))
+    return bool(ev.dur_ns[sel & np.isin(ev.name, ids)].sum() * 2 > total)

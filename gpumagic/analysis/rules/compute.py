@@ -1,0 +1,167 @@
+"""``low-compute-efficiency`` and ``too-small-for-gpu``: how much of the GPU's arithmetic is used."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpumagic.analysis import devices
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.metrics import kernel_mask
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for
+
+#: low-compute-efficiency fires only while the GPU is busy (≥ 50 % of the window, the same line
+#: as ``low-gpu-utilization``): an idle GPU is a different problem with its own findings.
+BUSY_MIN = 0.5
+#: MFU below this is "very low". Well-tuned large-model training reaches 40–55 % (PaLM paper,
+#: Chowdhery et al. 2022, Table 3: 46.2 % MFU; Megatron-LM reports 52 % on A100s), and a tuned
+#: ResNet-50 about 20–35 % (the V100 fixtures here: 28 % and 35 % in FP32). Under 10 %, more than
+#: nine tenths of the arithmetic the GPU was busy for is lost to small matmuls, memory-bound
+#: kernels or an unused faster dtype.
+MFU_LOW = 0.10
+#: too-small-for-gpu: the step's GPU work is tiny. All kernel time of a step under 1 ms ...
+TINY_KERNEL_MS_PER_STEP = 1.0
+#: ... the GPU busy at most a quarter of the step ...
+TINY_BUSY_MAX = 0.25
+#: ... and nearly every kernel short: ≥ 90 % of them under 20 µs (a few times the 5–10 µs a launch
+#: costs, so each one's launch, not its work, sets the pace).
+TINY_KERNEL_NS = 20_000
+TINY_KERNEL_SHARE = 0.9
+#: A conservative FP32 matmul rate for a few CPU cores with vectorised BLAS (one AVX2 core peaks
+#: at 32 FLOP/cycle × ~3 GHz ≈ 100 GFLOP/s; small matrices reach a fraction of peak, so a few
+#: cores reach about this). The teaching notebook measures the real figure on its machine.
+CPU_REF_GFLOPS = 100.0
+MFU_DOC = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
+SMALL_DOC = "https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/index.html#data-transfer-between-host-and-device"
+
+
+def is_training(ctx: Context) -> bool:
+    """Whether the trace shows a backward pass or an optimizer step (else: inference advice);
+    :attr:`Context.workload` decides, the same test every rule uses."""
+    return ctx.workload == "training"
+
+
+def low_compute_efficiency(ctx: Context, m: dict):
+    """Signal: model FLOPs utilisation (``metrics.compute.mfu``: FLOPs of the matmul-family
+    operators over the window ÷ the device's dense peak for their dtype) while the GPU is busy.
+    Threshold: GPU busy ≥ 50 % and MFU < 10 %. Needs FLOPs (``--shapes`` or ``--flops``) and a
+    device the peak table names; silent otherwise. Gain: the busy time that raising MFU to the
+    threshold would save, busy × (1 − MFU/10 %). False positives: workloads whose real work is not
+    matmuls (embedding lookups, sorting, sparse or memory-bound models): MFU measures only matmul
+    and convolution FLOPs."""
+    c, busy = m["compute"], m["gpu"]["busy_frac"]
+    if c["mfu"] is None or busy is None or busy < BUSY_MIN or c["mfu"] >= MFU_LOW:
+        return None
+    gain = busy * (1 - c["mfu"] / MFU_LOW)
+    top = m["kernels"]["top"][:3]
+    top_text = "; ".join(f"{k['name'][:60]} {k['total_ms']:.1f} ms" for k in top)
+    return finding(
+        "low-compute-efficiency", severity=severity_for(gain),
+        title=f"The GPU is busy but uses {pct(c['mfu'])} of its arithmetic",
+        why=f""""GPU busy" means some kernel was running, not that the streaming multiprocessors were doing
+        useful math. Here the matmuls and convolutions amount to {c['achieved_tflops']:.2f} TFLOP/s, against a
+        peak of {c['peak_tflops']:g} TFLOP/s for {c['dtype']} on this {c['device_sku']}. The time goes to kernels
+        that do little arithmetic per byte (elementwise, normalisation, small matmuls) or to a dtype slower
+        than the GPU offers. Larger matmuls (bigger batches), fewer memory-bound kernels (fusion) and a
+        faster dtype (TF32/BF16) raise it.""",
+        summary=f"MFU {pct(c['mfu'])}: {c['achieved_tflops']:.2f} of {c['peak_tflops']:g} TFLOP/s ({c['dtype']}) "
+                f"while the GPU is busy {pct(busy)}. Longest kernels: {top_text}.",
+        numbers={"mfu": c["mfu"], "achieved_tflops": c["achieved_tflops"], "peak_tflops": c["peak_tflops"],
+                 "dtype": c["dtype"], "gpu_busy_frac": busy, "threshold_mfu": MFU_LOW},
+        est_gain=gain, gain_method="busy share × (1 − MFU / 10 %): the GPU time saved if MFU rose to the threshold",
+        fixes=_efficiency_fixes(c, is_training(ctx)),
+        doc_url=MFU_DOC,
+    )
+
+
+def _efficiency_fixes(c: dict, training: bool):
+    fixes = []
+    peak = devices.peak_for(c["device_name"])
+    if c["dtype"] in ("fp32", "tf32") and peak and peak.tflops.get("bf16"):
+        body = "    loss = loss_fn(model(x), y)" if training else "    out = model(x)"
+        fixes.append(pytorch(f"Use the faster dtype: bf16/fp16 peaks at {peak.tflops.get('bf16', 0):g} TFLOP/s here",
+                             'torch.set_float32_matmul_precision("high")   # TF32 first, one line\n'
+                             f'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n{body}'))
+    fixes += [
+        pytorch("Give each matmul more work: a bigger batch (or sequence packing)" if training else
+                "Give each matmul more work: batch requests together",
+                "loader = DataLoader(dataset, batch_size=2 * batch_size, ...)" if training else
+                "out = model(torch.stack(requests))   # one call for many inputs"),
+        pytorch("Fuse the memory-bound kernels between matmuls", "model = torch.compile(model)"),
+    ]
+    if training:
+        fixes.append(huggingface("Through TrainingArguments", "TrainingArguments(..., bf16=True, torch_compile=True, "
+                                                              "per_device_train_batch_size=64)"))
+    return tuple(fixes)
+
+
+def too_small_for_gpu(ctx: Context, m: dict):
+    """Signal: the step's GPU work is tiny — kernel time per step ≤ 1 ms, the GPU busy ≤ 25 % of
+    the step, ≥ 90 % of kernels under 20 µs — so launches, copies and syncs cost more than the
+    kernels; and the CPU could do the same arithmetic within the step time: FLOPs per step (or,
+    without recorded shapes, the most the kernels could have done: kernel time × the device's
+    highest peak) ≤ 100 GFLOP/s × step time. Gain: the GPU-idle share of the step less the
+    CPU compute the work would cost. False positives: a latency-bound service whose batch size is
+    fixed by the traffic (then the fix is batching requests, or the CPU)."""
+    k, busy = m["kernels"], m["gpu"]["busy_frac"]
+    steps = max(len(ctx.step_bounds), 1)
+    if not k["count"] or busy is None or busy > TINY_BUSY_MAX or k["total_ms"] / steps > TINY_KERNEL_MS_PER_STEP:
+        return None
+    dur = ctx.trace.events.dur_ns[kernel_mask(ctx)]
+    short = float(np.mean(dur < TINY_KERNEL_NS))
+    if short < TINY_KERNEL_SHARE:
+        return None
+    step_s = ctx.window_ns / 1e9 / steps
+    flops = _flops_per_step(m, ctx, steps)
+    if flops is None:
+        return None
+    cpu_s = flops / (CPU_REF_GFLOPS * 1e9)
+    if cpu_s > step_s:
+        return None
+    kernel_ms = k["total_ms"] / steps
+    gain = max(0.0, (1 - busy) - cpu_s / step_s)
+    known = m["compute"]["flops"] is not None
+    return finding(
+        "too-small-for-gpu", severity=severity_for(gain),
+        title="The GPU's work per step is too small to pay for launching it",
+        why=f"""Each kernel launch, copy and synchronisation costs the host microseconds whatever the size of
+        the work. This step gives the GPU {kernel_ms:.2f} ms of kernels in {k['count'] // steps} launches, so
+        the GPU finishes each kernel before the next one arrives and sits idle {pct(1 - busy)} of the step.
+        The arithmetic itself is small: {flops / 1e9:.2f} GFLOP per step{'' if known else ' at most'}, which a
+        CPU doing {CPU_REF_GFLOPS:g} GFLOP/s finishes in {cpu_s * 1e3:.2f} ms, within the {step_s * 1e3:.2f} ms
+        step. Either give the GPU more work per launch, or keep this work on the CPU.""",
+        summary=f"{kernel_ms:.2f} ms of kernels per {step_s * 1e3:.2f} ms step ({pct(short)} of {k['count']} kernels "
+                f"under {TINY_KERNEL_NS // 1000} µs, GPU busy {pct(busy)}); {flops / 1e9:.2f} GFLOP per step"
+                f"{'' if known else ' at most (no shapes recorded: kernel time × peak)'} ≈ {cpu_s * 1e3:.2f} ms on a "
+                f"CPU at {CPU_REF_GFLOPS:g} GFLOP/s.",
+        numbers={"kernel_ms_per_step": round(kernel_ms, 4), "step_ms": round(step_s * 1e3, 4), "gpu_busy_frac": busy,
+                 "short_kernel_frac": round(short, 4), "gflops_per_step": round(flops / 1e9, 4),
+                 "flops_known": known, "cpu_estimate_ms": round(cpu_s * 1e3, 4), "cpu_ref_gflops": CPU_REF_GFLOPS},
+        est_gain=gain, gain_method="GPU idle share of the step less the CPU time the same FLOPs would take",
+        fixes=(
+            pytorch("Give the GPU more work per launch: batch samples (or requests) together, vectorise loops "
+                    "over samples into one tensor operation",
+                    "xs = torch.stack(samples).to(device)   # one launch for the batch\nys = model(xs)"),
+            pytorch("Or keep this work on the CPU, where it needs no launches, copies or syncs",
+                    'device = "cpu"\nmodel = model.to(device)\ny = model(x)   # measure both: %%gpuprofile --compare'),
+            pytorch("If it must stay on the GPU, replay the launches at once", 'model = torch.compile(model, mode="reduce-overhead")'),
+        ),
+        doc_url=SMALL_DOC,
+    )
+
+
+def too_small_windows(ctx: Context):
+    """The GPU idle time of the window: what too-small-for-gpu's fixes recover (more work per
+    launch fills it; on the CPU there is no GPU to idle), for combining gains across findings
+    (:data:`gpumagic.analysis.gains.CLAIMS`)."""
+    return ctx.gaps.intervals
+
+
+def _flops_per_step(m: dict, ctx: Context, steps: int) -> float | None:
+    """Recorded FLOPs per step, else the upper bound kernel time × the device's highest peak."""
+    c = m["compute"]
+    if c["flops"] is not None:
+        return c["flops"] / steps
+    peak = devices.peak_for(c["device_name"])
+    if peak is None or not peak.tflops:
+        return None
+    return m["kernels"]["total_ms"] / 1e3 / steps * max(peak.tflops.values()) * 1e12

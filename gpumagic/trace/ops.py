@@ -1,0 +1,202 @@
+"""Operators' recorded input shapes and FLOP counts, read in a second, optional pass.
+
+``torch.profiler(record_shapes=True)`` writes each operator's ``args["Input Dims"]`` (one list
+of sizes per input, ``[]`` for non-tensors), ``args["Input type"]`` (``"float"``,
+``"c10::BFloat16"``...) and, from torch 2.1 on, ``args["Concrete Inputs"]`` (the values of
+scalar and list inputs as strings, e.g. a convolution's ``"[2, 2]"`` stride);
+``with_flops=True`` adds ``args["flops"]`` to the operators it knows a formula for (PyTorch's
+``torch/csrc/profiler/util.cpp``, ``computeFlops``). The main loader skips all of these
+(:mod:`.schema` declares none of them) so that loading stays fast; :func:`attach` reads them
+only when the file holds them, into a small :class:`OpTable` on ``Trace.ops``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Union
+
+import msgspec
+import numpy as np
+
+#: The byte strings whose presence means the file recorded shapes or FLOPs (a fast search
+#: decides whether the second pass is needed at all).
+MARKERS = (b'"Input Dims"', b'"flops"')
+OP_CATEGORIES = frozenset({"cpu_op", "Operator"})
+
+
+_ABSENT = msgspec.Raw(b"")
+
+
+class _OpArgs(msgspec.Struct, frozen=True, gc=False, rename={
+    "dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}):
+    """Raw JSON is kept as :class:`msgspec.Raw` (a view into the text): only the rows kept
+    are decoded further."""
+
+    dims: msgspec.Raw = _ABSENT
+    types: msgspec.Raw = _ABSENT
+    concrete: msgspec.Raw = _ABSENT
+    flops: float = -1.0
+
+
+_NO_ARGS = _OpArgs()
+
+
+class _Op(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    cat: str | None = None
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _OpArgs = _NO_ARGS
+
+
+class _Other(msgspec.Struct, gc=False, tag_field="ph"):
+    """Every other phase: checked and skipped."""
+
+
+_SKIP = tuple(msgspec.defstruct(f"_Skip{ord(t)}", [], bases=(_Other,), tag=t, module=__name__)
+              for t in "iMsfBEIbneCtPONDVvRc(")
+_Event = Union[(_Op, *_SKIP)]
+
+
+class _File(msgspec.Struct):
+    traceEvents: list[_Event] | None = None  # type: ignore[valid-type]
+
+
+_FILE = msgspec.json.Decoder(_File)
+_LIST = msgspec.json.Decoder(list[_Event])  # type: ignore[valid-type]
+_ANY = msgspec.json.Decoder()
+
+
+@dataclass
+class OpTable:
+    """Operators with recorded shapes or FLOP counts, sorted by start.
+
+    ``lane`` indexes ``Trace.lanes`` (-1 when the thread is unknown); times are ns on the
+    trace's clock (relative to ``Trace.origin_ns``); ``flops`` is the profiler's own count, -1
+    when absent. ``dims[i]`` is the list of input sizes (``[]`` for a non-tensor input),
+    ``types[i]`` their dtypes, ``concrete[i]`` the values of scalar inputs as strings (``None``
+    where not recorded).
+    """
+
+    name: list[str]
+    lane: np.ndarray
+    ts_ns: np.ndarray
+    dur_ns: np.ndarray
+    flops: np.ndarray
+    dims: list[list]
+    types: list[list]
+    concrete: list[list | None]
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+
+def attach(trace, raw: bytes | bytearray) -> None:
+    """Set ``trace.ops`` from the file's bytes when it recorded shapes or FLOPs; a file whose
+    operator args cannot be read leaves ``trace.ops`` as ``None`` with a note."""
+    if not any(m in raw for m in MARKERS):
+        return
+    try:
+        events = _decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        trace.notes.append("The operators' recorded shapes could not be read; FLOPs are not estimated.")
+        return
+    trace.ops = _table(trace, [e for e in events if isinstance(e, _Op)])
+
+
+def attach_dicts(trace, events: list) -> None:
+    """The same for a trace given as a parsed dict (its ``traceEvents``)."""
+    ops = []
+    for e in events if isinstance(events, list) else ():
+        a = e.get("args") if isinstance(e, dict) and e.get("ph") == "X" else None
+        if not isinstance(a, dict) or ("Input Dims" not in a and "flops" not in a):
+            continue
+        try:
+            args = _OpArgs(a.get("Input Dims"), a.get("Input type"), a.get("Concrete Inputs"), float(a.get("flops", -1)))
+            ops.append(_Op(e.get("cat"), str(e.get("name", "")), e.get("pid", 0), e.get("tid", 0),
+                           float(e.get("ts", 0.0)), float(e.get("dur", 0.0)), args))
+        except (TypeError, ValueError):
+            continue
+    trace.ops = _table(trace, ops, raw_json=False)
+
+
+def _decode(raw: bytes | bytearray) -> list:
+    at = 0
+    while at < len(raw) and raw[at:at + 1].isspace():
+        at += 1
+    if raw[at:at + 1] == b"[":
+        return _LIST.decode(raw)
+    return _FILE.decode(raw).traceEvents or []
+
+
+def _table(trace, ops: list[_Op], raw_json: bool = True) -> OpTable | None:
+    ops = [o for o in ops if o.cat in OP_CATEGORIES and (_present(o.args.dims) or o.args.flops >= 0)]
+    if not ops:
+        return None
+    lanes = {(ln.pid, ln.tid): i for i, ln in enumerate(trace.lanes)}
+    base = trace.meta.get("base_time_ns") or 0
+    t0_ns = trace.origin_ns - base  # the loader's origin, in ns on the file's clock
+    ts = np.fromiter((o.ts for o in ops), np.float64, len(ops))
+    order = np.argsort(ts, kind="stable")
+    ops = [ops[i] for i in order.tolist()]
+    column = _json_column if raw_json else _value_column
+    return OpTable(
+        name=[o.name for o in ops],
+        lane=_lanes(ops, lanes),
+        ts_ns=np.rint(ts[order] * 1000.0 - t0_ns).astype(np.int64),
+        dur_ns=np.maximum(np.rint(np.fromiter((o.dur for o in ops), np.float64, len(ops)) * 1000.0), 0).astype(np.int64),
+        flops=np.fromiter((o.args.flops for o in ops), np.float64, len(ops)),
+        dims=column([o.args.dims for o in ops], []),
+        types=column([o.args.types for o in ops], []),
+        concrete=column([o.args.concrete for o in ops], None),
+    )
+
+
+def _lanes(ops: list[_Op], lanes: dict) -> np.ndarray:
+    """Each operator's row in ``Trace.lanes`` (ids spelled as the loader spells them)."""
+    keys = [(o.pid, o.tid) for o in ops]
+    index = {k: lanes.get((_as_int(k[0]), _as_int(k[1])), -1) for k in set(keys)}
+    return np.fromiter(map(index.__getitem__, keys), np.int32, len(keys))
+
+
+def _json_column(raws: list, default) -> list:
+    """Decode many raw JSON values at once (one decoder call over ``[v1,v2,...]``); a value that
+    is absent or not a list becomes ``default``."""
+    text = b"[" + b",".join(bytes(r) if len(r) else b"null" for r in raws) + b"]"
+    try:
+        values = _ANY.decode(text)
+    except msgspec.DecodeError:
+        return [_safe(_ANY.decode, r, default) for r in raws]
+    return [v if isinstance(v, list) else default for v in values]
+
+
+def _value_column(values: list, default) -> list:
+    return [v if isinstance(v, list) else default for v in values]
+
+
+def _present(value) -> bool:
+    return value is not None and (not isinstance(value, msgspec.Raw) or len(value) > 0)
+
+
+def _safe(load, value, default):
+    if not _present(value):
+        return default
+    try:
+        out = load(value)
+    except (msgspec.DecodeError, TypeError):
+        return default
+    return out if isinstance(out, list) else default
+
+
+_DIGITS = re.compile(r"-?\d+")
+
+
+def _as_int(value: int | str) -> int:
+    """As the loader spells lanes: 25738 → 25738; "25738" → 25738; "stream 7" → 7."""
+    if isinstance(value, int):
+        return value
+    m = _DIGITS.search(str(value))
+    return int(m.group()) if m else -1
