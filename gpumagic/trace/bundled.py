@@ -7,6 +7,7 @@ or shape is left out with a note, and the rest of the trace loads as usual.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,8 @@ def attach_bundle(trace: Trace, bundle: Any) -> None:
     for key in META_FIELDS:
         if key in bundle:
             trace.meta[key] = bundle[key]
+    if "machine" in trace.meta:
+        trace.meta["machine"] = _machine(trace, trace.meta["machine"])
     if "label" in trace.meta and not isinstance(trace.meta["label"], str):
         trace.meta["label"] = str(trace.meta["label"])[:200]
     samples = bundle.get("samples") or {}
@@ -47,6 +50,37 @@ def attach_bundle(trace: Trace, bundle: Any) -> None:
     offset = _sample_offset(trace, clock if isinstance(clock, dict) else {})
     trace.samples = Samples(gpu=_columns(trace, "gpu", samples.get("gpu"), offset),
                             cpu=_columns(trace, "cpu", samples.get("cpu"), offset))
+
+
+#: The machine block's numeric facts the analysis reads (core counts): each a finite number in
+#: (0, MAX_CORES], else left out with a note.
+CORE_FIELDS = ("cpu_count", "usable_cores", "cpu_quota_cores")
+MAX_CORES = 1 << 20
+
+
+def _machine(trace: Trace, block: Any) -> dict[str, Any]:
+    """The bundle's ``machine`` block with the fields the analysis reads checked: core counts are
+    positive finite numbers, ``cpu_affinity`` a list of core numbers; anything else is dropped."""
+    if not isinstance(block, dict):
+        trace.notes.append("The gpumagic section's machine facts are not an object; they were ignored.")
+        return {}
+    out = dict(block)
+    dropped = [k for k in CORE_FIELDS if k in out and out[k] is not None and not _core_count(out[k])]
+    affinity = out.get("cpu_affinity")
+    if affinity is not None and not (isinstance(affinity, list) and len(affinity) <= MAX_CORES
+                                     and all(type(c) is int and 0 <= c < MAX_CORES for c in affinity)):
+        dropped.append("cpu_affinity")
+    if "usable_cores_source" in out and not isinstance(out["usable_cores_source"], str):
+        dropped.append("usable_cores_source")
+    for key in dropped:
+        del out[key]
+    if dropped:
+        trace.notes.append(f"The gpumagic section's machine facts {', '.join(dropped)} are not valid; they were ignored.")
+    return out
+
+
+def _core_count(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and 0 < value <= MAX_CORES
 
 
 def _sample_offset(trace: Trace, clock: dict[str, Any]) -> int:

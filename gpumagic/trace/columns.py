@@ -105,7 +105,7 @@ def extract(events: list) -> Part:
     del cats
     ts = column(map(_TS, complete), np.float64, len(complete))
     dur = column(map(_DUR, complete), np.float64, len(complete))
-    keep = (kind >= 0) & _times_ok(ts, dur)
+    keep = (kind >= 0) & times_ok(ts, dur)
     if not keep.all():
         bad = int(np.count_nonzero((kind >= 0) & ~keep))
         if bad:
@@ -136,7 +136,7 @@ def extract(events: list) -> Part:
     )
 
 
-def _times_ok(ts: np.ndarray, dur: np.ndarray | None = None) -> np.ndarray:
+def times_ok(ts: np.ndarray, dur: np.ndarray | None = None) -> np.ndarray:
     """Which events have a finite time within TS_LIMIT_US (and a duration up to DUR_LIMIT_US;
     negative durations are kept here and clamped to 0, with a note, when the trace is built)."""
     with np.errstate(invalid="ignore"):
@@ -254,7 +254,7 @@ def as_int(value: int | str) -> int:
 
 def _memory_columns(evs: list[schema.Instant], repairs: dict[str, int]) -> dict[str, np.ndarray]:
     ts = column(map(_TS, evs), np.float64, len(evs))
-    ok = _times_ok(ts)
+    ok = times_ok(ts)
     if not ok.all():
         repairs["bad_time"] = repairs.get("bad_time", 0) + int(np.count_nonzero(~ok))
         kept = np.flatnonzero(ok)

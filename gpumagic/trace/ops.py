@@ -19,6 +19,8 @@ from typing import Union
 import msgspec
 import numpy as np
 
+from gpumagic.trace.columns import times_ok
+
 #: The byte strings whose presence means the file recorded shapes or FLOPs (a fast search
 #: decides whether the second pass is needed at all).
 MARKERS = (b'"Input Dims"', b'"flops"')
@@ -140,6 +142,12 @@ def _table(trace, ops: list[_Op], raw_json: bool = True) -> OpTable | None:
     base = trace.meta.get("base_time_ns") or 0
     t0_ns = trace.origin_ns - base  # the loader's origin, in ns on the file's clock
     ts = np.fromiter((o.ts for o in ops), np.float64, len(ops))
+    dur = np.fromiter((o.dur for o in ops), np.float64, len(ops))
+    ok = times_ok(ts, dur)  # the same bounds as the events' columns: no inf, no 1e308
+    if not ok.all():
+        ops, ts = [o for o, keep in zip(ops, ok.tolist()) if keep], ts[ok]
+        if not ops:
+            return None
     order = np.argsort(ts, kind="stable")
     ops = [ops[i] for i in order.tolist()]
     column = _json_column if raw_json else _value_column

@@ -171,7 +171,8 @@ def test_dataloader_bottleneck_is_found_fixed_and_measured(run_notebook):
     m = re.search(r"speed-up: ([\d.]+)× \(the median step is (\d+)% of what it was\)", speed)
     assert m, speed
     speedup, ratio = float(m.group(1)), int(m.group(2)) / 100
-    assert speedup > 0 and abs(1 / speedup - ratio) <= 0.006, speed
+    # both are rounded for print: the speed-up to 0.005, the ratio to 0.005 (one percent point)
+    assert speedup > 0 and abs(1 / speedup - ratio) <= 0.005 + 0.005 / speedup**2 + 1e-9, speed
 
 
 def test_transfers_and_syncs(run_notebook):

@@ -160,6 +160,9 @@ BUNDLE_CASES = [
     ({"notes": 5}, "notes are not a list"),
     ({"notes": "abc"}, "notes are not a list"),
     (5, "section is not an object"),
+    ({"machine": 5}, "machine facts are not an object"),
+    ({"machine": {"usable_cores": "2", "cpu_count": -1}}, "usable_cores"),
+    ({"machine": {"cpu_affinity": [0, "x"], "cpu_quota_cores": 1e9}}, "cpu_affinity"),
 ]
 
 
@@ -169,6 +172,17 @@ def test_malformed_bundle_fields_are_left_out_with_a_note(bundle, note):
     d["gpumagic"] = bundle
     t = load(d)
     assert any(note in n for n in t.notes), t.notes
+    analyze(t)
+
+
+def test_operators_with_times_out_of_range_are_left_out_of_the_shapes_table():
+    """The second pass over operators' shapes skips the same events the columns skip."""
+    d = base()
+    for ts in (0.0, 1e308):
+        d["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts,
+                                 "dur": 5.0, "args": {"Input Dims": [[4, 8], [8, 2]], "Input type": ["float", "float"]}})
+    t = load(d)
+    assert t.ops is not None and len(t.ops.name) == 1
     analyze(t)
 
 
@@ -213,7 +227,7 @@ def test_nul_gzip_bombs_end_fast_in_bounded_memory(tmp_path, size, message):
     path = tmp_path / "bomb.json.gz"
     path.write_bytes(nul_bomb(size))
     assert path.stat().st_size < 1.1e6
-    status, err, secs, rss = run_measured("import sys; from gpumagic.cli import main; sys.exit(main(sys.argv[1:]))",
+    status, err, secs, rss = run_measured("import sys; from gpumagic.shells.cli import main; sys.exit(main(sys.argv[1:]))",
                                           "analyze", str(path))
     assert status == 2 and len(err.splitlines()) == 1 and message in err, err
     assert secs < 20 and rss < 1 << 30, (secs, rss)
