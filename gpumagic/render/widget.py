@@ -106,11 +106,11 @@ class ReportWidget:
             self.step_select = self.finding_select = self.timeline_image = None
             self.timeline_status = w.HTML(value=h.wrap(h.timeline_html(self.report, None), style=False, framed=False))
             return w.VBox([self.timeline_status])
-        self.step_select = w.Dropdown(options=step_options(self.report), value=ALL_STEPS, description="Zoom to")
-        self.finding_select = w.Dropdown(options=finding_options(self.report), value=NO_HIGHLIGHT, description="Highlight")
-        for dd in (self.step_select, self.finding_select):
-            dd.layout = w.Layout(width="auto", min_width="260px")
-            dd.style = {"description_width": "70px"}
+        # layout and style given at construction: replacing them later would orphan open models
+        self.step_select = w.Dropdown(options=step_options(self.report), value=ALL_STEPS, description="Zoom to",
+                                      layout=_dropdown_layout(w), style={"description_width": "70px"})
+        self.finding_select = w.Dropdown(options=finding_options(self.report), value=NO_HIGHLIGHT, description="Highlight",
+                                         layout=_dropdown_layout(w), style={"description_width": "70px"})
         self.timeline_png = png
         self.timeline_image = w.HTML(value=_image_html(png))
         self.timeline_status = w.HTML(value="", layout=w.Layout(flex="1 1 220px"))
@@ -139,6 +139,10 @@ class ReportWidget:
 def build_widget(report: Report, images: h.Images | None = None, *, live_token: str = "") -> ReportWidget:
     """The live report for ``report`` (needs ipywidgets 8)."""
     return ReportWidget(report, images, live_token=live_token)
+
+
+def _dropdown_layout(w):
+    return w.Layout(width="auto", min_width="min(260px, 100%)")
 
 
 def _image_html(png: bytes) -> str:
