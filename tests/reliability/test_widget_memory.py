@@ -23,7 +23,7 @@ CELLS = 3 * mb.LIVE_REPORTS
 
 
 class _Formatter:
-    active_types = ["text/plain", "text/html", "image/png"]
+    active_types = ("text/plain", "text/html", "image/png")
 
 
 class _Shell:
