@@ -73,10 +73,10 @@ CSS = (
 .gpumagic-report a{color:var(--gm-link)}
 .gpumagic-report .gm-muted{color:var(--gm-muted)}
 .gpumagic-report .gm-facts{display:flex;flex-wrap:wrap;gap:10px;margin:6px 0 10px}
-.gpumagic-report .gm-fact{flex:1 1 150px;min-width:0;border:1px solid var(--gm-border);border-radius:6px;padding:6px 12px;
+.gpumagic-report .gm-fact{flex:1 1 120px;min-width:0;border:1px solid var(--gm-border);border-radius:6px;padding:6px 12px;
  background:var(--gm-card)}
 .gpumagic-report .gm-fact-label{font-size:12px;color:var(--gm-muted);text-transform:uppercase;letter-spacing:.04em}
-.gpumagic-report .gm-fact-value{font-size:22px;font-weight:600}
+.gpumagic-report .gm-fact-value{font-size:20px;font-weight:600}
 .gpumagic-report .gm-top{border:1px solid var(--gm-border);border-left:6px solid var(--gm-muted);border-radius:6px;padding:8px 12px;
  background:var(--gm-top);font-size:15px}
 .gpumagic-report .gm-finding.gm-sev-high,.gpumagic-report .gm-top.gm-sev-high{border-left-color:var(--gm-high)}
@@ -97,6 +97,9 @@ CSS = (
  padding:8px 10px;margin:4px 0 8px;overflow-x:auto;max-width:100%;font-size:12.5px;line-height:1.4;text-align:left;white-space:pre;
  overflow-wrap:normal}
 .gpumagic-report code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"Liberation Mono",monospace;color:inherit;background:none}
+.gpumagic-report.gpumagic-report pre.gm-code,.gpumagic-report.gpumagic-report pre.gm-code code{white-space:pre;word-break:normal;
+ overflow-wrap:normal}
+.gpumagic-report.gpumagic-report :not(pre)>code{background:var(--gm-card);color:inherit;padding:0 3px;border-radius:3px}
 .gpumagic-report img.gm-figure{width:100%;height:auto;max-width:1300px;display:block;border:1px solid var(--gm-border);background:#fff}
 .gpumagic-report .gm-scroll{overflow-x:auto;max-width:100%}
 .gpumagic-report table.gm-table{border-collapse:collapse;margin:6px 0 10px;font-size:13px;width:auto;color:var(--gm-fg)}
@@ -117,8 +120,8 @@ CSS = (
 .gpumagic-report .gm-meter>span{display:block;height:100%;background:var(--gm-meter)}
 .gpumagic-report ul{margin:4px 0;padding-left:22px}
 .gpumagic-report details.gm-full>summary{cursor:pointer;font-weight:600;font-size:15px;padding:6px 0}
-.gpumagic-report .gm-better{color:var(--gm-good);font-weight:600}
-.gpumagic-report .gm-worse{color:var(--gm-bad);font-weight:600}
+.gpumagic-report .gm-better,.gpumagic-report table.gm-table td.gm-better{color:var(--gm-good);font-weight:600}
+.gpumagic-report .gm-worse,.gpumagic-report table.gm-table td.gm-worse{color:var(--gm-bad);font-weight:600}
 .gpumagic-report .gm-group{font-weight:600;padding-right:10px;white-space:nowrap}
 """
 ).strip()
