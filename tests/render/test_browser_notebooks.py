@@ -27,6 +27,7 @@ import pytest
 from browser_helpers import (
     ARTIFACTS,
     CLIPPED_JS,
+    CONTRAST_JS,
     VISIBLE_REPORTS_JS,
     WIDGET_ERROR_JS,
     chromium,
@@ -124,6 +125,25 @@ def _live(page, url: str, path: str, shot: str) -> None:
     assert image.get_attribute("alt").startswith("Timeline of the recorded steps")
     assert image.evaluate("img => img.complete && img.naturalWidth") >= 1000
     widget.get_by_role("tab", name="Checklist").click()
+    if shot == "jupyterlab":
+        _dark_theme_contrast(page, widget)
+
+
+def _dark_theme_contrast(page, widget) -> None:
+    """Switch JupyterLab to its Dark theme: the live report follows it, text stays ≥ 4.5:1."""
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
+    _settle(page, 1500)
+    results = page.evaluate(CONTRAST_JS, ".gpumagic-widget")
+    background = widget.locator(".gpumagic-report").first.evaluate("e => getComputedStyle(e).backgroundColor")
+    widget.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / f"jupyterlab_live_dark_{WIDTH}.png"))
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'true'", timeout=30_000)
+    assert background == "rgb(17, 17, 17)"  # JupyterLab Dark's --jp-layout-color0: no white card on a dark page
+    assert len(results) > 20
+    low = [f"{r['ratio']:.2f}:1 {r['text']!r}" for r in results if r["ratio"] < 4.5]
+    assert low == [], f"low contrast in JupyterLab Dark: {low[:8]}"
 
 
 def _reopen(browser, url: str, path: str, shot: str) -> None:
