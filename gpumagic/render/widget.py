@@ -43,6 +43,10 @@ WIDGET_CSS = (
     ".gpumagic-widget .lm-TabBar,.gpumagic-widget .lm-TabBar-content{height:auto;min-height:0;flex-wrap:wrap;overflow:visible}"
     ".gpumagic-widget .lm-TabBar-tab{flex:0 0 auto !important;min-width:max-content !important;max-width:none !important}"
     ".gpumagic-widget .lm-TabBar-tabLabel{overflow:visible;text-overflow:clip}"
+    # ipywidgets draws unselected tabs and closed accordion titles in a dimmed grey (4.2:1 in
+    # JupyterLab Dark): the theme's strongest text colour keeps them above 4.5:1 in every theme
+    ".gpumagic-widget .lm-TabBar-tab,.gpumagic-widget .lm-TabBar-tabLabel,.gpumagic-widget .jupyter-widget-Collapse-header"
+    "{color:var(--jp-ui-font-color0,#000) !important}"
     ".gpumagic-widget .widget-dropdown{max-width:100%}"
     ".gpumagic-widget img.gm-figure{max-width:" + TIMELINE_MAX_WIDTH + "}"
 )
