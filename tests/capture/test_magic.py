@@ -235,3 +235,16 @@ def test_unload_removes_the_magic_and_load_brings_it_back(shell):
     finally:
         shell.run_line_magic("load_ext", "gpumagic")
     assert shell.find_cell_magic("gpuprofile") is not None
+
+
+def test_compare_shows_the_comparison_first_and_the_report_collapsed_under_it(shell):
+    run(shell, "%%gpuprofile --label slow-before --quiet" + TRAIN.format(n=8))
+    result, out = run(shell, "%%gpuprofile -o after --compare slow-before" + TRAIN.format(n=8))
+    assert result.success
+    [output] = out.outputs  # one output: the comparison, with the report inside it
+    html = output.data["text/html"]
+    after = shell.user_ns["after"]
+    assert html.index("slow-before \u2192") < html.index("Speed-up") < html.index('<details class="gm-full">')
+    assert "gpumagic report" in html[html.index('<details class="gm-full">'):]
+    assert output.data["text/plain"].startswith("gpumagic comparison: slow-before")
+    assert after.to_text() in output.data["text/plain"]
