@@ -135,3 +135,16 @@ def test_text_contrast_is_at_least_4_5_to_1(browser, pages, where, kind, theme):
     low = [r for r in results if r["ratio"] < MIN_CONTRAST]
     assert low == [], f"{where}/{kind}, {theme}: " + "; ".join(
         f"{r['ratio']:.2f}:1 {r['tag']} {r['text']!r} ({r['color']} on {r['bg']})" for r in low[:8])
+
+
+@pytest.mark.parametrize(("where", "theme", "red"), [("document", "light", "rgb(207, 34, 46)"),
+                                                     ("notebook", "dark", "rgb(248, 81, 73)")])
+def test_severity_stripes_are_coloured_in_the_rendered_page(browser, pages, where, theme, red):
+    page = _open(browser, pages, where, "report", theme, 800)
+    try:
+        stripes = page.locator("details.gm-finding").evaluate_all(
+            "els => els.map(e => [e.className, getComputedStyle(e).borderLeftColor])")
+    finally:
+        page.close()
+    assert [c for cls, c in stripes if "gm-sev-high" in cls] and all(c == red for cls, c in stripes if "gm-sev-high" in cls)
+    assert len({c for _, c in stripes}) > 1  # high, medium and low differ: not one grey for all
