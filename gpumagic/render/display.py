@@ -16,10 +16,13 @@ state that ``--execute`` saves, online or not), GitHub and other renderers that 
 and the widget output is hidden while it has nothing to draw (so "Error displaying widget:
 model not found" never shows). A person sees one report, never two and never none.
 
-This is the pattern widget libraries use for a durable fallback (a static representation that
-the interactive view replaces), done here without any JavaScript: ipywidgets' JupyterLab
-renderer writes its error text into the widget's own output, so the static report must be a
-separate output for it to survive.
+Why two outputs rather than one bundle with a fallback: ipympl puts a static PNG beside the
+widget view in one bundle (matplotlib/ipympl#343), which nbconvert honours when no widget state
+was saved (its ``WidgetsDataTypeFilter``, jupyter/nbconvert#1643); but JupyterLab prefers the
+widget type in a trusted notebook, and its renderer (jupyterlab_widgets ``renderer.ts``) writes
+"Error displaying widget: model not found" into that same output once the widget manager has
+restored without the model (matplotlib/ipympl#38, widgetti/ipyreact#40), so the fallback in the
+bundle is never shown. A separate output survives; CSS, not JavaScript, does the swap.
 
 Memory: a live view keeps its report (and trace) for redrawing the timeline. Only the
 :data:`LIVE_REPORTS` most recent live views are kept open; displaying another closes the oldest

@@ -7,7 +7,10 @@ the static views say the same thing.
 
 The CSS is scoped under ``.gpumagic-report`` so that it cannot restyle the notebook around it,
 and the markup is plain headings, tables, ``<details>`` and ``<pre>``: readable even where a
-sanitiser strips the ``<style>`` element.
+sanitiser strips the ``<style>`` element (and its classes). Colours are custom properties that
+follow JupyterLab's theme (light or dark) and, in a saved page, the reader's colour scheme; wide
+content (code, tables) scrolls inside its own box, so nothing is cut at 360 px. In a live kernel
+this report is its own output, replaced by the live widget that follows it (:func:`swap_css`).
 """
 
 from __future__ import annotations
