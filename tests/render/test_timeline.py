@@ -234,3 +234,19 @@ def test_the_title_gives_the_duration_as_the_header_does(loader_report):
     fig = timeline_figure(loader_report)
     title = fig.texts[0].get_text()
     assert title.endswith(fmt_ms(loader_report.metrics["window"]["dur_ms"]))
+
+
+def test_lanes_are_named_for_people_worker_and_nccl():
+    tb = TraceBuilder()
+    for i in range(2):
+        t = i * 1000.0
+        tb.step(i + 1, t, 1000.0)
+        tb.op("aten::mm", t + 10, 300)
+        tb.add(cat="cpu_op", name="worker_fetch", ts=t + 20, dur=600, pid=999, tid=999)  # another process
+        tb.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 100, 600, stream=13)
+        tb.kernel("k_gemm", t + 400, 200, stream=7)
+    report = gpumagic.analyze(load(tb.to_dict()))
+    labels = _lane_labels(timeline_figure(report))
+    assert labels[0] == "main thread"
+    assert "DataLoader worker · pid 999" in labels
+    assert "GPU0 · stream 13 · NCCL" in labels and "GPU0 · stream 7" in labels
