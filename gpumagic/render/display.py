@@ -123,6 +123,12 @@ def live_views() -> list[ReportWidget]:
     return list(_live)
 
 
+def close_live_views() -> None:
+    """Close every open live view (each shows its static report again) and release its report."""
+    while _live:
+        _live.popleft().close()
+
+
 def _wanted(include: Collection[str] | None, exclude: Collection[str] | None) -> set[str]:
     """The MIME types to compute: ``include`` if given, else what the shell displays."""
     wanted = set(include) if include else _shell_types()

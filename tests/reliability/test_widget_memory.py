@@ -44,9 +44,10 @@ def quiet_display(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _close_live_views():
+    """Start and end with no live view open (other tests may have displayed some)."""
+    mb.close_live_views()
     yield
-    while mb.live_views():
-        mb._live.popleft().close()
+    mb.close_live_views()
 
 
 def _display_cells(data_dir, n: int) -> list[tuple[weakref.ref, weakref.ref]]:

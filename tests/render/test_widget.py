@@ -103,7 +103,8 @@ def published(monkeypatch):
 
     seen = []
     monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: seen.append((obj, raw)))
-    return seen
+    yield seen
+    mb.close_live_views()  # leave no live view open for later tests
 
 
 def test_a_live_kernel_gets_the_static_report_then_the_live_view(monkeypatch, small_report, published):
