@@ -131,3 +131,87 @@ def _last_top_level_scope(s: str) -> int:
         elif c == ":" and depth == 0 and s[i + 1 : i + 2] == ":":
             cut = i + 2
     return cut
+
+
+# -- evidence numbers -----------------------------------------------------------------------------
+
+#: Words written the way people read them in a label (``gpu`` -> ``GPU``).
+_LABEL_WORDS = {"gpu": "GPU", "cpu": "CPU", "nccl": "NCCL", "util": "utilisation", "comm": "communication",
+                "gbps": "GB/s", "frac": "share", "dataloader": "data-loader", "pct": "%", "us": "µs", "ms": "ms"}
+#: Labels that the word rule above would phrase badly.
+_LABEL_OVERRIDE = {
+    "compute_capability": "compute capability",
+    "first_over_median": "first step / median step",
+    "gpu_idle_during_wait_frac": "GPU idle while waiting",
+    "cpu_busy_share_of_wait": "CPU busy while waiting",
+    "host_wait": "GPU idle waiting for the host",
+    "launch_latency": "GPU idle in launch latency",
+    "other": "GPU idle, other causes",
+    "source": "source",
+    "dataloader_ms": "data-loader wait",
+    "pageable_bytes": "pageable copies",
+    "pageable_count": "pageable copies (count)",
+    "pageable_ms": "pageable copy time",
+    "pageable_gbps": "pageable copy speed",
+    "capacity_bytes": "GPU memory capacity",
+    "median_kernel_us": "median kernel duration",
+    "host_cpu_util_mean_pct": "host CPU utilisation (mean)",
+    "workers_cpu_util_mean_pct": "worker CPU utilisation (mean)",
+}
+#: The noun a unit suffix adds to a label (``comm_ms`` -> ``'communication time'``).
+_SUFFIX_NOUN = {"_ms": "time", "_bytes": "size", "_gbps": "bandwidth"}
+#: Unit suffixes of evidence keys, longest first, and how each value is shown.
+_UNIT_SUFFIXES = ("_frac", "_ms", "_us", "_bytes", "_pct", "_gbps")
+
+
+def evidence_label(key: str) -> str:
+    """A readable label for an evidence key: ``'gpu_idle_during_wait_frac'`` -> ``'GPU idle while waiting'``."""
+    text = _LABEL_OVERRIDE.get(key)
+    if text is None:
+        stem = key
+        for suffix in _UNIT_SUFFIXES:
+            if stem.endswith(suffix):
+                stem = stem[: -len(suffix)]
+                if stem.endswith(("_ms", "_time")) or suffix not in _SUFFIX_NOUN:
+                    stem += "_frac" if suffix == "_frac" else ""
+                else:
+                    stem += "_" + _SUFFIX_NOUN[suffix]
+                break
+        text = " ".join(_LABEL_WORDS.get(w, w) for w in stem.split("_") if w) or key
+    return text[:1].upper() + text[1:]
+
+
+def evidence_value(key: str, value: float | int | str | None) -> str:
+    """An evidence number with its unit, read from the key's suffix (``_frac`` -> ``'33.4 %'``)."""
+    if isinstance(value, (str, bool)) or _bad(value):
+        return fmt_number(value)
+    if key == "compute_capability":
+        return f"{float(value):.1f}"
+    if key == "first_over_median":
+        return f"{value:.2f}\u00d7"
+    if key.endswith("_frac") or key == "cpu_busy_share_of_wait":
+        return fmt_pct(value, 1)
+    if key.endswith("_ms") or key in ("host_wait", "launch_latency", "other"):
+        return fmt_ms(value)
+    if key.endswith("_us"):
+        return fmt_us(value)
+    if key.endswith("_bytes"):
+        return fmt_bytes(value)
+    if key.endswith("_pct"):
+        return f"{value:.0f} %"
+    if key.endswith("_gbps"):
+        return f"{value:.1f} GB/s"
+    return fmt_number(value)
+
+
+def evidence_items(numbers: dict) -> list[tuple[str, str]]:
+    """``(label, formatted value)`` for each evidence number, in the finding's order."""
+    return [(evidence_label(str(k)), evidence_value(str(k), v)) for k, v in numbers.items()]
+
+
+def fmt_span_ms(start_ms: float, end_ms: float) -> str:
+    """A time window in ms: ``'120.3–131.0 ms'``; one too short to show two different ends at
+    0.1 ms is given by its start and length: ``'71.10 ms for 4 µs'`` (never ``'1.0–1.0 ms'``)."""
+    if f"{start_ms:,.1f}" == f"{end_ms:,.1f}":
+        return f"{start_ms:,.2f} ms for {fmt_ms(end_ms - start_ms)}"
+    return f"{start_ms:,.1f}\u2013{end_ms:,.1f} ms"

@@ -110,6 +110,7 @@ def idle_html(report: Report) -> str:
         f'<tr><td><span class="gm-swatch" style="background:{palette.IDLE_COLOR[c]}"></span>{escape(palette.IDLE_LABEL[c])}</td>'
         f'<td class="gm-num">{fmt_ms(ms)}</td><td class="gm-num">{fmt_pct(ms / total, 1)}</td></tr>'
         for c, ms in parts.items()
+        if ms > 0  # only the causes present, as in the bar
     )
     long_count = metric(m, "idle", "long_gap_count")
     long_line = (

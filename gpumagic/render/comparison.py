@@ -1,6 +1,10 @@
 """Text and HTML for a :class:`~gpumagic.tuning.comparison.Comparison` (its ``data`` dict): a table of
 step time and the headline metrics before / after, the per-step breakdown, and the findings
-resolved, new and persisting."""
+resolved, new and persisting.
+
+One speed-up notation everywhere: ``'1.40× faster'`` (the median step before ÷ after) or
+``'1.16× slower'`` (after ÷ before), as the verdict says it. A change is marked better or worse
+by a word as well as a colour."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from html import escape
 from typing import Any
 
 from gpumagic.render._format import MISSING, fmt_bytes, fmt_ms, fmt_pct
-from gpumagic.render.html import wrap
+from gpumagic.render.html import document, wrap
 from gpumagic.render.palette import CATEGORY_LABEL
 from gpumagic.tuning.comparison import SAME_STEP_TOLERANCE, difference
 
@@ -16,7 +20,7 @@ from gpumagic.tuning.comparison import SAME_STEP_TOLERANCE, difference
 
 #: Widths of the text table: the row name, then before / after (widened to fit the labels, up
 #: to MAX_VALUE_W) / change.
-NAME_W, VALUE_W, MAX_VALUE_W, CHANGE_W = 30, 14, 32, 16
+NAME_W, VALUE_W, MAX_VALUE_W, CHANGE_W = 30, 14, 32, 22
 MINUS = "\u2212"
 
 
@@ -43,12 +47,26 @@ def _fmt_change(before: float | None, after: float | None, unit: str) -> str:
     return sign + _fmt(abs(delta), unit)
 
 
+def fmt_speed(ratio: float | None) -> str:
+    """The step-time ratio (after / before) as a speed-up: ``'1.40× faster'``, ``'1.16× slower'``."""
+    if ratio is None or ratio <= 0:
+        return MISSING
+    if round(ratio, 2) == 1:
+        return "1.00× (same speed)"
+    return f"{1 / ratio:.2f}\u00d7 faster" if ratio < 1 else f"{ratio:.2f}\u00d7 slower"
+
+
+#: What the speed-up figures mean, said once under the comparison's tiles.
+SPEED_NOTE = ("N× faster: the median step before divided by the median step after; N× slower: after divided by "
+              "before. Changes are signed (− shorter, + longer) and marked better or worse in words.")
+
+
 def _step_change(data: dict[str, Any]) -> str:
     ratio = data["step_time_ratio"]
     if ratio is None:
-        return "n/a"
+        return MISSING
     pct = (ratio - 1) * 100
-    return f"×{ratio:.2f} ({'+' if pct > 0 else MINUS if pct < 0 else '±'}{abs(pct):.0f} %)"
+    return f"{'+' if pct > 0 else MINUS if pct < 0 else '±'}{abs(pct):.0f} % ({fmt_speed(ratio)})"
 
 
 def table_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
@@ -146,9 +164,8 @@ def render_text(data: dict[str, Any]) -> str:
 
 # -- HTML -----------------------------------------------------------------------------------------
 
-EXTRA_CSS = (".gpumagic-report .gm-better{color:#1a7f37;font-weight:600}"
-             ".gpumagic-report .gm-worse{color:#cf222e;font-weight:600}"
-             ".gpumagic-report .gm-group{font-weight:600;padding-right:10px;white-space:nowrap}")
+#: Words beside a marked change, so that better / worse never rests on colour alone.
+DIRECTION_WORD = {"better": "\u25b2 better", "worse": "\u25bc worse"}
 
 
 def _html_table(title: str, data: dict[str, Any], rows: list[tuple[str, ...]]) -> str:
@@ -156,21 +173,22 @@ def _html_table(title: str, data: dict[str, Any], rows: list[tuple[str, ...]]) -
             f"<th>{escape(data['after']['label'])}</th><th>change</th></tr>")
     body = "".join(
         f'<tr><td>{escape(n)}</td><td class="gm-num">{escape(x)}</td><td class="gm-num">{escape(y)}</td>'
-        f'<td class="gm-num{" gm-" + css if css else ""}">{escape(c)}</td></tr>'
+        f'<td class="gm-num{" gm-" + css if css else ""}">{escape(c)}'
+        f'{" · " + DIRECTION_WORD[css] if css in DIRECTION_WORD else ""}</td></tr>'
         for n, x, y, c, css in rows)
-    return f'<table class="gm-table"><thead>{head}</thead><tbody>{body}</tbody></table>'
+    return f'<div class="gm-scroll"><table class="gm-table"><thead>{head}</thead><tbody>{body}</tbody></table></div>'
 
 
 def _tiles_html(data: dict[str, Any]) -> str:
     b, a = data["before"], data["after"]
-    speed = "n/a" if data["speedup"] is None else f"{data['speedup']:.2f}×"
-    tiles = [("Median step", f"{_fmt(b['step_median_ms'], 'ms')} → {_fmt(a['step_median_ms'], 'ms')}"),
-             ("Speed-up", speed),
-             ("GPU busy", f"{_fmt(data['gpu_busy']['before'], 'frac')} → {_fmt(data['gpu_busy']['after'], 'frac')}"),
-             ("Findings resolved / new", f"{len(data['resolved'])} / {len(data['new'])}")]
+    busy_b, busy_a = data["gpu_busy"]["before"], data["gpu_busy"]["after"]
+    tiles = [("Speed-up", fmt_speed(data["step_time_ratio"])),
+             ("Median step", f"{_fmt(b['step_median_ms'], 'ms')} \u2192 {_fmt(a['step_median_ms'], 'ms')}"),
+             ("GPU busy", f"{_fmt(busy_b, 'frac')} \u2192 {_fmt(busy_a, 'frac')}" if busy_b is not None or busy_a is not None else MISSING),
+             ("Findings resolved / new / persisting", f"{len(data['resolved'])} / {len(data['new'])} / {len(data['persisting'])}")]
     return '<div class="gm-facts">' + "".join(
         f'<div class="gm-fact"><div class="gm-fact-label">{escape(k)}</div><div class="gm-fact-value">{escape(v)}</div></div>'
-        for k, v in tiles) + "</div>"
+        for k, v in tiles if v != MISSING) + "</div>"
 
 
 def _findings_html(data: dict[str, Any]) -> str:
@@ -180,27 +198,30 @@ def _findings_html(data: dict[str, Any]) -> str:
         items = [line for g, line in found if g == group] or ["none"]
         cell = "<br>".join(escape(x) for x in items)
         rows.append(f'<tr><td class="gm-group">{group}</td><td>{cell}</td></tr>')
-    return f'<table class="gm-table"><tbody>{"".join(rows)}</tbody></table>'
+    return f'<div class="gm-scroll"><table class="gm-table"><tbody>{"".join(rows)}</tbody></table></div>'
 
 
-def render_fragment(data: dict[str, Any]) -> str:
-    """The comparison as one scoped ``<div>`` (the notebook's ``text/html``)."""
+def render_fragment(data: dict[str, Any], full_report_html: str = "") -> str:
+    """The comparison as one scoped ``<div>`` (the notebook's ``text/html``): the answer first
+    (speed-up, step time before → after, findings resolved / new / persisting), then the tables;
+    ``full_report_html``, when given, follows collapsed in a ``<details>``."""
     notes = "".join(f"<li>{escape(n)}</li>" for n in data["notes"])
+    after = escape(data["after"]["label"])
+    full = (f'<details class="gm-full"><summary>Full report of \u201c{after}\u201d</summary>{full_report_html}</details>'
+            if full_report_html else "")
     inner = (
-        f"<style>{EXTRA_CSS}</style>"
-        f"<h2>{escape(data['before']['label'])} → {escape(data['after']['label'])}</h2>"
+        f"<h2>{escape(data['before']['label'])} \u2192 {after}</h2>"
         f"{_tiles_html(data)}<div class=\"gm-top\">{escape(data['verdict'])}</div>"
+        f'<p class="gm-muted">{escape(SPEED_NOTE)}</p>'
+        f"<h3>Findings</h3>{_findings_html(data)}"
         f"<h3>Step time and GPU</h3>{_html_table('', data, table_rows(data))}"
         f"<h3>Breakdown ({escape(data['breakdown']['unit'])})</h3>{_html_table('', data, breakdown_rows(data))}"
-        f"<h3>Findings</h3>{_findings_html(data)}"
         + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else "")
+        + full
     )
     return wrap(inner, static=True)
 
 
 def html_document(data: dict[str, Any]) -> str:
     """A complete self-contained HTML page."""
-    title = escape(f"gpumagic comparison: {data['before']['label']} → {data['after']['label']}")
-    return ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f"<title>{title}</title>\n</head>\n<body style=\"margin:0;padding:24px;background:#f6f8fa\">\n"
-            f"{render_fragment(data)}\n</body>\n</html>\n")
+    return document(f"gpumagic comparison: {data['before']['label']} \u2192 {data['after']['label']}", render_fragment(data))

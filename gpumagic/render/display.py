@@ -1,33 +1,48 @@
-"""How a Report shows itself: one MIME bundle with the live widget *and* static fallbacks.
+"""How a Report shows itself in a notebook: the static report always, the live view on top.
 
-``Report._repr_mimebundle_`` returns, in one output:
+``display(report)`` (and a report as a cell's last value, through IPython's
+``_ipython_display_`` protocol) publishes:
 
-- ``application/vnd.jupyter.widget-view+json``: the ipywidgets view, when running in a live
-  kernel with ipywidgets installed;
-- ``text/html``: the self-contained static report (timeline as an inline PNG);
-- ``text/plain``: the text render.
+1. an output holding the static report: ``text/html`` (self-contained, the timeline as an inline
+   PNG, no script) and ``text/plain`` (the text render);
+2. in a live Jupyter kernel with ipywidgets, a second output right after it holding the
+   ipywidgets view (``application/vnd.jupyter.widget-view+json``) and a one-line ``text/plain``.
 
-A frontend renders exactly one MIME type per output, the richest it can: JupyterLab and
-Notebook 7 with the widget manager show the widget and ignore the rest, so the static report
-never appears twice. nbconvert's HTML exporter skips the widget type when the notebook saved no
-widget state (its ``WidgetsDataTypeFilter``) and uses ``text/html``, as do GitHub's viewer and
-frontends without the widget manager; terminals use ``text/plain``.
+The static report never depends on saved widget state, so it shows wherever the notebook is
+opened: the same notebook after the kernel stopped, ``nbconvert`` (with or without the widget
+state that ``--execute`` saves, online or not), GitHub and other renderers that show only
+``text/html``. While the live view renders, CSS in both outputs swaps them (see
+:func:`gpumagic.render.html.swap_css`): the static report is hidden once the widget is drawn,
+and the widget output is hidden while it has nothing to draw (so "Error displaying widget:
+model not found" never shows). A person sees one report, never two and never none.
 
-Limitation: JupyterLab prefers the widget type for a *trusted* notebook even after the kernel
-is gone, and then shows "model not found" until the cell runs again (or widget state was saved).
-Set ``GPUMAGIC_WIDGETS=0`` to always get the static report.
+Why two outputs rather than one bundle with a fallback: ipympl puts a static PNG beside the
+widget view in one bundle (matplotlib/ipympl#343), which nbconvert honours when no widget state
+was saved (its ``WidgetsDataTypeFilter``, jupyter/nbconvert#1643); but JupyterLab prefers the
+widget type in a trusted notebook, and its renderer (jupyterlab_widgets ``renderer.ts``) writes
+"Error displaying widget: model not found" into that same output once the widget manager has
+restored without the model (matplotlib/ipympl#38, widgetti/ipyreact#40), so the fallback in the
+bundle is never shown. A separate output survives; CSS, not JavaScript, does the swap.
+
+Memory: a live view keeps its report (and trace) for redrawing the timeline. Only the
+:data:`LIVE_REPORTS` most recent live views are kept open; displaying another closes the oldest
+(its models are closed, so its view disappears and the static report under it shows again) and
+releases its report. ``GPUMAGIC_WIDGETS=0`` turns the live view off.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import sys
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Collection
 
+    from gpumagic.render.widget import ReportWidget
     from gpumagic.report.model import Report
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -36,43 +51,88 @@ TEXT_MIME = "text/plain"
 ALL_MIMES = (WIDGET_MIME, HTML_MIME, TEXT_MIME)
 #: Environment switch: ``GPUMAGIC_WIDGETS=0`` turns the live widget off (static HTML only).
 WIDGETS_ENV = "GPUMAGIC_WIDGETS"
+#: Live views kept open (each keeps its report and trace alive for redrawing); older ones close.
+LIVE_REPORTS = 5
+#: The widget output's plain-text form, shown only by frontends that cannot draw the widget.
+LIVE_NOTE = "(interactive view of the gpumagic report above: shown in a live kernel)"
+
+_live: deque[ReportWidget] = deque()
 
 
 def mimebundle(report: Report, include: Collection[str] | None = None, exclude: Collection[str] | None = None) -> dict[str, Any]:
-    """The bundle for ``Report._repr_mimebundle_`` (IPython's ``include``/``exclude`` honoured)."""
+    """The static bundle (``text/html`` and ``text/plain``; IPython's ``include``/``exclude``
+    honoured): what ``Report._repr_mimebundle_`` returns and what every frontend can show."""
     wanted = _wanted(include, exclude)
     bundle: dict[str, Any] = {}
     if TEXT_MIME in wanted:
         bundle[TEXT_MIME] = report.to_text()
-    if not wanted & {HTML_MIME, WIDGET_MIME}:
-        return bundle
-    from gpumagic.render.html import render_images, report_html
-
-    images = render_images(report)
-    if WIDGET_MIME in wanted and widgets_live():
-        from gpumagic.render.widget import build_widget
-
-        view = build_widget(report, images).root._repr_mimebundle_()
-        if WIDGET_MIME in view:
-            bundle[WIDGET_MIME] = view[WIDGET_MIME]
     if HTML_MIME in wanted:
-        bundle[HTML_MIME] = report_html(report, images)
+        from gpumagic.render.html import report_html
+
+        bundle[HTML_MIME] = report_html(report)
     return bundle
 
 
-def _wanted(include: Collection[str] | None, exclude: Collection[str] | None) -> set[str]:
-    """The MIME types to compute: ``include`` if given, else what the shell displays.
+def show(report: Report) -> None:
+    """Display ``report``: the static report, then (in a live kernel) the live view after it."""
+    from IPython.display import display
 
-    IPython's formatters do not list the widget type, so a shell that displays HTML (a kernel
-    behind a rich frontend) is taken to want it too; :func:`widgets_live` decides the rest.
-    """
-    if include:
-        wanted = set(include)
-    else:
-        wanted = _shell_types()
-        if HTML_MIME in wanted:
-            wanted.add(WIDGET_MIME)
-    return (wanted & set(ALL_MIMES)) - set(exclude or ())
+    wanted = _wanted(None, None)
+    if HTML_MIME not in wanted or not widgets_live():
+        display(mimebundle(report, include=wanted), raw=True)
+        return
+    from gpumagic.render.html import render_images, report_html
+    from gpumagic.render.widget import build_widget
+
+    images = render_images(report)
+    token = secrets.token_hex(6)
+    view = build_widget(report, images, live_token=token)
+    display({HTML_MIME: report_html(report, images, live_token=token), TEXT_MIME: report.to_text()}, raw=True)
+    display({WIDGET_MIME: view.root._repr_mimebundle_()[WIDGET_MIME], TEXT_MIME: LIVE_NOTE}, raw=True)
+    keep_live(view)
+
+
+def show_comparison(comparison, report: Report) -> None:
+    """Display a comparison first (``--compare``), with the full ``report`` collapsed under it:
+    one output, static, so it reads the same in every frontend."""
+    from IPython.display import display
+
+    from gpumagic.render.comparison import render_fragment
+    from gpumagic.render.html import report_html
+
+    wanted = _wanted(None, None)
+    bundle: dict[str, Any] = {}
+    if TEXT_MIME in wanted:
+        bundle[TEXT_MIME] = comparison.to_text() + "\nFull report\n\n" + report.to_text()
+    if HTML_MIME in wanted:
+        bundle[HTML_MIME] = render_fragment(comparison.data, full_report_html=report_html(report))
+    display(bundle, raw=True)
+
+
+def keep_live(view: ReportWidget, limit: int | None = None) -> None:
+    """Remember ``view`` as open; close the oldest open views beyond ``limit`` (default
+    :data:`LIVE_REPORTS`)."""
+    limit = LIVE_REPORTS if limit is None else limit
+    _live.append(view)
+    while len(_live) > max(limit, 0):
+        _live.popleft().close()
+
+
+def live_views() -> list[ReportWidget]:
+    """The live views still open, oldest first."""
+    return list(_live)
+
+
+def close_live_views() -> None:
+    """Close every open live view (each shows its static report again) and release its report."""
+    while _live:
+        _live.popleft().close()
+
+
+def _wanted(include: Collection[str] | None, exclude: Collection[str] | None) -> set[str]:
+    """The MIME types to compute: ``include`` if given, else what the shell displays."""
+    wanted = set(include) if include else _shell_types()
+    return (wanted & {HTML_MIME, TEXT_MIME}) - set(exclude or ())
 
 
 def _shell_types() -> set[str]:
@@ -105,12 +165,13 @@ def widgets_live() -> bool:
 
 def save_html(report: Report, path: str | os.PathLike[str]) -> Path:
     """Write the report as one self-contained HTML file; returns the path written."""
+    from gpumagic._atomic import write_atomic
     from gpumagic.render.html import html_document
 
     target = Path(path)
     if not target.parent.is_dir():
         raise FileNotFoundError(f"cannot write {target}: the directory {target.parent} does not exist")
-    target.write_text(html_document(report), encoding="utf-8")
+    write_atomic(target, html_document(report).encode("utf-8"))
     return target
 
 

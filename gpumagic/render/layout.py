@@ -12,6 +12,7 @@ import numpy as np
 
 from gpumagic.analysis import names as event_names
 from gpumagic.render import palette
+from gpumagic.render._format import fmt_ms
 from gpumagic.render.summary import metric
 from gpumagic.trace.model import Kind
 
@@ -71,13 +72,13 @@ def plan_view(report: Report, step: int | None) -> TimelineView:
     names = metric(m, "steps", "names") or []
     origin = origin_label(report)
     if step is None:
-        title = f"Timeline \u2014 {_steps_phrase(len(bounds))}, {(end - start) / 1e6:,.1f} ms"
+        title = f"Timeline \u2014 {_steps_phrase(len(bounds))}, {fmt_ms((end - start) / 1e6)}"
         return TimelineView(start, end, start, origin, title)
     if not 0 <= step < len(bounds):
         raise ValueError(f"step {step} is out of range: this report has {len(bounds)} recorded steps")
     s, e = int(bounds[step][0]), int(bounds[step][1])
     margin = int((e - s) * ZOOM_MARGIN)
-    title = f"Timeline \u2014 {step_label(step, names)} ({step + 1} of {len(bounds)}), {(e - s) / 1e6:,.1f} ms"
+    title = f"Timeline \u2014 {step_label(step, names)} ({step + 1} of {len(bounds)}), {fmt_ms((e - s) / 1e6)}"
     return TimelineView(max(s - margin, 0), e + margin, start, origin, title)
 
 
@@ -118,7 +119,7 @@ def plan_rows(report: Report, trace: Trace, view: TimelineView) -> list[LaneRow]
     main = _main_lane(report, trace)
     rows: list[LaneRow] = []
     if main is not None:
-        rows.append(_host_row("CPU main thread", "cpu_main", ev.lane == main, host, loader, names["sync"][ev.name]))
+        rows.append(_host_row("main thread", "cpu_main", ev.lane == main, host, loader, names["sync"][ev.name]))
     min_busy_ns = MIN_HOST_ROW_SHARE * (view.end_ns - view.start_ns)
     extra = _busiest(trace, (host | loader) & in_view, exclude=main, gpu=False, min_total_ns=min_busy_ns)
     for lane in extra[:MAX_EXTRA_HOST_ROWS]:
@@ -145,7 +146,7 @@ def _name_masks(report: Report, trace: Trace) -> dict[str, np.ndarray]:
 
 def _host_row(label, kind, on_lane, host, loader, sync) -> LaneRow:
     layers = (
-        Layer(palette.CATEGORY_LABEL["cpu_exec"], palette.GREY, on_lane & host & ~loader & ~sync),
+        Layer(palette.CATEGORY_LABEL["cpu_exec"], palette.CATEGORY_COLOR["cpu_exec"], on_lane & host & ~loader & ~sync),
         Layer(palette.CATEGORY_LABEL["dataloader"], palette.CATEGORY_COLOR["dataloader"], on_lane & loader),
         Layer("host sync (blocks on the GPU)", palette.HOST_SYNC, on_lane & sync & host),
     )
@@ -162,7 +163,11 @@ def _gpu_row(trace: Trace, lane: int, nccl_by_event: np.ndarray) -> LaneRow:
         Layer(palette.CATEGORY_LABEL["memset"], palette.CATEGORY_COLOR["memset"], on & (ev.kind == Kind.MEMSET)),
     )
     device, stream = _device_stream(trace, lane)
-    return LaneRow(f"GPU{device} stream {stream}", "gpu", layers, device=device)
+    on_kernels = on & (ev.kind == Kind.KERNEL)
+    nccl_ns = int(ev.dur_ns[on_kernels & nccl_by_event].sum())
+    kernel_ns = int(ev.dur_ns[on_kernels].sum())
+    label = f"GPU{device} \u00b7 stream {stream}" + (" \u00b7 NCCL" if kernel_ns and nccl_ns * 2 > kernel_ns else "")
+    return LaneRow(label, "gpu", layers, device=device)
 
 
 def _main_lane(report: Report, trace: Trace) -> int | None:
@@ -189,11 +194,11 @@ def _busiest(trace: Trace, mask: np.ndarray, exclude: int | None, gpu: bool, min
 
 
 def _host_label(trace: Trace, lane: int, main: int | None) -> str:
-    """``'CPU thread 25772'``; another process is likely a data-loader worker: ``'worker pid 812'``."""
+    """``'thread 25772'``; another process is likely a DataLoader worker: ``'DataLoader worker · pid 812'``."""
     this = trace.lanes[lane]
     if main is not None and this.pid != trace.lanes[main].pid:
-        return f"worker pid {_short_id(this.pid)}"
-    return f"CPU thread {_short_id(this.tid)}"
+        return f"DataLoader worker \u00b7 pid {_short_id(this.pid)}"
+    return f"thread {_short_id(this.tid)}"
 
 
 def _short_id(n: int) -> str:

@@ -2,7 +2,9 @@
 
 Based on the Okabe-Ito palette (Okabe & Ito, "Color Universal Design", 2008), which stays
 distinguishable with the common colour-vision deficiencies. Colour is never the only cue:
-every coloured thing also carries a label or a legend entry with text.
+every coloured thing also carries a label or a legend entry with text. One colour, one meaning:
+the timeline, the idle bar and the step bars use the same colour for the same category, and no
+two categories share one.
 """
 
 from __future__ import annotations
@@ -15,8 +17,13 @@ VERMILLION = "#D55E00"
 PURPLE = "#CC79A7"
 YELLOW = "#F0E442"
 GREY = "#8C8C8C"
+DARK_GREY = "#4D4D4D"
 LIGHT_GREY = "#C8C8C8"
 PALE_GREY = "#E4E4E4"
+#: Two more hues for the GPU idle causes, so that no colour means two things (Paul Tol's "muted"
+#: scheme, also colour-blind safe: https://personal.sron.nl/~pault/).
+WINE = "#882255"
+TEAL = "#44AA99"
 
 #: Timeline layers and breakdown categories (docs/metrics.md ``breakdown.order``).
 CATEGORY_COLOR = {
@@ -24,9 +31,9 @@ CATEGORY_COLOR = {
     "memcpy": GREEN,
     "memset": SKY,
     "communication": PURPLE,
-    "runtime": GREY,
+    "runtime": DARK_GREY,
     "dataloader": ORANGE,
-    "cpu_exec": LIGHT_GREY,
+    "cpu_exec": GREY,
     "other": PALE_GREY,
 }
 
@@ -42,7 +49,8 @@ CATEGORY_LABEL = {
 }
 
 #: GPU idle gaps by cause (docs/metrics.md ``idle.gaps[].cause``).
-IDLE_COLOR = {"host_wait": VERMILLION, "launch_latency": ORANGE, "other": GREY}
+#: Colours used nowhere else (orange is the data-loader wait, vermillion a host sync, grey CPU ops).
+IDLE_COLOR = {"host_wait": WINE, "launch_latency": TEAL, "other": LIGHT_GREY}
 IDLE_LABEL = {
     "host_wait": "GPU idle: waiting for the host",
     "launch_latency": "GPU idle: launch latency",
@@ -50,5 +58,7 @@ IDLE_LABEL = {
 }
 
 HOST_SYNC = VERMILLION
+#: A highlighted finding: a black outline and hatching with no fill, visible over any colour.
 HIGHLIGHT = YELLOW
-HIGHLIGHT_EDGE = "#8A6D00"
+HIGHLIGHT_EDGE = "#000000"
+HIGHLIGHT_HATCH = "////"

@@ -50,7 +50,7 @@ def header_facts(report: Report) -> list[Fact]:
     ]
     tflops, mfu = metric(m, "compute", "achieved_tflops"), metric(m, "compute", "mfu")
     if tflops is not None:  # only when FLOPs were recorded (--shapes / --flops)
-        value = f"{tflops:.3g} TFLOP/s" + ("" if mfu is None else f" \u00b7 MFU {fmt_pct(mfu)}")
+        value = f"{tflops:.3g} TFLOP/s" + ("" if mfu is None else f" \u00b7 MFU {fmt_pct(mfu, 2 if mfu < 0.01 else 1 if mfu < 0.1 else 0)}")
         facts.append(Fact("Compute", value, "matmul/conv FLOPs per second of wall time; MFU: that over the "
                                             "device's dense peak for the dtype"))
     return facts

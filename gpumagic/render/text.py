@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from gpumagic.render import palette
 from gpumagic.render._format import (
     SEVERITY_BADGE,
+    evidence_items,
     fmt_bytes,
     fmt_gain,
     fmt_ms,
@@ -74,7 +75,7 @@ def _finding(i: int, f: Finding, width: int, origin_ns: int) -> list[str]:
     out += _para("Gain:", f"{fmt_gain(f.est_gain)} ({f.gain_method})", width)
     out += _para("Evidence:", f.evidence.summary, width)
     if f.evidence.numbers:
-        out += _para("Numbers:", " \u00b7 ".join(f"{k} {fmt_number(v)}" for k, v in f.evidence.numbers.items()), width)
+        out += _para("Numbers:", " \u00b7 ".join(f"{label}: {value}" for label, value in evidence_items(f.evidence.numbers)), width)
     where = windows_text(f, origin_ns)
     if where:
         out += _para("Where:", where, width)

@@ -49,6 +49,8 @@ SAMPLE_HEIGHT_IN = 0.95
 FONT_TITLE, FONT_LANE, FONT_TICK, FONT_LEGEND, FONT_STEP = 12.5, 10, 9, 9, 8.5
 #: Headroom above the sampled curves, so that their legend does not cover a curve at 100 %.
 SAMPLE_HEADROOM = 1.4
+#: Room under 0 % (a share of the top), so that an idle 0 % line is not hidden by the x axis.
+SAMPLE_FLOOR_FRAC = 0.08
 #: Opacity of a merged rectangle: ``MIN_ALPHA`` when nearly empty, 1 when fully busy.
 MIN_ALPHA = 0.35
 #: Opacity of the idle-gap shading (light enough to see the events through it).
@@ -223,7 +225,8 @@ def _legend_handles(ax: Axes) -> list:
         label = coll.get_label()
         if label and not label.startswith("_") and label not in seen:
             face, edge = getattr(coll, "legend_style", ("#000000", "none"))
-            seen[label] = Patch(facecolor=face, edgecolor=edge, label=label)
+            hatch = coll.get_hatch() if face == "none" else None
+            seen[label] = Patch(facecolor=face, edgecolor=edge, hatch=hatch, label=label)
     return list(seen.values())
 
 
@@ -322,14 +325,15 @@ def _draw_highlight(axes: list[Axes], finding: Finding, rows: list[LaneRow], vie
         verts += [[(x0, lo - 0.5), (x0, hi + 0.5), (x1, hi + 0.5), (x1, lo - 0.5)] for lo, hi in ys]
         if not w.lane:
             spans.append((x0, x1))
-    if verts:
-        coll = PolyCollection(verts, facecolors=palette.HIGHLIGHT, edgecolors=palette.HIGHLIGHT_EDGE, alpha=0.45,
-                              linewidths=1.2, label=f"evidence: {finding.id}", zorder=5)
-        coll.legend_style = (palette.HIGHLIGHT, palette.HIGHLIGHT_EDGE)
+    if verts:  # outline and hatch, no fill: visible over any colour, and the events stay readable
+        coll = PolyCollection(verts, facecolors="none", edgecolors=palette.HIGHLIGHT_EDGE, hatch=palette.HIGHLIGHT_HATCH,
+                              linewidths=1.6, label=f"evidence: {finding.id}", zorder=5)
+        coll.legend_style = ("none", palette.HIGHLIGHT_EDGE)
         axes[0].add_collection(coll, autolim=False)
     for ax in axes[1:]:
         for x0, x1 in spans:
-            ax.axvspan(x0, x1, color=palette.HIGHLIGHT, alpha=0.45, zorder=0)
+            ax.axvspan(x0, x1, facecolor="none", edgecolor=palette.HIGHLIGHT_EDGE, hatch=palette.HIGHLIGHT_HATCH,
+                       linewidth=1.0, zorder=0)
 
 
 def _window_rows(lane: str, device: int, rows: list[LaneRow]) -> list[tuple[int, int]]:
@@ -401,10 +405,11 @@ def _draw_series(ax: Axes, s: _Series, view: TimelineView) -> None:
     x = _ms(s.t_ns, view)
     top = 100.0
     for label, values, color in s.lines:
-        ax.plot(x, values, color=color, linewidth=1.2, label=label, drawstyle="steps-post")
+        ax.plot(x, values, color=color, linewidth=1.6, label=label, drawstyle="steps-post", zorder=3)
         if values.size:
             top = max(top, float(np.nanmax(values)))
-    ax.set_ylim(0, top * SAMPLE_HEADROOM)
+    # a margin under 0 % and headroom over 100 %, so that a flat line at either end stays off the axes
+    ax.set_ylim(-SAMPLE_FLOOR_FRAC * top, top * SAMPLE_HEADROOM)
     from matplotlib.ticker import MaxNLocator
 
     ax.yaxis.set_major_locator(MaxNLocator(nbins=3, integer=True))

@@ -73,7 +73,7 @@ def render_html(result: TuneResult) -> str:
         plot = f'<img class="gm-figure" style="max-width:640px" alt="batches per second by setting" src="{png_data_uri(result.png())}">'
     code = f'<h4>Recommended</h4><pre class="gm-code"><code>{escape(result.code)}</code></pre>' if result.code else ""
     inner = (f"<h2>DataLoader tuning</h2><p>{escape(_summary(result))}</p>{warn}"
-             f'<table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+             f'<div class="gm-scroll"><table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
              f"{plot}{code}" + (f"<ul>{notes}</ul>" if notes else ""))
     return wrap(inner, static=True)
 

@@ -2,7 +2,7 @@
 
 Importing this module registers, for each kind of object, the renderers its methods name:
 
-- ``report``: ``text``, ``html``, ``save_html``, ``timeline``, ``timeline_png``, ``widget``, ``mimebundle``;
+- ``report``: ``text``, ``html``, ``save_html``, ``timeline``, ``timeline_png``, ``widget``, ``mimebundle``, ``show``;
 - ``comparison``: ``text``, ``html``, ``fragment``;
 - ``tune``: ``text``, ``html``, ``figure``.
 
@@ -57,6 +57,12 @@ def _report_mimebundle(report, include=None, exclude=None):
     return mimebundle(report, include=include, exclude=exclude)
 
 
+def _report_show(report) -> None:
+    from gpumagic.render.display import show
+
+    show(report)
+
+
 def _comparison_text(data) -> str:
     from gpumagic.render.comparison import render_text
 
@@ -96,7 +102,7 @@ def _tune_figure(result):
 for _kind, _name, _view in (
     ("report", "text", _report_text), ("report", "html", _report_html), ("report", "save_html", _report_save_html),
     ("report", "timeline", _report_timeline), ("report", "timeline_png", _report_timeline_png),
-    ("report", "widget", _report_widget), ("report", "mimebundle", _report_mimebundle),
+    ("report", "widget", _report_widget), ("report", "mimebundle", _report_mimebundle), ("report", "show", _report_show),
     ("comparison", "text", _comparison_text), ("comparison", "html", _comparison_html),
     ("comparison", "fragment", _comparison_fragment),
     ("tune", "text", _tune_text), ("tune", "html", _tune_html), ("tune", "figure", _tune_figure),

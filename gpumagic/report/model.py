@@ -163,8 +163,12 @@ class Report:
         return view("report", "widget")(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        """Live widget + static HTML + text in one output (see gpumagic.render.display)."""
+        """The static report: self-contained HTML and text (see gpumagic.render.display)."""
         return view("report", "mimebundle")(self, include=include, exclude=exclude)
+
+    def _ipython_display_(self):
+        """``display(report)`` in IPython: the static report, then the live view in a kernel."""
+        view("report", "show")(self)
 
     def __repr__(self) -> str:
         ids = ", ".join(self.finding_ids) or "no findings"

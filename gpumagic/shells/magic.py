@@ -116,11 +116,13 @@ class GpuProfileMagics(Magics):
         if not args.quiet:
             from IPython.display import display
 
-            display(run.report)
-            if baseline is not None:
+            if baseline is None:
+                display(run.report)
+            else:  # the answer first, the full report collapsed under it
+                from gpumagic.render.display import show_comparison
                 from gpumagic.tuning.comparison import compare
 
-                display(compare(baseline, run.report))
+                show_comparison(compare(baseline, run.report), run.report)
 
 
 def _execute(code, user_ns: dict, local_ns: dict | None) -> Any:

@@ -54,10 +54,11 @@ for _ in range(8):
 """)
     assert status == "ok"
     kinds = [k for k, _ in outputs]
-    assert kinds == ["stream", "display_data", "execute_result"]
+    assert kinds == ["stream", "display_data", "display_data", "execute_result"]
     assert outputs[0][1]["text"] == "live\n"
-    assert "text/html" in outputs[1][1]["data"]  # the report, with its static fallback
-    assert outputs[2][1]["data"]["text/plain"] == "42"
+    assert set(outputs[1][1]["data"]) == {"text/html", "text/plain"}  # the static report, an output of its own
+    assert "application/vnd.jupyter.widget-view+json" in outputs[2][1]["data"]  # then the live view
+    assert outputs[3][1]["data"]["text/plain"] == "42"
     status, outputs = execute(kernel, "rep.metrics['steps']['count']")
     assert outputs[0][1]["data"]["text/plain"] == "5"
 

@@ -38,7 +38,8 @@ def displayed(monkeypatch):
     original = IPython.display.display
 
     def spy(*objs, **kwargs):
-        seen.extend(objs)
+        if not kwargs.get("raw"):  # a report displays itself as raw bundles: count the report once
+            seen.extend(objs)
         return original(*objs, **kwargs)
 
     monkeypatch.setattr(IPython.display, "display", spy)
@@ -242,3 +243,16 @@ def test_flops_option_gives_compute_metrics_from_the_profilers_counts(shell):
     c = shell.user_ns["rep"].metrics["compute"]
     # per step: forward addmm 2·8·16·1, weight gradient mm 2·8·16·1 (the input needs no gradient)
     assert c["flops_source"] == "profiler" and c["flops_per_step"] == 2 * (2 * 8 * 16 * 1)
+
+
+def test_compare_shows_the_comparison_first_and_the_report_collapsed_under_it(shell):
+    run(shell, "%%gpuprofile --label slow-before --quiet" + TRAIN.format(n=8))
+    result, out = run(shell, "%%gpuprofile -o after --compare slow-before" + TRAIN.format(n=8))
+    assert result.success
+    [output] = out.outputs  # one output: the comparison, with the report inside it
+    html = output.data["text/html"]
+    after = shell.user_ns["after"]
+    assert html.index("slow-before \u2192") < html.index("Speed-up") < html.index('<details class="gm-full">')
+    assert "gpumagic report" in html[html.index('<details class="gm-full">'):]
+    assert output.data["text/plain"].startswith("gpumagic comparison: slow-before")
+    assert after.to_text() in output.data["text/plain"]

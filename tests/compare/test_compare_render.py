@@ -28,7 +28,7 @@ def test_text_shows_headline_breakdown_and_findings(pair):
     assert lines[0] == "gpumagic comparison: workers=0 → workers=4 <b>"
     assert lines[1] == pair.to_dict()["verdict"]
     ratio = pair.to_dict()["step_time_ratio"]
-    assert re.search(rf"median step\s+177 ms\s+127 ms\s+×{ratio:.2f} \(−28 %\)", text)
+    assert re.search(rf"median step\s+177 ms\s+127 ms\s+−28 % \({1 / ratio:.2f}× faster\)", text)
     assert re.search(r"data-loader wait\s+59\.3 ms\s+1\.2 ms\s+−58\.1 ms", text)
     assert "  resolved    dataloader-bound: The training loop waits for the data loader (est. gain was 33 %)" in lines
     assert any(line.startswith("  new         gpu-idle-gaps:") for line in lines)  # see test_compare_fixtures
@@ -41,9 +41,11 @@ def test_html_is_self_contained_and_escaped(pair):
     assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
     assert "<script" not in html and "http://" not in html and "https://" not in html
     assert "workers=4 &lt;b&gt;" in html and "workers=4 <b>" not in html
-    assert 'class="gm-num gm-better">×0.72 (−28 %)' in html
+    ratio = pair.to_dict()["step_time_ratio"]
+    assert f'class="gm-num gm-better">−28 % ({1 / ratio:.2f}× faster) · ▲ better' in html  # not colour alone
+    assert f"{1 / ratio:.2f}× faster" in pair.to_dict()["verdict"]  # one notation: the verdict's
     assert "dataloader-bound" in html
-    assert len(html) < 30_000
+    assert len(html) < 32_000
 
 
 def test_mimebundle_has_text_and_html_and_honours_include(pair):
@@ -73,3 +75,16 @@ def test_a_noisy_after_run_does_not_hide_a_large_speedup():
     assert verdict({"step_time_ratio": 0.44}, tol).startswith("2.27× faster")
     steady = SimpleNamespace(metrics={"steps": {"durations_ms": [100, 100, 101, 99], "median_ms": 100}})
     assert same_tolerance(steady, steady) == 0.03
+
+
+def test_the_answer_comes_first_and_the_full_report_follows_collapsed(pair):
+    from gpumagic.render.comparison import render_fragment
+    from gpumagic.render.html import report_html
+
+    after = gpumagic.analyze(W4)
+    html = render_fragment(pair.to_dict(), full_report_html=report_html(after))
+    speed, findings, table = html.index("Speed-up"), html.index("<h3>Findings"), html.index("<h3>Step time")
+    full = html.index('<details class="gm-full"><summary>Full report of')
+    assert speed < findings < table < full  # comparison first, report last
+    assert "open" not in html[full:full + 40]  # collapsed
+    assert after.findings[0].title in html[full:]

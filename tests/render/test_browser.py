@@ -2,46 +2,28 @@
 
 A notebook runs ``%load_ext gpumagic`` and ``%%gpuprofile`` on a small CPU training loop whose
 data loader is slow; the test asserts that the live widget shows the checklist and, in its
-Timeline tab, the timeline image, that the static HTML is not shown beside it, and that zooming
+Timeline tab, the timeline image, that the static report is hidden under it, and that zooming
 to a step redraws the image through the kernel. It also opens the exported HTML file.
 Screenshots go to ``artifacts/`` (gitignored).
 
-Needs: ``/usr/bin/chromium`` (``apt-get install chromium``), ``pip install jupyterlab playwright``.
-Playwright's own browser download is not used. Skipped, with the reason, when any is missing.
+Needs: ``/usr/bin/chromium`` (``apt-get install chromium``), ``pip install jupyterlab playwright``
+(see browser_helpers.py). Skipped, with the reason, when any is missing.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
+from browser_helpers import ARTIFACTS, SERVER_START_S, VISIBLE_REPORTS_JS, chromium, jupyter_server, missing
+from nb_helpers import notebook
 from render_helpers import analysed
 
 pytestmark = pytest.mark.browser
 
-REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 VIEWPORT = {"width": 1400, "height": 1000}
-SERVER_START_S = 60
 #: Importing torch, profiling the loop and analysing it in a fresh kernel on 2 slow cores.
 CELL_RUN_MS = 180_000
 
@@ -68,46 +50,12 @@ for x, y in DataLoader(SlowDataset(), batch_size=32):
 """
 
 
-def _missing() -> str | None:
-    if not os.path.exists(CHROMIUM):
-        return f"{CHROMIUM} not found (apt-get install chromium)"
-    for module in ("playwright", "jupyterlab"):
-        if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed (pip install jupyterlab playwright)"
-    return None
-
-
-if _missing():
-    pytest.skip(_missing(), allow_module_level=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+if missing():
+    pytest.skip(missing(), allow_module_level=True)
 
 
 def _notebook() -> dict:
-    code = ["%load_ext gpumagic", PROFILED_CELL, 'rep.save_html("exported.html")\nrep.finding_ids']
-    return {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-            "language_info": {"name": "python"},
-        },
-        "cells": [
-            {"cell_type": "code", "id": f"c{i}", "metadata": {}, "execution_count": None, "outputs": [], "source": src}
-            for i, src in enumerate(code)
-        ],
-    }
-
-
-def _quiet_lab_settings(settings_dir: Path) -> None:
-    """No news fetch, no update check: nothing reaches for the network, no pop-ups."""
-    path = settings_dir / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    return notebook(("%load_ext gpumagic", PROFILED_CELL, 'rep.save_html("exported.html")\nrep.finding_ids'))
 
 
 @pytest.fixture(scope="module")
@@ -117,66 +65,8 @@ def lab(tmp_path_factory):
     root = home / "root"
     root.mkdir()
     (root / "gpumagic_report.ipynb").write_text(json.dumps(_notebook()))
-    _quiet_lab_settings(home / "settings")
-    port = _free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        "JUPYTER_CONFIG_DIR": str(home / "config"),
-        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
-        "IPYTHONDIR": str(home / "ipython"),
-    }
-    env.pop("GPUMAGIC_WIDGETS", None)
-    cmd = [
-        sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-        "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",
-        "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=", "--LabApp.extension_manager=readonly",
-        "--ServerApp.port_retries=0",
-    ]  # fmt: skip
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-root")  # CI containers run as root
-    log = (home / "server.log").open("w")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for_server(url, proc, home / "server.log")
+    with jupyter_server(home, root) as url:
         yield url, root
-    finally:
-        _shutdown_kernels(url)
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        log.close()
-
-
-def _wait_for_server(url: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"JupyterLab exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/api/status", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    pytest.fail(f"JupyterLab did not answer within {SERVER_START_S} s: {log.read_text()[-2000:]}")
-
-
-def _shutdown_kernels(url: str) -> None:
-    try:
-        with urllib.request.urlopen(f"{url}/api/kernels", timeout=5) as r:
-            kernels = json.load(r)
-        for k in kernels:
-            req = urllib.request.Request(f"{url}/api/kernels/{k['id']}", method="DELETE")
-            urllib.request.urlopen(req, timeout=10).close()
-    except OSError:
-        pass  # the server is going down anyway; terminate() below stops what is left
 
 
 @pytest.fixture(autouse=True)
@@ -192,15 +82,8 @@ def _screenshot_on_failure(request):
 
 @pytest.fixture(scope="module")
 def page():
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser.new_page(viewport=VIEWPORT)
-        finally:
-            browser.close()
+    with chromium() as browser:
+        yield browser.new_page(viewport=VIEWPORT)
 
 
 def _run_all_cells(page) -> None:
@@ -232,21 +115,21 @@ def test_live_widget_shows_checklist_and_timeline(lab, page):
     header = widget.locator(".gpumagic-report header").text_content()
     assert "Median step" in header and "Top finding:" in header
 
-    finding_title = page.get_by_text("The training loop waits for the data loader").first
+    finding_title = widget.get_by_text("The training loop waits for the data loader").first
     finding_title.wait_for(state="visible", timeout=10_000)
     assert widget.get_by_text("Why it matters").first.is_visible()
-    assert page.locator(".gpumagic-static").count() == 0, "the static HTML is shown beside the widget"
+    assert page.evaluate(VISIBLE_REPORTS_JS) == 1, "the static report is shown beside the widget"
     _scroll_into_view(page, widget)
     page.screenshot(path=str(ARTIFACTS / "jupyterlab_checklist.png"))
 
     widget.get_by_role("tab", name="Timeline").click()
-    image = widget.locator("img.widget-image")
+    image = widget.locator("img.gm-timeline")
     image.wait_for(state="visible", timeout=10_000)
     assert image.evaluate("img => img.complete && img.naturalWidth") >= 1000
     before = image.get_attribute("src")
     widget.locator("select").first.select_option(index=2)  # zoom to the second recorded step
-    page.wait_for_function("([img, src]) => img.getAttribute('src') !== src", arg=[image.element_handle(), before],
-                           timeout=60_000)
+    page.wait_for_function("src => { const i = document.querySelector('.gpumagic-widget img.gm-timeline');"
+                           " return i && i.getAttribute('src') !== src; }", arg=before, timeout=60_000)
     _scroll_into_view(page, image)
     page.screenshot(path=str(ARTIFACTS / "jupyterlab_timeline.png"))
 

@@ -6,11 +6,13 @@ import pytest
 
 from gpumagic.render._format import (
     MISSING,
+    evidence_items,
     fmt_bytes,
     fmt_gain,
     fmt_ms,
     fmt_number,
     fmt_pct,
+    fmt_span_ms,
     severity_label,
     short_kernel_name,
 )
@@ -75,3 +77,28 @@ def test_short_kernel_name_drops_void_namespaces_and_parameters(name, short):
 def test_short_kernel_name_truncates_with_an_ellipsis():
     out = short_kernel_name("k" * 100, max_chars=20)
     assert len(out) == 20 and out.endswith("…")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "text"),
+    [
+        ("gpu_idle_during_wait_frac", 0.334, "GPU idle while waiting: 33.4 %"),
+        ("compute_capability", 7, "Compute capability: 7.0"),
+        ("dataloader_ms", 415.8, "Data-loader wait: 416 ms"),
+        ("pageable_bytes", 115_607_040, "Pageable copies: 110.3 MiB"),
+        ("median_kernel_us", 4.2, "Median kernel duration: 4 µs"),
+        ("comm_ms", 3.21, "Communication time: 3.2 ms"),
+        ("sync_calls", 4, "Sync calls: 4"),
+        ("first_over_median", 2.5, "First step / median step: 2.50×"),
+        ("source", "allocator", "Source: allocator"),
+    ],
+)
+def test_evidence_numbers_read_as_labelled_values_with_units(key, value, text):
+    [(label, shown)] = evidence_items({key: value})
+    assert f"{label}: {shown}" == text
+
+
+def test_a_window_never_reads_as_two_equal_ends():
+    assert fmt_span_ms(120.31, 131.0) == "120.3–131.0 ms"
+    assert fmt_span_ms(71.099, 71.1) == "71.10 ms for 1 µs"
+    assert fmt_span_ms(1.0, 1.04) == "1.00 ms for 40 µs"

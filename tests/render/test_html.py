@@ -85,3 +85,31 @@ def test_static_rendering_imports_no_torch_ipython_or_ipywidgets():
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=DATA.parents[1])
+
+
+def test_a_tile_without_a_value_is_left_out():
+    html = report_html(Report(metrics={"steps": {"count": 3, "median_ms": 12.0}}, findings=[], notes=[]), Images())
+    assert "Steps recorded" in html and "Median step" in html
+    assert "Wall time" not in html and "GPU busy" not in html  # no "n/a" tiles
+
+
+def test_evidence_chips_are_labelled_with_units(loader_report):
+    html = report_html(loader_report, Images())
+    assert "GPU idle while waiting: <b>33.4 %</b>" in html and "gpu_idle_during_wait_frac" not in html
+    assert "Compute capability: <b>7.0</b>" in html
+
+
+def test_memory_section_says_how_to_record_allocations(loader_report):
+    html = report_html(loader_report, Images())
+    memory = html[html.index('<section class="gm-section gm-memory">'):]
+    assert "%%gpuprofile --memory" in memory
+
+
+def test_severity_stripe_rules_beat_the_card_border():
+    """The stripe colour rule must be more specific than the card's own border rule (the old bug:
+    every card grey). Specificity is (ids, classes, elements): compare the two selectors."""
+    from gpumagic.render.html import CSS
+
+    card = re.search(r"\.gpumagic-report details\.gm-finding\{[^}]*border-left:6px solid var\(--gm-muted\)", CSS)
+    stripe = re.search(r"\.gpumagic-report \.gm-finding\.gm-sev-high[^{]*\{border-left-color:var\(--gm-high\)\}", CSS)
+    assert card and stripe  # (0,2,1) for the card, (0,3,0) for the stripe: the stripe wins

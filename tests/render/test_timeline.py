@@ -90,8 +90,8 @@ def test_downsample_covers_every_interval_within_the_budget(ivs, res_ns, max_rec
 def test_lanes_of_the_dataloader_trace(loader_report):
     fig = timeline_figure(loader_report)
     labels = _lane_labels(fig)
-    assert labels[0] == "CPU main thread"
-    assert labels[-1] == "GPU0 stream 7"
+    assert labels[0] == "main thread"
+    assert labels[-1] == "GPU0 · stream 7"
     legend = _legend_labels(fig)
     for expected in ("CPU ops", "data-loader wait", "GPU kernels", "memory copies", "GPU idle: waiting for the host"):
         assert expected in legend
@@ -107,7 +107,7 @@ def test_one_gpu_lane_per_stream_of_the_primary_device():
     device = report.metrics["gpu"]["primary_device"]
     per_device = next(d for d in report.metrics["gpu"]["per_device"] if d["device"] == device)
     assert len(gpu_rows) == min(len(per_device["streams"]), MAX_GPU_ROWS)
-    assert {int(r.split()[-1]) for r in gpu_rows} <= set(per_device["streams"])
+    assert {int(r.split(" · ")[1].split()[-1]) for r in gpu_rows} <= set(per_device["streams"])
     assert "host sync (blocks on the GPU)" in _legend_labels(fig)
 
 
@@ -204,3 +204,49 @@ def test_rendering_never_imports_pyplot():
     from render_helpers import DATA
 
     subprocess.run([sys.executable, "-c", code], check=True, cwd=DATA.parents[1])
+
+
+def test_one_colour_per_category_across_timeline_and_bars():
+    from gpumagic.render import palette
+
+    colours = list(palette.CATEGORY_COLOR.values()) + list(palette.IDLE_COLOR.values()) + [palette.HOST_SYNC]
+    assert len(colours) == len(set(colours))  # no colour means two things
+
+
+def test_a_highlight_is_outlined_and_hatched_not_filled(loader_report):
+    fig = timeline_figure(loader_report, TimelineOptions(finding="dataloader-bound"))
+    [coll] = [c for c in fig.axes[0].collections if c.get_label() == "evidence: dataloader-bound"]
+    assert (coll.get_hatch() and len(coll.get_facecolor()) == 0) or coll.get_facecolor()[0][3] == 0
+    assert "evidence: dataloader-bound" in _legend_labels(fig)
+
+
+def test_sample_axes_keep_the_0_and_100_percent_lines_off_the_frame():
+    fig = timeline_figure(_sampled_report())
+    assert len(fig.axes) == 3
+    for ax in fig.axes[1:]:
+        low, high = ax.get_ylim()
+        assert low < 0 and high > 100  # a line at 0 % or 100 % is drawn inside the axes, not on the frame
+
+
+def test_the_title_gives_the_duration_as_the_header_does(loader_report):
+    from gpumagic.render._format import fmt_ms
+
+    fig = timeline_figure(loader_report)
+    title = fig.texts[0].get_text()
+    assert title.endswith(fmt_ms(loader_report.metrics["window"]["dur_ms"]))
+
+
+def test_lanes_are_named_for_people_worker_and_nccl():
+    tb = TraceBuilder()
+    for i in range(2):
+        t = i * 1000.0
+        tb.step(i + 1, t, 1000.0)
+        tb.op("aten::mm", t + 10, 300)
+        tb.add(cat="cpu_op", name="worker_fetch", ts=t + 20, dur=600, pid=999, tid=999)  # another process
+        tb.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 100, 600, stream=13)
+        tb.kernel("k_gemm", t + 400, 200, stream=7)
+    report = gpumagic.analyze(load(tb.to_dict()))
+    labels = _lane_labels(timeline_figure(report))
+    assert labels[0] == "main thread"
+    assert "DataLoader worker · pid 999" in labels
+    assert "GPU0 · stream 13 · NCCL" in labels and "GPU0 · stream 7" in labels

@@ -34,7 +34,8 @@ def test_checklist_has_one_item_per_finding_with_severity_word_and_gain(view, lo
 
 
 def test_timeline_tab_has_controls_and_a_png(view, loader_report):
-    assert view.timeline_image.value[:8] == PNG_MAGIC
+    assert view.timeline_png[:8] == PNG_MAGIC
+    assert '<img class="gm-figure gm-timeline" alt="Timeline of the recorded steps' in view.timeline_image.value
     steps = [value for _, value in view.step_select.options]
     assert steps == [ALL_STEPS, *range(loader_report.metrics["steps"]["count"])]
     findings = [value for _, value in view.finding_select.options]
@@ -42,13 +43,13 @@ def test_timeline_tab_has_controls_and_a_png(view, loader_report):
 
 
 def test_choosing_a_step_and_a_finding_redraws_the_timeline(view):
-    before = view.timeline_image.value
+    before = view.timeline_png
     view.step_select.value = 1
-    zoomed = view.timeline_image.value
+    zoomed = view.timeline_png
     assert zoomed[:8] == PNG_MAGIC and zoomed != before
     view.finding_select.value = "dataloader-bound"
-    assert view.timeline_image.value != zoomed
-    assert "highlighted" in view.timeline_status.value
+    assert view.timeline_png != zoomed and view.timeline_image.value.count("<img") == 1
+    assert "outlined and hatched" in view.timeline_status.value
     view.finding_select.value = "mixed-precision-off"  # a finding without time windows
     assert "no time windows" in view.timeline_status.value
     view.step_select.value = ALL_STEPS
@@ -95,24 +96,64 @@ def _in_shell(monkeypatch, kernel, active=KERNEL_TYPES):
     monkeypatch.setattr(mb, "_ipython_shell", lambda: _Shell(kernel, list(active)))
 
 
-def test_a_live_kernel_gets_the_widget_view_with_static_fallbacks(monkeypatch, small_report):
-    import gpumagic.render.widget as widget_module
+@pytest.fixture
+def published(monkeypatch):
+    """The bundles ``show()`` hands to IPython's display (raw MIME bundles, in order)."""
+    import IPython.display
 
-    built = []
-    real = widget_module.build_widget
-    monkeypatch.setattr(widget_module, "build_widget", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+    seen = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: seen.append((obj, raw)))
+    yield seen
+    mb.close_live_views()  # leave no live view open for later tests
+
+
+def test_a_live_kernel_gets_the_static_report_then_the_live_view(monkeypatch, small_report, published):
     _in_shell(monkeypatch, kernel=object())
-    bundle = mb.mimebundle(small_report)
-    assert set(bundle) == {mb.WIDGET_MIME, mb.HTML_MIME, mb.TEXT_MIME}
-    assert bundle[mb.WIDGET_MIME]["model_id"] == built[0].root.model_id
+    mb.show(small_report)
+    (static, raw1), (live, raw2) = published
+    assert raw1 and raw2
+    assert set(static) == {mb.HTML_MIME, mb.TEXT_MIME} and static[mb.TEXT_MIME] == small_report.to_text()
+    assert set(live) == {mb.WIDGET_MIME, mb.TEXT_MIME} and live[mb.TEXT_MIME] == mb.LIVE_NOTE
+    view = mb.live_views()[-1]
+    assert live[mb.WIDGET_MIME]["model_id"] == view.root.model_id
+    token = next(c for c in view.root._dom_classes if c.startswith("gm-live-")).removeprefix("gm-live-")
+    html = static[mb.HTML_MIME]
+    assert f'class="gpumagic-report gpumagic-static gm-static-{token}"' in html
+    # the swap rules: hide the widget's output until its view is drawn, then hide the static report
+    assert f".jp-OutputArea-child:has(.gm-static-{token})+.jp-OutputArea-child:not(:has(.gm-live-{token})){{display:none}}" in html
+    assert f".jp-OutputArea-child:has(.gm-static-{token}):has(+.jp-OutputArea-child .gm-live-{token}){{display:none}}" in html
+
+
+def test_each_display_gets_its_own_token(monkeypatch, small_report, published):
+    _in_shell(monkeypatch, kernel=object())
+    mb.show(small_report)
+    mb.show(small_report)
+    tokens = {c for v in mb.live_views()[-2:] for c in v.root._dom_classes if c.startswith("gm-live-")}
+    assert len(tokens) == 2
+
+
+def test_without_a_kernel_show_publishes_one_static_output(monkeypatch, small_report, published):
+    _in_shell(monkeypatch, kernel=None)
+    mb.show(small_report)
+    [(bundle, raw)] = published
+    assert raw and set(bundle) == {mb.HTML_MIME, mb.TEXT_MIME}
+    assert "gm-static-" not in bundle[mb.HTML_MIME] and ":has(" not in bundle[mb.HTML_MIME]
+
+
+def test_the_report_mimebundle_is_static(monkeypatch, small_report):
+    _in_shell(monkeypatch, kernel=object())
+    bundle = small_report._repr_mimebundle_()
+    assert set(bundle) == {mb.HTML_MIME, mb.TEXT_MIME}
     assert 'class="gpumagic-report gpumagic-static"' in bundle[mb.HTML_MIME]
     assert bundle[mb.TEXT_MIME] == small_report.to_text()
 
 
-def test_widgets_can_be_switched_off(monkeypatch, small_report):
+def test_widgets_can_be_switched_off(monkeypatch, small_report, published):
     _in_shell(monkeypatch, kernel=object())
     monkeypatch.setenv(mb.WIDGETS_ENV, "0")
-    assert set(mb.mimebundle(small_report)) == {mb.HTML_MIME, mb.TEXT_MIME}
+    mb.show(small_report)
+    [(bundle, _)] = published
+    assert set(bundle) == {mb.HTML_MIME, mb.TEXT_MIME}
 
 
 def test_outside_a_kernel_there_is_no_widget(monkeypatch, small_report):
@@ -120,12 +161,14 @@ def test_outside_a_kernel_there_is_no_widget(monkeypatch, small_report):
     assert set(mb.mimebundle(small_report)) == {mb.HTML_MIME, mb.TEXT_MIME}
 
 
-def test_a_terminal_shell_gets_only_text(monkeypatch, small_report):
+def test_a_terminal_shell_gets_only_text(monkeypatch, small_report, published):
     _in_shell(monkeypatch, kernel=None, active=("text/plain",))
     assert set(mb.mimebundle(small_report)) == {mb.TEXT_MIME}
+    mb.show(small_report)
+    assert [set(b) for b, _ in published] == [{mb.TEXT_MIME}]
 
 
 def test_include_and_exclude_are_honoured(monkeypatch, small_report):
     _in_shell(monkeypatch, kernel=object())
     assert set(mb.mimebundle(small_report, include={"text/html"})) == {mb.HTML_MIME}
-    assert set(mb.mimebundle(small_report, exclude={mb.WIDGET_MIME, "text/plain"})) == {mb.HTML_MIME}
+    assert set(mb.mimebundle(small_report, exclude={"text/plain"})) == {mb.HTML_MIME}

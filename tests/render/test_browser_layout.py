@@ -1,0 +1,150 @@
+"""Any width, any theme, measured in a real browser on the static pages (cheap: no kernel).
+
+Pages: the saved report (``save_html``) and the saved comparison, which follow the reader's
+``prefers-color-scheme``; and the same reports inside nbconvert's ``lab`` template, which carries
+JupyterLab's own CSS and its Light or Dark theme variables (``--jp-*``) — the styling a report
+meets in JupyterLab and Notebook 7. Each page is shown at 360, 800 and 1,400 px in both themes:
+
+- nothing inside a report reaches past its right edge except inside a box that scrolls on its own
+  (code blocks, tables), and the page never scrolls sideways;
+- every piece of text has a contrast of at least 4.5:1 (WCAG 2 AA) against what is behind it,
+  computed from ``getComputedStyle`` in the rendered page.
+
+Screenshots: ``artifacts/layout_<page>_<theme>_<width>.png``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from browser_helpers import ARTIFACTS, CLIPPED_JS, CONTRAST_JS, chromium, missing
+from render_helpers import analysed
+
+pytestmark = pytest.mark.browser
+
+if missing():
+    pytest.skip(missing(), allow_module_level=True)
+
+nbformat = pytest.importorskip("nbformat")
+nbconvert = pytest.importorskip("nbconvert")
+
+WIDTHS = (360, 800, 1400)
+THEMES = ("light", "dark")
+#: WCAG 2 AA for body text.
+MIN_CONTRAST = 4.5
+
+
+def _comparison():
+    from gpumagic.tuning.comparison import compare
+
+    before, after = analysed("resnet50_v100_workers0"), analysed("resnet50_v100_workers4")
+    return compare(before, after), after
+
+
+def _tuning():
+    from gpumagic.tuning.dataloader import TuneConfig, TuneResult, TuneRow
+
+    rows = [TuneRow(TuneConfig(w, p), batches=40, seconds=2.0, batches_per_s=b, samples_per_s=b * 64, startup_s=0.2)
+            for w, p, b in ((0, False, 20.0), (2, True, 48.5), (4, True, 61.2))]
+    return TuneResult(rows=rows, batch_size=64, notes=["measured on 2 cores"], elapsed_s=6.1)
+
+
+def _fragments() -> dict[str, str]:
+    from gpumagic.render.comparison import render_fragment
+    from gpumagic.render.html import report_html
+
+    comparison, after = _comparison()
+    return {
+        "report": report_html(analysed("resnet50_v100_workers0")),
+        "comparison": render_fragment(comparison.to_dict(), full_report_html=report_html(after)),
+        "tuner": _tuning()._repr_mimebundle_()["text/html"],
+    }
+
+
+def _notebook_page(fragment: str, theme: str) -> str:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("%%gpuprofile\n...")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": fragment, "text/plain": "report"})]
+    nb.cells = [cell]
+    body, _ = nbconvert.HTMLExporter(theme=theme).from_notebook_node(nb)
+    return body
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    """{(page, kind): path}: saved documents and nbconvert lab pages of each fragment."""
+    from gpumagic.render.html import document
+
+    root = tmp_path_factory.mktemp("pages")
+    out = {}
+    for kind, fragment in _fragments().items():
+        path = root / f"document_{kind}.html"
+        path.write_text(document(kind, fragment), encoding="utf-8")
+        out[("document", kind, None)] = path
+        for theme in THEMES:
+            path = root / f"notebook_{kind}_{theme}.html"
+            path.write_text(_notebook_page(fragment, theme), encoding="utf-8")
+            out[("notebook", kind, theme)] = path
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
+
+
+def _open(browser, pages, where: str, kind: str, theme: str, width: int):
+    page = browser.new_page(viewport={"width": width, "height": 900}, color_scheme=theme)
+    path = pages[(where, kind, None if where == "document" else theme)]
+    page.goto(path.as_uri())
+    page.locator(".gpumagic-report").first.wait_for(state="visible")
+    return page
+
+
+@pytest.mark.parametrize("where", ["document", "notebook"])
+@pytest.mark.parametrize("kind", ["report", "comparison", "tuner"])
+def test_nothing_is_clipped_at_any_width(browser, pages, where, kind):
+    for theme in THEMES:
+        for width in WIDTHS:
+            page = _open(browser, pages, where, kind, theme, width)
+            try:
+                for details in page.locator("details.gm-full").all():  # the collapsed report, opened
+                    details.evaluate("d => d.open = true")
+                clipped = page.evaluate(CLIPPED_JS, ".gpumagic-report")
+                sideways = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+                page.screenshot(path=str(ARTIFACTS / f"layout_{where}_{kind}_{theme}_{width}.png"), full_page=True)
+            finally:
+                page.close()
+            assert clipped == [], f"{where}/{kind}, {theme}, {width} px: {clipped}"
+            if where == "document":  # nbconvert's own page has fixed-width prompts of its own
+                assert sideways <= 0, f"{where}/{kind}, {theme}, {width} px: the page scrolls sideways by {sideways} px"
+
+
+@pytest.mark.parametrize("where", ["document", "notebook"])
+@pytest.mark.parametrize("kind", ["report", "comparison", "tuner"])
+@pytest.mark.parametrize("theme", THEMES)
+def test_text_contrast_is_at_least_4_5_to_1(browser, pages, where, kind, theme):
+    page = _open(browser, pages, where, kind, theme, 800)
+    try:
+        for details in page.locator("details").all():
+            details.evaluate("d => d.open = true")
+        results = page.evaluate(CONTRAST_JS, ".gpumagic-report")
+    finally:
+        page.close()
+    assert len(results) > 20  # the page really was measured
+    low = [r for r in results if r["ratio"] < MIN_CONTRAST]
+    assert low == [], f"{where}/{kind}, {theme}: " + "; ".join(
+        f"{r['ratio']:.2f}:1 {r['tag']} {r['text']!r} ({r['color']} on {r['bg']})" for r in low[:8])
+
+
+@pytest.mark.parametrize(("where", "theme", "red"), [("document", "light", "rgb(207, 34, 46)"),
+                                                     ("notebook", "dark", "rgb(248, 81, 73)")])
+def test_severity_stripes_are_coloured_in_the_rendered_page(browser, pages, where, theme, red):
+    page = _open(browser, pages, where, "report", theme, 800)
+    try:
+        stripes = page.locator("details.gm-finding").evaluate_all(
+            "els => els.map(e => [e.className, getComputedStyle(e).borderLeftColor])")
+    finally:
+        page.close()
+    assert [c for cls, c in stripes if "gm-sev-high" in cls] and all(c == red for cls, c in stripes if "gm-sev-high" in cls)
+    assert len({c for _, c in stripes}) > 1  # high, medium and low differ: not one grey for all

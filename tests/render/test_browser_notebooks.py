@@ -1,0 +1,243 @@
+"""Every place a notebook is opened shows exactly one report: a real browser on each path.
+
+One Jupyter server (JupyterLab, plus Notebook 7 from the ``notebook`` package) runs a cheap
+notebook: ``%load_ext gpumagic``, then ``display()`` of a report of the bundled example trace
+(analysed without torch), displayed exactly as ``%%gpuprofile`` displays its report. Paths:
+
+- JupyterLab and Notebook 7 with a live kernel: the live widget shows, the static report under it
+  is hidden, the tab names are whole at an 800 px window, nothing is clipped;
+- the same notebook saved, its kernel shut down, and reopened (a new kernel starts; ipywidgets
+  then has no model for the saved view): the static report shows, no "model not found";
+- ``jupyter nbconvert --execute --to html`` (which saves the widget state) opened with every
+  network request refused, and ``nbconvert`` of the notebook saved from JupyterLab;
+- a GitHub-like page: the saved notebook's ``text/html`` outputs through the sanitiser of
+  ``nb_helpers.py`` (no scripts, no styles, no classes, no widget state).
+
+On each, the top finding's title is asserted visible in the rendered DOM, one report header is
+visible (never two, never none), and no widget error text is visible. Screenshots go to
+``artifacts/``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from browser_helpers import (
+    ARTIFACTS,
+    CLIPPED_JS,
+    CONTRAST_JS,
+    VISIBLE_REPORTS_JS,
+    WIDGET_ERROR_JS,
+    chromium,
+    jupyter_server,
+    missing,
+    offline,
+    shutdown_kernels,
+)
+from nb_helpers import github_like, nbconvert_execute_html, nbconvert_html, notebook, read_notebook
+
+pytestmark = pytest.mark.browser
+
+if missing("notebook", "nbconvert"):
+    pytest.skip(missing("notebook", "nbconvert"), allow_module_level=True)
+
+TOP_FINDING = "The training loop waits for the data loader"
+TAB_TITLES = ("Checklist", "Timeline", "Breakdown", "Kernels", "Memory", "Notes")
+WIDTH = 800
+KERNEL_IDLE_JS = """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return !!k && k.status === 'idle'; }"""
+#: ipywidgets' error text is in the DOM (visible or not): the reopened notebook hit "model not found".
+MODEL_NOT_FOUND_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output')]
+  .some(o => /Error displaying widget: model not found/.test(o.textContent))"""
+#: A cheap notebook's cells run in a fresh kernel on 2 slow cores.
+RUN_MS = 150_000
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("jupyter")
+    root = home / "root"
+    root.mkdir()
+    for name in ("lab.ipynb", "nb7.ipynb"):
+        (root / name).write_text(json.dumps(notebook()))
+    with jupyter_server(home, root) as url:
+        yield url, root
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
+
+
+def _page(browser):
+    return browser.new_page(viewport={"width": WIDTH, "height": 1000})
+
+
+def _run_all(page) -> None:
+    page.wait_for_function(KERNEL_IDLE_JS, timeout=RUN_MS)
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
+
+def _save(page, path, timeout_s: float = 30) -> None:
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if "gm-static-" in path.read_text(encoding="utf-8"):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{path.name} was not saved with its outputs")
+
+
+def _settle(page, ms: int = 3000) -> None:
+    """Let the widget manager finish (restore, 'model not found') before measuring."""
+    page.wait_for_timeout(ms)
+
+
+def _assert_one_report(page, where: str) -> None:
+    assert page.evaluate(VISIBLE_REPORTS_JS) == 1, f"{where}: a person must see exactly one report"
+    assert page.evaluate(WIDGET_ERROR_JS) == [], f"{where}: widget error text is visible"
+    assert page.get_by_text(TOP_FINDING).filter(visible=True).count() >= 1, f"{where}: the top finding is not visible"
+
+
+def _live(page, url: str, path: str, shot: str) -> None:
+    page.goto(f"{url}/{path}")
+    _run_all(page)
+    widget = page.locator(".gpumagic-widget")
+    widget.wait_for(state="visible", timeout=RUN_MS)
+    page.get_by_text("after the report").first.wait_for(state="visible", timeout=RUN_MS)
+    _settle(page, 1500)
+    _assert_one_report(page, shot)
+    assert page.locator(".gpumagic-static").count() == 1 and not page.locator(".gpumagic-static").is_visible()
+    labels = widget.locator(".lm-TabBar-tabLabel")
+    assert labels.all_inner_texts() == list(TAB_TITLES)
+    cut = labels.evaluate_all("els => els.filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)")
+    assert cut == [], f"tab names cut off: {cut}"
+    assert page.evaluate(CLIPPED_JS, ".gpumagic-widget") == []
+    widget.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / f"{shot}_live_{WIDTH}.png"))
+    widget.get_by_role("tab", name="Timeline").click()
+    image = widget.locator("img.gm-timeline")
+    image.wait_for(state="visible", timeout=10_000)
+    assert image.get_attribute("alt").startswith("Timeline of the recorded steps")
+    assert image.evaluate("img => img.complete && img.naturalWidth") >= 1000
+    widget.get_by_role("tab", name="Checklist").click()
+    if shot == "jupyterlab":
+        _dark_theme_contrast(page, widget)
+
+
+def _dark_theme_contrast(page, widget) -> None:
+    """Switch JupyterLab to its Dark theme: the live report follows it, text stays ≥ 4.5:1."""
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
+    _settle(page, 1500)
+    results = page.evaluate(CONTRAST_JS, ".gpumagic-widget")
+    background = widget.locator(".gpumagic-report").first.evaluate("e => getComputedStyle(e).backgroundColor")
+    widget.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / f"jupyterlab_live_dark_{WIDTH}.png"))
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'true'", timeout=30_000)
+    assert background == "rgb(17, 17, 17)"  # JupyterLab Dark's --jp-layout-color0: no white card on a dark page
+    assert len(results) > 20
+    low = [f"{r['ratio']:.2f}:1 {r['text']!r}" for r in results if r["ratio"] < 4.5]
+    assert low == [], f"low contrast in JupyterLab Dark: {low[:8]}"
+
+
+def _reopen(browser, url: str, path: str, shot: str) -> None:
+    page = _page(browser)
+    try:
+        page.goto(f"{url}/{path}")
+        page.locator(".gpumagic-report header").first.wait_for(state="visible", timeout=RUN_MS)
+        page.wait_for_function(KERNEL_IDLE_JS, timeout=RUN_MS)  # a new kernel: the saved view's model is gone
+        page.wait_for_function(MODEL_NOT_FOUND_JS, timeout=30_000)  # ipywidgets wrote its error: the case is real
+        _settle(page)
+        _assert_one_report(page, f"{shot} reopened")
+        assert page.locator(".gpumagic-widget").count() == 0
+        page.locator(".gpumagic-static").scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"{shot}_reopened.png"))
+    finally:
+        page.close()
+
+
+@pytest.fixture(scope="module")
+def saved_from_lab(server, browser):
+    """Run the notebook live in JupyterLab, check it, save it, stop its kernel."""
+    url, root = server
+    page = _page(browser)
+    try:
+        _live(page, url, "lab/tree/lab.ipynb", "jupyterlab")
+        _save(page, root / "lab.ipynb")
+    finally:
+        page.close()
+    shutdown_kernels(url)
+    return root / "lab.ipynb"
+
+
+def test_jupyterlab_live_shows_the_widget_only(saved_from_lab):
+    nb = read_notebook(saved_from_lab)
+    kinds = [set(o.get("data", {})) for o in nb["cells"][1]["outputs"]]
+    assert kinds == [{"text/html", "text/plain"}, {"application/vnd.jupyter.widget-view+json", "text/plain"}]
+
+
+def test_jupyterlab_reopened_after_shutdown_shows_the_static_report(server, browser, saved_from_lab):
+    url, _ = server
+    _reopen(browser, url, "lab/tree/lab.ipynb", "jupyterlab")
+
+
+def test_notebook7_live_then_reopened_after_shutdown(server, browser):
+    url, root = server
+    page = _page(browser)
+    try:
+        _live(page, url, "notebooks/nb7.ipynb", "notebook7")
+        _save(page, root / "nb7.ipynb")
+    finally:
+        page.close()
+    shutdown_kernels(url)
+    _reopen(browser, url, "notebooks/nb7.ipynb", "notebook7")
+
+
+def _open_offline(browser, path, shot: str) -> list[str]:
+    page = _page(browser)
+    try:
+        refused = offline(page)
+        page.goto(path.as_uri())
+        page.get_by_text(TOP_FINDING).filter(visible=True).first.wait_for(state="visible", timeout=30_000)
+        _settle(page, 1000)
+        _assert_one_report(page, shot)
+        page.screenshot(path=str(ARTIFACTS / f"{shot}.png"))
+        return refused
+    finally:
+        page.close()
+
+
+def test_nbconvert_execute_html_offline(browser, tmp_path):
+    src = tmp_path / "executed.ipynb"
+    src.write_text(json.dumps(notebook()))
+    out = nbconvert_execute_html(src, tmp_path)
+    assert "application/vnd.jupyter.widget-state+json" in out.read_text(encoding="utf-8")
+    refused = _open_offline(browser, out, "nbconvert_execute_offline")
+    assert refused, "the page asked for nothing on the network: the offline check proved nothing"
+
+
+def test_nbconvert_of_a_notebook_saved_from_jupyterlab(browser, saved_from_lab, tmp_path):
+    out = nbconvert_html(saved_from_lab, tmp_path)
+    _open_offline(browser, out, "nbconvert_saved_from_jupyterlab")
+
+
+def test_github_like_renderer(browser, saved_from_lab, tmp_path):
+    page_path = tmp_path / "github_like.html"
+    page_path.write_text(github_like(read_notebook(saved_from_lab)), encoding="utf-8")
+    page = _page(browser)
+    try:
+        offline(page)
+        page.goto(page_path.as_uri())
+        title = page.get_by_text(TOP_FINDING).first
+        title.wait_for(state="visible", timeout=10_000)
+        assert page.get_by_role("heading", name="Checklist — what to change, biggest gain first").is_visible()
+        assert page.locator("script, style, [class]").count() == 0
+        page.screenshot(path=str(ARTIFACTS / "github_like.png"), full_page=True)
+    finally:
+        page.close()
