@@ -202,7 +202,6 @@ class CaptureSession:
             raise CaptureError("this capture session is not running")
         with interrupts_held():
             self._tear_down()
-        self.run.finished = True
         if self._deferred_error is not None:
             err = self._deferred_error
             raise CaptureError(f"profiling failed while the code ran ({type(err).__name__}: {err})") from err
@@ -224,6 +223,7 @@ class CaptureSession:
                 checkpoint("release")
             finally:
                 self.state = "finished"
+                self.run.finished = True
                 _release(self)
 
     def _stop_if_recording(self) -> None:
