@@ -1,7 +1,7 @@
 """Shared by the reliability tests that profile: what a capture may leave behind, and a kernel.
 
-Imported by test modules (pytest puts this folder on ``sys.path``); no conftest, so that the
-trace-input tests in this folder keep their own.
+Imported by test modules (pytest puts this folder on ``sys.path``): importing
+``clean_state_fixture`` / ``kernel_fixture`` makes the fixtures ``clean_state`` / ``kernel`` available.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def stop_foreign_profiler() -> None:
         torch.autograd.profiler._set_is_profiler_enabled(False)
 
 
-@pytest.fixture
-def clean_state():
+@pytest.fixture(name="clean_state")
+def clean_state_fixture():
     """Fails the test if a capture left anything behind."""
     assert leftovers() == [], "state leaked in from an earlier test"
     yield
@@ -58,8 +58,8 @@ def clean_state():
 
 
 # ------------------------------------------------------------------------- a real kernel
-@pytest.fixture(scope="module")
-def kernel():
+@pytest.fixture(scope="module", name="kernel")
+def kernel_fixture():
     """A real ipykernel (through jupyter_client) with gpumagic loaded: ``(manager, client)``."""
     pytest.importorskip("ipykernel")
     from jupyter_client.manager import start_new_kernel

@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from capture_state import clean_state, execute, kernel, kernel_leftovers, leftovers  # noqa: E402,F401
+from capture_state import clean_state_fixture, execute, kernel_fixture, kernel_leftovers, leftovers  # noqa: E402,F401
 from ipyshell import ipython_shell  # noqa: E402
 
 from gpumagic.capture import CaptureOptions, CaptureSession, interrupts  # noqa: E402
@@ -145,7 +145,7 @@ def _disarm(kc) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("at", ["stop-profiler", "stop-sampler"])
 def test_a_kernel_signalling_itself_during_the_teardown(kernel, at):
-    km, kc = kernel
+    _km, kc = kernel
     assert execute(kc, ARM_IN_KERNEL.format(at=at, action="os.kill(os.getpid(), signal.SIGINT)"))[0] == "ok"
     status, outputs = execute(kc, "%%gpuprofile --quiet\nimport torch\ntorch.ones(8).add_(1)\n")
     _disarm(kc)

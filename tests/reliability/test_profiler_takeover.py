@@ -18,10 +18,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from capture_state import clean_state, execute, kernel, kernel_leftovers, stop_foreign_profiler  # noqa: E402,F401
+from capture_state import clean_state_fixture, execute, kernel_fixture, kernel_leftovers, stop_foreign_profiler  # noqa: F401
 
-from gpumagic.capture import CaptureOptions, CaptureSession  # noqa: E402
-from gpumagic.capture.session import TAKEN_OVER_NOTE  # noqa: E402
+from gpumagic.capture import CaptureOptions, CaptureSession
+from gpumagic.capture.session import TAKEN_OVER_NOTE
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
