@@ -173,9 +173,11 @@ class Comparison:
         return view("comparison", "html")(self.data)
 
     def save_html(self, path: str | os.PathLike) -> Path:
-        target = Path(path)
-        target.write_text(self.to_html(), encoding="utf-8")
-        return target
+        """Write :meth:`to_html` to ``path`` whole or not at all (:func:`gpumagic._atomic.write_atomic`)."""
+        from gpumagic._atomic import check_target, write_atomic
+
+        check_target(path)
+        return write_atomic(path, self.to_html())
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         wanted = set(include) if include else {"text/plain", "text/html"}

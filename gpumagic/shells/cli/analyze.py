@@ -6,7 +6,7 @@ import argparse
 import threading
 
 from gpumagic.errors import GpumagicError
-from gpumagic.shells.cli._output import EXAMPLE, FORMATS, emit, trace_path
+from gpumagic.shells.cli._output import EXAMPLE, FORMATS, STDIN, emit, trace_path
 
 
 def _jobs(text: str) -> int:
@@ -22,7 +22,7 @@ def _jobs(text: str) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``analyze`` to ``subparsers`` (from ``ArgumentParser.add_subparsers``); returns it."""
     a = subparsers.add_parser("analyze", help="analyse a Kineto trace (.json, .json.gz) or a gpumagic bundle")
-    a.add_argument("path", help=f"trace file, or '{EXAMPLE}' for the bundled example")
+    a.add_argument("path", help=f"trace file, '{STDIN}' for standard input, or '{EXAMPLE}' for the bundled example")
     a.add_argument("--format", choices=FORMATS, default="text")
     a.add_argument("-o", "--output", help="write to this file instead of standard output")
     a.add_argument("--label", default="", help="name this run in the report")
@@ -48,7 +48,10 @@ class _ReadAhead(threading.Thread):
         from gpumagic.trace.files import read_bytes
 
         try:
-            self._raw = read_bytes(self.path, mutable=self.mutable)
+            if self.path == STDIN:
+                self._raw = read_stdin(self.mutable)
+            else:
+                self._raw = read_bytes(self.path, mutable=self.mutable)
         except GpumagicError as exc:
             self._error = exc
 
@@ -58,6 +61,25 @@ class _ReadAhead(threading.Thread):
             raise self._error
         raw, self._raw = self._raw, None
         return raw
+
+
+def read_stdin(mutable: bool) -> bytes | bytearray:
+    """All of standard input, gunzipped when it is gzip (``gpumagic analyze -``)."""
+    import gzip
+    import sys
+    import zlib
+
+    from gpumagic.errors import TraceError
+
+    raw = sys.stdin.buffer.read()
+    if not raw:
+        raise TraceError("standard input is empty: pipe a trace into `gpumagic analyze -`")
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error):
+            raise TraceError("standard input: truncated or corrupt gzip data") from None
+    return bytearray(raw) if mutable else raw
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,5 +94,6 @@ def run(args: argparse.Namespace) -> int:
     from gpumagic.analysis import analyze
     from gpumagic.trace.kineto import from_bytes
 
-    return emit(lambda: analyze(from_bytes(reading.result(), path, workers=workers), label=args.label),
-                args.format, args.output, "report")
+    source = "<stdin>" if path == STDIN else path
+    return emit(lambda: analyze(from_bytes(reading.result(), source, workers=workers), label=args.label),
+                args.format, args.output, "report", protect=[path])
