@@ -1,7 +1,9 @@
 """The report as plain text at a fixed width: terminals, logs, ``text/plain`` outputs.
 
 Same header facts and the same order as the HTML and widget renders; severity as an ASCII badge
-(``[HIGH]``) so that logs without colour or Unicode fonts still show it.
+(``[HIGH]``) so that logs without colour or Unicode fonts still show it. Every name and sentence
+taken from the trace goes through :func:`~gpumagic.render.terminal.printable`, and the whole
+layout through :func:`~gpumagic.render.terminal.printable_lines`: no escape sequence reaches a terminal.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from gpumagic.render._format import (
 )
 from gpumagic.render.html import FIX_FLAVOR_LABEL, timeline_origin_ns, windows_text
 from gpumagic.render.summary import NO_FINDINGS, header_facts, metric, title_line, top_finding
+from gpumagic.render.terminal import printable, printable_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.model import Finding, Report
@@ -43,14 +46,15 @@ def render_text(report: Report, width: int = 100) -> str:
         _memory(report),
         _notes(report, width),
     ]
-    return "\n\n".join(b for b in blocks if b) + "\n"
+    return printable_lines("\n\n".join(b for b in blocks if b) + "\n")
 
 
 def _header(report: Report) -> str:
     facts = " \u00b7 ".join(f"{f.label} {f.value}" for f in header_facts(report))
     top = top_finding(report)
-    line = NO_FINDINGS if top is None else f"Top finding: {SEVERITY_BADGE[top.severity].strip()} {top.title} \u2014 {fmt_gain(top.est_gain)}"
-    return "\n".join([title_line(report), facts, line])
+    line = NO_FINDINGS if top is None else (
+        f"Top finding: {SEVERITY_BADGE[top.severity].strip()} {printable(top.title)} \u2014 {fmt_gain(top.est_gain)}")
+    return "\n".join([printable(title_line(report)), printable(facts), line])
 
 
 def _checklist(report: Report, width: int) -> str:
@@ -65,7 +69,7 @@ def _checklist(report: Report, width: int) -> str:
 
 
 def _finding(i: int, f: Finding, width: int, origin_ns: int) -> list[str]:
-    out = [f"{i}. {SEVERITY_BADGE[f.severity]} {f.title}  ({f.id})"]
+    out = [f"{i}. {SEVERITY_BADGE[f.severity]} {printable(f.title)}  ({printable(f.id)})"]
     out += _para("Gain:", f"{fmt_gain(f.est_gain)} ({f.gain_method})", width)
     out += _para("Evidence:", f.evidence.summary, width)
     if f.evidence.numbers:
@@ -84,7 +88,7 @@ def _finding(i: int, f: Finding, width: int, origin_ns: int) -> list[str]:
 
 def _para(label: str, text: str, width: int) -> list[str]:
     return textwrap.wrap(
-        f"{label} {text}", width=width, initial_indent=INDENT, subsequent_indent=INDENT + "  ", break_on_hyphens=False
+        f"{label} {printable(text)}", width=width, initial_indent=INDENT, subsequent_indent=INDENT + "  ", break_on_hyphens=False
     )
 
 
@@ -129,12 +133,12 @@ def _kernels(report: Report, width: int) -> str:
             tc = "yes" if k.get("tensor_core") else "no"
             lines.append(
                 f"  {fmt_ms(k.get('total_ms')):>9} {fmt_pct(share, 1):>7} {fmt_number(k.get('count')):>7} "
-                f"{fmt_us(k.get('mean_us')):>9}  {tc:<4} {short_kernel_name(k['name'], name_width)}"
+                f"{fmt_us(k.get('mean_us')):>9}  {tc:<4} {short_kernel_name(printable(k['name']), name_width)}"
             )
     for g in metric(m, "copies", "groups") or []:
         gbps = "n/a" if g.get("gbps") is None else f"{g['gbps']:.1f} GB/s"
         lines.append(
-            f"COPIES {g.get('direction')} {g.get('memory')}: {fmt_number(g.get('count'))} copies, "
+            f"COPIES {printable(g.get('direction'))} {printable(g.get('memory'))}: {fmt_number(g.get('count'))} copies, "
             f"{fmt_bytes(g.get('bytes'))} in {fmt_ms(g.get('ms'))}, {gbps}"
         )
     return "\n".join(lines)
@@ -157,5 +161,5 @@ def _notes(report: Report, width: int) -> str:
         return ""
     lines = ["NOTES"]
     for n in report.notes:
-        lines += textwrap.wrap(n, width=width, initial_indent="  - ", subsequent_indent="    ")
+        lines += textwrap.wrap(printable(n), width=width, initial_indent="  - ", subsequent_indent="    ")
     return "\n".join(lines)
