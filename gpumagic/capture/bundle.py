@@ -77,6 +77,22 @@ def scrub_identity(kineto_json: bytes) -> bytes:
     return _IDENTIFYING.sub(rb'\1""', kineto_json)
 
 
+def shorten_paths(kineto_json: bytes, cwd: str, home: str) -> bytes:
+    """Python frames (``--stack``) name their files by absolute path, e.g.
+    ``"/home/ana/proj/train.py(12): forward"``; torch already shortens files under ``sys.path``.
+    Rewrite the rest: under ``cwd`` a path becomes relative (``train.py(12)``), under ``home`` it
+    starts with ``~`` (``~/lib/x.py(3)``). Only a path at the start of a JSON string or after a
+    ``;`` (Kineto's call-stack separator) is rewritten; ``cwd`` or ``home`` equal to ``/`` is left alone.
+    """
+    for folder, replacement in ((cwd, b""), (home, b"~/")):
+        folder = folder.rstrip("/")
+        if not folder or folder == "/" or not os.path.isabs(folder):
+            continue
+        encoded = json.dumps(folder + "/")[1:-1].encode()  # as it appears inside a JSON string
+        kineto_json = re.sub(rb'(?<=["; ])' + re.escape(encoded), lambda _m, r=replacement: r, kineto_json)
+    return kineto_json
+
+
 def rename_partial_step(kineto_json: bytes, marker: str, step_index: int) -> bytes:
     """Rename every event called ``marker`` (CPU and GPU copies) to the partial-step name."""
     pattern = re.compile(rb'("name"\s*:\s*)"' + re.escape(marker.encode()) + rb'"')

@@ -272,6 +272,7 @@ class CaptureSession:
     def _build(self, raw: bytes) -> None:
         checkpoint("build")
         raw = bundle.scrub_identity(nest_step_markers(raw))
+        raw = bundle.shorten_paths(raw, cwd=_cwd(), home=os.path.expanduser("~"))
         if self._partial_step is not None:
             raw = bundle.rename_partial_step(raw, marker_name(self._partial_step), self._partial_step)
         section = bundle.make_section(
@@ -321,6 +322,13 @@ def _analyse(data: bytes, label: str):
 
     trace = from_bytes(data, label or "live capture")
     return analyze(trace, label=label)
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # the working folder was removed: nothing to shorten against
+        return ""
 
 
 def _import_torch():
