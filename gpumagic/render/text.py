@@ -34,10 +34,13 @@ TEXT_TOP_KERNELS = 8
 #: Width of the share bars in the breakdown, in characters.
 BAR_CHARS = 24
 INDENT = "   "
+NOTHING_MEASURED = "Nothing was measured: see the notes below."
 
 
 def render_text(report: Report, width: int = 100) -> str:
     """The whole report as text lines no wider than ``width`` (code lines excepted)."""
+    if not report.metrics:  # nothing was measured (e.g. another profiler took over): the notes say why
+        return printable_lines("\n\n".join([_header(report), _notes(report, width)]) + "\n")
     blocks = [
         _header(report),
         _checklist(report, width),
@@ -52,6 +55,8 @@ def render_text(report: Report, width: int = 100) -> str:
 def _header(report: Report) -> str:
     facts = " \u00b7 ".join(f"{f.label} {f.value}" for f in header_facts(report))
     top = top_finding(report)
+    if not report.metrics:
+        return "\n".join([printable(title_line(report)), NOTHING_MEASURED])
     line = NO_FINDINGS if top is None else (
         f"Top finding: {SEVERITY_BADGE[top.severity].strip()} {printable(top.title)} \u2014 {fmt_gain(top.est_gain)}")
     return "\n".join([printable(title_line(report)), printable(facts), line])
