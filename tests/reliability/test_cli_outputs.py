@@ -144,3 +144,16 @@ def test_save_html_writes_whole_files_or_nothing(tmp_path, monkeypatch):
         with pytest.raises(WriteError, match="does not exist"):
             obj.save_html(tmp_path / "missing" / name)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.html", "r.html"]
+
+
+def test_an_unforeseen_error_while_reading_is_one_line_too(monkeypatch, capsys):
+    import gpumagic.trace.files
+
+    def out_of_memory(path, mutable=False):
+        raise MemoryError("cannot allocate")
+
+    monkeypatch.setattr(gpumagic.trace.files, "read_bytes", out_of_memory)
+    assert main(["analyze", TRACE]) == 2
+    err = capsys.readouterr().err
+    assert_one_error_line(err, "unexpected MemoryError")
+    assert "Exception in thread" not in err

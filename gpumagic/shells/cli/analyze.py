@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import threading
 
-from gpumagic.errors import GpumagicError
 from gpumagic.shells.cli._output import EXAMPLE, FORMATS, STDIN, emit, trace_path
 
 
@@ -34,14 +33,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 class _ReadAhead(threading.Thread):
     """Read (and gunzip) a trace file on a helper thread; :meth:`result` returns its bytes or
-    raises its :class:`~gpumagic.errors.TraceError` on the calling thread."""
+    raises its error (a :class:`~gpumagic.errors.TraceError`, or anything unforeseen such as a
+    MemoryError) on the calling thread."""
 
     def __init__(self, path: str, mutable: bool) -> None:
         super().__init__(name="gpumagic-read", daemon=True)
         self.path = path
         self.mutable = mutable
         self._raw: bytearray | None = None
-        self._error: GpumagicError | None = None
+        self._error: Exception | None = None
         self.start()
 
     def run(self) -> None:
@@ -52,7 +52,7 @@ class _ReadAhead(threading.Thread):
                 self._raw = read_stdin(self.mutable)
             else:
                 self._raw = read_bytes(self.path, mutable=self.mutable)
-        except GpumagicError as exc:
+        except Exception as exc:  # raised on the calling thread by result(), never printed here
             self._error = exc
 
     def result(self) -> bytearray:
