@@ -22,6 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gpumagic._atomic import WriteError, write_atomic
+from gpumagic._atomic import check_target as check_write_target
+
 BUNDLE_FORMAT = 1
 BUNDLE_KEY = "gpumagic"
 #: Name of the annotation whose start is recorded on the system clock; aligns samples.
@@ -78,6 +81,22 @@ def scrub_identity(kineto_json: bytes) -> bytes:
     return _IDENTIFYING.sub(rb'\1""', kineto_json)
 
 
+def shorten_paths(kineto_json: bytes, cwd: str, home: str) -> bytes:
+    """Python frames (``--stack``) name their files by absolute path, e.g.
+    ``"/home/ana/proj/train.py(12): forward"``; torch already shortens files under ``sys.path``.
+    Rewrite the rest: under ``cwd`` a path becomes relative (``train.py(12)``), under ``home`` it
+    starts with ``~`` (``~/lib/x.py(3)``). Only a path at the start of a JSON string or after a
+    ``;`` (Kineto's call-stack separator) is rewritten; ``cwd`` or ``home`` equal to ``/`` is left alone.
+    """
+    for folder, replacement in ((cwd, b""), (home, b"~/")):
+        folder = folder.rstrip("/")
+        if not folder or folder == "/" or not os.path.isabs(folder):
+            continue
+        encoded = json.dumps(folder + "/")[1:-1].encode()  # as it appears inside a JSON string
+        kineto_json = re.sub(rb'(?<=["; ])' + re.escape(encoded), lambda _m, r=replacement: r, kineto_json)
+    return kineto_json
+
+
 def rename_partial_step(kineto_json: bytes, marker: str, step_index: int) -> bytes:
     """Rename every event called ``marker`` (CPU and GPU copies) to the partial-step name."""
     pattern = re.compile(rb'("name"\s*:\s*)"' + re.escape(marker.encode()) + rb'"')
@@ -86,29 +105,32 @@ def rename_partial_step(kineto_json: bytes, marker: str, step_index: int) -> byt
 
 
 def check_target(path: str | os.PathLike) -> Path:
-    """The save path, or ValueError in one sentence when a bundle cannot be written there."""
-    target = Path(path).expanduser()
-    if target.is_dir():
-        raise ValueError(f"{target} is a directory; give a file name such as run.json.gz")
-    if not target.parent.is_dir():
-        raise ValueError(f"cannot save to {target}: the folder {target.parent} does not exist")
-    if not os.access(target.parent, os.W_OK):
-        raise ValueError(f"cannot save to {target}: the folder {target.parent} is not writable")
+    """The save path, or ValueError in one sentence when a bundle cannot be written there.
+
+    Beyond :func:`gpumagic._atomic.check_target` (an existing, writable folder; not a directory),
+    a temporary file is created and removed in the folder, which catches what permission bits do
+    not show (``/proc``, read-only mounts), so that such a target is refused before the code runs.
+    """
+    try:
+        target = check_write_target(path)
+        fd, probe = tempfile.mkstemp(prefix=".gpumagic-probe-", dir=target.parent)
+    except WriteError as exc:
+        raise ValueError(str(exc)) from None
+    except OSError as exc:
+        raise ValueError(f"cannot save to {path}: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(probe)
     return target
 
 
 def write(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` (gzip when it ends in ``.gz``), atomically; returns the path."""
-    target = check_target(path)
-    if target.name.endswith(".gz"):
-        data = gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
-    fd, tmp = tempfile.mkstemp(prefix=".gpumagic-", dir=target.parent)
+    """Write ``data`` to ``path`` (gzip when it ends in ``.gz``) through
+    :func:`gpumagic._atomic.write_atomic`: whole or not at all. ValueError in one sentence."""
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, SAVED_FILE_MODE)
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return target
+        if Path(path).name.endswith(".gz"):
+            data = gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+        return write_atomic(path, data, mode=SAVED_FILE_MODE)
+    except WriteError as exc:
+        raise ValueError(str(exc)) from None
+    except OSError as exc:  # e.g. a path the system cannot even look up (name too long)
+        raise ValueError(f"cannot save to {path}: {exc.strerror or exc}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from gpumagic.capture.errors import OptionsError
@@ -56,6 +57,8 @@ class CaptureOptions:
             ok = isinstance(self.max_seconds, (int, float)) and not isinstance(self.max_seconds, bool)
             if not ok or not math.isfinite(self.max_seconds) or self.max_seconds <= 0:
                 raise OptionsError(f"max_seconds must be a positive number of seconds, not {self.max_seconds!r}")
+        if self.save is not None and (not isinstance(self.save, (str, os.PathLike)) or not str(self.save).strip()):
+            raise OptionsError(f"save needs a file name such as run.json.gz, not {self.save!r}")
         if not isinstance(self.label, str):
             raise OptionsError(f"label must be a string, not {type(self.label).__name__}")
 

@@ -4,6 +4,12 @@ No schedule: recording starts at :meth:`TorchRecorder.start` and ends at :meth:`
 capture decides when from optimizer steps or its time cap. Step markers are the
 ``ProfilerStep#N`` annotations torch's own ``profile.step()`` writes, so every trace reader
 finds the step boundaries.
+
+Only one profiler can record in a process: a ``torch.profiler.profile()`` started by the profiled
+code replaces ours (preparing it stops Kineto's trace; stopping it disables the profiler), and
+stopping or exporting ours after that makes torch crash (SIGSEGV in ``export_chrome_trace``, as
+with plainly nested torch profilers). :class:`TakeoverWatch` notices such a start, and
+:meth:`TorchRecorder.stop` then leaves the profiler alone and sets :attr:`TorchRecorder.taken_over`.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gpumagic.capture.bundle import CLOCK_ANCHOR
@@ -28,6 +35,60 @@ def profiler_active() -> bool:
     return bool(torch._C._autograd._profiler_enabled() or autograd_profiler._is_profiler_enabled)
 
 
+#: The functions through which torch's Python profilers take the profiler (module, name): every
+#: ``torch.profiler.profile`` / ``torch.autograd.profiler.profile`` calls ``_prepare_profiler`` then
+#: ``_enable_profiler``, ``emit_nvtx`` / ``emit_itt`` call ``_enable_profiler``, and the legacy
+#: profiler ``_enable_profiler_legacy`` (torch/autograd/profiler.py, profiler_legacy.py). torch
+#: has no public way to ask who owns the profiler, so these module attributes are watched.
+TAKEOVER_ENTRY_POINTS = (
+    ("torch.autograd.profiler", "_prepare_profiler"),
+    ("torch.autograd.profiler", "_enable_profiler"),
+    ("torch.autograd.profiler_legacy", "_enable_profiler_legacy"),
+)
+
+
+class TakeoverWatch:
+    """While installed, calls ``on_takeover()`` whenever torch's Python API starts a profiler.
+
+    Each watched function is wrapped (the original still runs); :meth:`remove` puts back the
+    originals, leaving alone any attribute that someone else replaced in the meantime. A name
+    that a torch version lacks is skipped.
+    """
+
+    def __init__(self, on_takeover: Callable[[], None]) -> None:
+        self._on_takeover = on_takeover
+        self._wrapped: list[tuple[object, str, Callable, Callable]] = []
+
+    def install(self) -> TakeoverWatch:
+        import importlib
+
+        for module_name, name in TAKEOVER_ENTRY_POINTS:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue
+            original = getattr(module, name, None)
+            if callable(original):
+                wrapper = self._wrap(original)
+                setattr(module, name, wrapper)
+                self._wrapped.append((module, name, original, wrapper))
+        return self
+
+    def _wrap(self, original: Callable) -> Callable:
+        def watched(*args, **kwargs):
+            self._on_takeover()
+            return original(*args, **kwargs)
+
+        watched.__wrapped__ = original
+        return watched
+
+    def remove(self) -> None:
+        while self._wrapped:
+            module, name, original, wrapper = self._wrapped.pop()
+            if getattr(module, name, None) is wrapper:
+                setattr(module, name, original)
+
+
 class TorchRecorder:
     """Wraps ``torch.profiler.profile``. ``cuda`` adds CUDA activity to CPU activity."""
 
@@ -40,6 +101,12 @@ class TorchRecorder:
         self.recording = False
         self.start_epoch_ns: int | None = None
         self.stop_epoch_ns: int | None = None
+        #: True once other code took the profiler over; nothing of ours is then exported.
+        self.taken_over = False
+        self._watch: TakeoverWatch | None = None
+
+    def _note_takeover(self) -> None:
+        self.taken_over = True
 
     def start(self) -> int:
         """Start recording; returns ``time.time_ns()`` at the clock anchor's start."""
@@ -56,6 +123,7 @@ class TorchRecorder:
             prof.start()
         self._prof, self.recording = prof, True
         self.start_epoch_ns = time.time_ns()
+        self._watch = TakeoverWatch(self._note_takeover).install()
         return self._anchor()
 
     def _anchor(self) -> int:
@@ -73,6 +141,8 @@ class TorchRecorder:
         import torch.profiler as tp
 
         self.end_step()
+        if self.taken_over:
+            return  # the profiler is someone else's now: leave their trace alone
         self._marker = tp.record_function(marker_name(step_index))
         self._marker.__enter__()
         self.open_step = step_index
@@ -83,17 +153,39 @@ class TorchRecorder:
             self._marker, self.open_step = None, None
 
     def stop(self) -> None:
-        """Stop recording (leaves any open marker open: the caller closes it first). Idempotent."""
+        """Stop recording (leaves any open marker open: the caller closes it first). Idempotent.
+
+        The profiler is stopped even when the wait for the GPU is interrupted; when other code
+        took it over (see :class:`TakeoverWatch`), or it is no longer on, it is left alone.
+        """
         if not self.recording:
             return
-        self.recording = False
-        _synchronize_cuda()  # let the last step's kernels finish inside the recording
+        try:
+            _synchronize_cuda()  # let the last step's kernels finish inside the recording
+        finally:
+            try:
+                self._release_profiler()
+            finally:
+                self.recording = False
+                self.stop_epoch_ns = time.time_ns()
+
+    def _release_profiler(self) -> None:
+        import torch
+
+        if self._watch is not None:
+            self._watch.remove()
+        if not torch.autograd._profiler_enabled():  # someone else's profiler started and ended
+            self.taken_over = True
+        if self.taken_over:
+            self._prof = None  # never stopped or exported: torch would crash
+            return
         with profiler_warnings_hidden():
             self._prof.stop()
-        self.stop_epoch_ns = time.time_ns()
 
     def export(self) -> bytes:
         """The Kineto JSON of the stopped session; frees the profiler's buffers."""
+        if self.taken_over:
+            raise RuntimeError("the profiler was taken over by other code: nothing to export")
         if self._prof is None or self.recording:
             raise RuntimeError("export() needs a started and stopped recording")
         fd, path = tempfile.mkstemp(prefix="gpumagic-", suffix=".json")

@@ -31,6 +31,11 @@ class Run:
     report: Report | None = None
     finished: bool = False
     saved_to: Path | None = None
+    #: True when code in the profiled block started its own torch profiler, which took ours
+    #: over: the report then holds only notes saying so.
+    taken_over: bool = False
+    #: Why the bundle asked for with ``save=`` could not be written (the report is kept).
+    save_error: str | None = None
 
     @property
     def trace(self) -> Trace | None:

@@ -22,6 +22,7 @@ from gpumagic.capture import bundle
 from gpumagic.capture.cpu import CpuSampler, ProcReader
 from gpumagic.capture.deadline import Deadline
 from gpumagic.capture.errors import TORCH_INSTALL_HINT, CaptureError, OptionsError, ProfilerBusyError, TorchMissingError
+from gpumagic.capture.interrupts import checkpoint, interrupts_held
 from gpumagic.capture.machine import machine_info, versions
 from gpumagic.capture.markers import nest_step_markers
 from gpumagic.capture.nvml import NvmlBackend, NvmlSampler, PynvmlBackend, open_sampler, torch_devices
@@ -31,6 +32,12 @@ from gpumagic.capture.run import Run
 from gpumagic.capture.steps import OptimizerStepHook, StepAction, marker_name, step_action
 
 NO_CUDA_NOTE = "no CUDA device: CPU activity only"
+TAKEN_OVER_NOTE = ("A torch.profiler in the cell took over the profiler; nothing was recorded "
+                   "(torch can run one profiler at a time: remove it, or %%gpuprofile, to profile this cell).")
+#: The named moments of :meth:`CaptureSession.finish`, in order, where tests inject interrupts
+#: (``stop-sampler`` once per sampler; ``build``, ``analyse`` and ``save`` only when a trace is built).
+CHECKPOINTS = ("finish", "stop-recording", "cancel-deadline", "remove-hook", "end-step", "stop-profiler",
+               "stop-sampler", "shutdown-nvml", "release", "export", "build", "analyse", "save")
 
 _active_lock = threading.Lock()
 _active: CaptureSession | None = None
@@ -186,40 +193,61 @@ class CaptureSession:
     def finish(self, error: BaseException | None = None) -> Run:
         """Stop everything, then build the report. ``error`` is what the profiled code raised.
 
-        Teardown always completes and releases the session; an error while building the
-        report propagates (the caller decides whether the code's own error wins).
+        Teardown always completes and releases the session, whatever is raised or interrupted
+        during it: SIGINT is held until it ends (see :mod:`gpumagic.capture.interrupts`) and each
+        step runs even if an earlier one failed. An error while building the report propagates
+        (the caller decides whether the code's own error wins).
         """
         if self.state in ("new", "finished"):
             raise CaptureError("this capture session is not running")
-        try:
-            if self._deadline is not None:
-                self._deadline.cancel()  # first, so that the cap cannot fire during the teardown
-            if self.state == "recording":
-                self._stop_recording("end")
-            self._teardown()
-        finally:
-            self.state = "finished"
-            _release(self)
-        self.run.finished = True
+        with interrupts_held():
+            self._tear_down()
         if self._deferred_error is not None:
             err = self._deferred_error
             raise CaptureError(f"profiling failed while the code ran ({type(err).__name__}: {err})") from err
         self._add_outcome_notes(error)
+        checkpoint("export")
+        if self._recorder.taken_over:
+            self.notes.insert(0, TAKEN_OVER_NOTE)
+            self.run.taken_over = True
+            self.run.report = _empty_report(self.notes, self.options.label)
+            return self.run
         self._build(self._recorder.export())
         return self.run
 
-    def _teardown(self) -> None:
-        steps: list[Callable[[], None]] = []
+    def _tear_down(self) -> None:
+        try:
+            _run_all([("finish", _nothing), ("stop-recording", self._stop_if_recording), *self._teardown_steps()])
+        finally:
+            try:
+                checkpoint("release")
+            finally:
+                self.state = "finished"
+                self.run.finished = True
+                _release(self)
+
+    def _stop_if_recording(self) -> None:
         if self._deadline is not None:
-            steps.append(self._deadline.cancel)
+            self._deadline.cancel()  # first, so that the cap cannot fire during the teardown
+        if self.state == "recording":
+            self._stop_recording("end")
+
+    def _teardown(self) -> None:
+        _run_all(self._teardown_steps())
+
+    def _teardown_steps(self) -> list[tuple[str, Callable[[], None]]]:
+        """Every teardown step, each safe to run again after :meth:`_stop_recording`."""
+        steps: list[tuple[str, Callable[[], None]]] = []
+        if self._deadline is not None:
+            steps.append(("cancel-deadline", self._deadline.cancel))
         if self._hook is not None:
-            steps.append(self._hook.remove)
-        if self._recorder is not None and self._recorder.recording:
-            steps += [self._recorder.end_step, self._recorder.stop]
-        steps += [s.stop for s in self._samplers]
+            steps.append(("remove-hook", self._hook.remove))
+        if self._recorder is not None:
+            steps += [("end-step", self._recorder.end_step), ("stop-profiler", self._recorder.stop)]
+        steps += [("stop-sampler", s.stop) for s in self._samplers]
         if self._nvml is not None:
-            steps.append(self._nvml.shutdown)
-        _run_all(steps)
+            steps.append(("shutdown-nvml", self._nvml.shutdown))
+        return steps
 
     def _add_outcome_notes(self, error: BaseException | None) -> None:
         opts, seen = self.options, (self._hook.completed if self._hook else 0)
@@ -242,7 +270,9 @@ class CaptureSession:
                               "launch- and CPU-bound findings may be overstated.")
 
     def _build(self, raw: bytes) -> None:
+        checkpoint("build")
         raw = bundle.scrub_identity(nest_step_markers(raw))
+        raw = bundle.shorten_paths(raw, cwd=_cwd(), home=os.path.expanduser("~"))
         if self._partial_step is not None:
             raw = bundle.rename_partial_step(raw, marker_name(self._partial_step), self._partial_step)
         section = bundle.make_section(
@@ -250,9 +280,19 @@ class CaptureSession:
             machine=machine_info(self._nvml_driver), versions=versions(), anchor_epoch_ns=self._anchor_ns,
             samples=self._sample_columns())
         self.run.bundle = bundle.splice(raw, section)
+        checkpoint("analyse")
         self.run.report = _analyse(self.run.bundle, self.options.label)
         if self.options.save:
-            self.run.save(self.options.save)
+            checkpoint("save")
+            self._save(self.options.save)
+
+    def _save(self, path: str) -> None:
+        """Save the bundle; a failure (full disk, folder gone) keeps the report and says why."""
+        try:
+            self.run.save(path)
+        except CaptureError as exc:
+            self.run.save_error = str(exc)
+            self.run.report.notes.append(f"The bundle was not saved: {exc}.")
 
     def _capture_facts(self) -> dict[str, Any]:
         facts = self.options.describe()
@@ -284,6 +324,13 @@ def _analyse(data: bytes, label: str):
     return analyze(trace, label=label)
 
 
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # the working folder was removed: nothing to shorten against
+        return ""
+
+
 def _import_torch():
     try:
         import torch
@@ -307,16 +354,31 @@ def _release(session: CaptureSession) -> None:
             _active = None
 
 
-def _run_all(steps: list[Callable[[], None]]) -> None:
-    """Run every step even if some fail; then raise the first failure."""
+def _run_all(steps: list[tuple[str, Callable[[], None]]]) -> None:
+    """Run every ``(checkpoint name, step)`` even if some fail, or an interrupt lands at a
+    checkpoint (the step still runs); then raise the first failure."""
     first: BaseException | None = None
-    for step in steps:
+    for name, step in steps:
         try:
-            step()
+            try:
+                checkpoint(name)
+            finally:
+                step()
         except BaseException as exc:  # keep tearing down; re-raised below
             first = first or exc
     if first is not None:
         raise first
+
+
+def _nothing() -> None:
+    pass
+
+
+def _empty_report(notes: list[str], label: str):
+    """A report with no measurements, only ``notes`` (why nothing was recorded)."""
+    from gpumagic.report.model import Report
+
+    return Report(metrics={}, findings=[], notes=list(notes), label=label)
 
 
 def finish_after(session: CaptureSession, error: BaseException | None) -> Run:
@@ -327,7 +389,7 @@ def finish_after(session: CaptureSession, error: BaseException | None) -> Run:
     """
     try:
         return session.finish(error)
-    except Exception as exc:
+    except BaseException as exc:  # an interrupt too: the code's own error is what the user sees
         if error is None:
             raise
         print(f"gpumagic: the partial report could not be built ({type(exc).__name__}: {exc})", file=sys.stderr)

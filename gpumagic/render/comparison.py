@@ -14,6 +14,7 @@ from typing import Any
 from gpumagic.render._format import MISSING, fmt_bytes, fmt_ms, fmt_pct
 from gpumagic.render.html import document, wrap
 from gpumagic.render.palette import CATEGORY_LABEL
+from gpumagic.render.terminal import printable, printable_lines
 from gpumagic.tuning.comparison import SAME_STEP_TOLERANCE, difference
 
 # -- text -----------------------------------------------------------------------------------------
@@ -149,17 +150,20 @@ def _text_table(title: str, data: dict[str, Any], rows: list[tuple[str, ...]]) -
 
 
 def render_text(data: dict[str, Any]) -> str:
-    """The comparison as plain text (about 75 columns)."""
-    lines = [f"gpumagic comparison: {data['before']['label']} → {data['after']['label']}", data["verdict"], ""]
+    """The comparison as plain text (about 75 columns); labels, titles and notes pass through
+    :func:`~gpumagic.render.terminal.printable`, the whole through ``printable_lines``."""
+    data = {**data, "before": {**data["before"], "label": printable(data["before"]["label"])},
+            "after": {**data["after"], "label": printable(data["after"]["label"])}}
+    lines = [f"gpumagic comparison: {data['before']['label']} → {data['after']['label']}", printable(data["verdict"]), ""]
     lines += [*_text_table("", data, table_rows(data)), ""]
     lines += [*_text_table(f"Breakdown ({data['breakdown']['unit']})", data, breakdown_rows(data)), "", "Findings"]
     found = finding_lines(data)
     for group in ("resolved", "new", "persisting"):
-        items = [line for g, line in found if g == group]
+        items = [printable(line) for g, line in found if g == group]
         lines += [f"  {group:<11} {items[0] if items else 'none'}"] + [f"  {'':<11} {x}" for x in items[1:]]
     if data["notes"]:
-        lines += ["", "Notes"] + [f"  - {n}" for n in data["notes"]]
-    return "\n".join(lines) + "\n"
+        lines += ["", "Notes"] + [f"  - {printable(n)}" for n in data["notes"]]
+    return printable_lines("\n".join(lines) + "\n")
 
 
 # -- HTML -----------------------------------------------------------------------------------------
@@ -195,7 +199,7 @@ def _findings_html(data: dict[str, Any]) -> str:
     found = finding_lines(data)
     rows = []
     for group in ("resolved", "new", "persisting"):
-        items = [line for g, line in found if g == group] or ["none"]
+        items = [printable(line) for g, line in found if g == group] or ["none"]
         cell = "<br>".join(escape(x) for x in items)
         rows.append(f'<tr><td class="gm-group">{group}</td><td>{cell}</td></tr>')
     return f'<div class="gm-scroll"><table class="gm-table"><tbody>{"".join(rows)}</tbody></table></div>'

@@ -164,15 +164,14 @@ def widgets_live() -> bool:
 
 
 def save_html(report: Report, path: str | os.PathLike[str]) -> Path:
-    """Write the report as one self-contained HTML file; returns the path written."""
-    from gpumagic._atomic import write_atomic
+    """Write the report as one self-contained HTML file, whole or not at all (through
+    :func:`gpumagic._atomic.write_atomic`; :class:`~gpumagic._atomic.WriteError`, an OSError, when
+    it cannot); returns the path written."""
+    from gpumagic._atomic import check_target, write_atomic
     from gpumagic.render.html import html_document
 
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise FileNotFoundError(f"cannot write {target}: the directory {target.parent} does not exist")
-    write_atomic(target, html_document(report).encode("utf-8"))
-    return target
+    check_target(path)  # before rendering: a bad path costs nothing
+    return write_atomic(path, html_document(report))
 
 
 def widget(report: Report):

@@ -1,7 +1,9 @@
 """The report as plain text at a fixed width: terminals, logs, ``text/plain`` outputs.
 
 Same header facts and the same order as the HTML and widget renders; severity as an ASCII badge
-(``[HIGH]``) so that logs without colour or Unicode fonts still show it.
+(``[HIGH]``) so that logs without colour or Unicode fonts still show it. Every name and sentence
+taken from the trace goes through :func:`~gpumagic.render.terminal.printable`, and the whole
+layout through :func:`~gpumagic.render.terminal.printable_lines`: no escape sequence reaches a terminal.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gpumagic.render._format import (
 )
 from gpumagic.render.html import FIX_FLAVOR_LABEL, timeline_origin_ns, windows_text
 from gpumagic.render.summary import NO_FINDINGS, header_facts, metric, title_line, top_finding
+from gpumagic.render.terminal import printable, printable_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.model import Finding, Report
@@ -32,10 +35,13 @@ TEXT_TOP_KERNELS = 8
 #: Width of the share bars in the breakdown, in characters.
 BAR_CHARS = 24
 INDENT = "   "
+NOTHING_MEASURED = "Nothing was measured: see the notes below."
 
 
 def render_text(report: Report, width: int = 100) -> str:
     """The whole report as text lines no wider than ``width`` (code lines excepted)."""
+    if not report.metrics:  # nothing was measured (e.g. another profiler took over): the notes say why
+        return printable_lines("\n\n".join([_header(report), _notes(report, width)]) + "\n")
     blocks = [
         _header(report, width),
         _checklist(report, width),
@@ -44,10 +50,12 @@ def render_text(report: Report, width: int = 100) -> str:
         _memory(report),
         _notes(report, width),
     ]
-    return "\n\n".join(b for b in blocks if b) + "\n"
+    return printable_lines("\n\n".join(b for b in blocks if b) + "\n")
 
 
 def _header(report: Report, width: int = 100) -> str:
+    if not report.metrics:
+        return "\n".join([printable(title_line(report)), NOTHING_MEASURED])
     facts = [""]
     for f in header_facts(report):  # facts joined by " · ", a new line where the width would overflow
         item = f"{f.label} {f.value}"
@@ -55,8 +63,9 @@ def _header(report: Report, width: int = 100) -> str:
             facts.append("")
         facts[-1] = f"{facts[-1]} \u00b7 {item}" if facts[-1] else item
     top = top_finding(report)
-    line = NO_FINDINGS if top is None else f"Top finding: {SEVERITY_BADGE[top.severity].strip()} {top.title} \u2014 {fmt_gain(top.est_gain)}"
-    return "\n".join([title_line(report), *facts, line])
+    line = NO_FINDINGS if top is None else (
+        f"Top finding: {SEVERITY_BADGE[top.severity].strip()} {printable(top.title)} \u2014 {fmt_gain(top.est_gain)}")
+    return "\n".join([printable(title_line(report)), *(printable(f) for f in facts), line])
 
 
 def _checklist(report: Report, width: int) -> str:
@@ -71,7 +80,7 @@ def _checklist(report: Report, width: int) -> str:
 
 
 def _finding(i: int, f: Finding, width: int, origin_ns: int) -> list[str]:
-    out = [f"{i}. {SEVERITY_BADGE[f.severity]} {f.title}  ({f.id})"]
+    out = [f"{i}. {SEVERITY_BADGE[f.severity]} {printable(f.title)}  ({printable(f.id)})"]
     out += _para("Gain:", f"{fmt_gain(f.est_gain)} ({f.gain_method})", width)
     out += _para("Evidence:", f.evidence.summary, width)
     if f.evidence.numbers:
@@ -90,7 +99,7 @@ def _finding(i: int, f: Finding, width: int, origin_ns: int) -> list[str]:
 
 def _para(label: str, text: str, width: int) -> list[str]:
     return textwrap.wrap(
-        f"{label} {text}", width=width, initial_indent=INDENT, subsequent_indent=INDENT + "  ", break_on_hyphens=False
+        f"{label} {printable(text)}", width=width, initial_indent=INDENT, subsequent_indent=INDENT + "  ", break_on_hyphens=False
     )
 
 
@@ -135,12 +144,12 @@ def _kernels(report: Report, width: int) -> str:
             tc = "yes" if k.get("tensor_core") else "no"
             lines.append(
                 f"  {fmt_ms(k.get('total_ms')):>9} {fmt_pct(share, 1):>7} {fmt_number(k.get('count')):>7} "
-                f"{fmt_us(k.get('mean_us')):>9}  {tc:<4} {short_kernel_name(k['name'], name_width)}"
+                f"{fmt_us(k.get('mean_us')):>9}  {tc:<4} {short_kernel_name(printable(k['name']), name_width)}"
             )
     for g in metric(m, "copies", "groups") or []:
         gbps = "n/a" if g.get("gbps") is None else f"{g['gbps']:.1f} GB/s"
         lines.append(
-            f"COPIES {g.get('direction')} {g.get('memory')}: {fmt_number(g.get('count'))} copies, "
+            f"COPIES {printable(g.get('direction'))} {printable(g.get('memory'))}: {fmt_number(g.get('count'))} copies, "
             f"{fmt_bytes(g.get('bytes'))} in {fmt_ms(g.get('ms'))}, {gbps}"
         )
     return "\n".join(lines)
@@ -163,5 +172,5 @@ def _notes(report: Report, width: int) -> str:
         return ""
     lines = ["NOTES"]
     for n in report.notes:
-        lines += textwrap.wrap(n, width=width, initial_indent="  - ", subsequent_indent="    ")
+        lines += textwrap.wrap(printable(n), width=width, initial_indent="  - ", subsequent_indent="    ")
     return "\n".join(lines)

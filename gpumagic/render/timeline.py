@@ -197,7 +197,9 @@ def _decorate(fig: Figure, axes: list[Axes], rows: list[LaneRow], view: Timeline
     lanes_ax = axes[0]
     lanes_ax.set_yticks(range(len(rows)), [r.label for r in rows], fontsize=FONT_LANE)
     lanes_ax.set_ylim(len(rows) - 0.5, -0.5)
-    lanes_ax.set_xlim(_ms(view.start_ns, view), _ms(view.end_ns, view))
+    start_ms, end_ms = _ms(view.start_ns, view), _ms(view.end_ns, view)
+    # a window of zero length (every event lasts 0 µs) still gets an axis, without matplotlib's warning
+    lanes_ax.set_xlim(start_ms, max(end_ms, start_ms + 1e-3))
     lanes_ax.tick_params(axis="y", length=0)
     for ax in axes:
         for side in ("top", "right"):

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from gpumagic.render.html import png_data_uri, wrap
 from gpumagic.render.palette import BLUE, GREY, ORANGE
+from gpumagic.render.terminal import printable, printable_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.tuning.dataloader import TuneResult
@@ -57,8 +58,8 @@ def render_text(result: TuneResult) -> str:
         lines.append("  ".join(cells) + "  " + r[-1])
     if result.code:
         lines += ["", "Recommended:", *("  " + line for line in result.code.splitlines())]
-    lines += [f"Warning: {w}" for w in result.warnings] + [f"Note: {n}" for n in result.notes]
-    return "\n".join(lines) + "\n"
+    lines += [f"Warning: {printable(w)}" for w in result.warnings] + [f"Note: {printable(n)}" for n in result.notes]
+    return printable_lines("\n".join(lines) + "\n")  # no escape sequence from a dataset's error text
 
 
 def render_html(result: TuneResult) -> str:

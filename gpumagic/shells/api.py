@@ -59,7 +59,7 @@ class Profiler:
             raise CaptureError("this Profiler is not running: call start() first")
         session, self._session = self._session, None
         run = finish_after(session, error)
-        if run.report is not None and error is None and self.options.label:
+        if run.report is not None and error is None and self.options.label and not run.taken_over:
             from gpumagic.tuning import runs
 
             runs.remember(self.options.label, run.report)

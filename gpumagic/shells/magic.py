@@ -9,11 +9,14 @@ Everything else (recording, samplers, report) lives in :mod:`gpumagic.capture`.
 from __future__ import annotations
 
 import ast
+import os
+import sys
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_local_scope, output_can_be_silenced
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.utils.process import arg_split
 
 from gpumagic.capture import CaptureError, CaptureOptions, CaptureSession, Run
 from gpumagic.capture.options import DEFAULT_INTERVAL_MS, DEFAULT_MAX_SECONDS, DEFAULT_RECORD_STEPS, DEFAULT_SKIP_STEPS
@@ -66,29 +69,36 @@ class GpuProfileMagics(Magics):
         code = self._compile(source)
         session = CaptureSession(_capture_options(args))
         try:
-            session.start()
-        except CaptureError as exc:
-            raise UsageError(str(exc)) from None
-        try:
+            _start(session)  # inside the try: an interrupt just after it still finishes the session
             value = _execute(code, self.shell.user_ns, local_ns)
-        except BaseException as exc:
-            self._show(finish_after(session, exc), args, baseline)
+        except BaseException as exc:  # a failed start left nothing running: nothing to show
+            self._show_partial(session, exc, args, baseline)
             raise
         run = session.finish()
         _trainer_first(run)
-        if run.report is not None and args.label:
+        if run.report is not None and args.label and not run.taken_over:
             from gpumagic.tuning import runs
 
             runs.remember(args.label, run.report)  # for comparing runs later, by label
         self._show(run, args, baseline)
         return value
 
+    def _show_partial(self, session: CaptureSession, error: BaseException, args, baseline) -> None:
+        """Finish after the code raised and show the partial report; nothing raised here (not even
+        a second Ctrl-C) replaces the code's own exception, which the caller re-raises."""
+        if session.state in ("new", "finished"):
+            return
+        try:
+            self._show(finish_after(session, error), args, baseline)
+        except BaseException as exc:  # the code's exception is the one the user must see
+            print(f"gpumagic: the partial report was not shown ({type(exc).__name__}: {exc})", file=sys.stderr)
+
     def _parse(self, line: str, cell: str | None):
         if cell is None:
             options_text, source = split_options(line, _valued_options(self.gpuprofile.parser))
         else:
             options_text, source = line, cell
-        args = parse_argstring(self.gpuprofile, options_text)  # raises UsageError on bad options
+        args = _parse_options(self.gpuprofile.parser, options_text)
         if cell is not None and args.statement:
             raise UsageError("%%gpuprofile takes options only; put the code in the cell below it")
         if args.output is not None and not args.output.isidentifier():
@@ -109,6 +119,8 @@ class GpuProfileMagics(Magics):
         return body_code, last_code
 
     def _show(self, run: Run, args, baseline=None) -> None:
+        if run.save_error:
+            print(f"gpumagic: warning: the bundle was not saved: {run.save_error}", file=sys.stderr)
         if run.report is None:
             return
         if args.output:
@@ -123,6 +135,23 @@ class GpuProfileMagics(Magics):
                 from gpumagic.tuning.comparison import compare
 
                 show_comparison(compare(baseline, run.report), run.report)
+
+
+def _start(session: CaptureSession) -> None:
+    try:
+        session.start()
+    except CaptureError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _parse_options(parser, options_text: str):
+    """The options as shell words (quotes removed, as a shell would), parsed; UsageError on
+    unterminated quotes or bad options (IPython's argument parser raises it)."""
+    try:
+        argv = arg_split(options_text, posix=os.name != "nt")
+    except ValueError as exc:  # shlex: "No closing quotation"
+        raise UsageError(f"%gpuprofile: cannot read the options ({exc}): {options_text}") from None
+    return parser.parse_args(argv)
 
 
 def _execute(code, user_ns: dict, local_ns: dict | None) -> Any:

@@ -48,7 +48,8 @@ def read_bytes(path: str | os.PathLike, *, mutable: bool = False) -> bytes | byt
     raw = _read_stdin() if path == STDIN else _read_file(path, mutable)
     name = display_name(path)
     if not raw:
-        raise TraceError(f"{name}: the file is empty")
+        raise TraceError("<stdin>: standard input is empty; pipe a trace into it (gpumagic analyze - < trace.json.gz)"
+                         if path == STDIN else f"{name}: the file is empty")
     if raw[:2] == _GZIP_MAGIC:
         raw = gunzip(raw, name)
         if not raw:

@@ -173,9 +173,11 @@ class Comparison:
         return view("comparison", "html")(self.data)
 
     def save_html(self, path: str | os.PathLike) -> Path:
-        target = Path(path)
-        target.write_text(self.to_html(), encoding="utf-8")
-        return target
+        """Write :meth:`to_html` to ``path`` whole or not at all (:func:`gpumagic._atomic.write_atomic`)."""
+        from gpumagic._atomic import check_target, write_atomic
+
+        check_target(path)
+        return write_atomic(path, self.to_html())
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         wanted = set(include) if include else {"text/plain", "text/html"}
@@ -198,13 +200,13 @@ def summarise(a: Report, b: Report, label_a: str, label_b: str) -> dict[str, Any
     """Every number of the comparison, as plain JSON-ready data."""
     ma, mb = a.metrics, b.metrics
     steps_a, steps_b = _step_count(ma), _step_count(mb)
-    ratio = _ratio(metric(mb, "steps", "median_ms"), metric(ma, "steps", "median_ms"))
+    ratio = _step_ratio(metric(mb, "steps", "median_ms"), metric(ma, "steps", "median_ms"))
     busy_a, busy_b = metric(ma, "gpu", "busy_frac"), metric(mb, "gpu", "busy_frac")
     data: dict[str, Any] = {
         "before": _run_facts(a, label_a),
         "after": _run_facts(b, label_b),
-        "step_time_ratio": _round(ratio),
-        "speedup": _round(None if not ratio else 1 / ratio),
+        "step_time_ratio": _significant(ratio),
+        "speedup": _significant(1 / ratio) if ratio else None,
         "step_time_change_frac": _round(None if ratio is None else ratio - 1),
         "gpu_busy": {"before": busy_a, "after": busy_b, "delta": _round(difference(busy_b, busy_a))},
         "breakdown": _breakdown(ma, mb, steps_a, steps_b),
@@ -224,13 +226,23 @@ def _step_count(m: dict[str, Any]) -> int:
     return int(metric(m, "steps", "count") or 0)
 
 
-def _ratio(num: float | None, den: float | None) -> float | None:
-    return None if num is None or not den else num / den
+def _step_ratio(after_ms: float | None, before_ms: float | None) -> float | None:
+    """``after_ms / before_ms``; None unless both median steps last some time (a trace whose
+    step markers have zero length has no step time to compare)."""
+    if after_ms is None or before_ms is None or not after_ms > 0 or not before_ms > 0:
+        return None
+    ratio = after_ms / before_ms
+    return ratio if math.isfinite(ratio) and ratio > 0 else None
 
 
 def difference(x: float | None, y: float | None) -> float | None:
     """``x - y``, or None when either is missing."""
     return None if x is None or y is None else x - y
+
+
+def _significant(x: float | None, digits: int = 4) -> float | None:
+    """``x`` to ``digits`` significant digits (a ratio of 1e-9 stays above zero)."""
+    return None if x is None else float(f"{x:.{digits}g}")
 
 
 def _round(x: float | None, digits: int = 4) -> float | None:
@@ -330,6 +342,8 @@ def verdict(data: dict[str, Any], tolerance: float = SAME_STEP_TOLERANCE) -> str
     """One sentence: faster, slower or about the same (a change within ``tolerance``), per median step."""
     ratio = data["step_time_ratio"]
     if ratio is None:
+        if data["before"]["steps"] and data["after"]["steps"]:
+            return "Step times cannot be compared: a run's median step lasts no time."
         return "Step times cannot be compared: a run has no ProfilerStep# markers."
     change = ratio - 1
     if abs(change) <= tolerance:

@@ -10,7 +10,12 @@ Each setting of the grid ``num_workers × pin_memory × persistent_workers × pr
 (the last two only where ``num_workers > 0``) gets a fresh DataLoader, which is read for at
 most ``max_seconds_per_config`` seconds or ``max_batches`` batches after its first batch. Worker
 processes are shut down after every setting, also when it fails or is interrupted, so nothing
-outlives the call.
+outlives the call. No batch may take longer than ``max_seconds_per_config`` + :data:`BATCH_GRACE_S`:
+in workers DataLoader's ``timeout`` ends the wait (plus twice the time a worker takes to start
+under ``spawn``/``forkserver``, measured once: a spawned worker imports torch before its first
+batch); in the main process (``num_workers=0``) the reading runs on a daemon thread that is
+abandoned when it stalls, and the setting is reported as "timed out" (a Python thread cannot be
+stopped: a dataset stuck for ever keeps that thread).
 
 How a setting is measured::
 
@@ -42,9 +47,14 @@ DEFAULT_DATASET_BATCH_SIZE = 64
 #: Default time read per setting after its first batch (a few dozen batches of a typical loader).
 DEFAULT_SECONDS_PER_CONFIG = 2.0
 DEFAULT_MAX_BATCHES = 200
-#: A worker batch that takes longer than this fails the setting instead of hanging the tuner
-#: (DataLoader's ``timeout``; torch itself notices a dead worker within 5 s, MP_STATUS_CHECK_INTERVAL).
-BATCH_TIMEOUT_S = 60.0
+#: A batch may take ``max_seconds_per_config`` plus this long before its setting is given up as
+#: "timed out" (workers: DataLoader's ``timeout``; the main process: a watchdog). The margin covers
+#: starting workers: a spawned worker imports torch before its first batch (a few seconds).
+BATCH_GRACE_S = 5.0
+#: Longest wait for a probe worker to start (see :func:`worker_start_s`).
+START_PROBE_TIMEOUT_S = 60.0
+#: How often the watchdog of a single-process measurement looks at its progress.
+WATCH_INTERVAL_S = 0.05
 #: Settings within 5 % of the fastest count as equally fast; the one with fewer workers wins
 #: (each worker holds a copy of the dataset and a CPU core). Our choice: repeated measurements of
 #: the same setting on an idle machine differ by a few percent.
@@ -81,7 +91,7 @@ class TuneConfig:
 
 @dataclass
 class TuneRow:
-    """What one setting measured. ``status`` is ``"ok"``, ``"failed"`` or ``"skipped"``."""
+    """What one setting measured. ``status`` is ``"ok"``, ``"failed"``, ``"timed out"`` or ``"skipped"``."""
 
     config: TuneConfig
     status: str = "ok"
@@ -216,11 +226,14 @@ def tune_dataloader(dataset_or_loader: Any, *, num_workers: Iterable[int] | None
     _check_limits(max_seconds_per_config, max_batches)
     warnings, workers_ok = fragility(base, notes)
     rows = []
+    start_s: float | None = None
     for config in grid:
         if config.num_workers > 0 and not workers_ok:
             rows.append(TuneRow(config, status="skipped", error="worker processes could not load the dataset (see warnings)"))
             continue
-        rows.append(_measure(base, config, max_seconds_per_config, max_batches, device))
+        if config.num_workers > 0 and start_s is None:
+            start_s = worker_start_s(base)
+        rows.append(_measure(base, config, max_seconds_per_config, max_batches, device, start_s or 0.0))
     bs = base.get("batch_size")
     result = TuneResult(rows=rows, batch_size=bs, warnings=warnings, notes=notes,
                         elapsed_s=round(time.perf_counter() - t0, 3))
@@ -374,22 +387,56 @@ def _first_line(exc: BaseException) -> str:
 # -- measuring ------------------------------------------------------------------------------------
 
 
-def _measure(base: dict[str, Any], config: TuneConfig, max_seconds: float, max_batches: int, device: str | None) -> TuneRow:
-    """Read one setting's DataLoader; its workers are shut down before this returns or raises."""
+def worker_start_s(base: dict[str, Any]) -> float:
+    """Seconds a worker process takes to start and import torch under the loader's start method
+    (0 for ``fork``, whose children inherit the loaded modules); measured with one probe process."""
+    import importlib
+
+    method = start_method(base)
+    if method not in PICKLING_START_METHODS:
+        return 0.0
+    ctx = base.get("multiprocessing_context")
+    ctx = ctx if ctx is not None and not isinstance(ctx, str) else multiprocessing.get_context(method)
+    probe = ctx.Process(target=importlib.import_module, args=("torch",), daemon=True, name="gpumagic-start-probe")
+    t0 = time.perf_counter()
+    probe.start()
+    probe.join(START_PROBE_TIMEOUT_S)
+    if probe.is_alive():
+        probe.terminate()
+        probe.join()
+    return time.perf_counter() - t0
+
+
+def _measure(base: dict[str, Any], config: TuneConfig, max_seconds: float, max_batches: int, device: str | None,
+             start_s: float = 0.0) -> TuneRow:
+    """Read one setting's DataLoader; its workers are shut down before this returns or raises.
+    No batch may take longer than ``max_seconds`` + :data:`BATCH_GRACE_S` (+ twice ``start_s``, the
+    time a worker takes to start, with workers)."""
+    batch_timeout_s = max_seconds + BATCH_GRACE_S
+    if config.num_workers == 0:
+        single = {k: v for k, v in base.items() if k != "multiprocessing_context"}  # DataLoader refuses it without workers
+        return _watched(lambda on_batch: _read_setting(single, config, max_seconds, max_batches, device, 0, on_batch),
+                        config, batch_timeout_s)
+    batch_timeout_s = round(batch_timeout_s + 2 * start_s, 1)
+    try:
+        return _read_setting(base, config, max_seconds, max_batches, device, batch_timeout_s)
+    except Exception as exc:
+        if "timed out" in str(exc):  # DataLoader's RuntimeError("DataLoader timed out after N seconds")
+            return _timed_out(TuneRow(config), f"a worker took more than {batch_timeout_s:g} s for a batch")
+        return _failed(TuneRow(config), f"{type(exc).__name__}: {_first_line(exc)}")
+
+
+def _read_setting(base: dict[str, Any], config: TuneConfig, max_seconds: float, max_batches: int, device: str | None,
+                  timeout: float, on_batch=None) -> TuneRow:
     from torch.utils.data import DataLoader
 
-    timeout = BATCH_TIMEOUT_S if config.num_workers > 0 else 0
     loader = DataLoader(**base, **config.loader_kwargs(), timeout=timeout)
     row = TuneRow(config)
     iterators: list[Any] = []
     try:
-        if not _read(loader, row, max_seconds, max_batches, device, iterators):
+        if not _read(loader, row, max_seconds, max_batches, device, iterators, on_batch):
             return _failed(row, "the dataset yielded no batch")
-        row.restart_s = _restart(loader, iterators, device)
-    except Exception as exc:
-        if config.num_workers == 0:
-            raise
-        return _failed(row, f"{type(exc).__name__}: {_first_line(exc)}")
+        row.restart_s = _restart(loader, iterators, device, on_batch)
     finally:
         _shutdown(loader, iterators)
     if row.batches_per_s and base.get("batch_size"):
@@ -397,20 +444,49 @@ def _measure(base: dict[str, Any], config: TuneConfig, max_seconds: float, max_b
     return row
 
 
-def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: str | None, iterators: list) -> bool:
+def _watched(measure, config: TuneConfig, batch_timeout_s: float) -> TuneRow:
+    """``measure(on_batch)`` on a daemon thread, abandoned when no batch arrives for
+    ``batch_timeout_s``; its exception (a bug in the dataset) is raised here."""
+    import threading
+
+    state: dict[str, Any] = {"last": time.monotonic(), "row": None, "error": None}
+
+    def on_batch() -> None:
+        state["last"] = time.monotonic()
+
+    def run() -> None:
+        try:
+            state["row"] = measure(on_batch)
+        except BaseException as exc:  # handed to the calling thread below
+            state["error"] = exc
+
+    thread = threading.Thread(target=run, name="gpumagic-tuner-main-process", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(WATCH_INTERVAL_S)
+        if thread.is_alive() and time.monotonic() - state["last"] > batch_timeout_s:
+            return _timed_out(TuneRow(config), f"no batch for {batch_timeout_s:g} s in the main process; the reading "
+                                               "was abandoned (its thread stays blocked in the dataset)")
+    if state["error"] is not None:
+        raise state["error"]
+    return state["row"]
+
+
+def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: str | None, iterators: list,
+          on_batch=None) -> bool:
     """First batch (startup), warm-up, then the measured batches; False when there was no batch."""
     pinned = row.config.pin_memory
     t0 = time.perf_counter()
     iterator = iter(loader)
     iterators.append(iterator)
-    if not _take(iterator, 1, device, pinned):
+    if not _take(iterator, 1, device, pinned, on_batch=on_batch):
         return False
     t_first = time.perf_counter()
     row.startup_s = round(t_first - t0, 4)
     deadline = t_first + max_seconds
-    _take(iterator, row.config.num_workers, device, pinned, deadline)
+    _take(iterator, row.config.num_workers, device, pinned, deadline, on_batch)
     t_start = time.perf_counter()
-    row.batches = _take(iterator, max_batches, device, pinned, deadline)
+    row.batches = _take(iterator, max_batches, device, pinned, deadline, on_batch)
     row.seconds = round(time.perf_counter() - t_start, 4)
     if row.batches and row.seconds > 0:
         row.batches_per_s = round(row.batches / row.seconds, 3)
@@ -419,8 +495,9 @@ def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: st
     return True
 
 
-def _take(iterator, n: int, device: str | None, pinned: bool, deadline: float | None = None) -> int:
-    """Read up to ``n`` batches (stopping at the deadline or the end of the epoch); returns how many."""
+def _take(iterator, n: int, device: str | None, pinned: bool, deadline: float | None = None, on_batch=None) -> int:
+    """Read up to ``n`` batches (stopping at the deadline or the end of the epoch); returns how
+    many. ``on_batch()`` is called after each batch (the single-process watchdog's heartbeat)."""
     got = 0
     while got < n and (deadline is None or time.perf_counter() < deadline):
         try:
@@ -429,6 +506,8 @@ def _take(iterator, n: int, device: str | None, pinned: bool, deadline: float | 
             break
         _to_device(batch, device, pinned)
         got += 1
+        if on_batch is not None:
+            on_batch()
     if device is not None and got and str(device).startswith("cuda"):
         import torch
 
@@ -450,14 +529,14 @@ def _to_device(batch: Any, device: str | None, non_blocking: bool) -> Any:
     return batch
 
 
-def _restart(loader, iterators: list, device: str | None) -> float | None:
+def _restart(loader, iterators: list, device: str | None, on_batch=None) -> float | None:
     """Seconds to the first batch of a new epoch (the workers restart unless persistent)."""
     if not loader.persistent_workers:
         _shutdown_iterator(iterators[-1])  # its workers would compete with the new ones
     t0 = time.perf_counter()
     again = iter(loader)
     iterators.append(again)
-    got = _take(again, 1, device, loader.pin_memory)
+    got = _take(again, 1, device, loader.pin_memory, on_batch=on_batch)
     return round(time.perf_counter() - t0, 4) if got else None
 
 
@@ -475,6 +554,12 @@ def _shutdown_iterator(iterator) -> None:
         stop()
 
 
+def _timed_out(row: TuneRow, message: str) -> TuneRow:
+    _failed(row, message)
+    row.status = "timed out"
+    return row
+
+
 def _failed(row: TuneRow, message: str) -> TuneRow:
     row.status, row.error = "failed", message
     row.batches_per_s = row.samples_per_s = None
@@ -486,6 +571,9 @@ def _add_result_notes(result: TuneResult, dataset: Any) -> None:
 
     if any(r.status == "failed" for r in result.rows):
         result.warnings.append("Some settings failed: their worker processes raised or died (see the table).")
+    if any(r.status == "timed out" for r in result.rows):
+        result.warnings.append("Some settings timed out: a batch took longer than max_seconds_per_config + "
+                               f"{BATCH_GRACE_S:g} s, so the dataset may hang (see the table).")
     rows = [r for r in result.rows if r.batches_per_s]
     if rows and min(r.batches for r in rows) < 5:
         result.notes.append("Fewer than 5 batches were measured for some settings (small dataset or short time): "

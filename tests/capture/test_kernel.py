@@ -39,7 +39,10 @@ def execute(kc, code: str):
             break
         if kind in ("stream", "display_data", "execute_result", "error"):
             outputs.append((kind, msg["content"]))
-    return kc.get_shell_msg(timeout=TIMEOUT_S)["content"]["status"], outputs
+    while True:  # this request's reply: start-up can leave extra kernel_info replies queued
+        reply = kc.get_shell_msg(timeout=TIMEOUT_S)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply["content"]["status"], outputs
 
 
 def test_a_notebook_cell_prints_live_displays_the_report_and_returns_its_value(kernel):

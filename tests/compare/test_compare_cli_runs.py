@@ -55,7 +55,7 @@ def test_cli_html(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["compare", "missing.json", W4], "gpumagic: error: missing.json: no such file\n"),
-    (["compare", W0, W4, "-o", "/nonexistent-dir/x.txt"], "gpumagic: error: /nonexistent-dir/x.txt: cannot write"),
+    (["compare", W0, W4, "-o", "/nonexistent-dir/x.txt"], "gpumagic: error: cannot write /nonexistent-dir/x.txt: the folder"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(argv, message, capsys):
     assert main(argv) == 2

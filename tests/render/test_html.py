@@ -64,7 +64,7 @@ def test_a_report_without_trace_or_metrics_still_renders():
 
 
 def test_save_html_refuses_a_missing_directory(tmp_path, loader_report):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(OSError, match="does not exist"):  # WriteError, an OSError
         save_html(loader_report, tmp_path / "nope" / "r.html")
 
 

@@ -16,8 +16,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from gpumagic.errors import GpumagicError
 from gpumagic.shells.cli import analyze, compare
-from gpumagic.shells.cli._output import INTERRUPTED_STATUS, PIPE_CLOSED_STATUS
+from gpumagic.shells.cli._output import INTERRUPTED_STATUS, PIPE_CLOSED_STATUS, error_line
 
 SUBCOMMANDS = (analyze, compare)
 
@@ -31,8 +32,15 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; any error becomes exit status 2 and one line on stderr."""
     args = parser().parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except (BrokenPipeError, KeyboardInterrupt):
+        raise  # 141 and 130, in run()
+    except Exception as exc:  # a bug or an input no check foresaw: one line, never a traceback
+        print(error_line(exc), file=sys.stderr)
+        return 2
 
 
 def run() -> None:
@@ -51,6 +59,9 @@ def run() -> None:
         code = PIPE_CLOSED_STATUS
     except KeyboardInterrupt:  # Ctrl-C: any decoding children were stopped on the way out
         code = INTERRUPTED_STATUS
+    except OSError as exc:  # the last flush of standard output failed (a full device)
+        print(error_line(GpumagicError(f"cannot write to standard output ({exc.strerror or exc})")), file=sys.stderr)
+        code = 2
     sys.stderr.flush()
     os._exit(code)
 

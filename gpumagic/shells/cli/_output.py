@@ -1,15 +1,19 @@
 """What every subcommand shares: the bundled example, writing the result, and the exit-status contract.
 
-Exit status: 0 on success, 2 on bad input (one line on stderr, never a traceback).
+Exit status: 0 on success, 2 on bad input (one line on stderr, never a traceback). ``-o FILE`` is
+written through :func:`gpumagic._atomic.write_atomic` (whole or not at all, never over an input);
+standard output that cannot be written (a full device) is exit 2 as well.
 """
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpumagic import examples
+from gpumagic._atomic import check_target, write_atomic
 from gpumagic.errors import GpumagicError
 
 EXAMPLE = "example"
@@ -19,6 +23,11 @@ PIPE_CLOSED_STATUS = 141
 #: Exit status after Ctrl-C: 128 + SIGINT (2).
 INTERRUPTED_STATUS = 130
 FORMATS = ("text", "json", "html")
+#: A path argument that means standard input.
+STDIN = "-"
+#: The longest error line printed (a message quoting a huge value is cut there).
+MAX_ERROR_CHARS = 400
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
 def trace_path(arg: str) -> str:
@@ -35,25 +44,41 @@ def render_as(result, fmt: str) -> str:
     return result.to_text()
 
 
-def write_output(text: str, output: str | None) -> None:
-    """Write to ``output``, or to standard output when it is None; GpumagicError if it cannot."""
+def write_output(text: str, output: str | None, protect: Iterable[str] = ()) -> None:
+    """Write to ``output`` (atomically, never over a file in ``protect``), or to standard output
+    when it is None; GpumagicError in one sentence if it cannot."""
     if output is None:
-        sys.stdout.write(text)
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise  # the reader went away: exit 141 (see gpumagic.shells.cli.run)
+        except OSError as exc:  # e.g. /dev/full: ENOSPC
+            raise GpumagicError(f"cannot write to standard output ({exc.strerror or exc})") from None
         return
-    try:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise GpumagicError(f"{output}: cannot write ({exc.strerror or exc})") from None
+    write_atomic(output, text, protect=protect)
 
 
-def emit(produce: Callable[[], Any], fmt: str, output: str | None, what: str) -> int:
+def error_line(exc: BaseException) -> str:
+    """``exc`` as one line for stderr: control characters and line breaks become spaces, and a
+    very long message is cut."""
+    text = _CONTROL.sub(" ", str(exc)).strip() or type(exc).__name__
+    if not isinstance(exc, GpumagicError):
+        text = f"unexpected {type(exc).__name__}: {text}"
+    return "gpumagic: error: " + (text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…")
+
+
+def emit(produce: Callable[[], Any], fmt: str, output: str | None, what: str, protect: Iterable[str] = ()) -> int:
     """Write what ``produce()`` returns (a Report or Comparison) as ``fmt``: 0, or 2 with one
-    line on stderr when the input is bad or the output cannot be written."""
+    line on stderr when the input is bad or the output cannot be written. ``protect`` lists the
+    input files, which ``-o`` may never overwrite; the target is checked before any work."""
+    protect = [p for p in protect if p != STDIN]
     try:
-        write_output(render_as(produce(), fmt), output)
+        if output is not None:
+            check_target(output, protect)
+        write_output(render_as(produce(), fmt), output, protect)
     except GpumagicError as exc:
-        print(f"gpumagic: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
     if output:
         print(f"gpumagic: wrote {fmt} {what} to {output}", file=sys.stderr)

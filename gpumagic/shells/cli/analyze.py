@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import threading
 
-from gpumagic.errors import GpumagicError
-from gpumagic.shells.cli._output import EXAMPLE, FORMATS, emit, trace_path
+from gpumagic.shells.cli._output import EXAMPLE, FORMATS, STDIN, emit, trace_path
 
 
 def _jobs(text: str) -> int:
@@ -22,7 +21,7 @@ def _jobs(text: str) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``analyze`` to ``subparsers`` (from ``ArgumentParser.add_subparsers``); returns it."""
     a = subparsers.add_parser("analyze", help="analyse a Kineto trace (.json, .json.gz) or a gpumagic bundle")
-    a.add_argument("path", help=f"trace file, or '{EXAMPLE}' for the bundled example")
+    a.add_argument("path", help=f"trace file, '{STDIN}' for standard input, or '{EXAMPLE}' for the bundled example")
     a.add_argument("--format", choices=FORMATS, default="text")
     a.add_argument("-o", "--output", help="write to this file instead of standard output")
     a.add_argument("--label", default="", help="name this run in the report")
@@ -34,22 +33,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 class _ReadAhead(threading.Thread):
     """Read (and gunzip) a trace file on a helper thread; :meth:`result` returns its bytes or
-    raises its :class:`~gpumagic.errors.TraceError` on the calling thread."""
+    raises its error (a :class:`~gpumagic.errors.TraceError`, or anything unforeseen such as a
+    MemoryError) on the calling thread."""
 
     def __init__(self, path: str, mutable: bool) -> None:
         super().__init__(name="gpumagic-read", daemon=True)
         self.path = path
         self.mutable = mutable
         self._raw: bytearray | None = None
-        self._error: GpumagicError | None = None
+        self._error: Exception | None = None
         self.start()
 
     def run(self) -> None:
         from gpumagic.trace.files import read_bytes
 
-        try:
+        try:  # "-" reads standard input, bounded like any file (gpumagic.trace.files)
             self._raw = read_bytes(self.path, mutable=self.mutable)
-        except GpumagicError as exc:
+        except Exception as exc:  # raised on the calling thread by result(), never printed here
             self._error = exc
 
     def result(self) -> bytearray:
@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     # text may be cut into pieces in place
     reading = _ReadAhead(path, mutable=workers > 1)
     from gpumagic.analysis import analyze
+    from gpumagic.trace.files import display_name
     from gpumagic.trace.kineto import from_bytes
 
-    return emit(lambda: analyze(from_bytes(reading.result(), path, workers=workers), label=args.label),
-                args.format, args.output, "report")
+    return emit(lambda: analyze(from_bytes(reading.result(), display_name(path), workers=workers), label=args.label),
+                args.format, args.output, "report", protect=[path])

@@ -26,5 +26,6 @@ def run(args: argparse.Namespace) -> int:
     from gpumagic.tuning.comparison import compare
 
     # Paths, so that neither is taken for a run label
-    return emit(lambda: compare(Path(trace_path(args.before)), Path(trace_path(args.after))),
-                args.format, args.output, "comparison")
+    before, after = trace_path(args.before), trace_path(args.after)
+    return emit(lambda: compare(Path(before), Path(after)), args.format, args.output, "comparison",
+                protect=[before, after])
