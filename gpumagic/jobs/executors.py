@@ -1,0 +1,85 @@
+"""Where the per-rank analyses run: in this process, in a local process pool, or on a Dask cluster.
+
+Each runs :func:`~gpumagic.jobs.summary.summarize` once per rank file and returns the summaries in
+the order of the paths; ``progress(done, total)`` is called after each one. A rank whose analysis
+fails — a bad file, or the process analysing it dying — comes back as a summary with ``error`` set,
+and the others go on.
+
+- :func:`run_local` with ``processes=1`` analyses the ranks one after another here; with more, in a
+  :class:`concurrent.futures.ProcessPoolExecutor` (forkserver on Linux, spawn elsewhere), so that
+  a process holds one rank's events at a time and its peak memory is that of the largest rank.
+- :func:`run_dask` submits the same function to a Dask ``distributed.Client`` (``client.map``);
+  the workers read the files themselves, from a path they share or an fsspec URL. Dask is imported
+  only here, and only when a client is given.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+
+from gpumagic.jobs.summary import RankSummary, failed, summarize
+
+Progress = Callable[[int, int], None]
+
+
+def _tick(progress: Progress | None, done: int, total: int) -> None:
+    if progress is not None:
+        progress(done, total)
+
+
+def run_local(paths: Sequence[str], processes: int, progress: Progress | None = None) -> list[RankSummary]:
+    """Analyse ``paths`` with ``processes`` processes (1: in this process)."""
+    total = len(paths)
+    if processes <= 1 or total <= 1:
+        out = []
+        for i, p in enumerate(paths):
+            out.append(summarize(p))
+            _tick(progress, i + 1, total)
+        return out
+    method = "forkserver" if sys.platform.startswith("linux") else "spawn"
+    results: dict[int, RankSummary] = {}
+    with ProcessPoolExecutor(max_workers=min(processes, total), mp_context=multiprocessing.get_context(method)) as pool:
+        futures = {pool.submit(summarize, p): i for i, p in enumerate(paths)}
+        try:
+            for fut in as_completed(futures):
+                i = futures[fut]
+                try:
+                    results[i] = fut.result()
+                except BrokenProcessPool:
+                    results[i] = failed(paths[i], f"{paths[i]}: the process analysing it died (out of memory?)")
+                _tick(progress, len(results), total)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return [results[i] for i in range(total)]
+
+
+def for_workers(path: str) -> str:
+    """A path as Dask workers should see it: URLs as they are, local paths absolute (the workers
+    must share the file system, with the same mount point)."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+def run_dask(paths: Sequence[str], client, progress: Progress | None = None) -> list[RankSummary]:
+    """Analyse ``paths`` on the workers of ``client`` (a ``distributed.Client``)."""
+    from distributed import as_completed as dask_completed
+
+    targets = [for_workers(p) for p in paths]
+    futures = client.map(summarize, targets, pure=False)
+    index = {f.key: i for i, f in enumerate(futures)}
+    results: dict[int, RankSummary] = {}
+    for fut in dask_completed(futures):
+        i = index[fut.key]
+        if fut.status == "error":  # the worker raised or died: say so for this rank, keep the others
+            exc = fut.exception()
+            results[i] = failed(paths[i], f"{paths[i]}: its analysis failed on the cluster ({type(exc).__name__}: {exc})")
+        else:
+            results[i] = fut.result()
+        fut.release()
+        _tick(progress, len(results), len(paths))
+    return [results[i] for i in range(len(paths))]
