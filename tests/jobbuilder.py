@@ -34,6 +34,8 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 A100 = os.path.join(DATA, "a100_training_rank0.json.gz")
 #: rank 1 of a 2-GPU job on V100s: 404 NCCL all-reduce kernels per step, 5 steps.
 V100 = os.path.join(DATA, "v100_large_216k_events.json.gz")
+#: a single-GPU ResNet-50 (no collectives): a rank doing other work than the others.
+RESNET = os.path.join(DATA, "resnet50_v100_workers0.json.gz")
 HOST_WORK = "straggler::extra_host_work"
 _NCCL = re.compile(r"nccl|rccl", re.IGNORECASE)
 _STEP = re.compile(r"^ProfilerStep#\d+$")
@@ -53,8 +55,9 @@ def shift(doc: dict, boundaries: list[int], delay_us: int) -> None:
     """Apply ``t -> t + delay_us × #(boundaries ≤ t)`` to every timed event's start and end, in place."""
     b = np.sort(np.asarray(boundaries, dtype=np.int64))
     timed = [e for e in doc["traceEvents"] if e.get("ph") != "M" and "ts" in e]
-    ts = np.array([e["ts"] for e in timed], dtype=np.int64)
-    end = ts + np.array([e.get("dur", 0) for e in timed], dtype=np.int64)
+    dtype = np.int64 if all(isinstance(e["ts"], int) for e in timed) else np.float64  # µs, integer in most traces
+    ts = np.array([e["ts"] for e in timed], dtype=dtype)
+    end = ts + np.array([e.get("dur", 0) for e in timed], dtype=dtype)
     new_ts = ts + delay_us * np.searchsorted(b, ts, side="right")
     new_dur = end + delay_us * np.searchsorted(b, end, side="right") - new_ts
     for e, t, d in zip(timed, new_ts.tolist(), new_dur.tolist()):
@@ -96,18 +99,20 @@ def write(doc: dict, path: Path) -> Path:
 
 
 def build_job(out_dir: str | os.PathLike, *, ranks: int = 4, source: str = A100, sources: dict[int, str] | None = None,
-              straggler: int | None = None, delay_us: int = 0, name: str = "rank{rank}.json.gz") -> list[Path]:
-    """Write ``ranks`` rank traces into ``out_dir`` (created); ``sources`` overrides the source
-    trace of some ranks (ranks on other devices, or doing other work). Returns the paths."""
+              straggler: int | None = None, delay_us: int = 0, name: str = "rank{rank}.json.gz", first: int = 0,
+              world_size: int | None = None) -> list[Path]:
+    """Write ranks ``first`` … ``first + ranks - 1`` of a job of ``world_size`` (default ``ranks``) into
+    ``out_dir`` (created); ``sources`` overrides the source trace of some ranks (ranks on other
+    devices, or doing other work). Returns the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     loaded: dict[str, bytes] = {}
     paths = []
-    for r in range(ranks):
+    for r in range(first, first + ranks):
         src = (sources or {}).get(r, source)
         if src not in loaded:
             loaded[src] = read(src)
-        doc = make_rank(loaded[src], r, ranks, straggler=straggler, delay_us=delay_us)
+        doc = make_rank(loaded[src], r, world_size or ranks, straggler=straggler, delay_us=delay_us)
         paths.append(write(doc, out / name.format(rank=r)))
     return paths
 

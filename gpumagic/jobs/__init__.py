@@ -72,10 +72,8 @@ def analyze_job(paths: str | os.PathLike | Iterable[str | os.PathLike], *, clien
     if not files:
         raise GpumagicError("no trace files given")
     if client is not None:
-        summaries = executors.run_dask(files, client, progress)
-    else:
-        summaries = executors.run_local(files, jobs or _cores(), progress)
-    return build(summaries, label=label)
+        return build(executors.run_dask(files, client, progress), label=label)
+    return build(executors.run_local(files, jobs or _cores(), progress), label=label)
 
 
 def _cores() -> int:

@@ -1,0 +1,47 @@
+"""Job folders built from the real single-rank traces (tests/jobbuilder.py), once per test session."""
+
+import gzip
+import shutil
+
+import msgspec
+import pytest
+from jobbuilder import V100, build_job
+
+#: Extra host work injected before each collective on the straggler (µs).
+DELAY_US = 2000
+STRAGGLER = 2
+
+
+@pytest.fixture(scope="session")
+def straggler_job(tmp_path_factory):
+    """4 A100 ranks; rank 2 does 2 ms of extra host work before each of its collectives."""
+    return build_job(tmp_path_factory.mktemp("straggler"), ranks=4, straggler=STRAGGLER, delay_us=DELAY_US)
+
+
+@pytest.fixture(scope="session")
+def clean_job(tmp_path_factory):
+    """3 identical A100 ranks: nobody waits for anybody."""
+    return build_job(tmp_path_factory.mktemp("clean"), ranks=3)
+
+
+@pytest.fixture(scope="session")
+def mixed_job(tmp_path_factory):
+    """Ranks 0-1 copied from the A100 rank, 2-3 from the V100 rank: two kinds of work on two kinds of GPU."""
+    return build_job(tmp_path_factory.mktemp("mixed"), ranks=4, sources={2: V100, 3: V100})
+
+
+@pytest.fixture
+def broken_job(tmp_path, straggler_job):
+    """The straggler job plus a corrupt rank 4 and a rank 5 whose file is missing."""
+    paths = [shutil.copy(p, tmp_path / p.name) for p in straggler_job]
+    (tmp_path / "rank4.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "ts": ')[:-8])
+    return [str(p) for p in paths] + [str(tmp_path / "rank4.json.gz"), str(tmp_path / "rank5.json.gz")]
+
+
+def rewrite(path, out, change):
+    """Copy a rank file with ``change(doc)`` applied to its decoded JSON."""
+    with gzip.open(path, "rb") as fh:
+        doc = msgspec.json.decode(fh.read())
+    change(doc)
+    out.write_bytes(gzip.compress(msgspec.json.encode(doc), compresslevel=1))
+    return out
