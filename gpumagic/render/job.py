@@ -4,6 +4,7 @@ The JSON view is :meth:`Job.to_dict <gpumagic.jobs.model.Job.to_dict>` itself.""
 
 from __future__ import annotations
 
+import textwrap
 from html import escape
 from typing import TYPE_CHECKING, Any
 
@@ -72,10 +73,11 @@ def _finding_text(jf: JobFinding, analysed: int, width: int) -> list[str]:
     f = jf.finding
     where = ("" if jf.scope == "job"
              else f" \u2014 on {len(jf.ranks)} of {analysed} ranks (evidence: rank {jf.evidence_rank})")
-    lines = [f"  {severity_label(f.severity)}  {f.title}{where} \u2014 {fmt_gain(f.est_gain)}",
-             f"      {_clip(f.evidence.summary, width * 3)}"]
+    lines = textwrap.wrap(f"{severity_label(f.severity)}  {f.title}{where} \u2014 {fmt_gain(f.est_gain)}", width,
+                          initial_indent="  ", subsequent_indent="      ")
+    lines += textwrap.wrap(f.evidence.summary, width, initial_indent="      ", subsequent_indent="      ")
     for fix in f.fixes[:1]:
-        lines.append(f"      Fix: {fix.description}")
+        lines += textwrap.wrap(f"Fix: {fix.description}", width, initial_indent="      ", subsequent_indent="           ")
         lines += [f"        {x}" for x in fix.code.splitlines()]
     return lines
 
@@ -100,7 +102,7 @@ def render_text(job: Job, width: int = 100) -> str:
         lines += [f"  {d['id']}: rank{'s' if len(d['ranks']) != 1 else ''} {', '.join(map(str, d['ranks']))}"
                   for d in job.other_findings]
     if job.notes:
-        lines += ["", "Notes"] + [f"  - {x}" for x in job.notes]
+        lines += ["", "Notes"] + [x for n in job.notes for x in textwrap.wrap(n, width, initial_indent="  - ", subsequent_indent="    ")]
     lines += ["", "Details of one rank: gpumagic analyze <its trace file>"]
     return "\n".join(lines) + "\n"
 
