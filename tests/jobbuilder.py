@@ -13,9 +13,11 @@ is injected the way a real one looks in the traces of a synchronous data-paralle
 Both rewrites are one monotone time map per rank (``t + delay × number of boundaries ≤ t``; the
 boundaries are the straggler's collective starts, or the other ranks' collective ends), so nesting,
 flows and step markers stay valid, and every rank's steps end at the same moments, as they do in a
-real job. With ``n`` collectives per step the job loses ``n × delay_us`` per step.
+real job. With ``n`` collectives per step the job loses ``n × delay_us`` per step. ``jitter_us``
+adds, on every rank, a random wait of up to that many µs inside each collective (seeded by the
+rank): the rank-to-rank noise of a real job, against which a straggler must stand out.
 
-Usage: ``python tests/jobbuilder.py OUT_DIR --ranks 32 [--straggler 5 --delay-us 2000]``.
+Usage: ``python tests/jobbuilder.py OUT_DIR --ranks 32 [--straggler 5 --delay-us 2000] [--jitter-us 300]``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
+import random
 import re
 from pathlib import Path
 
@@ -51,15 +54,20 @@ def collective_kernels(doc: dict) -> list[dict]:
     return [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel" and _NCCL.search(e.get("name", ""))]
 
 
-def shift(doc: dict, boundaries: list[int], delay_us: int) -> None:
-    """Apply ``t -> t + delay_us × #(boundaries ≤ t)`` to every timed event's start and end, in place."""
-    b = np.sort(np.asarray(boundaries, dtype=np.int64))
+def shift(doc: dict, boundaries: list[int], delays_us: int | list[int]) -> None:
+    """Apply ``t -> t + (sum of the delays of the boundaries ≤ t)`` to every timed event's start and
+    end, in place; ``delays_us`` is one delay for all boundaries or one per boundary."""
+    b = np.asarray(boundaries)
+    order = np.argsort(b, kind="stable")
+    b = b[order]
+    delays = np.broadcast_to(np.asarray(delays_us), b.shape)[order]
+    total = np.concatenate([[0], np.cumsum(delays)])
     timed = [e for e in doc["traceEvents"] if e.get("ph") != "M" and "ts" in e]
     dtype = np.int64 if all(isinstance(e["ts"], int) for e in timed) else np.float64  # µs, integer in most traces
     ts = np.array([e["ts"] for e in timed], dtype=dtype)
     end = ts + np.array([e.get("dur", 0) for e in timed], dtype=dtype)
-    new_ts = ts + delay_us * np.searchsorted(b, ts, side="right")
-    new_dur = end + delay_us * np.searchsorted(b, end, side="right") - new_ts
+    new_ts = ts + total[np.searchsorted(b, ts, side="right")]
+    new_dur = end + total[np.searchsorted(b, end, side="right")] - new_ts
     for e, t, d in zip(timed, new_ts.tolist(), new_dur.tolist()):
         e["ts"] = t
         if "dur" in e:
@@ -73,13 +81,19 @@ def _main_thread(doc: dict) -> tuple[object, object]:
     raise ValueError("the trace has no ProfilerStep# markers")
 
 
-def make_rank(base: bytes, rank: int, world_size: int, *, straggler: int | None = None, delay_us: int = 0) -> dict:
-    """A copy of ``base`` as rank ``rank`` of the job (see the module docstring)."""
+def make_rank(base: bytes, rank: int, world_size: int, *, straggler: int | None = None, delay_us: int = 0,
+              jitter_us: int = 0) -> dict:
+    """A copy of ``base`` as rank ``rank`` of the job (see the module docstring). ``jitter_us``: each
+    collective of this rank also waits a random 0 … ``jitter_us`` (seeded by the rank), the
+    rank-to-rank noise of a real job."""
     doc = msgspec.json.decode(base)
     doc["distributedInfo"] = {**(doc.get("distributedInfo") or {"backend": "nccl"}), "rank": rank, "world_size": world_size}
+    kernels = collective_kernels(doc)
+    if jitter_us:
+        rng = random.Random(rank)
+        shift(doc, [k["ts"] + k["dur"] for k in kernels], [rng.randrange(jitter_us + 1) for _ in kernels])
     if straggler is None or not delay_us:
         return doc
-    kernels = collective_kernels(doc)
     if rank == straggler:
         starts = [k["ts"] for k in kernels]
         shift(doc, starts, delay_us)
@@ -99,8 +113,8 @@ def write(doc: dict, path: Path) -> Path:
 
 
 def build_job(out_dir: str | os.PathLike, *, ranks: int = 4, source: str = A100, sources: dict[int, str] | None = None,
-              straggler: int | None = None, delay_us: int = 0, name: str = "rank{rank}.json.gz", first: int = 0,
-              world_size: int | None = None) -> list[Path]:
+              straggler: int | None = None, delay_us: int = 0, jitter_us: int = 0, name: str = "rank{rank}.json.gz",
+              first: int = 0, world_size: int | None = None) -> list[Path]:
     """Write ranks ``first`` … ``first + ranks - 1`` of a job of ``world_size`` (default ``ranks``) into
     ``out_dir`` (created); ``sources`` overrides the source trace of some ranks (ranks on other
     devices, or doing other work). Returns the paths."""
@@ -112,7 +126,7 @@ def build_job(out_dir: str | os.PathLike, *, ranks: int = 4, source: str = A100,
         src = (sources or {}).get(r, source)
         if src not in loaded:
             loaded[src] = read(src)
-        doc = make_rank(loaded[src], r, world_size or ranks, straggler=straggler, delay_us=delay_us)
+        doc = make_rank(loaded[src], r, world_size or ranks, straggler=straggler, delay_us=delay_us, jitter_us=jitter_us)
         paths.append(write(doc, out / name.format(rank=r)))
     return paths
 
@@ -124,8 +138,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--source", default=A100, help="the real single-rank trace to copy (default: the A100 rank)")
     p.add_argument("--straggler", type=int, default=None)
     p.add_argument("--delay-us", type=int, default=2000, help="extra host work before each collective on the straggler")
+    p.add_argument("--jitter-us", type=int, default=0, help="random extra wait in each collective, per rank")
     a = p.parse_args(argv)
-    for path in build_job(a.out_dir, ranks=a.ranks, source=a.source, straggler=a.straggler, delay_us=a.delay_us):
+    for path in build_job(a.out_dir, ranks=a.ranks, source=a.source, straggler=a.straggler, delay_us=a.delay_us,
+                          jitter_us=a.jitter_us):
         print(path)
 
 

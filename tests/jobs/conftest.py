@@ -10,18 +10,20 @@ from jobbuilder import V100, build_job
 #: Extra host work injected before each collective on the straggler (µs).
 DELAY_US = 2000
 STRAGGLER = 2
+#: Random extra wait (0 … this many µs) in every collective of every rank: the noise of a real job.
+JITTER_US = 300
 
 
 @pytest.fixture(scope="session")
 def straggler_job(tmp_path_factory):
-    """4 A100 ranks; rank 2 does 2 ms of extra host work before each of its collectives."""
-    return build_job(tmp_path_factory.mktemp("straggler"), ranks=4, straggler=STRAGGLER, delay_us=DELAY_US)
+    """4 A100 ranks with jitter; rank 2 does 2 ms of extra host work before each of its collectives."""
+    return build_job(tmp_path_factory.mktemp("straggler"), ranks=4, straggler=STRAGGLER, delay_us=DELAY_US, jitter_us=JITTER_US)
 
 
 @pytest.fixture(scope="session")
 def clean_job(tmp_path_factory):
-    """3 identical A100 ranks: nobody waits for anybody."""
-    return build_job(tmp_path_factory.mktemp("clean"), ranks=3)
+    """3 A100 ranks whose collectives differ only by random jitter: no straggler."""
+    return build_job(tmp_path_factory.mktemp("clean"), ranks=3, jitter_us=JITTER_US)
 
 
 @pytest.fixture(scope="session")

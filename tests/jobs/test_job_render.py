@@ -70,7 +70,8 @@ def test_text(job):
     text = job.to_text(width=100)
     assert text.startswith("gpumagic job: nightly: 4 of 5 ranks analysed (world size 4), median step ")
     lines = text.splitlines()
-    assert lines[1].startswith("Stragglers: rank 2 \u2014 the job loses 32.0 ms per step")
+    lost = job.finding("straggler-rank").finding.evidence.numbers["lost_ms_per_step"]
+    assert lines[1] == f"Stragglers: rank 2 \u2014 the job loses {lost:.1f} ms per step (13 % of the median step)"
     assert any(re.match(r"\s+2\*\s+NVIDIA A100", ln) for ln in lines)
     assert "rank 4: /job/missing/rank4.json.gz: no such file" in text
     code = {ln.strip() for f in job.findings for fix in f.finding.fixes for ln in fix.code.splitlines()}
