@@ -2,8 +2,9 @@
 
 Each runs :func:`~gpumagic.jobs.summary.summarize` once per rank file and returns the summaries in
 the order of the paths; ``progress(done, total)`` is called after each one. A rank whose analysis
-fails — a bad file, or the process analysing it dying — comes back as a summary with ``error`` set,
-and the others go on.
+fails — a bad file, an unexpected error in its analysis, or the process analysing it dying — comes
+back as a summary with ``error`` set (naming the file and the exception), and the others go on: one
+odd file among a thousand ranks must not cost the job report.
 
 - :func:`run_local` with ``processes=1`` analyses the ranks one after another here; with more, in a
   :class:`concurrent.futures.ProcessPoolExecutor` (forkserver on Linux, spawn elsewhere), so that
@@ -32,13 +33,25 @@ def _tick(progress: Progress | None, done: int, total: int) -> None:
         progress(done, total)
 
 
+def crashed(path: str, exc: BaseException) -> RankSummary:
+    """The summary of a rank whose analysis raised something other than a bad-input error."""
+    return failed(path, f"{path}: its analysis failed ({type(exc).__name__}: {exc})")
+
+
+def _summarize_here(path: str) -> RankSummary:
+    try:
+        return summarize(path)
+    except Exception as exc:  # reported in the job as this rank's error (see the module docstring)
+        return crashed(path, exc)
+
+
 def run_local(paths: Sequence[str], processes: int, progress: Progress | None = None) -> list[RankSummary]:
     """Analyse ``paths`` with ``processes`` processes (1: in this process)."""
     total = len(paths)
     if processes <= 1 or total <= 1:
         out = []
         for i, p in enumerate(paths):
-            out.append(summarize(p))
+            out.append(_summarize_here(p))
             _tick(progress, i + 1, total)
         return out
     method = "forkserver" if sys.platform.startswith("linux") else "spawn"
@@ -48,10 +61,13 @@ def run_local(paths: Sequence[str], processes: int, progress: Progress | None = 
         try:
             for fut in as_completed(futures):
                 i = futures[fut]
-                try:
-                    results[i] = fut.result()
-                except BrokenProcessPool:
+                exc = fut.exception()
+                if isinstance(exc, BrokenProcessPool):
                     results[i] = failed(paths[i], f"{paths[i]}: the process analysing it died (out of memory?)")
+                elif exc is not None:
+                    results[i] = crashed(paths[i], exc)
+                else:
+                    results[i] = fut.result()
                 _tick(progress, len(results), total)
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -76,8 +92,7 @@ def run_dask(paths: Sequence[str], client, progress: Progress | None = None) -> 
     for fut in dask_completed(futures):
         i = index[fut.key]
         if fut.status == "error":  # the worker raised or died: say so for this rank, keep the others
-            exc = fut.exception()
-            results[i] = failed(paths[i], f"{paths[i]}: its analysis failed on the cluster ({type(exc).__name__}: {exc})")
+            results[i] = crashed(paths[i], fut.exception())
         else:
             results[i] = fut.result()
         fut.release()

@@ -38,3 +38,19 @@ def test_workers_read_fsspec_urls_and_report_a_missing_one(client, clean_job):
     assert [(r.rank, r.path) for r in job.errors] == [(3, "memory://job/rank3.json.gz")]
     assert "cannot read" in job.errors[0].error
     assert job.to_dict()["job"]["ranks"][0]["path"] == "memory://job/rank0.json.gz"
+
+
+def test_a_rank_that_fails_on_a_worker_is_reported_and_the_rest_go_on(client, clean_job, monkeypatch):
+    from gpumagic.jobs import executors
+
+    real = executors.summarize
+
+    def flaky(path):
+        if path.endswith("rank2.json.gz"):
+            raise RuntimeError("worker lost its disk")
+        return real(path)
+
+    monkeypatch.setattr(executors, "summarize", flaky)
+    job = analyze_job(clean_job, client=client)
+    assert [r.rank for r in job.analysed] == [0, 1]
+    assert job.errors[0].rank == 2 and job.errors[0].error.endswith("its analysis failed (RuntimeError: worker lost its disk)")

@@ -164,3 +164,19 @@ def test_builder_injects_the_delay_where_a_straggler_does():
         return sorted((e["ts"], e["dur"]) for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
 
     assert steps(late) == steps(other)
+
+
+def test_an_unexpected_error_in_one_rank_is_that_rank_s_error(clean_job, monkeypatch):
+    from gpumagic.jobs import executors
+
+    real = executors.summarize
+
+    def flaky(path):
+        if path.endswith("rank1.json.gz"):
+            raise IndexError("index 7 is out of bounds")
+        return real(path)
+
+    monkeypatch.setattr(executors, "summarize", flaky)
+    job = analyze_job(clean_job, jobs=1)
+    assert [r.rank for r in job.analysed] == [0, 2]
+    assert [r.error for r in job.errors] == [f"{clean_job[1]}: its analysis failed (IndexError: index 7 is out of bounds)"]
