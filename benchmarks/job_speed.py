@@ -1,7 +1,7 @@
 """A 32-rank job built from a real rank trace, analysed three ways, side by side in one run.
 
 The job: 32 copies of ``tests/data/a100_training_rank0.json.gz`` (rank 0 of a real 16-GPU A100 job,
-109k events, ~40 MB of JSON each) with their rank ids changed and a straggler injected on rank 5 by
+109k events, 26 MB of JSON each) with their rank ids changed and a straggler injected on rank 5 by
 ``tests/jobbuilder.py``. Contenders, each a fresh interpreter, alternated round by round:
 
 - ``1 process``: ``gpumagic.analyze_job(files, jobs=1)``: the ranks one after another;

@@ -3,7 +3,7 @@
 :func:`summarize` is what every executor runs, once per rank file, in whichever process or Dask
 worker gets it: it loads the trace, runs :func:`gpumagic.analysis.analyze` on it, and keeps only
 what the job view needs — the per-rank headline numbers, the findings, and the collectives of each
-step (durations and the GPU time before each), a few kilobytes where the trace was megabytes.
+step (durations and the GPU time before each), tens of kilobytes where the trace was tens of megabytes.
 No process ever holds two ranks' events.
 """
 
