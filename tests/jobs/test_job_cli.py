@@ -97,3 +97,12 @@ def test_scheduler_without_dask_says_what_to_install(clean_job, capsys, monkeypa
     assert main(["analyze", str(clean_job[0]), "--scheduler", "tcp://127.0.0.1:9"]) == 2
     assert capsys.readouterr().err == ("gpumagic: error: --scheduler needs Dask's distributed package: "
                                        "pip install 'gpumagic[dask]'\n")
+
+
+def test_output_over_a_rank_file_is_refused_before_any_work(clean_job, capsys):
+    before = clean_job[1].read_bytes()
+    folder = os.path.dirname(clean_job[0])
+    assert main(["analyze", folder, "-o", os.path.join(folder, ".", "rank1.json.gz")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpumagic: error: ") and "refusing to write over the input file" in err and err.count("\n") == 1
+    assert clean_job[1].read_bytes() == before

@@ -112,6 +112,7 @@ def analyze_job(args: argparse.Namespace):
     from gpumagic.jobs import rank_files
 
     files = rank_files(args.paths)
+    _never_over_an_input(args.output, files)
     progress = _ProgressBar(len(files)) if sys.stderr.isatty() else None
     try:
         if not args.scheduler:
@@ -121,6 +122,15 @@ def analyze_job(args: argparse.Namespace):
     finally:
         if progress is not None:
             progress.close()
+
+
+def _never_over_an_input(output: str | None, files: list[str]) -> None:
+    """Refuse, before any work, an ``-o`` that is one of the rank files (links and other spellings included)."""
+    from gpumagic._atomic import same_file
+
+    clash = next((p for p in files if output and same_file(output, p)), None)
+    if clash is not None:
+        raise GpumagicError(f"{output}: refusing to write over the input file {clash}")
 
 
 def _dask_client(address: str):
