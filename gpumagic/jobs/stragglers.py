@@ -17,9 +17,10 @@ GPU time before those collectives is longer than its peers', and the wait it cau
 noticeable part of the step (:data:`MIN_LOSS_FRAC`).
 
 Ranks that do different work (pipeline stages, ranks on other devices) are uneven by design:
-they are compared only with the ranks sharing their work fingerprint
-(:func:`~gpumagic.jobs.summary.work_fingerprint`); a rank with no such peer cannot be judged, and
-the job says so.
+they are compared only with the ranks doing the same work: the same sequence of collectives per step
+(:func:`~gpumagic.jobs.summary.work_fingerprint`) and mostly the same kernels
+(:data:`SAME_KERNELS`, so that a rank-0-only logging kernel does not set rank 0 apart); a rank with
+no such peer cannot be judged, and the job says so.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ STEP_SHARE = 0.5
 #: A straggler must cost the job at least this share of the median step; gpumagic default, the
 #: same 1 % under which the single-rank rules stay silent about idle time.
 MIN_LOSS_FRAC = 0.01
+#: Two ranks run the same model on the same kind of GPU when at least this share of their distinct
+#: kernel names is common (Jaccard index); a few kernels only one rank runs (its logging, a cuDNN
+#: algorithm chosen differently) stay under it, another architecture's or another stage's kernels
+#: do not. gpumagic default.
+SAME_KERNELS = 0.8
 
 
 @dataclass(frozen=True)
@@ -66,19 +72,27 @@ class Group:
     work: str
 
 
+def _similar(a: frozenset[int], b: frozenset[int]) -> bool:
+    return bool(a or b) and len(a & b) >= SAME_KERNELS * len(a | b)
+
+
 def peer_groups(ranks: list[RankSummary]) -> tuple[list[Group], list[str]]:
-    """The analysed ranks grouped by work fingerprint, and notes on ranks that cannot be compared."""
-    by_work: dict[str, list[RankSummary]] = defaultdict(list)
+    """The analysed ranks grouped by the work they do, and notes on ranks that cannot be compared.
+
+    Ranks with the same collectives per step are grouped by kernels: each joins the first group
+    whose first rank runs mostly the same kernels (:data:`SAME_KERNELS`)."""
+    clusters: list[list[RankSummary]] = []
     notes = []
-    for r in ranks:
-        if not r.ok or r.rank is None:
-            continue
+    for r in sorted((r for r in ranks if r.ok and r.rank is not None), key=lambda r: r.rank):
         if not r.steps:
             notes.append(f"rank {r.rank}: no step markers or no collectives on its GPU, so it cannot be aligned with the others")
             continue
-        by_work[r.work].append(r)
-    groups = [Group(tuple(sorted(x.rank for x in members)), members[0].device, work) for work, members in by_work.items()]
-    groups.sort(key=lambda g: g.ranks)
+        home = next((c for c in clusters if c[0].work == r.work and _similar(c[0].kernels, r.kernels)), None)
+        if home is None:
+            clusters.append([r])
+        else:
+            home.append(r)
+    groups = [Group(tuple(x.rank for x in c), c[0].device, f"{c[0].work}/{i}") for i, c in enumerate(clusters)]
     alone = [g.ranks[0] for g in groups if len(g.ranks) == 1]
     if len(groups) > 1:
         notes.append(f"the ranks do {len(groups)} different kinds of work (pipeline stages, other models or devices): "

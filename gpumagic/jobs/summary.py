@@ -61,7 +61,8 @@ class RankSummary:
     findings: tuple[Finding, ...] = ()
     steps: tuple[StepCollectives, ...] = ()
     collective_names: tuple[str, ...] = ()
-    work: str = ""  # fingerprint of the work the rank does (see :func:`work_fingerprint`)
+    work: str = ""  # the rank's usual sequence of collectives per step, hashed (see :func:`work_fingerprint`)
+    kernels: frozenset[int] = frozenset()  # its GPU's distinct kernel names, hashed (see :func:`kernel_set`)
     notes: tuple[str, ...] = ()
     error: str | None = None
 
@@ -143,7 +144,7 @@ def from_report(path: str, report) -> RankSummary:
         gpu_busy_frac=(m.get("gpu") or {}).get("busy_frac"),
         comm_ms=comm.get("ms"), comm_exposed_ms=comm.get("exposed_ms"),
         findings=tuple(report.findings), steps=steps, collective_names=names,
-        work=work_fingerprint(trace, device, steps, names), notes=tuple(report.notes),
+        work=work_fingerprint(steps, names), kernels=kernel_set(trace, device), notes=tuple(report.notes),
     )
 
 
@@ -218,20 +219,25 @@ def step_key(name: str, index: int) -> str:
     return f"step {m.group(1)}" if m else f"#{index}"
 
 
-def work_fingerprint(trace, device: int | None, steps: tuple[StepCollectives, ...], names: tuple[str, ...]) -> str:
-    """A short hash of what a rank does: the distinct kernels its GPU runs and its usual sequence of
-    collectives per step. Ranks of one data-parallel group share it; pipeline stages (other layers,
-    send/recv where the others all-reduce) do not."""
-    from gpumagic.trace.model import Kind
-
-    h = hashlib.sha1()
-    if device is not None and device >= 0:
-        ev = trace.events
-        ids = np.unique(ev.name[(ev.kind == Kind.KERNEL) & (ev.device == device)])
-        for n in sorted(trace.names[i] for i in ids.tolist()):
-            h.update(n.encode("utf-8", "replace") + b"\0")
+def work_fingerprint(steps: tuple[StepCollectives, ...], names: tuple[str, ...]) -> str:
+    """A short hash of the rank's usual sequence of collectives in a step. Ranks of one
+    data-parallel group share it; pipeline stages (send/recv where the others all-reduce, or in
+    another order) do not."""
+    h = hashlib.sha1(b"collectives")
     usual = Counter(tuple(names[i] for i in s.names) for s in steps).most_common(1)
     for n in usual[0][0] if usual else ():
-        h.update(b"c" + n.encode("utf-8", "replace") + b"\0")
+        h.update(n.encode("utf-8", "replace") + b"\0")
     return h.hexdigest()[:12]
 
+
+def kernel_set(trace, device: int | None) -> frozenset[int]:
+    """The distinct kernel names the rank's GPU ran, each as a 64-bit hash (a few hundred at most):
+    enough to tell whether two ranks run the same model on the same kind of GPU."""
+    from gpumagic.trace.model import Kind
+
+    if device is None or device < 0:
+        return frozenset()
+    ev = trace.events
+    ids = np.unique(ev.name[(ev.kind == Kind.KERNEL) & (ev.device == device)])
+    return frozenset(int.from_bytes(hashlib.blake2b(trace.names[i].encode("utf-8", "replace"), digest_size=8).digest(), "little")
+                     for i in ids.tolist())

@@ -74,6 +74,17 @@ def test_ranks_on_different_devices_are_compared_only_with_their_peers(mixed_job
     assert mp is not None and mp.ranks == (2, 3)
 
 
+def test_a_rank_only_kernel_does_not_set_a_rank_apart(tmp_path, straggler_job):
+    """Rank 0 also runs a kernel of its own (say, for logging): still a peer of the others."""
+    def extra_kernel(doc):
+        k = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" not in e["name"].lower())
+        k["name"] = "void log_metrics_kernel<float>(float const*, float*)"
+
+    paths = [rewrite(straggler_job[0], tmp_path / "rank0.json.gz", extra_kernel), *straggler_job[1:]]
+    job = analyze_job(paths, jobs=1)
+    assert [g.ranks for g in job.groups] == [(0, 1, 2, 3)] and job.stragglers == [STRAGGLER]
+
+
 def test_a_rank_alone_in_its_work_cannot_be_judged(tmp_path, clean_job):
     """Two A100 ranks, and a rank 2 that trains a single-GPU ResNet: rank 2 has no peer."""
     (lone,) = build_job(tmp_path, ranks=1, first=2, world_size=3, source=RESNET)
