@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.jobs.summary import RankSummary
 
 COLUMNS = ("rank", "device", "step med", "step p90", "GPU busy", "comm", "exposed", "top finding")
+#: The device column's width: GPU names as CUDA reports them ("NVIDIA A100-SXM4-80GB") fit.
+DEVICE_W = 22
 #: Above this many ranks the chart draws thin rows and labels only the stragglers and failures.
 LABELLED_RANKS = 64
 
@@ -56,10 +58,8 @@ def _clip(s: str, w: int) -> str:
 
 def _table(job: Job, width: int) -> list[str]:
     rows = [rank_row(r, job.stragglers) for r in job.ranks]
-    fixed = [5, 0, 9, 9, 8, 9, 9]
-    device_w = max(8, min(28, max(len(r[1]) for r in rows)))
-    fixed[1] = device_w
-    last_w = max(12, width - sum(fixed) - len(fixed) * 2)
+    fixed = [5, max(8, min(DEVICE_W, max(len(r[1]) for r in rows))), 8, 8, 8, 8, 8]
+    last_w = max(len("low-gpu-utilization"), width - sum(fixed) - len(fixed) * 2)
     fmt = [">", "<", ">", ">", ">", ">", ">"]
 
     def line(cells):
