@@ -7,8 +7,9 @@ back as a summary with ``error`` set (naming the file and the exception), and th
 odd file among a thousand ranks must not cost the job report.
 
 - :func:`run_local` with ``processes=1`` analyses the ranks one after another here; with more, in a
-  :class:`concurrent.futures.ProcessPoolExecutor` (forkserver on Linux, spawn elsewhere), so that
-  a process holds one rank's events at a time and its peak memory is that of the largest rank.
+  :class:`concurrent.futures.ProcessPoolExecutor` (forked on Linux; elsewhere spawned, which needs
+  the caller's script to guard its entry with ``if __name__ == "__main__":``), so that a process
+  holds one rank's events at a time and its peak memory is that of the largest rank.
 - :func:`run_dask` submits the same function to a Dask ``distributed.Client`` (``client.map``);
   the workers read the files themselves, from a path they share or an fsspec URL. Dask is imported
   only here, and only when a client is given.
@@ -54,7 +55,10 @@ def run_local(paths: Sequence[str], processes: int, progress: Progress | None = 
             out.append(_summarize_here(p))
             _tick(progress, i + 1, total)
         return out
-    method = "forkserver" if sys.platform.startswith("linux") else "spawn"
+    # fork on Linux, as gpumagic.trace.pieces does: the workers start at once and never re-import the
+    # caller's __main__ (a script without an ``if __name__ == "__main__":`` guard would otherwise
+    # run again in every worker under spawn or forkserver)
+    method = "fork" if sys.platform.startswith("linux") else "spawn"
     results: dict[int, RankSummary] = {}
     with ProcessPoolExecutor(max_workers=min(processes, total), mp_context=multiprocessing.get_context(method)) as pool:
         futures = {pool.submit(summarize, p): i for i, p in enumerate(paths)}
