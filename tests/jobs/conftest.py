@@ -1,6 +1,7 @@
 """Job folders built from the real single-rank traces (tests/jobbuilder.py), once per test session."""
 
 import gzip
+import os
 import shutil
 
 import msgspec
@@ -12,6 +13,28 @@ DELAY_US = 2000
 STRAGGLER = 2
 #: Random extra wait (0 … this many µs) in every collective of every rank: the noise of a real job.
 JITTER_US = 300
+
+
+def child_pids() -> list[int]:
+    """This process's live (not zombie) children, from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                out.append(int(entry))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    """A job's worker processes (and any server of theirs) are gone when it returns."""
+    yield
+    assert child_pids() == [], "the job left a process behind"
 
 
 @pytest.fixture(scope="session")
