@@ -4,6 +4,7 @@ Public API::
 
     gpumagic.analyze(path_or_trace) -> Report     # a saved trace, offline (no torch needed)
     gpumagic.load_trace(path) -> Trace
+    gpumagic.analyze_job(paths, client=None, jobs=None) -> Job   # one trace per rank: stragglers
     gpumagic.profile(**options)                     # context manager / decorator (needs torch)
     gpumagic.Profiler(...)                          # start()/stop() across cells
     %load_ext gpumagic  ->  %%gpuprofile, %gpuprofile
@@ -26,6 +27,7 @@ __version__ = "0.1.0"
 #: Public names whose modules import numpy, torch, IPython or ipywidgets: resolved on first use.
 _LAZY = {
     "analyze": "gpumagic.analysis",
+    "analyze_job": "gpumagic.jobs",
     "Trace": "gpumagic.trace.model",
     "profile": "gpumagic.shells.api",
     "Profiler": "gpumagic.shells.api",
@@ -35,7 +37,7 @@ _LAZY = {
 
 __all__ = [
     "Evidence", "Finding", "Fix", "GpumagicError", "Profiler", "Report", "Trace", "TraceError", "Window",
-    "__version__", "analyze", "compare", "load_ipython_extension", "load_trace", "profile",
+    "__version__", "analyze", "analyze_job", "compare", "load_ipython_extension", "load_trace", "profile",
     "tune_dataloader", "unload_ipython_extension",
 ]
 

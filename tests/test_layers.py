@@ -22,7 +22,7 @@ LAYERS = (
     ("trace", ("gpumagic.trace",)),
     ("report", ("gpumagic.report",)),
     ("analysis", ("gpumagic.analysis",)),
-    ("tuning", ("gpumagic.tuning",)),
+    ("tuning", ("gpumagic.tuning", "gpumagic.jobs")),
     ("render", ("gpumagic.render",)),
     ("capture", ("gpumagic.capture",)),
     ("shells", ("gpumagic.shells", "gpumagic.integrations", "gpumagic.__main__", "gpumagic")),

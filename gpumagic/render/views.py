@@ -4,7 +4,8 @@ Importing this module registers, for each kind of object, the renderers its meth
 
 - ``report``: ``text``, ``html``, ``save_html``, ``timeline``, ``timeline_png``, ``widget``, ``mimebundle``, ``show``;
 - ``comparison``: ``text``, ``html``, ``fragment``;
-- ``tune``: ``text``, ``html``, ``figure``.
+- ``tune``: ``text``, ``html``, ``figure``;
+- ``job``: ``text``, ``html``, ``mimebundle``.
 
 Each registered function imports its renderer when first called, so importing this module stays
 cheap (no matplotlib, no ipywidgets).
@@ -99,6 +100,24 @@ def _tune_figure(result):
     return figure(result)
 
 
+def _job_text(job, width: int = 100) -> str:
+    from gpumagic.render.job import render_text
+
+    return render_text(job, width=width)
+
+
+def _job_html(job) -> str:
+    from gpumagic.render.job import html_document
+
+    return html_document(job)
+
+
+def _job_mimebundle(job, include=None, exclude=None):
+    from gpumagic.render.job import mimebundle
+
+    return mimebundle(job, include=include, exclude=exclude)
+
+
 for _kind, _name, _view in (
     ("report", "text", _report_text), ("report", "html", _report_html), ("report", "save_html", _report_save_html),
     ("report", "timeline", _report_timeline), ("report", "timeline_png", _report_timeline_png),
@@ -106,5 +125,6 @@ for _kind, _name, _view in (
     ("comparison", "text", _comparison_text), ("comparison", "html", _comparison_html),
     ("comparison", "fragment", _comparison_fragment),
     ("tune", "text", _tune_text), ("tune", "html", _tune_html), ("tune", "figure", _tune_figure),
+    ("job", "text", _job_text), ("job", "html", _job_html), ("job", "mimebundle", _job_mimebundle),
 ):
     register(_kind, _name, _view)

@@ -1,10 +1,18 @@
-"""``gpumagic analyze PATH [--format text|json|html] [-o FILE] [--label NAME] [-j N]``."""
+"""``gpumagic analyze PATH... [--format text|json|html] [-o FILE] [--label NAME] [-j N] [--scheduler ADDRESS]``.
+
+One trace file gives its report. Several files, a folder or a glob pattern give the job report of a
+distributed job, one trace per rank (:mod:`gpumagic.jobs`): ``-j`` processes analyse the ranks side
+by side, or a Dask cluster's workers do with ``--scheduler tcp://HOST:8786``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import threading
 
+from gpumagic.errors import GpumagicError
 from gpumagic.shells.cli._output import EXAMPLE, FORMATS, STDIN, emit, trace_path
 
 
@@ -20,13 +28,21 @@ def _jobs(text: str) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``analyze`` to ``subparsers`` (from ``ArgumentParser.add_subparsers``); returns it."""
-    a = subparsers.add_parser("analyze", help="analyse a Kineto trace (.json, .json.gz) or a gpumagic bundle")
-    a.add_argument("path", help=f"trace file, '{STDIN}' for standard input, or '{EXAMPLE}' for the bundled example")
+    a = subparsers.add_parser("analyze", help="analyse a Kineto trace (.json, .json.gz) or a gpumagic bundle; "
+                                              "several, a folder or a glob: a distributed job, one trace per rank")
+    a.add_argument("paths", nargs="+", metavar="PATH",
+                   help=f"trace file, '{STDIN}' for standard input, or '{EXAMPLE}' for the bundled example; "
+                        "several files, a folder of rank traces, "
+                        "or a quoted glob pattern for a job")
     a.add_argument("--format", choices=FORMATS, default="text")
     a.add_argument("-o", "--output", help="write to this file instead of standard output")
     a.add_argument("--label", default="", help="name this run in the report")
     a.add_argument("-j", "--jobs", type=_jobs, default=0, metavar="N",
-                   help="processes that decode a large trace side by side (default: one per core; 1: none)")
+                   help="one trace: processes that decode it side by side; a job: processes that analyse its ranks "
+                        "side by side (default: one per core; 1: none)")
+    a.add_argument("--scheduler", metavar="ADDRESS",
+                   help="analyse the ranks on this Dask scheduler's workers (tcp://HOST:8786; needs gpumagic[dask]); "
+                        "the workers must see the trace files")
     a.set_defaults(handler=run)
     return a
 
@@ -60,9 +76,21 @@ class _ReadAhead(threading.Thread):
         return raw
 
 
+def is_job(args: argparse.Namespace) -> bool:
+    """Whether the command names a job (several files, a folder, a glob, or a cluster) rather than one trace."""
+    from gpumagic.jobs import is_pattern
+
+    if len(args.paths) > 1 or args.scheduler:
+        return True
+    (only,) = args.paths
+    return only != STDIN and (os.path.isdir(only) or (is_pattern(only) and not os.path.exists(only)))
+
+
 def run(args: argparse.Namespace) -> int:
-    """Analyse one trace and write the report; 2 with one stderr line on bad input."""
-    path = trace_path(args.path)
+    """Analyse one trace, or a job's rank traces, and write the report; 2 with one stderr line on bad input."""
+    if is_job(args):
+        return emit(lambda: analyze_job(args), args.format, args.output, "job report")
+    path = trace_path(args.paths[0])
     from gpumagic.trace.pieces import available_workers
 
     workers = args.jobs or available_workers()
@@ -75,3 +103,66 @@ def run(args: argparse.Namespace) -> int:
 
     return emit(lambda: analyze(from_bytes(reading.result(), display_name(path), workers=workers), label=args.label),
                 args.format, args.output, "report", protect=[path])
+
+
+#: How long ``--scheduler`` waits to reach the scheduler before giving up.
+CONNECT_TIMEOUT_S = 10
+
+
+def analyze_job(args: argparse.Namespace):
+    """The job report for ``args.paths``, on the local cores or the ``--scheduler`` cluster."""
+    from gpumagic.jobs import analyze_job as analyze
+    from gpumagic.jobs import rank_files
+
+    files = rank_files(args.paths)
+    _never_over_an_input(args.output, files)
+    progress = _ProgressBar(len(files)) if sys.stderr.isatty() else None
+    try:
+        if not args.scheduler:
+            return analyze(files, jobs=args.jobs or None, label=args.label, progress=progress)
+        with _dask_client(args.scheduler) as client:
+            return analyze(files, client=client, label=args.label, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+def _never_over_an_input(output: str | None, files: list[str]) -> None:
+    """Refuse, before any work, an ``-o`` that is one of the rank files (links and other spellings included)."""
+    from gpumagic._atomic import same_file
+
+    clash = next((p for p in files if output and same_file(output, p)), None)
+    if clash is not None:
+        raise GpumagicError(f"{output}: refusing to write over the input file {clash}")
+
+
+def _dask_client(address: str):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise GpumagicError("--scheduler needs Dask's distributed package: pip install 'gpumagic[dask]'") from None
+    try:
+        return Client(address, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise GpumagicError(f"cannot reach the Dask scheduler at {address} ({exc})") from None
+
+
+class _ProgressBar:
+    """``analysed 12/32 ranks [#######.........]`` on standard error, redrawn in place (a terminal only)."""
+
+    WIDTH = 30
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        filled = self.WIDTH * done // max(total, 1)
+        sys.stderr.write(f"\rgpumagic: analysed {done}/{total} ranks [{'#' * filled}{'.' * (self.WIDTH - filled)}]")
+        sys.stderr.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\n")
+            sys.stderr.flush()

@@ -1,0 +1,160 @@
+"""A 32-rank job built from a real rank trace, analysed three ways, side by side in one run.
+
+The job: 32 copies of ``tests/data/a100_training_rank0.json.gz`` (rank 0 of a real 16-GPU A100 job,
+109k events, 26 MB of JSON each) with their rank ids changed and a straggler injected on rank 5 by
+``tests/jobbuilder.py``. Contenders, each a fresh interpreter, alternated round by round:
+
+- ``1 process``: ``gpumagic.analyze_job(files, jobs=1)``: the ranks one after another;
+- ``2 processes``: ``analyze_job(files, jobs=2)``: a local process pool;
+- ``LocalCluster``: ``analyze_job(files, client=Client(LocalCluster(n_workers=2, threads_per_worker=1)))``:
+  two Dask worker processes (the cluster's start-up is timed apart from the analysis);
+- ``one rank``: ``summarize(file)`` on one rank file, in one process: the reference for the memory
+  a process needs.
+
+For each: the median wall time of the analysis (inside the process, after imports), and the peak
+resident memory (VmHWM from /proc, polled) of the largest process of the tree, next to the number
+of processes. The claim checked: peak memory per process stays that of one rank's analysis, however
+many ranks the job has. Linux only (it reads /proc).
+
+Run: ``python benchmarks/job_speed.py [--ranks 32] [--rounds 3] [--dir DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..")
+
+RUN = """
+import glob, json, sys, time
+mode, folder = sys.argv[1], sys.argv[2]
+files = sorted(glob.glob(folder + "/rank*.json.gz"))
+from gpumagic.jobs import analyze_job
+from gpumagic.jobs.summary import summarize
+if mode == "cluster":
+    from distributed import Client, LocalCluster
+    t = time.perf_counter()
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(cluster)
+    start_s = time.perf_counter() - t
+    t = time.perf_counter()
+    job = analyze_job(files, client=client)
+    wall = time.perf_counter() - t
+    client.close(); cluster.close()
+elif mode == "one":
+    start_s = 0.0
+    t = time.perf_counter()
+    s = summarize(files[0])
+    wall = time.perf_counter() - t
+    job = None
+else:
+    start_s = 0.0
+    t = time.perf_counter()
+    job = analyze_job(files, jobs=int(mode))
+    wall = time.perf_counter() - t
+print(json.dumps({"wall_s": wall, "start_s": start_s,
+                  "stragglers": job.stragglers if job else None, "ranks": len(job.analysed) if job else 1}))
+"""
+
+
+def _descendants(root: int) -> list[int]:
+    parent: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            parent.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(parent.get(pid, []))
+    return out
+
+
+def _hwm(pid: int) -> int:
+    """Peak resident set size of ``pid`` so far (VmHWM), in bytes; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def measure(mode: str, folder: str) -> dict:
+    """Run one contender; its result plus the peak RSS of its largest process and how many it had."""
+    proc = subprocess.Popen([sys.executable, "-c", RUN, mode, folder], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env={**os.environ, "PYTHONPATH": os.path.abspath(ROOT)})
+    peaks: dict[int, int] = {}
+    while proc.poll() is None:
+        for pid in _descendants(proc.pid):
+            peaks[pid] = max(peaks.get(pid, 0), _hwm(pid))
+        time.sleep(0.02)
+    out = proc.stdout.read()
+    if proc.returncode:
+        raise SystemExit(f"{mode} failed with status {proc.returncode}")
+    result = json.loads(out.strip().splitlines()[-1])
+    busy = {pid: p for pid, p in peaks.items() if p > 0}
+    result["peak_bytes"] = max(busy.values())
+    result["processes"] = len(busy)
+    return result
+
+
+def build(folder: str, ranks: int) -> None:
+    if len([n for n in os.listdir(folder) if n.startswith("rank")]) == ranks:
+        return
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from jobbuilder import build_job
+
+    t = time.perf_counter()
+    build_job(folder, ranks=ranks, straggler=5, delay_us=2000)
+    print(f"built {ranks} rank traces in {folder} in {time.perf_counter() - t:.0f} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ranks", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "gpumagic-job-bench"))
+    args = ap.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    build(args.dir, args.ranks)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "gpumagic")], check=True)
+    modes = {"1 process": "1", "2 processes": "2", "LocalCluster (2 workers)": "cluster", "one rank alone": "one"}
+    runs: dict[str, list[dict]] = {k: [] for k in modes}
+    for _ in range(args.rounds):
+        for name, mode in modes.items():
+            runs[name].append(measure(mode, args.dir))
+    size = sum(os.path.getsize(os.path.join(args.dir, n)) for n in os.listdir(args.dir))
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"job: {args.ranks} ranks, {size / 1e6:.0f} MB gzip on disk; {args.rounds} rounds; {os.cpu_count()} cores "
+          f"(load average at the end: {load})")
+    print(f"{'contender':26s} {'analysis (median)':>18s} {'vs 1 process':>13s} {'peak RSS, largest process':>26s} {'processes':>10s}")
+    base = statistics.median(r["wall_s"] for r in runs["1 process"])
+    one_rank_peak = max(r["peak_bytes"] for r in runs["one rank alone"])
+    for name, rs in runs.items():
+        wall = statistics.median(r["wall_s"] for r in rs)
+        peak = max(r["peak_bytes"] for r in rs)
+        extra = f"  (+ cluster start {statistics.median(r['start_s'] for r in rs):.1f} s)" if modes[name] == "cluster" else ""
+        print(f"{name:26s} {wall:16.2f} s {base / wall:12.2f}x {peak / 1e6:20.0f} MB ({peak / one_rank_peak:.2f}x one rank)"
+              f" {max(r['processes'] for r in rs):6d}{extra}")
+    named = {tuple(r["stragglers"]) for name, rs in runs.items() if name != "one rank alone" for r in rs}
+    print(f"stragglers named: {sorted(named)} (injected: rank 5)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""Text and HTML for a :class:`~gpumagic.jobs.model.Job`: a row per rank, the stragglers, the
+job's findings, and in HTML a per-rank chart of step time (inline SVG, no script, no network).
+The JSON view is :meth:`Job.to_dict <gpumagic.jobs.model.Job.to_dict>` itself."""
+
+from __future__ import annotations
+
+import textwrap
+from html import escape
+from typing import TYPE_CHECKING, Any
+
+from gpumagic.render._format import MISSING, fmt_gain, fmt_ms, fmt_pct, severity_label
+from gpumagic.render.html import finding_body_html, wrap
+from gpumagic.render.palette import BLUE, PALE_GREY, PURPLE, VERMILLION
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpumagic.jobs.findings import JobFinding
+    from gpumagic.jobs.model import Job
+    from gpumagic.jobs.summary import RankSummary
+
+COLUMNS = ("rank", "device", "step med", "step p90", "GPU busy", "comm", "exposed", "top finding")
+#: The device column's width: GPU names as CUDA reports them ("NVIDIA A100-SXM4-80GB") fit.
+DEVICE_W = 22
+#: Above this many ranks the chart draws thin rows and labels only the stragglers and failures.
+LABELLED_RANKS = 64
+
+
+def title(job: Job) -> str:
+    n, total = len(job.analysed), len(job.ranks)
+    ranks = f"{total} ranks" if n == total else f"{n} of {total} ranks analysed"
+    label = f"{job.label}: " if job.label else ""
+    return f"gpumagic job: {label}{ranks} (world size {job.world_size}), median step {fmt_ms(job.step_median_ms)}"
+
+
+def straggler_line(job: Job) -> str:
+    if not job.stragglers:
+        return "Stragglers: none"
+    f = job.finding("straggler-rank")
+    lost = f.finding.evidence.numbers.get("lost_ms_per_step") if f else None
+    ranks = ", ".join(map(str, job.stragglers))
+    share = f" ({fmt_pct(f.finding.est_gain)} of the median step)" if f else ""
+    return f"Stragglers: rank{'s' if len(job.stragglers) > 1 else ''} {ranks} \u2014 the job loses {fmt_ms(lost)} per step{share}"
+
+
+def _rank_label(r: RankSummary, stragglers: list[int]) -> str:
+    return ("?" if r.rank is None else str(r.rank)) + ("*" if r.rank in stragglers else "")
+
+
+def rank_row(r: RankSummary, stragglers: list[int]) -> tuple[str, ...]:
+    if not r.ok:
+        return (_rank_label(r, stragglers), "failed", MISSING, MISSING, MISSING, MISSING, MISSING, MISSING)
+    return (_rank_label(r, stragglers), r.device or MISSING, fmt_ms(r.step_median_ms), fmt_ms(r.step_p90_ms),
+            fmt_pct(r.gpu_busy_frac), fmt_ms(r.comm_ms), fmt_ms(r.comm_exposed_ms), r.top_finding or "none")
+
+
+def _clip(s: str, w: int) -> str:
+    return s if len(s) <= w else s[: w - 1] + "\u2026"
+
+
+def _table(job: Job, width: int) -> list[str]:
+    rows = [rank_row(r, job.stragglers) for r in job.ranks]
+    fixed = [5, max(8, min(DEVICE_W, max(len(r[1]) for r in rows))), 8, 8, 8, 8, 8]
+    last_w = max(len("low-gpu-utilization"), width - sum(fixed) - len(fixed) * 2)
+    fmt = [">", "<", ">", ">", ">", ">", ">"]
+
+    def line(cells):
+        body = "  ".join(f"{_clip(c, w):{a}{w}}" for c, w, a in zip(cells, fixed, fmt))
+        return f"{body}  {_clip(cells[-1], last_w)}".rstrip()
+
+    return [line(COLUMNS), *map(line, rows)]
+
+
+def _finding_text(jf: JobFinding, analysed: int, width: int) -> list[str]:
+    f = jf.finding
+    where = ("" if jf.scope == "job"
+             else f" \u2014 on {len(jf.ranks)} of {analysed} ranks (evidence: rank {jf.evidence_rank})")
+    lines = textwrap.wrap(f"{severity_label(f.severity)}  {f.title}{where} \u2014 {fmt_gain(f.est_gain)}", width,
+                          initial_indent="  ", subsequent_indent="      ")
+    lines += textwrap.wrap(f.evidence.summary, width, initial_indent="      ", subsequent_indent="      ")
+    for fix in f.fixes[:1]:
+        lines += textwrap.wrap(f"Fix: {fix.description}", width, initial_indent="      ", subsequent_indent="           ")
+        lines += [f"        {x}" for x in fix.code.splitlines()]
+    return lines
+
+
+def render_text(job: Job, width: int = 100) -> str:
+    """The job as plain text, ``width`` columns wide."""
+    lines = [title(job), straggler_line(job), "", *_table(job, width)]
+    if job.stragglers:
+        lines.append("  (* straggler)")
+    if job.errors:
+        lines += ["", "Ranks that could not be analysed"]
+        lines += [f"  rank {'?' if r.rank is None else r.rank}: {r.error}" for r in job.errors]
+    job_level = [f for f in job.findings if f.scope == "job"]
+    common = [f for f in job.findings if f.scope == "common"]
+    n = len(job.analysed)
+    if job_level:
+        lines += ["", "Job findings"] + [x for f in job_level for x in _finding_text(f, n, width)]
+    lines += ["", "Findings on at least half of the ranks (listed once)"]
+    lines += [x for f in common for x in _finding_text(f, n, width)] or ["  none"]
+    if job.other_findings:
+        lines += ["", "Findings on fewer ranks"]
+        lines += [f"  {d['id']}: rank{'s' if len(d['ranks']) != 1 else ''} {', '.join(map(str, d['ranks']))}"
+                  for d in job.other_findings]
+    if job.notes:
+        lines += ["", "Notes"] + [x for n in job.notes for x in textwrap.wrap(n, width, initial_indent="  - ", subsequent_indent="    ")]
+    lines += ["", "Details of one rank: gpumagic analyze <its trace file>"]
+    return "\n".join(lines) + "\n"
+
+
+# -- HTML -----------------------------------------------------------------------------------------
+
+EXTRA_CSS = (".gpumagic-report .gm-straggler td{background:#fff1ee}"
+             ".gpumagic-report svg.gm-rank-chart{display:block;max-width:900px;height:auto}"
+             ".gpumagic-report svg.gm-rank-chart text{font:12px system-ui,sans-serif;fill:#1f2328}")
+
+
+def rank_chart_svg(job: Job) -> str:
+    """One horizontal bar per rank: the median step, its exposed communication in purple; a
+    straggler's bar in vermillion; a failed rank as a grey stub."""
+    ranks = job.ranks
+    longest = max((r.step_median_ms or 0.0 for r in ranks), default=0.0) or 1.0
+    labelled = len(ranks) <= LABELLED_RANKS
+    row_h, left, bar_w = (16 if labelled else 4), 70, 640
+    height = row_h * len(ranks) + 40
+    parts = [f'<svg class="gm-rank-chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {left + bar_w + 90} {height}" '
+             f'role="img" aria-label="median step time per rank">']
+    for i, r in enumerate(ranks):
+        y = 4 + i * row_h
+        h = max(row_h - 3, 2)
+        straggler = r.rank in job.stragglers
+        if labelled or straggler or not r.ok:
+            name = f"rank {'?' if r.rank is None else r.rank}"
+            parts.append(f'<text x="{left - 6}" y="{y + h - 2}" text-anchor="end">{escape(name)}</text>')
+        if not r.ok:
+            parts.append(f'<rect x="{left}" y="{y}" width="6" height="{h}" fill="{PALE_GREY}"><title>{escape(r.error or "")}</title></rect>')
+            continue
+        w = bar_w * (r.step_median_ms or 0.0) / longest
+        comm = min(w, bar_w * (r.comm_exposed_ms or 0.0) / max(len(r.steps), 1) / longest) if r.steps else 0.0
+        tip = escape(f"rank {r.rank}: median step {fmt_ms(r.step_median_ms)}, exposed communication "
+                     f"{fmt_ms(r.comm_exposed_ms)} in the window" + (" (straggler)" if straggler else ""))
+        parts.append(f'<g><title>{tip}</title><rect x="{left}" y="{y}" width="{w - comm:.1f}" height="{h}" '
+                     f'fill="{VERMILLION if straggler else BLUE}"/>'
+                     f'<rect x="{left + w - comm:.1f}" y="{y}" width="{comm:.1f}" height="{h}" fill="{PURPLE}"/></g>')
+        if labelled:
+            parts.append(f'<text x="{left + w + 4:.1f}" y="{y + h - 2}">{escape(fmt_ms(r.step_median_ms))}</text>')
+    y = height - 12
+    parts.append(f'<rect x="{left}" y="{y - 9}" width="10" height="10" fill="{BLUE}"/><text x="{left + 14}" y="{y}">step (median)</text>'
+                 f'<rect x="{left + 120}" y="{y - 9}" width="10" height="10" fill="{PURPLE}"/>'
+                 f'<text x="{left + 134}" y="{y}">exposed communication per step</text>'
+                 f'<rect x="{left + 370}" y="{y - 9}" width="10" height="10" fill="{VERMILLION}"/>'
+                 f'<text x="{left + 384}" y="{y}">straggler</text></svg>')
+    return "".join(parts)
+
+
+def _tiles(job: Job) -> str:
+    tiles = [("Ranks analysed", f"{len(job.analysed)} / {len(job.ranks)}"), ("World size", str(job.world_size)),
+             ("Median step", fmt_ms(job.step_median_ms)),
+             ("Stragglers", ", ".join(map(str, job.stragglers)) or "none")]
+    return '<div class="gm-facts">' + "".join(
+        f'<div class="gm-fact"><div class="gm-fact-label">{escape(k)}</div><div class="gm-fact-value">{escape(v)}</div></div>'
+        for k, v in tiles) + "</div>"
+
+
+def _table_html(job: Job) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
+    body = []
+    for r in job.ranks:
+        cells = rank_row(r, job.stragglers)
+        cls = ' class="gm-straggler"' if r.rank in job.stragglers else ""
+        tds = "".join(f'<td class="gm-num">{escape(c)}</td>' if i in (0, 2, 3, 4, 5, 6) else f"<td>{escape(c)}</td>"
+                      for i, c in enumerate(cells))
+        body.append(f'<tr{cls} title="{escape(r.path, quote=True)}">{tds}</tr>')
+    return f'<table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _findings_html(job: Job) -> str:
+    n = len(job.analysed)
+    out = []
+    for i, jf in enumerate(job.findings):
+        f = jf.finding
+        where = "" if jf.scope == "job" else f" \u2014 on {len(jf.ranks)} of {n} ranks (evidence: rank {jf.evidence_rank})"
+        out.append(f'<details class="gm-finding gm-sev-{escape(f.severity)}"{" open" if i == 0 else ""}><summary>'
+                   f'<span class="gm-badge">{escape(severity_label(f.severity))}</span> {escape(f.title)}{escape(where)}'
+                   f'<span class="gm-gain">\u2014 {escape(fmt_gain(f.est_gain))}</span></summary>'
+                   f'<div class="gm-finding-body">{finding_body_html(f)}</div></details>')
+    return "".join(out) or '<p class="gm-muted">No finding on the job or on at least half of its ranks.</p>'
+
+
+def render_fragment(job: Job) -> str:
+    """The job as one scoped ``<div>`` (the notebook's ``text/html``)."""
+    errors = "".join(f"<li>rank {'?' if r.rank is None else r.rank}: {escape(r.error or '')}</li>" for r in job.errors)
+    others = "".join(f"<li><b>{escape(d['id'])}</b>: ranks {escape(', '.join(map(str, d['ranks'])))}</li>"
+                     for d in job.other_findings)
+    notes = "".join(f"<li>{escape(x)}</li>" for x in job.notes)
+    inner = (f"<style>{EXTRA_CSS}</style><h2>{escape(title(job))}</h2>{_tiles(job)}"
+             f'<div class="gm-top">{escape(straggler_line(job))}</div>'
+             f"<h3>Median step per rank</h3>{rank_chart_svg(job)}"
+             f"<h3>Ranks</h3>{_table_html(job)}"
+             + (f"<h3>Ranks that could not be analysed</h3><ul>{errors}</ul>" if errors else "")
+             + f"<h3>Findings</h3>{_findings_html(job)}"
+             + (f"<h3>Findings on fewer ranks</h3><ul>{others}</ul>" if others else "")
+             + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else ""))
+    return wrap(inner, static=True)
+
+
+def html_document(job: Job) -> str:
+    """A complete self-contained HTML page."""
+    return ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f"<title>{escape(title(job))}</title>\n</head>\n<body style=\"margin:0;padding:24px;background:#f6f8fa\">\n"
+            f"{render_fragment(job)}\n</body>\n</html>\n")
+
+
+def mimebundle(job: Job, include=None, exclude=None) -> dict[str, Any]:
+    """``text/plain`` and ``text/html`` for a notebook output."""
+    bundle = {"text/plain": render_text(job), "text/html": render_fragment(job)}
+    if include:
+        bundle = {k: v for k, v in bundle.items() if k in include}
+    if exclude:
+        bundle = {k: v for k, v in bundle.items() if k not in exclude}
+    return bundle
