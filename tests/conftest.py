@@ -11,3 +11,20 @@ sys.path.insert(0, HERE)
 @pytest.fixture(scope="session")
 def data_dir() -> str:
     return DATA
+
+
+@pytest.fixture(autouse=True)
+def gpumagic_home(tmp_path_factory):
+    """Every test gets its own empty run history: nothing is ever written to the real home folder.
+
+    Processes the tests start (kernels, the CLI) inherit the variable. (Not through the
+    ``monkeypatch`` fixture: that would make a test's own monkeypatch undo later than the
+    leftover checks of tests/capture/conftest.py expect.)"""
+    home = tmp_path_factory.mktemp("gpumagic-home")
+    before = os.environ.get("GPUMAGIC_HOME")
+    os.environ["GPUMAGIC_HOME"] = str(home)
+    yield home
+    if before is None:
+        os.environ.pop("GPUMAGIC_HOME", None)
+    else:
+        os.environ["GPUMAGIC_HOME"] = before

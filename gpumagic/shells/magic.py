@@ -28,9 +28,10 @@ class GpuProfileMagics(Magics):
 
     @magic_arguments()
     @argument("-o", "--output", metavar="NAME", help="store the Report in this variable")
-    @argument("--label", default="", help="name the run (shown in the report; a run that completes is "
-              "remembered under it for comparison)")
-    @argument("--compare", metavar="LABEL", help="after the run, compare it with the run labelled LABEL (see --label)")
+    @argument("--label", default="", help="name the run (shown in the report; every run that completes is "
+              "kept in the run history, also across kernel restarts: see `gpumagic runs`)")
+    @argument("--compare", metavar="LABEL", help="after the run, compare it with a run of the history: LABEL (its "
+              "latest run), LABEL@N (its N-th most recent) or r<id>")
     @argument("--quiet", action="store_true", help="do not display the report")
     @argument("--save", metavar="PATH", help="write the trace bundle here (.json or .json.gz) for "
               "`gpumagic analyze`")
@@ -74,10 +75,10 @@ class GpuProfileMagics(Magics):
             raise
         run = session.finish()
         _trainer_first(run)
-        if run.report is not None and args.label:
-            from gpumagic.tuning import runs
+        if run.report is not None:
+            from gpumagic.shells.api import record_run
 
-            runs.remember(args.label, run.report)  # for comparing runs later, by label
+            record_run(run, source="magic")  # every completed run goes into the history
         self._show(run, args, baseline)
         return value
 
@@ -186,14 +187,14 @@ def _capture_options(args) -> CaptureOptions:
 
 
 def _baseline(label: str | None):
-    """The remembered report that ``--compare LABEL`` names (UsageError naming the known labels)."""
+    """The report of the history's run that ``--compare LABEL`` names (UsageError naming the known labels)."""
     if not label:
         return None
     from gpumagic.tuning import runs
 
     try:
         return runs.get(label)
-    except runs.UnknownRunError as exc:
+    except (runs.UnknownRunError, runs.HistoryError, ValueError) as exc:
         raise UsageError(f"%gpuprofile --compare: {exc}") from None
 
 
