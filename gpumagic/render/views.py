@@ -4,7 +4,8 @@ Importing this module registers, for each kind of object, the renderers its meth
 
 - ``report``: ``text``, ``html``, ``save_html``, ``timeline``, ``timeline_png``, ``widget``, ``mimebundle``;
 - ``comparison``: ``text``, ``html``, ``fragment``;
-- ``tune``: ``text``, ``html``, ``figure``.
+- ``tune``: ``text``, ``html``, ``figure``;
+- ``history`` (``gpumagic.history()``): ``text``, ``html``, ``figure``.
 
 Each registered function imports its renderer when first called, so importing this module stays
 cheap (no matplotlib, no ipywidgets).
@@ -100,5 +101,29 @@ for _kind, _name, _view in (
     ("comparison", "text", _comparison_text), ("comparison", "html", _comparison_html),
     ("comparison", "fragment", _comparison_fragment),
     ("tune", "text", _tune_text), ("tune", "html", _tune_html), ("tune", "figure", _tune_figure),
+):
+    register(_kind, _name, _view)
+
+
+def _history_text(history) -> str:
+    from gpumagic.render.history import render_text
+
+    return render_text(history)
+
+
+def _history_html(history) -> str:
+    from gpumagic.render.history import render_html
+
+    return render_html(history)
+
+
+def _history_figure(history):
+    from gpumagic.render.history import figure
+
+    return figure(history)
+
+
+for _kind, _name, _view in (
+    ("history", "text", _history_text), ("history", "html", _history_html), ("history", "figure", _history_figure),
 ):
     register(_kind, _name, _view)
