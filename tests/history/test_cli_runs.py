@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -93,7 +94,7 @@ def test_rm_one_run_by_id_or_number(three_runs, capsys):
 
 
 def test_rm_a_label_says_how_many_and_wants_yes_without_a_terminal(three_runs, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "stdin", open(os.devnull))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal
     assert main(["runs", "rm", "workers"]) == 2
     assert capsys.readouterr().err == "gpumagic: error: 'workers' names 2 runs; pass --yes to remove them all\n"
     assert len(runs.store().runs()) == 3  # nothing lost
