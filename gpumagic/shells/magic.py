@@ -16,6 +16,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_loca
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from gpumagic.capture import CaptureError, CaptureOptions, CaptureSession, Run
+from gpumagic.capture.monitor import profiled_window
 from gpumagic.capture.options import DEFAULT_INTERVAL_MS, DEFAULT_MAX_SECONDS, DEFAULT_RECORD_STEPS, DEFAULT_SKIP_STEPS
 from gpumagic.capture.session import finish_after
 
@@ -69,7 +70,8 @@ class GpuProfileMagics(Magics):
         except CaptureError as exc:
             raise UsageError(str(exc)) from None
         try:
-            value = _execute(code, self.shell.user_ns, local_ns)
+            with profiled_window(args.label):  # shaded on the live monitor (%gpumonitor), if one runs
+                value = _execute(code, self.shell.user_ns, local_ns)
         except BaseException as exc:
             self._show(finish_after(session, exc), args, baseline)
             raise
@@ -215,6 +217,9 @@ def load_ipython_extension(ipython) -> None:
     from gpumagic.shells.tune_magic import TunerMagics
 
     ipython.register_magics(TunerMagics)
+    from gpumagic.shells.monitor import MonitorMagics
+
+    ipython.register_magics(MonitorMagics)
 
 
 def unload_ipython_extension(ipython) -> None:
@@ -223,5 +228,7 @@ def unload_ipython_extension(ipython) -> None:
     for kind in ("line", "cell"):
         magics[kind].pop("gpuprofile", None)
     magics["line"].pop("gputune", None)
+    magics["line"].pop("gpumonitor", None)
+    ipython.magics_manager.registry.pop("MonitorMagics", None)
     ipython.magics_manager.registry.pop("TunerMagics", None)
     ipython.magics_manager.registry.pop("GpuProfileMagics", None)
