@@ -43,4 +43,4 @@ def value(kc, expression: str):
     status, outputs = execute(kc, expression)
     if status != "ok":
         raise AssertionError(f"{expression!r} failed in the kernel: {outputs}")
-    return [c["data"]["text/plain"] for k, c in outputs if k == "execute_result"][0]
+    return next(c["data"]["text/plain"] for k, c in outputs if k == "execute_result")
