@@ -202,8 +202,9 @@ def series(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each quantity as ``{"group", "name", "unit", "values" (None where not read), "max"}``."""
     out: list[dict[str, Any]] = []
     devices = sorted({g["device"] for r in rows for g in r.get("gpus", [])})
+    by_device = [{g["device"]: g for g in r.get("gpus", [])} for r in rows]
     for d in devices:
-        per = [next((g for g in r.get("gpus", []) if g["device"] == d), {}) for r in rows]
+        per = [gpus.get(d, {}) for gpus in by_device]
         total = max((g.get("mem_total_bytes") or 0 for g in per), default=0) or None
         group = f"GPU {d}"
         out += [

@@ -15,6 +15,9 @@ from gpumagic.render.palette import BLUE, ORANGE, PALE_GREY
 
 SPARK_WIDTH = 240
 SPARK_HEIGHT = 28
+#: Horizontal resolution of a sparkline, in pixels: one point per 2 px column (120 points per
+#: line) keeps a redraw of a 8-GPU node's 36 lines within a few ms (benchmarks/monitor_overhead.py).
+COLUMN_PX = 2
 #: Per-core bars: at most this many are drawn (a 256-thread host would not fit), busiest first.
 MAX_CORE_BARS = 64
 
@@ -54,32 +57,62 @@ def summary(snapshot: dict[str, Any]) -> str:
     return "gpumagic monitor: " + " | ".join(parts)
 
 
-def sparkline_svg(t_s: list[float], values: list[float | None], span_s: float, vmax: float | None,
-                  marks: list[tuple[float, float | None, str]] = (), color: str = BLUE) -> str:
-    """A sparkline of ``values`` at times ``t_s`` (seconds, <= 0) over the last ``span_s`` seconds."""
+def pixel_columns(t_s: list[float], span_s: float, width: int = SPARK_WIDTH, step: int = COLUMN_PX) -> list[int]:
+    """The pixel column (0..width-1, a multiple of ``step``) of each time ``t_s`` (seconds, <= 0)
+    over the last ``span_s`` seconds."""
+    n = (width - 1) // step
+    scale = n / span_s
+    return [step * max(0, int(n + t * scale)) for t in t_s]
+
+
+def sparkline_svg(columns: list[int], values: list[float | None], vmax: float | None,
+                  marks: list[tuple[int, int, str]] = (), color: str = BLUE) -> str:
+    """A sparkline of ``values`` placed at pixel ``columns`` (from :func:`pixel_columns`).
+
+    Samples that fall in one pixel column are drawn as their highest value (a spike stays
+    visible when five minutes are squeezed into a few hundred pixels); a value that was not read
+    breaks the line. Coordinates are whole pixels, which keeps each redraw cheap.
+    ``marks`` are ``(first column, last column, label)`` of profiled windows, shaded.
+    """
     w, h = SPARK_WIDTH, SPARK_HEIGHT
     known = [v for v in values if v is not None]
     top = vmax or (max(known) if known else 1) or 1
-
-    def x(t: float) -> float:
-        return round(w * (1 + max(t, -span_s) / span_s), 1)
-
-    shades = "".join(
-        f'<rect x="{x(s):g}" y="0" width="{max(1.0, x(0 if e is None else e) - x(s)):g}" height="{h}" fill="{PALE_GREY}">'
-        f"<title>{escape(label or 'profiled')}</title></rect>" for s, e, label in marks if (0 if e is None else e) >= -span_s)
-    segments, points = [], []
-    for t, v in zip(t_s, values):
+    scale = (h - 2) / top
+    shades = "".join(f'<rect x="{a}" y="0" width="{max(1, b - a)}" height="{h}" fill="{PALE_GREY}">'
+                     f"<title>{escape(label or 'profiled')}</title></rect>" for a, b, label in marks)
+    segments: list[list[str]] = []
+    points: list[str] = []
+    last_col, best = -1, None
+    for col, v in zip(columns, values):
         if v is None:
+            if best is not None:
+                points.append(f"{last_col},{h - 1 - int(min(best, top) * scale)}")
             if points:
                 segments.append(points)
-            points = []
+            points, last_col, best = [], -1, None
             continue
-        points.append(f"{x(t):g},{round(h - 1 - (h - 2) * min(v, top) / top, 1):g}")
+        if col != last_col and best is not None:
+            points.append(f"{last_col},{h - 1 - int(min(best, top) * scale)}")
+            best = None
+        last_col, best = col, v if best is None or v > best else best
+    if best is not None:
+        points.append(f"{last_col},{h - 1 - int(min(best, top) * scale)}")
     if points:
         segments.append(points)
     lines = "".join(f'<polyline fill="none" stroke="{color}" stroke-width="1.2" points="{" ".join(p)}"/>' for p in segments)
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img">'
             f'{shades}<line x1="0" y1="{h - 0.5}" x2="{w}" y2="{h - 0.5}" stroke="{PALE_GREY}"/>{lines}</svg>')
+
+
+def mark_columns(marks: list[tuple[float, float | None, str]], span_s: float) -> list[tuple[int, int, str]]:
+    """Profiled windows (seconds, <= 0; an open one ends now) as pixel columns, those in view only."""
+    out = []
+    for start, end, label in marks:
+        end = 0.0 if end is None else end
+        if end >= -span_s:
+            a, b = pixel_columns([start, end], span_s)
+            out.append((a, b, label))
+    return out
 
 
 def core_bars_svg(per_core: list[float]) -> str:
@@ -95,9 +128,11 @@ def core_bars_svg(per_core: list[float]) -> str:
 def render_html(snapshot: dict[str, Any]) -> str:
     """The monitor as one HTML fragment: a row per quantity (group, name, sparkline, current value)."""
     span = snapshot["span_s"]
+    columns = pixel_columns(snapshot["t_s"], span)
+    marks = mark_columns(snapshot["marks"], span)
     rows = []
     for s in snapshot["series"]:
-        spark = sparkline_svg(snapshot["t_s"], s["values"], span, s["max"], snapshot["marks"],
+        spark = sparkline_svg(columns, s["values"], s["max"], marks,
                               ORANGE if s["group"] != "process" and not s["group"].startswith("GPU") else BLUE)
         rows.append(f"<tr><td>{escape(s['group'])}</td><td>{escape(s['name'])}</td><td>{spark}</td>"
                     f'<td style="text-align:right">{escape(fmt_value(current(s), s["unit"]))}</td></tr>')

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -29,6 +30,9 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 from gpumagic.capture.monitor import DEFAULT_INTERVAL_MS, MAX_INTERVAL_MS, MIN_INTERVAL_MS, MonitorSampler
 
+#: Redraws of the widget at most this often (s): a faster period adds samples, not redraws, since
+#: a redraw costs ten times a sample (benchmarks/monitor_overhead.py).
+REDRAW_S = 0.9
 _lock = threading.Lock()
 _current: Monitor | None = None
 _atexit_registered = False
@@ -43,6 +47,7 @@ class Monitor:
         self.interval_ms = interval_ms
         self.sampler = MonitorSampler(interval_ms / 1000)
         self._widgets: list[Any] = []
+        self._drawn_at = -REDRAW_S
         self.live = widgets_live()
 
     @property
@@ -77,8 +82,11 @@ class Monitor:
         return view.root
 
     def _update(self, sampler: MonitorSampler) -> None:
-        if not self._widgets:
+        """Redraw the widgets: after a sample at most once per :data:`REDRAW_S`, and once at the end."""
+        now = time.monotonic()
+        if not self._widgets or (sampler.running and now - self._drawn_at < REDRAW_S):
             return
+        self._drawn_at = now
         snapshot = sampler.snapshot()
         for view in list(self._widgets):
             view.update(snapshot)

@@ -126,10 +126,16 @@ def test_snapshot_series_and_the_views(sampler):
     assert "<title>lr=1e-3</title>" in html and "(stopped;" in html
 
 
-def test_a_sparkline_breaks_where_a_value_is_missing():
-    svg = view.sparkline_svg([-3, -2, -1, 0], [1, None, 2, 3], span_s=4, vmax=None)
+def test_a_sparkline_breaks_where_a_value_is_missing_and_keeps_spikes():
+    columns = view.pixel_columns([-4, -3, -2, -1, 0], span_s=4, width=9)
+    assert columns == [0, 2, 4, 6, 8]
+    assert view.pixel_columns([-4, -3, -2, -1, 0], span_s=4, width=5, step=1) == [0, 1, 2, 3, 4]
+    svg = view.sparkline_svg(columns, [1, None, 2, 3, 3], vmax=None)
     assert svg.count("<polyline") == 2
-    assert view.sparkline_svg([], [], span_s=10, vmax=100).count("<polyline") == 0
+    assert view.sparkline_svg([], [], vmax=100).count("<polyline") == 0
+    # three samples in one pixel column: drawn as the highest
+    svg = view.sparkline_svg([7, 7, 7, 8], [10, 100, 20, 0], vmax=100)
+    assert 'points="7,1 8,27"' in svg
 
 
 def test_monitor_rejects_a_bad_interval():
