@@ -172,6 +172,11 @@ def test_dataloader_bottleneck_is_found_fixed_and_measured(run_notebook):
     assert m, speed
     speedup, ratio = float(m.group(1)), int(m.group(2)) / 100
     assert speedup > 0 and abs(1 / speedup - ratio) <= 0.006, speed
+    # the run history holds the notebook's two profiled runs (the tuner's measurements are no runs)
+    table = output_of(nb, "gpumagic.history()").splitlines()
+    assert table[0].startswith("gpumagic run history: 2 run(s) in ")
+    assert [line.split()[:2] for line in table[2:]] == [["r1", "before"], ["r2", "after"]]
+    assert table[2].endswith("dataloader-bound")
 
 
 def test_transfers_and_syncs(run_notebook):
