@@ -35,7 +35,10 @@ def execute(kc, code: str, timeout_s: float = TIMEOUT_S):
             break
         if kind in ("stream", "display_data", "execute_result", "error"):
             outputs.append((kind, msg["content"]))
-    return kc.get_shell_msg(timeout=timeout_s)["content"]["status"], outputs
+    while True:  # skip older replies (start_new_kernel may leave several kernel_info replies behind)
+        reply = kc.get_shell_msg(timeout=timeout_s)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply["content"]["status"], outputs
 
 
 def value(kc, expression: str):
