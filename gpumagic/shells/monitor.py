@@ -139,7 +139,7 @@ def show(mon: Monitor) -> None:
 
         display(mon)
     else:
-        print("gpumagic: no widget frontend here (not a Jupyter kernel with ipywidgets), so no live view; "
+        print("gpumagic: no widget frontend here (not a Jupyter kernel with ipywidgets, or GPUMAGIC_WIDGETS=0), so no live view; "
               "the monitor samples in the background: `%gpumonitor` prints the latest values, `%gpumonitor stop` ends it.")
         print(mon.summary())
 
