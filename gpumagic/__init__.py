@@ -7,6 +7,8 @@ Public API::
     gpumagic.analyze_job(paths, client=None, jobs=None) -> Job   # one trace per rank: stragglers
     gpumagic.profile(**options)                     # context manager / decorator (needs torch)
     gpumagic.Profiler(...)                          # start()/stop() across cells
+    gpumagic.history() -> History                   # the run history: table + chart
+    gpumagic.monitor(interval_ms=1000)              # live GPU/CPU sparklines (also %gpumonitor)
     %load_ext gpumagic  ->  %%gpuprofile, %gpuprofile
 
 Importing gpumagic registers nothing and imports neither numpy, torch nor IPython; those load
@@ -33,11 +35,14 @@ _LAZY = {
     "Profiler": "gpumagic.shells.api",
     "compare": "gpumagic.tuning.comparison",
     "tune_dataloader": "gpumagic.tuning.dataloader",
+    "history": "gpumagic.tuning.runs",
+    "monitor": "gpumagic.shells.monitor",
 }
 
 __all__ = [
     "Evidence", "Finding", "Fix", "GpumagicError", "Profiler", "Report", "Trace", "TraceError", "Window",
-    "__version__", "analyze", "analyze_job", "compare", "load_ipython_extension", "load_trace", "profile",
+    "__version__", "analyze", "analyze_job", "compare", "history", "load_ipython_extension", "load_trace", "monitor",
+    "profile",
     "tune_dataloader", "unload_ipython_extension",
 ]
 

@@ -46,12 +46,17 @@ def kernel_env() -> dict[str, str]:
 def execute(nb: nbformat.NotebookNode, timeout_s: int = CELL_TIMEOUT_S, env: dict[str, str] | None = None) -> nbformat.NotebookNode:
     """Run ``nb`` top to bottom in ``example_notebooks/``; raises nbclient's CellExecutionError on an error.
 
-    ``env`` adds to the kernel's environment (see :func:`kernel_env`)."""
+    ``env`` adds to the kernel's environment (see :func:`kernel_env`). The run history starts
+    empty in a temporary ``GPUMAGIC_HOME`` (unless ``env`` names one), so the outputs show the
+    notebook's own runs (r1, r2, ...) and nothing is written to the real home folder."""
+    import tempfile
+
     from nbclient import NotebookClient
 
     client = NotebookClient(nb, timeout=timeout_s, kernel_name=KERNEL, record_timing=False,
                             resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
-    client.execute(env={**kernel_env(), **(env or {})})
+    with tempfile.TemporaryDirectory(prefix="gpumagic-home-") as home:
+        client.execute(env={**kernel_env(), "GPUMAGIC_HOME": home, **(env or {})})
     return nb
 
 

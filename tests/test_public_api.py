@@ -7,7 +7,8 @@ import gpumagic
 
 PUBLIC = {
     "Evidence", "Finding", "Fix", "GpumagicError", "Profiler", "Report", "Trace", "TraceError", "Window",
-    "__version__", "analyze", "analyze_job", "compare", "load_ipython_extension", "load_trace", "profile",
+    "__version__", "analyze", "analyze_job", "compare", "history", "load_ipython_extension", "load_trace", "monitor",
+    "profile",
     "tune_dataloader", "unload_ipython_extension",
 }
 

@@ -9,7 +9,7 @@ samples carry the CUDA index the trace uses, read from the NVML device with the 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol
 
 from gpumagic.capture.sampler import PeriodicSampler
@@ -31,7 +31,8 @@ class NvmlBackend(Protocol):
     def shutdown(self) -> None: ...
     def driver_version(self) -> str: ...
     def handle(self, uuid: str) -> Any: ...
-    def read(self, handle: Any) -> dict[str, float]: ...
+    def all_handles(self) -> list[tuple[int, Any]]: ...
+    def read(self, handle: Any, only: Collection[str] | None = None) -> dict[str, float]: ...
 
 
 class PynvmlBackend:
@@ -67,7 +68,14 @@ class PynvmlBackend:
         except nv.NVMLError as exc:
             raise NvmlUnavailable(f"NVML has no device {uuid} ({exc})") from None
 
-    def read(self, handle: Any) -> dict[str, float]:
+    def all_handles(self) -> list[tuple[int, Any]]:
+        """``(nvml_index, handle)`` of every GPU the driver shows (the live monitor watches them all)."""
+        nv = self._nv
+        return [(i, nv.nvmlDeviceGetHandleByIndex(i)) for i in range(nv.nvmlDeviceGetCount())]
+
+    def read(self, handle: Any, only: Collection[str] | None = None) -> dict[str, float]:
+        """The readings of one device; ``only`` limits them to these reader names (``util``, ``mem``,
+        ``power_w``, ``sm_clock_mhz``, ``pcie_tx_kbps``, ``pcie_rx_kbps``)."""
         nv = self._nv
         readers = {
             "util": lambda: nv.nvmlDeviceGetUtilizationRates(handle),
@@ -79,6 +87,8 @@ class PynvmlBackend:
         }
         out: dict[str, float] = {}
         for key, reader in readers.items():
+            if only is not None and key not in only:
+                continue
             try:
                 value = reader()
             except nv.NVMLError:  # not supported on this device or momentarily unreadable
@@ -124,7 +134,10 @@ class FakeNvml:
             raise NvmlUnavailable(f"NVML has no device {uuid}")
         return uuid
 
-    def read(self, handle: Any) -> dict[str, float]:
+    def all_handles(self) -> list[tuple[int, Any]]:
+        return list(enumerate(self._readings))
+
+    def read(self, handle: Any, only: Collection[str] | None = None) -> dict[str, float]:
         if self._fail_after is not None and self.reads >= self._fail_after:
             raise RuntimeError("scripted NVML failure")
         self.reads += 1

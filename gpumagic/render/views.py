@@ -5,7 +5,8 @@ Importing this module registers, for each kind of object, the renderers its meth
 - ``report``: ``text``, ``html``, ``save_html``, ``timeline``, ``timeline_png``, ``widget``, ``mimebundle``, ``show``;
 - ``comparison``: ``text``, ``html``, ``fragment``;
 - ``tune``: ``text``, ``html``, ``figure``;
-- ``job``: ``text``, ``html``, ``mimebundle``.
+- ``job``: ``text``, ``html``, ``mimebundle``;
+- ``history`` (``gpumagic.history()``): ``text``, ``html``, ``figure``.
 
 Each registered function imports its renderer when first called, so importing this module stays
 cheap (no matplotlib, no ipywidgets).
@@ -126,5 +127,29 @@ for _kind, _name, _view in (
     ("comparison", "fragment", _comparison_fragment),
     ("tune", "text", _tune_text), ("tune", "html", _tune_html), ("tune", "figure", _tune_figure),
     ("job", "text", _job_text), ("job", "html", _job_html), ("job", "mimebundle", _job_mimebundle),
+):
+    register(_kind, _name, _view)
+
+
+def _history_text(history) -> str:
+    from gpumagic.render.history import render_text
+
+    return render_text(history)
+
+
+def _history_html(history) -> str:
+    from gpumagic.render.history import render_html
+
+    return render_html(history)
+
+
+def _history_figure(history):
+    from gpumagic.render.history import figure
+
+    return figure(history)
+
+
+for _kind, _name, _view in (
+    ("history", "text", _history_text), ("history", "html", _history_html), ("history", "figure", _history_figure),
 ):
     register(_kind, _name, _view)

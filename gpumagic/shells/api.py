@@ -11,12 +11,14 @@
     run = prof.stop()
 
 Outside a notebook nothing is displayed unless ``display=True``; in a notebook the report is
-displayed when the run finishes unless ``display=False``.
+displayed when the run finishes unless ``display=False``. A run with a ``label`` that completes
+goes into the run history (``gpumagic runs``, ``gpumagic.history()``).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -33,6 +35,8 @@ class Profiler:
     def __init__(self, *, display: bool | None = None, **options: Any) -> None:
         self.options = _options(options)
         self.display = display
+        #: Whether a labelled run goes into the run history when it completes (see :func:`record_run`).
+        self.record = True
         self.run: Run | None = None
         self._session: CaptureSession | None = None
 
@@ -59,10 +63,8 @@ class Profiler:
             raise CaptureError("this Profiler is not running: call start() first")
         session, self._session = self._session, None
         run = finish_after(session, error)
-        if run.report is not None and error is None and self.options.label and not run.taken_over:
-            from gpumagic.tuning import runs
-
-            runs.remember(self.options.label, run.report)
+        if run.report is not None and error is None and self.options.label and self.record and not run.taken_over:
+            record_run(run, source="api")
         if run.report is not None and _wants_display(self.display):
             _display(run.report)
         return run
@@ -121,6 +123,40 @@ class profile:
 
         wrapper.last_run = None
         return wrapper  # type: ignore[return-value]
+
+
+def record_run(run: Run, *, source: str, report: Any = None) -> None:
+    """Put a completed run into the run history (:mod:`gpumagic.tuning.runs`).
+
+    Stored: the report (``report`` when given, else the run's), the capture options, the
+    notebook's name when the frontend exposes it, the ``--save`` bundle's path. A history that
+    cannot be written costs the run nothing: a warning says why and the report is still shown.
+    """
+    import warnings
+    from dataclasses import asdict
+
+    from gpumagic.tuning import runs
+
+    report = run.report if report is None else report
+    try:
+        runs.record(report, label=run.options.label, source=source, options=asdict(run.options),
+                    notebook=notebook_name(), bundle=run.saved_to)
+    except runs.HistoryError as exc:
+        warnings.warn(f"gpumagic: this run was not stored in the run history: {exc}", RuntimeWarning, stacklevel=2)
+
+
+def notebook_name() -> str:
+    """The notebook's path when the frontend tells the kernel, else "".
+
+    Jupyter Server (2.0+) starts kernels with ``JPY_SESSION_NAME`` set to the notebook's path
+    (jupyter-server/jupyter_server#679); VS Code puts ``__vsc_ipynb_file__`` in the namespace.
+    """
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    vscode = getattr(shell, "user_ns", {}).get("__vsc_ipynb_file__") if shell is not None else None
+    if isinstance(vscode, str) and vscode:
+        return vscode
+    return os.environ.get("JPY_SESSION_NAME", "") if shell is not None else ""
 
 
 def _options(options: dict[str, Any]) -> CaptureOptions:

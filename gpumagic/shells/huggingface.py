@@ -359,6 +359,7 @@ class _ProfileSteps:
         from gpumagic.shells.api import Profiler
 
         profiler = Profiler(display=False, label=self.label, skip=0, steps=self.steps, **self.options)
+        profiler.record = False  # _finish records the report with its TrainingArguments fixes
         try:
             profiler.start()
         except CaptureError as exc:  # training goes on unprofiled; say why
@@ -376,10 +377,10 @@ class _ProfileSteps:
         self.report = report
         if report is None:
             return
-        if self.label:
-            from gpumagic.tuning import runs
+        if self.label and error is None:
+            from gpumagic.shells.api import record_run
 
-            runs.remember(self.label, report)
+            record_run(self.run, source="huggingface", report=report)
         if _wants_display(self.display):
             from IPython.display import display
 

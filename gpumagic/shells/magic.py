@@ -19,6 +19,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 
 from gpumagic.capture import CaptureError, CaptureOptions, CaptureSession, Run
+from gpumagic.capture.monitor import profiled_window
 from gpumagic.capture.options import DEFAULT_INTERVAL_MS, DEFAULT_MAX_SECONDS, DEFAULT_RECORD_STEPS, DEFAULT_SKIP_STEPS
 from gpumagic.capture.session import finish_after
 
@@ -31,9 +32,10 @@ class GpuProfileMagics(Magics):
 
     @magic_arguments()
     @argument("-o", "--output", metavar="NAME", help="store the Report in this variable")
-    @argument("--label", default="", help="name the run (shown in the report; a run that completes is "
-              "remembered under it for comparison)")
-    @argument("--compare", metavar="LABEL", help="after the run, compare it with the run labelled LABEL (see --label)")
+    @argument("--label", default="", help="name the run (shown in the report; every run that completes is "
+              "kept in the run history, also across kernel restarts: see `gpumagic runs`)")
+    @argument("--compare", metavar="LABEL", help="after the run, compare it with a run of the history: LABEL (its "
+              "latest run), LABEL@N (its N-th most recent) or r<id>")
     @argument("--quiet", action="store_true", help="do not display the report")
     @argument("--save", metavar="PATH", help="write the trace bundle here (.json or .json.gz) for "
               "`gpumagic analyze`")
@@ -70,16 +72,17 @@ class GpuProfileMagics(Magics):
         session = CaptureSession(_capture_options(args))
         try:
             _start(session)  # inside the try: an interrupt just after it still finishes the session
-            value = _execute(code, self.shell.user_ns, local_ns)
+            with profiled_window(args.label):  # shaded on the live monitor (%gpumonitor), if one runs
+                value = _execute(code, self.shell.user_ns, local_ns)
         except BaseException as exc:  # a failed start left nothing running: nothing to show
             self._show_partial(session, exc, args, baseline)
             raise
         run = session.finish()
         _trainer_first(run)
-        if run.report is not None and args.label and not run.taken_over:
-            from gpumagic.tuning import runs
+        if run.report is not None and not run.taken_over:
+            from gpumagic.shells.api import record_run
 
-            runs.remember(args.label, run.report)  # for comparing runs later, by label
+            record_run(run, source="magic")  # every completed run goes into the history
         self._show(run, args, baseline)
         return value
 
@@ -220,14 +223,14 @@ def _capture_options(args) -> CaptureOptions:
 
 
 def _baseline(label: str | None):
-    """The remembered report that ``--compare LABEL`` names (UsageError naming the known labels)."""
+    """The report of the history's run that ``--compare LABEL`` names (UsageError naming the known labels)."""
     if not label:
         return None
     from gpumagic.tuning import runs
 
     try:
         return runs.get(label)
-    except runs.UnknownRunError as exc:
+    except (runs.UnknownRunError, runs.HistoryError, ValueError) as exc:
         raise UsageError(f"%gpuprofile --compare: {exc}") from None
 
 
@@ -248,6 +251,9 @@ def load_ipython_extension(ipython) -> None:
     from gpumagic.shells.tune_magic import TunerMagics
 
     ipython.register_magics(TunerMagics)
+    from gpumagic.shells.monitor import MonitorMagics
+
+    ipython.register_magics(MonitorMagics)
 
 
 def unload_ipython_extension(ipython) -> None:
@@ -256,5 +262,7 @@ def unload_ipython_extension(ipython) -> None:
     for kind in ("line", "cell"):
         magics[kind].pop("gpuprofile", None)
     magics["line"].pop("gputune", None)
+    magics["line"].pop("gpumonitor", None)
+    ipython.magics_manager.registry.pop("MonitorMagics", None)
     ipython.magics_manager.registry.pop("TunerMagics", None)
     ipython.magics_manager.registry.pop("GpuProfileMagics", None)

@@ -1,9 +1,11 @@
 """Features built on reports for tuning sessions: comparing runs, measuring DataLoader settings,
-and the runs remembered by label.
+and the run history.
 
 - :mod:`.comparison`: ``gpumagic.compare(before, after)`` → :class:`~.comparison.Comparison`;
 - :mod:`.dataloader`: ``gpumagic.tune_dataloader(...)`` → :class:`~.dataloader.TuneResult`;
-- :mod:`.runs`: labelled runs (``%%gpuprofile --label NAME``).
+- :mod:`.history`: the run history, an SQLite database that outlives the kernel, and
+  ``gpumagic.history()``'s :class:`~.history.History`;
+- :mod:`.runs`: runs by name on top of it (``LABEL``, ``LABEL@N``, ``r<id>``) for ``--label`` and ``--compare``.
 
 This layer reads reports and calls analysis; it never imports a renderer (its objects reach their
 views through :mod:`gpumagic.report.views`) nor capture.

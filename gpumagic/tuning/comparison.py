@@ -11,8 +11,9 @@
 
 ``a`` is the run *before* the change, ``b`` the run *after* it. Each may be a
 :class:`~gpumagic.report.model.Report`, anything with a ``.report`` (a run from
-``gpumagic.profile()``), a trace path (Kineto JSON, ``.json.gz`` or a gpumagic bundle) or the label
-of a run remembered by ``%%gpuprofile --label`` (:mod:`gpumagic.tuning.runs`).
+``gpumagic.profile()``), a trace path (Kineto JSON, ``.json.gz`` or a gpumagic bundle) or a run of
+the history (:mod:`gpumagic.tuning.runs`), also from an earlier kernel: ``LABEL`` (its latest run),
+``LABEL@N`` (its N-th most recent) or ``r<id>``.
 
 Step time is the median of the recorded steps (``ProfilerStep#`` markers), so runs with a
 different number of steps still compare. The breakdown is per step for the same reason.
@@ -93,13 +94,17 @@ def _report_from_path_or_label(x: str | os.PathLike) -> tuple[Report, str]:
     from gpumagic.tuning import runs
 
     text = os.fspath(x)
-    known = runs.labels()
-    if isinstance(x, str) and known and not os.path.exists(text):
-        if text not in known:
-            listed = ", ".join(repr(k) for k in known)
-            raise runs.UnknownRunError(f"{text!r} is neither a trace file nor a remembered run; known labels: {listed}")
-        report = runs.get(text)
-        return report, report.label or text
+    if isinstance(x, str) and not os.path.exists(text):  # a run of the history: LABEL, LABEL@N or r<id>
+        try:
+            row = runs.find(text)
+        except runs.UnknownRunError:
+            known = runs.labels()
+            if known:
+                listed = ", ".join(repr(k) for k in known[-20:])
+                raise runs.UnknownRunError(f"{text!r} is neither a trace file nor a remembered run; known labels: {listed}") from None
+        else:
+            report = runs.get(text)
+            return report, (report.label or text) if text == row.label else text
     report = analyze(text)
     return report, report.label or trace_stem(text)
 

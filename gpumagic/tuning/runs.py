@@ -1,63 +1,123 @@
-"""Labelled runs of this session, for ``%%gpuprofile --label NAME`` … ``%%gpuprofile --compare NAME``.
+"""Runs by name, for ``%%gpuprofile --label NAME`` … ``%%gpuprofile --compare NAME``, on top of the history.
 
-A process-wide registry: label → :class:`~gpumagic.report.model.Report`. Labelling a run again
-replaces the earlier one. Nothing is written to disk; the registry lives as long as the kernel.
+Every run recorded here goes into the run history (:mod:`gpumagic.tuning.history`), so a later
+kernel finds it too. A label may be used many times and every run is kept: ``LABEL`` is its
+latest run, ``LABEL@N`` its N-th most recent, and ``r<id>`` names one run by its id.
 
 ::
 
-    runs.remember("before", report)
+    runs.record(report, label="before")   # -> StoredRun (its .ref is "r12")
     runs.get("before")      # the Report; UnknownRunError naming the known labels otherwise
+    runs.get("before@2"), runs.get("r12")
+
+A run recorded in this kernel comes back as the very Report object it was (with its trace, so
+its timeline still draws); a run from an earlier kernel is rebuilt from its JSON.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from typing import TYPE_CHECKING
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from gpumagic.errors import GpumagicError
+from gpumagic.tuning.history import DB_NAME, History, HistoryError, HistoryStore, StoredRun, UnknownRunError, history_home
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.model import Report
 
+__all__ = ["HistoryError", "UnknownRunError", "find", "forget", "get", "history", "labels", "record", "remember", "store"]
+
 _lock = threading.Lock()
-_runs: dict[str, Report] = {}
+_stores: dict[Path | None, HistoryStore] = {}
+#: The latest reports recorded by this process, by (database, run id): handed back as the same
+#: objects, trace included. Bounded, since a report holds its whole trace in memory.
+_live: OrderedDict[tuple[Path | None, int], Report] = OrderedDict()
+LIVE_REPORTS = 16
 
 
-class UnknownRunError(GpumagicError, LookupError):
-    """No run was remembered under that label."""
+def store() -> HistoryStore:
+    """The history store for the current ``GPUMAGIC_HOME`` (read at each call)."""
+    home = history_home()
+    path = None if home is None else home / DB_NAME
+    with _lock:
+        found = _stores.get(path)
+        if found is None:
+            found = _stores[path] = HistoryStore(path)
+        return found
 
 
-def remember(label: str, report: Report) -> None:
-    """Keep ``report`` under ``label`` (a non-empty string), replacing any earlier run of that name."""
+def record(report: Report, *, label: str = "", source: str = "", options: dict[str, Any] | None = None,
+           notebook: str = "", bundle: str | None = None) -> StoredRun:
+    """Store a run in the history (every run is kept; see the module docstring); returns its row."""
+    if not isinstance(label, str):
+        raise ValueError(f"a run label must be a string, not {label!r}")
+    if not hasattr(report, "metrics") or not hasattr(report, "findings"):
+        raise TypeError(f"record() takes a gpumagic Report, not {type(report).__name__}")
+    s = store()
+    row = s.add(report, label=label.strip(), source=source, options=options, workdir=os.getcwd(),
+                notebook=notebook, bundle=None if bundle is None else os.path.abspath(bundle))
+    with _lock:
+        _live[(s.path, row.id)] = report
+        while len(_live) > LIVE_REPORTS:
+            _live.popitem(last=False)
+    return row
+
+
+def remember(label: str, report: Report) -> StoredRun:
+    """Record ``report`` under ``label`` (a non-empty string); earlier runs of that label are kept."""
     if not isinstance(label, str) or not label.strip():
         raise ValueError(f"a run label must be a non-empty string, not {label!r}")
-    if not hasattr(report, "metrics") or not hasattr(report, "findings"):
-        raise TypeError(f"remember() takes a gpumagic Report, not {type(report).__name__}")
-    with _lock:
-        _runs[label] = report
+    return record(report, label=label)
 
 
-def get(label: str) -> Report:
-    """The report remembered under ``label``; :class:`UnknownRunError` names the known labels."""
+def find(ref: str) -> StoredRun:
+    """The stored run that ``ref`` names (``LABEL``, ``LABEL@N`` or ``r<id>``)."""
+    return store().find(ref)
+
+
+def get(ref: str) -> Report:
+    """The report of the run ``ref`` names; :class:`UnknownRunError` names the known labels."""
+    s = store()
+    row = s.find(ref)
     with _lock:
-        report = _runs.get(label)
-        known = sorted(_runs)
-    if report is None:
-        listed = ", ".join(repr(k) for k in known) if known else "none yet (profile a cell with --label NAME first)"
-        raise UnknownRunError(f"no run is labelled {label!r}; known labels: {listed}")
-    return report
+        live = _live.get((s.path, row.id))
+    return live if live is not None else s.report(row)
 
 
 def labels() -> list[str]:
-    """The labels remembered so far, in the order they were first given."""
-    with _lock:
-        return list(_runs)
+    """The labels in the history, in the order they were first given."""
+    return store().labels()
 
 
-def forget(label: str | None = None) -> None:
-    """Drop one labelled run (a missing label is not an error), or all of them with no argument."""
-    with _lock:
-        if label is None:
-            _runs.clear()
-        else:
-            _runs.pop(label, None)
+def forget(ref: str | None = None) -> int:
+    """Delete the runs ``ref`` names (a label: all its runs; ``LABEL@N`` or ``r<id>``: one), or
+    every run with no argument; a name nothing answers to is not an error. Returns the count."""
+    s = store()
+    if ref is None:
+        return s.clear()
+    try:
+        targets = matching(ref)
+    except UnknownRunError:
+        return 0
+    return s.remove(targets)
+
+
+def matching(ref: str) -> list[StoredRun]:
+    """Every run a plain label names, or the one run ``LABEL@N`` / ``r<id>`` names."""
+    s = store()
+    if ref.startswith("r") and ref[1:].isdigit():
+        try:
+            return [s.find(ref)]
+        except UnknownRunError:
+            pass
+    every = s.runs(label=ref)
+    return every if every else [s.find(ref)]
+
+
+def history(limit: int | None = None) -> History:
+    """The history as a displayable table (oldest first) with a chart: ``gpumagic.history()``."""
+    s = store()
+    rows = s.runs(limit=limit)
+    return History(runs=rows[::-1], where=str(s.path) if s.path is not None else "")

@@ -39,10 +39,16 @@ def execute(kc, code: str):
             break
         if kind in ("stream", "display_data", "execute_result", "error"):
             outputs.append((kind, msg["content"]))
-    while True:  # this request's reply: start-up can leave extra kernel_info replies queued
-        reply = kc.get_shell_msg(timeout=TIMEOUT_S)
+    return shell_reply(kc, msg_id, TIMEOUT_S)["content"]["status"], outputs
+
+
+def shell_reply(kc, msg_id: str, timeout_s: float) -> dict:
+    """The shell channel's reply to ``msg_id``, skipping older replies (start_new_kernel may leave
+    several kernel_info replies there when the kernel was slow to start)."""
+    while True:
+        reply = kc.get_shell_msg(timeout=timeout_s)
         if reply["parent_header"].get("msg_id") == msg_id:
-            return reply["content"]["status"], outputs
+            return reply
 
 
 def test_a_notebook_cell_prints_live_displays_the_report_and_returns_its_value(kernel):

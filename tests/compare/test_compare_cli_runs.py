@@ -71,18 +71,19 @@ def test_cli_not_a_trace(tmp_path, capsys):
     assert err.startswith(f"gpumagic: error: {bad}") and err.count("\n") == 1
 
 
-def test_registry_remember_get_replace_forget(registry):
+def test_registry_remember_get_keep_every_run_forget(registry):
     registry.forget()
     r1 = gpumagic.analyze(W0)
     r2 = gpumagic.analyze(W4)
-    registry.remember("before", r1)
+    first = registry.remember("before", r1)
     registry.remember("after", r2)
     assert registry.get("before") is r1
     assert registry.labels() == ["before", "after"]
-    registry.remember("before", r2)
-    assert registry.get("before") is r2
-    registry.forget("before")
-    registry.forget("never-there")
+    registry.remember("before", r2)  # a label used again: its latest run, the earlier one kept
+    assert registry.get("before") is r2 and registry.get("before@1") is r2
+    assert registry.get("before@2") is r1 and registry.get(first.ref) is r1
+    assert registry.forget("before") == 2
+    assert registry.forget("never-there") == 0
     assert registry.labels() == ["after"]
 
 

@@ -173,6 +173,11 @@ def test_dataloader_bottleneck_is_found_fixed_and_measured(run_notebook):
     speedup, ratio = float(m.group(1)), int(m.group(2)) / 100
     # both are rounded for print: the speed-up to 0.005, the ratio to 0.005 (one percent point)
     assert speedup > 0 and abs(1 / speedup - ratio) <= 0.005 + 0.005 / speedup**2 + 1e-9, speed
+    # the run history holds the notebook's two profiled runs (the tuner's measurements are no runs)
+    table = output_of(nb, "gpumagic.history()").splitlines()
+    assert table[0].startswith("gpumagic run history: 2 run(s) in ")
+    assert [line.split()[:2] for line in table[2:]] == [["r1", "before"], ["r2", "after"]]
+    assert table[2].endswith("dataloader-bound")
 
 
 def test_transfers_and_syncs(run_notebook):

@@ -1,7 +1,8 @@
 """The ``gpumagic`` command line: one parser, a module per subcommand.
 
 - ``gpumagic analyze PATH`` (:mod:`.analyze`): a report on one trace;
-- ``gpumagic compare BEFORE AFTER`` (:mod:`.compare`): what changed between two runs.
+- ``gpumagic compare BEFORE AFTER`` (:mod:`.compare`): what changed between two runs;
+- ``gpumagic runs list|show|compare|rm|export`` (:mod:`.runs`): the run history.
 
 Each subcommand module has ``add_parser(subparsers)`` and ``run(args) -> int``; :mod:`._output`
 holds what they share (writing the result, the exit statuses). Exit status: 0 on success, 2 on
@@ -17,10 +18,10 @@ import sys
 from collections.abc import Sequence
 
 from gpumagic.errors import GpumagicError
-from gpumagic.shells.cli import analyze, compare
+from gpumagic.shells.cli import analyze, compare, runs
 from gpumagic.shells.cli._output import INTERRUPTED_STATUS, PIPE_CLOSED_STATUS, error_line
 
-SUBCOMMANDS = (analyze, compare)
+SUBCOMMANDS = (analyze, compare, runs)
 
 
 def parser() -> argparse.ArgumentParser:

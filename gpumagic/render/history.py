@@ -1,0 +1,111 @@
+"""Views of the run history (:class:`~gpumagic.tuning.history.History`, ``gpumagic.history()``):
+a table (text or HTML) and a chart of median step time and GPU busy over the runs.
+
+The chart is the tuning session at a glance: one point per run, in the order they ran, the
+median step on the left axis (lower is better) and GPU busy on the right (higher is better).
+Runs without steps (no optimizer step was recorded) have no median step and leave a gap.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import TYPE_CHECKING
+
+from gpumagic.render._format import MISSING, fmt_ms, fmt_pct
+from gpumagic.render.html import png_data_uri, wrap
+from gpumagic.render.palette import BLUE, ORANGE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+    from gpumagic.tuning.history import History, StoredRun
+
+TABLE_HEADER = ("id", "label", "when", "device", "median step", "GPU busy", "top finding")
+#: Widest label and device shown in the text table (longer ones are cut with "…").
+LABEL_CHARS = 24
+DEVICE_CHARS = 24
+
+
+def table(history: History) -> list[tuple[str, ...]]:
+    """One row of strings per run, oldest first."""
+    return [_row(r) for r in history.runs]
+
+
+def _row(r: StoredRun) -> tuple[str, ...]:
+    return (r.ref, r.label or "-", r.when, r.device or MISSING, fmt_ms(r.median_step_ms), fmt_pct(r.gpu_busy_frac),
+            r.top_finding or "-")
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_text(history: History) -> str:
+    """The table as aligned plain text (label and device cut to a readable width)."""
+    where = history.where or "memory (GPUMAGIC_HOME is empty: storage is off)"
+    if not history.runs:
+        return f"gpumagic run history ({where}): no runs yet. Profile a cell with %%gpuprofile [--label NAME].\n"
+    rows = [TABLE_HEADER] + [(a, _cut(b, LABEL_CHARS), c, _cut(d, DEVICE_CHARS), e, f, g)
+                             for a, b, c, d, e, f, g in table(history)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_HEADER))]
+    right = {4, 5}
+    lines = [f"gpumagic run history: {len(history.runs)} run(s) in {where}"]
+    for r in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def render_html(history: History) -> str:
+    """The chart (when any run has steps) above the table, as one static HTML fragment."""
+    if not history.runs:
+        return wrap(f"<p>{escape(render_text(history).strip())}</p>", static=True)
+    head = "".join(f"<th>{escape(h)}</th>" for h in TABLE_HEADER)
+    body = "".join("<tr>" + "".join(f'<td{" class=gm-num" if i in (4, 5) else ""}>{escape(c)}</td>' for i, c in enumerate(r))
+                   + "</tr>" for r in table(history))
+    fig = figure(history)
+    plot = ""
+    if fig is not None:
+        from gpumagic.render.timeline import figure_png
+
+        plot = (f'<img class="gm-figure" style="max-width:720px" alt="median step time and GPU busy per run" '
+                f'src="{png_data_uri(figure_png(fig))}">')
+    where = escape(history.where or "memory")
+    inner = (f"<h2>Run history</h2><p>{len(history.runs)} run(s) in <code>{where}</code>. Name a run by label, "
+             f"<code>LABEL@N</code> or id in <code>--compare</code> and <code>gpumagic.compare()</code>.</p>{plot}"
+             f'<table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+    return wrap(inner, static=True)
+
+
+def figure(history: History) -> Figure | None:
+    """Median step time (left axis) and GPU busy (right axis) per run, as a matplotlib Figure;
+    None when no run recorded a median step or GPU busy."""
+    runs = history.runs
+    steps = [r.median_step_ms for r in runs]
+    busy = [None if r.gpu_busy_frac is None else 100 * r.gpu_busy_frac for r in runs]
+    if all(v is None for v in steps) and all(v is None for v in busy):
+        return None
+    from matplotlib.figure import Figure
+
+    xs = list(range(len(runs)))
+    fig = Figure(figsize=(7.2, 2.8), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot(xs, [float("nan") if v is None else v for v in steps], marker="o", color=BLUE, label="median step (ms)")
+    ax.set_ylabel("median step (ms), lower is better", color=BLUE, fontsize=8)
+    ax.set_ylim(bottom=0)
+    ax2 = ax.twinx()
+    ax2.plot(xs, [float("nan") if v is None else v for v in busy], marker="s", linestyle="--", color=ORANGE,
+             label="GPU busy (%)")
+    ax2.set_ylabel("GPU busy (%), higher is better", color=ORANGE, fontsize=8)
+    ax2.set_ylim(0, 105)
+    ax.set_xticks(xs, [f"{r.ref}\n{_cut(r.label, 12)}" if r.label else r.ref for r in runs], fontsize=7)
+    if len(xs) > 20:  # too many to name each: every n-th one
+        for i, label in enumerate(ax.get_xticklabels()):
+            label.set_visible(i % (len(xs) // 20 + 1) == 0)
+    ax.set_title("Runs of the tuning session", fontsize=10)
+    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    ax.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="upper right", frameon=False)
+    for a in (ax, ax2):
+        a.tick_params(labelsize=7)
+        a.spines["top"].set_visible(False)
+    return fig
