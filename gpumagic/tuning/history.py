@@ -397,8 +397,10 @@ def _device_name(metrics: dict[str, Any]) -> str:
 
 def report_from_dict(d: dict[str, Any]) -> Report:
     """A Report rebuilt from :meth:`Report.to_dict` (no trace); fields this version does not know are ignored."""
+    gain = d.get("combined_gain")
     return Report(metrics=d.get("metrics") or {}, findings=[_finding(f) for f in d.get("findings") or []],
-                  notes=list(d.get("notes") or []), label=d.get("label") or "")
+                  notes=list(d.get("notes") or []), label=d.get("label") or "",
+                  combined_gain=float(gain) if isinstance(gain, (int, float)) and not isinstance(gain, bool) else 0.0)
 
 
 def _finding(d: dict[str, Any]) -> Finding:

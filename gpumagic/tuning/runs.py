@@ -11,14 +11,16 @@ latest run, ``LABEL@N`` its N-th most recent, and ``r<id>`` names one run by its
     runs.get("before@2"), runs.get("r12")
 
 A run recorded in this kernel comes back as the very Report object it was (with its trace, so
-its timeline still draws); a run from an earlier kernel is rebuilt from its JSON.
+its timeline still draws) while something else still holds it (``-o NAME``, a variable); the
+history itself keeps no report alive, so memory stays flat however many cells run. Otherwise,
+and for a run from an earlier kernel, the report is rebuilt from its JSON (without the trace).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,10 +33,9 @@ __all__ = ["HistoryError", "UnknownRunError", "find", "forget", "get", "history"
 
 _lock = threading.Lock()
 _stores: dict[Path | None, HistoryStore] = {}
-#: The latest reports recorded by this process, by (database, run id): handed back as the same
-#: objects, trace included. Bounded, since a report holds its whole trace in memory.
-_live: OrderedDict[tuple[Path | None, int], Report] = OrderedDict()
-LIVE_REPORTS = 16
+#: The reports recorded by this process that are still alive elsewhere, by (database, run id):
+#: handed back as the same objects, trace included. Weak, since a report holds its whole trace.
+_live: weakref.WeakValueDictionary[tuple[Path | None, int], Report] = weakref.WeakValueDictionary()
 
 
 def store() -> HistoryStore:
@@ -60,8 +61,6 @@ def record(report: Report, *, label: str = "", source: str = "", options: dict[s
                 notebook=notebook, bundle=None if bundle is None else os.path.abspath(bundle))
     with _lock:
         _live[(s.path, row.id)] = report
-        while len(_live) > LIVE_REPORTS:
-            _live.popitem(last=False)
     return row
 
 

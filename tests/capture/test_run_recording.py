@@ -67,16 +67,17 @@ def test_a_broken_history_warns_and_the_cell_still_works(shell, gpumagic_home):
 def test_compare_names_a_run_of_an_earlier_label_use(shell):
     run_cell(shell, "--label lr -o first")
     run_cell(shell, "--label lr -o second")
-    import IPython.display
+    import gpumagic.render.display as display
 
     shown = []
-    original = IPython.display.display
-    IPython.display.display = lambda *objs, **kw: shown.extend(objs)
+    original = display.show_comparison
+    display.show_comparison = lambda comparison, report: shown.append((comparison, report))
     try:
         shell.run_cell(CELL.format(options="--compare lr@2").replace(" --quiet", ""))
     finally:
-        IPython.display.display = original
-    assert shown[1].before is shell.user_ns["first"] and shown[1].label_before == "lr"
+        display.show_comparison = original
+    [(comparison, _)] = shown
+    assert comparison.before is shell.user_ns["first"] and comparison.label_before == "lr"
     result, _ = run_cell(shell, "--compare lr@3")
     assert "'lr' has 2 run(s), so 'lr@3'" in str(result.error_in_exec)
     assert runs.get("lr@2") is shell.user_ns["first"] and runs.get("lr") is shell.user_ns["second"]

@@ -37,8 +37,9 @@ def test_compare_with_a_run_from_the_kernel_before_the_restart(gpumagic_home):
                                       + TRAIN.format(sleep=0.0))
         assert status == "ok", outputs
         shown = [c["data"]["text/plain"] for k, c in outputs if k == "display_data"]
-        assert len(shown) == 2 and shown[1].startswith("gpumagic comparison: before → after\n")
-        assert "faster" in shown[1].splitlines()[1]  # 30 ms of sleep per step is gone
+        # one output: the comparison first, the full report under it
+        assert len(shown) == 1 and shown[0].startswith("gpumagic comparison: before → after\n")
+        assert "faster" in shown[0].splitlines()[1]  # 30 ms of sleep per step is gone
         facts = ast.literal_eval(value(kc, "import gpumagic; from gpumagic.tuning import runs; "
                                            "c = gpumagic.compare('before', 'after'); "
                                            "(runs.get('before').trace is None, runs.get('after') is rep, "
