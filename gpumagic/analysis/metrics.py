@@ -87,7 +87,9 @@ def _gpu(ctx: Context) -> dict[str, Any]:
             "kernel_ms": _ms(r["kernel_ns"]), "memcpy_ms": _ms(r["memcpy_ns"]), "memset_ms": _ms(r["memset_ns"]),
             "streams": r["streams"]} for r in ctx.per_device]
     busy = iv.total(ctx.busy)
+    info = ctx.device_info
     return {"primary_device": ctx.device if ctx.device >= 0 else None,
+            "primary_name": info.name if info is not None and info.name else None,
             "busy_frac": round(ctx.frac(busy), 4) if ctx.device >= 0 else None,
             "busy_ms": _ms(busy), "per_device": per}
 

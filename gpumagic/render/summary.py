@@ -83,6 +83,7 @@ def title_line(report: Report) -> str:
     devices = metric(report.metrics, "trace", "devices") or []
     primary = metric(report.metrics, "gpu", "primary_device")
     names = [d.get("name") for d in devices if d.get("id") == primary and d.get("name")]
+    names = names or [n for n in [metric(report.metrics, "gpu", "primary_name")] if n]  # kernels name it otherwise (ROCm)
     if names:
         parts.append(str(names[0]))
     elif metric(report.metrics, "trace", "cpu_only"):
