@@ -66,7 +66,7 @@ def _shrink_fixes(ctx: Context):
                         """
 model = model.to(torch.bfloat16)       # half the memory of FP32 weights and activations
 with torch.inference_mode():           # keeps no autograd state
-    out = model(x[: len(x) // 2])      # or a smaller batch"""),)
+    out = model(x[: len(x) // 2].to(torch.bfloat16))   # inputs in the weights' dtype; or a smaller batch"""),)
     return (
             pytorch("Trade compute for memory, or shrink what is stored",
                     """

@@ -80,8 +80,8 @@ def pageable_memcpy(ctx: Context, m: dict):
         "pageable-memcpy", severity=severity_for(gain, 0.1, 0.02), title="Host↔device copies use pageable memory",
         why="""The GPU's copy engines read only page-locked (pinned) host memory. A copy from ordinary
         pageable memory is first staged by the driver through a pinned buffer, which costs bandwidth (how
-        much depends on the host, and it is no fixed halving: the bundled V100 ResNet trace's pageable
-        copies ran at 10.1 GB/s, 64 % of PCIe 3.0 x16's 15.75 GB/s) and makes a plain x.to("cuda") block the host until the data is staged. From pinned memory
+        much depends on the host; it is no fixed halving), and a plain x.to("cuda") from it blocks the
+        host until the copy is done: it is itself a host sync. From pinned memory
         with non_blocking=True the host returns at once; the copy overlaps kernels only when it is issued
         on another stream than those kernels and a copy engine is free, while on the same stream it
         frees the host, not the GPU. Pin once (DataLoader(pin_memory=True) pins in a background thread):
