@@ -160,8 +160,10 @@ def harness(device: str, calls: list | None = None) -> dict:
         calls.append(tensors)
 
     ns = dict(known_roots())
+    with torch.no_grad():  # no live autograd graph: make_graphed_callables must not see one
+        loss = loss_fn(model(x), y)
     ns.update(
-        model=model, optimizer=opt, opt=opt, loss_fn=loss_fn, x=x, y=y, loss=loss_fn(model(x), y), lr=1e-3,
+        model=model, optimizer=opt, opt=opt, loss_fn=loss_fn, x=x, y=y, loss=loss.requires_grad_(), lr=1e-3,
         dataset=TensorDataset(torch.randn(20, 8), torch.randint(0, 4, (20,))), batch_size=4,
         train_step=train_step, batch=(x, y), block=nn.Linear(8, 8).to(device), batch_shape=(4, 8),
         batches=[torch.randn(4, 8, device=device) for _ in range(3)],
