@@ -15,6 +15,12 @@ saves its bundle as ``<out>/<name>.json.gz`` (small, gzip; fit to commit as test
 - ``fp32_matmul``: an MLP of 4096-wide layers in FP32, TF32 off, no autocast: expects
   ``mixed-precision-off``.
 
+With ``--snippets`` it runs instead every fix whose code needs CUDA (the ones
+``tests/test_snippets.py`` can only compile and resolve on a CPU machine) on the GPU, with the
+same tiny model and loader in scope, and checks that the ``transfer-bound`` prefetcher trains
+every batch once, in order; fixes that need another process group or a package not installed
+(torch.distributed, torchvision) are listed as not run.
+
 It also checks that NVML samples were recorded for the device the trace shows and lie inside
 the recording, and that nothing (profiler, gpumagic thread) outlives a capture. Exit status: 0
 when every check passes (or when there is no CUDA device: nothing to check, said on stdout),
@@ -178,10 +184,56 @@ def summary(name: str, run) -> str:
             f"step median {m['steps']['median_ms']} ms, NVML util mean {util}")
 
 
+def check_snippets(torch) -> list[str]:
+    """Run the CUDA-only fixes on the GPU; returns the problems found."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import snippets_check as ck
+    import snippets_collect as sc
+
+    problems: list[str] = []
+    for code, (fid, fx, _label) in sc.all_fixes().items():
+        if fx.flavor != "pytorch" or not ck.needs_cuda(code) or not ck.has_statements(code):
+            continue
+        static, missing = ck.check(code)
+        problems += [f"{fid}: {p}" for p in static]
+        if missing or ck.magic_lines(code)[1] or "dist." in code or "DistributedDataParallel" in code:
+            print(f"snippet {fid}: not run here ({', '.join(missing) or 'needs a process group or IPython'})")
+            continue
+        calls: list = []
+        ns = sc.harness("cuda", calls)
+        if "encoded_batch" in code:  # the user's JPEG bytes, as torchvision.io.decode_jpeg takes them
+            try:
+                import torchvision
+            except ImportError:
+                print(f"snippet {fid}: not run here (needs torchvision)")
+                continue
+            images = [torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8) for _ in range(4)]
+            ns["encoded_batch"] = [torchvision.io.encode_jpeg(img) for img in images]
+        if "def prefetch" in code:  # sample i holds the value i: the trained order can be read back
+            from torch.utils.data import TensorDataset
+            ns["dataset"] = TensorDataset(torch.arange(20.0).unsqueeze(1).repeat(1, 8), torch.zeros(20, dtype=torch.long))
+        try:
+            ck.run(code, ns, "cuda")
+            torch.cuda.synchronize()
+        except Exception as exc:  # report every failing snippet, not only the first
+            problems.append(f"{fid}: {type(exc).__name__}: {exc}"[:300])
+            continue
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        if "def prefetch" in code:
+            trained = [int(t[0][0, 0].item()) for t in calls]  # each batch's first sample
+            if trained != [0, 4, 8, 12, 16]:
+                problems.append(f"{fid}: prefetcher trained batches starting at {trained}, not [0, 4, 8, 12, 16]")
+            print(f"snippet {fid}: prefetcher trained batches starting at samples {trained}")
+        print(f"snippet {fid}: ran on {torch.cuda.get_device_name(0)}: {fx.description[:60]}")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Profile three known-bad workloads on a CUDA GPU and check the findings.")
     parser.add_argument("--out", type=Path, default=ROOT / "artifacts" / "gpu_check", help="folder for the .json.gz bundles")
     parser.add_argument("--only", choices=sorted(WORKLOADS), action="append", help="run only this workload (repeatable)")
+    parser.add_argument("--snippets", action="store_true", help="run the CUDA-only fix snippets instead of the workloads")
     args = parser.parse_args(argv)
     try:
         import torch
@@ -193,6 +245,12 @@ def main(argv: list[str] | None = None) -> int:
               "Run it on a machine with an NVIDIA GPU.")
         return 0
     gpumagic = _import_gpumagic()
+    if args.snippets:
+        problems = check_snippets(torch)
+        for p in problems:
+            print(f"FAIL {p}")
+        print("gpu_check --snippets: " + ("all ran" if not problems else f"{len(problems)} failed"))
+        return 1 if problems else 0
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"gpu_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}")
     problems: list[str] = []

@@ -11,6 +11,7 @@ from gpumagic import analyze
 from gpumagic.analysis import devices
 from gpumagic.analysis.rules import compute as compute_rules
 from gpumagic.analysis.rules import kernels as kernel_rules
+from gpumagic.analysis.rules.precision import tf32_fix
 
 A100 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -276,7 +277,7 @@ def test_low_compute_efficiency_threshold(flops, kernel_us, fires):
     if fires:
         f = r.finding("low-compute-efficiency")
         assert f.evidence.numbers["mfu"] == r.metrics["compute"]["mfu"] < compute_rules.MFU_LOW
-        assert "set_float32_matmul_precision" in f.fixes[0].code
+        assert f.fixes[0].code.startswith(tf32_fix().code)
 
 
 def test_low_compute_efficiency_is_silent_without_flops():
@@ -490,7 +491,7 @@ def test_inference_gets_no_training_advice():
 
 def test_tf32_is_the_first_step_on_ampere():
     f = fixture_report("event_sync_multistream.json.gz").finding("mixed-precision-off")  # FP32 sgemm on an A100
-    assert "set_float32_matmul_precision" in f.fixes[0].code and "autocast" in f.fixes[1].code
+    assert tf32_fix().code == f.fixes[0].code and "autocast" in f.fixes[1].code
 
 
 def test_claim_windows_match_the_quoted_cost():

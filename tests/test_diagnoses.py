@@ -261,7 +261,8 @@ def test_rocm_device_ids_map_to_device_properties_and_hip_allocator_records():
            args={"Device Type": 6, "Device Id": 0, "Bytes": 0, "Total Allocated": 2**30, "Total Reserved": 2**31})
     r = report(tb)
     assert r.metrics["gpu"]["primary_device"] == 2
-    assert r.metrics["memory"]["peak_frac"] == pytest.approx(2 / 192, abs=1e-4)
+    assert r.metrics["memory"]["peak_frac"] == pytest.approx(1 / 192, abs=1e-4)  # peak allocated / capacity
+    assert r.metrics["memory"]["peak_reserved_bytes"] == 2**31
     assert "mixed-precision-off" in r.finding_ids  # FP32 Tensile GEMMs on a matrix-core GPU
 
 

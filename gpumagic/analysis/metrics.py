@@ -329,7 +329,10 @@ def _memory(ctx: Context) -> dict[str, Any]:
             cap = out["capacity_bytes"] = int(np.max(total))
         if out["source"] is None:
             out["source"] = "nvml"
-    peak = out["peak_reserved_bytes"] or out["peak_allocated_bytes"] or out.get("nvml_peak_used_bytes")
+    # The pressure signal is peak *allocated* memory: reserved memory near capacity is the caching
+    # allocator working as designed, and NVML's "used" adds the CUDA context and other processes
+    # (PyTorch CUDA semantics notes, "Memory management"). Reserved and NVML stay as numbers.
+    peak = out["peak_allocated_bytes"]
     if peak and cap:
         out["peak_frac"] = round(peak / cap, 4)
     return out

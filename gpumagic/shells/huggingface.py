@@ -34,11 +34,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 HF_INSTALL_HINT = "GpuProfileCallback needs transformers: pip install 'gpumagic[hf]' (or pip install transformers)"
 #: The settings' spellings across transformers versions, newest first: (field, value). transformers
-#: 5 replaced ``group_by_length=True`` by ``train_sampling_strategy="group_by_length"`` and renamed
-#: ``gradient_checkpointing`` to ``activation_checkpointing`` (the old name is a deprecated alias).
+#: 5 renamed ``gradient_checkpointing`` to ``activation_checkpointing`` (the old name is a
+#: deprecated alias).
 SPELLINGS: dict[str, tuple[tuple[str, Any], ...]] = {
     "gradient_checkpointing": (("activation_checkpointing", True), ("gradient_checkpointing", True)),
-    "group_by_length": (("train_sampling_strategy", "group_by_length"), ("group_by_length", True)),
 }
 #: Data-loader workers suggested when the Trainer uses none (the dataloader-bound rule's default;
 #: ``gpumagic.tune_dataloader(trainer.get_train_dataloader())`` measures the best value).
@@ -78,9 +77,14 @@ def _dataloader(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
 
 
 def _pinned(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
-    return [Advice("Pin the Trainer's batches so host→GPU copies are fast and asynchronous",
-                   {"dataloader_pin_memory": True},
-                   "tensors created outside the DataLoader (in compute_loss or a callback) stay pageable")]
+    # Pinning alone does not make the Trainer's copies asynchronous: accelerate moves batches with
+    # non_blocking=False unless accelerator_config={"non_blocking": True} (transformers'
+    # AcceleratorConfig docs; the key exists in recent versions only, checked below).
+    return [Advice("Pin the Trainer's batches and copy them without blocking the host",
+                   {"dataloader_pin_memory": True, "accelerator_config": {"non_blocking": True}},
+                   "pinned memory alone leaves accelerate's copies blocking; non_blocking frees the host, the "
+                   "copy still runs before the step's kernels on the same stream; tensors created outside "
+                   "the DataLoader (in compute_loss or a callback) stay pageable")]
 
 
 def _precision(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
@@ -93,8 +97,10 @@ def _precision(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
 
 
 def _launch(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
-    return [Advice("Fuse kernels with torch.compile and step the optimizer in one fused kernel",
-                   {"torch_compile": True, "optim": "adamw_torch_fused"},
+    # torch_compile=True alone is torch.compile's default mode, without CUDA graphs; the Trainer's
+    # twin of mode="reduce-overhead" is torch_compile_mode (TrainingArguments docs).
+    return [Advice("Fuse kernels with torch.compile and replay them as CUDA graphs, with a fused optimizer",
+                   {"torch_compile": True, "torch_compile_mode": "reduce-overhead", "optim": "adamw_torch_fused"},
                    "the first steps compile the model: profile after them (skip=)")]
 
 
@@ -109,10 +115,9 @@ def _cpu(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
 
 
 def _memory(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    # group_by_length is a padding/speed setting, not a memory one: it puts the longest batch first.
     return [Advice("Trade compute for memory: recompute activations in the backward pass",
-                   {"gradient_checkpointing": True}, CHECKPOINTING_COST),
-            Advice("Batch sequences of similar length together (less padding, smaller typical batches)",
-                   {"group_by_length": True}, "for variable-length text with dynamic padding")]
+                   {"gradient_checkpointing": True}, CHECKPOINTING_COST)]
 
 
 def _bigger_batch(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
@@ -127,6 +132,7 @@ def _bigger_batch(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
 def _communication(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
     return [Advice("Let DDP all-reduce larger gradient buckets, overlapped with the backward pass",
                    {"ddp_bucket_cap_mb": 100},
+                   "measure it: a bigger bucket also starts the first all-reduce later in the backward pass; "
                    "with gradient_accumulation_steps > 1 the Trainer already skips the all-reduce between micro-batches")]
 
 
@@ -176,7 +182,14 @@ class ArgsSchema:
             return value in choices
         if field == "optim" and isinstance(value, str):
             return value in _optimizer_names()
+        if field == "accelerator_config" and isinstance(value, dict) and self.fields is not None and spec is not None:
+            return set(value) <= _accelerator_config_keys()
         return True
+
+    def default(self, field: str) -> Any:
+        """The field's default in this version, or a sentinel when unknown."""
+        spec = self.fields.get(field) if self.fields else None
+        return getattr(spec, "default", _UNKNOWN) if spec is not None else _UNKNOWN
 
 
 def installed_schema() -> ArgsSchema | None:
@@ -187,6 +200,18 @@ def installed_schema() -> ArgsSchema | None:
     except ImportError:
         return None
     return ArgsSchema({f.name: f for f in dataclasses.fields(TrainingArguments)}, transformers.__version__)
+
+
+_UNKNOWN = object()
+
+
+def _accelerator_config_keys() -> set[str]:
+    """The keys ``TrainingArguments(accelerator_config=...)`` accepts in the installed version."""
+    try:
+        from transformers.trainer_pt_utils import AcceleratorConfig
+    except ImportError:
+        return set()
+    return {f.name for f in dataclasses.fields(AcceleratorConfig)}
 
 
 def _optimizer_names() -> set[str]:
@@ -260,6 +285,8 @@ def _fix(advice: Advice, schema: ArgsSchema, training_args: Any) -> Fix | None:
             missing.append(name)
         elif training_args is not None and getattr(training_args, spelled[0], object()) == spelled[1]:
             already.append(f"{spelled[0]}={spelled[1]!r}")
+        elif training_args is None and schema.default(spelled[0]) == spelled[1]:
+            already.append(f"{spelled[0]}={spelled[1]!r} (the default)")
         else:
             kwargs[spelled[0]] = spelled[1]
     if not kwargs and not already:

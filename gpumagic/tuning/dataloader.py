@@ -24,7 +24,11 @@ How a setting is measured::
 
 The warm-up skips the batches the workers prepared while the first one was being made, which
 would otherwise inflate the rate. ``restart_s`` is the time to the first batch of a new epoch:
-the cost ``persistent_workers=True`` saves.
+the cost ``persistent_workers=True`` saves. It is timed at a real epoch boundary, on a short
+epoch of the same setting read to its end: restarting mid-epoch would make a persistent iterator
+first drain every batch its workers had prefetched for the abandoned epoch (torch's
+``_MultiProcessingDataLoaderIter._reset`` waits for them), which once made persistent workers
+look slower to restart than fresh ones.
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpumagic.report.views import view
+
+#: Batches in the short epoch after which ``restart_s`` is timed (enough for the workers to have
+#: started; the epoch is read to its end so that nothing of it is left in flight).
+RESTART_EPOCH_BATCHES = 2
 
 #: Batch size used for a bare dataset when none is given (PyTorch's MNIST example's default).
 DEFAULT_DATASET_BATCH_SIZE = 64
@@ -436,7 +444,7 @@ def _read_setting(base: dict[str, Any], config: TuneConfig, max_seconds: float, 
     try:
         if not _read(loader, row, max_seconds, max_batches, device, iterators, on_batch):
             return _failed(row, "the dataset yielded no batch")
-        row.restart_s = _restart(loader, iterators, device, on_batch)
+        row.restart_s = _restart(base, config, loader, iterators, device, on_batch)
     finally:
         _shutdown(loader, iterators)
     if row.batches_per_s and base.get("batch_size"):
@@ -529,14 +537,29 @@ def _to_device(batch: Any, device: str | None, non_blocking: bool) -> Any:
     return batch
 
 
-def _restart(loader, iterators: list, device: str | None, on_batch=None) -> float | None:
-    """Seconds to the first batch of a new epoch (the workers restart unless persistent)."""
-    if not loader.persistent_workers:
-        _shutdown_iterator(iterators[-1])  # its workers would compete with the new ones
+def _restart(base: dict[str, Any], config: TuneConfig, loader, iterators: list, device: str | None,
+             on_batch=None) -> float | None:
+    """Seconds from ``iter()`` to the first batch of a second epoch, after a short first epoch of
+    the same setting was read to its end (see the module docstring); None for an iterable
+    dataset, whose epoch end cannot be reached in bounded time."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    sampler = getattr(loader, "batch_sampler", None)
+    if isinstance(loader.dataset, IterableDataset) or sampler is None:
+        return None
+    index_batches = list(itertools.islice(iter(sampler), RESTART_EPOCH_BATCHES))
+    if not index_batches:
+        return None
+    _shutdown_iterator(iterators[-1])  # the measuring loader's workers would compete with these
+    shared = {k: v for k, v in base.items() if k not in ("batch_size", "drop_last", "sampler", "batch_sampler")}
+    short = DataLoader(**shared, batch_sampler=index_batches, **config.loader_kwargs(), timeout=loader.timeout)
+    first = iter(short)
+    iterators.append(first)
+    _take(first, len(index_batches) + 1, device, short.pin_memory, on_batch=on_batch)  # the first epoch, to its end
     t0 = time.perf_counter()
-    again = iter(loader)
+    again = iter(short)
     iterators.append(again)
-    got = _take(again, 1, device, loader.pin_memory, on_batch=on_batch)
+    got = _take(again, 1, device, short.pin_memory, on_batch=on_batch)
     return round(time.perf_counter() - t0, 4) if got else None
 
 

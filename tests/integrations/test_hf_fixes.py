@@ -67,15 +67,41 @@ def test_precision_by_compute_capability():
 def test_renamed_settings_use_the_spelling_the_version_has():
     memory = _finding("memory-pressure")
     old = huggingface_fixes(_report(memory), fields=OLD_FIELDS).findings[0]
-    assert [fx.code for fx in old.fixes[:2]] == ["TrainingArguments(..., gradient_checkpointing=True)",
-                                                 "TrainingArguments(..., group_by_length=True)"]
+    assert old.fixes[0].code == "TrainingArguments(..., gradient_checkpointing=True)"
     assert "extra forward pass" in old.fixes[0].description  # the trade-off is stated
+    # group_by_length is a padding/speed setting (longest batch first), never memory advice
+    assert not any("group_by_length" in fx.code for fx in old.fixes)
     v5 = OLD_FIELDS - {"group_by_length"} | {"activation_checkpointing", "train_sampling_strategy"}
     new = huggingface_fixes(_report(memory), fields=v5).findings[0]
-    assert [fx.code for fx in new.fixes[:2]] == ["TrainingArguments(..., activation_checkpointing=True)",
-                                                 "TrainingArguments(..., train_sampling_strategy='group_by_length')"]
+    assert new.fixes[0].code == "TrainingArguments(..., activation_checkpointing=True)"
     neither = huggingface_fixes(_report(memory), fields={"bf16"}).findings[0]
     assert [fx.flavor for fx in neither.fixes] == ["pytorch"]  # nothing this version can express
+
+
+def test_non_blocking_copies_need_accelerator_config_checked_against_the_installed_version():
+    import transformers  # noqa: F401  (the installed version is the one checked)
+    from transformers.trainer_pt_utils import AcceleratorConfig
+
+    f = huggingface_fixes(_report(_finding("pageable-memcpy"))).findings[0]
+    has_key = "non_blocking" in {x.name for x in dataclasses.fields(AcceleratorConfig)}
+    assert ("accelerator_config={'non_blocking': True}" in f.fixes[0].code) == has_key
+    assert "pinned memory alone leaves accelerate's copies blocking" in f.fixes[0].description
+    # a version without the field says so instead of suggesting it
+    old = huggingface_fixes(_report(_finding("pageable-memcpy")), fields=OLD_FIELDS).findings[0]
+    assert "no TrainingArguments field for accelerator_config" in old.fixes[0].description
+
+
+def test_launch_advice_names_the_compile_mode_and_skips_installed_defaults():
+    schema = installed_schema()
+    f = huggingface_fixes(_report(_finding("launch-bound"))).findings[0]
+    assert "torch_compile_mode='reduce-overhead'" in f.fixes[0].code
+    optim_default = schema.fields["optim"].default
+    if optim_default == "adamw_torch_fused":  # recent transformers: already the default, not suggested
+        assert "optim=" not in f.fixes[0].code and "optim='adamw_torch_fused' (the default)" in f.fixes[0].description
+    else:
+        assert "optim='adamw_torch_fused'" in f.fixes[0].code
+    old = huggingface_fixes(_report(_finding("launch-bound")), fields=OLD_FIELDS).findings[0]
+    assert "no TrainingArguments field for torch_compile_mode" in old.fixes[0].description
 
 
 def test_training_args_build_on_current_values():
@@ -141,7 +167,7 @@ def test_against_the_installed_transformers(hf, w0):
     code = out.finding("dataloader-bound").fixes[0].code
     assert ("dataloader_prefetch_factor=2" in code) == ("dataloader_prefetch_factor" in schema.fields)
     launch = huggingface_fixes(_report(_finding("launch-bound"))).findings[0].fixes[0]
-    assert launch.code == "TrainingArguments(..., torch_compile=True, optim='adamw_torch_fused')"
+    assert launch.code.startswith("TrainingArguments(..., torch_compile=True, torch_compile_mode='reduce-overhead'")
     assert schema.spelling("optim", "no_such_optimizer") is None
 
 

@@ -104,8 +104,23 @@ def run_notebook(tmp_path):
 # -- the committed files --------------------------------------------------------------------------
 
 
-def test_the_seven_notebooks_are_found():
-    assert len(NAMES) == 7 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
+def test_the_twelve_notebooks_are_found():
+    assert len(NAMES) == 12 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
+    assert NAMES[-1] == "12_huggingface_beyond_workers"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_notebook_says_what_it_teaches_and_what_to_try_on_a_gpu(name):
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    first, last = nb.cells[0], nb.cells[-1]
+    assert first.cell_type == "markdown" and first.source.startswith(f"# {int(name[:2])} · ")
+    assert last.cell_type == "markdown" and "## What to try on your GPU" in last.source
+
+
+def test_teaching_page_lists_every_notebook():
+    teaching = (ROOT / "docs" / "teaching.md").read_text(encoding="utf-8")
+    for name in NAMES:
+        assert f"## Notebook {int(name[:2])} · " in teaching, name
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -244,3 +259,59 @@ def test_compute_efficiency(run_notebook):
     assert "fused kernel matches PyTorch" in triton or "Triton cannot run here" in triton
     if "fused kernel matches PyTorch" in triton:
         assert float(re.search(r"max error ([\d.e+-]+)", triton).group(1)) < 1e-4
+    memory = output_of(nb, 'mem = gpumagic.analyze(DATA / "v100_large_216k_events')
+    m = re.search(r"reserved is ([\d.]+)× allocated", memory)
+    assert m and float(m.group(1)) > 1.5  # reserved far above allocated, yet no pressure
+
+
+def test_transfer_sizes(run_notebook):
+    nb = run_notebook("08_transfer_sizes")
+    check_gpu_cells(nb)
+    sweep = output_of(nb, "SIZES = [64,")
+    # behaviour, not speed: a row per size, and the fit's two numbers (the committed run shows the lesson)
+    rates = re.findall(r"^\s*[\d,]+\s+[\d.]+\s+([\d.]+)\s*$", sweep, re.MULTILINE)
+    assert len(rates) == 4, sweep
+    assert re.search(r"fixed cost ≈ [\d.]+ µs per copy .* bandwidth ≈ [\d.]+ GB/s", sweep), sweep
+    assert re.search(r"merged is faster: (True|False)", output_of(nb, "def one_by_one()"))
+    copies = output_of(nb, 'a100 = gpumagic.analyze(DATA / "a100_training_rank0')
+    assert "HtoD   pinned" in copies and "HtoD pageable" in copies
+
+
+def test_data_loading_beyond_workers(run_notebook):
+    nb = run_notebook("09_data_loading_beyond_workers")
+    # behaviour, not speed: both ways read the epoch and print their times
+    assert re.search(r"one index per batch: +[\d.]+ ms per epoch \(\d+× faster\)", output_of(nb, "def batched_epoch()"))
+    assert "79 batches indexed on" in output_of(nb, "Xd, Yd = X.to(device)")  # 20,000 / 256, the last one partial
+    assert output_of(nb, "shm = shutil.disk_usage").count("MiB in flight") == 2
+    assert re.search(r"torch.stack collate: [\d.]+ ms \(\d+× faster\)", output_of(nb, "def python_collate(batch)"))
+
+
+def test_torch_compile_in_practice(run_notebook):
+    nb = run_notebook("10_torch_compile_in_practice")
+    check_gpu_cells(nb)
+    breaks = output_of(nb, "explanation = dynamo.explain(step)")
+    assert "graphs: 3, graph breaks: 2" in breaks and "item()" in breaks
+    assert "shapes 8, 8, 16, 32, 32: 2" in output_of(nb, "frames_before = ")  # one recompile, then dynamic
+    assert re.search(r"first call [\d.]+ ms, later calls [\d.]+ ms", output_of(nb, "fast = torch.compile(model"))
+    layout = output_of(nb, "nhwc = img.to(memory_format=torch.channels_last)")
+    assert "channels_last strides (100352, 1, 1792, 32)" in layout and "outputs match: True" in layout
+
+
+def test_distributed_overlap_and_stragglers(run_notebook):
+    nb = run_notebook("11_distributed_overlap_and_stragglers")
+    comm = output_of(nb, "runs = {")
+    assert "V100 job: 2020 NCCL kernels" in comm and "0.0% of it overlaps compute" in comm
+    assert "DistributedDataParallel(model, bucket_cap_mb=" in output_of(nb, 'f = runs["V100 job"]')
+    assert "all_gather_object" in output_of(nb, 'gaps = runs["A100 job')
+
+
+def test_huggingface_beyond_workers(run_notebook):
+    transformers = pytest.importorskip("transformers")
+    nb = run_notebook("12_huggingface_beyond_workers")
+    assert f"transformers {transformers.__version__}" in output_of(nb, "fields = {f.name: f for f")
+    fixes = output_of(nb, "huggingface_fixes(report).findings")
+    assert "torch_compile_mode='reduce-overhead'" in fixes
+    padding = output_of(nb, "lengths = torch.clamp(")
+    shares = [float(x) for x in re.findall(r"([\d.]+)% of them padding", padding)]
+    assert len(shares) == 3 and shares[0] > shares[1] > shares[2]  # max > per batch > grouped
+    assert "loss read with .item() when logging: True" in output_of(nb, "import transformers.trainer as trainer_module")

@@ -129,3 +129,25 @@ def test_workers_are_shut_down_when_interrupted(monkeypatch):
 def test_an_explicit_device_is_fed_each_batch():
     result = tune_dataloader(Sleepy(n=40, item_s=0), batch_size=4, num_workers=(0,), device="cpu", max_seconds_per_config=0.2)
     assert result.rows[0].status == "ok" and result.rows[0].batches > 0
+
+
+def test_restart_is_timed_at_a_real_epoch_end_for_persistent_workers(monkeypatch):
+    """A persistent iterator restarted mid-epoch first drains the abandoned epoch's prefetched
+    batches; the restart must be timed after an epoch that ended, with nothing left in flight."""
+    import gpumagic.tuning.dataloader as dl
+
+    seen = []
+    real_iter = DataLoader.__iter__
+
+    def spy(self):
+        inner = getattr(self, "_iterator", None)
+        outstanding = getattr(inner, "_tasks_outstanding", None) if self.persistent_workers else None
+        seen.append((self.persistent_workers, outstanding))
+        return real_iter(self)
+
+    monkeypatch.setattr(DataLoader, "__iter__", spy)
+    result = dl.tune_dataloader(Sleepy(item_s=0.002), batch_size=2, num_workers=(2,),
+                                persistent_workers=(True,), max_seconds_per_config=0.3)
+    assert result.rows[0].status == "ok" and result.rows[0].restart_s is not None
+    restarts = [o for persistent, o in seen if persistent and o is not None]
+    assert restarts == [0]  # the one persistent restart found no batch of the old epoch in flight

@@ -71,10 +71,11 @@ def small_transfers(ctx: Context, m: dict):
         windows=windows(ev.ts_ns[idx], ev.ts_ns[idx] + ev.dur_ns[idx], "gpu", ctx.device, "small copy"),
         est_gain=gain, gain_method="host calls ∪ GPU copy time of the small copies while the GPU does nothing else × (1 − 1/copies per step)",
         fixes=(
-            pytorch("Move the batch once: stack on the host, copy one pinned tensor",
+            pytorch("Move the batch once: stack on the host, copy one tensor",
                     """
-batch = torch.stack(samples).pin_memory()          # one host tensor instead of many
-batch = batch.to("cuda", non_blocking=True)        # one copy per step"""),
+batch = torch.stack(samples)       # one host tensor instead of many
+batch = batch.to("cuda")           # one copy per step; pinning it here, every step, is usually slower
+                                   # than this plain copy: let the DataLoader pin (next fix)"""),
             pytorch("Do the per-sample stacking in the DataLoader's collate step, not in the loop",
                     """
 loader = DataLoader(dataset, batch_size=64, collate_fn=torch.utils.data.default_collate, pin_memory=True)

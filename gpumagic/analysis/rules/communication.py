@@ -24,8 +24,9 @@ def communication_heavy(ctx: Context, m: dict):
         "communication-heavy", severity=severity_for(c["exposed_frac"]), title="Collectives stall compute",
         why="""In data-parallel training every step ends with gradients being summed across GPUs (all-reduce).
         DDP overlaps that with the backward pass bucket by bucket; when the collectives run while no
-        compute kernel does, every GPU waits on the network. Larger buckets, fewer small all-reduces,
-        gradient accumulation with no_sync, or compression reduce the exposed time.""",
+        compute kernel does, every GPU waits on the network. Fewer small all-reduces (larger buckets,
+        though a bigger bucket also starts the first all-reduce later in the backward pass), gradient
+        accumulation with no_sync, or compression reduce the exposed time.""",
         summary=f"{c['count']} NCCL kernels take {c['ms']:.1f} ms ({pct(c['frac'])} of the window); "
                 f"{pct(c['overlap_frac'] or 0)} overlaps compute, {pct(c['exposed_frac'])} of the window is exposed.",
         numbers={"nccl_kernels": c["count"], "comm_ms": c["ms"], "comm_frac": c["frac"],
@@ -43,7 +44,8 @@ def _fixes(ctx: Context):
                         "# e.g. vLLM: LLM(model, tensor_parallel_size=1) when the model fits one GPU\n"
                         "# or raise the batch (max_num_seqs) so that each collective carries more work"),)
     return (
-            pytorch("Let DDP overlap larger buckets; skip the all-reduce on accumulation steps",
+            pytorch("Try larger DDP buckets (measure: the first all-reduce starts later); skip the all-reduce on "
+                    "accumulation steps",
                     """
 model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=100, gradient_as_bucket_view=True)
 with model.no_sync():          # on all but the last micro-batch of an accumulation

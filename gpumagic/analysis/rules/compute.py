@@ -8,6 +8,7 @@ from gpumagic.analysis import devices
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import kernel_mask
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for
+from gpumagic.analysis.rules.precision import tf32_fix
 
 #: low-compute-efficiency fires only while the GPU is busy (≥ 50 % of the window, the same line
 #: as ``low-gpu-utilization``): an idle GPU is a different problem with its own findings.
@@ -79,7 +80,7 @@ def _efficiency_fixes(c: dict, training: bool):
     if c["dtype"] in ("fp32", "tf32") and peak and peak.tflops.get("bf16"):
         body = "    loss = loss_fn(model(x), y)" if training else "    out = model(x)"
         fixes.append(pytorch(f"Use the faster dtype: bf16/fp16 peaks at {peak.tflops.get('bf16', 0):g} TFLOP/s here",
-                             'torch.set_float32_matmul_precision("high")   # TF32 first, one line\n'
+                             tf32_fix().code + "\n"
                              f'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n{body}'))
     fixes += [
         pytorch("Give each matmul more work: a bigger batch (or sequence packing)" if training else

@@ -27,6 +27,38 @@ CPU_OP_SHARE = 0.5
 GRAPH_REPLAY_SHARE = 0.5
 GRAPHS_DOC = "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs"
 COMPILE_DOC = "https://pytorch.org/docs/stable/torch.compiler.html"
+#: After PyTorch's CUDA Graphs notes: warm up on a side stream before capture (the notes require
+#: it, so lazy initialisation and autotuning happen outside the graph), capture under no_grad for
+#: inference, and read outputs before the next replay overwrites them.
+GRAPH_INFERENCE_CODE = """
+model.eval()
+static_x = torch.randn(batch_shape, device="cuda")   # replays always read this tensor
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.no_grad(), torch.cuda.stream(side):        # warm up on a side stream first
+    for _ in range(3):
+        model(static_x)
+torch.cuda.current_stream().wait_stream(side)
+graph = torch.cuda.CUDAGraph()
+with torch.no_grad(), torch.cuda.graph(graph):
+    static_y = model(static_x)
+for x in batches:                  # same shape every time
+    static_x.copy_(x)
+    graph.replay()
+    out = static_y.clone()         # the next replay overwrites static_y"""
+#: Training: ``make_graphed_callables`` graphs a module's forward and backward (CUDA Graphs
+#: notes, "Partial-network capture"); whole-step capture (optimizer included, with
+#: ``capturable=True``) is what ``torch.compile(mode="reduce-overhead")`` automates. Checked on
+#: an H200 (torch 2.11): with a forward pass still awaiting its backward, the capture fails
+#: with cudaErrorStreamCaptureInvalidated, hence the comment.
+GRAPH_TRAINING_CODE = """
+# once, before the training loop: a forward pass whose backward has not run yet (a live
+# autograd graph) invalidates the capture
+sample_x = torch.randn(batch_shape, device="cuda", requires_grad=False)
+model = torch.cuda.make_graphed_callables(model, (sample_x,))   # forward + backward replayed
+# or the whole step, optimizer included:
+# model = torch.compile(model, mode="reduce-overhead")
+# opt = torch.optim.AdamW(model.parameters(), lr=lr, capturable=True)   # for manual whole-step capture"""
 
 
 def launch_bound(ctx: Context, m: dict):
@@ -74,24 +106,20 @@ def launch_wait(ctx: Context):
 
 
 def _launch_fixes(ctx: Context):
-    fixes = (
-        pytorch("Fuse kernels with torch.compile (mode='reduce-overhead' also uses CUDA graphs)",
-                "model = torch.compile(model, mode=\"reduce-overhead\")"),
-        pytorch("Or capture a static step in a CUDA graph",
-                """
-g = torch.cuda.CUDAGraph()
-static_x = torch.randn(batch_shape, device="cuda")
-with torch.cuda.graph(g):
-    static_y = model(static_x)
-# each step: static_x.copy_(x); g.replay()"""),
-    )
+    compile_fix = pytorch("Fuse kernels with torch.compile; mode='reduce-overhead' also replays CUDA graphs (its "
+                          "outputs are overwritten by the next call: clone what you keep across steps)",
+                          "model = torch.compile(model, mode=\"reduce-overhead\")")
     if ctx.workload != "training":
-        return fixes
+        return (compile_fix, pytorch("Or replay a recorded forward pass with a CUDA graph", GRAPH_INFERENCE_CODE))
     return (
-        *fixes,
-        pytorch("Use fused optimizers (one kernel for all parameters)",
+        compile_fix,
+        pytorch("Training: graph forward and backward (the optimizer stays eager), or compile the whole step",
+                GRAPH_TRAINING_CODE),
+        pytorch("Use a fused optimizer: a few multi-tensor kernels for all parameters (foreach, the CUDA default, "
+                "already groups tensors; fused also fuses the update math)",
                 "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)"),
-        huggingface("Through TrainingArguments", "TrainingArguments(..., torch_compile=True, optim=\"adamw_torch_fused\")"),
+        huggingface("Through TrainingArguments (torch_compile alone uses the default mode, without CUDA graphs)",
+                    "TrainingArguments(..., torch_compile=True, torch_compile_mode=\"reduce-overhead\")"),
     )
 
 

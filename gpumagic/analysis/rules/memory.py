@@ -1,32 +1,41 @@
-"""``memory-pressure``: peak memory at the device's limit."""
+"""``memory-pressure``: peak allocated memory at the device's limit."""
 
 from __future__ import annotations
 
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch
 
-#: The issue's anchor: peak above 90 % of device memory leaves the allocator no room to cache
-#: and risks fragmentation retries and out-of-memory errors.
+#: Peak *allocated* (live tensors) above 90 % of device memory leaves the allocator no room to
+#: cache and risks retries and out-of-memory errors. Peak reserved near capacity is normal.
 PEAK_FRAC = 0.90
 DOC = "https://pytorch.org/docs/stable/torch_cuda_memory.html"
 
 
 def memory_pressure(ctx: Context, m: dict):
-    """Signal: the allocator's peak reserved (else allocated) bytes from ``[memory]`` records, or
-    NVML's peak used memory, against the device's total. Threshold: > 90 %. Gain: not a speed
-    finding by itself (0 %) — it limits batch size and risks OOM and allocator retries.
-    False positives: a process that reserves memory up front on purpose."""
+    """Signal: the allocator's peak *allocated* bytes from ``[memory]`` records against the
+    device's total. Threshold: > 90 %. Reserved memory near capacity is the caching allocator
+    working as designed, and NVML's "used" includes the CUDA context and other processes, so
+    neither is the signal (both stay in the memory metrics). The live confirmation of pressure is
+    ``torch.cuda.memory_stats()["num_alloc_retries"]`` > 0 (cudaMalloc failed, the cache was
+    freed and the allocation retried); a trace does not record it, so the fix says how to read it.
+    Gain: not a speed finding by itself (0 %). False positives: a step that allocates one large
+    buffer on purpose."""
     mem = m["memory"]
     if mem["peak_frac"] is None or mem["peak_frac"] <= PEAK_FRAC:
         return None
     return finding(
         "memory-pressure", severity="medium", title=f"Memory peaks at {pct(mem['peak_frac'])} of the GPU",
-        why="""PyTorch's caching allocator keeps freed blocks for reuse. Near the device limit it must free
-        its cache and retry allocations (slow, synchronising) and an out-of-memory error is one batch away.
-        Activation checkpointing, lower precision or a smaller micro-batch with gradient accumulation buy
-        headroom.""",
-        summary=f"Peak {(mem['peak_reserved_bytes'] or mem['peak_allocated_bytes'] or mem.get('nvml_peak_used_bytes') or 0) / 2**30:.2f} GiB "
-                f"of {mem['capacity_bytes'] / 2**30:.2f} GiB ({mem['source']}).",
+        why="""PyTorch's caching allocator keeps freed blocks reserved for reuse, so reserved memory (and
+        nvidia-smi's "used") near the limit is normal. Live tensors near the limit are not: the allocator
+        must then free its cache and retry cudaMalloc (slow, synchronising; counted in
+        torch.cuda.memory_stats()["num_alloc_retries"]) and an out-of-memory error is one batch away.
+        When reserved is far above allocated, fragmentation is the issue and
+        PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps. Activation checkpointing, lower precision
+        or a smaller micro-batch with gradient accumulation buy headroom.""",
+        summary=f"Peak allocated {(mem['peak_allocated_bytes'] or 0) / 2**30:.2f} GiB "
+                f"of {mem['capacity_bytes'] / 2**30:.2f} GiB"
+                + (f" (peak reserved {mem['peak_reserved_bytes'] / 2**30:.2f} GiB)" if mem.get("peak_reserved_bytes") else "")
+                + ".",
         numbers={"peak_frac": mem["peak_frac"], "capacity_bytes": mem["capacity_bytes"], "source": mem["source"] or ""},
         est_gain=0.0, gain_method="not a direct speed loss: risk of OOM and allocator retries",
         fixes=_fixes(ctx),
@@ -34,13 +43,30 @@ def memory_pressure(ctx: Context, m: dict):
     )
 
 
+#: Checking for real pressure, and the fragmentation switch (PyTorch CUDA semantics notes,
+#: "Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF": ``expandable_segments``). The
+#: variable must be set before the first CUDA allocation.
+CHECK_CODE = """
+stats = torch.cuda.memory_stats()
+print("allocator retries:", stats["num_alloc_retries"])          # > 0: real pressure
+print("peak allocated GiB:", torch.cuda.max_memory_allocated() / 2**30)
+print("peak reserved GiB:", torch.cuda.max_memory_reserved() / 2**30)
+# reserved far above allocated (fragmentation): before the first CUDA allocation, e.g. in the shell
+#   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py"""
+
+
 def _fixes(ctx: Context):
+    check = pytorch("Confirm it: allocator retries and peak allocated vs reserved", CHECK_CODE)
+    return (check, *_shrink_fixes(ctx))
+
+
+def _shrink_fixes(ctx: Context):
     if ctx.workload != "training":
         return (pytorch("Store less per batch: lower precision weights, a smaller batch",
                         """
 model = model.to(torch.bfloat16)       # half the memory of FP32 weights and activations
 with torch.inference_mode():           # keeps no autograd state
-    out = model(x[: len(x) // 2])      # or a smaller batch"""),)
+    out = model(x[: len(x) // 2].to(torch.bfloat16))   # inputs in the weights' dtype; or a smaller batch"""),)
     return (
             pytorch("Trade compute for memory, or shrink what is stored",
                     """

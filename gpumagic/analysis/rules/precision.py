@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.devices import peak_tflops
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for
 
 #: Tensor cores exist from compute capability 7.0 (Volta) on (NVIDIA CUDA C++ Programming Guide,
@@ -12,9 +13,9 @@ TENSOR_CORE_MIN_CC = 7.0
 MATMUL_KERNEL_FRAC = 0.10
 #: ... and "~no tensor-core kernel time": under 10 % of that matmul time on tensor cores.
 TENSOR_CORE_SHARE_MAX = 0.10
-#: FP32 (CUDA cores) vs FP16/BF16 tensor-core peak: V100 15.7 vs 125 TFLOPS, A100 19.5 vs 312
-#: (NVIDIA datasheets) — at least 8x, so at most 7/8 of matmul time can go.
-TENSOR_CORE_SPEEDUP = 8.0
+#: bf16 tensor cores exist from compute capability 8.0 (Ampere); Volta and Turing have FP16 only
+#: (NVIDIA CUDA C++ Programming Guide, "Warp Matrix Functions", element types).
+BF16_MIN_CC = 8.0
 DOC = "https://pytorch.org/docs/stable/amp.html"
 
 
@@ -24,8 +25,11 @@ def mixed_precision_off(ctx: Context, m: dict):
     of kernel time on a GPU of compute capability ≥ 7.0 (AMD CDNA GPUs report 9.x), and < 10 % of
     that time runs tensor-core / matrix-core kernels (h884/s1688/16816/tensorop/gmma/nvjet/bf16;
     MFMA ``MI16x16x1``, xdlops: ``names.TENSOR_CORE_RE``). Inference traces get autocast without
-    a GradScaler. Gain: matmul time share ×
-    (1 − 1/8), from the ≥ 8× peak of tensor cores over FP32. False positives: kernels whose
+    a GradScaler. Gain, an upper bound: matmul
+    time share × (1 − FP32 peak / BF16-or-FP16 peak) from the device's own datasheet peaks
+    (``analysis.devices``: ~16× on A100, ~8× on V100, ~4× on L4/L40S, ~2× on GeForce Ampere/Ada
+    with FP32 accumulate) — a peak ratio is a ceiling no real kernel mix reaches; on a device
+    missing from the table, the whole matmul share. False positives: kernels whose
     names hide tensor-core use; FP32 kept on purpose for numerical reasons."""
     info = ctx.device_info
     k = m["kernels"]
@@ -34,21 +38,52 @@ def mixed_precision_off(ctx: Context, m: dict):
     matmul, tc = k["matmul_ms"], k["matmul_tensor_core_ms"]
     if matmul / k["total_ms"] < MATMUL_KERNEL_FRAC or tc / max(matmul, 1e-9) >= TENSOR_CORE_SHARE_MAX:
         return None
-    gain = ctx.frac(matmul * 1e6) * (1 - 1 / TENSOR_CORE_SPEEDUP)
+    low = "bf16" if info.compute_capability >= BF16_MIN_CC else "fp16"
+    fp32_peak, _src = peak_tflops(info.name, "fp32")
+    low_peak, _src = peak_tflops(info.name, low)
+    ratio = low_peak / fp32_peak if fp32_peak and low_peak else None
+    gain = ctx.frac(matmul * 1e6) * (1 - 1 / ratio if ratio else 1.0)
+    method = (f"upper bound: matmul/conv share of the window × (1 − 1/{ratio:.1f}), the {info.name}'s "
+              f"{low.upper()} tensor-core over FP32 peak ratio (datasheet ceilings, not a measured speed-up)"
+              if ratio else "upper bound: the whole matmul/conv share of the window (this GPU is not in the "
+              "peak table)")
+    lowp = "BF16/FP16 (and TF32)" if info.compute_capability >= BF16_MIN_CC else "FP16 (no BF16 before Ampere)"
+    ceiling = f": its datasheet peak is {ratio:.0f}x the FP32 one, a ceiling real kernels do not reach" if ratio else ""
     return finding(
         "mixed-precision-off", severity=severity_for(gain), title="Matmuls run in FP32 on a tensor-core GPU",
         why=f"""The {info.name} (compute capability {info.compute_capability:.1f}) has tensor cores that multiply
-        matrices in BF16/FP16 (and TF32 on Ampere and later) many times faster than FP32 on ordinary cores.
-        These matmul and convolution kernels run in plain FP32, so the tensor cores sit unused. Autocast
-        runs them in reduced precision while keeping numerically sensitive operations in FP32.""",
+        matrices in {lowp} faster than FP32 on ordinary cores{ceiling}. These matmul and convolution kernels run in
+        plain FP32, so the tensor cores sit unused. Autocast runs matmuls and convolutions in reduced
+        precision and keeps the ops on its FP32 list (layer_norm, softmax, losses and friends) in FP32
+        (PyTorch AMP docs, "Autocast Op Reference").""",
         summary=f"Matmul/conv kernels take {matmul:.1f} ms ({pct(matmul / k['total_ms'])} of kernel time); "
                 f"{pct(tc / max(matmul, 1e-9))} of it uses tensor cores.",
         numbers={"matmul_ms": matmul, "matmul_tensor_core_ms": tc, "matmul_kernel_frac": round(matmul / k["total_ms"], 4),
-                 "compute_capability": info.compute_capability},
-        est_gain=gain, gain_method="matmul/conv share of the window × (1 − 1/8), the tensor-core speed-up floor",
+                 "compute_capability": info.compute_capability,
+                 **({"peak_ratio": round(ratio, 2)} if ratio else {})},
+        est_gain=gain, gain_method=method,
         fixes=_fixes(info.compute_capability) if ctx.workload == "training" else _inference_fixes(info.compute_capability),
         doc_url=DOC,
     )
+
+
+def tf32_fix():
+    """TF32 for FP32 matmuls, in the API the installed torch documents: from PyTorch 2.9
+    ``torch.backends.cuda.matmul.fp32_precision = "tf32"`` (CUDA semantics notes, "TensorFloat-32
+    (TF32) on Ampere (and later) devices"); before it ``set_float32_matmul_precision("high")``,
+    which is the same switch as ``matmul.allow_tf32 = True``. cuDNN convolutions already use TF32
+    by default (``cudnn.allow_tf32`` defaults to True), so only matmuls need the line. Without
+    torch installed (offline analysis), the newer spelling is given. The version is read from the
+    package metadata: analysing a saved trace never imports torch."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        major, minor = (int("".join(c for c in p if c.isdigit()) or 0) for p in version("torch").split(".")[:2])
+        new = (major, minor) >= (2, 9)
+    except (PackageNotFoundError, ValueError):
+        new = True
+    code = ('torch.backends.cuda.matmul.fp32_precision = "tf32"   # PyTorch ≥ 2.9; cuDNN convs use TF32 by default'
+            if new else 'torch.set_float32_matmul_precision("high")   # = matmul.allow_tf32; cuDNN convs use TF32 by default')
+    return pytorch("First, one line: let FP32 matmuls use TF32 tensor cores", code)
 
 
 def _inference_fixes(cc: float):
@@ -60,8 +95,7 @@ def _inference_fixes(cc: float):
 with torch.inference_mode(), torch.autocast(device_type="cuda", dtype=torch.{dtype}):
     out = model(x)""")
     if cc >= 8.0:
-        return (pytorch("First, one line: let FP32 matmuls use TF32 tensor cores", 'torch.set_float32_matmul_precision("high")'),
-                autocast)
+        return (tf32_fix(), autocast)
     return (autocast,)
 
 
@@ -70,9 +104,7 @@ def _fixes(cc: float):
     autocast; fp16 with a GradScaler on Volta/Turing, whose tensor cores have no bf16 or TF32."""
     if cc >= 8.0:
         return (
-            pytorch("First, one line: let FP32 matmuls use TF32 tensor cores",
-                    'torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True\n'
-                    'torch.set_float32_matmul_precision("high")'),
+            tf32_fix(),
             pytorch("Then autocast the forward pass to bfloat16",
                     """
 with torch.autocast(device_type="cuda", dtype=torch.bfloat16):

@@ -38,9 +38,12 @@ def host_sync(ctx: Context, m: dict):
         "host-sync", severity=severity_for(frac),
         title=f"Syncs block the host: {_top_sync(s)}",
         why="""CUDA work is queued asynchronously: the host normally runs ahead and the GPU never waits.
-        Reading a GPU value on the host (.item(), .cpu(), printing a loss, a boolean test on a CUDA
-        tensor, nonzero) forces a synchronisation: the host stops until the queue drains. While it is
-        blocked it cannot prepare or launch the next work, so the GPU then waits for it.""",
+        Anything that needs a GPU value or size on the host forces a synchronisation: .item(), .cpu(),
+        .tolist(), .numpy(), printing a CUDA tensor, an if on one, nonzero, boolean-mask indexing
+        (x[mask]), torch.unique, and a blocking .to("cuda") from pageable memory. The host stops until
+        the queue drains; while blocked it cannot prepare or launch the next work, so the GPU then
+        waits for it. torch.cuda.set_sync_debug_mode("warn") points at many of them, not all (its
+        docstring: "not all synchronizing operations will trigger warning or error").""",
         summary=f"{s['harmful_count']} of {s['count']} sync calls blocked the host for {s['harmful_blocked_ms']:.2f} ms "
                 f"({pct(harmful_frac)} of the window) while the GPU still had work; those sync calls were followed by "
                 f"GPU idle time of which {s['starved_ms']:.2f} ms a host running ahead would have hidden"
@@ -53,7 +56,7 @@ def host_sync(ctx: Context, m: dict):
         fixes=(
             pytorch("Keep values on the GPU; read them rarely; find hidden syncs",
                     """
-torch.cuda.set_sync_debug_mode("warn")   # warns at every synchronising call
+torch.cuda.set_sync_debug_mode("warn")   # warns at many synchronising calls (not all)
 running_loss += loss.detach()            # instead of loss.item() every step
 if step % 50 == 0:
     print(running_loss.item() / 50)      # one sync per 50 steps

@@ -123,7 +123,7 @@ def gpu_idle_gaps(ctx: Context, m: dict):
     return finding(
         "gpu-idle-gaps", severity=severity_for(frac),
         title=f"{i['long_gap_count']} GPU idle gap{'s' if i['long_gap_count'] != 1 else ''} ≥ 1 ms, mostly {what}",
-        why="""A gap of a millisecond or more is thousands of kernel launches' worth of idle GPU. Most long
+        why="""A gap of a millisecond or more is 100–200 kernel launches' worth of idle GPU (at 5–10 µs per launch). Most long
         gaps have one host-side cause — a batch being loaded, a synchronisation, a logging or checkpoint
         call — visible on the main thread at the same moment. When the work after a gap had been launched
         before it ran ("queued work not started"), the host was not the holdup: the GPU waited on a

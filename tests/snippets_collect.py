@@ -1,0 +1,177 @@
+"""Every fix gpumagic can print, collected by running the analysis over every fixture trace in
+tests/data and built traces that fire each rule (with training/inference and GPU-generation
+variants), then the Hugging Face rephrasing of each report. tests/test_snippets.py proves them;
+a new rule is covered as soon as a fixture or a builder here fires it."""
+
+from __future__ import annotations
+
+import glob
+import os
+from functools import lru_cache
+
+import test_compute as tc
+import test_diagnoses as td
+from tracebuilder import DATA, TraceBuilder
+
+from gpumagic import analyze
+from gpumagic.integrations.huggingface import huggingface_fixes
+
+
+def _transfer_trace(training: bool):
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.memcpy("Memcpy HtoD (Pinned -> Device)", t + 100, 3_000, 64 << 20, launch_ts=t + 90)
+        tb.kernel("ampere_sgemm_128x64_nn", t + 3_200, 6_000, launch_ts=t + 3_150)
+        if training:
+            tb.op("autograd::engine::evaluate_function: AddmmBackward0", t + 9_000, 500)
+            tb.op("Optimizer.step#AdamW.step", t + 9_600, 300)
+    return tb
+
+
+def _memory_trace(training: bool):
+    tb = _transfer_trace(training)
+    tb.memory(5_000, allocated=int(0.95 * 80 * 2**30), reserved=int(0.97 * 80 * 2**30))
+    return tb
+
+
+def _matmul_trace(cc: tuple[int, int], name: str, training: bool):
+    tb = TraceBuilder(cc=cc, gpu_name=name)
+    for i in range(3):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.kernel("sgemm_128x64_nn", t + 100, 8_000, launch_ts=t + 50)
+        if training:
+            tb.op("autograd::engine::evaluate_function: AddmmBackward0", t + 9_000, 500)
+            tb.op("Optimizer.step#AdamW.step", t + 9_600, 300)
+    return tb
+
+
+def _cold_trace():
+    tb = TraceBuilder()
+    for i, dur in enumerate((30_000, 10_000, 10_000, 10_000)):
+        t = 0 if i == 0 else 30_000 + (i - 1) * 10_000
+        tb.step(i + 1, t, dur)
+        tb.kernel("k", t + 100, dur - 500, launch_ts=t + 50)
+    return tb
+
+
+def _launch_trace(training: bool):
+    tb = td._tiny_kernels(False)
+    if training:
+        tb.op("autograd::engine::evaluate_function: AddmmBackward0", 100, 5)
+        tb.op("Optimizer.step#AdamW.step", 200, 5)
+    return tb
+
+
+def built_reports():
+    """(label, Report) for the built traces."""
+    yield "transfer-train", analyze(_transfer_trace(True).to_dict())
+    yield "transfer-infer", analyze(_transfer_trace(False).to_dict())
+    yield "memory-train", analyze(_memory_trace(True).to_dict())
+    yield "memory-infer", analyze(_memory_trace(False).to_dict())
+    for cc, name in (((7, 0), "Tesla V100-SXM2-32GB"), ((8, 0), "NVIDIA A100-SXM4-80GB"), ((8, 9), "NVIDIA L4"),
+                     ((8, 6), "Unknown GPU")):
+        for training in (True, False):
+            yield f"matmul-{name}-{training}", analyze(_matmul_trace(cc, name, training).to_dict())
+    yield "cold", analyze(_cold_trace().to_dict())
+    yield "launch-train", analyze(_launch_trace(True).to_dict())
+    yield "launch-infer", analyze(_launch_trace(False).to_dict())
+    yield "sync", analyze(td._sync_step_trace(20, 1_990).to_dict())
+    for training in (True, False):
+        yield f"loader-{training}", analyze(td._loader_trace(training).to_dict())
+    yield "loader-cpu", analyze(td._loader_trace(True, False).to_dict())
+    yield "saturated", td._with_samples(td._loader_trace(training=True), 95.0, main_pct=100.0)
+    yield "tiny", analyze(tc.tiny_trace(1e7).to_dict())
+    yield "copies", analyze(tc.copies_trace(20).to_dict())
+    yield "attention", analyze(tc.attention_trace().to_dict())
+    yield "elementwise", analyze(tc.elementwise_trace(6_000, 1_000).to_dict())
+    yield "efficiency", analyze(tc.efficiency_trace(1e9).to_dict())
+
+
+@lru_cache(maxsize=1)
+def all_reports():
+    out = [(os.path.basename(p), analyze(p)) for p in sorted(glob.glob(os.path.join(DATA, "*.json.gz")))]
+    out += list(built_reports())
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def all_fixes():
+    """{code: (finding id, Fix, where)} for every distinct fix code, HF rephrasings included."""
+    seen = {}
+    for label, report in all_reports():
+        for r in (report, huggingface_fixes(report)):
+            for f in r.findings:
+                for fx in f.fixes:
+                    seen.setdefault(fx.code, (f.id, fx, label))
+    return seen
+
+
+# ---- running a snippet ----------------------------------------------------------------------------
+
+#: Roots a snippet may use without importing them (the names the fixes assume in scope).
+def known_roots():
+    import os as _os
+    import time as _time
+
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader
+
+    roots = {"torch": torch, "F": F, "os": _os, "time": _time, "DataLoader": DataLoader}
+    try:
+        import transformers
+        roots.update(TrainingArguments=transformers.TrainingArguments, AutoModel=transformers.AutoModel)
+    except ImportError:  # pragma: no cover - transformers is a test dependency
+        pass
+    try:
+        import triton
+        import triton.language as tl
+        roots.update(triton=triton, tl=tl)
+    except ImportError:  # pragma: no cover - triton ships with CUDA torch only
+        pass
+    return roots
+
+
+def harness(device: str, calls: list | None = None) -> dict:
+    """A tiny model, loader and batch in scope under the names the fixes use, on ``device``.
+    ``train_step`` appends what it was given to ``calls``."""
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    torch.manual_seed(0)
+    calls = [] if calls is None else calls
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    x = torch.randn(6, 8, device=device)
+    y = torch.randint(0, 4, (6,), device=device)
+
+    def train_step(*tensors):
+        xb = tensors[0].to(device)
+        out = model(xb.float())
+        loss = out.float().sum() if len(tensors) < 2 else loss_fn(out, tensors[1].to(device))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        calls.append(tensors)
+
+    ns = dict(known_roots())
+    with torch.no_grad():  # no live autograd graph: make_graphed_callables must not see one
+        loss = loss_fn(model(x), y)
+    ns.update(
+        model=model, optimizer=opt, opt=opt, loss_fn=loss_fn, x=x, y=y, loss=loss.requires_grad_(), lr=1e-3,
+        dataset=TensorDataset(torch.randn(20, 8), torch.randint(0, 4, (20,))), batch_size=4,
+        train_step=train_step, batch=(x, y), block=nn.Linear(8, 8).to(device), batch_shape=(4, 8),
+        batches=[torch.randn(4, 8, device=device) for _ in range(3)],
+        host_batches=[torch.randn(4, 8) for _ in range(3)],
+        samples=[torch.randn(8) for _ in range(4)], requests=[torch.randn(8, device=device) for _ in range(3)],
+        device=device, q=torch.randn(2, 2, 4, 8, device=device), k=torch.randn(2, 2, 4, 8, device=device),
+        v=torch.randn(2, 2, 4, 8, device=device), mask=None, p=0.1, training=False, d=8,
+        weight=torch.ones(8, device=device), logits=torch.randn(4, 4, device=device), step=100,
+        running_loss=torch.zeros((), device=device), log=lambda m: calls.append(("log", m)), metrics={},
+    )
+    return ns
