@@ -193,6 +193,13 @@ def test_dataloader_bottleneck_is_found_fixed_and_measured(run_notebook):
     assert table[0].startswith("gpumagic run history: 2 run(s) in ")
     assert [line.split()[:2] for line in table[2:]] == [["r1", "before"], ["r2", "after"]]
     assert table[2].endswith("dataloader-bound")
+    # a CPU-bound dataset on this CPU-only machine: a saturated host, or an honest loader finding,
+    # and never pinned memory or more workers than the cores the run could use
+    cpu = output_of(nb, 'print("findings:", ", ".join(cpu_rep.finding_ids))')
+    assert "host-cpu-saturated" in cpu or "dataloader-bound" in cpu, cpu
+    assert "pin_memory" not in cpu and "non_blocking" not in cpu, cpu
+    cores = int(re.search(r"usable cores: ([\d.]+)", cpu).group(1).split(".")[0])
+    assert all(int(n) <= max(1, cores - 1) for n in re.findall(r"num_workers=(\d+)", cpu)), cpu
 
 
 def test_transfers_and_syncs(run_notebook):
