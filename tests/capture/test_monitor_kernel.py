@@ -15,10 +15,15 @@ pytestmark = pytest.mark.slow
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 THREADS = "sorted(t.name for t in __import__('threading').enumerate() if t.name.startswith('gpumagic-'))"
-#: Runs a cell for ``seconds`` (busy: spinning on the CPU; else sleeping), then returns what the
+#: Runs a cell for ``seconds`` (busy: hashing on the CPU; else sleeping), then returns what the
 #: monitor sampled meanwhile: (samples, highest CPU of this process, widget redrawn, still running).
+#: The busy cell works as training code does, in native calls that release the GIL (hashlib does
+#: for large buffers, as torch kernels do): a pure-Python spin would hold the GIL and slow every
+#: other thread's file reads, the monitor's included, to one per switch interval (5 ms).
 WATCH = """
+import hashlib
 import time
+block = bytes(1 << 20)
 from gpumagic.shells import monitor as M
 mon = M.current(); html0 = mon._widgets[0].root.value
 t0 = time.time_ns()
@@ -42,7 +47,7 @@ def test_the_monitor_samples_while_another_cell_runs_and_stops(tmp_path):
         assert kind == "display_data" and WIDGET_MIME in content["data"]
         assert content["data"]["text/plain"].startswith("gpumagic monitor: ") and "<svg" in content["data"]["text/html"]
 
-        busy = ast.literal_eval(value(kc, WATCH.format(seconds=1.5, body="pass")))
+        busy = ast.literal_eval(value(kc, WATCH.format(seconds=1.5, body="hashlib.sha256(block).digest()")))
         idle = ast.literal_eval(value(kc, WATCH.format(seconds=1.5, body="time.sleep(0.05)")))
         assert busy[0] >= 5 and idle[0] >= 5  # sampled during the cells: the kernel was never waiting for it
         assert busy[2] and idle[2] and busy[3]  # the widget was redrawn meanwhile
