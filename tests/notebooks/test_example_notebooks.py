@@ -50,10 +50,18 @@ def cuda_available() -> bool:
 
 def outputs_text(cell) -> str:
     """The text a code cell showed: its streams and the text/plain of its displays."""
-    parts = []
+    parts: list[str] = []
+    unfinished: dict[str, int] = {}  # stream name -> its part whose last line is not ended yet
     for out in cell.get("outputs", []):
         if out.get("output_type") == "stream":
-            parts.append(out["text"])
+            name = out.get("name", "stdout")
+            if name in unfinished:  # one print can arrive in pieces, another stream's text between them
+                parts[unfinished.pop(name)] += out["text"]
+            else:
+                parts.append(out["text"])
+            index = next(i for i in range(len(parts) - 1, -1, -1) if parts[i].endswith(out["text"]))
+            if not out["text"].endswith("\n"):
+                unfinished[name] = index
         else:
             parts.append(out.get("data", {}).get("text/plain", ""))
     return "\n".join(parts)
