@@ -7,7 +7,6 @@ import pytest
 from tracebuilder import DATA
 
 import gpumagic
-from gpumagic.report.model import metric
 
 with open(os.path.join(DATA, "EXPECTED.json")) as fh:
     EXPECTED = json.load(fh)
@@ -16,6 +15,14 @@ CASES = [(f, "fires", i) for f, e in EXPECTED.items() for i in e["fires"]] + \
         [(f, "silent", i) for f, e in EXPECTED.items() for i in e["silent"]]
 METRIC_CASES = [(f, path, lo, hi) for f, e in EXPECTED.items() for path, (lo, hi) in e.get("metrics", {}).items()]
 _CACHE: dict = {}
+
+
+def dotted(metrics, path: str):
+    """``metrics.a.b`` for the path ``"a.b"`` of EXPECTED.json (a dict level reads its key)."""
+    node = metrics
+    for key in path.split("."):
+        node = node[key]
+    return node
 
 
 def report(name):
@@ -40,7 +47,7 @@ def test_every_trace_is_analysed(trace):
 
 @pytest.mark.parametrize(("trace", "path", "lo", "hi"), METRIC_CASES)
 def test_expected_metric_ranges(trace, path, lo, hi):
-    value = metric(report(trace).metrics, *path.split("."))
+    value = dotted(report(trace).metrics, path)
     assert value is not None and lo <= value <= hi, f"{path} = {value}"
 
 
@@ -51,31 +58,32 @@ def test_the_checks_add_up_to_the_issue_count():
 
 def test_final_device_synchronize_is_not_harmful():
     """v100_resnet_ns_timestamps ends with one cudaDeviceSynchronize that waits on queued work."""
-    s = report("v100_resnet_ns_timestamps.json.gz").metrics["syncs"]
-    assert s["by_name"]["cudaDeviceSynchronize"]["count"] == 1
-    assert s["blocked_ms"] > 50  # it does block the host for a long time ...
-    assert s["harmful_count"] == 0  # ... but nothing runs on the GPU after it
+    s = report("v100_resnet_ns_timestamps.json.gz").metrics.syncs
+    assert s.by_name["cudaDeviceSynchronize"].count == 1
+    assert s.blocked_ms > 50  # it does block the host for a long time ...
+    assert s.harmful_count == 0  # ... but nothing runs on the GPU after it
 
 
 def test_manifest_facts():
     w0 = report("resnet50_v100_workers0.json.gz").metrics
     w4 = report("resnet50_v100_workers4.json.gz").metrics
-    assert 0.25 < w0["host"]["dataloader_frac"] < 0.45  # "about a third of every step"
-    assert w4["host"]["dataloader_frac"] < 0.02
-    assert 0.7 < w4["steps"]["median_ms"] / w0["steps"]["median_ms"] < 0.8  # "about 20 % shorter"
-    assert w0["copies"]["groups"][0] == {**w0["copies"]["groups"][0], "direction": "HtoD", "memory": "pageable", "count": 12}
+    assert 0.25 < w0.host.dataloader_frac < 0.45  # "about a third of every step"
+    assert w4.host.dataloader_frac < 0.02
+    assert 0.7 < w4.steps.median_ms / w0.steps.median_ms < 0.8  # "about 20 % shorter"
+    first = w0.copies.groups[0]
+    assert (first.direction, first.memory, first.count) == ("HtoD", "pageable", 12)
     a100 = report("a100_training_rank0.json.gz").metrics
-    assert 0.25 < a100["gpu"]["busy_frac"] < 0.45  # "busy about a third of the time"
-    assert a100["kernels"]["short_frac"] > 0.5
-    assert a100["syncs"]["sync_ops"]["aten::item"] > 100
+    assert 0.25 < a100.gpu.busy_frac < 0.45  # "busy about a third of the time"
+    assert a100.kernels.short_frac > 0.5
+    assert a100.syncs.sync_ops["aten::item"] > 100
     ns = report("v100_resnet_ns_timestamps.json.gz").metrics
-    assert ns["gpu"]["busy_frac"] > 0.9
+    assert ns.gpu.busy_frac > 0.9
     big = report("v100_large_216k_events.json.gz").metrics
-    assert big["steps"]["count"] == 5
-    assert 0.15 < big["communication"]["frac"] < 0.25
+    assert big.steps.count == 5
+    assert 0.15 < big.communication.frac < 0.25
     h100 = report("h100_bert_small_inference.json.gz").metrics
-    assert h100["kernels"]["count"] == 60
-    assert h100["gpu"]["busy_frac"] < 0.10
+    assert h100.kernels.count == 60
+    assert h100.gpu.busy_frac < 0.10
 
 
 @pytest.mark.parametrize("trace", sorted(EXPECTED))

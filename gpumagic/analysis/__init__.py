@@ -7,7 +7,7 @@ import os
 from gpumagic.analysis import metrics as _metrics
 from gpumagic.analysis.context import build_context
 from gpumagic.analysis.gains import apportion
-from gpumagic.analysis.rules import CAUSE_RULES, low_gpu_utilization
+from gpumagic.analysis.rules import CAUSE_RULES, RESIDUAL_RULE
 from gpumagic.report.model import Report, sort_findings
 from gpumagic.trace import Trace, load
 
@@ -22,7 +22,7 @@ def analyze(source: str | os.PathLike | dict | Trace, *, label: str = "") -> Rep
     ctx = build_context(trace)
     metrics = _metrics.compute(ctx)
     findings = [f for f in (rule(ctx, metrics) for rule in CAUSE_RULES) if f is not None]
-    low = low_gpu_utilization(ctx, metrics)
+    low = RESIDUAL_RULE(ctx, metrics)
     if low is not None:
         findings.append(low)
     findings, combined = apportion(ctx, findings)

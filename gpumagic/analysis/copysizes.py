@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.report.metrics import SmallCopyDirection, SmallCopyMetrics
 
 #: A copy of at most this many bytes is "small". Each copy pays a fixed cost — the runtime call,
 #: a DMA descriptor, often a stream sync — of several µs; at 64 KiB a PCIe 3/4 link (12–25 GB/s)
@@ -61,20 +60,20 @@ def _call_spans(ctx: Context, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(blocking, np.clip(g_s, c_s, c_e), c_s), c_e
 
 
-def metrics(ctx: Context, groups: dict) -> dict[str, Any]:
-    """``metrics["small_copies"]``: per direction, the count, size distribution and cost of the
+def metrics(ctx: Context, groups: dict) -> SmallCopyMetrics:
+    """``metrics.small_copies``: per direction, the count, size distribution and cost of the
     host↔device copies of ≤ 64 KiB, as shares of the window on the host and on the GPU."""
     steps = max(len(ctx.step_bounds), 1)
-    out: dict[str, Any] = {"max_bytes": SMALL_COPY_BYTES, "directions": {}}
+    directions: dict[str, SmallCopyDirection] = {}
     for direction, r in sorted(small_copies(ctx, groups).items()):
         classes = np.searchsorted(np.array(SIZE_CLASSES), r["sizes"], side="left")
-        out["directions"][direction] = {
-            "count": r["count"], "per_step": round(r["count"] / steps, 2), "bytes": r["bytes"],
-            "median_bytes": r["median_bytes"], "max_bytes": r["max_bytes"],
-            "size_classes": {f"<={c // 1024}KiB" if c >= 1024 else f"<={c}B": int(np.count_nonzero(classes == i))
-                             for i, c in enumerate(SIZE_CLASSES)},
-            "gpu_ms": round(r["gpu_ns"] / 1e6, 4), "host_ms": round(r["host_ns"] / 1e6, 4),
-            "gpu_frac": round(ctx.frac(r["gpu_ns"]), 4), "host_frac": round(ctx.frac(r["host_ns"]), 4),
-            "cost_frac": round(ctx.frac(iv.total(r["cost"])), 4),  # host ∪ GPU time, the GPU busy with nothing else
-        }
-    return out
+        directions[direction] = SmallCopyDirection(
+            count=r["count"], per_step=round(r["count"] / steps, 2), bytes=r["bytes"],
+            median_bytes=r["median_bytes"], max_bytes=r["max_bytes"],
+            size_classes={f"<={c // 1024}KiB" if c >= 1024 else f"<={c}B": int(np.count_nonzero(classes == i))
+                          for i, c in enumerate(SIZE_CLASSES)},
+            gpu_ms=round(r["gpu_ns"] / 1e6, 4), host_ms=round(r["host_ns"] / 1e6, 4),
+            gpu_frac=round(ctx.frac(r["gpu_ns"]), 4), host_frac=round(ctx.frac(r["host_ns"]), 4),
+            cost_frac=round(ctx.frac(iv.total(r["cost"])), 4),  # host ∪ GPU time, the GPU busy with nothing else
+        )
+    return SmallCopyMetrics(max_bytes=SMALL_COPY_BYTES, directions=directions)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic.analysis import devices
+from gpumagic.report.metrics import ComputeMetrics
 
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
                         "aten::_addmm_activation", "aten::addbmm", "aten::_scaled_mm"})
@@ -349,8 +350,8 @@ def _next_input(ops: _Ops, i: int, x: list[int], w: list[int]) -> list[int] | No
 TF32_KERNEL_RE = re.compile(r"tf32|tensorop_s1688|tensorop_s16816", re.IGNORECASE)
 
 
-def metrics(ctx) -> dict[str, Any]:
-    """``metrics["compute"]`` (docs/metrics.md): FLOPs over the window, achieved TFLOP/s, the
+def metrics(ctx) -> ComputeMetrics:
+    """``metrics.compute`` (docs/metrics.md): FLOPs over the window, achieved TFLOP/s, the
     device's peak for the dtype the matmuls ran in, and MFU = achieved / peak."""
     c = count(ctx.trace.ops, ctx.lo, ctx.hi)
     name = _device_name(ctx)
@@ -360,8 +361,13 @@ def metrics(ctx) -> dict[str, Any]:
                            "device_sku": peak.sku if peak else None, "peak_source": None,
                            "ops_counted": c["profiler"] + c["shapes"], "ops_unresolved": c["unresolved"],
                            "matmul_kernel_tflops": None}
-    if not out["ops_counted"]:
-        return out
+    if out["ops_counted"]:
+        _efficiency(ctx, c, name, out)
+    return ComputeMetrics(**out)
+
+
+def _efficiency(ctx, c: dict[str, Any], name: str, out: dict[str, Any]) -> None:
+    """Fill ``out`` (the compute fields) from the counted FLOPs ``c``."""
     dtype = max(c["by_dtype"].items(), key=lambda kv: kv[1])[0]
     dtype = None if dtype in ("unknown", "fp64") else dtype
     if dtype == "fp32" and _tf32_kernels(ctx):
@@ -380,7 +386,6 @@ def metrics(ctx) -> dict[str, Any]:
         out.update(peak_tflops=tflops, peak_source=source, mfu=round(out["achieved_tflops"] / tflops, 4))
         if out["matmul_kernel_tflops"] is not None and out["matmul_kernel_tflops"] > tflops:
             out["matmul_kernel_tflops"] = None  # above peak: some matmul kernels were not recognised by name
-    return out
 
 
 def _device_name(ctx) -> str:

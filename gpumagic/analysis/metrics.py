@@ -21,6 +21,31 @@ from gpumagic.analysis.context import (
     Context,
 )
 from gpumagic.analysis.hostcpu import host_cpu
+from gpumagic.report.metrics import (
+    BreakdownMetrics,
+    CommunicationMetrics,
+    CopiesMetrics,
+    CopyGroupMetrics,
+    DeviceMetrics,
+    Distributed,
+    GapMetrics,
+    GpuDeviceMetrics,
+    GpuMetrics,
+    HostMetrics,
+    IdleMetrics,
+    KernelMetrics,
+    KernelsMetrics,
+    MainThread,
+    MemoryMetrics,
+    Metrics,
+    SampleMetrics,
+    StepMetrics,
+    SyncCallMetrics,
+    SyncMetrics,
+    TraceMetrics,
+    WindowMetrics,
+)
+from gpumagic.trace.model import Samples
 
 TOP_KERNELS = 15
 #: A first step this many times the median of the others is an outlier (warm-up in the window).
@@ -32,69 +57,72 @@ def _ms(ns: float) -> float:
     return round(float(ns) / MS, 4)
 
 
-def compute(ctx: Context) -> dict[str, Any]:
-    return {
-        "trace": _trace(ctx),
-        "window": {"start_ns": ctx.lo, "end_ns": ctx.hi, "dur_ms": _ms(ctx.hi - ctx.lo), "source": ctx.window_source},
-        "steps": _steps(ctx),
-        "gpu": _gpu(ctx),
-        "breakdown": _breakdown(ctx),
-        "idle": _idle(ctx),
-        "kernels": _kernels(ctx),
-        "copies": _copies(ctx),
-        "syncs": syncs(ctx),
-        "memory": _memory(ctx),
-        "communication": communication(ctx),
-        "host": _host(ctx),
-        "compute": flops.metrics(ctx),
-        "small_copies": copysizes.metrics(ctx, copy_groups(ctx)),
-        **({"samples": _samples(ctx)} if ctx.trace.samples is not None else {}),
-    }
+def compute(ctx: Context) -> Metrics:
+    return Metrics(
+        trace=_trace(ctx),
+        window=WindowMetrics(start_ns=ctx.lo, end_ns=ctx.hi, dur_ms=_ms(ctx.hi - ctx.lo), source=ctx.window_source),
+        steps=_steps(ctx),
+        gpu=_gpu(ctx),
+        breakdown=_breakdown(ctx),
+        idle=_idle(ctx),
+        kernels=_kernels(ctx),
+        copies=_copies(ctx),
+        syncs=syncs(ctx),
+        memory=_memory(ctx),
+        communication=communication(ctx),
+        host=_host(ctx),
+        compute=flops.metrics(ctx),
+        small_copies=copysizes.metrics(ctx, copy_groups(ctx)),
+        samples=None if ctx.trace.samples is None else _samples(ctx, ctx.trace.samples),
+    )
 
 
-def _trace(ctx: Context) -> dict[str, Any]:
+def _trace(ctx: Context) -> TraceMetrics:
     t = ctx.trace
-    return {
-        "source": t.source,
-        "events": t.meta.get("event_count", len(t.events)),
-        "schema": t.meta.get("schema"),
-        "devices": [{"id": d.id, "name": d.name, "compute_capability": d.compute_capability,
-                     "total_memory_bytes": d.total_memory_bytes} for d in t.devices],
-        "cpu_only": ctx.device < 0,
-        "distributed": t.meta.get("distributed"),
-        "workload": ctx.workload,
-    }
+    dist = t.meta.get("distributed")
+    return TraceMetrics(
+        source=t.source,
+        events=t.meta.get("event_count", len(t.events)),
+        schema=t.meta.get("schema"),
+        devices=[DeviceMetrics(id=d.id, name=d.name, compute_capability=d.compute_capability,
+                               total_memory_bytes=d.total_memory_bytes) for d in t.devices],
+        cpu_only=ctx.device < 0,
+        distributed=None if dist is None else Distributed(backend=dist.get("backend"), rank=dist.get("rank"),
+                                                          world_size=dist.get("world_size")),
+        workload=ctx.workload,
+    )
 
 
-def _steps(ctx: Context) -> dict[str, Any]:
+def _steps(ctx: Context) -> StepMetrics:
     d = np.array([e - s for s, e in ctx.step_bounds], dtype=np.float64) / MS
-    out = {"count": len(ctx.step_bounds), "names": ctx.step_names,
-           "bounds_ns": [[s, e] for s, e in ctx.step_bounds], "durations_ms": [round(x, 4) for x in d.tolist()],
-           "median_ms": None, "p90_ms": None, "first_step_outlier": False, "first_over_median": None}
+    median_ms = p90_ms = first_over = None
+    outlier = False
     if d.size:
-        out["median_ms"] = round(float(median(d)), 4)
-        out["p90_ms"] = round(float(percentile(d, 90)), 4)
+        median_ms = round(float(median(d)), 4)
+        p90_ms = round(float(percentile(d, 90)), 4)
     if d.size >= 3:
         rest = float(median(d[1:]))
         ratio = float(d[0]) / rest if rest > 0 else None
-        out["first_over_median"] = None if ratio is None else round(ratio, 3)
-        out["first_step_outlier"] = bool(ratio is not None and ratio >= FIRST_STEP_OUTLIER_RATIO)
-    return out
+        first_over = None if ratio is None else round(ratio, 3)
+        outlier = bool(ratio is not None and ratio >= FIRST_STEP_OUTLIER_RATIO)
+    return StepMetrics(count=len(ctx.step_bounds), names=list(ctx.step_names),
+                       bounds_ns=[(s, e) for s, e in ctx.step_bounds], durations_ms=[round(x, 4) for x in d.tolist()],
+                       median_ms=median_ms, p90_ms=p90_ms, first_step_outlier=outlier, first_over_median=first_over)
 
 
-def _gpu(ctx: Context) -> dict[str, Any]:
-    per = [{"device": r["device"], "busy_frac": round(ctx.frac(r["busy_ns"]), 4), "busy_ms": _ms(r["busy_ns"]),
-            "kernel_ms": _ms(r["kernel_ns"]), "memcpy_ms": _ms(r["memcpy_ns"]), "memset_ms": _ms(r["memset_ns"]),
-            "streams": r["streams"]} for r in ctx.per_device]
+def _gpu(ctx: Context) -> GpuMetrics:
+    per = [GpuDeviceMetrics(device=r["device"], busy_frac=round(ctx.frac(r["busy_ns"]), 4), busy_ms=_ms(r["busy_ns"]),
+                            kernel_ms=_ms(r["kernel_ns"]), memcpy_ms=_ms(r["memcpy_ns"]), memset_ms=_ms(r["memset_ns"]),
+                            streams=r["streams"]) for r in ctx.per_device]
     busy = iv.total(ctx.busy)
     info = ctx.device_info
-    return {"primary_device": ctx.device if ctx.device >= 0 else None,
-            "primary_name": info.name if info is not None and info.name else None,
-            "busy_frac": round(ctx.frac(busy), 4) if ctx.device >= 0 else None,
-            "busy_ms": _ms(busy), "per_device": per}
+    return GpuMetrics(primary_device=ctx.device if ctx.device >= 0 else None,
+                      primary_name=info.name if info is not None and info.name else None,
+                      busy_frac=round(ctx.frac(busy), 4) if ctx.device >= 0 else None,
+                      busy_ms=_ms(busy), per_device=per)
 
 
-def _breakdown(ctx: Context) -> dict[str, Any]:
+def _breakdown(ctx: Context) -> BreakdownMetrics:
     totals = {c: iv.total(ctx.exclusive[c]) for c in BREAKDOWN_ORDER}
     per_step = []
     if ctx.step_bounds:
@@ -102,25 +130,25 @@ def _breakdown(ctx: Context) -> dict[str, Any]:
         hi = np.array([e for _, e in ctx.step_bounds])
         cols = {c: iv.measure_in(ctx.exclusive[c], lo, hi) for c in BREAKDOWN_ORDER}
         per_step = [{c: _ms(cols[c][i]) for c in BREAKDOWN_ORDER} for i in range(lo.size)]
-    return {"order": list(BREAKDOWN_ORDER), "total_ms": {c: _ms(v) for c, v in totals.items()},
-            "frac": {c: round(ctx.frac(v), 4) for c, v in totals.items()}, "per_step_ms": per_step}
+    return BreakdownMetrics(order=list(BREAKDOWN_ORDER), total_ms={c: _ms(v) for c, v in totals.items()},
+                            frac={c: round(ctx.frac(v), 4) for c, v in totals.items()}, per_step_ms=per_step)
 
 
-def _idle(ctx: Context) -> dict[str, Any]:
+def _idle(ctx: Context) -> IdleMetrics:
     gaps = ctx.gaps
     long = gaps.where(gaps.dur_ns >= LONG_GAP_NS)
     top = np.sort(np.argsort(-gaps.dur_ns, kind="stable")[:MAX_REPORTED_GAPS])
-    return {
-        "total_ms": _ms(sum(ctx.idle_ns.values())),
-        "host_wait_ms": _ms(ctx.idle_ns.get("host_wait", 0)),
-        "launch_latency_ms": _ms(ctx.idle_ns.get("launch_latency", 0)),
-        "other_ms": _ms(ctx.idle_ns.get("other", 0)),
-        "launch_latency_max_us": LAUNCH_LATENCY_MAX_NS / 1000,
-        "long_gap_count": len(long),
-        "long_gap_ms": _ms(long.total_ns()),
-        "gaps": [{"start_ns": int(gaps.start_ns[i]), "end_ns": int(gaps.end_ns[i]), "cause": GAP_CAUSES[gaps.cause[i]],
-                  "host_wait_ms": _ms(gaps.host_ns[i])} for i in top.tolist()],
-    }
+    return IdleMetrics(
+        total_ms=_ms(sum(ctx.idle_ns.values())),
+        host_wait_ms=_ms(ctx.idle_ns.get("host_wait", 0)),
+        launch_latency_ms=_ms(ctx.idle_ns.get("launch_latency", 0)),
+        other_ms=_ms(ctx.idle_ns.get("other", 0)),
+        launch_latency_max_us=LAUNCH_LATENCY_MAX_NS / 1000,
+        long_gap_count=len(long),
+        long_gap_ms=_ms(long.total_ns()),
+        gaps=[GapMetrics(start_ns=int(gaps.start_ns[i]), end_ns=int(gaps.end_ns[i]), cause=GAP_CAUSES[gaps.cause[i]],
+                         host_wait_ms=_ms(gaps.host_ns[i])) for i in top.tolist()],
+    )
 
 
 def kernel_mask(ctx: Context) -> np.ndarray:
@@ -128,29 +156,30 @@ def kernel_mask(ctx: Context) -> np.ndarray:
     return ctx.events_in_window(ctx.masks["kernel"]) & (ev.device == ctx.device)
 
 
-def _kernels(ctx: Context) -> dict[str, Any]:
+def _kernels(ctx: Context) -> KernelsMetrics:
     ev, m = ctx.trace.events, ctx.masks
     k = kernel_mask(ctx)
     dur = ev.dur_ns[k]
-    out: dict[str, Any] = {"count": int(k.sum()), "total_ms": _ms(dur.sum()), "median_us": None, "short_frac": None,
-                           "tensor_core_ms": _ms(dur[m["name_tensor_core"][k]].sum()),
-                           "matmul_ms": _ms(dur[m["name_matmul"][k]].sum()),
-                           "matmul_tensor_core_ms": _ms(dur[(m["name_matmul"] & m["name_tensor_core"])[k]].sum()),
-                           "short_kernel_us": SHORT_KERNEL_NS / 1000, "graph_frac": graph_frac(ctx), "top": []}
+    median_us = short_frac = None
+    top: list[KernelMetrics] = []
     if dur.size:
-        out["median_us"] = round(float(median(dur)) / 1000, 3)
-        out["short_frac"] = round(float(np.mean(dur < SHORT_KERNEL_NS)), 4)
+        median_us = round(float(median(dur)) / 1000, 3)
+        short_frac = round(float(np.mean(dur < SHORT_KERNEL_NS)), 4)
         ids = ev.name[k]
         tot = np.bincount(ids, weights=dur, minlength=len(ctx.trace.names))
         cnt = np.bincount(ids, minlength=len(ctx.trace.names))
         for n in np.argsort(-tot)[:TOP_KERNELS]:
             if cnt[n] == 0:
                 break
-            out["top"].append({"name": ctx.trace.names[n], "count": int(cnt[n]), "total_ms": _ms(tot[n]),
-                               "mean_us": round(tot[n] / cnt[n] / 1000, 3),
-                               "tensor_core": bool(ctx.name_flags["tensor_core"][n]),
-                               "matmul": bool(ctx.name_flags["matmul"][n])})
-    return out
+            top.append(KernelMetrics(name=ctx.trace.names[n], count=int(cnt[n]), total_ms=_ms(tot[n]),
+                                     mean_us=round(tot[n] / cnt[n] / 1000, 3),
+                                     tensor_core=bool(ctx.name_flags["tensor_core"][n]),
+                                     matmul=bool(ctx.name_flags["matmul"][n])))
+    return KernelsMetrics(count=int(k.sum()), total_ms=_ms(dur.sum()), median_us=median_us, short_frac=short_frac,
+                          tensor_core_ms=_ms(dur[m["name_tensor_core"][k]].sum()),
+                          matmul_ms=_ms(dur[m["name_matmul"][k]].sum()),
+                          matmul_tensor_core_ms=_ms(dur[(m["name_matmul"] & m["name_tensor_core"])[k]].sum()),
+                          short_kernel_us=SHORT_KERNEL_NS / 1000, graph_frac=graph_frac(ctx), top=top)
 
 
 def graph_frac(ctx: Context) -> float | None:
@@ -181,13 +210,13 @@ def copy_groups(ctx: Context) -> dict[tuple[str, str], dict[str, Any]]:
     return groups
 
 
-def _copies(ctx: Context) -> dict[str, Any]:
+def _copies(ctx: Context) -> CopiesMetrics:
     groups = copy_groups(ctx)
-    rows = [{"direction": d, "memory": mem, "count": g["count"], "bytes": g["bytes"], "ms": _ms(g["ns"]),
-             "gbps": round(g["bytes"] / g["ns"], 3) if g["ns"] > 0 else None}
+    rows = [CopyGroupMetrics(direction=d, memory=mem, count=g["count"], bytes=g["bytes"], ms=_ms(g["ns"]),
+                             gbps=round(g["bytes"] / g["ns"], 3) if g["ns"] > 0 else None)
             for (d, mem), g in sorted(groups.items(), key=lambda kv: -kv[1]["ns"])]
-    return {"count": sum(r["count"] for r in rows), "total_ms": _ms(sum(g["ns"] for g in groups.values())),
-            "total_bytes": sum(r["bytes"] for r in rows), "groups": rows}
+    return CopiesMetrics(count=sum(r.count for r in rows), total_ms=_ms(sum(g["ns"] for g in groups.values())),
+                         total_bytes=sum(r.bytes for r in rows), groups=rows)
 
 
 def sync_events(ctx: Context) -> np.ndarray:
@@ -293,52 +322,53 @@ def harmful_syncs(ctx: Context) -> tuple[np.ndarray, iv.Intervals]:
     return c.idx[c.harmful], c.starved
 
 
-def syncs(ctx: Context) -> dict[str, Any]:
+def syncs(ctx: Context) -> SyncMetrics:
     ev, names = ctx.trace.events, ctx.trace.names
     c = sync_costs(ctx)
     idx = c.idx
-    by_name: dict[str, dict[str, float]] = {}
+    by_name: dict[str, SyncCallMetrics] = {}
     for n in distinct(ev.name[idx]).tolist():
         sel = ev.name[idx] == n
-        by_name[names[n]] = {"count": int(sel.sum()), "ms": _ms(ev.dur_ns[idx[sel]].sum()),
-                             "blocked_ms": _ms(c.blocked_ns[sel].sum())}
+        by_name[names[n]] = SyncCallMetrics(count=int(sel.sum()), ms=_ms(ev.dur_ns[idx[sel]].sum()),
+                                            blocked_ms=_ms(c.blocked_ns[sel].sum()))
     ops = np.flatnonzero(ctx.events_in_window(ctx.masks["name_sync_op"] & ctx.masks["host"]))
     op_counts = {names[n]: int(np.count_nonzero(ev.name[ops] == n)) for n in distinct(ev.name[ops]).tolist()}
-    return {"count": int(idx.size), "call_ms": _ms(ev.dur_ns[idx].sum()), "blocked_ms": _ms(c.blocked_ns.sum()),
-            "harmful_count": int(c.harmful.sum()), "harmful_blocked_ms": _ms(c.blocked_ns[c.harmful].sum()),
-            "starved_ms": _ms(iv.total(c.starved)),
-            "min_blocked_us": SYNC_MIN_BLOCKED_NS / 1000, "by_name": by_name, "sync_ops": op_counts}
+    return SyncMetrics(count=int(idx.size), call_ms=_ms(ev.dur_ns[idx].sum()), blocked_ms=_ms(c.blocked_ns.sum()),
+                       harmful_count=int(c.harmful.sum()), harmful_blocked_ms=_ms(c.blocked_ns[c.harmful].sum()),
+                       starved_ms=_ms(iv.total(c.starved)),
+                       min_blocked_us=SYNC_MIN_BLOCKED_NS / 1000, by_name=by_name, sync_ops=op_counts)
 
 
-def _memory(ctx: Context) -> dict[str, Any]:
+def _memory(ctx: Context) -> MemoryMetrics:
     mem = ctx.trace.memory
     info = ctx.device_info
     cap = info.total_memory_bytes if info and info.total_memory_bytes > 0 else None
-    out = {"peak_allocated_bytes": None, "peak_reserved_bytes": None, "capacity_bytes": cap, "peak_frac": None, "source": None}
+    allocated = reserved = nvml = frac = None
+    source: str | None = None
     sel = ctx.memory_records()
     if sel.any() and (mem.allocated[sel] >= 0).any():
-        out["peak_allocated_bytes"] = int(mem.allocated[sel].max())
-        out["peak_reserved_bytes"] = int(mem.reserved[sel].max()) if (mem.reserved[sel] >= 0).any() else None
-        out["source"] = "allocator"
+        allocated = int(mem.allocated[sel].max())
+        reserved = int(mem.reserved[sel].max()) if (mem.reserved[sel] >= 0).any() else None
+        source = "allocator"
     samples = ctx.trace.samples
     if samples is not None and "mem_used_bytes" in samples.gpu and len(samples.gpu["mem_used_bytes"]):
         used = samples.gpu["mem_used_bytes"]
         total = samples.gpu.get("mem_total_bytes")
-        out["nvml_peak_used_bytes"] = int(np.max(used))
+        nvml = int(np.max(used))
         if cap is None and total is not None and len(total):
-            cap = out["capacity_bytes"] = int(np.max(total))
-        if out["source"] is None:
-            out["source"] = "nvml"
+            cap = int(np.max(total))
+        if source is None:
+            source = "nvml"
     # The pressure signal is peak *allocated* memory: reserved memory near capacity is the caching
     # allocator working as designed, and NVML's "used" adds the CUDA context and other processes
     # (PyTorch CUDA semantics notes, "Memory management"). Reserved and NVML stay as numbers.
-    peak = out["peak_allocated_bytes"]
-    if peak and cap:
-        out["peak_frac"] = round(peak / cap, 4)
-    return out
+    if allocated and cap:
+        frac = round(allocated / cap, 4)
+    return MemoryMetrics(peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, capacity_bytes=cap,
+                         peak_frac=frac, source=source, nvml_peak_used_bytes=nvml)
 
 
-def communication(ctx: Context) -> dict[str, Any]:
+def communication(ctx: Context) -> CommunicationMetrics:
     """NCCL kernel time, how much of it overlaps compute kernels, and what stays exposed."""
     comm = ctx.cat_union.get("communication", iv.empty())
     compute = ctx.cat_union.get("kernel", iv.empty())
@@ -346,27 +376,24 @@ def communication(ctx: Context) -> dict[str, Any]:
     exposed = iv.total(iv.subtract(comm, compute))
     ev, m = ctx.trace.events, ctx.masks
     count = int(np.count_nonzero(ctx.events_in_window(m["kernel"] & m["name_nccl"]) & (ev.device == ctx.device)))
-    return {"count": count, "ms": _ms(comm_ns), "frac": round(ctx.frac(comm_ns), 4),
-            "overlap_frac": round(1 - exposed / comm_ns, 4) if comm_ns else None,
-            "exposed_ms": _ms(exposed), "exposed_frac": round(ctx.frac(exposed), 4)}
+    return CommunicationMetrics(count=count, ms=_ms(comm_ns), frac=round(ctx.frac(comm_ns), 4),
+                                overlap_frac=round(1 - exposed / comm_ns, 4) if comm_ns else None,
+                                exposed_ms=_ms(exposed), exposed_frac=round(ctx.frac(exposed), 4))
 
 
-def _host(ctx: Context) -> dict[str, Any]:
+def _host(ctx: Context) -> HostMetrics:
     dl = iv.total(ctx.cat_union["dataloader"])
     lane = ctx.trace.lanes[ctx.main_lane] if ctx.main_lane >= 0 else None
     h = host_cpu(ctx)
-    return {"dataloader_ms": _ms(dl), "dataloader_frac": round(ctx.frac(dl), 4),
-            "runtime_ms": _ms(iv.total(ctx.cat_union["runtime"])), "cpu_op_ms": _ms(iv.total(ctx.cat_union["cpu_exec"])),
-            "main_thread": None if lane is None else {"pid": lane.pid, "tid": lane.tid},
-            "usable_cores": h.usable_cores, "usable_cores_source": h.usable_source,
-            "cpu_busy_cores": h.busy_cores, "cpu_saturation": h.saturation,
-            "loader_cpu_bound": h.loader_cpu_bound}
+    return HostMetrics(dataloader_ms=_ms(dl), dataloader_frac=round(ctx.frac(dl), 4),
+                       runtime_ms=_ms(iv.total(ctx.cat_union["runtime"])), cpu_op_ms=_ms(iv.total(ctx.cat_union["cpu_exec"])),
+                       main_thread=None if lane is None else MainThread(pid=lane.pid, tid=lane.tid),
+                       usable_cores=h.usable_cores, usable_cores_source=h.usable_source,
+                       cpu_busy_cores=h.busy_cores, cpu_saturation=h.saturation,
+                       loader_cpu_bound=h.loader_cpu_bound)
 
 
-def _samples(ctx: Context) -> dict[str, Any]:
-    s = ctx.trace.samples
-    out: dict[str, Any] = {"count": 0}
-
+def _samples(ctx: Context, s: Samples) -> SampleMetrics:
     def in_window(block, key):
         if key not in block or "t_ns" not in block:
             return np.zeros(0)
@@ -378,9 +405,8 @@ def _samples(ctx: Context) -> dict[str, Any]:
     cu = in_window(s.cpu, "total")
     wu = in_window(s.cpu, "workers")
     mu = in_window(s.gpu, "mem_used_bytes")
-    out["count"] = int(max(gu.size, cu.size))
-    out["gpu_util_mean"] = round(float(gu.mean()), 2) if gu.size else None
-    out["gpu_mem_used_max_bytes"] = int(mu.max()) if mu.size else None
-    out["cpu_util_mean"] = round(float(cu.mean()), 2) if cu.size else None
-    out["workers_util_mean"] = round(float(wu.mean()), 2) if wu.size else None
-    return out
+    return SampleMetrics(count=int(max(gu.size, cu.size)),
+                         gpu_util_mean=round(float(gu.mean()), 2) if gu.size else None,
+                         gpu_mem_used_max_bytes=int(mu.max()) if mu.size else None,
+                         cpu_util_mean=round(float(cu.mean()), 2) if cu.size else None,
+                         workers_util_mean=round(float(wu.mean()), 2) if wu.size else None)

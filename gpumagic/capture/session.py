@@ -378,7 +378,7 @@ def _empty_report(notes: list[str], label: str):
     """A report with no measurements, only ``notes`` (why nothing was recorded)."""
     from gpumagic.report.model import Report
 
-    return Report(metrics={}, findings=[], notes=list(notes), label=label)
+    return Report(metrics=None, findings=[], notes=list(notes), label=label)
 
 
 def finish_after(session: CaptureSession, error: BaseException | None) -> Run:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpumagic.errors import GpumagicError, TraceError
+from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
 
 #: Names of rank files that say which rank wrote them: ``rank3.json.gz``, ``rank-3``, ``rank_3``,
@@ -132,17 +133,17 @@ def from_report(path: str, report) -> RankSummary:
     trace = report.trace
     dist = trace.meta.get("distributed") or {}
     rank, source = _rank(dist, path)
-    device = m["gpu"]["primary_device"] if m.get("gpu") else -1
+    device = m.gpu.primary_device
     info = trace.device_info(device) if device is not None and device >= 0 else None
     steps, names = collectives(trace, m, device)
-    comm = m.get("communication") or {}
+    comm = m.communication
     return RankSummary(
         path=path, rank=rank, rank_source=source,
         world_size=dist.get("world_size") if isinstance(dist.get("world_size"), int) else None,
         device=info.name if info is not None else ("CPU only" if device is None or device < 0 else f"GPU {device}"),
-        step_median_ms=m["steps"]["median_ms"], step_p90_ms=m["steps"]["p90_ms"],
-        gpu_busy_frac=(m.get("gpu") or {}).get("busy_frac"),
-        comm_ms=comm.get("ms"), comm_exposed_ms=comm.get("exposed_ms"),
+        step_median_ms=m.steps.median_ms, step_p90_ms=m.steps.p90_ms,
+        gpu_busy_frac=m.gpu.busy_frac,
+        comm_ms=comm.ms, comm_exposed_ms=comm.exposed_ms,
         findings=tuple(report.findings), steps=steps, collective_names=names,
         work=work_fingerprint(steps, names), kernels=kernel_set(trace, device), notes=tuple(report.notes),
     )
@@ -182,15 +183,15 @@ def _launch_ts(trace, rows: np.ndarray) -> np.ndarray:
     return np.where(hit, ev.ts_ns[order[at]], ev.ts_ns[rows])
 
 
-def collectives(trace, metrics: dict, device: int | None) -> tuple[tuple[StepCollectives, ...], tuple[str, ...]]:
+def collectives(trace, metrics: Metrics, device: int | None) -> tuple[tuple[StepCollectives, ...], tuple[str, ...]]:
     """Each step's collective kernels on the primary GPU; a kernel belongs to the step whose host
     span launched it (the GPU may run it after the host has moved on)."""
-    steps = metrics["steps"]
-    if device is None or device < 0 or not steps.get("count") or metrics["window"]["source"] != "steps":
+    steps = metrics.steps
+    if device is None or device < 0 or not steps.count or metrics.window.source != "steps":
         return (), ()
     rows = _collective_rows(trace, device)
     ev = trace.events
-    bounds = np.asarray(steps["bounds_ns"], dtype=np.int64).reshape(-1, 2)
+    bounds = np.asarray(steps.bounds_ns, dtype=np.int64).reshape(-1, 2)
     launched = _launch_ts(trace, rows)
     which = np.searchsorted(bounds[:, 0], launched, side="right") - 1
     inside = (which >= 0) & (launched < bounds[np.clip(which, 0, None), 1])

@@ -8,14 +8,14 @@ table, so nothing depends on colour alone.
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpumagic.render import palette
 from gpumagic.render._format import fmt_ms, fmt_pct
 from gpumagic.render.layout import step_label
-from gpumagic.render.summary import metric
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gpumagic.report.metrics import Metrics
     from gpumagic.report.model import Report
 
 #: Steps drawn as bars; a longer run shows the first and last ones (the middle ones are alike).
@@ -27,9 +27,9 @@ IDLE_CAUSES = ("host_wait", "launch_latency", "other")
 def breakdown_html(report: Report) -> str:
     """Stacked per-step bars, a legend table with totals, and the idle split."""
     m = report.metrics
-    order = metric(m, "breakdown", "order") or list(palette.CATEGORY_COLOR)
+    order = (None if m is None else m.breakdown.order) or list(palette.CATEGORY_COLOR)
     rows = _bar_rows(report)
-    if not rows:
+    if m is None or not rows:
         return '<p class="gm-muted">No step-time breakdown: the analysis window is empty.</p>'
     longest = max(sum(parts.get(c, 0.0) or 0.0 for c in order) for _, parts in rows) or 1.0
     bars = "".join(_bar(label, parts, order, longest) for label, parts in rows)
@@ -43,15 +43,17 @@ def breakdown_html(report: Report) -> str:
 
 def _bar_rows(report: Report) -> list[tuple[str, dict[str, float]]]:
     m = report.metrics
-    per_step = metric(m, "breakdown", "per_step_ms") or []
-    names = metric(m, "steps", "names") or []
+    if m is None:
+        return []
+    per_step = m.breakdown.per_step_ms
+    names = m.steps.names
     if per_step:
         indexed = list(enumerate(per_step))
         if len(indexed) > MAX_STEP_BARS:
             half = MAX_STEP_BARS // 2
             indexed = indexed[:half] + indexed[-half:]
         return [(step_label(i, names), parts) for i, parts in indexed]
-    totals = metric(m, "breakdown", "total_ms")
+    totals = m.breakdown.total_ms
     return [("whole trace", totals)] if totals else []
 
 
@@ -74,9 +76,9 @@ def _bar(label: str, parts: dict[str, float], order: list[str], longest_ms: floa
     )
 
 
-def _legend_table(m: dict[str, Any], order: list[str]) -> str:
-    totals = metric(m, "breakdown", "total_ms") or {}
-    fracs = metric(m, "breakdown", "frac") or {}
+def _legend_table(m: Metrics, order: list[str]) -> str:
+    totals = m.breakdown.total_ms
+    fracs = m.breakdown.frac
     rows = "".join(
         f'<tr><td><span class="gm-swatch" style="background:{palette.CATEGORY_COLOR.get(c, palette.PALE_GREY)}"></span>'
         f"{escape(palette.CATEGORY_LABEL.get(c, c))}</td>"
@@ -94,12 +96,13 @@ def _legend_table(m: dict[str, Any], order: list[str]) -> str:
 def idle_html(report: Report) -> str:
     """The GPU's idle time split by cause, as a bar and a table."""
     m = report.metrics
-    if metric(m, "trace", "cpu_only"):
+    if m is None or m.trace.cpu_only:
         return '<h4>GPU idle time</h4><p class="gm-muted">No GPU activity was recorded.</p>'
-    total = metric(m, "idle", "total_ms")
+    idle = m.idle
+    total = idle.total_ms
     if not total:
         return '<h4>GPU idle time</h4><p class="gm-muted">The GPU was never idle inside the window.</p>'
-    parts = {c: metric(m, "idle", f"{c}_ms") or 0.0 for c in IDLE_CAUSES}
+    parts = {"host_wait": idle.host_wait_ms, "launch_latency": idle.launch_latency_ms, "other": idle.other_ms}
     segs = "".join(
         f'<span class="gm-seg" style="width:{100 * ms / total:.3f}%;background:{palette.IDLE_COLOR[c]}" '
         f'title="{escape(palette.IDLE_LABEL[c])}: {fmt_ms(ms)}"></span>'
@@ -112,9 +115,9 @@ def idle_html(report: Report) -> str:
         for c, ms in parts.items()
         if ms > 0  # only the causes present, as in the bar
     )
-    long_count = metric(m, "idle", "long_gap_count")
+    long_count = idle.long_gap_count
     long_line = (
-        f'<p class="gm-muted">{long_count} gaps of 1 ms or more, {fmt_ms(metric(m, "idle", "long_gap_ms"))} in all.</p>'
+        f'<p class="gm-muted">{long_count} gaps of 1 ms or more, {fmt_ms(idle.long_gap_ms)} in all.</p>'
         if long_count
         else ""
     )

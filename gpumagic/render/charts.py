@@ -11,7 +11,6 @@ import numpy as np
 
 from gpumagic.render import palette
 from gpumagic.render.layout import origin_label
-from gpumagic.render.summary import metric
 from gpumagic.render.timeline import DPI, FIG_WIDTH_IN, FONT_LANE, FONT_LEGEND, FONT_TICK, FONT_TITLE, LEFT_IN, RIGHT_IN
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,7 +34,7 @@ def memory_series(report: Report) -> tuple[str, np.ndarray, np.ndarray] | None:
     trace = report.trace
     if trace is None:
         return None
-    device = metric(report.metrics, "gpu", "primary_device")
+    device = None if report.metrics is None else report.metrics.gpu.primary_device
     mem = trace.memory
     sel = (mem.device_type == CUDA_DEVICE_TYPE) & (mem.allocated >= 0)
     if device is not None:
@@ -74,13 +73,13 @@ def memory_figure(report: Report, width_in: float = FIG_WIDTH_IN, dpi: int = DPI
     if series is None:
         return None
     source, t_ns, nbytes = series
-    origin = metric(report.metrics, "window", "start_ns") or 0
+    origin = 0 if report.metrics is None else report.metrics.window.start_ns
     t, y = envelope(t_ns, nbytes)
     fig = Figure(figsize=(width_in, MEMORY_HEIGHT_IN), dpi=dpi)
     FigureCanvasAgg(fig)
     ax = fig.add_axes((LEFT_IN / width_in, 0.25, 1 - (LEFT_IN + RIGHT_IN) / width_in, 0.6))
     ax.plot((t - origin) / 1e6, y / GIB, color=palette.PURPLE, linewidth=1.3, drawstyle="steps-post", label=source)
-    capacity = metric(report.metrics, "memory", "capacity_bytes")
+    capacity = None if report.metrics is None else report.metrics.memory.capacity_bytes
     if capacity:
         ax.axhline(capacity / GIB, color=palette.VERMILLION, linestyle="--", linewidth=1, label="device capacity")
     ax.set_ylim(0, max(float(y.max()) / GIB, (capacity or 0) / GIB) * 1.25 or 1)

@@ -34,9 +34,10 @@ from gpumagic.render._format import (
     short_kernel_name,
 )
 from gpumagic.render.breakdown import breakdown_html
-from gpumagic.render.summary import NO_FINDINGS, header_facts, metric, title_line, top_finding
+from gpumagic.render.summary import NO_FINDINGS, header_facts, title_line, top_finding
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gpumagic.report.metrics import CopyGroupMetrics
     from gpumagic.report.model import Finding, Report, Window
 
 #: Evidence windows listed as text under a finding (the timeline shows them all).
@@ -279,7 +280,7 @@ def checklist_html(report: Report) -> str:
 
 def timeline_origin_ns(report: Report) -> int:
     """Where the timeline's x axis puts zero: the start of the analysis window."""
-    return int(metric(report.metrics, "window", "start_ns") or 0)
+    return 0 if report.metrics is None else int(report.metrics.window.start_ns)
 
 
 def finding_summary_html(f: Finding) -> str:
@@ -375,23 +376,22 @@ def timeline_caption() -> str:
 
 
 def kernels_html(report: Report) -> str:
-    m = report.metrics
-    count = metric(m, "kernels", "count")
-    if not count:
+    k = None if report.metrics is None else report.metrics.kernels
+    if k is None or not k.count:
         return '<p class="gm-muted">No GPU kernels were recorded.</p>' + copies_html(report)
-    total = metric(m, "kernels", "total_ms") or 0.0
+    total = k.total_ms
     line = (
-        f"<p>{fmt_number(count)} kernels, {fmt_ms(total)} in all; median {fmt_us(metric(m, 'kernels', 'median_us'))}; "
-        f"{fmt_pct(metric(m, 'kernels', 'short_frac'))} run under 10 \u00b5s. Tensor cores ran "
-        f"{fmt_ms(metric(m, 'kernels', 'matmul_tensor_core_ms'))} of {fmt_ms(metric(m, 'kernels', 'matmul_ms'))} "
+        f"<p>{fmt_number(k.count)} kernels, {fmt_ms(total)} in all; median {fmt_us(k.median_us)}; "
+        f"{fmt_pct(k.short_frac)} run under 10 \u00b5s. Tensor cores ran "
+        f"{fmt_ms(k.matmul_tensor_core_ms)} of {fmt_ms(k.matmul_ms)} "
         "of matmul/convolution time.</p>"
     )
     rows = "".join(
-        f"<tr><td class=\"gm-num\">{i}</td><td title=\"{escape(k['name'])}\"><code>{escape(short_kernel_name(k['name']))}</code></td>"
-        f"<td class=\"gm-num\">{fmt_number(k.get('count'))}</td><td class=\"gm-num\">{fmt_ms(k.get('total_ms'))}</td>"
-        f"<td class=\"gm-num\">{fmt_pct((k.get('total_ms') or 0) / total if total else None, 1)}</td>"
-        f"<td class=\"gm-num\">{fmt_us(k.get('mean_us'))}</td><td>{_yes_no(k.get('tensor_core'))}</td></tr>"
-        for i, k in enumerate(metric(m, "kernels", "top") or [], 1)
+        f"<tr><td class=\"gm-num\">{i}</td><td title=\"{escape(t.name)}\"><code>{escape(short_kernel_name(t.name))}</code></td>"
+        f"<td class=\"gm-num\">{fmt_number(t.count)}</td><td class=\"gm-num\">{fmt_ms(t.total_ms)}</td>"
+        f"<td class=\"gm-num\">{fmt_pct(t.total_ms / total if total else None, 1)}</td>"
+        f"<td class=\"gm-num\">{fmt_us(t.mean_us)}</td><td>{_yes_no(t.tensor_core)}</td></tr>"
+        for i, t in enumerate(k.top, 1)
     )
     table = (
         '<h4>Top kernels by total time</h4><div class="gm-scroll"><table class="gm-table"><thead><tr><th>#</th><th>kernel</th><th>count</th>'
@@ -406,7 +406,7 @@ def _yes_no(flag: object) -> str:
 
 
 def copies_html(report: Report) -> str:
-    groups = metric(report.metrics, "copies", "groups") or []
+    groups = [] if report.metrics is None else report.metrics.copies.groups
     if not groups:
         return '<h4>Memory copies</h4><p class="gm-muted">No memory copies were recorded.</p>'
     rows = "".join(_copy_row(g) for g in groups)
@@ -419,15 +419,15 @@ def copies_html(report: Report) -> str:
     )
 
 
-def _copy_row(g: dict) -> str:
-    memory = escape(str(g.get("memory")))
-    if g.get("memory") == "pageable":
+def _copy_row(g: CopyGroupMetrics) -> str:
+    memory = escape(str(g.memory))
+    if g.memory == "pageable":
         memory += " " + PAGEABLE_MARK
-    gbps = g.get("gbps")
+    gbps = g.gbps
     return (
-        f"<tr><td>{escape(str(g.get('direction')))}</td><td>{memory}</td>"
-        f'<td class="gm-num">{fmt_number(g.get("count"))}</td><td class="gm-num">{fmt_bytes(g.get("bytes"))}</td>'
-        f'<td class="gm-num">{fmt_ms(g.get("ms"))}</td>'
+        f"<tr><td>{escape(str(g.direction))}</td><td>{memory}</td>"
+        f'<td class="gm-num">{fmt_number(g.count)}</td><td class="gm-num">{fmt_bytes(g.bytes)}</td>'
+        f'<td class="gm-num">{fmt_ms(g.ms)}</td>'
         f'<td class="gm-num">{MISSING if gbps is None else f"{gbps:.1f}"}</td></tr>'
     )
 
@@ -436,27 +436,26 @@ def _copy_row(g: dict) -> str:
 
 
 def memory_html(report: Report, png: bytes | None) -> str:
-    m = report.metrics
-    cap = metric(m, "memory", "capacity_bytes")
-    peak = metric(m, "memory", "peak_reserved_bytes") or metric(m, "memory", "peak_allocated_bytes")
-    peak = peak or metric(m, "memory", "nvml_peak_used_bytes")
-    frac = metric(m, "memory", "peak_frac")
+    mem = None if report.metrics is None else report.metrics.memory
+    cap = None if mem is None else mem.capacity_bytes
+    peak = None if mem is None else (mem.peak_reserved_bytes or mem.peak_allocated_bytes or mem.nvml_peak_used_bytes)
+    frac = None if mem is None else mem.peak_frac
     lines = []
     if peak is None:
         lines.append(
             '<p class="gm-muted">GPU memory was not recorded: the trace has no allocator records '
             "(profile_memory was off) and no NVML samples.</p>"
         )
-    if not metric(m, "memory", "peak_allocated_bytes"):
+    if mem is None or not mem.peak_allocated_bytes:
         lines.append(MEMORY_HINT)
     else:
-        nvml = metric(m, "memory", "nvml_peak_used_bytes")
+        nvml = mem.nvml_peak_used_bytes
         nvml_text = f", NVML peak used {fmt_bytes(nvml)}" if nvml else ""
         lines.append(
-            f"<p>Peak allocated {fmt_bytes(metric(m, 'memory', 'peak_allocated_bytes'))}, "
-            f"peak reserved {fmt_bytes(metric(m, 'memory', 'peak_reserved_bytes'))}{nvml_text}"
+            f"<p>Peak allocated {fmt_bytes(mem.peak_allocated_bytes)}, "
+            f"peak reserved {fmt_bytes(mem.peak_reserved_bytes)}{nvml_text}"
             f" \u2014 capacity {fmt_bytes(cap)} (peak is {fmt_pct(frac)} of it; "
-            f"source: {escape(str(metric(m, 'memory', 'source')))}).</p>"
+            f"source: {escape(str(mem.source))}).</p>"
         )
         if frac is not None:
             lines.append(f'<div class="gm-meter" title="peak / capacity"><span style="width:{min(frac, 1) * 100:.1f}%"></span></div>')
@@ -474,10 +473,11 @@ MEMORY_HINT = (
 
 
 def notes_html(report: Report) -> str:
-    t = metric(report.metrics, "trace") or {}
-    devices = ", ".join(f"GPU{d.get('id')} {d.get('name', '')}".strip() for d in t.get("devices") or []) or "none described"
+    t = None if report.metrics is None else report.metrics.trace
+    devices = ", ".join(f"GPU{d.id} {d.name}".strip() for d in ([] if t is None else t.devices)) or "none described"
     facts = (
-        f"<p class=\"gm-muted\">Source: {escape(str(t.get('source') or MISSING))} \u00b7 {fmt_number(t.get('events'))} events"
+        f"<p class=\"gm-muted\">Source: {escape(str((t and t.source) or MISSING))} \u00b7 "
+        f"{fmt_number(None if t is None else t.events)} events"
         f" \u00b7 devices: {escape(devices)}</p>"
     )
     if not report.notes:

@@ -13,7 +13,6 @@ import numpy as np
 from gpumagic.analysis import names as event_names
 from gpumagic.render import palette
 from gpumagic.render._format import fmt_ms
-from gpumagic.render.summary import metric
 from gpumagic.trace.model import Kind
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,8 +67,8 @@ def plan_view(report: Report, step: int | None) -> TimelineView:
     """The whole analysis window, or one step (with a small margin) when ``step`` is given."""
     m = report.metrics
     start, end = _window(report)
-    bounds = metric(m, "steps", "bounds_ns") or []
-    names = metric(m, "steps", "names") or []
+    bounds = [] if m is None else m.steps.bounds_ns
+    names = [] if m is None else m.steps.names
     origin = origin_label(report)
     if step is None:
         title = f"Timeline \u2014 {_steps_phrase(len(bounds))}, {fmt_ms((end - start) / 1e6)}"
@@ -84,7 +83,8 @@ def plan_view(report: Report, step: int | None) -> TimelineView:
 
 def origin_label(report: Report) -> str:
     """What time zero is on the x axes: the first step's start, or the trace's start."""
-    return "the first step" if metric(report.metrics, "window", "source") == "steps" else "the start of the trace"
+    steps = report.metrics is not None and report.metrics.window.source == "steps"
+    return "the first step" if steps else "the start of the trace"
 
 
 def step_label(index: int, names: list[str]) -> str:
@@ -99,8 +99,7 @@ def _steps_phrase(n: int) -> str:
 
 
 def _window(report: Report) -> tuple[int, int]:
-    start = metric(report.metrics, "window", "start_ns")
-    end = metric(report.metrics, "window", "end_ns")
+    start, end = (None, None) if report.metrics is None else (report.metrics.window.start_ns, report.metrics.window.end_ns)
     if start is not None and end is not None and end > start:
         return int(start), int(end)
     ev = report.trace.events if report.trace is not None else None
@@ -133,8 +132,9 @@ def plan_rows(report: Report, trace: Trace, view: TimelineView) -> list[LaneRow]
 
 def _name_masks(report: Report, trace: Trace) -> dict[str, np.ndarray]:
     """Boolean arrays over ``trace.names``, classified by the analysis's own name rules."""
-    syncs = event_names.SYNC_CALLS | event_names.SYNC_OPS | set((metric(report.metrics, "syncs", "by_name") or {}).keys())
-    if metric(report.metrics, "trace", "cpu_only"):
+    m = report.metrics
+    syncs = event_names.SYNC_CALLS | event_names.SYNC_OPS | set(() if m is None else m.syncs.by_name)
+    if m is not None and m.trace.cpu_only:
         syncs = set()  # .item() on a CPU tensor blocks on nothing: no GPU to wait for
     return {
         "step": trace.name_ids(event_names.is_step),
@@ -171,10 +171,10 @@ def _gpu_row(trace: Trace, lane: int, nccl_by_event: np.ndarray) -> LaneRow:
 
 
 def _main_lane(report: Report, trace: Trace) -> int | None:
-    """The lane ``metrics["host"]["main_thread"]`` names, else the host lane with most CPU-op time."""
-    want = metric(report.metrics, "host", "main_thread") or {}
+    """The lane ``metrics.host.main_thread`` names, else the host lane with most CPU-op time."""
+    want = None if report.metrics is None else report.metrics.host.main_thread
     for i, lane in enumerate(trace.lanes):
-        if not lane.gpu and lane.pid == want.get("pid") and lane.tid == want.get("tid"):
+        if want is not None and not lane.gpu and lane.pid == want.pid and lane.tid == want.tid:
             return i
     ev = trace.events
     ops = ev.kind == Kind.CPU_OP

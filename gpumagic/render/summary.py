@@ -9,12 +9,12 @@ known, and the top finding with its estimated gain. Text, HTML and the widget al
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpumagic.render._format import MISSING, fmt_gain, fmt_ms, fmt_pct, severity_label
-from gpumagic.report.model import metric
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gpumagic.report.metrics import Metrics
     from gpumagic.report.model import Finding, Report
 
 
@@ -34,21 +34,22 @@ def header_facts(report: Report) -> list[Fact]:
     """The numeric facts of the header, in reading order: five, and a sixth (achieved TFLOP/s and
     MFU) when the trace recorded the shapes or FLOPs that ``metrics.compute`` needs."""
     m = report.metrics
-    steps = metric(m, "steps", "count")
-    cpu_only = bool(metric(m, "trace", "cpu_only"))
+    steps = None if m is None else m.steps.count
+    cpu_only = m is not None and m.trace.cpu_only
     facts = [
-        Fact("Wall time", fmt_ms(metric(m, "window", "dur_ms")), _window_hint(m)),
+        Fact("Wall time", fmt_ms(None if m is None else m.window.dur_ms), _window_hint(m)),
         Fact("Steps recorded", MISSING if steps is None else str(steps), "ProfilerStep# markers in the trace"),
-        Fact("Median step", fmt_ms(metric(m, "steps", "median_ms")), "median duration of the recorded steps"),
+        Fact("Median step", fmt_ms(None if m is None else m.steps.median_ms), "median duration of the recorded steps"),
         Fact(
             "GPU busy",
-            "no GPU" if cpu_only else fmt_pct(metric(m, "gpu", "busy_frac")),
+            "no GPU" if cpu_only else fmt_pct(None if m is None else m.gpu.busy_frac),
             "share of wall time the main GPU ran kernels, copies or memsets",
         ),
         Fact("Fixing all", "nothing found" if not report.findings else f"up to {fmt_pct(report.combined_gain)}",
              "estimated share of step time saved by fixing every finding together, overlapping time counted once"),
     ]
-    tflops, mfu = metric(m, "compute", "achieved_tflops"), metric(m, "compute", "mfu")
+    compute = None if m is None else m.compute
+    tflops, mfu = (None, None) if compute is None else (compute.achieved_tflops, compute.mfu)
     if tflops is not None:  # only when FLOPs were recorded (--shapes / --flops)
         value = f"{tflops:.3g} TFLOP/s" + ("" if mfu is None else f" \u00b7 MFU {fmt_pct(mfu, 2 if mfu < 0.01 else 1 if mfu < 0.1 else 0)}")
         facts.append(Fact("Compute", value, "matmul/conv FLOPs per second of wall time; MFU: that over the "
@@ -56,8 +57,8 @@ def header_facts(report: Report) -> list[Fact]:
     return facts
 
 
-def _window_hint(m: dict[str, Any]) -> str:
-    if metric(m, "window", "source") == "steps":
+def _window_hint(m: Metrics | None) -> str:
+    if m is not None and m.window.source == "steps":
         return "from the first recorded step's start to the last one's end"
     return "the whole trace (no step markers found)"
 
@@ -80,12 +81,13 @@ def title_line(report: Report) -> str:
     parts = ["gpumagic report"]
     if report.label:
         parts.append(report.label)
-    devices = metric(report.metrics, "trace", "devices") or []
-    primary = metric(report.metrics, "gpu", "primary_device")
-    names = [d.get("name") for d in devices if d.get("id") == primary and d.get("name")]
-    names = names or [n for n in [metric(report.metrics, "gpu", "primary_name")] if n]  # kernels name it otherwise (ROCm)
+    m = report.metrics
+    devices = [] if m is None else m.trace.devices
+    primary = None if m is None else m.gpu.primary_device
+    names = [d.name for d in devices if d.id == primary and d.name]
+    names = names or [n for n in [None if m is None else m.gpu.primary_name] if n]  # kernels name it otherwise (ROCm)
     if names:
         parts.append(str(names[0]))
-    elif metric(report.metrics, "trace", "cpu_only"):
+    elif m is not None and m.trace.cpu_only:
         parts.append("CPU only")
     return " \u2014 ".join(parts)

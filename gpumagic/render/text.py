@@ -24,7 +24,7 @@ from gpumagic.render._format import (
     short_kernel_name,
 )
 from gpumagic.render.html import FIX_FLAVOR_LABEL, timeline_origin_ns, windows_text
-from gpumagic.render.summary import NO_FINDINGS, header_facts, metric, title_line, top_finding
+from gpumagic.render.summary import NO_FINDINGS, header_facts, title_line, top_finding
 from gpumagic.render.terminal import printable, printable_lines
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,7 +40,7 @@ NOTHING_MEASURED = "Nothing was measured: see the notes below."
 
 def render_text(report: Report, width: int = 100) -> str:
     """The whole report as text lines no wider than ``width`` (code lines excepted)."""
-    if not report.metrics:  # nothing was measured (e.g. another profiler took over): the notes say why
+    if report.metrics is None:  # nothing was measured (e.g. another profiler took over): the notes say why
         return printable_lines("\n\n".join([_header(report), _notes(report, width)]) + "\n")
     blocks = [
         _header(report, width),
@@ -54,7 +54,7 @@ def render_text(report: Report, width: int = 100) -> str:
 
 
 def _header(report: Report, width: int = 100) -> str:
-    if not report.metrics:
+    if report.metrics is None:
         return "\n".join([printable(title_line(report)), NOTHING_MEASURED])
     facts = [""]
     for f in header_facts(report):  # facts joined by " · ", a new line where the width would overflow
@@ -105,9 +105,11 @@ def _para(label: str, text: str, width: int) -> list[str]:
 
 def _breakdown(report: Report) -> str:
     m = report.metrics
-    order = metric(m, "breakdown", "order") or []
-    totals = metric(m, "breakdown", "total_ms") or {}
-    fracs = metric(m, "breakdown", "frac") or {}
+    if m is None:
+        return ""
+    order = m.breakdown.order
+    totals = m.breakdown.total_ms
+    fracs = m.breakdown.frac
     lines = ["WHERE THE TIME WENT (share of wall time, each moment counted once)"]
     for c in order:
         frac = fracs.get(c) or 0.0
@@ -115,13 +117,13 @@ def _breakdown(report: Report) -> str:
             continue
         bar = "\u2588" * round(frac * BAR_CHARS) or "\u258f"
         lines.append(f"  {palette.CATEGORY_LABEL.get(c, c):<22}{fmt_ms(totals.get(c)):>9} {fmt_pct(frac, 1):>7}  {bar}")
-    if metric(m, "trace", "cpu_only"):
+    if m.trace.cpu_only:
         return "\n".join([*lines, "  GPU idle: no GPU activity was recorded"])
-    idle = metric(m, "idle", "total_ms")
+    idle = m.idle.total_ms
     if idle:
+        causes = {"host_wait": m.idle.host_wait_ms, "launch_latency": m.idle.launch_latency_ms, "other": m.idle.other_ms}
         parts = " \u00b7 ".join(
-            f"{palette.IDLE_LABEL[c].removeprefix('GPU idle: ')} {fmt_ms(metric(m, 'idle', f'{c}_ms'))}"
-            for c in ("host_wait", "launch_latency", "other")
+            f"{palette.IDLE_LABEL[c].removeprefix('GPU idle: ')} {fmt_ms(ms)}" for c, ms in causes.items()
         )
         lines.append(f"  GPU idle {fmt_ms(idle)}: {parts}")
     return "\n".join(lines)
@@ -129,41 +131,42 @@ def _breakdown(report: Report) -> str:
 
 def _kernels(report: Report, width: int) -> str:
     m = report.metrics
+    if m is None:
+        return ""
     lines = []
-    top = metric(m, "kernels", "top") or []
-    total = metric(m, "kernels", "total_ms") or 0.0
+    top = m.kernels.top
+    total = m.kernels.total_ms
     if top:
         lines.append(
-            f"TOP KERNELS ({fmt_number(metric(m, 'kernels', 'count'))} kernels, {fmt_ms(total)}; "
-            f"median {fmt_us(metric(m, 'kernels', 'median_us'))})"
+            f"TOP KERNELS ({fmt_number(m.kernels.count)} kernels, {fmt_ms(total)}; "
+            f"median {fmt_us(m.kernels.median_us)})"
         )
         lines.append(f"  {'total':>9} {'share':>7} {'count':>7} {'mean':>9}  TC   kernel")
         name_width = max(20, width - 48)
         for k in top[:TEXT_TOP_KERNELS]:
-            share = (k.get("total_ms") or 0) / total if total else None
-            tc = "yes" if k.get("tensor_core") else "no"
+            share = k.total_ms / total if total else None
+            tc = "yes" if k.tensor_core else "no"
             lines.append(
-                f"  {fmt_ms(k.get('total_ms')):>9} {fmt_pct(share, 1):>7} {fmt_number(k.get('count')):>7} "
-                f"{fmt_us(k.get('mean_us')):>9}  {tc:<4} {short_kernel_name(printable(k['name']), name_width)}"
+                f"  {fmt_ms(k.total_ms):>9} {fmt_pct(share, 1):>7} {fmt_number(k.count):>7} "
+                f"{fmt_us(k.mean_us):>9}  {tc:<4} {short_kernel_name(printable(k.name), name_width)}"
             )
-    for g in metric(m, "copies", "groups") or []:
-        gbps = "n/a" if g.get("gbps") is None else f"{g['gbps']:.1f} GB/s"
+    for g in m.copies.groups:
+        gbps = "n/a" if g.gbps is None else f"{g.gbps:.1f} GB/s"
         lines.append(
-            f"COPIES {printable(g.get('direction'))} {printable(g.get('memory'))}: {fmt_number(g.get('count'))} copies, "
-            f"{fmt_bytes(g.get('bytes'))} in {fmt_ms(g.get('ms'))}, {gbps}"
+            f"COPIES {printable(g.direction)} {printable(g.memory)}: {fmt_number(g.count)} copies, "
+            f"{fmt_bytes(g.bytes)} in {fmt_ms(g.ms)}, {gbps}"
         )
     return "\n".join(lines)
 
 
 def _memory(report: Report) -> str:
-    m = report.metrics
-    peak = metric(m, "memory", "peak_reserved_bytes") or metric(m, "memory", "peak_allocated_bytes")
-    peak = peak or metric(m, "memory", "nvml_peak_used_bytes")
-    if peak is None:
+    mem = None if report.metrics is None else report.metrics.memory
+    peak = None if mem is None else (mem.peak_reserved_bytes or mem.peak_allocated_bytes or mem.nvml_peak_used_bytes)
+    if mem is None or peak is None:
         return "MEMORY not recorded (no allocator records, no NVML samples)"
     return (
-        f"MEMORY peak {fmt_bytes(peak)} of {fmt_bytes(metric(m, 'memory', 'capacity_bytes'))} "
-        f"({fmt_pct(metric(m, 'memory', 'peak_frac'))}; source: {metric(m, 'memory', 'source')})"
+        f"MEMORY peak {fmt_bytes(peak)} of {fmt_bytes(mem.capacity_bytes)} "
+        f"({fmt_pct(mem.peak_frac)}; source: {mem.source})"
     )
 
 

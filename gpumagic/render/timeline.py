@@ -26,7 +26,6 @@ import numpy as np
 
 from gpumagic.render import palette
 from gpumagic.render.layout import LaneRow, TimelineView, plan_rows, plan_view, step_label
-from gpumagic.render.summary import metric
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -274,16 +273,16 @@ def _draw_idle_gaps(ax: Axes, report: Report, rows: list[LaneRow], view: Timelin
     from matplotlib.colors import to_rgba
 
     gpu_rows = [i for i, r in enumerate(rows) if r.kind == "gpu"]
-    gaps = metric(report.metrics, "idle", "gaps") or []
+    gaps = [] if report.metrics is None else report.metrics.idle.gaps
     if not gpu_rows or not gaps:
         return
     y0, y1 = min(gpu_rows) - 0.5, max(gpu_rows) + 0.5
     by_cause: dict[str, list] = {}
     for g in gaps:
-        if g["end_ns"] <= view.start_ns or g["start_ns"] >= view.end_ns:
+        if g.end_ns <= view.start_ns or g.start_ns >= view.end_ns:
             continue
-        cause = g.get("cause") if g.get("cause") in palette.IDLE_COLOR else "other"
-        x0, x1 = _ms(max(g["start_ns"], view.start_ns), view), _ms(min(g["end_ns"], view.end_ns), view)
+        cause = g.cause if g.cause in palette.IDLE_COLOR else "other"
+        x0, x1 = _ms(max(g.start_ns, view.start_ns), view), _ms(min(g.end_ns, view.end_ns), view)
         by_cause.setdefault(cause, []).append([(x0, y0), (x0, y1), (x1, y1), (x1, y0)])
     for cause, verts in by_cause.items():
         color = palette.IDLE_COLOR[cause]
@@ -293,8 +292,8 @@ def _draw_idle_gaps(ax: Axes, report: Report, rows: list[LaneRow], view: Timelin
 
 
 def _draw_steps(axes: list[Axes], report: Report, view: TimelineView) -> None:
-    bounds = metric(report.metrics, "steps", "bounds_ns") or []
-    names = metric(report.metrics, "steps", "names") or []
+    bounds = [] if report.metrics is None else report.metrics.steps.bounds_ns
+    names = [] if report.metrics is None else report.metrics.steps.names
     visible = [(i, b) for i, b in enumerate(bounds) if b[1] > view.start_ns and b[0] < view.end_ns]
     edges = sorted({b[0] for _, b in visible} | {b[1] for _, b in visible})
     for ax in axes:

@@ -19,7 +19,6 @@ from gpumagic.render import html as h
 from gpumagic.render._format import fmt_gain, fmt_ms, severity_label
 from gpumagic.render.breakdown import breakdown_html
 from gpumagic.render.layout import step_label
-from gpumagic.render.summary import metric
 
 if TYPE_CHECKING:  # pragma: no cover
     import ipywidgets
@@ -184,9 +183,10 @@ def finding_title(f) -> str:
 
 def step_options(report: Report) -> list[tuple[str, int]]:
     """Dropdown options: the whole window, then each recorded step with its duration."""
-    names = metric(report.metrics, "steps", "names") or []
-    durations = metric(report.metrics, "steps", "durations_ms") or []
-    bounds = metric(report.metrics, "steps", "bounds_ns") or []
+    steps = None if report.metrics is None else report.metrics.steps
+    names = [] if steps is None else steps.names
+    durations = [] if steps is None else steps.durations_ms
+    bounds = [] if steps is None else steps.bounds_ns
     options = [("all steps", ALL_STEPS)]
     for i in range(len(bounds)):
         dur = durations[i] if i < len(durations) else None

@@ -1,6 +1,8 @@
-"""What the user holds: findings as typed records, metrics as plain data, and notes.
+"""What the user holds: findings and metrics as typed records, and notes.
 
 Every renderer (text, HTML, timeline, widget) reads these records; none of them computes.
+:meth:`Report.to_dict` writes the JSON report and :func:`report_from_dict` reads it back; the
+metrics records are declared in :mod:`gpumagic.report.metrics`.
 """
 
 from __future__ import annotations
@@ -8,6 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
+
+from gpumagic.report.metrics import Metrics
 from gpumagic.report.views import view
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,17 +80,6 @@ class Finding:
         return d
 
 
-def metric(metrics: dict[str, Any], *path: str) -> Any:
-    """``metrics[a][b]...``, or ``None`` where any level is missing or null (a report rebuilt
-    from JSON, or one of a CPU-only trace, lacks some sections)."""
-    node: Any = metrics
-    for key in path:
-        if not isinstance(node, dict):
-            return None
-        node = node.get(key)
-    return node
-
-
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """By estimated gain (largest first), then severity, then id for a stable order."""
     return sorted(findings, key=lambda f: (-round(f.est_gain, 6), SEVERITY_ORDER[f.severity], f.id))
@@ -95,15 +89,16 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 class Report:
     """The result of analysing one trace.
 
-    ``metrics`` is a JSON-ready dict (see :mod:`gpumagic.analysis.metrics` for its keys);
-    ``findings`` are sorted by estimated gain; ``notes`` say what was and was not captured
+    ``metrics`` holds the typed records of :mod:`gpumagic.report.metrics` (``None`` when nothing
+    was measured: only the notes say why; its JSON is then ``{}``); ``findings`` are sorted by
+    estimated gain; ``notes`` say what was and was not captured
     or what was tolerated in the input. ``trace`` is kept for the timeline renderers and is
     not part of :meth:`to_dict`. ``combined_gain`` (0..1) is the estimated share of step time
     saved by fixing every finding together, counting overlapping time once; no finding's
     ``est_gain`` exceeds it.
     """
 
-    metrics: dict[str, Any]
+    metrics: Metrics | None
     findings: list[Finding]
     notes: list[str]
     trace: Trace | None = field(default=None, repr=False, compare=False)
@@ -125,10 +120,15 @@ class Report:
             "schema_version": SCHEMA_VERSION,
             "label": self.label,
             "combined_gain": self.combined_gain,
-            "metrics": self.metrics,
+            "metrics": {} if self.metrics is None else self.metrics.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
             "notes": list(self.notes),
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Report:
+        """The report :meth:`to_dict` wrote (see :func:`report_from_dict`)."""
+        return report_from_dict(d)
 
     def to_json(self, indent: int | None = 2) -> str:
         import json
@@ -173,3 +173,57 @@ class Report:
     def __repr__(self) -> str:
         ids = ", ".join(self.finding_ids) or "no findings"
         return f"<gpumagic Report: {ids}>"
+
+
+def report_from_dict(d: dict[str, Any]) -> Report:
+    """A Report rebuilt from :meth:`Report.to_dict` (no trace), with the same typed records.
+
+    Keys this version does not know are ignored. A schema-2 report written by an earlier
+    gpumagic may lack what was added since (``metrics.compute``, ``gpu.primary_name``, the host
+    CPU fields…): those read as ``None``. Raises :class:`ValueError` for data of another shape."""
+    if not isinstance(d, dict):
+        raise ValueError(f"a report is a JSON object, not {type(d).__name__}")
+    gain = d.get("combined_gain")
+    try:
+        raw = d.get("metrics") or None
+        metrics = None if raw is None else msgspec.convert(_fill_missing(raw, _METRICS_INFO), Metrics)
+        findings = msgspec.convert(d.get("findings") or [], list[Finding])
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"not a gpumagic report: {exc}") from None
+    return Report(metrics=metrics, findings=findings, notes=[str(n) for n in d.get("notes") or []],
+                  label=str(d.get("label") or ""),
+                  combined_gain=float(gain) if isinstance(gain, (int, float)) and not isinstance(gain, bool) else 0.0)
+
+
+_METRICS_INFO = msgspec.inspect.type_info(Metrics)
+
+
+def _fill_missing(value: Any, t: msgspec.inspect.Type) -> Any:
+    """``value`` (decoded JSON of type ``t``) with every missing field that may be null set to null,
+    so that a report from before a field existed still converts."""
+    ins = msgspec.inspect
+    if isinstance(t, ins.Metadata):
+        return _fill_missing(value, t.type)
+    if isinstance(t, ins.UnionType):
+        structs = [u for u in t.types if isinstance(u, ins.StructType)]
+        return _fill_missing(value, structs[0]) if structs and isinstance(value, dict) else value
+    if isinstance(t, ins.StructType) and isinstance(value, dict):
+        out = dict(value)
+        for f in t.fields:
+            if f.encode_name in out:
+                out[f.encode_name] = _fill_missing(out[f.encode_name], f.type)
+            elif f.required and _nullable(f.type):
+                out[f.encode_name] = None
+        return out
+    if isinstance(t, ins.ListType) and isinstance(value, list):
+        return [_fill_missing(v, t.item_type) for v in value]
+    if isinstance(t, ins.DictType) and isinstance(value, dict):
+        return {k: _fill_missing(v, t.value_type) for k, v in value.items()}
+    return value
+
+
+def _nullable(t: msgspec.inspect.Type) -> bool:
+    ins = msgspec.inspect
+    if isinstance(t, ins.Metadata):
+        return _nullable(t.type)
+    return isinstance(t, ins.NoneType) or (isinstance(t, ins.UnionType) and any(isinstance(u, ins.NoneType) for u in t.types))

@@ -238,7 +238,7 @@ def huggingface_fixes(report: Report, transformers_version: str | None = None, *
     """
     schema = _schema(fields, transformers_version)
     notes = list(report.notes)
-    cpu_only = bool((report.metrics.get("trace") or {}).get("cpu_only"))
+    cpu_only = report.metrics is not None and report.metrics.trace.cpu_only
     findings = [_rephrase(f, schema, training_args, cpu_only) for f in report.findings]
     notes += _version_notes(schema, transformers_version, notes)
     notes += _checkpointing_note(report, training_args)
@@ -317,7 +317,7 @@ def arguments_code(kwargs: dict[str, Any], width: int = 88) -> str:
 def _checkpointing_note(report: Report, training_args: Any) -> list[str]:
     """The gradient-checkpointing trade-off, when it is on although memory is plentiful."""
     on = any(getattr(training_args, n, None) is True for n in ("activation_checkpointing", "gradient_checkpointing"))
-    peak = (report.metrics.get("memory") or {}).get("peak_frac")
+    peak = None if report.metrics is None else report.metrics.memory.peak_frac
     if not on or peak is None or peak >= LOW_MEMORY_FRAC:
         return []
     return [f"Gradient (activation) checkpointing is on while GPU memory peaks at {peak * 100:.0f} % of capacity: "

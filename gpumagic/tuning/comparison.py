@@ -24,12 +24,13 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpumagic.errors import GpumagicError
-from gpumagic.report.model import metric
+from gpumagic.report.metrics import Metrics
 from gpumagic.report.views import view
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,16 +46,16 @@ MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
 #: Fewer recorded steps than this make the median step a weak estimate (torch.profiler's
 #: examples record 3-5 active steps).
 FEW_STEPS = 3
-#: The headline metrics compared beside step time: (key, name, path in metrics, kind, better).
+#: The headline metrics compared beside step time: (key, name, the metric, kind, better).
 #: kind: "ms_per_step"/"count_per_step" divide a window total by the step count (when both runs
 #: have steps); "frac" is a share of the window; "bytes". better: "lower", "higher" or "".
-HEADLINE = (
-    ("gpu_idle_ms", "GPU idle", ("idle", "total_ms"), "ms_per_step", "lower"),
-    ("dataloader_frac", "data-loader wait", ("host", "dataloader_frac"), "frac", "lower"),
-    ("kernel_count", "kernels", ("kernels", "count"), "count_per_step", ""),
-    ("memcpy_ms", "memory copies", ("copies", "total_ms"), "ms_per_step", "lower"),
-    ("sync_blocked_ms", "host blocked in syncs", ("syncs", "blocked_ms"), "ms_per_step", "lower"),
-    ("peak_allocated_bytes", "peak GPU memory", ("memory", "peak_allocated_bytes"), "bytes", ""),
+HEADLINE: tuple[tuple[str, str, Callable[[Metrics], float | None], str, str], ...] = (
+    ("gpu_idle_ms", "GPU idle", lambda m: m.idle.total_ms, "ms_per_step", "lower"),
+    ("dataloader_frac", "data-loader wait", lambda m: m.host.dataloader_frac, "frac", "lower"),
+    ("kernel_count", "kernels", lambda m: m.kernels.count, "count_per_step", ""),
+    ("memcpy_ms", "memory copies", lambda m: m.copies.total_ms, "ms_per_step", "lower"),
+    ("sync_blocked_ms", "host blocked in syncs", lambda m: m.syncs.blocked_ms, "ms_per_step", "lower"),
+    ("peak_allocated_bytes", "peak GPU memory", lambda m: m.memory.peak_allocated_bytes, "bytes", ""),
 )
 TRACE_SUFFIXES = (".gz", ".json", ".pt.trace", ".trace")
 
@@ -205,8 +206,8 @@ def summarise(a: Report, b: Report, label_a: str, label_b: str) -> dict[str, Any
     """Every number of the comparison, as plain JSON-ready data."""
     ma, mb = a.metrics, b.metrics
     steps_a, steps_b = _step_count(ma), _step_count(mb)
-    ratio = _step_ratio(metric(mb, "steps", "median_ms"), metric(ma, "steps", "median_ms"))
-    busy_a, busy_b = metric(ma, "gpu", "busy_frac"), metric(mb, "gpu", "busy_frac")
+    ratio = _step_ratio(None if mb is None else mb.steps.median_ms, None if ma is None else ma.steps.median_ms)
+    busy_a, busy_b = (None if ma is None else ma.gpu.busy_frac), (None if mb is None else mb.gpu.busy_frac)
     data: dict[str, Any] = {
         "before": _run_facts(a, label_a),
         "after": _run_facts(b, label_b),
@@ -224,11 +225,11 @@ def summarise(a: Report, b: Report, label_a: str, label_b: str) -> dict[str, Any
     return data
 
 
-def _step_count(m: dict[str, Any]) -> int:
+def _step_count(m: Metrics | None) -> int:
     """Recorded steps, or 0 when the window is not bounded by step markers."""
-    if metric(m, "window", "source") != "steps":
+    if m is None or m.window.source != "steps":
         return 0
-    return int(metric(m, "steps", "count") or 0)
+    return m.steps.count
 
 
 def _step_ratio(after_ms: float | None, before_ms: float | None) -> float | None:
@@ -256,24 +257,24 @@ def _round(x: float | None, digits: int = 4) -> float | None:
 
 def _run_facts(r: Report, label: str) -> dict[str, Any]:
     m = r.metrics
-    devices = metric(m, "trace", "devices") or []
-    primary = metric(m, "gpu", "primary_device")
-    names = [d.get("name") for d in devices if d.get("id") == primary] or [d.get("name") for d in devices[:1]]
+    devices = [] if m is None else m.trace.devices
+    primary = None if m is None else m.gpu.primary_device
+    names = [d.name for d in devices if d.id == primary] or [d.name for d in devices[:1]]
     return {
         "label": label,
-        "source": metric(m, "trace", "source"),
+        "source": None if m is None else m.trace.source,
         "device": names[0] if names else None,
         "steps": _step_count(m),
-        "step_median_ms": metric(m, "steps", "median_ms"),
-        "step_p90_ms": metric(m, "steps", "p90_ms"),
+        "step_median_ms": None if m is None else m.steps.median_ms,
+        "step_p90_ms": None if m is None else m.steps.p90_ms,
         "step_mean_ms": _mean_step_ms(m),
-        "window_ms": metric(m, "window", "dur_ms"),
+        "window_ms": None if m is None else m.window.dur_ms,
         "findings": r.finding_ids,
     }
 
 
-def _mean_step_ms(m: dict[str, Any]) -> float | None:
-    durations = [d for d in (metric(m, "steps", "durations_ms") or []) if d is not None]
+def _mean_step_ms(m: Metrics | None) -> float | None:
+    durations = [] if m is None else m.steps.durations_ms
     return round(statistics.fmean(durations), 4) if durations and _step_count(m) else None
 
 
@@ -281,23 +282,26 @@ def _per_step(value: float | None, steps: int) -> float | None:
     return None if value is None else (value / steps if steps else value)
 
 
-def _breakdown(ma: dict, mb: dict, steps_a: int, steps_b: int) -> dict[str, Any]:
+def _breakdown(ma: Metrics | None, mb: Metrics | None, steps_a: int, steps_b: int) -> dict[str, Any]:
     """Each category's time per step (per window when either run has no step markers)."""
     per_step = bool(steps_a and steps_b)
     sa, sb = (steps_a, steps_b) if per_step else (0, 0)
-    order = list(metric(ma, "breakdown", "order") or metric(mb, "breakdown", "order") or [])
+    ba, bb = (None if ma is None else ma.breakdown), (None if mb is None else mb.breakdown)
+    order = list((ba.order if ba is not None else None) or (bb.order if bb is not None else None) or [])
     rows = []
     for cat in order:
-        x = _per_step(metric(ma, "breakdown", "total_ms", cat), sa)
-        y = _per_step(metric(mb, "breakdown", "total_ms", cat), sb)
+        x = _per_step(None if ba is None else ba.total_ms.get(cat), sa)
+        y = _per_step(None if bb is None else bb.total_ms.get(cat), sb)
         rows.append({"category": cat, "before_ms": _round(x, 3), "after_ms": _round(y, 3), "delta_ms": _round(difference(y, x), 3),
-                     "before_frac": metric(ma, "breakdown", "frac", cat), "after_frac": metric(mb, "breakdown", "frac", cat)})
+                     "before_frac": None if ba is None else ba.frac.get(cat),
+                     "after_frac": None if bb is None else bb.frac.get(cat)})
     return {"unit": "ms per step" if per_step else "ms in the window", "categories": rows}
 
 
-def _headline_row(row: tuple, ma: dict, mb: dict, steps_a: int, steps_b: int) -> dict[str, Any]:
-    key, name, path, kind, better = row
-    x, y = metric(ma, *path), metric(mb, *path)
+def _headline_row(row: tuple[str, str, Callable[[Metrics], float | None], str, str], ma: Metrics | None,
+                  mb: Metrics | None, steps_a: int, steps_b: int) -> dict[str, Any]:
+    key, name, read, kind, better = row
+    x, y = (None if ma is None else read(ma)), (None if mb is None else read(mb))
     per_step = kind.endswith("_per_step") and steps_a and steps_b
     if per_step:
         x, y = _per_step(x, steps_a), _per_step(y, steps_b)
@@ -334,8 +338,8 @@ def same_tolerance(before: Report, after: Report) -> float:
     only as much as its step count leaves the median uncertain."""
     variances = []
     for r in (before, after):
-        durations = [d for d in (metric(r.metrics, "steps", "durations_ms") or []) if d is not None]
-        median = metric(r.metrics, "steps", "median_ms")
+        durations = [] if r.metrics is None else r.metrics.steps.durations_ms
+        median = None if r.metrics is None else r.metrics.steps.median_ms
         if len(durations) >= 2 and median:
             mad = statistics.median(abs(d - median) for d in durations)
             se_rel = MEDIAN_SE_FACTOR * 1.4826 * mad / median / math.sqrt(len(durations))

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpumagic.errors import GpumagicError
-from gpumagic.report.model import Evidence, Finding, Fix, Report, Window, metric
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Report, report_from_dict
 from gpumagic.report.views import view
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -217,8 +218,8 @@ class HistoryStore:
             workdir: str = "", notebook: str = "", bundle: str | None = None) -> StoredRun:
         """Store ``report`` as a new run (the oldest runs beyond :attr:`keep` are dropped); returns its row."""
         device = _device_name(report.metrics)
-        median = metric(report.metrics, "steps", "median_ms")
-        busy = metric(report.metrics, "gpu", "busy_frac")
+        median = None if report.metrics is None else report.metrics.steps.median_ms
+        busy = None if report.metrics is None else report.metrics.gpu.busy_frac
         top = report.findings[0].id if report.findings else ""
         values = (label, time.time_ns(), source, workdir, notebook, json.dumps(options or {}, default=str),
                   bundle or "", device, median, busy, top, report.to_json(indent=None))
@@ -388,32 +389,13 @@ def _stored(row: Sequence[Any]) -> StoredRun:
     return StoredRun(**values)
 
 
-def _device_name(metrics: dict[str, Any]) -> str:
-    devices = metric(metrics, "trace", "devices") or []
-    primary = metric(metrics, "gpu", "primary_device")
-    names = [d.get("name", "") for d in devices if isinstance(d, dict) and (primary is None or d.get("id") == primary)]
-    return (names or [d.get("name", "") for d in devices if isinstance(d, dict)] or ["CPU only"])[0] or "GPU"
-
-
-def report_from_dict(d: dict[str, Any]) -> Report:
-    """A Report rebuilt from :meth:`Report.to_dict` (no trace); fields this version does not know are ignored."""
-    gain = d.get("combined_gain")
-    return Report(metrics=d.get("metrics") or {}, findings=[_finding(f) for f in d.get("findings") or []],
-                  notes=list(d.get("notes") or []), label=d.get("label") or "",
-                  combined_gain=float(gain) if isinstance(gain, (int, float)) and not isinstance(gain, bool) else 0.0)
-
-
-def _finding(d: dict[str, Any]) -> Finding:
-    ev = d.get("evidence") or {}
-    evidence = Evidence(summary=ev.get("summary", ""), numbers=dict(ev.get("numbers") or {}),
-                        windows=tuple(Window(**_known(Window, w)) for w in ev.get("windows") or []))
-    fixes = tuple(Fix(**_known(Fix, f)) for f in d.get("fixes") or [])
-    return Finding(**(_known(Finding, d) | {"evidence": evidence, "fixes": fixes}))
-
-
-def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in d.items() if k in names}
+def _device_name(metrics: Metrics | None) -> str:
+    if metrics is None:
+        return "CPU only"
+    devices = metrics.trace.devices
+    primary = metrics.gpu.primary_device
+    names = [d.name for d in devices if primary is None or d.id == primary]
+    return (names or [d.name for d in devices] or ["CPU only"])[0] or "GPU"
 
 
 # -- the history as a displayable table -------------------------------------------------------

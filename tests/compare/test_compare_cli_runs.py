@@ -21,7 +21,7 @@ W4 = os.path.join(DATA, "resnet50_v100_workers4.json.gz")
 def registry():
     """Labelled runs left by other tests must not change what the CLI reads."""
     runs.forget()
-    runs.remember("missing.json", gpumagic.Report(metrics={}, findings=[], notes=[]))  # a label like a path
+    runs.remember("missing.json", gpumagic.Report(metrics=None, findings=[], notes=[]))  # a label like a path
     yield runs
     runs.forget()
 

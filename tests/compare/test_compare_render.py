@@ -68,12 +68,12 @@ def test_a_noisy_after_run_does_not_hide_a_large_speedup():
 
     from gpumagic.tuning.comparison import same_tolerance, verdict
 
-    before = SimpleNamespace(metrics={"steps": {"durations_ms": [100, 101, 99, 100, 102], "median_ms": 100}})
-    after = SimpleNamespace(metrics={"steps": {"durations_ms": [44, 30, 70, 44, 60], "median_ms": 44}})
+    before = SimpleNamespace(metrics=SimpleNamespace(steps=SimpleNamespace(durations_ms=[100, 101, 99, 100, 102], median_ms=100)))
+    after = SimpleNamespace(metrics=SimpleNamespace(steps=SimpleNamespace(durations_ms=[44, 30, 70, 44, 60], median_ms=44)))
     tol = same_tolerance(before, after)
     assert 0.03 < tol < 0.56
     assert verdict({"step_time_ratio": 0.44}, tol).startswith("2.27× faster")
-    steady = SimpleNamespace(metrics={"steps": {"durations_ms": [100, 100, 101, 99], "median_ms": 100}})
+    steady = SimpleNamespace(metrics=SimpleNamespace(steps=SimpleNamespace(durations_ms=[100, 100, 101, 99], median_ms=100)))
     assert same_tolerance(steady, steady) == 0.03
 
 

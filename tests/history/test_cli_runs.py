@@ -125,7 +125,7 @@ def test_rm_a_label_asks_on_a_terminal(three_runs, capsys, monkeypatch):
 def test_export_json_lines_with_home_as_tilde(three_runs, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     bundle = tmp_path / "runs" / "a.json.gz"
-    runs.record(gpumagic.Report(metrics={}, findings=[], notes=[f"saved in {tmp_path}/runs"]), label="home",
+    runs.record(gpumagic.Report(metrics=None, findings=[], notes=[f"saved in {tmp_path}/runs"]), label="home",
                 bundle=str(bundle))
     out = tmp_path / "history.jsonl"
     assert main(["runs", "export", "-o", str(out)]) == 0

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from types import SimpleNamespace
 
+import msgspec
 import pytest
 from tracebuilder import DATA
 
@@ -31,8 +33,19 @@ def _finding(fid: str, **numbers) -> Finding:
                                            Fix("pytorch", "p", "torch.thing()")), doc_url="https://example.org")
 
 
-def _report(*findings: Finding, **metrics) -> Report:
-    return Report(metrics=metrics, findings=list(findings), notes=[])
+def _report(*findings: Finding, **sections) -> Report:
+    """A report of ``findings``; ``sections`` (e.g. ``memory={"peak_frac": 0.2}``) set those metrics
+    fields of a real report's metrics (none given: a report that measured nothing)."""
+    if not sections:
+        return Report(metrics=None, findings=list(findings), notes=[])
+    metrics = _w0_metrics()
+    changed = {name: msgspec.structs.replace(getattr(metrics, name), **fields) for name, fields in sections.items()}
+    return Report(metrics=msgspec.structs.replace(metrics, **changed), findings=list(findings), notes=[])
+
+
+@functools.cache
+def _w0_metrics():
+    return gpumagic.analyze(os.path.join(DATA, "resnet50_v100_workers0.json.gz")).metrics
 
 
 def test_dataloader_fix_comes_first_and_drops_fields_the_version_lacks(w0):

@@ -14,6 +14,7 @@ import functools
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -38,7 +39,8 @@ def analysed(name: str):
     import gpumagic
 
     report = gpumagic.analyze(str(DATA / f"{name}.json.gz"))
-    report.metrics["trace"]["source"] = f"{name}.json.gz"
+    trace = msgspec.structs.replace(report.metrics.trace, source=f"{name}.json.gz")
+    report.metrics = msgspec.structs.replace(report.metrics, trace=trace)
     return report
 
 

@@ -2,6 +2,7 @@
 
 import re
 
+import msgspec
 import pytest
 from render_helpers import analysed
 
@@ -48,7 +49,7 @@ def test_user_text_is_escaped():
         id="x", severity="low", title="<b>bold</b> & co", why="a < b", evidence=Evidence(summary="<script>"),
         est_gain=0.1, gain_method="m", fixes=(Fix("pytorch", "d", "if a < b:\n    pass"),), doc_url="javascript:alert(1)",
     )
-    report = Report(metrics={}, findings=[finding], notes=["<i>note</i>"])
+    report = Report(metrics=None, findings=[finding], notes=["<i>note</i>"])
     html = report_html(report, Images())
     assert "<b>bold</b>" not in html and "&lt;b&gt;bold&lt;/b&gt; &amp; co" in html
     assert "<script>" not in html and "if a &lt; b:" in html
@@ -57,7 +58,7 @@ def test_user_text_is_escaped():
 
 
 def test_a_report_without_trace_or_metrics_still_renders():
-    html = html_document(Report(metrics={}, findings=[], notes=[]))
+    html = html_document(Report(metrics=None, findings=[], notes=[]))
     assert "No findings" in html
     assert "No timeline" in html
     assert "n/a" in html
@@ -87,10 +88,13 @@ def test_static_rendering_imports_no_torch_ipython_or_ipywidgets():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=DATA.parents[1])
 
 
-def test_a_tile_without_a_value_is_left_out():
-    html = report_html(Report(metrics={"steps": {"count": 3, "median_ms": 12.0}}, findings=[], notes=[]), Images())
-    assert "Steps recorded" in html and "Median step" in html
-    assert "Wall time" not in html and "GPU busy" not in html  # no "n/a" tiles
+def test_a_tile_without_a_value_is_left_out(loader_report):
+    m = loader_report.metrics
+    unknown = msgspec.structs.replace(m, steps=msgspec.structs.replace(m.steps, median_ms=None),
+                                      gpu=msgspec.structs.replace(m.gpu, busy_frac=None))
+    html = report_html(Report(metrics=unknown, findings=[], notes=[]), Images())
+    assert "Steps recorded" in html and "Wall time" in html
+    assert "Median step" not in html and "GPU busy" not in html  # no "n/a" tiles
 
 
 def test_evidence_chips_are_labelled_with_units(loader_report):

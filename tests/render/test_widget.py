@@ -66,7 +66,7 @@ def test_other_tabs_hold_the_html_sections(view):
 
 
 def test_a_report_without_trace_or_findings_builds_a_widget():
-    view = build_widget(Report(metrics={}, findings=[], notes=[]), Images())
+    view = build_widget(Report(metrics=None, findings=[], notes=[]), Images())
     assert view.timeline_image is None and view.step_select is None
     assert "No findings" in view.checklist.value
     assert "No timeline" in view.timeline_status.value

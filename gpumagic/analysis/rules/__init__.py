@@ -7,7 +7,7 @@ false positives.
 
 from __future__ import annotations
 
-from gpumagic.analysis.rules.base import Rule
+from gpumagic.analysis.rules.base import RULES, Rule
 from gpumagic.analysis.rules.chunks import small_transfers
 from gpumagic.analysis.rules.communication import communication_heavy
 from gpumagic.analysis.rules.compute import low_compute_efficiency, too_small_for_gpu
@@ -29,11 +29,11 @@ CAUSE_RULES: tuple[Rule, ...] = (
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
 )
-FINDING_IDS = (
-    "dataloader-bound", "pageable-memcpy", "host-sync", "launch-bound", "low-gpu-utilization", "gpu-idle-gaps",
-    "mixed-precision-off", "transfer-bound", "memory-pressure", "communication-heavy", "warmup-in-window", "cpu-bound",
-    "host-cpu-saturated", "small-transfers", "too-small-for-gpu", "low-compute-efficiency", "unfused-attention",
-    "elementwise-bound",
-)
+#: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
+FINDING_IDS: tuple[str, ...] = tuple(RULES)
+#: The residual rule: run after the others, it reports the idle time they leave unexplained.
+RESIDUAL_RULE: Rule = low_gpu_utilization
+if set(FINDING_IDS) != {getattr(r, "finding_id", "") for r in (*CAUSE_RULES, RESIDUAL_RULE)}:  # pragma: no cover
+    raise ImportError("every registered rule must run: add it to CAUSE_RULES")
 
-__all__ = ["CAUSE_RULES", "FINDING_IDS", "low_gpu_utilization"]
+__all__ = ["CAUSE_RULES", "FINDING_IDS", "RESIDUAL_RULE", "RULES", "low_gpu_utilization"]

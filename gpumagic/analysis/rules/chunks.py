@@ -8,8 +8,10 @@ from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.copysizes import SMALL_COPY_BYTES, small_copies
 from gpumagic.analysis.metrics import copy_groups
-from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for, windows
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.compute import is_training
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
 
 #: Fire when one direction has at least this many small copies per step ...
 MIN_PER_STEP = 16
@@ -31,7 +33,8 @@ def small_transfer_windows(ctx: Context) -> iv.Intervals:
     return cost
 
 
-def small_transfers(ctx: Context, m: dict):
+@rule("small-transfers")
+def small_transfers(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: host↔device copies of ≤ 64 KiB, per direction. Threshold: ≥ 16 per step in one
     direction, costing ≥ 2 % of the window (the union of their issuing calls on the host and the
     copies on the GPU, while the GPU is busy with nothing else). Gain: that cost × (1 − 1/copies per step): one batched copy per step and
@@ -55,7 +58,7 @@ def small_transfers(ctx: Context, m: dict):
     idx = np.concatenate([r["idx"] for r in rows.values()])
     ev = ctx.trace.events
     return finding(
-        "small-transfers", severity=severity_for(gain, 0.1, 0.02),
+        severity=severity_for(gain, 0.1, 0.02),
         title=f"{per_step:.0f} small host↔device copies per step",
         why="""Every copy between host and GPU pays a fixed price — a runtime call, a DMA setup, often a
         synchronisation — whatever its size. Copies of a few kilobytes are all price and no transfer: a

@@ -7,8 +7,10 @@ import numpy as np
 from gpumagic.analysis import devices
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import kernel_mask
-from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
 from gpumagic.analysis.rules.precision import tf32_fix
+from gpumagic.report.metrics import ComputeMetrics, Metrics
+from gpumagic.report.model import Finding, Fix
 
 #: low-compute-efficiency fires only while the GPU is busy (≥ 50 % of the window, the same line
 #: as ``low-gpu-utilization``): an idle GPU is a different problem with its own findings.
@@ -41,7 +43,8 @@ def is_training(ctx: Context) -> bool:
     return ctx.workload == "training"
 
 
-def low_compute_efficiency(ctx: Context, m: dict):
+@rule("low-compute-efficiency")
+def low_compute_efficiency(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: model FLOPs utilisation (``metrics.compute.mfu``: FLOPs of the matmul-family
     operators over the window ÷ the device's dense peak for their dtype) while the GPU is busy.
     Threshold: GPU busy ≥ 50 % and MFU < 10 %. Needs FLOPs (``--shapes`` or ``--flops``) and a
@@ -49,35 +52,35 @@ def low_compute_efficiency(ctx: Context, m: dict):
     threshold would save, busy × (1 − MFU/10 %). False positives: workloads whose real work is not
     matmuls (embedding lookups, sorting, sparse or memory-bound models): MFU measures only matmul
     and convolution FLOPs."""
-    c, busy = m["compute"], m["gpu"]["busy_frac"]
-    if c["mfu"] is None or busy is None or busy < BUSY_MIN or c["mfu"] >= MFU_LOW:
+    c, busy = m.compute, m.gpu.busy_frac
+    if c is None or c.mfu is None or busy is None or busy < BUSY_MIN or c.mfu >= MFU_LOW:
         return None
-    gain = busy * (1 - c["mfu"] / MFU_LOW)
-    top = m["kernels"]["top"][:3]
-    top_text = "; ".join(f"{k['name'][:60]} {k['total_ms']:.1f} ms" for k in top)
+    gain = busy * (1 - c.mfu / MFU_LOW)
+    top = m.kernels.top[:3]
+    top_text = "; ".join(f"{k.name[:60]} {k.total_ms:.1f} ms" for k in top)
     return finding(
-        "low-compute-efficiency", severity=severity_for(gain),
-        title=f"The GPU is busy but uses {pct(c['mfu'])} of its arithmetic",
+        severity=severity_for(gain),
+        title=f"The GPU is busy but uses {pct(c.mfu)} of its arithmetic",
         why=f""""GPU busy" means some kernel was running, not that the streaming multiprocessors were doing
-        useful math. Here the matmuls and convolutions amount to {c['achieved_tflops']:.2f} TFLOP/s, against a
-        peak of {c['peak_tflops']:g} TFLOP/s for {c['dtype']} on this {c['device_sku']}. The time goes to kernels
+        useful math. Here the matmuls and convolutions amount to {c.achieved_tflops:.2f} TFLOP/s, against a
+        peak of {c.peak_tflops:g} TFLOP/s for {c.dtype} on this {c.device_sku}. The time goes to kernels
         that do little arithmetic per byte (elementwise, normalisation, small matmuls) or to a dtype slower
         than the GPU offers. Larger matmuls (bigger batches), fewer memory-bound kernels (fusion) and a
         faster dtype (TF32/BF16) raise it.""",
-        summary=f"MFU {pct(c['mfu'])}: {c['achieved_tflops']:.2f} of {c['peak_tflops']:g} TFLOP/s ({c['dtype']}) "
+        summary=f"MFU {pct(c.mfu)}: {c.achieved_tflops:.2f} of {c.peak_tflops:g} TFLOP/s ({c.dtype}) "
                 f"while the GPU is busy {pct(busy)}. Longest kernels: {top_text}.",
-        numbers={"mfu": c["mfu"], "achieved_tflops": c["achieved_tflops"], "peak_tflops": c["peak_tflops"],
-                 "dtype": c["dtype"], "gpu_busy_frac": busy, "threshold_mfu": MFU_LOW},
+        numbers={"mfu": c.mfu, "achieved_tflops": c.achieved_tflops, "peak_tflops": c.peak_tflops,
+                 "dtype": c.dtype, "gpu_busy_frac": busy, "threshold_mfu": MFU_LOW},
         est_gain=gain, gain_method="busy share × (1 − MFU / 10 %): the GPU time saved if MFU rose to the threshold",
         fixes=_efficiency_fixes(c, is_training(ctx)),
         doc_url=MFU_DOC,
     )
 
 
-def _efficiency_fixes(c: dict, training: bool):
-    fixes = []
-    peak = devices.peak_for(c["device_name"])
-    if c["dtype"] in ("fp32", "tf32") and peak and peak.tflops.get("bf16"):
+def _efficiency_fixes(c: ComputeMetrics, training: bool) -> tuple[Fix, ...]:
+    fixes: list[Fix] = []
+    peak = devices.peak_for(c.device_name or "")
+    if c.dtype in ("fp32", "tf32") and peak and peak.tflops.get("bf16"):
         body = "    loss = loss_fn(model(x), y)" if training else "    out = model(x)"
         fixes.append(pytorch(f"Use the faster dtype: bf16/fp16 peaks at {peak.tflops.get('bf16', 0):g} TFLOP/s here",
                              tf32_fix().code + "\n"
@@ -95,7 +98,8 @@ def _efficiency_fixes(c: dict, training: bool):
     return tuple(fixes)
 
 
-def too_small_for_gpu(ctx: Context, m: dict):
+@rule("too-small-for-gpu")
+def too_small_for_gpu(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: the step's GPU work is tiny — kernel time per step ≤ 1 ms, the GPU busy ≤ 25 % of
     the step, ≥ 90 % of kernels under 20 µs — so launches, copies and syncs cost more than the
     kernels; and the CPU could do the same arithmetic within the step time: FLOPs per step (or,
@@ -103,9 +107,9 @@ def too_small_for_gpu(ctx: Context, m: dict):
     highest peak) ≤ 100 GFLOP/s × step time. Gain: the GPU-idle share of the step less the
     CPU compute the work would cost. False positives: a latency-bound service whose batch size is
     fixed by the traffic (then the fix is batching requests, or the CPU)."""
-    k, busy = m["kernels"], m["gpu"]["busy_frac"]
+    k, busy = m.kernels, m.gpu.busy_frac
     steps = max(len(ctx.step_bounds), 1)
-    if not k["count"] or busy is None or busy > TINY_BUSY_MAX or k["total_ms"] / steps > TINY_KERNEL_MS_PER_STEP:
+    if not k.count or busy is None or busy > TINY_BUSY_MAX or k.total_ms / steps > TINY_KERNEL_MS_PER_STEP:
         return None
     dur = ctx.trace.events.dur_ns[kernel_mask(ctx)]
     short = float(np.mean(dur < TINY_KERNEL_NS))
@@ -118,19 +122,19 @@ def too_small_for_gpu(ctx: Context, m: dict):
     cpu_s = flops / (CPU_REF_GFLOPS * 1e9)
     if cpu_s > step_s:
         return None
-    kernel_ms = k["total_ms"] / steps
+    kernel_ms = k.total_ms / steps
     gain = max(0.0, (1 - busy) - cpu_s / step_s)
-    known = m["compute"]["flops"] is not None
+    known = m.compute is not None and m.compute.flops is not None
     return finding(
-        "too-small-for-gpu", severity=severity_for(gain),
+        severity=severity_for(gain),
         title="The GPU's work per step is too small to pay for launching it",
         why=f"""Each kernel launch, copy and synchronisation costs the host microseconds whatever the size of
-        the work. This step gives the GPU {kernel_ms:.2f} ms of kernels in {k['count'] // steps} launches, so
+        the work. This step gives the GPU {kernel_ms:.2f} ms of kernels in {k.count // steps} launches, so
         the GPU finishes each kernel before the next one arrives and sits idle {pct(1 - busy)} of the step.
         The arithmetic itself is small: {flops / 1e9:.2f} GFLOP per step{'' if known else ' at most'}, which a
         CPU doing {CPU_REF_GFLOPS:g} GFLOP/s finishes in {cpu_s * 1e3:.2f} ms, within the {step_s * 1e3:.2f} ms
         step. Either give the GPU more work per launch, or keep this work on the CPU.""",
-        summary=f"{kernel_ms:.2f} ms of kernels per {step_s * 1e3:.2f} ms step ({pct(short)} of {k['count']} kernels "
+        summary=f"{kernel_ms:.2f} ms of kernels per {step_s * 1e3:.2f} ms step ({pct(short)} of {k.count} kernels "
                 f"under {TINY_KERNEL_NS // 1000} µs, GPU busy {pct(busy)}); {flops / 1e9:.2f} GFLOP per step"
                 f"{'' if known else ' at most (no shapes recorded: kernel time × peak)'} ≈ {cpu_s * 1e3:.2f} ms on a "
                 f"CPU at {CPU_REF_GFLOPS:g} GFLOP/s.",
@@ -157,12 +161,14 @@ def too_small_windows(ctx: Context):
     return ctx.gaps.intervals
 
 
-def _flops_per_step(m: dict, ctx: Context, steps: int) -> float | None:
+def _flops_per_step(m: Metrics, ctx: Context, steps: int) -> float | None:
     """Recorded FLOPs per step, else the upper bound kernel time × the device's highest peak."""
-    c = m["compute"]
-    if c["flops"] is not None:
-        return c["flops"] / steps
-    peak = devices.peak_for(c["device_name"])
+    c = m.compute
+    if c is None:
+        return None
+    if c.flops is not None:
+        return c.flops / steps
+    peak = devices.peak_for(c.device_name or "")
     if peak is None or not peak.tflops:
         return None
-    return m["kernels"]["total_ms"] / 1e3 / steps * max(peak.tflops.values()) * 1e12
+    return m.kernels.total_ms / 1e3 / steps * max(peak.tflops.values()) * 1e12

@@ -6,7 +6,9 @@ from __future__ import annotations
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.hostcpu import host_cpu
-from gpumagic.analysis.rules.base import finding, pct, pytorch, severity_for, windows
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
 
 #: The issue's anchor: the host CPU samples average ≥ 90 % of the usable cores over the window.
 #: Below that a core is free about one sample in ten, and another worker can still use it.
@@ -32,7 +34,8 @@ def saturated_idle(ctx: Context) -> iv.Intervals:
     return iv.intersect(waits, ctx.gaps.intervals) if ctx.device >= 0 else waits
 
 
-def host_cpu_saturated(ctx: Context, m: dict):
+@rule("host-cpu-saturated")
+def host_cpu_saturated(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: host CPU samples (gpumagic's ``/proc`` sampler, recorded in a bundle) average
     ≥ 90 % of the usable cores (affinity mask and cgroup quota recorded at capture) over the
     window (at least 3 samples), while the loop waits for data or the GPU waits on the host for
@@ -69,7 +72,7 @@ x = torch.stack([augment(img) for img in imgs]).float().div_(255)
 # or NVIDIA DALI: a pipeline that decodes and augments on the GPU"""))
     cores = f"{h.usable_cores:g} usable cores ({h.usable_source})"
     return finding(
-        "host-cpu-saturated", severity=severity_for(wait_frac),
+        severity=severity_for(wait_frac),
         title=f"Host CPU saturated ({pct(h.saturation)} of {h.usable_cores:g} cores)",
         why="""Every usable core of the host is busy, and the loop still waits for its data"""
             + (" while the GPU idles" if gpu else "") + """. More DataLoader workers cannot help: there is

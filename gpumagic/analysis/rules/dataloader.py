@@ -5,8 +5,10 @@ from __future__ import annotations
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.hostcpu import host_cpu, suggested_workers
-from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for, windows
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.cpu import CACHE_CODE, CACHE_FIX, SATURATION
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
 
 #: TensorBoard profiler plugin: recommend more DataLoader workers when the DataLoader share of
 #: step time exceeds 5 %.
@@ -14,7 +16,8 @@ DATALOADER_FRAC = 0.05
 DOC = "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"
 
 
-def dataloader_bound(ctx: Context, m: dict):
+@rule("dataloader-bound")
+def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: time the main thread spends inside ``enumerate(DataLoader)#...__next__``.
     Threshold: > 5 % of the window (TensorBoard plugin). Gain: the part of that wait during
     which the GPU was also idle (the breakdown's exclusive data-loader time) — time that worker
@@ -32,33 +35,33 @@ def dataloader_bound(ctx: Context, m: dict):
         return None
     gain = ctx.frac(iv.total(ctx.exclusive["dataloader"]))
     h = host_cpu(ctx)
-    numbers = {"dataloader_ms": m["host"]["dataloader_ms"], "dataloader_frac": m["host"]["dataloader_frac"],
+    numbers = {"dataloader_ms": m.host.dataloader_ms, "dataloader_frac": m.host.dataloader_frac,
                "gpu_idle_during_wait_frac": round(gain, 4), "threshold_frac": DATALOADER_FRAC}
     cpu_note = ""
-    host, samples = m["host"], m.get("samples") or {}
-    if host["cpu_busy_cores"] is not None:
-        numbers["cpu_busy_cores"] = host["cpu_busy_cores"]
-        cpu_note = f" Host CPU samples: {host['cpu_busy_cores']:.2f} cores busy on average"
-        if host["usable_cores"]:
-            numbers["usable_cores"] = host["usable_cores"]
-            cpu_note += f" of {host['usable_cores']:g} usable"
-        if samples.get("workers_util_mean") is not None:
-            numbers["workers_cpu_util_mean_pct"] = samples["workers_util_mean"]
-            cpu_note += f"; loader workers used {samples['workers_util_mean']:.0f} % of a core"
+    host, samples = m.host, m.samples
+    if host.cpu_busy_cores is not None:
+        numbers["cpu_busy_cores"] = host.cpu_busy_cores
+        cpu_note = f" Host CPU samples: {host.cpu_busy_cores:.2f} cores busy on average"
+        if host.usable_cores:
+            numbers["usable_cores"] = host.usable_cores
+            cpu_note += f" of {host.usable_cores:g} usable"
+        if samples is not None and samples.workers_util_mean is not None:
+            numbers["workers_cpu_util_mean_pct"] = samples.workers_util_mean
+            cpu_note += f"; loader workers used {samples.workers_util_mean:.0f} % of a core"
         cpu_note += "."
     advice, workers = _worker_advice(h)
     if workers is not None:
         numbers["suggested_num_workers"] = workers
     loop = "training loop" if ctx.workload == "training" else "loop"
     return finding(
-        "dataloader-bound", severity=severity_for(gain), title=f"The {loop} waits for the data loader",
+        severity=severity_for(gain), title=f"The {loop} waits for the data loader",
         why="""Each step asks the DataLoader for the next batch on the main Python thread. With few or
         no worker processes, loading and augmenting the batch happens right there, while """
             + ("the GPU has nothing queued and sits idle" if ctx.device >= 0 else "the model waits") + """.
         Worker processes prepare the next batches in parallel, so the batch is ready when the step asks
         for it — if there are free cores for them.""",
         summary=f"{pct(frac)} of the window is spent waiting in the DataLoader "
-                f"({m['host']['dataloader_ms']:.1f} ms); for {pct(gain)} of the window nothing else runs"
+                f"({m.host.dataloader_ms:.1f} ms); for {pct(gain)} of the window nothing else runs"
                 f"{', GPU included' if ctx.device >= 0 else ''}." + cpu_note + " " + advice,
         numbers=numbers,
         windows=windows(dl[0], dl[1], "cpu", label="DataLoader wait"),

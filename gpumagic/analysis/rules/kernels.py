@@ -8,8 +8,10 @@ from gpumagic._arrays import median
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import kernel_mask
-from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for, windows
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.compute import is_training
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
 
 #: A softmax kernel is attention's when a matmul kernel runs within this many kernels before it
 #: and after it on the same stream (QKᵀ → [scale, mask] → softmax → [dropout] → ·V).
@@ -60,7 +62,8 @@ def attention_pieces(ctx: Context) -> tuple[int, np.ndarray, int]:
     return count, rows[sorted(pieces)], fused
 
 
-def unfused_attention(ctx: Context, m: dict):
+@rule("unfused-attention")
+def unfused_attention(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: softmax kernels with a matmul kernel just before and just after them on the same
     stream (attention computed as QKᵀ, softmax, ·V in separate kernels), and no fused attention
     kernel (flash, memory-efficient, cuDNN SDPA, CK/Triton attention) in the window. Threshold:
@@ -78,7 +81,7 @@ def unfused_attention(ctx: Context, m: dict):
     gain = ctx.frac(p_ns) * (1 - 1 / FUSED_ATTENTION_SPEEDUP)
     steps = max(len(ctx.step_bounds), 1)
     return finding(
-        "unfused-attention", severity=severity_for(gain),
+        severity=severity_for(gain),
         title="Attention runs as separate matmul and softmax kernels",
         why="""Attention written out by hand — scores = q @ k.T, softmax, then @ v — launches a kernel per
         piece and writes the whole sequence × sequence score matrix to GPU memory and reads it back,
@@ -104,14 +107,15 @@ out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p if tra
     )
 
 
-def elementwise_bound(ctx: Context, m: dict):
+@rule("elementwise-bound")
+def elementwise_bound(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: the share of compute-kernel time (collectives excluded) in elementwise, reduction and
     normalisation kernels (``names.ELEMENTWISE_RE``: PyTorch's TensorIterator and reduce kernels,
     batch/layer/RMS norm, softmax, ``multi_tensor_apply``; Inductor's already-fused Triton kernels
     excluded). Threshold: ≥ 40 % while the GPU is busy ≥ 50 %. Gain: that time × (1 − 1/2), the
     fusion speed-up. False positives: models that are memory-bound by nature (embedding-heavy
     recommenders), where fusion helps less."""
-    busy = m["gpu"]["busy_frac"]
+    busy = m.gpu.busy_frac
     if busy is None or busy < ELEMENTWISE_BUSY_MIN:
         return None
     ev = ctx.trace.events
@@ -131,7 +135,7 @@ def elementwise_bound(ctx: Context, m: dict):
                                  for n in np.unique(ev.name[e_rows]).tolist())
     med_us = float(median(ev.dur_ns[e_rows])) / 1000
     return finding(
-        "elementwise-bound", severity=severity_for(gain),
+        severity=severity_for(gain),
         title=f"{pct(share)} of GPU time in memory-bound elementwise kernels",
         why="""Activations, normalisations, casts, residual adds and optimizer updates do a few operations per
         element they read and write, so their speed is set by memory bandwidth, not arithmetic. Run as

@@ -7,7 +7,9 @@ import numpy as np
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for, windows
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
 
 #: Most kernels tiny: at least half of them under 10 µs (context.SHORT_KERNEL_NS).
 SHORT_KERNEL_SHARE = 0.5
@@ -61,7 +63,8 @@ model = torch.cuda.make_graphed_callables(model, (sample_x,))   # forward + back
 # opt = torch.optim.AdamW(model.parameters(), lr=lr, capturable=True)   # for manual whole-step capture"""
 
 
-def launch_bound(ctx: Context, m: dict):
+@rule("launch-bound")
+def launch_bound(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: most kernels last under 10 µs, the GPU is busy < 50 % of the window, the host
     is busy launching (runtime calls ≥ 25 % of the window, or host wait + launch latency ≥ 50 %
     of GPU idle time), and fewer than half the kernels are replayed by graph launches (a graph
@@ -69,10 +72,10 @@ def launch_bound(ctx: Context, m: dict):
     or launch latency (what fewer, larger launches — CUDA graphs, torch.compile fusion — can
     recover). False positives: small inference batches where latency, not throughput, is the
     goal (the fix still applies)."""
-    k, _idle = m["kernels"], m["idle"]
-    if not k["count"] or k["short_frac"] < SHORT_KERNEL_SHARE or (m["gpu"]["busy_frac"] or 0) >= BUSY_MAX:
+    k, _idle = m.kernels, m.idle
+    if not k.count or k.short_frac < SHORT_KERNEL_SHARE or (m.gpu.busy_frac or 0) >= BUSY_MAX:
         return None
-    if (k.get("graph_frac") or 0) >= GRAPH_REPLAY_SHARE:
+    if (k.graph_frac or 0) >= GRAPH_REPLAY_SHARE:
         return None
     runtime_frac = ctx.frac(iv.total(ctx.cat_union["runtime"]))
     launch_idle_ns = ctx.idle_ns["host_wait"] + ctx.idle_ns["launch_latency"]
@@ -81,17 +84,17 @@ def launch_bound(ctx: Context, m: dict):
         return None
     gain = ctx.frac(launch_idle_ns)
     return finding(
-        "launch-bound", severity=severity_for(gain),
+        severity=severity_for(gain),
         title="The GPU waits for launches of tiny kernels",
         why="""Every kernel costs the host several microseconds to launch (Python, the PyTorch
         dispatcher, the CUDA driver). When most kernels finish faster than that, the GPU completes each
         one before the next arrives and idles in between. Fusing operations (torch.compile) or replaying
         a recorded sequence of launches at once (CUDA graphs) removes most of the per-kernel cost.""",
-        summary=f"{pct(k['short_frac'])} of {k['count']} kernels run under {k['short_kernel_us']:.0f} µs "
-                f"(median {k['median_us']:.1f} µs); the GPU is busy {pct(m['gpu']['busy_frac'])} of the window; "
+        summary=f"{pct(k.short_frac)} of {k.count} kernels run under {k.short_kernel_us:.0f} µs "
+                f"(median {k.median_us:.1f} µs); the GPU is busy {pct(m.gpu.busy_frac)} of the window; "
                 f"CUDA runtime calls cover {pct(runtime_frac)} of it.",
-        numbers={"kernels": k["count"], "short_kernel_frac": k["short_frac"], "median_kernel_us": k["median_us"],
-                 "gpu_busy_frac": m["gpu"]["busy_frac"], "runtime_frac": round(runtime_frac, 4),
+        numbers={"kernels": k.count, "short_kernel_frac": k.short_frac, "median_kernel_us": k.median_us,
+                 "gpu_busy_frac": m.gpu.busy_frac, "runtime_frac": round(runtime_frac, 4),
                  "launch_wait_ms": round(launch_idle_ns / 1e6, 3)},
         windows=windows(*launch_wait(ctx), "gpu", ctx.device, "waiting for launch"),
         est_gain=gain, gain_method="GPU idle time classified as host wait or launch latency (HTA definitions)",
@@ -123,7 +126,8 @@ def _launch_fixes(ctx: Context):
     )
 
 
-def cpu_bound(ctx: Context, m: dict):
+@rule("cpu-bound")
+def cpu_bound(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: the GPU waits on the host (the host-wait parts of idle gaps, split at the launch)
     for ≥ 20 % of the window while the main thread runs operators or Python (≥ 50 % of that
     wait), not the data loader, and the kernels are not tiny (that case is ``launch-bound``).
@@ -132,7 +136,7 @@ def cpu_bound(ctx: Context, m: dict):
     could be moved out of the loop rather than sped up."""
     gaps = ctx.gaps.host_wait()
     hw_ns = iv.total(gaps)
-    if ctx.frac(hw_ns) < HOST_WAIT_FRAC or (m["kernels"]["short_frac"] or 0) >= SHORT_KERNEL_SHARE:
+    if ctx.frac(hw_ns) < HOST_WAIT_FRAC or (m.kernels.short_frac or 0) >= SHORT_KERNEL_SHARE:
         return None
     busy_in_wait = host_ops_in_wait(ctx)
     share = iv.total(busy_in_wait) / max(hw_ns, 1)
@@ -147,7 +151,7 @@ def cpu_bound(ctx: Context, m: dict):
         fixes.append(huggingface("Through TrainingArguments",
                                  "TrainingArguments(..., torch_compile=True, per_device_train_batch_size=64)"))
     return finding(
-        "cpu-bound", severity=severity_for(gain),
+        severity=severity_for(gain),
         title=f"GPU idle while the host is in {where}" if where else "Host-side Python and operators keep the GPU waiting",
         why="""The GPU can only run what the host has queued. Here the main thread spends long stretches in
         Python and operator code between launches, so the queue runs dry and the GPU idles. Less host
@@ -155,7 +159,7 @@ def cpu_bound(ctx: Context, m: dict):
         host stay ahead of the GPU.""",
         summary=f"The GPU waits on the host for {pct(ctx.frac(hw_ns))} of the window; the main thread runs "
                 f"operators/Python for {pct(share)} of that wait" + (f", most of it in {where}" if where else "") + ".",
-        numbers={"host_wait_ms": m["idle"]["host_wait_ms"], "host_wait_frac": round(ctx.frac(hw_ns), 4),
+        numbers={"host_wait_ms": m.idle.host_wait_ms, "host_wait_frac": round(ctx.frac(hw_ns), 4),
                  "cpu_busy_share_of_wait": round(share, 4)},
         windows=windows(gaps[0], gaps[1], "gpu", ctx.device, "GPU waiting for host"),
         est_gain=gain, gain_method="host-wait idle time during which the main thread ran operators or Python",

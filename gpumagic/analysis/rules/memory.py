@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
 
 #: Peak *allocated* (live tensors) above 90 % of device memory leaves the allocator no room to
 #: cache and risks retries and out-of-memory errors. Peak reserved near capacity is normal.
@@ -11,7 +13,8 @@ PEAK_FRAC = 0.90
 DOC = "https://pytorch.org/docs/stable/torch_cuda_memory.html"
 
 
-def memory_pressure(ctx: Context, m: dict):
+@rule("memory-pressure")
+def memory_pressure(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: the allocator's peak *allocated* bytes from ``[memory]`` records against the
     device's total. Threshold: > 90 %. Reserved memory near capacity is the caching allocator
     working as designed, and NVML's "used" includes the CUDA context and other processes, so
@@ -20,11 +23,11 @@ def memory_pressure(ctx: Context, m: dict):
     freed and the allocation retried); a trace does not record it, so the fix says how to read it.
     Gain: not a speed finding by itself (0 %). False positives: a step that allocates one large
     buffer on purpose."""
-    mem = m["memory"]
-    if mem["peak_frac"] is None or mem["peak_frac"] <= PEAK_FRAC:
+    mem = m.memory
+    if mem.peak_frac is None or mem.peak_frac <= PEAK_FRAC:
         return None
     return finding(
-        "memory-pressure", severity="medium", title=f"Memory peaks at {pct(mem['peak_frac'])} of the GPU",
+        severity="medium", title=f"Memory peaks at {pct(mem.peak_frac)} of the GPU",
         why="""PyTorch's caching allocator keeps freed blocks reserved for reuse, so reserved memory (and
         nvidia-smi's "used") near the limit is normal. Live tensors near the limit are not: the allocator
         must then free its cache and retry cudaMalloc (slow, synchronising; counted in
@@ -32,11 +35,11 @@ def memory_pressure(ctx: Context, m: dict):
         When reserved is far above allocated, fragmentation is the issue and
         PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps. Activation checkpointing, lower precision
         or a smaller micro-batch with gradient accumulation buy headroom.""",
-        summary=f"Peak allocated {(mem['peak_allocated_bytes'] or 0) / 2**30:.2f} GiB "
-                f"of {mem['capacity_bytes'] / 2**30:.2f} GiB"
-                + (f" (peak reserved {mem['peak_reserved_bytes'] / 2**30:.2f} GiB)" if mem.get("peak_reserved_bytes") else "")
+        summary=f"Peak allocated {(mem.peak_allocated_bytes or 0) / 2**30:.2f} GiB "
+                f"of {mem.capacity_bytes / 2**30:.2f} GiB"
+                + (f" (peak reserved {mem.peak_reserved_bytes / 2**30:.2f} GiB)" if mem.peak_reserved_bytes else "")
                 + ".",
-        numbers={"peak_frac": mem["peak_frac"], "capacity_bytes": mem["capacity_bytes"], "source": mem["source"] or ""},
+        numbers={"peak_frac": mem.peak_frac, "capacity_bytes": mem.capacity_bytes, "source": mem.source or ""},
         est_gain=0.0, gain_method="not a direct speed loss: risk of OOM and allocator retries",
         fixes=_fixes(ctx),
         doc_url=DOC,

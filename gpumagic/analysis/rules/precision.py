@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.devices import peak_tflops
-from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
 
 #: Tensor cores exist from compute capability 7.0 (Volta) on (NVIDIA CUDA C++ Programming Guide,
 #: "Warp Matrix Functions").
@@ -19,7 +21,8 @@ BF16_MIN_CC = 8.0
 DOC = "https://pytorch.org/docs/stable/amp.html"
 
 
-def mixed_precision_off(ctx: Context, m: dict):
+@rule("mixed-precision-off")
+def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: matmul/convolution/attention kernels (gemm, conv, cutlass, nvjet; AMD Tensile
     ``Cijk_``, MIOpen xdlops; Triton ``attn_fwd``, ``_matmul``: ``names.MATMUL_RE``) take ≥ 10 %
     of kernel time on a GPU of compute capability ≥ 7.0 (AMD CDNA GPUs report 9.x), and < 10 % of
@@ -32,11 +35,11 @@ def mixed_precision_off(ctx: Context, m: dict):
     missing from the table, the whole matmul share. False positives: kernels whose
     names hide tensor-core use; FP32 kept on purpose for numerical reasons."""
     info = ctx.device_info
-    k = m["kernels"]
-    if info is None or info.compute_capability < TENSOR_CORE_MIN_CC or not k["total_ms"]:
+    k = m.kernels
+    if info is None or info.compute_capability < TENSOR_CORE_MIN_CC or not k.total_ms:
         return None
-    matmul, tc = k["matmul_ms"], k["matmul_tensor_core_ms"]
-    if matmul / k["total_ms"] < MATMUL_KERNEL_FRAC or tc / max(matmul, 1e-9) >= TENSOR_CORE_SHARE_MAX:
+    matmul, tc = k.matmul_ms, k.matmul_tensor_core_ms
+    if matmul / k.total_ms < MATMUL_KERNEL_FRAC or tc / max(matmul, 1e-9) >= TENSOR_CORE_SHARE_MAX:
         return None
     low = "bf16" if info.compute_capability >= BF16_MIN_CC else "fp16"
     fp32_peak, _src = peak_tflops(info.name, "fp32")
@@ -50,15 +53,15 @@ def mixed_precision_off(ctx: Context, m: dict):
     lowp = "BF16/FP16 (and TF32)" if info.compute_capability >= BF16_MIN_CC else "FP16 (no BF16 before Ampere)"
     ceiling = f": its datasheet peak is {ratio:.0f}x the FP32 one, a ceiling real kernels do not reach" if ratio else ""
     return finding(
-        "mixed-precision-off", severity=severity_for(gain), title="Matmuls run in FP32 on a tensor-core GPU",
+        severity=severity_for(gain), title="Matmuls run in FP32 on a tensor-core GPU",
         why=f"""The {info.name} (compute capability {info.compute_capability:.1f}) has tensor cores that multiply
         matrices in {lowp} faster than FP32 on ordinary cores{ceiling}. These matmul and convolution kernels run in
         plain FP32, so the tensor cores sit unused. Autocast runs matmuls and convolutions in reduced
         precision and keeps the ops on its FP32 list (layer_norm, softmax, losses and friends) in FP32
         (PyTorch AMP docs, "Autocast Op Reference").""",
-        summary=f"Matmul/conv kernels take {matmul:.1f} ms ({pct(matmul / k['total_ms'])} of kernel time); "
+        summary=f"Matmul/conv kernels take {matmul:.1f} ms ({pct(matmul / k.total_ms)} of kernel time); "
                 f"{pct(tc / max(matmul, 1e-9))} of it uses tensor cores.",
-        numbers={"matmul_ms": matmul, "matmul_tensor_core_ms": tc, "matmul_kernel_frac": round(matmul / k["total_ms"], 4),
+        numbers={"matmul_ms": matmul, "matmul_tensor_core_ms": tc, "matmul_kernel_frac": round(matmul / k.total_ms, 4),
                  "compute_capability": info.compute_capability,
                  **({"peak_ratio": round(ratio, 2)} if ratio else {})},
         est_gain=gain, gain_method=method,

@@ -5,7 +5,9 @@ from __future__ import annotations
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import harmful_syncs
-from gpumagic.analysis.rules.base import finding, pct, pytorch, severity_for, windows
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
+from gpumagic.report.metrics import Metrics, SyncMetrics
+from gpumagic.report.model import Finding
 
 #: gpumagic default: harmful syncs must block the host for ≥ 2 % of the window — about the
 #: run-to-run noise of step time, below which the advice is not worth a code change.
@@ -13,7 +15,8 @@ BLOCKED_FRAC = 0.02
 DOC = "https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html"
 
 
-def host_sync(ctx: Context, m: dict):
+@rule("host-sync")
+def host_sync(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: host calls that block until the GPU is done — CUDA and HIP stream/device/event
     syncs and synchronous copies (``cudaMemcpy``, ROCm's ``hipMemcpyWithStream``, and
     asynchronous copies to pageable host memory, which return only when done; names and
@@ -26,16 +29,16 @@ def host_sync(ctx: Context, m: dict):
     A sync that returns at once into an already idle GPU and a final sync that only waits for
     the queue to drain cost nothing. False positives: a sync the program needs (early
     stopping on a loss) — then read it less often."""
-    s = m["syncs"]
-    harmful_frac = ctx.frac(s["harmful_blocked_ms"] * 1e6)
+    s = m.syncs
+    harmful_frac = ctx.frac(s.harmful_blocked_ms * 1e6)
     harm, starved = harmful_syncs(ctx)
     starved_ns = iv.total(starved)
     frac = ctx.frac(starved_ns)
     if harm.size == 0 or harmful_frac < BLOCKED_FRAC or starved_ns <= 0:
         return None
-    ops = ", ".join(f"{n} ×{c}" for n, c in sorted(s["sync_ops"].items(), key=lambda kv: -kv[1])[:3])
+    ops = ", ".join(f"{n} ×{c}" for n, c in sorted(s.sync_ops.items(), key=lambda kv: -kv[1])[:3])
     return finding(
-        "host-sync", severity=severity_for(frac),
+        severity=severity_for(frac),
         title=f"Syncs block the host: {_top_sync(s)}",
         why="""CUDA work is queued asynchronously: the host normally runs ahead and the GPU never waits.
         Anything that needs a GPU value or size on the host forces a synchronisation: .item(), .cpu(),
@@ -44,12 +47,12 @@ def host_sync(ctx: Context, m: dict):
         the queue drains; while blocked it cannot prepare or launch the next work, so the GPU then
         waits for it. torch.cuda.set_sync_debug_mode("warn") points at many of them, not all (its
         docstring: "not all synchronizing operations will trigger warning or error").""",
-        summary=f"{s['harmful_count']} of {s['count']} sync calls blocked the host for {s['harmful_blocked_ms']:.2f} ms "
+        summary=f"{s.harmful_count} of {s.count} sync calls blocked the host for {s.harmful_blocked_ms:.2f} ms "
                 f"({pct(harmful_frac)} of the window) while the GPU still had work; those sync calls were followed by "
-                f"GPU idle time of which {s['starved_ms']:.2f} ms a host running ahead would have hidden"
+                f"GPU idle time of which {s.starved_ms:.2f} ms a host running ahead would have hidden"
                 + (f"; sync ops: {ops}" if ops else "") + ".",
-        numbers={"sync_calls": s["count"], "harmful_syncs": s["harmful_count"],
-                 "harmful_blocked_ms": s["harmful_blocked_ms"], "starved_ms": s["starved_ms"],
+        numbers={"sync_calls": s.count, "harmful_syncs": s.harmful_count,
+                 "harmful_blocked_ms": s.harmful_blocked_ms, "starved_ms": s.starved_ms,
                  "starved_frac": round(frac, 4), "threshold_frac": BLOCKED_FRAC},
         windows=windows(*starved, "gpu", ctx.device, "GPU idle after sync"),
         est_gain=frac, gain_method="host-wait idle time after harmful syncs, up to the time they blocked the host",
@@ -66,7 +69,7 @@ if step % 50 == 0:
     )
 
 
-def _top_sync(s: dict) -> str:
+def _top_sync(s: SyncMetrics) -> str:
     """The sync call that blocked longest, e.g. ``cudaStreamSynchronize ×75``."""
-    name, row = max(s["by_name"].items(), key=lambda kv: kv[1]["blocked_ms"])
-    return f"{name} ×{row['count']}"
+    name, row = max(s.by_name.items(), key=lambda kv: kv[1].blocked_ms)
+    return f"{name} ×{row.count}"

@@ -7,7 +7,9 @@ import numpy as np
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import copy_groups
-from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for, windows
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
 
 #: Pageable copies matter once they move at least this much (smaller ones are scalars/flags).
 PAGEABLE_MIN_BYTES = 1 << 20
@@ -58,7 +60,8 @@ def _host_copies(ctx: Context):
     return host, pageable
 
 
-def pageable_memcpy(ctx: Context, m: dict):
+@rule("pageable-memcpy")
+def pageable_memcpy(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: copies named ``Memcpy HtoD (Pageable -> Device)`` / ``DtoH (Device -> Pageable)``.
     Threshold: ≥ 1 MiB in all, and ≥ 10 % of host↔device bytes or ≥ 1 % of the window.
     Gain: the GPU-side time of those copies, an upper bound (pinned copies are faster, and overlap
@@ -77,7 +80,7 @@ def pageable_memcpy(ctx: Context, m: dict):
     gbps = p_bytes / p_ns if p_ns else 0.0
     gain = ctx.frac(p_ns)
     return finding(
-        "pageable-memcpy", severity=severity_for(gain, 0.1, 0.02), title="Host↔device copies use pageable memory",
+        severity=severity_for(gain, 0.1, 0.02), title="Host↔device copies use pageable memory",
         why="""The GPU's copy engines read only page-locked (pinned) host memory. A copy from ordinary
         pageable memory is first staged by the driver through a pinned buffer, which costs bandwidth (how
         much depends on the host; it is no fixed halving), and a plain x.to("cuda") from it blocks the
@@ -134,7 +137,8 @@ def exposed_copies(ctx: Context) -> iv.Intervals:
     return iv.subtract(ctx.intervals(mask), ctx.cat_union["kernel"])
 
 
-def transfer_bound(ctx: Context, m: dict):
+@rule("transfer-bound")
+def transfer_bound(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: host↔device copy time on the GPU that no compute kernel overlaps. Threshold:
     > 10 % of the window. Gain: that exposed copy time (prefetching the next batch on a side
     stream, or keeping data on the GPU, hides or removes it); ``analysis.gains`` caps it to the
@@ -146,7 +150,7 @@ def transfer_bound(ctx: Context, m: dict):
     if frac <= TRANSFER_FRAC:
         return None
     return finding(
-        "transfer-bound", severity=severity_for(frac), title="Host↔device copies stall the GPU",
+        severity=severity_for(frac), title="Host↔device copies stall the GPU",
         why="""Moving data over PCIe is far slower than the GPU's own memory. When copies run while no
         kernel is running, the GPU waits for data. Copying the next batch on a side stream from pinned
         memory lets it travel while the current batch computes (non_blocking alone, on the compute

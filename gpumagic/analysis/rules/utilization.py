@@ -7,7 +7,9 @@ import numpy as np
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import GAP_CAUSES, LONG_GAP_NS, QUEUED_CAUSES, Context, Gaps
-from gpumagic.analysis.rules.base import finding, pct, pytorch, severity_for, windows
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
 
 #: The issue's anchor: the GPU busy less than half of the profiled window.
 BUSY_FRAC = 0.5
@@ -16,27 +18,28 @@ LONG_GAPS_FRAC = 0.05
 DOC = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
 
 
-def low_gpu_utilization(ctx: Context, m: dict):
+@rule("low-gpu-utilization")
+def low_gpu_utilization(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: the primary GPU's busy fraction (union of kernels, copies and memsets over all
     streams). Threshold: < 50 % (gpumagic's anchor). Gain: the idle share; ``analysis.gains``
     then keeps only the idle time no more specific finding claims, since those name the cause
     and the fix. False positives: a window that is mostly start-up or evaluation."""
-    busy = m["gpu"]["busy_frac"]
+    busy = m.gpu.busy_frac
     if busy is None or busy >= BUSY_FRAC:
         return None
     residual = 1.0 - busy
-    i = m["idle"]
+    i = m.idle
     return finding(
-        "low-gpu-utilization", severity=severity_for(residual),
+        severity=severity_for(residual),
         title=f"GPU busy only {pct(busy)}, idle mostly {_dominant_idle(i)}",
         why="""A GPU is fast only while it has queued work. Whatever the host does between launches —
         loading data, Python code, synchronising, logging — shows up as idle GPU time. The idle time below
         is split by cause; the other findings name the fixes.""",
-        summary=f"GPU busy {pct(busy)} of {m['window']['dur_ms']:.1f} ms; idle {i['total_ms']:.1f} ms: "
-                f"host wait {i['host_wait_ms']:.1f} ms, launch latency {i['launch_latency_ms']:.1f} ms, "
-                f"other {i['other_ms']:.1f} ms.",
-        numbers={"busy_frac": busy, "idle_ms": i["total_ms"], "host_wait_ms": i["host_wait_ms"],
-                 "launch_latency_ms": i["launch_latency_ms"], "other_ms": i["other_ms"], "threshold_frac": BUSY_FRAC},
+        summary=f"GPU busy {pct(busy)} of {m.window.dur_ms:.1f} ms; idle {i.total_ms:.1f} ms: "
+                f"host wait {i.host_wait_ms:.1f} ms, launch latency {i.launch_latency_ms:.1f} ms, "
+                f"other {i.other_ms:.1f} ms.",
+        numbers={"busy_frac": busy, "idle_ms": i.total_ms, "host_wait_ms": i.host_wait_ms,
+                 "launch_latency_ms": i.launch_latency_ms, "other_ms": i.other_ms, "threshold_frac": BUSY_FRAC},
         windows=windows(*ctx.gaps.intervals, "gpu", ctx.device, "GPU idle"),
         est_gain=residual,
         gain_method="idle share of the window",
@@ -56,8 +59,8 @@ FRAME_MIN_COVER = 0.5
 
 def _dominant_idle(i: dict) -> str:
     """The largest part of the idle time, in words."""
-    parts = {"waiting for the host": i["host_wait_ms"], "in launch latency": i["launch_latency_ms"],
-             "on queued work": i["other_ms"]}
+    parts = {"waiting for the host": i.host_wait_ms, "in launch latency": i.launch_latency_ms,
+             "on queued work": i.other_ms}
     return max(parts, key=parts.get)
 
 
@@ -101,7 +104,8 @@ def _queued_detail(ctx: Context, start: int, end: int, nxt: int) -> str:
     return f", launched {(end - launched) / 1e6:.1f} ms before it ran{call}"
 
 
-def gpu_idle_gaps(ctx: Context, m: dict):
+@rule("gpu-idle-gaps")
+def gpu_idle_gaps(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: GPU idle gaps ≥ 1 ms inside the window (merged across streams), each split at
     the launch of the work that ends it into host wait and queued work (docs/metrics.md).
     Threshold: they add up to ≥ 5 % of the window (gpumagic default). Gain: their length (the
@@ -109,7 +113,7 @@ def gpu_idle_gaps(ctx: Context, m: dict):
     claims only once). Each gap is reported with its cause and the innermost host frame that
     covers it. False positives: gaps during deliberate host work (evaluation, checkpointing);
     queued gaps whose dependency lies outside the trace (then the fix is elsewhere)."""
-    i = m["idle"]
+    i = m.idle
     long = ctx.gaps.where(ctx.gaps.dur_ns >= LONG_GAP_NS)
     frac = ctx.frac(long.total_ns())
     if frac < LONG_GAPS_FRAC:
@@ -121,17 +125,17 @@ def gpu_idle_gaps(ctx: Context, m: dict):
     what = "host wait" if host >= queued else "queued work"
     where = host_frame(ctx, int(long.start_ns[top[0]]), int(long.end_ns[top[0]]))
     return finding(
-        "gpu-idle-gaps", severity=severity_for(frac),
-        title=f"{i['long_gap_count']} GPU idle gap{'s' if i['long_gap_count'] != 1 else ''} ≥ 1 ms, mostly {what}",
+        severity=severity_for(frac),
+        title=f"{i.long_gap_count} GPU idle gap{'s' if i.long_gap_count != 1 else ''} ≥ 1 ms, mostly {what}",
         why="""A gap of a millisecond or more is 100–200 kernel launches' worth of idle GPU (at 5–10 µs per launch). Most long
         gaps have one host-side cause — a batch being loaded, a synchronisation, a logging or checkpoint
         call — visible on the main thread at the same moment. When the work after a gap had been launched
         before it ran ("queued work not started"), the host was not the holdup: the GPU waited on a
         dependency — an event recorded on another stream, a collective waiting for a slower rank, a host
         callback in a CUDA graph — or on work the profiler did not record.""",
-        summary=f"{i['long_gap_count']} gaps ≥ 1 ms total {i['long_gap_ms']:.1f} ms ({pct(frac)} of the window): "
+        summary=f"{i.long_gap_count} gaps ≥ 1 ms total {i.long_gap_ms:.1f} ms ({pct(frac)} of the window): "
                 f"{host / 1e6:.1f} ms host wait, {queued / 1e6:.1f} ms queued work; the longest: {causes}.",
-        numbers={"long_gaps": i["long_gap_count"], "long_gap_ms": i["long_gap_ms"], "long_gap_frac": round(frac, 4),
+        numbers={"long_gaps": i.long_gap_count, "long_gap_ms": i.long_gap_ms, "long_gap_frac": round(frac, 4),
                  "host_wait_ms": round(host / 1e6, 4), "queued_ms": round(queued / 1e6, 4),
                  "min_gap_ms": LONG_GAP_NS / 1e6},
         windows=windows(*long.intervals, "gpu", ctx.device, "idle gap ≥ 1 ms"),

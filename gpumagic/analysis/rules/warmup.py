@@ -6,7 +6,9 @@ import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.rules.base import finding, pct, pytorch
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
 
 #: Cold-start work (context creation, allocator growth, compilation/autotuning) worth naming
 #: once it covers this share of the window (gpumagic default).
@@ -14,7 +16,8 @@ COLD_FRAC = 0.05
 DOC = "https://pytorch.org/docs/stable/profiler.html#torch.profiler.schedule"
 
 
-def warmup_in_window(ctx: Context, m: dict):
+@rule("warmup-in-window")
+def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: CUDA context creation calls, caching-allocator growth (``cudaMalloc``/``cudaFree``),
     compilation or autotuning (dynamo/inductor/triton compile, ``cudnnFind``) covering ≥ 5 % of the
     window, or a first step ≥ 2× the median of the others. Gain: the cold time (it will not recur,
@@ -25,25 +28,25 @@ def warmup_in_window(ctx: Context, m: dict):
     Lookup`` (an already compiled frame's guard check) is not compilation."""
     parts = cold_parts(ctx)
     cold = {k: ctx.frac(iv.total(v)) for k, v in parts.items()}
-    steps = m["steps"]
+    steps = m.steps
     first_extra = 0.0
-    if steps["first_step_outlier"]:
-        first_extra = ctx.frac((steps["durations_ms"][0] - steps["median_ms"]) * 1e6)
+    if steps.first_step_outlier:
+        first_extra = ctx.frac((steps.durations_ms[0] - steps.median_ms) * 1e6)
     found = {k: v for k, v in cold.items() if v >= COLD_FRAC}
-    if not found and not steps["first_step_outlier"]:
+    if not found and not steps.first_step_outlier:
         return None
     gain = max([first_extra, *found.values()])
     what = [f"{k}: {pct(v)} of the window" for k, v in found.items()]
-    if steps["first_step_outlier"]:
-        what.append(f"the first step takes {steps['first_over_median']:.1f}× the median of the others")
+    if steps.first_step_outlier:
+        what.append(f"the first step takes {steps.first_over_median:.1f}× the median of the others")
     return finding(
-        "warmup-in-window", severity="low", title="The profiled window includes a cold start",
+        severity="low", title="The profiled window includes a cold start",
         why="""The first iterations of a PyTorch program pay one-off costs: creating the CUDA context,
         growing the caching allocator, compiling (torch.compile) and autotuning kernels (cudnn.benchmark).
         They do not recur, so a window that contains them overstates the steady-state step time and
         hides the real bottleneck. Profile after a few warm-up steps.""",
         summary="; ".join(what) + ".",
-        numbers={**{k: round(v, 4) for k, v in cold.items()}, "first_over_median": steps["first_over_median"] or 0.0},
+        numbers={**{k: round(v, 4) for k, v in cold.items()}, "first_over_median": steps.first_over_median or 0.0},
         est_gain=gain, gain_method="cold-start time as a share of the window (it does not recur)",
         fixes=(pytorch("Skip warm-up steps before recording",
                        "%%gpuprofile --skip 3\n# or: torch.profiler.schedule(wait=1, warmup=2, active=5)"),),

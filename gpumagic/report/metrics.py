@@ -1,0 +1,384 @@
+"""``Report.metrics`` as typed records: one frozen :class:`msgspec.Struct` per section.
+
+The analysis (:mod:`gpumagic.analysis.metrics` and its helpers) builds them; rules and views read
+their attributes (``report.metrics.idle.host_wait_ms``). The report layer declares them so that it
+owns the contract: :meth:`Report.to_dict` encodes them with :func:`msgspec.to_builtins` (the field
+order below is the key order of the JSON), :func:`gpumagic.report.model.report_from_dict` decodes
+them with :func:`msgspec.convert`, and ``gpumagic schema`` prints the JSON Schema generated from
+them (:mod:`gpumagic.report.schema`). Every field's description states its unit; docs/metrics.md
+explains how each value is measured.
+
+Units, as the names say: ``_ms`` milliseconds, ``_us`` microseconds, ``_ns`` nanoseconds relative
+to the trace origin, ``_frac`` a share 0..1 of the analysis window unless said otherwise,
+``_bytes`` bytes. A value the trace cannot give is ``None`` (``null`` in JSON).
+
+Adding a section: declare a ``Record`` subclass here (each field ``Annotated[type, Meta(description=...)]``
+with its unit), add it to :class:`Metrics` (nullable with a default of ``None`` when it may be
+missing), build it in the analysis, document it in docs/metrics.md, and regenerate the committed
+schema (``python -m gpumagic schema report > docs/schema/report.schema.json``).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+
+
+def _d(text: str) -> Meta:
+    return Meta(description=text)
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of the metrics records. ``record["key"]`` reads a field as ``record.key`` does (for code
+    written against the plain-dict form; an unknown key raises KeyError, it is never a silent
+    ``None``). New code reads attributes, which type checkers see."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.__struct_fields__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+
+# -- trace -----------------------------------------------------------------------------------
+
+
+class DeviceMetrics(Record, frozen=True):
+    """One GPU as the trace's ``deviceProperties`` lists it."""
+
+    id: Annotated[int, _d("device index in the trace")]
+    name: Annotated[str, _d("device name, e.g. 'NVIDIA H100 80GB HBM3'")]
+    compute_capability: Annotated[float, _d("CUDA compute capability major.minor (0.0 when not given)")]
+    total_memory_bytes: Annotated[int, _d("device memory (bytes; 0 when not given)")]
+
+
+class Distributed(Record, frozen=True):
+    """The trace's ``distributedInfo``."""
+
+    backend: Annotated[str | None, _d("process-group backend, e.g. 'nccl'")]
+    rank: Annotated[int | None, _d("this process's rank")]
+    world_size: Annotated[int | None, _d("number of ranks in the job")]
+
+
+class TraceMetrics(Record, frozen=True):
+    """What was analysed."""
+
+    source: Annotated[str, _d("the trace's path, or a description of where it came from")]
+    events: Annotated[int, _d("number of events in the trace (count)")]
+    schema: Annotated[str | None, _d("'2021' for Operator/Runtime/Kernel categories, else 'current'")]
+    devices: Annotated[list[DeviceMetrics], _d("the GPUs the trace lists")]
+    cpu_only: Annotated[bool, _d("no GPU work in the trace")]
+    distributed: Annotated[Distributed | None, _d("the job this trace is one rank of; null for a single process")]
+    workload: Annotated[str, _d("'training' when the trace shows a backward pass or an optimizer step, else 'inference'")]
+
+
+# -- window and steps ------------------------------------------------------------------------
+
+
+class WindowMetrics(Record, frozen=True):
+    """The analysis window: every duration and fraction is over it."""
+
+    start_ns: Annotated[int, _d("window start (ns from the trace origin)")]
+    end_ns: Annotated[int, _d("window end (ns from the trace origin)")]
+    dur_ms: Annotated[float, _d("window duration (ms)")]
+    source: Annotated[str, _d("'steps' when ProfilerStep# markers bound it, else 'trace' (the whole trace)")]
+
+
+class StepMetrics(Record, frozen=True):
+    """The recorded steps (``ProfilerStep#`` markers)."""
+
+    count: Annotated[int, _d("number of steps (count)")]
+    names: Annotated[list[str], _d("step marker names, in time order")]
+    bounds_ns: Annotated[list[tuple[int, int]], _d("[start, end] of each step (ns from the trace origin)")]
+    durations_ms: Annotated[list[float], _d("duration of each step (ms)")]
+    median_ms: Annotated[float | None, _d("median step duration (ms); null without steps")]
+    p90_ms: Annotated[float | None, _d("90th percentile of the step durations (ms); null without steps")]
+    first_step_outlier: Annotated[bool, _d("the first step took at least twice the median of the others (warm-up in the window)")]
+    first_over_median: Annotated[float | None, _d("first step ÷ median of the others (ratio); null with fewer than 3 steps")]
+
+
+# -- GPU -------------------------------------------------------------------------------------
+
+
+class GpuDeviceMetrics(Record, frozen=True):
+    """One GPU's activity in the window."""
+
+    device: Annotated[int, _d("device index")]
+    busy_frac: Annotated[float, _d("share of the window with a kernel, memcpy or memset running (0..1)")]
+    busy_ms: Annotated[float, _d("union of kernel, memcpy and memset time over all its streams (ms)")]
+    kernel_ms: Annotated[float, _d("union of kernel time (ms)")]
+    memcpy_ms: Annotated[float, _d("union of memcpy time (ms)")]
+    memset_ms: Annotated[float, _d("union of memset time (ms)")]
+    streams: Annotated[list[int], _d("stream ids with work")]
+
+
+class GpuMetrics(Record, frozen=True):
+    """The primary GPU (the one with most kernel time) and every GPU."""
+
+    primary_device: Annotated[int | None, _d("index of the primary GPU; null for a CPU-only trace")]
+    primary_name: Annotated[str | None, _d("its deviceProperties name (kernels may number the GPU otherwise, as ROCm traces do)")]
+    busy_frac: Annotated[float | None, _d("share of the window the primary GPU was busy (0..1); null for a CPU-only trace")]
+    busy_ms: Annotated[float, _d("primary GPU: union of kernel, memcpy and memset time over all its streams (ms)")]
+    per_device: Annotated[list[GpuDeviceMetrics], _d("every GPU with work")]
+
+
+# -- breakdown -------------------------------------------------------------------------------
+
+
+class BreakdownMetrics(Record, frozen=True):
+    """Exclusive time per category: each moment counts once, for the first category in ``order``
+    active then. Categories: kernel, memcpy, memset, communication, runtime, dataloader,
+    cpu_exec, other."""
+
+    order: Annotated[list[str], _d("category names, in priority order")]
+    total_ms: Annotated[dict[str, float], _d("category -> exclusive time in the window (ms)")]
+    frac: Annotated[dict[str, float], _d("category -> share of the window (0..1)")]
+    per_step_ms: Annotated[list[dict[str, float]], _d("one dict per step: category -> exclusive time in that step (ms)")]
+
+
+# -- idle ------------------------------------------------------------------------------------
+
+
+class GapMetrics(Record, frozen=True):
+    """One idle gap of the primary GPU."""
+
+    start_ns: Annotated[int, _d("gap start (ns from the trace origin)")]
+    end_ns: Annotated[int, _d("gap end (ns from the trace origin)")]
+    cause: Annotated[str, _d("the larger part of the gap: 'host_wait', 'launch_latency', or for queued work the "
+                             "dependency the trace shows ('stream_wait', 'collective', 'graph_launch'), else 'other'")]
+    host_wait_ms: Annotated[float, _d("the part of the gap spent waiting for the host to launch work (ms)")]
+
+
+class IdleMetrics(Record, frozen=True):
+    """The primary GPU's idle time in the window, split at the launch of the work that ends each gap."""
+
+    total_ms: Annotated[float, _d("idle time in the window (ms)")]
+    host_wait_ms: Annotated[float, _d("idle time waiting for the host to launch work (ms)")]
+    launch_latency_ms: Annotated[float, _d("idle time of the normal launch delay (ms)")]
+    other_ms: Annotated[float, _d("idle time with work queued that did not start: dependencies, other ranks (ms)")]
+    launch_latency_max_us: Annotated[float, _d("launch delay counted as normal (µs)")]
+    long_gap_count: Annotated[int, _d("gaps of 1 ms or more (count)")]
+    long_gap_ms: Annotated[float, _d("total time of the gaps of 1 ms or more (ms)")]
+    gaps: Annotated[list[GapMetrics], _d("the up to 50 longest gaps, in time order")]
+
+
+# -- kernels, copies -------------------------------------------------------------------------
+
+
+class KernelMetrics(Record, frozen=True):
+    """One kernel name on the primary GPU."""
+
+    name: Annotated[str, _d("kernel name")]
+    count: Annotated[int, _d("launches in the window (count)")]
+    total_ms: Annotated[float, _d("summed duration (ms)")]
+    mean_us: Annotated[float, _d("mean duration (µs)")]
+    tensor_core: Annotated[bool, _d("the name shows tensor cores (NVIDIA) or matrix cores/MFMA (AMD)")]
+    matmul: Annotated[bool, _d("a matmul, convolution or attention kernel")]
+
+
+class KernelsMetrics(Record, frozen=True):
+    """Kernels of the primary GPU in the window."""
+
+    count: Annotated[int, _d("kernels (count)")]
+    total_ms: Annotated[float, _d("summed kernel duration (ms)")]
+    median_us: Annotated[float | None, _d("median kernel duration (µs); null without kernels")]
+    short_frac: Annotated[float | None, _d("share of kernels shorter than short_kernel_us (0..1 of the kernel count); null without kernels")]
+    tensor_core_ms: Annotated[float, _d("summed duration of tensor-core (NVIDIA) or matrix-core/MFMA (AMD) kernels (ms)")]
+    matmul_ms: Annotated[float, _d("summed duration of matmul, convolution and attention kernels (ms)")]
+    matmul_tensor_core_ms: Annotated[float, _d("summed duration of the matmul kernels that use tensor cores (ms)")]
+    short_kernel_us: Annotated[float, _d("what counts as a short kernel (µs)")]
+    graph_frac: Annotated[float | None, _d("share of kernels replayed by cudaGraphLaunch/hipGraphLaunch (0..1 of the "
+                                           "kernel count); null without kernels")]
+    top: Annotated[list[KernelMetrics], _d("the up to 15 kernel names with most time, largest first")]
+
+
+class CopyGroupMetrics(Record, frozen=True):
+    """Copies of one direction and host-memory kind."""
+
+    direction: Annotated[str, _d("'HtoD', 'DtoH', 'DtoD', 'PtoP' or 'other'")]
+    memory: Annotated[str, _d("host memory: 'pageable', 'pinned', 'device' or 'unknown'")]
+    count: Annotated[int, _d("copies (count)")]
+    bytes: Annotated[int, _d("bytes copied (bytes)")]
+    ms: Annotated[float, _d("summed copy duration (ms)")]
+    gbps: Annotated[float | None, _d("bytes ÷ duration (GB/s); null when the duration is 0")]
+
+
+class CopiesMetrics(Record, frozen=True):
+    """Memory copies on the primary GPU in the window."""
+
+    count: Annotated[int, _d("copies (count)")]
+    total_ms: Annotated[float, _d("summed copy duration (ms)")]
+    total_bytes: Annotated[int, _d("bytes copied (bytes)")]
+    groups: Annotated[list[CopyGroupMetrics], _d("per direction and memory kind, most time first")]
+
+
+# -- syncs -----------------------------------------------------------------------------------
+
+
+class SyncCallMetrics(Record, frozen=True):
+    """The blocking calls of one name."""
+
+    count: Annotated[int, _d("calls (count)")]
+    ms: Annotated[float, _d("summed call duration (ms)")]
+    blocked_ms: Annotated[float, _d("the part of it during which the GPU still had queued work (ms)")]
+
+
+class SyncMetrics(Record, frozen=True):
+    """Host calls in the window that block until the GPU has finished."""
+
+    count: Annotated[int, _d("blocking calls (count)")]
+    call_ms: Annotated[float, _d("their summed duration (ms)")]
+    blocked_ms: Annotated[float, _d("the part of it during which the GPU still had queued work (ms)")]
+    harmful_count: Annotated[int, _d("calls that blocked at least min_blocked_us with GPU work after them (count)")]
+    harmful_blocked_ms: Annotated[float, _d("the time the harmful calls blocked (ms)")]
+    starved_ms: Annotated[float, _d("GPU idle time the harmful calls caused (ms)")]
+    min_blocked_us: Annotated[float, _d("blocked time from which a call counts as harmful (µs)")]
+    by_name: Annotated[dict[str, SyncCallMetrics], _d("call name -> its calls")]
+    sync_ops: Annotated[dict[str, int], _d("operator that synchronises (e.g. aten::item) -> calls (count)")]
+
+
+# -- memory, communication, host -------------------------------------------------------------
+
+
+class MemoryMetrics(Record, frozen=True, omit_defaults=True):
+    """The primary GPU's memory (its CUDA or HIP allocator records, else NVML samples)."""
+
+    peak_allocated_bytes: Annotated[int | None, _d("peak memory allocated by tensors (bytes); null without allocator records")]
+    peak_reserved_bytes: Annotated[int | None, _d("peak memory reserved by the caching allocator (bytes)")]
+    capacity_bytes: Annotated[int | None, _d("device memory (bytes)")]
+    peak_frac: Annotated[float | None, _d("peak allocated ÷ capacity (0..1); null without allocator records")]
+    source: Annotated[str | None, _d("'allocator', 'nvml' or null")]
+    nvml_peak_used_bytes: Annotated[int | None, _d("peak used memory in the NVML samples (bytes; includes the CUDA "
+                                                   "context and other processes); absent without NVML samples")] = None
+
+
+class CommunicationMetrics(Record, frozen=True):
+    """Collective kernels (NCCL, RCCL, custom all-reduce) on the primary GPU."""
+
+    count: Annotated[int, _d("collective kernels (count)")]
+    ms: Annotated[float, _d("union of their time (ms)")]
+    frac: Annotated[float, _d("share of the window (0..1)")]
+    overlap_frac: Annotated[float | None, _d("share of communication time that overlaps compute kernels (0..1 of "
+                                             "it); null without communication")]
+    exposed_ms: Annotated[float, _d("communication time not overlapped by compute kernels (ms)")]
+    exposed_frac: Annotated[float, _d("exposed_ms as a share of the window (0..1)")]
+
+
+class MainThread(Record, frozen=True):
+    """The host thread that runs the steps."""
+
+    pid: Annotated[int, _d("process id")]
+    tid: Annotated[int, _d("thread id")]
+
+
+class HostMetrics(Record, frozen=True):
+    """The host side: data loading, runtime calls, CPU operators and how busy the CPU was."""
+
+    dataloader_ms: Annotated[float, _d("union of data-loader time (ms)")]
+    dataloader_frac: Annotated[float, _d("share of the window in the data loader (0..1)")]
+    runtime_ms: Annotated[float, _d("union of CUDA/HIP runtime call time (ms)")]
+    cpu_op_ms: Annotated[float, _d("union of CPU operator time (ms)")]
+    main_thread: Annotated[MainThread | None, _d("the thread that runs the steps; null when none is found")]
+    usable_cores: Annotated[float | None, _d("cores this process may use, recorded at capture from os.sched_getaffinity "
+                                             "and a cgroup CPU quota (cores); null for a plain trace")]
+    usable_cores_source: Annotated[str | None, _d("'affinity', 'cgroup quota', 'cpu_count' or 'unknown'; null only in "
+                                                  "reports from before it was recorded")]
+    cpu_busy_cores: Annotated[float | None, _d("mean busy usable cores in the CPU samples (cores)")]
+    cpu_saturation: Annotated[float | None, _d("cpu_busy_cores ÷ usable_cores (0..1)")]
+    loader_cpu_bound: Annotated[bool | None, _d("the data-loader wait is mostly CPU work; null when unknown")]
+
+
+# -- compute, small copies, samples ----------------------------------------------------------
+
+
+class ComputeMetrics(Record, frozen=True):
+    """Compute efficiency: FLOPs of the matmul-family and convolution operators in the window and
+    MFU. FLOPs need recorded shapes (--shapes) or FLOP counts (--flops)."""
+
+    flops: Annotated[float | None, _d("FLOPs of the operators starting in the window, each piece of work once (FLOP)")]
+    flops_per_step: Annotated[float | None, _d("flops ÷ steps (FLOP)")]
+    achieved_tflops: Annotated[float | None, _d("flops ÷ window duration (TFLOP/s)")]
+    peak_tflops: Annotated[float | None, _d("dense peak of the device for dtype, from its datasheet (TFLOP/s)")]
+    mfu: Annotated[float | None, _d("achieved_tflops ÷ peak_tflops (0..1)")]
+    flops_source: Annotated[str | None, _d("'profiler' (the profiler's counts), 'shapes' (estimated from input shapes) or null")]
+    dtype: Annotated[str | None, _d("'fp32', 'tf32', 'bf16', 'fp16', 'fp8' or null: the dtype that did most FLOPs")]
+    device_name: Annotated[str | None, _d("the primary GPU's name")]
+    device_sku: Annotated[str | None, _d("the peak table's entry for it; null when blank or unknown")]
+    peak_source: Annotated[str | None, _d("where peak_tflops comes from (a datasheet)")]
+    ops_counted: Annotated[int, _d("operators whose FLOPs were counted (count)")]
+    ops_unresolved: Annotated[int, _d("family operators whose shapes did not allow a count (count)")]
+    matmul_kernel_tflops: Annotated[float | None, _d("flops ÷ the time of matmul-named kernels (TFLOP/s); null above peak")]
+
+
+class SmallCopyDirection(Record, frozen=True):
+    """Small copies of one direction."""
+
+    count: Annotated[int, _d("copies (count)")]
+    per_step: Annotated[float, _d("copies per step (count)")]
+    bytes: Annotated[int, _d("bytes copied (bytes)")]
+    median_bytes: Annotated[int, _d("median copy size (bytes)")]
+    max_bytes: Annotated[int, _d("largest copy (bytes)")]
+    size_classes: Annotated[dict[str, int], _d("size class ('<=1KiB', '<=8KiB', '<=64KiB') -> copies (count)")]
+    gpu_ms: Annotated[float, _d("summed copy duration on the GPU (ms)")]
+    host_ms: Annotated[float, _d("time of the host calls that issued them (ms)")]
+    gpu_frac: Annotated[float, _d("gpu_ms as a share of the window (0..1)")]
+    host_frac: Annotated[float, _d("host_ms as a share of the window (0..1)")]
+    cost_frac: Annotated[float, _d("host ∪ GPU time of those copies while the GPU was busy with nothing else (0..1 of the window)")]
+
+
+class SmallCopyMetrics(Record, frozen=True):
+    """Host↔device copies of at most ``max_bytes``."""
+
+    max_bytes: Annotated[int, _d("largest size counted as small (bytes)")]
+    directions: Annotated[dict[str, SmallCopyDirection], _d("'HtoD' / 'DtoH' -> its small copies")]
+
+
+class SampleMetrics(Record, frozen=True):
+    """NVML and host-CPU samples inside the window."""
+
+    count: Annotated[int, _d("samples (count)")]
+    gpu_util_mean: Annotated[float | None, _d("mean NVML GPU utilisation (percent)")]
+    gpu_mem_used_max_bytes: Annotated[int | None, _d("largest NVML used memory (bytes)")]
+    cpu_util_mean: Annotated[float | None, _d("mean host CPU utilisation (percent)")]
+    workers_util_mean: Annotated[float | None, _d("mean CPU utilisation of the data-loader workers (percent)")]
+
+
+# -- all of them -----------------------------------------------------------------------------
+
+
+class Metrics(Record, frozen=True, omit_defaults=True):
+    """Everything measured over the analysis window (docs/metrics.md explains each value)."""
+
+    trace: TraceMetrics
+    window: WindowMetrics
+    steps: StepMetrics
+    gpu: GpuMetrics
+    breakdown: BreakdownMetrics
+    idle: IdleMetrics
+    kernels: KernelsMetrics
+    copies: CopiesMetrics
+    syncs: SyncMetrics
+    memory: MemoryMetrics
+    communication: CommunicationMetrics
+    host: HostMetrics
+    compute: Annotated[ComputeMetrics | None, _d("null only in reports from before gpumagic counted FLOPs")]
+    small_copies: Annotated[SmallCopyMetrics | None, _d("null only in reports from before gpumagic measured small copies")]
+    samples: Annotated[SampleMetrics | None, _d("present when NVML or CPU samples were recorded")] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form (``samples`` absent when None)."""
+        out: dict[str, Any] = msgspec.to_builtins(self, enc_hook=_plain_number)
+        return out
+
+
+def _plain_number(obj: Any) -> bool | int | float:
+    """A numpy scalar (the analysis computes with numpy) as the Python number it equals."""
+    if type(obj).__name__ == "bool_":  # numpy.bool_ is no numbers.Integral
+        return bool(obj)
+    if isinstance(obj, numbers.Integral):
+        return int(obj)
+    if isinstance(obj, numbers.Real):
+        return float(obj)
+    raise TypeError(f"cannot encode a {type(obj).__name__} in a report")
