@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from gpumagic.analysis import metrics as _metrics
 from gpumagic.analysis.context import build_context
@@ -12,7 +13,7 @@ from gpumagic.report.model import Report, sort_findings
 from gpumagic.trace import Trace, load
 
 
-def analyze(source: str | os.PathLike | dict | Trace, *, label: str = "") -> Report:
+def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: str = "") -> Report:
     """Analyse a trace (a path to Kineto JSON / ``.json.gz`` / gpumagic bundle, a parsed dict, or
     a loaded :class:`~gpumagic.trace.Trace`) into a :class:`~gpumagic.report.model.Report`.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class Gaps:
     end_ns: np.ndarray
     cause: np.ndarray
     next_event: np.ndarray
-    host_ns: np.ndarray | None = None
+    host_ns: np.ndarray = None  # type: ignore[assignment]  # None: computed in __post_init__
 
     def __post_init__(self) -> None:
         if self.host_ns is None:
@@ -112,8 +113,8 @@ class Context:
     exclusive: dict[str, iv.Intervals]  # breakdown category -> exclusive by priority
     name_flags: dict[str, np.ndarray] = field(default_factory=dict)
     masks: dict[str, np.ndarray] = field(default_factory=dict)
-    launch_ts: np.ndarray | None = None  # per event: start of the launch that enqueued it (-1)
-    launch_row: np.ndarray | None = None  # per event: row of the launch that enqueued it (-1)
+    launch_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per event: start of the launch that enqueued it (-1)
+    launch_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per event: row of the launch that enqueued it (-1)
     gpu_lanes: frozenset = frozenset()  # host lanes that drive the GPU: the main one and launchers
     cache: dict = field(default_factory=dict)  # facts several rules derive (e.g. sync costs)
 
@@ -277,7 +278,7 @@ def _gpu_facts(ctx: Context) -> None:
     for d in devices.tolist():
         on_d = gpu_in & (ev.device == d)
         busy = ctx.intervals(on_d)
-        row = {"device": int(d), "busy_ns": iv.total(busy),
+        row: dict[str, Any] = {"device": int(d), "busy_ns": iv.total(busy),
                "streams": sorted(set(ev.stream[on_d].tolist()))}
         for k in ("kernel", "memcpy", "memset"):
             row[f"{k}_ns"] = iv.total(ctx.intervals(on_d & m[k]))

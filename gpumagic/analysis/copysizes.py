@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gpumagic.analysis import intervals as iv
@@ -19,14 +21,14 @@ SMALL_COPY_BYTES = 64 * 1024
 SIZE_CLASSES = (1024, 8 * 1024, SMALL_COPY_BYTES)
 
 
-def small_copies(ctx: Context, groups: dict) -> dict[str, dict]:
+def small_copies(ctx: Context, groups: dict[tuple[str, str], dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """From ``metrics.copy_groups(ctx)``, per direction (``HtoD``, ``DtoH``): the copies of ≤ 64 KiB — their rows, count, bytes,
     size statistics, GPU time, the host time of the calls that issued them, and ``cost``: the
     union of both, clipped to the window, less the time the GPU was busy with other work (a call
     that waits while the GPU works — a synchronous copy behind queued kernels — costs the step
     nothing more; ``host-sync`` judges such waits)."""
     ev = ctx.trace.events
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for (direction, _mem), g in groups.items():
         if direction not in ("HtoD", "DtoH"):
             continue
@@ -60,7 +62,7 @@ def _call_spans(ctx: Context, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(blocking, np.clip(g_s, c_s, c_e), c_s), c_e
 
 
-def metrics(ctx: Context, groups: dict) -> SmallCopyMetrics:
+def metrics(ctx: Context, groups: dict[tuple[str, str], dict[str, Any]]) -> SmallCopyMetrics:
     """``metrics.small_copies``: per direction, the count, size distribution and cost of the
     host↔device copies of ≤ 64 KiB, as shares of the window on the host and on the GPU."""
     steps = max(len(ctx.step_bounds), 1)

@@ -39,7 +39,7 @@ _H100_SXM_SRC = ("NVIDIA H100 datasheet, H100 SXM: FP32 67, TF32 989*, BF16/FP16
 _H_NVL = {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5}
 
 #: (name pattern, Peak). The first match wins, so variants come before their family.
-PEAKS: tuple[tuple[re.Pattern, Peak], ...] = tuple((re.compile(p, re.IGNORECASE), peak) for p, peak in (
+PEAKS: tuple[tuple[re.Pattern[str], Peak], ...] = tuple((re.compile(p, re.IGNORECASE), peak) for p, peak in (
     # --- NVIDIA Volta / Turing ---
     (r"V100S", Peak("V100S PCIe", {"fp32": 16.4, "fp16": 130.0},
                     "NVIDIA Tesla V100S datasheet: FP32 16.4, Tensor Performance 130 TFLOPS")),

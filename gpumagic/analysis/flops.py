@@ -219,7 +219,7 @@ class _Ops:
 
 def count(table, lo: int, hi: int) -> dict[str, Any]:
     """FLOPs of the family operators that start in ``[lo, hi)``: total, per dtype, the source."""
-    out = {"flops": 0.0, "by_dtype": defaultdict(float), "profiler": 0, "shapes": 0, "unresolved": 0}
+    out: dict[str, Any] = {"flops": 0.0, "by_dtype": defaultdict(float), "profiler": 0, "shapes": 0, "unresolved": 0}
     if table is None or not len(table):
         return out
     ops = _Ops(table)

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+import numpy as np
+
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import sync_costs
@@ -71,7 +73,7 @@ CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
 def apportion(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], float]:
     """The findings with idle-type gains counted once, and ``combined_gain``."""
     by_id = {f.id: f for f in findings}
-    idle = ctx.gaps.intervals if ctx.device >= 0 else (iv.union([ctx.lo], [ctx.hi]))
+    idle = ctx.gaps.intervals if ctx.device >= 0 else iv.union(np.array([ctx.lo]), np.array([ctx.hi]))
     budget = iv.total(idle)
     claimed = iv.empty()
     claimed_by: dict[str, iv.Intervals] = {}

@@ -13,6 +13,7 @@ the process's own CPU time (this process plus its data-loader workers).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,8 @@ class HostCpu:
 def host_cpu(ctx: Context) -> HostCpu:
     if "host_cpu" not in ctx.cache:
         ctx.cache["host_cpu"] = _host_cpu(ctx)
-    return ctx.cache["host_cpu"]
+    found: HostCpu = ctx.cache["host_cpu"]
+    return found
 
 
 def _host_cpu(ctx: Context) -> HostCpu:
@@ -60,7 +62,7 @@ def _host_cpu(ctx: Context) -> HostCpu:
     return HostCpu(usable, source, int(sel.sum()), None if busy is None else round(busy, 3), saturation, bound, how, workers)
 
 
-def _busy_cores(cpu: dict, machine: dict) -> np.ndarray | None:
+def _busy_cores(cpu: dict[str, Any], machine: dict[str, Any]) -> np.ndarray | None:
     """Busy usable cores per sample."""
     affinity = machine.get("cpu_affinity")
     quota = machine.get("cpu_quota_cores")
@@ -70,19 +72,21 @@ def _busy_cores(cpu: dict, machine: dict) -> np.ndarray | None:
         return _own_cores(cpu)
     if per_core.ndim == 2 and per_core.shape[0] == n and per_core.shape[1]:
         cols = [c for c in (affinity or range(per_core.shape[1])) if c < per_core.shape[1]]
-        return per_core[:, cols].sum(axis=1) / 100
+        busy: np.ndarray = per_core[:, cols].sum(axis=1) / 100
+        return busy
     if "total" in cpu and machine.get("cpu_count"):
-        return np.asarray(cpu["total"], dtype=np.float64) / 100 * machine["cpu_count"]
+        total: np.ndarray = np.asarray(cpu["total"], dtype=np.float64) / 100 * machine["cpu_count"]
+        return total
     return None
 
 
-def _own_cores(cpu: dict) -> np.ndarray:
+def _own_cores(cpu: dict[str, Any]) -> np.ndarray:
     """Cores this process and its data-loader workers kept busy, per sample."""
     main = np.asarray(cpu["main"], dtype=np.float64)
     return (main + np.asarray(cpu.get("workers", np.zeros_like(main)), dtype=np.float64)) / 100
 
 
-def _loader_cpu_bound(ctx: Context, cpu: dict, t: np.ndarray, workers: int | None,
+def _loader_cpu_bound(ctx: Context, cpu: dict[str, Any], t: np.ndarray, workers: int | None,
                       busy: np.ndarray | None, usable: float | None) -> tuple[bool | None, str]:
     """Is the data-loader wait CPU work? From the samples: each covers the time since the one
     before it and counts in proportion to how much of that time the loop waited for data (at

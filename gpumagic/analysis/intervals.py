@@ -16,6 +16,8 @@ with a running level, so 10^5 intervals cost milliseconds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 Intervals = tuple[np.ndarray, np.ndarray]
@@ -47,7 +49,7 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     return s[first], reach[last]
 
 
-def _combine(a: Intervals, b: Intervals, keep_level) -> Intervals:
+def _combine(a: Intervals, b: Intervals, keep_level: Callable[[np.ndarray], np.ndarray]) -> Intervals:
     """Sweep normalised ``a`` (weight 1) and ``b`` (weight 2); keep the segments whose level
     (0..3: bit 0 = inside a, bit 1 = inside b) satisfies ``keep_level``."""
     pts = np.concatenate([a[0], a[1], b[0], b[1]])
@@ -117,4 +119,5 @@ def measure_in(a: Intervals, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         partial = np.where(k > 0, np.minimum(e[np.maximum(k - 1, 0)], t) - s[np.maximum(k - 1, 0)], 0)
         return np.where(k > 0, base + partial, 0)
 
-    return np.maximum(covered_before(hi) - covered_before(lo), 0)
+    out: np.ndarray = np.maximum(covered_before(hi) - covered_before(lo), 0)
+    return out

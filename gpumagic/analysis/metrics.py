@@ -153,7 +153,8 @@ def _idle(ctx: Context) -> IdleMetrics:
 
 def kernel_mask(ctx: Context) -> np.ndarray:
     ev = ctx.trace.events
-    return ctx.events_in_window(ctx.masks["kernel"]) & (ev.device == ctx.device)
+    mask: np.ndarray = ctx.events_in_window(ctx.masks["kernel"]) & (ev.device == ctx.device)
+    return mask
 
 
 def _kernels(ctx: Context) -> KernelsMetrics:
@@ -266,7 +267,8 @@ def queued_work(ctx: Context) -> iv.Intervals:
 def sync_costs(ctx: Context) -> SyncCost:
     if "sync_costs" not in ctx.cache:
         ctx.cache["sync_costs"] = _sync_costs(ctx)
-    return ctx.cache["sync_costs"]
+    cost: SyncCost = ctx.cache["sync_costs"]
+    return cost
 
 
 def _sync_costs(ctx: Context) -> SyncCost:
@@ -394,12 +396,13 @@ def _host(ctx: Context) -> HostMetrics:
 
 
 def _samples(ctx: Context, s: Samples) -> SampleMetrics:
-    def in_window(block, key):
+    def in_window(block: dict[str, Any], key: str) -> np.ndarray:
         if key not in block or "t_ns" not in block:
             return np.zeros(0)
         t = block["t_ns"]
         sel = (t >= ctx.lo) & (t <= ctx.hi)
-        return np.asarray(block[key], dtype=np.float64)[sel]
+        values: np.ndarray = np.asarray(block[key], dtype=np.float64)[sel]
+        return values
 
     gu = in_window(s.gpu, "gpu_util")
     cu = in_window(s.cpu, "total")

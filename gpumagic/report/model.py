@@ -7,6 +7,7 @@ metrics records are declared in :mod:`gpumagic.report.metrics`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -45,7 +46,7 @@ class Evidence:
     """The numbers behind a finding, a one-line summary of them, and where to look."""
 
     summary: str
-    numbers: dict[str, float | int | str] = field(default_factory=dict)
+    numbers: dict[str, float | int | str | None] = field(default_factory=dict)
     windows: tuple[Window, ...] = ()
 
 
@@ -136,37 +137,40 @@ class Report:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def to_text(self, width: int = 100) -> str:
-        return view("report", "text")(self, width=width)
+        text: str = view("report", "text")(self, width=width)
+        return text
 
     def to_html(self) -> str:
         """One self-contained HTML document (no network, no CDN)."""
-        return view("report", "html")(self)
+        html: str = view("report", "html")(self)
+        return html
 
-    def save_html(self, path):
+    def save_html(self, path: str | os.PathLike[str]) -> Any:
         """Write one self-contained HTML file (no network); returns the path."""
         return view("report", "save_html")(self, path)
 
-    def timeline(self, step: int | None = None, finding: str | None = None):
+    def timeline(self, step: int | None = None, finding: str | None = None) -> Any:
         """The timeline as a matplotlib ``Figure`` (object-oriented API, no pyplot state): lanes
         per host thread and GPU stream, idle gaps by cause, samples; ``step`` zooms to one step
-        (an index into ``metrics["steps"]``), ``finding`` highlights that finding's evidence.
+        (an index into ``metrics.steps``), ``finding`` highlights that finding's evidence.
         Save it with ``fig.savefig(path)``. Raises ValueError for a report without its trace
         (one rebuilt from JSON)."""
         return view("report", "timeline")(self, step=step, finding=finding)
 
     def timeline_png(self, step: int | None = None, finding: str | None = None) -> bytes:
         """:meth:`timeline` as PNG bytes, e.g. for ``IPython.display.Image``."""
-        return view("report", "timeline_png")(self, step=step, finding=finding)
+        png: bytes = view("report", "timeline_png")(self, step=step, finding=finding)
+        return png
 
-    def widget(self):
+    def widget(self) -> Any:
         """The interactive ipywidgets view (a VBox), to display or embed."""
         return view("report", "widget")(self)
 
-    def _repr_mimebundle_(self, include=None, exclude=None):
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
         """The static report: self-contained HTML and text (see gpumagic.render.display)."""
         return view("report", "mimebundle")(self, include=include, exclude=exclude)
 
-    def _ipython_display_(self):
+    def _ipython_display_(self) -> None:
         """``display(report)`` in IPython: the static report, then the live view in a kernel."""
         view("report", "show")(self)
 

@@ -206,6 +206,8 @@ def _lane_keys(evs: list[schema.Complete]) -> tuple[dict, np.ndarray]:
     (current traces), paired as one int64 code; else each half is interned first (2021 traces
     spell some tids as strings; a 64-bit pthread id may exceed int64)."""
     n = len(evs)
+    pids: Any
+    tids: Any
     try:
         pid = column(map(_PID, evs), np.int64, n)
         tid = column(map(_TID, evs), np.int64, n)

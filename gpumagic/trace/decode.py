@@ -79,7 +79,8 @@ _SPACE = re.compile(rb"\s*")
 
 def first_char(raw: bytes | bytearray | memoryview) -> bytes:
     """The first non-blank byte (without copying the text, as ``bytearray.lstrip`` would)."""
-    at = _SPACE.match(raw).end()
+    blank = _SPACE.match(raw)
+    at = blank.end() if blank else 0
     return bytes(raw[at:at + 1])
 
 

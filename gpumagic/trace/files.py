@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import types
 import zlib
 
 from gpumagic.errors import TraceError
 
+_inflate: types.ModuleType
 try:  # ISA-L's inflate: zlib's API, about twice as fast (measured in benchmarks/analyze_speed.py)
     from isal import isal_zlib as _inflate
 except ImportError:  # no wheel for this platform: the standard library's zlib

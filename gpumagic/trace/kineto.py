@@ -98,7 +98,7 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
     return _with_ops(_assemble(header, parts, notes, source, flows), raw)
 
 
-def _with_ops(trace: Trace, raw: bytes) -> Trace:
+def _with_ops(trace: Trace, raw: bytes | bytearray) -> Trace:
     """Operators' shapes and FLOP counts, read in a second pass only when the file has them."""
     from gpumagic.trace import ops
 
@@ -142,7 +142,8 @@ def _assemble(header, parts: list[Part], notes: list[str], source: str, flows) -
             notes.append(note.format(n=count))
     gpu = np.isin(table.kind, np.array(GPU_KINDS, dtype=np.int8))
     if np.any(gpu & (table.corr < 0)):
-        _link_by_flows(table, lanes, *flows(), t0)
+        flow_starts, flow_ends = flows()
+        _link_by_flows(table, lanes, flow_starts, flow_ends, t0)
     memory = {k: np.concatenate([p.memory[k] for p in parts]) for k in parts[0].memory}
     categories = set().union(*(p.categories for p in parts))
     base_ns = _base_time_ns(header, notes)
@@ -235,7 +236,8 @@ def _base_time_ns(header: schema.Header, notes: list[str]) -> int:
 def _link_by_flows(table: EventTable, lanes: list[Lane], flow_starts: list, flow_ends: list, t0: float) -> None:
     """Fill missing correlation ids from ``ac2g`` flow arrows (start on the launch, end on the
     GPU event, matched by lane and timestamp). Most traces carry ``correlation`` in both args."""
-    starts, ends = {}, {}
+    starts: dict[Any, Any] = {}
+    ends: dict[Any, Any] = {}
     for flows, group in ((starts, flow_starts), (ends, flow_ends)):
         for e in group:
             if e.cat in FLOW_CATEGORIES and e.id is not None and abs(e.ts) <= TS_LIMIT_US:

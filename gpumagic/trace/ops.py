@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -60,7 +60,7 @@ class _Other(msgspec.Struct, gc=False, tag_field="ph"):
 
 _SKIP = tuple(msgspec.defstruct(f"_Skip{ord(t)}", [], bases=(_Other,), tag=t, module=__name__)
               for t in "iMsfBEIbneCtPONDVvRc(")
-_Event = Union[(_Op, *_SKIP)]
+_Event = Union.__getitem__((_Op, *_SKIP))
 
 
 class _File(msgspec.Struct):
@@ -109,7 +109,7 @@ def attach(trace, raw: bytes | bytearray) -> None:
     trace.ops = _table(trace, [e for e in events if isinstance(e, _Op)])
 
 
-def attach_dicts(trace, events: list) -> None:
+def attach_dicts(trace, events: Any) -> None:
     """The same for a trace given as a parsed dict (its ``traceEvents``)."""
     ops = []
     for e in events if isinstance(events, list) else ():
@@ -117,7 +117,8 @@ def attach_dicts(trace, events: list) -> None:
         if not isinstance(a, dict) or ("Input Dims" not in a and "flops" not in a):
             continue
         try:
-            args = _OpArgs(a.get("Input Dims"), a.get("Input type"), a.get("Concrete Inputs"), float(a.get("flops", -1)))
+            args = _OpArgs(a.get("Input Dims"), a.get("Input type"), a.get("Concrete Inputs"),  # type: ignore[arg-type]  # decoded, not Raw
+                           float(a.get("flops", -1)))
             ops.append(_Op(e.get("cat"), str(e.get("name", "")), e.get("pid", 0), e.get("tid", 0),
                            float(e.get("ts", 0.0)), float(e.get("dur", 0.0)), args))
         except (TypeError, ValueError):

@@ -108,7 +108,7 @@ def _even_shares(raw: bytes | bytearray, pieces: int, samples: int = 64, width: 
     return out
 
 
-def piece(raw: bytes | bytearray, at: list[int], i: int) -> bytes:
+def piece(raw: bytes | bytearray, at: list[int], i: int) -> bytes | bytearray:
     """The JSON text of piece ``i`` of ``raw`` cut at the commas ``at`` (a copy)."""
     if i == 0:
         return raw[: at[0]] + b"]}"
@@ -117,7 +117,7 @@ def piece(raw: bytes | bytearray, at: list[int], i: int) -> bytes:
 
 
 @contextmanager
-def _piece_text(raw: bytes | bytearray, at: list[int], i: int) -> Iterator[bytes | memoryview]:
+def _piece_text(raw: bytes | bytearray, at: list[int], i: int) -> Iterator[bytes | bytearray | memoryview]:
     """Piece ``i``'s text. In a ``bytearray`` it is made in place: ``]}`` over the comma that
     ends the piece and the byte after it, and ``{"traceEvents":[`` over the bytes that end the
     piece before; the bytes are put back afterwards (a forked child, which owns a private copy
@@ -151,6 +151,7 @@ def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[schema.
     from gpumagic.trace.columns import extract
 
     last = i == len(at)
+    tf: schema.PieceTraceFile | schema.FastTraceFile
     try:
         with _piece_text(raw, at, i) as text:
             if 0 < i < len(at):
@@ -167,7 +168,7 @@ def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[schema.
     return header, extract(tf.traceEvents)
 
 
-def _events_end_at_the_end(text: bytes | memoryview) -> bool:
+def _events_end_at_the_end(text: bytes | bytearray | memoryview) -> bool:
     """Whether the top-level ``traceEvents`` of the first piece's text is closed by the ``]``
     appended to it, i.e. the cut fell inside ``traceEvents`` and not in a later array."""
     import numpy as np

@@ -110,10 +110,10 @@ def _skipped(tag: str) -> type:
 _SKIPPED = {tag: _skipped(tag) for tag in "XiMsf" + _OTHER_PHASES}
 
 
-def _union(*kept: type) -> Any:
+def _union(*kept: type[msgspec.Struct]) -> Any:
     """The tagged union of ``kept`` and a field-less type for every other phase."""
     tags = {t.__struct_config__.tag for t in kept}
-    return Union[(*kept, *(t for tag, t in _SKIPPED.items() if tag not in tags))]
+    return Union.__getitem__((*kept, *(t for tag, t in _SKIPPED.items() if tag not in tags)))
 
 
 #: Every event the analysis reads, flows included (``load`` of a dict or of these structs).
@@ -164,26 +164,26 @@ def header_of(tf: Header) -> Header:
 class TraceFile(Header):
     """The top-level object, every event decoded."""
 
-    traceEvents: list[Event] | None = None
+    traceEvents: list[Event] | None = None  # type: ignore[valid-type]  # a union built at import
 
 
 class FastTraceFile(Header):
     """The top-level object as loading from bytes first decodes it (flow arrows skipped)."""
 
-    traceEvents: list[FastEvent] | None = None
+    traceEvents: list[FastEvent] | None = None  # type: ignore[valid-type]  # a union built at import
 
 
 class FlowTraceFile(msgspec.Struct):
     """The top-level object, flow arrows only."""
 
-    traceEvents: list[FlowEvent] | None = None
+    traceEvents: list[FlowEvent] | None = None  # type: ignore[valid-type]  # a union built at import
 
 
 class PieceTraceFile(msgspec.Struct, forbid_unknown_fields=True):
     """A middle piece of a file decoded in pieces (see :mod:`.pieces`): its events and nothing
     else, so that a piece that ran out of ``traceEvents`` into another top-level key fails."""
 
-    traceEvents: list[FastEvent]
+    traceEvents: list[FastEvent]  # type: ignore[valid-type]  # a union built at import
 
 
 class Outline(msgspec.Struct):
@@ -196,8 +196,8 @@ class Outline(msgspec.Struct):
 # Not strict: a number written as a string ("bytes": "1", as ROCm's roctracer writes some args)
 # is read as the number instead of sending the whole file to the lenient path.
 FAST_DECODER = msgspec.json.Decoder(FastTraceFile, strict=False)
-FAST_EVENTS_DECODER = msgspec.json.Decoder(list[FastEvent], strict=False)
+FAST_EVENTS_DECODER = msgspec.json.Decoder(list[FastEvent], strict=False)  # type: ignore[valid-type]  # a union built at import
 FLOW_DECODER = msgspec.json.Decoder(FlowTraceFile, strict=False)
-FLOW_EVENTS_DECODER = msgspec.json.Decoder(list[FlowEvent], strict=False)
+FLOW_EVENTS_DECODER = msgspec.json.Decoder(list[FlowEvent], strict=False)  # type: ignore[valid-type]  # a union built at import
 PIECE_DECODER = msgspec.json.Decoder(PieceTraceFile, strict=False)
 OUTLINE_DECODER = msgspec.json.Decoder(Outline)

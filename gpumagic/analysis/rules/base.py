@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -60,12 +60,12 @@ def huggingface(description: str, code: str) -> Fix:
     return Fix("huggingface", description, code.strip("\n"))
 
 
-def finding(*, severity: Severity, title: str, why: str, summary: str, numbers: dict[str, float | int | str],
+def finding(*, severity: Severity, title: str, why: str, summary: str, numbers: Mapping[str, float | int | str | None],
             windows: tuple[Window, ...] = (), est_gain: float, gain_method: str, fixes: tuple[Fix, ...],
             doc_url: str) -> Finding:
     """A finding of the rule that returns it (:func:`rule` gives it its id)."""
     return Finding(id="", severity=severity, title=title, why=" ".join(why.split()),
-                   evidence=Evidence(summary=summary, numbers=numbers, windows=windows),
+                   evidence=Evidence(summary=summary, numbers=dict(numbers), windows=windows),
                    est_gain=round(max(0.0, min(1.0, est_gain)), 4), gain_method=gain_method,
                    fixes=fixes, doc_url=doc_url)
 

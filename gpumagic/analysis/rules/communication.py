@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding
+from gpumagic.report.model import Finding, Fix
 
 #: The issue's anchor: exposed collectives over 10 % of step time.
 EXPOSED_FRAC = 0.10
@@ -41,7 +41,7 @@ def communication_heavy(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-def _fixes(ctx: Context):
+def _fixes(ctx: Context) -> tuple[Fix, ...]:
     if ctx.workload != "training":
         return (pytorch("Fewer, larger collectives: fewer tensor-parallel ranks for a small model, or batch more requests",
                         "# e.g. vLLM: LLM(model, tensor_parallel_size=1) when the model fits one GPU\n"

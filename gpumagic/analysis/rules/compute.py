@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumagic.analysis import devices
+from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import kernel_mask
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
@@ -154,7 +155,7 @@ def too_small_for_gpu(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-def too_small_windows(ctx: Context):
+def too_small_windows(ctx: Context) -> iv.Intervals:
     """The GPU idle time of the window: what too-small-for-gpu's fixes recover (more work per
     launch fills it; on the CPU there is no GPU to idle), for combining gains across findings
     (:data:`gpumagic.analysis.gains.CLAIMS`)."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.hostcpu import host_cpu, suggested_workers
+from gpumagic.analysis.hostcpu import HostCpu, host_cpu, suggested_workers
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.cpu import CACHE_CODE, CACHE_FIX, SATURATION
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding
+from gpumagic.report.model import Finding, Fix
 
 #: TensorBoard profiler plugin: recommend more DataLoader workers when the DataLoader share of
 #: step time exceeds 5 %.
@@ -71,30 +71,31 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-def _worker_advice(h) -> tuple[str, int | None]:
+def _worker_advice(h: HostCpu) -> tuple[str, int | None]:
     """The sentence that says where the worker count comes from, and the count (None: the fix
     computes it on the machine that runs it)."""
     if _saturated(h):
-        return (f"The usable cores are saturated ({pct(h.saturation)} of {h.usable_cores:g}) and loading is CPU "
+        return (f"The usable cores are saturated ({pct(h.saturation or 0.0)} of {h.usable_cores:g}) and loading is CPU "
                 "work: more workers will not help; see host-cpu-saturated."), None
     if h.loader_cpu_bound is False and h.usable_cores:
         n = 2 * int(max(1, float(h.usable_cores)))
         return (f"The wait is mostly not CPU work ({h.loader_cpu_source}): workers waiting on I/O need no core "
                 f"each, so {n} workers (2 per usable core) can help."), n
-    n = suggested_workers(h)
-    if n is not None:
+    suggested = suggested_workers(h)
+    if suggested is not None:
         busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
-        return f"{n} worker(s): what the spare cores allow ({h.usable_cores:g} usable{busy}, recorded at capture).", n
+        return (f"{suggested} worker(s): what the spare cores allow ({h.usable_cores:g} usable{busy}, "
+                "recorded at capture)."), suggested
     return ("The trace does not record how many cores the run could use: the worker count in the fix is "
             "computed on the machine that runs it (an assumption: one core per worker, one for the main process)."), None
 
 
-def _saturated(h) -> bool:
+def _saturated(h: HostCpu) -> bool:
     """No core is free and loading is CPU work (the case ``host-cpu-saturated`` reports)."""
     return h.saturation is not None and h.saturation >= SATURATION and h.loader_cpu_bound is True
 
 
-def _fixes(ctx: Context, h, workers: int | None):
+def _fixes(ctx: Context, h: HostCpu, workers: int | None) -> tuple[Fix, ...]:
     if _saturated(h):
         return (pytorch("No core is free for workers (see host-cpu-saturated): make each batch cheaper; "
                         + CACHE_FIX[0].lower() + CACHE_FIX[1:], CACHE_CODE),)

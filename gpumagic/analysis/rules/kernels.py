@@ -11,7 +11,7 @@ from gpumagic.analysis.metrics import kernel_mask
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.compute import is_training
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding
+from gpumagic.report.model import Finding, Fix
 
 #: A softmax kernel is attention's when a matmul kernel runs within this many kernels before it
 #: and after it on the same stream (QKᵀ → [scale, mask] → softmax → [dropout] → ·V).
@@ -154,7 +154,7 @@ def elementwise_bound(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-def _fusion_fixes(optimizer: bool, training: bool):
+def _fusion_fixes(optimizer: bool, training: bool) -> tuple[Fix, ...]:
     fixes = [pytorch("Let the compiler fuse chains of elementwise operations", "model = torch.compile(model)")]
     if optimizer:
         fixes.append(pytorch("Fuse the optimizer's per-parameter math into a few kernels",

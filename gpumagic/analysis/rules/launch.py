@@ -9,7 +9,7 @@ from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding
+from gpumagic.report.model import Finding, Fix
 
 #: Most kernels tiny: at least half of them under 10 µs (context.SHORT_KERNEL_NS).
 SHORT_KERNEL_SHARE = 0.5
@@ -72,8 +72,8 @@ def launch_bound(ctx: Context, m: Metrics) -> Finding | None:
     or launch latency (what fewer, larger launches — CUDA graphs, torch.compile fusion — can
     recover). False positives: small inference batches where latency, not throughput, is the
     goal (the fix still applies)."""
-    k, _idle = m.kernels, m.idle
-    if not k.count or k.short_frac < SHORT_KERNEL_SHARE or (m.gpu.busy_frac or 0) >= BUSY_MAX:
+    k, busy = m.kernels, m.gpu.busy_frac
+    if not k.count or k.short_frac is None or k.short_frac < SHORT_KERNEL_SHARE or busy is None or busy >= BUSY_MAX:
         return None
     if (k.graph_frac or 0) >= GRAPH_REPLAY_SHARE:
         return None
@@ -91,10 +91,10 @@ def launch_bound(ctx: Context, m: Metrics) -> Finding | None:
         one before the next arrives and idles in between. Fusing operations (torch.compile) or replaying
         a recorded sequence of launches at once (CUDA graphs) removes most of the per-kernel cost.""",
         summary=f"{pct(k.short_frac)} of {k.count} kernels run under {k.short_kernel_us:.0f} µs "
-                f"(median {k.median_us:.1f} µs); the GPU is busy {pct(m.gpu.busy_frac)} of the window; "
+                f"(median {k.median_us:.1f} µs); the GPU is busy {pct(busy)} of the window; "
                 f"CUDA runtime calls cover {pct(runtime_frac)} of it.",
         numbers={"kernels": k.count, "short_kernel_frac": k.short_frac, "median_kernel_us": k.median_us,
-                 "gpu_busy_frac": m.gpu.busy_frac, "runtime_frac": round(runtime_frac, 4),
+                 "gpu_busy_frac": busy, "runtime_frac": round(runtime_frac, 4),
                  "launch_wait_ms": round(launch_idle_ns / 1e6, 3)},
         windows=windows(*launch_wait(ctx), "gpu", ctx.device, "waiting for launch"),
         est_gain=gain, gain_method="GPU idle time classified as host wait or launch latency (HTA definitions)",
@@ -103,12 +103,12 @@ def launch_bound(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-def launch_wait(ctx: Context):
+def launch_wait(ctx: Context) -> iv.Intervals:
     """The time ``launch-bound`` recovers: host-wait parts of gaps and launch-latency gaps."""
     return iv.merge(ctx.gaps.host_wait(), ctx.gaps.of_cause("launch_latency").intervals)
 
 
-def _launch_fixes(ctx: Context):
+def _launch_fixes(ctx: Context) -> tuple[Fix, ...]:
     compile_fix = pytorch("Fuse kernels with torch.compile; mode='reduce-overhead' also replays CUDA graphs (its "
                           "outputs are overwritten by the next call: clone what you keep across steps)",
                           "model = torch.compile(model, mode=\"reduce-overhead\")")

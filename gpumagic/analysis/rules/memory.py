@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding
+from gpumagic.report.model import Finding, Fix
 
 #: Peak *allocated* (live tensors) above 90 % of device memory leaves the allocator no room to
 #: cache and risks retries and out-of-memory errors. Peak reserved near capacity is normal.
@@ -24,7 +24,7 @@ def memory_pressure(ctx: Context, m: Metrics) -> Finding | None:
     Gain: not a speed finding by itself (0 %). False positives: a step that allocates one large
     buffer on purpose."""
     mem = m.memory
-    if mem.peak_frac is None or mem.peak_frac <= PEAK_FRAC:
+    if mem.peak_frac is None or mem.peak_frac <= PEAK_FRAC or mem.capacity_bytes is None:
         return None
     return finding(
         severity="medium", title=f"Memory peaks at {pct(mem.peak_frac)} of the GPU",
@@ -58,12 +58,12 @@ print("peak reserved GiB:", torch.cuda.max_memory_reserved() / 2**30)
 #   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py"""
 
 
-def _fixes(ctx: Context):
+def _fixes(ctx: Context) -> tuple[Fix, ...]:
     check = pytorch("Confirm it: allocator retries and peak allocated vs reserved", CHECK_CODE)
     return (check, *_shrink_fixes(ctx))
 
 
-def _shrink_fixes(ctx: Context):
+def _shrink_fixes(ctx: Context) -> tuple[Fix, ...]:
     if ctx.workload != "training":
         return (pytorch("Store less per batch: lower precision weights, a smaller batch",
                         """

@@ -6,7 +6,7 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.devices import peak_tflops
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding
+from gpumagic.report.model import Finding, Fix
 
 #: Tensor cores exist from compute capability 7.0 (Volta) on (NVIDIA CUDA C++ Programming Guide,
 #: "Warp Matrix Functions").
@@ -70,7 +70,7 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-def tf32_fix():
+def tf32_fix() -> Fix:
     """TF32 for FP32 matmuls, in the API the installed torch documents: from PyTorch 2.9
     ``torch.backends.cuda.matmul.fp32_precision = "tf32"`` (CUDA semantics notes, "TensorFloat-32
     (TF32) on Ampere (and later) devices"); before it ``set_float32_matmul_precision("high")``,
@@ -89,7 +89,7 @@ def tf32_fix():
     return pytorch("First, one line: let FP32 matmuls use TF32 tensor cores", code)
 
 
-def _inference_fixes(cc: float):
+def _inference_fixes(cc: float) -> tuple[Fix, ...]:
     """Inference: on Ampere and later TF32 first (one line), then autocast the forward pass (no loss
     scaling, no optimizer); bf16 from cc 8.0."""
     dtype = "bfloat16" if cc >= 8.0 else "float16"
@@ -102,7 +102,7 @@ with torch.inference_mode(), torch.autocast(device_type="cuda", dtype=torch.{dty
     return (autocast,)
 
 
-def _fixes(cc: float):
+def _fixes(cc: float) -> tuple[Fix, ...]:
     """On Ampere and later (cc ≥ 8.0): TF32 first (one line, FP32 code unchanged), then bf16
     autocast; fp16 with a GradScaler on Volta/Turing, whose tensor cores have no bf16 or TF32."""
     if cc >= 8.0:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gpumagic.analysis import intervals as iv
@@ -9,7 +11,7 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import copy_groups
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding
+from gpumagic.report.model import Finding, Fix
 
 #: Pageable copies matter once they move at least this much (smaller ones are scalars/flags).
 PAGEABLE_MIN_BYTES = 1 << 20
@@ -53,7 +55,7 @@ for x, y in prefetch(loader):
     train_step(x, y)"""
 
 
-def _host_copies(ctx: Context):
+def _host_copies(ctx: Context) -> tuple[dict[tuple[str, str], dict[str, Any]], list[dict[str, Any]]]:
     groups = copy_groups(ctx)
     host = {k: g for k, g in groups.items() if k[0] in ("HtoD", "DtoH")}
     pageable = [g for k, g in host.items() if k[1] == "pageable"]
@@ -103,7 +105,7 @@ def pageable_memcpy(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-def _pageable_fixes(ctx: Context):
+def _pageable_fixes(ctx: Context) -> tuple[Fix, ...]:
     return (
             pytorch("Pin host memory once, and copy without blocking the host",
                     """

@@ -8,8 +8,8 @@ from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import GAP_CAUSES, LONG_GAP_NS, QUEUED_CAUSES, Context, Gaps
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
-from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding
+from gpumagic.report.metrics import IdleMetrics, Metrics
+from gpumagic.report.model import Finding, Fix
 
 #: The issue's anchor: the GPU busy less than half of the profiled window.
 BUSY_FRAC = 0.5
@@ -57,11 +57,11 @@ _CAUSE_WORDS = {"host_wait": "waiting for the host", "launch_latency": "launch l
 FRAME_MIN_COVER = 0.5
 
 
-def _dominant_idle(i: dict) -> str:
+def _dominant_idle(i: IdleMetrics) -> str:
     """The largest part of the idle time, in words."""
     parts = {"waiting for the host": i.host_wait_ms, "in launch latency": i.launch_latency_ms,
              "on queued work": i.other_ms}
-    return max(parts, key=parts.get)
+    return max(parts, key=lambda k: parts[k])
 
 
 def _describe_gap(ctx: Context, gaps: Gaps, i: int) -> str:
@@ -146,7 +146,7 @@ def gpu_idle_gaps(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-def _gap_fixes(ctx: Context, host_side: bool, where: str):
+def _gap_fixes(ctx: Context, host_side: bool, where: str) -> tuple[Fix, ...]:
     if host_side:
         return (pytorch(f"Overlap the host work with GPU work, or move it out of the loop ({where})",
                         "# see the gap causes above; e.g. log every N steps instead of every step\n"

@@ -30,7 +30,7 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
     cold = {k: ctx.frac(iv.total(v)) for k, v in parts.items()}
     steps = m.steps
     first_extra = 0.0
-    if steps.first_step_outlier:
+    if steps.first_step_outlier and steps.median_ms is not None:
         first_extra = ctx.frac((steps.durations_ms[0] - steps.median_ms) * 1e6)
     found = {k: v for k, v in cold.items() if v >= COLD_FRAC}
     if not found and not steps.first_step_outlier:
