@@ -107,6 +107,8 @@ def test_records_read_by_key_for_dict_style_code_and_refuse_unknown_keys():
     assert m["syncs"]["by_name"] == m.syncs.by_name
     with pytest.raises(KeyError, match="host_wait"):
         m["idle"]["host_wait"]  # a typo is an error, never a silent None
+    assert m.get("samples") is None and m["copies"]["groups"][0].get("gbps") == m.copies.groups[0].gbps
+    assert m.idle.get("no_such_key", 0) == 0  # dict.get
 
 
 def test_records_are_frozen():

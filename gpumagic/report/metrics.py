@@ -32,14 +32,19 @@ def _d(text: str) -> Meta:
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True):
-    """Base of the metrics records. ``record["key"]`` reads a field as ``record.key`` does (for code
-    written against the plain-dict form; an unknown key raises KeyError, it is never a silent
-    ``None``). New code reads attributes, which type checkers see."""
+    """Base of the metrics records. For code written against the plain-dict form (notebooks,
+    scripts), ``record["key"]`` reads a field as ``record.key`` does (an unknown key raises
+    KeyError, never a silent ``None``) and ``record.get("key", default)`` is ``dict.get``. New code
+    reads attributes, which type checkers see."""
 
     def __getitem__(self, key: str) -> Any:
         if key not in self.__struct_fields__:
             raise KeyError(key)
         return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The field ``key``, or ``default`` when there is none (as ``dict.get``)."""
+        return getattr(self, key) if key in self.__struct_fields__ else default
 
 
 # -- trace -----------------------------------------------------------------------------------
