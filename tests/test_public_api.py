@@ -37,3 +37,25 @@ def test_gpumagic_compare_stays_the_function():
 
     importlib.import_module("gpumagic.tuning.comparison")
     assert callable(gpumagic.compare)
+
+
+def test_version_is_the_installed_metadata_and_the_cli_prints_it():
+    """One source of truth: pyproject.toml's version, as the installed distribution records it."""
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert gpumagic.__version__ == version("gpumagic") == pyproject["project"]["version"]
+    out = subprocess.run([sys.executable, "-m", "gpumagic", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"gpumagic {gpumagic.__version__}"
+
+
+def test_example_names_the_bundled_trace_in_python_as_on_the_cli(tmp_path, monkeypatch):
+    from gpumagic.examples import trace_path
+
+    monkeypatch.chdir(tmp_path)  # no file called "example" here: the name alone must do
+    trace = gpumagic.load_trace("example")
+    assert trace.source == str(trace_path())
+    report = gpumagic.analyze("example")
+    assert report.findings[0].id == gpumagic.analyze(trace_path()).findings[0].id == "dataloader-bound"

@@ -2,7 +2,8 @@
 
 - ``gpumagic analyze PATH`` (:mod:`.analyze`): a report on one trace;
 - ``gpumagic compare BEFORE AFTER`` (:mod:`.compare`): what changed between two runs;
-- ``gpumagic runs list|show|compare|rm|export`` (:mod:`.runs`): the run history.
+- ``gpumagic runs list|show|compare|rm|export`` (:mod:`.runs`): the run history;
+- ``gpumagic --version``: the installed version (the package metadata, from pyproject.toml).
 
 Each subcommand module has ``add_parser(subparsers)`` and ``run(args) -> int``; :mod:`._output`
 holds what they share (writing the result, the exit statuses). Exit status: 0 on success, 2 on
@@ -25,7 +26,10 @@ SUBCOMMANDS = (analyze, compare, runs)
 
 
 def parser() -> argparse.ArgumentParser:
+    import gpumagic
+
     p = argparse.ArgumentParser(prog="gpumagic", description="Why is my GPU waiting? Analyse PyTorch profiler traces.")
+    p.add_argument("--version", action="version", version=f"gpumagic {gpumagic.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     for command in SUBCOMMANDS:
         command.add_parser(sub)
