@@ -25,7 +25,6 @@ from gpumagic.errors import GpumagicError, TraceError
 from gpumagic.report import views as _views
 from gpumagic.report.model import Evidence, Finding, Fix, Report, Window
 
-
 #: Public names whose modules import numpy, torch, IPython or ipywidgets: resolved on first use.
 _LAZY = {
     "analyze": "gpumagic.analysis",

@@ -22,6 +22,9 @@ def pytest_configure(config):
     home = tempfile.mkdtemp(prefix="gpumagic-home-session-")
     config._gpumagic_home = (home, os.environ.get("GPUMAGIC_HOME"))
     os.environ["GPUMAGIC_HOME"] = home
+    # Text reports take the terminal's width: the same 100 columns for every test, whatever
+    # terminal runs pytest (tests of the width set COLUMNS themselves).
+    os.environ["COLUMNS"] = "100"
 
 
 def pytest_unconfigure(config):
