@@ -35,8 +35,13 @@ def test_fix_names_only_apis_that_exist(code):
 
 @pytest.mark.parametrize("code", [p for p in PARAMS if FIXES[p.values[0]][1].flavor == "pytorch"
                                   and not ck.needs_cuda(p.values[0]) and ck.has_statements(p.values[0])])
-def test_fix_runs_on_cpu(code):
+def test_fix_runs_on_cpu(code, tmp_path, monkeypatch):
+    """Run in an empty folder with an empty home: a fix that writes files must write them where the
+    fix says (a cache folder it names), and the test must leave nothing behind in the checkout."""
     import torch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
 
     calls: list = []
     ns = sc.harness("cpu", calls)
@@ -52,6 +57,7 @@ def test_fix_runs_on_cpu(code):
     # it ran to the end and did something: bound or rebound a name, trained, logged or set a switch
     rebound = {k for k, v in ns.items() if k != "__builtins__" and (k not in before or before[k] is not v)}
     assert rebound or calls or changed
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "home"], "a fix wrote into the current folder"
 
 
 def test_the_checker_rejects_apis_that_do_not_exist():
