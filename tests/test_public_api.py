@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import gpumagic
 
 PUBLIC = {
@@ -60,3 +62,25 @@ def test_example_names_the_bundled_trace_in_python_as_on_the_cli(tmp_path, monke
     assert trace.source == str(trace_path())
     report = gpumagic.analyze("example")
     assert report.findings[0].id == gpumagic.analyze(trace_path()).findings[0].id == "dataloader-bound"
+
+
+def test_a_folder_named_gpumagic_in_the_working_folder_does_not_shadow_the_package(tmp_path):
+    """Python run in the folder that holds a clone named ``gpumagic`` (a directory without
+    ``__init__.py``, which Python would import as a namespace package) still gets the package, and
+    ``%load_ext gpumagic`` works there."""
+    import os
+    from pathlib import Path
+
+    (tmp_path / "gpumagic" / "tests").mkdir(parents=True)  # a stand-in for the clone's top folder
+    package = Path(gpumagic.__file__).resolve().parent
+    if any(getattr(f, "__module__", "").startswith("__editable__") for f in sys.meta_path):
+        pytest.skip("gpumagic is installed editable through a finder hook (an install from before the "
+                    "package-dir setting): reinstall with pip install -e . to check this")
+    code = ("import gpumagic, IPython; print(gpumagic.__file__); "
+            "from IPython.core.interactiveshell import InteractiveShell; ip = InteractiveShell.instance(); "
+            "print(ip.extension_manager.load_extension('gpumagic'))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    file, loaded = out.stdout.split()[-2:]
+    assert Path(file).resolve() == package / "__init__.py" and loaded == "None"
