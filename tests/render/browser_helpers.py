@@ -15,14 +15,18 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from nb_helpers import REPO, kernel_env
+from nb_helpers import kernel_env
 
-ARTIFACTS = REPO / "artifacts"
+#: Screenshots and exported pages, for a person (or CI) to look at: ``GPUMAGIC_TEST_ARTIFACTS``,
+#: else a folder in the system's temporary directory, never the checkout (the suite must leave
+#: ``git status`` unchanged).
+ARTIFACTS = Path(os.environ.get("GPUMAGIC_TEST_ARTIFACTS") or Path(tempfile.gettempdir()) / "gpumagic-test-artifacts")
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -135,7 +139,7 @@ def chromium():
     """A headless Debian Chromium driven by Playwright; yields the browser."""
     from playwright.sync_api import sync_playwright
 
-    ARTIFACTS.mkdir(exist_ok=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

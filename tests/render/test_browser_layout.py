@@ -10,7 +10,7 @@ meets in JupyterLab and Notebook 7. Each page is shown at 360, 800 and 1,400 px 
 - every piece of text has a contrast of at least 4.5:1 (WCAG 2 AA) against what is behind it,
   computed from ``getComputedStyle`` in the rendered page.
 
-Screenshots: ``artifacts/layout_<page>_<theme>_<width>.png``.
+Screenshots: ``$GPUMAGIC_TEST_ARTIFACTS/layout_<page>_<theme>_<width>.png``.
 """
 
 from __future__ import annotations

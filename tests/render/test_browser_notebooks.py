@@ -15,7 +15,7 @@ notebook: ``%load_ext gpumagic``, then ``display()`` of a report of the bundled 
 
 On each, the top finding's title is asserted visible in the rendered DOM, one report header is
 visible (never two, never none), and no widget error text is visible. Screenshots go to
-``artifacts/``.
+``$GPUMAGIC_TEST_ARTIFACTS`` (see browser_helpers.py).
 """
 
 from __future__ import annotations
