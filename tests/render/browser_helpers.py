@@ -40,6 +40,24 @@ CHROMIUM_ARGS = [
 SERVER_START_S = 60
 
 
+#: ``GPUMAGIC_REQUIRE_BROWSER=1`` (set by .ci/run): a missing browser piece fails the run instead
+#: of skipping the browser tests, so that CI cannot pass without running them.
+REQUIRE_ENV = "GPUMAGIC_REQUIRE_BROWSER"
+
+
+def skip_unless_ready(*modules: str) -> None:
+    """At a browser test module's top: skip the module, with the reason, when something it needs
+    is missing, or fail when :data:`REQUIRE_ENV` says the browser tests must run."""
+    import pytest
+
+    why = missing(*modules)
+    if why is None:
+        return
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{REQUIRE_ENV}=1 but the browser tests cannot run: {why}", pytrace=False)
+    pytest.skip(f"browser test: {why}", allow_module_level=True)
+
+
 def missing(*modules: str) -> str | None:
     """Why the browser tests cannot run here, or None."""
     if not os.path.exists(CHROMIUM):

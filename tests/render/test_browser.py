@@ -17,7 +17,7 @@ import shutil
 import time
 
 import pytest
-from browser_helpers import ARTIFACTS, SERVER_START_S, VISIBLE_REPORTS_JS, chromium, jupyter_server, missing
+from browser_helpers import ARTIFACTS, SERVER_START_S, VISIBLE_REPORTS_JS, chromium, jupyter_server, skip_unless_ready
 from nb_helpers import notebook
 from render_helpers import analysed
 
@@ -50,8 +50,7 @@ for x, y in DataLoader(SlowDataset(), batch_size=32):
 """
 
 
-if missing():
-    pytest.skip(missing(), allow_module_level=True)
+skip_unless_ready()
 
 
 def _notebook() -> dict:

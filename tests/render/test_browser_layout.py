@@ -16,13 +16,12 @@ Screenshots: ``$GPUMAGIC_TEST_ARTIFACTS/layout_<page>_<theme>_<width>.png``.
 from __future__ import annotations
 
 import pytest
-from browser_helpers import ARTIFACTS, CLIPPED_JS, CONTRAST_JS, chromium, missing
+from browser_helpers import ARTIFACTS, CLIPPED_JS, CONTRAST_JS, chromium, skip_unless_ready
 from render_helpers import analysed
 
 pytestmark = pytest.mark.browser
 
-if missing():
-    pytest.skip(missing(), allow_module_level=True)
+skip_unless_ready()
 
 nbformat = pytest.importorskip("nbformat")
 nbconvert = pytest.importorskip("nbconvert")

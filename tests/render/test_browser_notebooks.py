@@ -32,16 +32,15 @@ from browser_helpers import (
     WIDGET_ERROR_JS,
     chromium,
     jupyter_server,
-    missing,
     offline,
     shutdown_kernels,
+    skip_unless_ready,
 )
 from nb_helpers import github_like, nbconvert_execute_html, nbconvert_html, notebook, read_notebook
 
 pytestmark = pytest.mark.browser
 
-if missing("notebook", "nbconvert"):
-    pytest.skip(missing("notebook", "nbconvert"), allow_module_level=True)
+skip_unless_ready("notebook", "nbconvert")
 
 TOP_FINDING = "The training loop waits for the data loader"
 TAB_TITLES = ("Checklist", "Timeline", "Breakdown", "Kernels", "Memory", "Notes")
