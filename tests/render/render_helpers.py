@@ -35,9 +35,9 @@ FIXTURES = (
 def analysed(name: str):
     """The real analysis of ``tests/data/<name>.json.gz``; ``trace.source`` shortened to the file
     name so that renders do not depend on where the repository is checked out."""
-    import gpumagic
+    from recorded import analysed as recorded  # loaded and analysed once per process, for every module
 
-    report = gpumagic.analyze(str(DATA / f"{name}.json.gz"))
+    report = recorded(name)
     report.metrics["trace"]["source"] = f"{name}.json.gz"
     return report
 
