@@ -1,5 +1,6 @@
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,18 @@ def pytest_configure(config):
     home = tempfile.mkdtemp(prefix="gpumagic-home-session-")
     config._gpumagic_home = (home, os.environ.get("GPUMAGIC_HOME"))
     os.environ["GPUMAGIC_HOME"] = home
+    # Hypothesis keeps its example database and constants in ./.hypothesis: in the checkout. A
+    # temporary folder instead (the fuzz tests are seeded by their profiles, not by a database).
+    try:
+        from hypothesis import configuration
+
+        configuration.set_hypothesis_home_dir(os.path.join(home, "hypothesis"))
+    except ImportError:
+        pass
+    # pytest-xdist's workers start with SIGINT ignored, and children inherit that: the Ctrl-C
+    # tests (a real SIGINT to this process or to a child) need Python's default handler.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # Text reports take the terminal's width: the same 100 columns for every test, whatever
     # terminal runs pytest (tests of the width set COLUMNS themselves).
     os.environ["COLUMNS"] = "100"

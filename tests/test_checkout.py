@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
-from conftest import ROOT
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: What a run writes (tensors, traces, reports, databases, images, tables), never tracked at the top level.
 OUTPUT_SUFFIXES = (".pt", ".pth", ".safetensors", ".npy", ".npz", ".pkl", ".json", ".gz", ".html", ".png", ".svg",

@@ -21,7 +21,9 @@ def Callback(hf):
 
 def test_records_steps_after_warmup_and_phrases_fixes_as_training_arguments(Callback, make_trainer, hf):
     runs.forget()
-    callback = Callback(skip=2, steps=3, label="hf-tiny", display=False)
+    # Host CPU samples every 10 s: none in this short window, so that other work on the machine (a
+    # parallel test worker) cannot make host-cpu-saturated take the data loader's place.
+    callback = Callback(skip=2, steps=3, label="hf-tiny", display=False, interval_ms=10_000)
     assert isinstance(callback, hf.TrainerCallback)
     make_trainer(callback, max_steps=7).train()
     report = callback.report
