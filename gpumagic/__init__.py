@@ -2,8 +2,9 @@
 
 Public API::
 
-    gpumagic.analyze(path_or_trace) -> Report     # a saved trace, offline (no torch needed)
+    gpumagic.analyze(path_or_trace) -> Report     # a saved trace, offline (no torch needed); "example": the bundled one
     gpumagic.load_trace(path) -> Trace
+    gpumagic.__version__                            # the installed version (package metadata)
     gpumagic.analyze_job(paths, client=None, jobs=None) -> Job   # one trace per rank: stragglers
     gpumagic.profile(**options)                     # context manager / decorator (needs torch)
     gpumagic.Profiler(...)                          # start()/stop() across cells
@@ -23,8 +24,6 @@ from typing import Any
 from gpumagic.errors import GpumagicError, TraceError
 from gpumagic.report import views as _views
 from gpumagic.report.model import Evidence, Finding, Fix, Report, Window
-
-__version__ = "0.1.0"
 
 #: Public names whose modules import numpy, torch, IPython or ipywidgets: resolved on first use.
 _LAZY = {
@@ -55,7 +54,19 @@ def _load_views() -> None:
 _views.provide(_load_views)
 
 
+def _installed_version() -> str:
+    """The version of the installed distribution (pyproject.toml's ``version``, the one source of truth)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpumagic")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        return _installed_version()
     if name == "load_trace":
         return import_module("gpumagic.trace.kineto").load
     module = _LAZY.get(name)

@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+from recorded import analysed
 from tracebuilder import DATA, TraceBuilder
 
 from gpumagic import analyze
@@ -59,18 +60,18 @@ def test_resnet50_hand_calculation_is_about_8_2_gflop():
 def test_resnet50_fixture_flops_match_the_hand_calculation(name):
     # per step: batch 32 × (forward + backward ≈ 2 × forward) = 32 × 3 × 2 × MACs ≈ 0.79 TFLOP
     per_step = 32 * 3 * 2 * resnet50_forward_macs()
-    c = analyze(os.path.join(DATA, name)).metrics["compute"]
+    c = analysed(name).metrics["compute"]
     assert abs(c["flops_per_step"] - per_step) / per_step < 0.20
     assert (c["flops_source"], c["dtype"], c["peak_tflops"]) == ("shapes", "fp32", 15.7)
     assert c["ops_unresolved"] == 0
     # achieved = FLOPs / window, MFU = achieved / peak
-    m = analyze(os.path.join(DATA, name)).metrics
+    m = analysed(name).metrics
     assert c["achieved_tflops"] == pytest.approx(c["flops"] / (m["window"]["dur_ms"] / 1e3) / 1e12, rel=1e-3)
     assert c["mfu"] == pytest.approx(c["achieved_tflops"] / 15.7, abs=1e-3)
 
 
 def test_trace_without_shapes_has_no_flops():
-    c = analyze(os.path.join(DATA, "v100_resnet_ns_timestamps.json.gz")).metrics["compute"]
+    c = analysed("v100_resnet_ns_timestamps.json.gz").metrics["compute"]
     assert c["flops_source"] is None and c["flops"] is None and c["mfu"] is None
     assert c["peak_tflops"] is None and c["device_sku"] == "V100 SXM2"
 
@@ -84,7 +85,7 @@ _REPORTS: dict = {}
 
 def fixture_report(name):
     if name not in _REPORTS:
-        _REPORTS[name] = analyze(os.path.join(DATA, name))
+        _REPORTS[name] = analysed(name)
     return _REPORTS[name]
 
 

@@ -4,9 +4,9 @@ import json
 import os
 
 import pytest
+from recorded import analysed
 from tracebuilder import DATA
 
-import gpumagic
 
 with open(os.path.join(DATA, "EXPECTED.json")) as fh:
     EXPECTED = json.load(fh)
@@ -27,7 +27,7 @@ def dotted(metrics, path: str):
 
 def report(name):
     if name not in _CACHE:
-        _CACHE[name] = gpumagic.analyze(os.path.join(DATA, name))
+        _CACHE[name] = analysed(name)  # shared with the other modules (tests/recorded.py)
     return _CACHE[name]
 
 

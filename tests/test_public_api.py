@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import gpumagic
 
 PUBLIC = {
@@ -37,3 +39,47 @@ def test_gpumagic_compare_stays_the_function():
 
     importlib.import_module("gpumagic.tuning.comparison")
     assert callable(gpumagic.compare)
+
+
+def test_version_is_the_installed_metadata_and_the_cli_prints_it():
+    """One source of truth: pyproject.toml's version, as the installed distribution records it."""
+    import re
+    from importlib.metadata import version
+    from pathlib import Path
+
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()  # tomllib: Python 3.11+
+    declared = re.search(r'^version = "([^"]+)"$', pyproject, re.MULTILINE).group(1)
+    assert gpumagic.__version__ == version("gpumagic") == declared
+    out = subprocess.run([sys.executable, "-m", "gpumagic", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"gpumagic {gpumagic.__version__}"
+
+
+def test_example_names_the_bundled_trace_in_python_as_on_the_cli(tmp_path, monkeypatch):
+    from gpumagic.examples import trace_path
+
+    monkeypatch.chdir(tmp_path)  # no file called "example" here: the name alone must do
+    trace = gpumagic.load_trace("example")
+    assert trace.source == str(trace_path())
+    report = gpumagic.analyze("example")
+    assert report.findings[0].id == gpumagic.analyze(trace_path()).findings[0].id == "dataloader-bound"
+
+
+def test_a_folder_named_gpumagic_in_the_working_folder_does_not_shadow_the_package(tmp_path):
+    """Python run in the folder that holds a clone named ``gpumagic`` (a directory without
+    ``__init__.py``, which Python would import as a namespace package) still gets the package, and
+    ``%load_ext gpumagic`` works there."""
+    import os
+    from pathlib import Path
+
+    (tmp_path / "gpumagic" / "tests").mkdir(parents=True)  # a stand-in for the clone's top folder
+    if any(getattr(f, "__module__", "").startswith("__editable__") for f in sys.meta_path):
+        pytest.skip("gpumagic is installed editable through a finder hook (an install from before the "
+                    "package-dir setting): reinstall with pip install -e . to check this")
+    code = ("import gpumagic, IPython; print(gpumagic.__file__); "
+            "from IPython.core.interactiveshell import InteractiveShell; ip = InteractiveShell.instance(); "
+            "print(ip.extension_manager.load_extension('gpumagic'))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    file, loaded = out.stdout.split()[-2:]  # the installed package (a regular one), not the folder
+    assert Path(file).name == "__init__.py" and tmp_path not in Path(file).resolve().parents and loaded == "None"

@@ -7,6 +7,7 @@ import json
 import os
 
 import pytest
+from recorded import analysed
 from test_diagnoses import _gap_trace, _loader_trace, _sync_step_trace, _tiny_kernels, _with_samples
 from tracebuilder import DATA
 
@@ -40,7 +41,7 @@ def dotted(metrics, path: str):
 
 def report(name):
     if name not in _CACHE:
-        _CACHE[name] = BUILT[name]() if name in BUILT else gpumagic.analyze(os.path.join(DATA, name))
+        _CACHE[name] = BUILT[name]() if name in BUILT else analysed(name)  # tests/recorded.py: once per process
     return _CACHE[name]
 
 

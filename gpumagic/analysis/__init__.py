@@ -16,6 +16,7 @@ from gpumagic.trace import Trace, load
 def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: str = "") -> Report:
     """Analyse a trace (a path to Kineto JSON / ``.json.gz`` / gpumagic bundle, a parsed dict, or
     a loaded :class:`~gpumagic.trace.Trace`) into a :class:`~gpumagic.report.model.Report`.
+    ``"example"`` is the bundled example trace (``gpumagic analyze example``).
 
     Raises :class:`~gpumagic.errors.TraceError` when the input is not a readable trace.
     """

@@ -8,6 +8,7 @@ Like :class:`~gpumagic.report.model.Report`, the job knows its views by name onl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,7 +28,9 @@ class Job:
     ``ranks`` are sorted by rank (ranks whose file failed keep their place, with ``error`` set);
     ``stragglers`` is the sorted list of straggler ranks; ``findings`` hold ``straggler-rank`` and
     the per-rank findings seen on at least half of the ranks; ``other_findings`` the rest, with
-    their ranks; ``notes`` say what could not be compared and why.
+    their ranks; ``notes`` say what could not be compared and why. ``same_recording`` is True
+    when every analysed file holds the same recording (identical content under different names):
+    there is then nothing to tell stragglers apart by, and the views say so instead of "none".
     """
 
     ranks: list[RankSummary]
@@ -39,6 +42,7 @@ class Job:
     straggler_details: list[Straggler] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     label: str = ""
+    same_recording: bool = False
 
     @property
     def analysed(self) -> list[RankSummary]:
@@ -65,6 +69,7 @@ class Job:
         return {"job": {
             "label": self.label, "world_size": self.world_size, "rank_files": len(self.ranks), "analysed": n,
             "step_median_ms": self.step_median_ms, "stragglers": list(self.stragglers),
+            "same_recording": self.same_recording,
             "ranks": [r.to_dict() for r in self.ranks],
             "findings": [f.to_dict(n) for f in self.findings],
             "other_findings": list(self.other_findings),
@@ -119,6 +124,14 @@ def _rank_notes(ranks: list[RankSummary], world: int | None) -> list[str]:
     return notes
 
 
+def same_recording(ranks: list[RankSummary]) -> bool:
+    """Whether two or more rank files were analysed and all hold the same recording: their
+    summaries are equal once the file name and the rank it gives are set aside (step and collective
+    durations to the nanosecond, kernels, findings). Two real ranks never match to the nanosecond."""
+    ok = [dataclasses.replace(r, path="", rank=None, rank_source="") for r in ranks if r.ok]
+    return len(ok) >= 2 and all(r == ok[0] for r in ok[1:])
+
+
 def build(ranks: list[RankSummary], label: str = "") -> Job:
     """The job report from its ranks' summaries (in any order)."""
     ranks = sorted(ranks, key=_order)
@@ -132,14 +145,19 @@ def build(ranks: list[RankSummary], label: str = "") -> Job:
         if r.ok and r.rank is not None:
             first.setdefault(r.rank, r)
     groups, group_notes = peer_groups(list(first.values()))
-    notes += group_notes
     found: list[Straggler] = []
-    for g in groups:
-        stragglers, more = find_stragglers([first[x] for x in g.ranks])
-        found += stragglers
-        notes += more
+    copies = same_recording(ranks)
+    if copies:  # nothing to compare: no straggler can be told apart (and none is "none")
+        notes.append(f"all {len(ranks)} files hold the same recording (identical content under different names), so "
+                     "stragglers cannot be told apart: give one trace per rank, each recorded on its own rank")
+    else:
+        notes += group_notes
+        for g in groups:
+            stragglers, more = find_stragglers([first[x] for x in g.ranks])
+            found += stragglers
+            notes += more
     job = Job(ranks=ranks, world_size=world or len(ranks), stragglers=sorted(s.rank for s in found), findings=[],
-              other_findings=[], groups=groups, straggler_details=found, notes=notes, label=label)
+              other_findings=[], groups=groups, straggler_details=found, notes=notes, label=label, same_recording=copies)
     straggler = straggler_finding(found, job.step_median_ms)
     common, rest = common_findings(ranks)
     job.findings = ([straggler] if straggler else []) + common

@@ -32,6 +32,8 @@ def title(job: Job) -> str:
 
 
 def straggler_line(job: Job) -> str:
+    if job.same_recording:
+        return "Stragglers: cannot tell \u2014 every rank file holds the same recording"
     if not job.stragglers:
         return "Stragglers: none"
     f = job.finding("straggler-rank")
@@ -155,7 +157,7 @@ def rank_chart_svg(job: Job) -> str:
 def _tiles(job: Job) -> str:
     tiles = [("Ranks analysed", f"{len(job.analysed)} / {len(job.ranks)}"), ("World size", str(job.world_size)),
              ("Median step", fmt_ms(job.step_median_ms)),
-             ("Stragglers", ", ".join(map(str, job.stragglers)) or "none")]
+             ("Stragglers", "cannot tell" if job.same_recording else ", ".join(map(str, job.stragglers)) or "none")]
     return '<div class="gm-facts">' + "".join(
         f'<div class="gm-fact"><div class="gm-fact-label">{escape(k)}</div><div class="gm-fact-value">{escape(v)}</div></div>'
         for k, v in tiles) + "</div>"

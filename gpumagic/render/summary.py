@@ -31,8 +31,10 @@ class Fact:
 
 
 def header_facts(report: Report) -> list[Fact]:
-    """The numeric facts of the header, in reading order: five, and a sixth (achieved TFLOP/s and
-    MFU) when the trace recorded the shapes or FLOPs that ``metrics.compute`` needs."""
+    """The numeric facts of the header, in reading order: four, a fifth (what fixing every finding
+    could save) when there are findings, and achieved TFLOP/s and MFU when the trace recorded the
+    shapes or FLOPs that ``metrics.compute`` needs. Each reads as a phrase, label then value
+    ("GPU busy 57 %", "Fixing all could save up to 51 %")."""
     m = report.metrics
     steps = None if m is None else m.steps.count
     cpu_only = m is not None and m.trace.cpu_only
@@ -40,14 +42,14 @@ def header_facts(report: Report) -> list[Fact]:
         Fact("Wall time", fmt_ms(None if m is None else m.window.dur_ms), _window_hint(m)),
         Fact("Steps recorded", MISSING if steps is None else str(steps), "ProfilerStep# markers in the trace"),
         Fact("Median step", fmt_ms(None if m is None else m.steps.median_ms), "median duration of the recorded steps"),
-        Fact(
-            "GPU busy",
-            "no GPU" if cpu_only else fmt_pct(None if m is None else m.gpu.busy_frac),
+        Fact("GPU", "not recorded", "the trace holds no GPU activity") if cpu_only else Fact(
+            "GPU busy", fmt_pct(None if m is None else m.gpu.busy_frac),
             "share of wall time the main GPU ran kernels, copies or memsets",
         ),
-        Fact("Fixing all", "nothing found" if not report.findings else f"up to {fmt_pct(report.combined_gain)}",
-             "estimated share of step time saved by fixing every finding together, overlapping time counted once"),
     ]
+    if report.findings:  # without findings the top-finding line says so, in a sentence of its own
+        facts.append(Fact("Fixing all could save", f"up to {fmt_pct(report.combined_gain)}",
+                          "estimated share of step time saved by fixing every finding together, overlapping time counted once"))
     compute = None if m is None else m.compute
     tflops, mfu = (None, None) if compute is None else (compute.achieved_tflops, compute.mfu)
     if tflops is not None:  # only when FLOPs were recorded (--shapes / --flops)

@@ -1,4 +1,9 @@
-"""The report as plain text at a fixed width: terminals, logs, ``text/plain`` outputs.
+"""The report as plain text: terminals, logs, ``text/plain`` outputs.
+
+Every line fits the width (``COLUMNS``, else the terminal's, else 100: see
+:mod:`gpumagic.render._width`): prose and evidence wrap, tables shorten their last column (kernel
+names) and bars; only the lines of a fix's code may run longer, and they are never wrapped, so
+that they paste as written.
 
 Same header facts and the same order as the HTML and widget renders; severity as an ASCII badge
 (``[HIGH]``) so that logs without colour or Unicode fonts still show it. Every name and sentence
@@ -8,11 +13,11 @@ layout through :func:`~gpumagic.render.terminal.printable_lines`: no escape sequ
 
 from __future__ import annotations
 
-import textwrap
 from typing import TYPE_CHECKING
 
 from gpumagic.render import palette
 from gpumagic.render._format import (
+    MISSING,
     SEVERITY_BADGE,
     evidence_items,
     fmt_bytes,
@@ -23,6 +28,7 @@ from gpumagic.render._format import (
     fmt_us,
     short_kernel_name,
 )
+from gpumagic.render._width import resolve_width, shorten, wrap
 from gpumagic.render.html import FIX_FLAVOR_LABEL, timeline_origin_ns, windows_text
 from gpumagic.render.summary import NO_FINDINGS, header_facts, title_line, top_finding
 from gpumagic.render.terminal import printable, printable_lines
@@ -38,26 +44,31 @@ INDENT = "   "
 NOTHING_MEASURED = "Nothing was measured: see the notes below."
 
 
-def render_text(report: Report, width: int = 100) -> str:
-    """The whole report as text lines no wider than ``width`` (code lines excepted)."""
+def render_text(report: Report, width: int | None = None) -> str:
+    """The whole report as text lines no wider than ``width`` (code lines excepted); ``None``:
+    the terminal's width (:func:`~gpumagic.render._width.terminal_width`)."""
+    width = resolve_width(width)
     if report.metrics is None:  # nothing was measured (e.g. another profiler took over): the notes say why
-        return printable_lines("\n\n".join([_header(report), _notes(report, width)]) + "\n")
+        return printable_lines("\n\n".join([_header(report, width), _notes(report, width)]) + "\n")
     blocks = [
         _header(report, width),
         _checklist(report, width),
-        _breakdown(report),
+        _breakdown(report, width),
         _kernels(report, width),
-        _memory(report),
+        _memory(report, width),
         _notes(report, width),
     ]
     return printable_lines("\n\n".join(b for b in blocks if b) + "\n")
 
 
 def _header(report: Report, width: int = 100) -> str:
+    title = wrap(printable(title_line(report)), width, subsequent="  ")
     if report.metrics is None:
-        return "\n".join([printable(title_line(report)), NOTHING_MEASURED])
+        return "\n".join([*title, *wrap(NOTHING_MEASURED, width)])
     facts = [""]
     for f in header_facts(report):  # facts joined by " · ", a new line where the width would overflow
+        if f.value == MISSING:  # nothing to say (no step markers): left out, as in the HTML header
+            continue
         item = f"{f.label} {f.value}"
         if facts[-1] and len(facts[-1]) + 3 + len(item) > width:
             facts.append("")
@@ -65,7 +76,7 @@ def _header(report: Report, width: int = 100) -> str:
     top = top_finding(report)
     line = NO_FINDINGS if top is None else (
         f"Top finding: {SEVERITY_BADGE[top.severity].strip()} {printable(top.title)} \u2014 {fmt_gain(top.est_gain)}")
-    return "\n".join([printable(title_line(report)), *(printable(f) for f in facts), line])
+    return "\n".join([*title, *(wrapped for f in facts for wrapped in wrap(printable(f), width)), *wrap(line, width, subsequent="  ")])
 
 
 def _checklist(report: Report, width: int) -> str:
@@ -80,7 +91,7 @@ def _checklist(report: Report, width: int) -> str:
 
 
 def _finding(i: int, f: Finding, width: int, origin_ns: int) -> list[str]:
-    out = [f"{i}. {SEVERITY_BADGE[f.severity]} {printable(f.title)}  ({printable(f.id)})"]
+    out = wrap(f"{i}. {SEVERITY_BADGE[f.severity]} {printable(f.title)}  ({printable(f.id)})", width, subsequent=INDENT)
     out += _para("Gain:", f"{fmt_gain(f.est_gain)} ({f.gain_method})", width)
     out += _para("Evidence:", f.evidence.summary, width)
     if f.evidence.numbers:
@@ -93,30 +104,30 @@ def _finding(i: int, f: Finding, width: int, origin_ns: int) -> list[str]:
         out += _para(f"Fix ({FIX_FLAVOR_LABEL.get(fix.flavor, fix.flavor)}):", fix.description, width)
         out += [INDENT * 2 + line if line.strip() else "" for line in fix.code.splitlines()]
     if f.doc_url:
-        out.append(f"{INDENT}Docs: {f.doc_url}")
+        out += wrap(f"Docs: {f.doc_url}", width, INDENT, INDENT + "  ")
     return out
 
 
 def _para(label: str, text: str, width: int) -> list[str]:
-    return textwrap.wrap(
-        f"{label} {printable(text)}", width=width, initial_indent=INDENT, subsequent_indent=INDENT + "  ", break_on_hyphens=False
-    )
+    return wrap(f"{label} {printable(text)}", width, INDENT, INDENT + "  ")
 
 
-def _breakdown(report: Report) -> str:
+def _breakdown(report: Report, width: int) -> str:
     m = report.metrics
     if m is None:
         return ""
     order = m.breakdown.order
     totals = m.breakdown.total_ms
     fracs = m.breakdown.frac
-    lines = ["WHERE THE TIME WENT (share of wall time, each moment counted once)"]
+    lines = wrap("WHERE THE TIME WENT (share of wall time, each moment counted once)", width, subsequent="  ")
+    bar_chars = max(4, min(BAR_CHARS, width - 43))  # 2 + 22 + 9 + 1 + 7 + 2 characters before the bar
     for c in order:
         frac = fracs.get(c) or 0.0
         if frac <= 0:
             continue
-        bar = "\u2588" * round(frac * BAR_CHARS) or "\u258f"
-        lines.append(f"  {palette.CATEGORY_LABEL.get(c, c):<22}{fmt_ms(totals.get(c)):>9} {fmt_pct(frac, 1):>7}  {bar}")
+        bar = "\u2588" * round(frac * bar_chars) or "\u258f"
+        label = shorten(palette.CATEGORY_LABEL.get(c, c), 21)
+        lines.append(f"  {label:<22}{fmt_ms(totals.get(c)):>9} {fmt_pct(frac, 1):>7}  {bar}")
     if m.trace.cpu_only:
         return "\n".join([*lines, "  GPU idle: no GPU activity was recorded"])
     idle = m.idle.total_ms
@@ -125,7 +136,7 @@ def _breakdown(report: Report) -> str:
         parts = " \u00b7 ".join(
             f"{palette.IDLE_LABEL[c].removeprefix('GPU idle: ')} {fmt_ms(ms)}" for c, ms in causes.items()
         )
-        lines.append(f"  GPU idle {fmt_ms(idle)}: {parts}")
+        lines += wrap(f"GPU idle {fmt_ms(idle)}: {parts}", width, "  ", "    ")
     return "\n".join(lines)
 
 
@@ -137,12 +148,12 @@ def _kernels(report: Report, width: int) -> str:
     top = m.kernels.top
     total = m.kernels.total_ms
     if top:
-        lines.append(
+        lines += wrap(
             f"TOP KERNELS ({fmt_number(m.kernels.count)} kernels, {fmt_ms(total)}; "
-            f"median {fmt_us(m.kernels.median_us)})"
+            f"median {fmt_us(m.kernels.median_us)})", width, subsequent="  "
         )
         lines.append(f"  {'total':>9} {'share':>7} {'count':>7} {'mean':>9}  TC   kernel")
-        name_width = max(20, width - 48)
+        name_width = width - 48  # after 44 characters of columns, with a margin (at least 12: MIN_WIDTH)
         for k in top[:TEXT_TOP_KERNELS]:
             share = k.total_ms / total if total else None
             tc = "yes" if k.tensor_core else "no"
@@ -152,22 +163,22 @@ def _kernels(report: Report, width: int) -> str:
             )
     for g in m.copies.groups:
         gbps = "n/a" if g.gbps is None else f"{g.gbps:.1f} GB/s"
-        lines.append(
+        lines += wrap(
             f"COPIES {printable(g.direction)} {printable(g.memory)}: {fmt_number(g.count)} copies, "
-            f"{fmt_bytes(g.bytes)} in {fmt_ms(g.ms)}, {gbps}"
+            f"{fmt_bytes(g.bytes)} in {fmt_ms(g.ms)}, {gbps}", width, subsequent="  "
         )
     return "\n".join(lines)
 
 
-def _memory(report: Report) -> str:
+def _memory(report: Report, width: int) -> str:
     mem = None if report.metrics is None else report.metrics.memory
     peak = None if mem is None else (mem.peak_reserved_bytes or mem.peak_allocated_bytes or mem.nvml_peak_used_bytes)
     if mem is None or peak is None:
-        return "MEMORY not recorded (no allocator records, no NVML samples)"
-    return (
+        return "\n".join(wrap("MEMORY not recorded (no allocator records, no NVML samples)", width, subsequent="  "))
+    return "\n".join(wrap(
         f"MEMORY peak {fmt_bytes(peak)} of {fmt_bytes(mem.capacity_bytes)} "
-        f"({fmt_pct(mem.peak_frac)}; source: {mem.source})"
-    )
+        f"({fmt_pct(mem.peak_frac)}; source: {mem.source})", width, subsequent="  "
+    ))
 
 
 def _notes(report: Report, width: int) -> str:
@@ -175,5 +186,5 @@ def _notes(report: Report, width: int) -> str:
         return ""
     lines = ["NOTES"]
     for n in report.notes:
-        lines += textwrap.wrap(printable(n), width=width, initial_indent="  - ", subsequent_indent="    ")
+        lines += wrap(printable(n), width, "  - ", "    ")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from gpumagic.report.views import register
 
 
-def _report_text(report, width: int = 100) -> str:
+def _report_text(report, width: int | None = None) -> str:
     from gpumagic.render.text import render_text
 
     return render_text(report, width=width)

@@ -136,7 +136,9 @@ class Report:
 
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
-    def to_text(self, width: int = 100) -> str:
+    def to_text(self, width: int | None = None) -> str:
+        """The text report, every line at most ``width`` characters (fix code excepted); ``None``:
+        ``COLUMNS``, else the terminal's width, else 100."""
         text: str = view("report", "text")(self, width=width)
         return text
 

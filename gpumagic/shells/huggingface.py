@@ -6,8 +6,8 @@
 
     callback = GpuProfileCallback(skip=2, steps=5)     # leave 2 warm-up steps out, record 5
     trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[callback])
-    trainer.train()            # in a notebook the report is displayed when the 5 steps are done
-    callback.report            # the Report, fixes first as TrainingArguments
+    trainer.train()            # in a notebook the report is displayed (once) when the 5 steps are done
+    report = callback.report   # the Report, fixes first as TrainingArguments (a bare last line would show it again)
 
 ``huggingface_fixes(report)`` rewrites any report's fixes as ``TrainingArguments`` settings
 checked against the installed transformers (a setting the version lacks is dropped and said so).

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from gpumagic import examples
 from gpumagic._arrays import distinct
 from gpumagic.errors import TraceError
 from gpumagic.trace import schema
@@ -40,7 +41,8 @@ __all__ = ["Part", "build", "extract", "from_bytes", "load"]
 
 
 def load(source: str | os.PathLike | dict | schema.TraceFile, *, workers: int = 1) -> Trace:
-    """Load a trace from a path (``.json`` or ``.json.gz``), a parsed dict, or decoded structs.
+    """Load a trace from a path (``.json`` or ``.json.gz``), a parsed dict, or decoded structs;
+    the string ``"example"`` is the bundled example trace, as on the command line.
 
     ``workers`` > 1 lets a large file be decoded in pieces by forked processes (see
     :func:`from_bytes`); the default keeps everything in this process, as a notebook kernel needs.
@@ -61,7 +63,7 @@ def load(source: str | os.PathLike | dict | schema.TraceFile, *, workers: int = 
         trace = build(tf, [], "<dict>")
         ops.attach_dicts(trace, source.get("traceEvents"))
         return trace
-    name = os.fspath(source)
+    name = os.fspath(examples.resolve(source))  # "example": the bundled example, as on the CLI
     return from_bytes(read_bytes(name), name, workers=workers)
 
 

@@ -6,6 +6,7 @@ import os
 import re
 
 import pytest
+from recorded import analysed
 from tracebuilder import DATA
 
 import gpumagic
@@ -17,7 +18,7 @@ W4 = os.path.join(DATA, "resnet50_v100_workers4.json.gz")
 
 @pytest.fixture(scope="module")
 def pair():
-    a, b = gpumagic.analyze(W0), gpumagic.analyze(W4)
+    a, b = analysed(W0), analysed(W4)
     a.label, b.label = "workers=0", "workers=4 <b>"
     return compare(a, b)
 

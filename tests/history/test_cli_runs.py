@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from recorded import analysed
 from tracebuilder import DATA
 
 import gpumagic
@@ -23,7 +24,7 @@ BERT = os.path.join(DATA, "h100_bert_small_inference.json.gz")
 
 @pytest.fixture(scope="module")
 def reports():
-    return gpumagic.analyze(W0), gpumagic.analyze(W4), gpumagic.analyze(BERT)
+    return analysed(W0), analysed(W4), analysed(BERT)
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import sys
 import textwrap
 
 import pytest
+from recorded import analysed
 from tracebuilder import DATA
 
-import gpumagic
 from gpumagic.tuning import history, runs
 from gpumagic.tuning.history import HistoryError, HistoryStore, UnknownRunError
 
@@ -22,7 +22,7 @@ W4 = os.path.join(DATA, "resnet50_v100_workers4.json.gz")
 
 @pytest.fixture(scope="module")
 def reports():
-    return gpumagic.analyze(W0), gpumagic.analyze(W4)
+    return analysed(W0), analysed(W4)
 
 
 def test_runs_are_kept_by_label_number_and_id(tmp_path, reports):

@@ -21,7 +21,9 @@ def Callback(hf):
 
 def test_records_steps_after_warmup_and_phrases_fixes_as_training_arguments(Callback, make_trainer, hf):
     runs.forget()
-    callback = Callback(skip=2, steps=3, label="hf-tiny", display=False)
+    # Host CPU samples every 10 s: none in this short window, so that other work on the machine (a
+    # parallel test worker) cannot make host-cpu-saturated take the data loader's place.
+    callback = Callback(skip=2, steps=3, label="hf-tiny", display=False, interval_ms=10_000)
     assert isinstance(callback, hf.TrainerCallback)
     make_trainer(callback, max_steps=7).train()
     report = callback.report
@@ -109,3 +111,31 @@ def test_bad_options_fail_when_the_callback_is_made(Callback):
         Callback(no_such_option=True)
     with pytest.raises(TypeError, match="all_steps does not apply"):
         Callback(all_steps=True)
+
+
+def test_the_readme_snippet_shows_the_report_once(Callback, make_trainer, hf, monkeypatch):
+    """README's Hugging Face cell, run as a notebook runs it (IPython, last line's value displayed,
+    the callback displaying as it does in a kernel): one report shown, not two."""
+    import re
+    from pathlib import Path
+
+    from ipyshell import ipython_shell
+
+    import gpumagic.render.display
+    from gpumagic.shells import huggingface
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Hugging Face Trainer"):]
+    cell = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    assert "GpuProfileCallback(" in cell
+    cell = cell.replace("steps=5", "steps=1")  # the same snippet, fewer steps: a test-sized run
+    shown = []
+    monkeypatch.setattr(huggingface, "_wants_display", lambda display: display is None or bool(display))
+    monkeypatch.setattr(gpumagic.render.display, "show", lambda report: shown.append(report))
+    trainer = make_trainer(None, max_steps=3, item_s=0)
+    with ipython_shell("gpumagic") as ip:
+        ip.user_ns.update(model=trainer.model, args=trainer.args, ds=trainer.train_dataset, Trainer=hf.Trainer)
+        result = ip.run_cell(cell)
+        result.raise_error()
+        report = ip.user_ns["cb"].report
+    assert report is not None and shown == [report]

@@ -190,3 +190,24 @@ def test_an_unexpected_error_in_one_rank_is_that_rank_s_error(clean_job, monkeyp
     job = analyze_job(clean_job, jobs=1)
     assert [r.rank for r in job.analysed] == [0, 2]
     assert [r.error for r in job.errors] == [f"{clean_job[1]}: its analysis failed (IndexError: index 7 is out of bounds)"]
+
+
+def test_copies_of_one_recording_cannot_tell_stragglers_apart(tmp_path, clean_job):
+    """Four files with one rank's content under different names: not "Stragglers: none" (nothing
+    was compared), and not "no two ranks do the same work" either."""
+    import shutil
+
+    from jobbuilder import A100
+
+    paths = [shutil.copy(A100, tmp_path / f"node{i}.json.gz") for i in range(4)]
+    job = analyze_job(paths, jobs=1)
+    assert job.same_recording and job.stragglers == [] and "straggler-rank" not in job.finding_ids
+    assert job.to_dict()["job"]["same_recording"] is True
+    text = job.to_text()
+    assert "Stragglers: none" not in text and "Stragglers: cannot tell" in text.splitlines()[1]
+    assert any("all 4 files hold the same recording" in n for n in job.notes)
+    assert not any("no two ranks do the same work" in n for n in job.notes)
+    assert "cannot tell" in job.to_html()
+    # real ranks (the builder's copies with their own rank and jitter) are not "the same recording"
+    clean = analyze_job(clean_job, jobs=1)
+    assert not clean.same_recording and clean.to_dict()["job"]["same_recording"] is False

@@ -15,14 +15,18 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from nb_helpers import REPO, kernel_env
+from nb_helpers import kernel_env
 
-ARTIFACTS = REPO / "artifacts"
+#: Screenshots and exported pages, for a person (or CI) to look at: ``GPUMAGIC_TEST_ARTIFACTS``,
+#: else a folder in the system's temporary directory, never the checkout (the suite must leave
+#: ``git status`` unchanged).
+ARTIFACTS = Path(os.environ.get("GPUMAGIC_TEST_ARTIFACTS") or Path(tempfile.gettempdir()) / "gpumagic-test-artifacts")
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -34,6 +38,24 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SERVER_START_S = 60
+
+
+#: ``GPUMAGIC_REQUIRE_BROWSER=1`` (set by .ci/run): a missing browser piece fails the run instead
+#: of skipping the browser tests, so that CI cannot pass without running them.
+REQUIRE_ENV = "GPUMAGIC_REQUIRE_BROWSER"
+
+
+def skip_unless_ready(*modules: str) -> None:
+    """At a browser test module's top: skip the module, with the reason, when something it needs
+    is missing, or fail when :data:`REQUIRE_ENV` says the browser tests must run."""
+    import pytest
+
+    why = missing(*modules)
+    if why is None:
+        return
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{REQUIRE_ENV}=1 but the browser tests cannot run: {why}", pytrace=False)
+    pytest.skip(f"browser test: {why}", allow_module_level=True)
 
 
 def missing(*modules: str) -> str | None:
@@ -135,7 +157,7 @@ def chromium():
     """A headless Debian Chromium driven by Playwright; yields the browser."""
     from playwright.sync_api import sync_playwright
 
-    ARTIFACTS.mkdir(exist_ok=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

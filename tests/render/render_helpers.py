@@ -36,9 +36,9 @@ FIXTURES = (
 def analysed(name: str):
     """The real analysis of ``tests/data/<name>.json.gz``; ``trace.source`` shortened to the file
     name so that renders do not depend on where the repository is checked out."""
-    import gpumagic
+    from recorded import analysed as recorded  # loaded and analysed once per process, for every module
 
-    report = gpumagic.analyze(str(DATA / f"{name}.json.gz"))
+    report = recorded(name)
     trace = msgspec.structs.replace(report.metrics.trace, source=f"{name}.json.gz")
     report.metrics = msgspec.structs.replace(report.metrics, trace=trace)
     return report

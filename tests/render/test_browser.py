@@ -4,7 +4,7 @@ A notebook runs ``%load_ext gpumagic`` and ``%%gpuprofile`` on a small CPU train
 data loader is slow; the test asserts that the live widget shows the checklist and, in its
 Timeline tab, the timeline image, that the static report is hidden under it, and that zooming
 to a step redraws the image through the kernel. It also opens the exported HTML file.
-Screenshots go to ``artifacts/`` (gitignored).
+Screenshots go to ``$GPUMAGIC_TEST_ARTIFACTS`` (default: ``gpumagic-test-artifacts`` in the temporary folder).
 
 Needs: ``/usr/bin/chromium`` (``apt-get install chromium``), ``pip install jupyterlab playwright``
 (see browser_helpers.py). Skipped, with the reason, when any is missing.
@@ -17,7 +17,7 @@ import shutil
 import time
 
 import pytest
-from browser_helpers import ARTIFACTS, SERVER_START_S, VISIBLE_REPORTS_JS, chromium, jupyter_server, missing
+from browser_helpers import ARTIFACTS, SERVER_START_S, VISIBLE_REPORTS_JS, chromium, jupyter_server, skip_unless_ready
 from nb_helpers import notebook
 from render_helpers import analysed
 
@@ -50,8 +50,7 @@ for x, y in DataLoader(SlowDataset(), batch_size=32):
 """
 
 
-if missing():
-    pytest.skip(missing(), allow_module_level=True)
+skip_unless_ready()
 
 
 def _notebook() -> dict:
@@ -71,7 +70,7 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _screenshot_on_failure(request):
-    """Keep what the browser showed when a test fails (artifacts/<test>_failure.png); the
+    """Keep what the browser showed when a test fails (ARTIFACTS/<test>_failure.png); the
     ``rep_call`` attribute is set by the hook in this directory's conftest.py."""
     yield
     report = getattr(request.node, "rep_call", None)

@@ -10,19 +10,18 @@ meets in JupyterLab and Notebook 7. Each page is shown at 360, 800 and 1,400 px 
 - every piece of text has a contrast of at least 4.5:1 (WCAG 2 AA) against what is behind it,
   computed from ``getComputedStyle`` in the rendered page.
 
-Screenshots: ``artifacts/layout_<page>_<theme>_<width>.png``.
+Screenshots: ``$GPUMAGIC_TEST_ARTIFACTS/layout_<page>_<theme>_<width>.png``.
 """
 
 from __future__ import annotations
 
 import pytest
-from browser_helpers import ARTIFACTS, CLIPPED_JS, CONTRAST_JS, chromium, missing
+from browser_helpers import ARTIFACTS, CLIPPED_JS, CONTRAST_JS, chromium, skip_unless_ready
 from render_helpers import analysed
 
 pytestmark = pytest.mark.browser
 
-if missing():
-    pytest.skip(missing(), allow_module_level=True)
+skip_unless_ready()
 
 nbformat = pytest.importorskip("nbformat")
 nbconvert = pytest.importorskip("nbconvert")

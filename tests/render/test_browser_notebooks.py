@@ -15,7 +15,7 @@ notebook: ``%load_ext gpumagic``, then ``display()`` of a report of the bundled 
 
 On each, the top finding's title is asserted visible in the rendered DOM, one report header is
 visible (never two, never none), and no widget error text is visible. Screenshots go to
-``artifacts/``.
+``$GPUMAGIC_TEST_ARTIFACTS`` (see browser_helpers.py).
 """
 
 from __future__ import annotations
@@ -32,16 +32,15 @@ from browser_helpers import (
     WIDGET_ERROR_JS,
     chromium,
     jupyter_server,
-    missing,
     offline,
     shutdown_kernels,
+    skip_unless_ready,
 )
 from nb_helpers import github_like, nbconvert_execute_html, nbconvert_html, notebook, read_notebook
 
 pytestmark = pytest.mark.browser
 
-if missing("notebook", "nbconvert"):
-    pytest.skip(missing("notebook", "nbconvert"), allow_module_level=True)
+skip_unless_ready("notebook", "nbconvert")
 
 TOP_FINDING = "The training loop waits for the data loader"
 TAB_TITLES = ("Checklist", "Timeline", "Breakdown", "Kernels", "Memory", "Notes")

@@ -20,9 +20,15 @@ MIN_SAMPLES = 3
 WAIT_FRAC = 0.05
 CACHE_FIX = "Preprocess once and cache the tensors (random augmentations then repeat per sample)"
 CACHE_CODE = """
-xs, ys = zip(*(dataset[i] for i in range(len(dataset))))   # decode and transform once
-torch.save((torch.stack(xs), torch.stack([torch.as_tensor(y) for y in ys])), "preprocessed.pt")
-x, y = torch.load("preprocessed.pt")
+from pathlib import Path
+
+cache_dir = Path.home() / ".cache" / "my_dataset"   # your cache folder: room for every sample's tensors
+cache_dir.mkdir(parents=True, exist_ok=True)
+cached = cache_dir / "preprocessed.pt"             # delete it when the data or the transforms change
+if not cached.exists():
+    xs, ys = zip(*(dataset[i] for i in range(len(dataset))))   # decode and transform once
+    torch.save((torch.stack(xs), torch.stack([torch.as_tensor(y) for y in ys])), cached)
+x, y = torch.load(cached)
 dataset = torch.utils.data.TensorDataset(x, y)"""
 DOC = "https://pytorch.org/vision/stable/generated/torchvision.io.decode_jpeg.html"
 

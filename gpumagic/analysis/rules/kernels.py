@@ -166,6 +166,10 @@ def _fusion_fixes(optimizer: bool, training: bool) -> tuple[Fix, ...]:
                    "probs = torch.softmax(logits, dim=-1)   # one kernel, not exp / sum / div")),
         pytorch("Last: a custom Triton kernel for a hot chain the compiler misses (see example notebook 07)",
                 """
+import triton
+import triton.language as tl
+
+
 @triton.jit
 def bias_gelu(x_ptr, b_ptr, out_ptr, n, d, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

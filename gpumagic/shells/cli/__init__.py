@@ -4,6 +4,7 @@
 - ``gpumagic compare BEFORE AFTER`` (:mod:`.compare`): what changed between two runs;
 - ``gpumagic runs list|show|compare|rm|export`` (:mod:`.runs`): the run history;
 - ``gpumagic schema [KIND]`` (:mod:`.schema`): the JSON Schema of a JSON output.
+- ``gpumagic --version``: the installed version (the package metadata, from pyproject.toml).
 
 Each subcommand module has ``add_parser(subparsers)`` and ``run(args) -> int``; :mod:`._output`
 holds what they share (writing the result, the exit statuses). Exit status: 0 on success, 2 on
@@ -26,7 +27,10 @@ SUBCOMMANDS = (analyze, compare, runs, schema)
 
 
 def parser() -> argparse.ArgumentParser:
+    import gpumagic
+
     p = argparse.ArgumentParser(prog="gpumagic", description="Why is my GPU waiting? Analyse PyTorch profiler traces.")
+    p.add_argument("--version", action="version", version=f"gpumagic {gpumagic.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     for command in SUBCOMMANDS:
         command.add_parser(sub)

@@ -16,7 +16,7 @@ from gpumagic import examples
 from gpumagic._atomic import check_target, write_atomic
 from gpumagic.errors import GpumagicError
 
-EXAMPLE = "example"
+EXAMPLE = examples.EXAMPLE
 #: Exit status when standard output's reader closed the pipe early: 128 + SIGPIPE (13), what a
 #: shell reports for a program that signal ended.
 PIPE_CLOSED_STATUS = 141
@@ -32,7 +32,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 def trace_path(arg: str) -> str:
     """A trace path as given on the command line; ``example`` is the bundled example trace."""
-    return str(examples.trace_path()) if arg == EXAMPLE else arg
+    return examples.resolve(arg)
 
 
 def render_as(result, fmt: str) -> str:
