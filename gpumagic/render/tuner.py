@@ -1,4 +1,4 @@
-"""Text, HTML and a bar chart for a :class:`~gpumagic.tuning.dataloader.TuneResult` (``tune_dataloader``)."""
+"""Text, HTML and a bar chart for a :class:`~gpumagic.capture.dataloader.TuneResult` (``tune_dataloader``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from gpumagic.render.palette import BLUE, GREY, ORANGE
 from gpumagic.render.terminal import printable, printable_lines
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gpumagic.tuning.dataloader import TuneResult
+    from gpumagic.capture.dataloader import TuneResult
 
 # -- text ------------------------------------------------------------------------------------
 

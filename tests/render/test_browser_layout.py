@@ -41,7 +41,7 @@ def _comparison():
 
 
 def _tuning():
-    from gpumagic.tuning.dataloader import TuneConfig, TuneResult, TuneRow
+    from gpumagic.capture.dataloader import TuneConfig, TuneResult, TuneRow
 
     rows = [TuneRow(TuneConfig(w, p), batches=40, seconds=2.0, batches_per_s=b, samples_per_s=b * 64, startup_s=0.2)
             for w, p, b in ((0, False, 20.0), (2, True, 48.5), (4, True, 61.2))]
