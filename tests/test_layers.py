@@ -27,8 +27,9 @@ LAYERS = (
     ("capture", ("gpumagic.capture",)),
     ("shells", ("gpumagic.shells", "gpumagic.integrations", "gpumagic.__main__", "gpumagic")),
 )
-#: Pairs that the rank order allows but the plan forbids: capture produces traces and reports, never views.
-FORBIDDEN = {("capture", "render"), ("capture", "tuning")}
+#: Pairs that the rank order allows but the plan forbids: capture produces traces and reports (and the
+#: DataLoader tuner's plain TuneResult, gpumagic.tuning.tuner), never views.
+FORBIDDEN = {("capture", "render")}
 #: Packages that analysing a saved trace must not need: never imported at module level below the views.
 HEAVY = ("torch", "IPython", "ipywidgets", "matplotlib", "pynvml")
 LIGHT_LAYERS = ("base", "trace", "report", "analysis")

@@ -4,7 +4,7 @@ Importing this module registers, for each kind of object, the renderers its meth
 
 - ``report``: ``text``, ``html``, ``save_html``, ``timeline``, ``timeline_png``, ``widget``, ``mimebundle``, ``show``;
 - ``comparison``: ``text``, ``html``, ``fragment``;
-- ``tune``: ``text``, ``html``, ``figure``;
+- ``tune``: ``text``, ``html``, ``figure``, ``png``;
 - ``job``: ``text``, ``html``, ``mimebundle``;
 - ``history`` (``gpumagic.history()``): ``text``, ``html``, ``figure``.
 
@@ -101,6 +101,12 @@ def _tune_figure(result):
     return figure(result)
 
 
+def _tune_png(result) -> bytes:
+    from gpumagic.render.tuner import png
+
+    return png(result)
+
+
 def _job_text(job, width: int = 100) -> str:
     from gpumagic.render.job import render_text
 
@@ -125,7 +131,7 @@ for _kind, _name, _view in (
     ("report", "widget", _report_widget), ("report", "mimebundle", _report_mimebundle), ("report", "show", _report_show),
     ("comparison", "text", _comparison_text), ("comparison", "html", _comparison_html),
     ("comparison", "fragment", _comparison_fragment),
-    ("tune", "text", _tune_text), ("tune", "html", _tune_html), ("tune", "figure", _tune_figure),
+    ("tune", "text", _tune_text), ("tune", "html", _tune_html), ("tune", "figure", _tune_figure), ("tune", "png", _tune_png),
     ("job", "text", _job_text), ("job", "html", _job_html), ("job", "mimebundle", _job_mimebundle),
 ):
     register(_kind, _name, _view)
