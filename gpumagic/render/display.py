@@ -12,7 +12,7 @@ The static report never depends on saved widget state, so it shows wherever the 
 opened: the same notebook after the kernel stopped, ``nbconvert`` (with or without the widget
 state that ``--execute`` saves, online or not), GitHub and other renderers that show only
 ``text/html``. While the live view renders, CSS in both outputs swaps them (see
-:func:`gpumagic.render.html.swap_css`): the static report is hidden once the widget is drawn,
+:func:`gpumagic.render.page.swap_css`): the static report is hidden once the widget is drawn,
 and the widget output is hidden while it has nothing to draw (so "Error displaying widget:
 model not found" never shows). A person sees one report, never two and never none.
 

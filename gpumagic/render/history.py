@@ -12,7 +12,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from gpumagic.render._format import MISSING, fmt_ms, fmt_pct
-from gpumagic.render.html import png_data_uri, wrap
+from gpumagic.render.page import png_data_uri, wrap
 from gpumagic.render.palette import BLUE, ORANGE
 
 if TYPE_CHECKING:  # pragma: no cover

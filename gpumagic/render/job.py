@@ -9,7 +9,8 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from gpumagic.render._format import MISSING, fmt_gain, fmt_ms, fmt_pct, severity_label
-from gpumagic.render.html import finding_body_html, wrap
+from gpumagic.render.html import finding_body_html
+from gpumagic.render.page import wrap
 from gpumagic.render.palette import BLUE, PALE_GREY, PURPLE, VERMILLION
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
-from gpumagic.render.html import png_data_uri, wrap
+from gpumagic.render.page import png_data_uri, wrap
 from gpumagic.render.palette import BLUE, GREY, ORANGE
 from gpumagic.render.terminal import printable, printable_lines
 

@@ -72,7 +72,7 @@ def _notebook_page(fragment: str, theme: str) -> str:
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
     """{(page, kind): path}: saved documents and nbconvert lab pages of each fragment."""
-    from gpumagic.render.html import document
+    from gpumagic.render.page import document
 
     root = tmp_path_factory.mktemp("pages")
     out = {}
