@@ -2,7 +2,8 @@
 
 - ``gpumagic analyze PATH`` (:mod:`.analyze`): a report on one trace;
 - ``gpumagic compare BEFORE AFTER`` (:mod:`.compare`): what changed between two runs;
-- ``gpumagic runs list|show|compare|rm|export`` (:mod:`.runs`): the run history.
+- ``gpumagic runs list|show|compare|rm|export`` (:mod:`.runs`): the run history;
+- ``gpumagic mcp`` (:mod:`.mcp`): the analyses as Model Context Protocol tools, over stdio.
 
 Each subcommand module has ``add_parser(subparsers)`` and ``run(args) -> int``; :mod:`._output`
 holds what they share (writing the result, the exit statuses). Exit status: 0 on success, 2 on
@@ -18,10 +19,10 @@ import sys
 from collections.abc import Sequence
 
 from gpumagic.errors import GpumagicError
-from gpumagic.shells.cli import analyze, compare, runs
+from gpumagic.shells.cli import analyze, compare, mcp, runs
 from gpumagic.shells.cli._output import INTERRUPTED_STATUS, PIPE_CLOSED_STATUS, error_line
 
-SUBCOMMANDS = (analyze, compare, runs)
+SUBCOMMANDS = (analyze, compare, runs, mcp)
 
 
 def parser() -> argparse.ArgumentParser:
