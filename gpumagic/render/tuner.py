@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
-from gpumagic.render.page import png_data_uri, wrap
+from gpumagic.render.page import document, png_data_uri, wrap
 from gpumagic.render.palette import BLUE, GREY, ORANGE
 from gpumagic.render.terminal import printable, printable_lines
 
@@ -77,6 +77,11 @@ def render_html(result: TuneResult) -> str:
              f'<div class="gm-scroll"><table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
              f"{plot}{code}" + (f"<ul>{notes}</ul>" if notes else ""))
     return wrap(inner, static=True)
+
+
+def html_document(result: TuneResult) -> str:
+    """:func:`render_html` as a self-contained page (``TuneResult.to_html``, ``save_html``)."""
+    return document("gpumagic DataLoader tuning", render_html(result))
 
 
 def figure(result: TuneResult):

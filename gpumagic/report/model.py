@@ -6,9 +6,9 @@ Every renderer (text, HTML, timeline, widget) reads these records; none of them 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from gpumagic.report.views import view
+from gpumagic.report.views import Viewable, view
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.trace.model import Trace
@@ -92,7 +92,7 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 
 @dataclass
-class Report:
+class Report(Viewable):
     """The result of analysing one trace.
 
     ``metrics`` is a JSON-ready dict (see :mod:`gpumagic.analysis.metrics` for its keys);
@@ -109,6 +109,8 @@ class Report:
     trace: Trace | None = field(default=None, repr=False, compare=False)
     label: str = ""
     combined_gain: float = 0.0
+
+    _view_kind: ClassVar[str] = "report"
 
     def finding(self, finding_id: str) -> Finding | None:
         for f in self.findings:
@@ -138,14 +140,6 @@ class Report:
     def to_text(self, width: int = 100) -> str:
         return view("report", "text")(self, width=width)
 
-    def to_html(self) -> str:
-        """One self-contained HTML document (no network, no CDN)."""
-        return view("report", "html")(self)
-
-    def save_html(self, path):
-        """Write one self-contained HTML file (no network); returns the path."""
-        return view("report", "save_html")(self, path)
-
     def timeline(self, step: int | None = None, finding: str | None = None):
         """The timeline as a matplotlib ``Figure`` (object-oriented API, no pyplot state): lanes
         per host thread and GPU stream, idle gaps by cause, samples; ``step`` zooms to one step
@@ -161,10 +155,6 @@ class Report:
     def widget(self):
         """The interactive ipywidgets view (a VBox), to display or embed."""
         return view("report", "widget")(self)
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        """The static report: self-contained HTML and text (see gpumagic.render.display)."""
-        return view("report", "mimebundle")(self, include=include, exclude=exclude)
 
     def _ipython_display_(self):
         """``display(report)`` in IPython: the static report, then the live view in a kernel."""

@@ -8,9 +8,9 @@ through :mod:`gpumagic.report.views`.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from gpumagic.report.views import view
+from gpumagic.report.views import Viewable, view
 
 #: Settings within 5 % of the fastest count as equally fast; the one with fewer workers wins
 #: (each worker holds a copy of the dataset and a CPU core). Our choice: repeated measurements of
@@ -64,7 +64,7 @@ class TuneRow:
 
 
 @dataclass
-class TuneResult:
+class TuneResult(Viewable):
     """The measured grid, the recommendation, and warnings about fragile worker setups."""
 
     rows: list[TuneRow]
@@ -72,6 +72,8 @@ class TuneResult:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+
+    _view_kind: ClassVar[str] = "tune"
 
     @property
     def best(self) -> TuneRow | None:
@@ -124,21 +126,6 @@ class TuneResult:
     def png(self) -> bytes:
         """:meth:`figure` as PNG bytes."""
         return view("tune", "png")(self)
-
-    def to_text(self) -> str:
-        return view("tune", "text")(self)
-
-    def to_html(self) -> str:
-        return view("tune", "html")(self)
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        wanted = (set(include) if include else {"text/plain", "text/html"}) - set(exclude or ())
-        bundle = {}
-        if "text/plain" in wanted:
-            bundle["text/plain"] = self.to_text()
-        if "text/html" in wanted:
-            bundle["text/html"] = self.to_html()
-        return bundle
 
     def __repr__(self) -> str:
         best = self.best
