@@ -85,6 +85,7 @@ CALLS = {
     "trace": ("analyze_trace", {"path": BERT, "label": "from-mcp"}),
     "example": ("analyze_trace", {"path": "example"}),
     "job": ("analyze_job", {"folder": "JOB", "jobs": 1}),
+    "job_glob": ("analyze_job", {"paths": ["JOB/rank*.json.gz"], "jobs": 1}),
     "compare_labels": ("compare_runs", {"before": "base@2", "after": "base"}),
     "compare_paths": ("compare_runs", {"before": BERT, "after": RESNET}),
     "list": ("list_runs", {}),
@@ -114,8 +115,12 @@ def session(history, job, tmp_path_factory):
     watched = [BERT, RESNET, *(Path(job).iterdir()), history / "history.sqlite3"]
     before = _digest(watched)
     mtime = (history / "history.sqlite3").stat().st_mtime_ns
-    calls = [(name, {k: (str(job) if v == "JOB" else str(empty) if v == "EMPTY" else v) for k, v in args.items()})
-             for name, args in CALLS.values()]
+    def placed(v):
+        if isinstance(v, list):
+            return [placed(x) for x in v]
+        return v.replace("JOB", str(job)).replace("EMPTY", str(empty)) if isinstance(v, str) else v
+
+    calls = [(name, {k: placed(v) for k, v in args.items()}) for name, args in CALLS.values()]
     tools, results = serve(history, calls)
     return {"tools": tools, "results": dict(zip(CALLS, results)), "unchanged": _digest(watched) == before,
             "history_mtime_same": (history / "history.sqlite3").stat().st_mtime_ns == mtime}
@@ -167,6 +172,7 @@ def test_analyze_job_gives_the_job_report(session, job, history):
     data = ok(session, "job")
     assert data == cli_json("analyze", str(job), "-j", "1", home=history)
     assert data["job"]["world_size"] == 2 and data["job"]["analysed"] == 2
+    assert ok(session, "job_glob") == data
 
 
 @needs_sdk
