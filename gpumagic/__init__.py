@@ -33,7 +33,7 @@ _LAZY = {
     "profile": "gpumagic.shells.api",
     "Profiler": "gpumagic.shells.api",
     "compare": "gpumagic.tuning.comparison",
-    "tune_dataloader": "gpumagic.tuning.dataloader",
+    "tune_dataloader": "gpumagic.capture.dataloader",
     "history": "gpumagic.tuning.runs",
     "monitor": "gpumagic.shells.monitor",
 }

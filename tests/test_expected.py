@@ -7,7 +7,6 @@ import pytest
 from recorded import analysed
 from tracebuilder import DATA
 
-
 with open(os.path.join(DATA, "EXPECTED.json")) as fh:
     EXPECTED = json.load(fh)
 

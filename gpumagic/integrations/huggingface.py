@@ -1,19 +1,26 @@
 """Public path of the Hugging Face integration: ``from gpumagic.integrations.huggingface import GpuProfileCallback``.
 
-The code lives with the other shells in :mod:`gpumagic.shells.huggingface`; ``GpuProfileCallback``
-is built there when first used (it subclasses ``transformers.TrainerCallback``).
+The callback lives with the other shells in :mod:`gpumagic.shells.hf_callback` (``GpuProfileCallback``
+is built there when first used: it subclasses ``transformers.TrainerCallback``); the
+``TrainingArguments`` advice it applies, :func:`huggingface_fixes`, is analysis:
+:mod:`gpumagic.analysis.advice.huggingface`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpumagic.shells import huggingface as _impl
-from gpumagic.shells.huggingface import ADVICE, Advice, huggingface_fixes, installed_schema, trainer_imported
+from gpumagic.analysis.advice import huggingface as _advice
+from gpumagic.analysis.advice.huggingface import ADVICE, Advice, arguments_code, huggingface_fixes, installed_schema
+from gpumagic.shells import hf_callback as _callback
+from gpumagic.shells.hf_callback import trainer_imported
 
 
 def __getattr__(name: str) -> Any:
-    return getattr(_impl, name)
+    if hasattr(_advice, name):
+        return getattr(_advice, name)
+    return getattr(_callback, name)
 
 
-__all__ = ["ADVICE", "Advice", "GpuProfileCallback", "huggingface_fixes", "installed_schema", "trainer_imported"]  # noqa: F822 (GpuProfileCallback: built by __getattr__)
+__all__ = ["ADVICE", "Advice", "GpuProfileCallback", "arguments_code", "huggingface_fixes", "installed_schema",  # noqa: F822
+           "trainer_imported"]  # (GpuProfileCallback: built by __getattr__)

@@ -13,16 +13,16 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any
+from typing import Any, ClassVar
 
 from gpumagic.jobs.findings import JobFinding, common_findings, straggler_finding
 from gpumagic.jobs.stragglers import Group, Straggler, find_stragglers, peer_groups
 from gpumagic.jobs.summary import RankSummary
-from gpumagic.report.views import view
+from gpumagic.report.views import Viewable, view
 
 
 @dataclass
-class Job:
+class Job(Viewable):
     """The analysis of a distributed job, one trace per rank.
 
     ``ranks`` are sorted by rank (ranks whose file failed keep their place, with ``error`` set);
@@ -43,6 +43,8 @@ class Job:
     notes: list[str] = field(default_factory=list)
     label: str = ""
     same_recording: bool = False
+
+    _view_kind: ClassVar[str] = "job"
 
     @property
     def analysed(self) -> list[RankSummary]:
@@ -86,19 +88,8 @@ class Job:
     def to_text(self, width: int = 100) -> str:
         return view("job", "text")(self, width=width)
 
-    def to_html(self) -> str:
-        """One self-contained HTML document with a per-rank chart (no network)."""
-        return view("job", "html")(self)
-
-    def save_html(self, path):
-        """Write :meth:`to_html` to ``path`` (all of it or nothing); returns the path."""
-        from gpumagic._atomic import write_atomic
-
-        return write_atomic(path, self.to_html(), protect=[r.path for r in self.ranks if "://" not in r.path])
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        """Text and HTML for a notebook's output."""
-        return view("job", "mimebundle")(self, include=include, exclude=exclude)
+    def _protected_paths(self) -> list[str]:
+        return [r.path for r in self.ranks if "://" not in r.path]  # the rank files (local ones)
 
     def __repr__(self) -> str:
         return (f"<gpumagic Job: {len(self.analysed)} of {len(self.ranks)} ranks analysed, "

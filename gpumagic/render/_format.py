@@ -1,4 +1,5 @@
-"""Number, name and severity formatting shared by every renderer (text, HTML, widget).
+"""Number, name and severity formatting shared by every renderer (text, HTML, widget), and the
+format-neutral pieces of a finding (its fix flavours' labels, its windows as text).
 
 Metrics may hold ``None`` where the trace cannot give a value (see docs/metrics.md); every
 formatter here turns ``None`` into :data:`MISSING` instead of failing.
@@ -7,9 +8,16 @@ formatter here turns ``None`` into :data:`MISSING` instead of failing.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpumagic.report.model import Finding, Report, Window
 
 #: What a renderer prints for a value the trace could not give.
 MISSING = "n/a"
+#: Evidence windows listed as text under a finding (the timeline shows them all).
+MAX_LISTED_WINDOWS = 5
+FIX_FLAVOR_LABEL = {"pytorch": "PyTorch", "huggingface": "Hugging Face Trainer"}
 
 #: Severity shown by icon *and* word, so that it never depends on colour alone.
 #: The icons differ in shape (heavy cross, triangle, "i") and are in common text fonts (DejaVu).
@@ -215,3 +223,27 @@ def fmt_span_ms(start_ms: float, end_ms: float) -> str:
     if f"{start_ms:,.1f}" == f"{end_ms:,.1f}":
         return f"{start_ms:,.2f} ms for {fmt_ms(end_ms - start_ms)}"
     return f"{start_ms:,.1f}\u2013{end_ms:,.1f} ms"
+
+
+# -- where a finding is on the timeline (text and HTML alike) ----------------------------------------
+
+
+def timeline_origin_ns(report: Report) -> int:
+    """Where the timeline's x axis puts zero: the start of the analysis window."""
+    return 0 if report.metrics is None else int(report.metrics.window.start_ns)
+
+
+def windows_text(f: Finding, origin_ns: int = 0) -> str:
+    """The first evidence windows as text, e.g. ``'120.3–131.0 ms (GPU0: gap) and 4 more'``."""
+    windows = f.evidence.windows
+    items = ", ".join(window_text(w, origin_ns) for w in windows[:MAX_LISTED_WINDOWS])
+    more = f" and {len(windows) - MAX_LISTED_WINDOWS} more" if len(windows) > MAX_LISTED_WINDOWS else ""
+    return items + more
+
+
+def window_text(w: Window, origin_ns: int = 0) -> str:
+    """``'120.3–131.0 ms (GPU0: gap)'``: a window in ms from ``origin_ns``."""
+    where = {"gpu": f"GPU{w.device}" if w.device >= 0 else "GPU", "cpu": "main thread"}.get(w.lane, "")
+    tag = ": ".join(x for x in (where, w.label) if x)
+    span = fmt_span_ms((w.start_ns - origin_ns) / 1e6, (w.end_ns - origin_ns) / 1e6)
+    return span + (f" ({tag})" if tag else "")

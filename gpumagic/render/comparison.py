@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 
 from gpumagic.render._format import MISSING, fmt_bytes, fmt_ms, fmt_pct
-from gpumagic.render.html import document, wrap
+from gpumagic.render.page import document, wrap
 from gpumagic.render.palette import CATEGORY_LABEL
 from gpumagic.render.terminal import printable, printable_lines
 from gpumagic.tuning.comparison import SAME_STEP_TOLERANCE, difference

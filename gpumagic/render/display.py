@@ -12,7 +12,7 @@ The static report never depends on saved widget state, so it shows wherever the 
 opened: the same notebook after the kernel stopped, ``nbconvert`` (with or without the widget
 state that ``--execute`` saves, online or not), GitHub and other renderers that show only
 ``text/html``. While the live view renders, CSS in both outputs swaps them (see
-:func:`gpumagic.render.html.swap_css`): the static report is hidden once the widget is drawn,
+:func:`gpumagic.render.page.swap_css`): the static report is hidden once the widget is drawn,
 and the widget output is hidden while it has nothing to draw (so "Error displaying widget:
 model not found" never shows). A person sees one report, never two and never none.
 
@@ -61,7 +61,8 @@ _live: deque[ReportWidget] = deque()
 
 def mimebundle(report: Report, include: Collection[str] | None = None, exclude: Collection[str] | None = None) -> dict[str, Any]:
     """The static bundle (``text/html`` and ``text/plain``; IPython's ``include``/``exclude``
-    honoured): what ``Report._repr_mimebundle_`` returns and what every frontend can show."""
+    honoured): what ``Report._repr_mimebundle_`` (:class:`~gpumagic.report.views.Viewable`) returns and what every
+    frontend can show."""
     wanted = _wanted(include, exclude)
     bundle: dict[str, Any] = {}
     if TEXT_MIME in wanted:
@@ -130,9 +131,17 @@ def close_live_views() -> None:
 
 
 def _wanted(include: Collection[str] | None, exclude: Collection[str] | None) -> set[str]:
-    """The MIME types to compute: ``include`` if given, else what the shell displays."""
-    wanted = set(include) if include else _shell_types()
-    return (wanted & {HTML_MIME, TEXT_MIME}) - set(exclude or ())
+    """The MIME types to compute: ``include`` if given, else what the shell displays (the one
+    filter every data object's ``_repr_mimebundle_`` uses, :func:`gpumagic.report.views.wanted_mimes`)."""
+    from gpumagic.report.views import wanted_mimes
+
+    return wanted_mimes(include, exclude, _shell_types())
+
+
+def shown_mimes() -> set[str]:
+    """The MIME types the running frontend shows (all, outside IPython): the ``("display",
+    "mime_types")`` view that :class:`~gpumagic.report.views.Viewable` asks."""
+    return _shell_types()
 
 
 def _shell_types() -> set[str]:
@@ -167,11 +176,7 @@ def save_html(report: Report, path: str | os.PathLike[str]) -> Path:
     """Write the report as one self-contained HTML file, whole or not at all (through
     :func:`gpumagic._atomic.write_atomic`; :class:`~gpumagic._atomic.WriteError`, an OSError, when
     it cannot); returns the path written."""
-    from gpumagic._atomic import check_target, write_atomic
-    from gpumagic.render.html import html_document
-
-    check_target(path)  # before rendering: a bad path costs nothing
-    return write_atomic(path, html_document(report))
+    return report.save_html(path)  # one spelling for every data object: gpumagic.report.views.Viewable
 
 
 def widget(report: Report):

@@ -12,7 +12,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from gpumagic.render._format import MISSING, fmt_ms, fmt_pct
-from gpumagic.render.html import png_data_uri, wrap
+from gpumagic.render.page import document, png_data_uri, wrap
 from gpumagic.render.palette import BLUE, ORANGE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,6 +75,11 @@ def render_html(history: History) -> str:
              f"<code>LABEL@N</code> or id in <code>--compare</code> and <code>gpumagic.compare()</code>.</p>{plot}"
              f'<table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
     return wrap(inner, static=True)
+
+
+def html_document(history: History) -> str:
+    """:func:`render_html` as a self-contained page (``History.to_html``, ``save_html``)."""
+    return document("gpumagic run history", render_html(history))
 
 
 def figure(history: History) -> Figure | None:

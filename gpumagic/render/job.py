@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import textwrap
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpumagic.render._format import MISSING, fmt_gain, fmt_ms, fmt_pct, severity_label
-from gpumagic.render.html import finding_body_html, wrap
+from gpumagic.render.html import finding_body_html
+from gpumagic.render.page import wrap
 from gpumagic.render.palette import BLUE, PALE_GREY, PURPLE, VERMILLION
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -210,13 +211,3 @@ def html_document(job: Job) -> str:
     return ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f"<title>{escape(title(job))}</title>\n</head>\n<body style=\"margin:0;padding:24px;background:#f6f8fa\">\n"
             f"{render_fragment(job)}\n</body>\n</html>\n")
-
-
-def mimebundle(job: Job, include=None, exclude=None) -> dict[str, Any]:
-    """``text/plain`` and ``text/html`` for a notebook output."""
-    bundle = {"text/plain": render_text(job), "text/html": render_fragment(job)}
-    if include:
-        bundle = {k: v for k, v in bundle.items() if k in include}
-    if exclude:
-        bundle = {k: v for k, v in bundle.items() if k not in exclude}
-    return bundle

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from gpumagic.render import palette
 from gpumagic.render._format import (
+    FIX_FLAVOR_LABEL,
     MISSING,
     SEVERITY_BADGE,
     evidence_items,
@@ -27,9 +28,10 @@ from gpumagic.render._format import (
     fmt_pct,
     fmt_us,
     short_kernel_name,
+    timeline_origin_ns,
+    windows_text,
 )
 from gpumagic.render._width import resolve_width, shorten, wrap
-from gpumagic.render.html import FIX_FLAVOR_LABEL, timeline_origin_ns, windows_text
 from gpumagic.render.summary import NO_FINDINGS, header_facts, title_line, top_finding
 from gpumagic.render.terminal import printable, printable_lines
 

@@ -1,16 +1,16 @@
-"""Text, HTML and a bar chart for a :class:`~gpumagic.tuning.dataloader.TuneResult` (``tune_dataloader``)."""
+"""Text, HTML and a bar chart for a :class:`~gpumagic.tuning.tuner.TuneResult` (``tune_dataloader``)."""
 
 from __future__ import annotations
 
 from html import escape
 from typing import TYPE_CHECKING
 
-from gpumagic.render.html import png_data_uri, wrap
+from gpumagic.render.page import document, png_data_uri, wrap
 from gpumagic.render.palette import BLUE, GREY, ORANGE
 from gpumagic.render.terminal import printable, printable_lines
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gpumagic.tuning.dataloader import TuneResult
+    from gpumagic.tuning.tuner import TuneResult
 
 # -- text ------------------------------------------------------------------------------------
 
@@ -71,12 +71,17 @@ def render_html(result: TuneResult) -> str:
     notes = "".join(f"<li>{escape(n)}</li>" for n in result.notes)
     plot = ""
     if result.best is not None:
-        plot = f'<img class="gm-figure" style="max-width:640px" alt="batches per second by setting" src="{png_data_uri(result.png())}">'
+        plot = f'<img class="gm-figure" style="max-width:640px" alt="batches per second by setting" src="{png_data_uri(png(result))}">'
     code = f'<h4>Recommended</h4><pre class="gm-code"><code>{escape(result.code)}</code></pre>' if result.code else ""
     inner = (f"<h2>DataLoader tuning</h2><p>{escape(_summary(result))}</p>{warn}"
              f'<div class="gm-scroll"><table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
              f"{plot}{code}" + (f"<ul>{notes}</ul>" if notes else ""))
     return wrap(inner, static=True)
+
+
+def html_document(result: TuneResult) -> str:
+    """:func:`render_html` as a self-contained page (``TuneResult.to_html``, ``save_html``)."""
+    return document("gpumagic DataLoader tuning", render_html(result))
 
 
 def figure(result: TuneResult):
@@ -100,3 +105,14 @@ def figure(result: TuneResult):
     ax.spines[["top", "right"]].set_visible(False)
     return fig
 
+
+
+def png(result: TuneResult) -> bytes:
+    """:func:`figure` as PNG bytes."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    buf = io.BytesIO()
+    FigureCanvasAgg(figure(result)).print_png(buf)
+    return buf.getvalue()

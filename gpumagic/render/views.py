@@ -1,38 +1,64 @@
 """Attach the views to the data objects below (see :mod:`gpumagic.report.views`).
 
-Importing this module registers, for each kind of object, the renderers its methods name:
+Importing this module registers, for each kind of object, the renderers its methods name
+(:data:`VIEWS`): every kind has ``text``, ``html`` (a whole page) and ``fragment`` (the HTML of a
+notebook output, :class:`~gpumagic.report.views.Viewable`); the report also ``timeline``,
+``timeline_png``, ``widget`` and ``show``, the tuner's result and the history a ``figure`` (and the
+tuner's its ``png``); ``("display", "mime_types")`` says what the running frontend shows.
 
-- ``report``: ``text``, ``html``, ``save_html``, ``timeline``, ``timeline_png``, ``widget``, ``mimebundle``, ``show``;
-- ``comparison``: ``text``, ``html``, ``fragment``;
-- ``tune``: ``text``, ``html``, ``figure``;
-- ``job``: ``text``, ``html``, ``mimebundle``;
-- ``history`` (``gpumagic.history()``): ``text``, ``html``, ``figure``.
-
-Each registered function imports its renderer when first called, so importing this module stays
-cheap (no matplotlib, no ipywidgets).
+Each entry is a ``"module:function"`` string, imported when the view is first called, so importing
+this module stays cheap (no matplotlib, no ipywidgets).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from importlib import import_module
+from typing import Any
+
 from gpumagic.report.views import register
 
+#: (kind, view name) → the renderer, as ``"module:function"``.
+VIEWS: dict[tuple[str, str], str] = {
+    ("report", "text"): "gpumagic.render.text:render_text",
+    ("report", "html"): "gpumagic.render.html:render_html",
+    ("report", "fragment"): "gpumagic.render.html:report_html",
+    ("report", "timeline"): "gpumagic.render.views:_report_timeline",
+    ("report", "timeline_png"): "gpumagic.render.views:_report_timeline_png",
+    ("report", "widget"): "gpumagic.render.display:widget",
+    ("report", "show"): "gpumagic.render.display:show",
+    ("comparison", "text"): "gpumagic.render.comparison:render_text",
+    ("comparison", "html"): "gpumagic.render.comparison:html_document",
+    ("comparison", "fragment"): "gpumagic.render.comparison:render_fragment",
+    ("tune", "text"): "gpumagic.render.tuner:render_text",
+    ("tune", "html"): "gpumagic.render.tuner:html_document",
+    ("tune", "fragment"): "gpumagic.render.tuner:render_html",
+    ("tune", "figure"): "gpumagic.render.tuner:figure",
+    ("tune", "png"): "gpumagic.render.tuner:png",
+    ("job", "text"): "gpumagic.render.job:render_text",
+    ("job", "html"): "gpumagic.render.job:html_document",
+    ("job", "fragment"): "gpumagic.render.job:render_fragment",
+    ("history", "text"): "gpumagic.render.history:render_text",
+    ("history", "html"): "gpumagic.render.history:html_document",
+    ("history", "fragment"): "gpumagic.render.history:render_html",
+    ("history", "figure"): "gpumagic.render.history:figure",
+    ("display", "mime_types"): "gpumagic.render.display:shown_mimes",
+}
 
-def _report_text(report, width: int | None = None) -> str:
-    from gpumagic.render.text import render_text
 
-    return render_text(report, width=width)
+def lazy(target: str) -> Callable[..., Any]:
+    """A function that imports ``"module:function"`` on its first call and calls it."""
+    module, _, name = target.partition(":")
+    found: list[Callable[..., Any]] = []
 
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not found:
+            found.append(getattr(import_module(module), name))
+        return found[0](*args, **kwargs)
 
-def _report_html(report) -> str:
-    from gpumagic.render.html import render_html
-
-    return render_html(report)
-
-
-def _report_save_html(report, path):
-    from gpumagic.render.display import save_html
-
-    return save_html(report, path)
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"{target}, imported on first use."
+    return call
 
 
 def _report_timeline(report, step=None, finding=None):
@@ -47,109 +73,5 @@ def _report_timeline_png(report, step=None, finding=None) -> bytes:
     return timeline_png(report, TimelineOptions(step=step, finding=finding))
 
 
-def _report_widget(report):
-    from gpumagic.render.display import widget
-
-    return widget(report)
-
-
-def _report_mimebundle(report, include=None, exclude=None):
-    from gpumagic.render.display import mimebundle
-
-    return mimebundle(report, include=include, exclude=exclude)
-
-
-def _report_show(report) -> None:
-    from gpumagic.render.display import show
-
-    show(report)
-
-
-def _comparison_text(data) -> str:
-    from gpumagic.render.comparison import render_text
-
-    return render_text(data)
-
-
-def _comparison_html(data) -> str:
-    from gpumagic.render.comparison import html_document
-
-    return html_document(data)
-
-
-def _comparison_fragment(data) -> str:
-    from gpumagic.render.comparison import render_fragment
-
-    return render_fragment(data)
-
-
-def _tune_text(result) -> str:
-    from gpumagic.render.tuner import render_text
-
-    return render_text(result)
-
-
-def _tune_html(result) -> str:
-    from gpumagic.render.tuner import render_html
-
-    return render_html(result)
-
-
-def _tune_figure(result):
-    from gpumagic.render.tuner import figure
-
-    return figure(result)
-
-
-def _job_text(job, width: int = 100) -> str:
-    from gpumagic.render.job import render_text
-
-    return render_text(job, width=width)
-
-
-def _job_html(job) -> str:
-    from gpumagic.render.job import html_document
-
-    return html_document(job)
-
-
-def _job_mimebundle(job, include=None, exclude=None):
-    from gpumagic.render.job import mimebundle
-
-    return mimebundle(job, include=include, exclude=exclude)
-
-
-for _kind, _name, _view in (
-    ("report", "text", _report_text), ("report", "html", _report_html), ("report", "save_html", _report_save_html),
-    ("report", "timeline", _report_timeline), ("report", "timeline_png", _report_timeline_png),
-    ("report", "widget", _report_widget), ("report", "mimebundle", _report_mimebundle), ("report", "show", _report_show),
-    ("comparison", "text", _comparison_text), ("comparison", "html", _comparison_html),
-    ("comparison", "fragment", _comparison_fragment),
-    ("tune", "text", _tune_text), ("tune", "html", _tune_html), ("tune", "figure", _tune_figure),
-    ("job", "text", _job_text), ("job", "html", _job_html), ("job", "mimebundle", _job_mimebundle),
-):
-    register(_kind, _name, _view)
-
-
-def _history_text(history) -> str:
-    from gpumagic.render.history import render_text
-
-    return render_text(history)
-
-
-def _history_html(history) -> str:
-    from gpumagic.render.history import render_html
-
-    return render_html(history)
-
-
-def _history_figure(history):
-    from gpumagic.render.history import figure
-
-    return figure(history)
-
-
-for _kind, _name, _view in (
-    ("history", "text", _history_text), ("history", "html", _history_html), ("history", "figure", _history_figure),
-):
-    register(_kind, _name, _view)
+for (_kind, _name), _target in VIEWS.items():
+    register(_kind, _name, lazy(_target))

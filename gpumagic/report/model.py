@@ -7,14 +7,13 @@ metrics records are declared in :mod:`gpumagic.report.metrics`.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import msgspec
 
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.views import view
+from gpumagic.report.views import Viewable, view
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.trace.model import Trace
@@ -87,7 +86,7 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 
 @dataclass
-class Report:
+class Report(Viewable):
     """The result of analysing one trace.
 
     ``metrics`` holds the typed records of :mod:`gpumagic.report.metrics` (``None`` when nothing
@@ -105,6 +104,8 @@ class Report:
     trace: Trace | None = field(default=None, repr=False, compare=False)
     label: str = ""
     combined_gain: float = 0.0
+
+    _view_kind: ClassVar[str] = "report"
 
     def finding(self, finding_id: str) -> Finding | None:
         for f in self.findings:
@@ -142,15 +143,6 @@ class Report:
         text: str = view("report", "text")(self, width=width)
         return text
 
-    def to_html(self) -> str:
-        """One self-contained HTML document (no network, no CDN)."""
-        html: str = view("report", "html")(self)
-        return html
-
-    def save_html(self, path: str | os.PathLike[str]) -> Any:
-        """Write one self-contained HTML file (no network); returns the path."""
-        return view("report", "save_html")(self, path)
-
     def timeline(self, step: int | None = None, finding: str | None = None) -> Any:
         """The timeline as a matplotlib ``Figure`` (object-oriented API, no pyplot state): lanes
         per host thread and GPU stream, idle gaps by cause, samples; ``step`` zooms to one step
@@ -167,10 +159,6 @@ class Report:
     def widget(self) -> Any:
         """The interactive ipywidgets view (a VBox), to display or embed."""
         return view("report", "widget")(self)
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
-        """The static report: self-contained HTML and text (see gpumagic.render.display)."""
-        return view("report", "mimebundle")(self, include=include, exclude=exclude)
 
     def _ipython_display_(self) -> None:
         """``display(report)`` in IPython: the static report, then the live view in a kernel."""

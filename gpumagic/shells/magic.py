@@ -236,7 +236,8 @@ def _baseline(label: str | None):
 
 def _trainer_first(run: Run) -> None:
     """When this kernel uses ``transformers.Trainer``, phrase the fixes as TrainingArguments first."""
-    from gpumagic.shells.huggingface import huggingface_fixes, trainer_imported
+    from gpumagic.analysis.advice.huggingface import huggingface_fixes
+    from gpumagic.shells.hf_callback import trainer_imported
 
     if run.report is not None and trainer_imported():
         run.report = huggingface_fixes(run.report)

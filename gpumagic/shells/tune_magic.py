@@ -5,7 +5,7 @@
     %gputune train_dataset --batch-size 64
     %gputune train_loader --workers 0,2,4,8 --seconds 1 -o tuned
 
-All the work is :func:`gpumagic.tuning.dataloader.tune_dataloader`; this parses the line, evaluates the
+All the work is :func:`gpumagic.capture.dataloader.tune_dataloader`; this parses the line, evaluates the
 expression in the user's namespace, and displays the result.
 """
 
@@ -17,7 +17,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class, needs_local_scope
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from gpumagic.tuning.dataloader import DEFAULT_MAX_BATCHES, DEFAULT_SECONDS_PER_CONFIG
+from gpumagic.capture.dataloader import DEFAULT_MAX_BATCHES, DEFAULT_SECONDS_PER_CONFIG
 
 
 @magics_class
@@ -41,7 +41,7 @@ class TunerMagics(Magics):
     @line_magic
     def gputune(self, line: str = "", local_ns: dict | None = None) -> Any:
         """Measure batches per second for a grid of DataLoader settings and recommend one."""
-        from gpumagic.tuning.dataloader import tune_dataloader
+        from gpumagic.capture.dataloader import tune_dataloader
 
         args = parse_argstring(self.gputune, line)
         source = " ".join(args.expression)

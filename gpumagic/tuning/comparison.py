@@ -27,11 +27,11 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpumagic.errors import GpumagicError
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.views import view
+from gpumagic.report.views import Viewable
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.model import Report
@@ -127,7 +127,7 @@ def _distinct_labels(a: str, b: str) -> tuple[str, str]:
 
 
 @dataclass
-class Comparison:
+class Comparison(Viewable):
     """Two reports side by side. :meth:`to_dict` holds every number; the renderers read it."""
 
     before: Report
@@ -135,6 +135,8 @@ class Comparison:
     label_before: str = "before"
     label_after: str = "after"
     data: dict[str, Any] = field(init=False, repr=False)
+
+    _view_kind: ClassVar[str] = "comparison"
 
     def __post_init__(self) -> None:
         self.data = summarise(self.before, self.after, self.label_before, self.label_after)
@@ -171,29 +173,8 @@ class Comparison:
 
         return json.dumps(self.data, indent=indent, allow_nan=False)
 
-    def to_text(self) -> str:
-        return view("comparison", "text")(self.data)
-
-    def to_html(self) -> str:
-        """A self-contained HTML page (no script, no network)."""
-        return view("comparison", "html")(self.data)
-
-    def save_html(self, path: str | os.PathLike) -> Path:
-        """Write :meth:`to_html` to ``path`` whole or not at all (:func:`gpumagic._atomic.write_atomic`)."""
-        from gpumagic._atomic import check_target, write_atomic
-
-        check_target(path)
-        return write_atomic(path, self.to_html())
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        wanted = set(include) if include else {"text/plain", "text/html"}
-        wanted -= set(exclude or ())
-        bundle = {}
-        if "text/plain" in wanted:
-            bundle["text/plain"] = self.to_text()
-        if "text/html" in wanted:
-            bundle["text/html"] = view("comparison", "fragment")(self.data)
-        return bundle
+    def _view_subject(self) -> dict[str, Any]:
+        return self.data  # the views read the numbers only
 
     def __repr__(self) -> str:
         return f"<gpumagic Comparison {self.label_before!r} → {self.label_after!r}: {self.data['verdict']}>"

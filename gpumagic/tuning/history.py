@@ -37,12 +37,12 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpumagic.errors import GpumagicError
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Report, report_from_dict
-from gpumagic.report.views import view
+from gpumagic.report.views import Viewable, view
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -402,7 +402,7 @@ def _device_name(metrics: Metrics | None) -> str:
 
 
 @dataclass
-class History:
+class History(Viewable):
     """The runs of the history, oldest first: a table with a chart of median step time and GPU busy.
 
     In a notebook it displays itself; ``to_text()``, ``to_html()`` and ``figure()`` (a matplotlib
@@ -412,21 +412,14 @@ class History:
     runs: list[StoredRun]
     where: str = ""
 
+    _view_kind: ClassVar[str] = "history"
+
     def to_dict(self) -> dict[str, Any]:
         return {"where": self.where, "runs": [r.to_dict() for r in self.runs]}
-
-    def to_text(self) -> str:
-        return view("history", "text")(self)
-
-    def to_html(self) -> str:
-        return view("history", "html")(self)
 
     def figure(self) -> Figure | None:
         """Median step time (and GPU busy) over the runs; None when no run has steps."""
         return view("history", "figure")(self)
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        return {"text/plain": self.to_text(), "text/html": self.to_html()}
 
     def __len__(self) -> int:
         return len(self.runs)

@@ -185,7 +185,7 @@ def test_against_the_installed_transformers(hf, w0):
 
 
 def test_without_transformers_the_settings_are_unchecked(monkeypatch, w0):
-    import gpumagic.shells.huggingface as hfmod
+    import gpumagic.analysis.advice.huggingface as hfmod
 
     monkeypatch.setattr(hfmod, "installed_schema", lambda: None)
     out = huggingface_fixes(w0)

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from gpumagic.tuning.dataloader import BATCH_GRACE_S
+from gpumagic.capture.dataloader import BATCH_GRACE_S
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAX_SECONDS = 1.0

@@ -40,7 +40,7 @@ def _comparison():
 
 
 def _tuning():
-    from gpumagic.tuning.dataloader import TuneConfig, TuneResult, TuneRow
+    from gpumagic.capture.dataloader import TuneConfig, TuneResult, TuneRow
 
     rows = [TuneRow(TuneConfig(w, p), batches=40, seconds=2.0, batches_per_s=b, samples_per_s=b * 64, startup_s=0.2)
             for w, p, b in ((0, False, 20.0), (2, True, 48.5), (4, True, 61.2))]
@@ -71,7 +71,7 @@ def _notebook_page(fragment: str, theme: str) -> str:
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
     """{(page, kind): path}: saved documents and nbconvert lab pages of each fragment."""
-    from gpumagic.render.html import document
+    from gpumagic.render.page import document
 
     root = tmp_path_factory.mktemp("pages")
     out = {}

@@ -112,7 +112,7 @@ def test_memory_section_says_how_to_record_allocations(loader_report):
 def test_severity_stripe_rules_beat_the_card_border():
     """The stripe colour rule must be more specific than the card's own border rule (the old bug:
     every card grey). Specificity is (ids, classes, elements): compare the two selectors."""
-    from gpumagic.render.html import CSS
+    from gpumagic.render.page import CSS
 
     card = re.search(r"\.gpumagic-report details\.gm-finding\{[^}]*border-left:6px solid var\(--gm-muted\)", CSS)
     stripe = re.search(r"\.gpumagic-report \.gm-finding\.gm-sev-high[^{]*\{border-left-color:var\(--gm-high\)\}", CSS)

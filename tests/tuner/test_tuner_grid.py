@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from datasets_for_tuner import Sleepy, pair_collate
 
-from gpumagic.tuning.dataloader import TuneConfig, TuneResult, TuneRow, build_grid, default_workers, fragility
+from gpumagic.capture.dataloader import TuneConfig, TuneResult, TuneRow, build_grid, default_workers, fragility
 
 
 def test_default_workers_are_zero_then_powers_of_two_up_to_the_cpus(monkeypatch):
@@ -97,7 +97,7 @@ def test_batches_are_copied_to_the_device_through_nesting():
 
     import torch
 
-    from gpumagic.tuning.dataloader import _to_device
+    from gpumagic.capture.dataloader import _to_device
 
     Pair = namedtuple("Pair", "x y")
     batch = {"a": [torch.ones(2), (torch.zeros(1), 3)], "p": Pair(torch.ones(1), "label")}

@@ -6,7 +6,7 @@ import pytest
 from datasets_for_tuner import Sleepy
 from ipyshell import ipython_shell
 
-from gpumagic.tuning.dataloader import TuneResult
+from gpumagic.capture.dataloader import TuneResult
 
 IPython = pytest.importorskip("IPython")
 

@@ -9,7 +9,7 @@ import torch
 from datasets_for_tuner import AlwaysFails, FailsInWorkers, Sleepy, pair_collate
 from torch.utils.data import DataLoader
 
-from gpumagic.tuning.dataloader import TuneResult, tune_dataloader
+from gpumagic.capture.dataloader import TuneResult, tune_dataloader
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="expectations are for the CPU-only path")
 
@@ -70,7 +70,7 @@ def test_a_broken_dataset_raises_from_the_single_process_setting():
 
 
 def test_spawn_with_a_notebook_dataset_skips_worker_settings(monkeypatch):
-    import gpumagic.tuning.dataloader as tuner
+    import gpumagic.capture.dataloader as tuner
 
     monkeypatch.setattr(tuner, "start_method", lambda base: "spawn")
     monkeypatch.setattr(tuner, "interactive_main", lambda: True)
@@ -110,7 +110,7 @@ def test_result_renders(tmp_path):
 
 
 def test_workers_are_shut_down_when_interrupted(monkeypatch):
-    import gpumagic.tuning.dataloader as tuner
+    import gpumagic.capture.dataloader as tuner
 
     calls = {"n": 0}
 
@@ -134,7 +134,7 @@ def test_an_explicit_device_is_fed_each_batch():
 def test_restart_is_timed_at_a_real_epoch_end_for_persistent_workers(monkeypatch):
     """A persistent iterator restarted mid-epoch first drains the abandoned epoch's prefetched
     batches; the restart must be timed after an epoch that ended, with nothing left in flight."""
-    import gpumagic.tuning.dataloader as dl
+    import gpumagic.capture.dataloader as dl
 
     seen = []
     real_iter = DataLoader.__iter__

@@ -5,6 +5,7 @@
 - ``gpumagic runs list|show|compare|rm|export`` (:mod:`.runs`): the run history;
 - ``gpumagic schema [KIND]`` (:mod:`.schema`): the JSON Schema of a JSON output.
 - ``gpumagic --version``: the installed version (the package metadata, from pyproject.toml).
+- ``gpumagic mcp`` (:mod:`.mcp`): the analyses as Model Context Protocol tools, over stdio.
 
 Each subcommand module has ``add_parser(subparsers)`` and ``run(args) -> int``; :mod:`._output`
 holds what they share (writing the result, the exit statuses). Exit status: 0 on success, 2 on
@@ -20,10 +21,10 @@ import sys
 from collections.abc import Sequence
 
 from gpumagic.errors import GpumagicError
-from gpumagic.shells.cli import analyze, compare, runs, schema
+from gpumagic.shells.cli import analyze, compare, mcp, runs, schema
 from gpumagic.shells.cli._output import INTERRUPTED_STATUS, PIPE_CLOSED_STATUS, error_line
 
-SUBCOMMANDS = (analyze, compare, runs, schema)
+SUBCOMMANDS = (analyze, compare, runs, schema, mcp)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,29 +1,27 @@
-"""Hugging Face ``Trainer``: profile a few training steps, and phrase fixes as ``TrainingArguments``.
+"""Hugging Face ``Trainer`` advice: each finding's fixes phrased as ``TrainingArguments`` settings.
 
 ::
 
-    from gpumagic.integrations.huggingface import GpuProfileCallback
+    from gpumagic.integrations.huggingface import huggingface_fixes
 
-    callback = GpuProfileCallback(skip=2, steps=5)     # leave 2 warm-up steps out, record 5
-    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[callback])
-    trainer.train()            # in a notebook the report is displayed (once) when the 5 steps are done
-    report = callback.report   # the Report, fixes first as TrainingArguments (a bare last line would show it again)
+    report = huggingface_fixes(report, training_args=trainer.args)   # Trainer fixes first
 
-``huggingface_fixes(report)`` rewrites any report's fixes as ``TrainingArguments`` settings
-checked against the installed transformers (a setting the version lacks is dropped and said so).
-It needs transformers only to check; without it the settings are left unchecked, with a note.
+:data:`ADVICE` maps a finding id to the ``TrainingArguments`` settings that act on it, built from
+the finding's evidence and the run's current arguments. ``huggingface_fixes(report)`` rewrites a
+report's fixes with it, checked against the installed transformers (a setting the version lacks
+is dropped and said so). It needs transformers only to check; without it the settings are left
+unchecked, with a note.
 
-The callback records from the end of optimizer step ``skip`` (after ``skip`` warm-up steps; with
-``skip=0`` from the start of training) for ``steps`` optimizer steps, through
-:class:`gpumagic.Profiler`. If ``Trainer.train()`` raises while recording, the recording is
-closed at the next ``train()`` or by :meth:`GpuProfileCallback.close`.
+This is domain knowledge, so it lives in the analysis layer; the rules' own ``Fix("huggingface",
+...)`` entries are the static form (written without the run's ``TrainingArguments``), which this
+table replaces where it has advice for a finding. The ``GpuProfileCallback`` that applies it to a
+``Trainer`` run is a shell: :mod:`gpumagic.shells.hf_callback` (public path
+:mod:`gpumagic.integrations.huggingface`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +30,6 @@ from gpumagic.report.model import Fix
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.model import Finding, Report
 
-HF_INSTALL_HINT = "GpuProfileCallback needs transformers: pip install 'gpumagic[hf]' (or pip install transformers)"
 #: The settings' spellings across transformers versions, newest first: (field, value). transformers
 #: 5 renamed ``gradient_checkpointing`` to ``activation_checkpointing`` (the old name is a
 #: deprecated alias).
@@ -324,132 +321,4 @@ def _checkpointing_note(report: Report, training_args: Any) -> list[str]:
             f"{CHECKPOINTING_COST}. Turning it off, or using the memory for a larger batch, is likely faster."]
 
 
-def trainer_imported() -> bool:
-    """Whether this process imported ``transformers.Trainer`` (a hint that fixes should be Trainer-first)."""
-    return "transformers.trainer" in sys.modules
-
-
-# -- the callback ---------------------------------------------------------------------------------
-
-
-class _ProfileSteps:
-    """The callback's logic, independent of transformers (the class itself is built on first use)."""
-
-    def __init__(self, *, skip: int = 1, steps: int = 5, label: str = "", display: bool | None = None,
-                 all_ranks: bool = False, trainer_fixes: bool = True, **options: Any) -> None:
-        from gpumagic.capture import CaptureOptions
-
-        if "all_steps" in options:
-            raise TypeError("GpuProfileCallback records `steps` optimizer steps; all_steps does not apply "
-                            "(wrap trainer.train() in %%gpuprofile --all to record everything)")
-        CaptureOptions(label=label, skip=skip, steps=steps, **options)  # bad values fail here, not mid-training
-        self.skip, self.steps, self.label = skip, steps, label
-        self.display, self.all_ranks, self.trainer_fixes = display, all_ranks, trainer_fixes
-        self.options = options
-        self.run = None
-        self.report: Report | None = None
-        self._profiler = None
-        self._start_at: int | None = None  # global step after which recording starts; None: not profiling
-
-    @property
-    def is_recording(self) -> bool:
-        return self._profiler is not None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.close()
-        self.run = self.report = None
-        self._start_at = None
-        if state.is_world_process_zero or self.all_ranks:
-            self._start_at = state.global_step + self.skip
-            if self.skip == 0:
-                self._start()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self._start_at is None:
-            return
-        if self._profiler is None and self.run is None and self.skip and state.global_step >= self._start_at:
-            self._start()
-        elif self._profiler is not None and state.global_step >= self._start_at + self.steps:
-            self._finish(args)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self._profiler is not None:
-            self._finish(args)
-
-    def close(self) -> None:
-        """Stop a recording left open by a ``train()`` that raised (its partial report is kept)."""
-        if self._profiler is not None:
-            self._finish(None, RuntimeError("Trainer.train() did not finish"))
-
-    def _start(self) -> None:
-        from gpumagic.capture import CaptureError
-        from gpumagic.shells.api import Profiler
-
-        profiler = Profiler(display=False, label=self.label, skip=0, steps=self.steps, **self.options)
-        profiler.record = False  # _finish records the report with its TrainingArguments fixes
-        try:
-            profiler.start()
-        except CaptureError as exc:  # training goes on unprofiled; say why
-            warnings.warn(f"gpumagic: not profiling this training run: {exc}", RuntimeWarning, stacklevel=2)
-            self._start_at = None
-            return
-        self._profiler = profiler
-
-    def _finish(self, training_args: Any, error: BaseException | None = None) -> None:
-        profiler, self._profiler = self._profiler, None
-        self.run = profiler.stop(error)
-        report = self.run.report
-        if report is not None and self.trainer_fixes:
-            report = huggingface_fixes(report, training_args=training_args)
-        self.report = report
-        if report is None:
-            return
-        if self.label and error is None:
-            from gpumagic.shells.api import record_run
-
-            record_run(self.run, source="huggingface", report=report)
-        if _wants_display(self.display):
-            from IPython.display import display
-
-            display(report)
-
-
-def _wants_display(display: bool | None) -> bool:
-    if display is not None:
-        return bool(display)
-    from gpumagic.shells.api import in_notebook
-
-    return in_notebook()
-
-
-def _callback_class() -> type:
-    try:
-        from transformers import TrainerCallback
-    except ImportError:
-        raise ImportError(HF_INSTALL_HINT) from None
-
-    class GpuProfileCallback(_ProfileSteps, TrainerCallback):
-        """A ``transformers.TrainerCallback`` that profiles ``steps`` optimizer steps after ``skip``
-        warm-up steps and exposes ``callback.report`` (displayed in a notebook unless
-        ``display=False``).
-
-        Options: ``skip`` (default 1), ``steps`` (default 5), ``label`` (also remembers the report
-        for ``gpumagic.compare`` and ``%%gpuprofile --compare``), ``display``, ``all_ranks`` (profile
-        every process of a distributed run, not only rank 0), ``trainer_fixes`` (phrase fixes as
-        TrainingArguments, default True), and the capture options of :func:`gpumagic.profile`
-        (``max_seconds``, ``interval_ms``, ``nvml``, ``shapes``, ``stack``, ``memory``, ``save``).
-        """
-
-    GpuProfileCallback.__module__ = "gpumagic.integrations.huggingface"  # its public path
-    return GpuProfileCallback
-
-
-def __getattr__(name: str) -> Any:
-    if name == "GpuProfileCallback":
-        cls = _callback_class()
-        globals()[name] = cls
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["ADVICE", "Advice", "GpuProfileCallback", "huggingface_fixes", "installed_schema", "trainer_imported"]  # noqa: F822 (GpuProfileCallback: built by __getattr__)
+__all__ = ["ADVICE", "Advice", "ArgsSchema", "arguments_code", "huggingface_fixes", "installed_schema"]

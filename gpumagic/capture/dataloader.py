@@ -29,6 +29,10 @@ epoch of the same setting read to its end: restarting mid-epoch would make a per
 first drain every batch its workers had prefetched for the abandoned epoch (torch's
 ``_MultiProcessingDataLoaderIter._reset`` waits for them), which once made persistent workers
 look slower to restart than fresh ones.
+
+The measurement lives in the capture layer (it runs the user's loader, with torch, in worker
+processes); what it returns, :class:`~gpumagic.tuning.tuner.TuneResult`, is plain data in
+:mod:`gpumagic.tuning.tuner`.
 """
 
 from __future__ import annotations
@@ -41,10 +45,9 @@ import pickle
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpumagic.report.views import view
+from gpumagic.tuning.tuner import TuneConfig, TuneResult, TuneRow
 
 #: Batches in the short epoch after which ``restart_s`` is timed (enough for the workers to have
 #: started; the epoch is read to its end so that nothing of it is left in flight).
@@ -63,146 +66,8 @@ BATCH_GRACE_S = 5.0
 START_PROBE_TIMEOUT_S = 60.0
 #: How often the watchdog of a single-process measurement looks at its progress.
 WATCH_INTERVAL_S = 0.05
-#: Settings within 5 % of the fastest count as equally fast; the one with fewer workers wins
-#: (each worker holds a copy of the dataset and a CPU core). Our choice: repeated measurements of
-#: the same setting on an idle machine differ by a few percent.
-NEAR_BEST_FRAC = 0.05
 #: Start methods that pickle the dataset into each worker (everything but ``fork``).
 PICKLING_START_METHODS = ("spawn", "forkserver")
-
-
-@dataclass(frozen=True)
-class TuneConfig:
-    """One DataLoader setting of the grid."""
-
-    num_workers: int
-    pin_memory: bool
-    persistent_workers: bool = False
-    prefetch_factor: int | None = None
-
-    def loader_kwargs(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {"num_workers": self.num_workers, "pin_memory": self.pin_memory}
-        if self.num_workers > 0:
-            kw.update(persistent_workers=self.persistent_workers, prefetch_factor=self.prefetch_factor)
-        return kw
-
-    @property
-    def label(self) -> str:
-        parts = [f"{self.num_workers} worker{'s' if self.num_workers != 1 else ''}"]
-        if self.pin_memory:
-            parts.append("pinned")
-        if self.num_workers > 0:
-            parts += ["persistent"] if self.persistent_workers else []
-            parts.append(f"prefetch {self.prefetch_factor}")
-        return ", ".join(parts)
-
-
-@dataclass
-class TuneRow:
-    """What one setting measured. ``status`` is ``"ok"``, ``"failed"``, ``"timed out"`` or ``"skipped"``."""
-
-    config: TuneConfig
-    status: str = "ok"
-    batches: int = 0
-    seconds: float = 0.0
-    batches_per_s: float | None = None
-    samples_per_s: float | None = None
-    startup_s: float | None = None
-    restart_s: float | None = None
-    error: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(d.pop("config"))
-        return d
-
-
-@dataclass
-class TuneResult:
-    """The measured grid, the recommendation, and warnings about fragile worker setups."""
-
-    rows: list[TuneRow]
-    batch_size: int | None
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    elapsed_s: float = 0.0
-
-    @property
-    def best(self) -> TuneRow | None:
-        """The fastest setting, preferring fewer workers among those within 5 % of it."""
-        ok = [r for r in self.rows if r.batches_per_s]
-        if not ok:
-            return None
-        top = max(r.batches_per_s for r in ok)
-        near = [r for r in ok if r.batches_per_s >= (1 - NEAR_BEST_FRAC) * top]
-        return min(near, key=lambda r: (r.config.num_workers, r.config.prefetch_factor or 0, -r.batches_per_s))
-
-    @property
-    def baseline(self) -> TuneRow | None:
-        """The measured single-process setting (``num_workers=0``), if any."""
-        return next((r for r in self.rows if r.config.num_workers == 0 and r.batches_per_s), None)
-
-    @property
-    def speedup(self) -> float | None:
-        """Best over baseline batches per second."""
-        best, base = self.best, self.baseline
-        return None if best is None or base is None else best.batches_per_s / base.batches_per_s
-
-    @property
-    def recommended_kwargs(self) -> dict[str, Any]:
-        best = self.best
-        if best is None:
-            return {}
-        kw = {"batch_size": self.batch_size} if self.batch_size else {}
-        kw.update(best.config.loader_kwargs())
-        return kw
-
-    @property
-    def code(self) -> str:
-        kw = self.recommended_kwargs
-        if not kw:
-            return ""
-        args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
-        return f"# keep your other arguments (shuffle, collate_fn, ...)\nloader = DataLoader(dataset, {args})"
-
-    def to_dict(self) -> dict[str, Any]:
-        best = self.best
-        return {"rows": [r.to_dict() for r in self.rows], "best": None if best is None else best.to_dict(),
-                "speedup": self.speedup, "batch_size": self.batch_size, "recommended_kwargs": self.recommended_kwargs,
-                "code": self.code, "warnings": list(self.warnings), "notes": list(self.notes), "elapsed_s": self.elapsed_s}
-
-    def figure(self):
-        """Batches per second by setting, as a matplotlib Figure (Agg; no pyplot)."""
-        return view("tune", "figure")(self)
-
-    def png(self) -> bytes:
-        import io
-
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        fig = self.figure()
-        buf = io.BytesIO()
-        FigureCanvasAgg(fig).print_png(buf)
-        return buf.getvalue()
-
-    def to_text(self) -> str:
-        return view("tune", "text")(self)
-
-    def to_html(self) -> str:
-        return view("tune", "html")(self)
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        wanted = (set(include) if include else {"text/plain", "text/html"}) - set(exclude or ())
-        bundle = {}
-        if "text/plain" in wanted:
-            bundle["text/plain"] = self.to_text()
-        if "text/html" in wanted:
-            bundle["text/html"] = self.to_html()
-        return bundle
-
-    def __repr__(self) -> str:
-        best = self.best
-        return f"<gpumagic TuneResult: {len(self.rows)} settings, best: {best.config.label if best else 'none'}>"
 
 
 # -- the public function --------------------------------------------------------------------------

@@ -1,0 +1,4 @@
+"""Advice that depends on the user's framework: findings' fixes rephrased for it.
+
+- :mod:`.huggingface`: ``TrainingArguments`` settings per finding, for ``transformers.Trainer``.
+"""
