@@ -89,7 +89,7 @@ class Job:
         """Write :meth:`to_html` to ``path`` (all of it or nothing); returns the path."""
         from gpumagic._atomic import write_atomic
 
-        return write_atomic(path, self.to_html(), protect=[r.path for r in self.ranks if "://" not in r.path])
+        return write_atomic(path, self.to_html(), protect=[r.path for r in self.ranks])
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         """Text and HTML for a notebook's output."""

@@ -68,11 +68,21 @@ def error_line(exc: BaseException) -> str:
     return "gpumagic: error: " + (text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…")
 
 
+def kept_files() -> list[str]:
+    """What a user keeps that every ``-o`` must leave alone whatever the command read: the run
+    history's database (its ``-wal``/``-shm``/``-journal`` side files follow in gpumagic._atomic)."""
+    from gpumagic.tuning.history import DB_NAME, history_home
+
+    home = history_home()
+    return [] if home is None else [str(home / DB_NAME)]
+
+
 def emit(produce: Callable[[], Any], fmt: str, output: str | None, what: str, protect: Iterable[str] = ()) -> int:
     """Write what ``produce()`` returns (a Report or Comparison) as ``fmt``: 0, or 2 with one
     line on stderr when the input is bad or the output cannot be written. ``protect`` lists the
-    input files, which ``-o`` may never overwrite; the target is checked before any work."""
-    protect = [p for p in protect if p != STDIN]
+    input files, which ``-o`` may never overwrite (the run history is always added, see
+    :func:`kept_files`); the target is checked before any work."""
+    protect = [p for p in protect if p != STDIN] + kept_files()
     try:
         if output is not None:
             check_target(output, protect)
