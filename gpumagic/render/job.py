@@ -103,7 +103,8 @@ def render_text(job: Job, width: int = 100) -> str:
         lines += [f"  {d['id']}: rank{'s' if len(d['ranks']) != 1 else ''} {', '.join(map(str, d['ranks']))}"
                   for d in job.other_findings]
     if job.notes:
-        lines += ["", "Notes"] + [x for n in job.notes for x in textwrap.wrap(printable(n), width, initial_indent="  - ", subsequent_indent="    ")]
+        lines += ["", "Notes"] + [x for n in map(printable, job.notes)
+                                  for x in textwrap.wrap(n, width, initial_indent="  - ", subsequent_indent="    ")]
     lines += ["", "Details of one rank: gpumagic analyze <its trace file>"]
     # rank file names, device names and labels come from files and users: no escape code reaches a terminal
     return printable_lines("\n".join(lines)) + "\n"
@@ -134,7 +135,8 @@ def rank_chart_svg(job: Job) -> str:
             name = f"rank {'?' if r.rank is None else r.rank}"
             parts.append(f'<text x="{left - 6}" y="{y + h - 2}" text-anchor="end">{escape(name)}</text>')
         if not r.ok:
-            parts.append(f'<rect x="{left}" y="{y}" width="6" height="{h}" fill="{PALE_GREY}"><title>{escape(printable(r.error or ""))}</title></rect>')
+            error = escape(printable(r.error or ""))
+            parts.append(f'<rect x="{left}" y="{y}" width="6" height="{h}" fill="{PALE_GREY}"><title>{error}</title></rect>')
             continue
         w = bar_w * (r.step_median_ms or 0.0) / longest
         comm = min(w, bar_w * (r.comm_exposed_ms or 0.0) / max(len(r.steps), 1) / longest) if r.steps else 0.0
