@@ -9,7 +9,10 @@ Everything else (recording, samplers, report) lives in :mod:`gpumagic.capture`.
 from __future__ import annotations
 
 import ast
+import builtins
+import keyword
 import os
+import re
 import sys
 from typing import Any
 
@@ -22,6 +25,7 @@ from gpumagic.capture import CaptureError, CaptureOptions, CaptureSession, Run
 from gpumagic.capture.monitor import profiled_window
 from gpumagic.capture.options import DEFAULT_INTERVAL_MS, DEFAULT_MAX_SECONDS, DEFAULT_RECORD_STEPS, DEFAULT_SKIP_STEPS
 from gpumagic.capture.session import finish_after
+from gpumagic.errors import exception_text
 
 _QUOTES = "'\""
 
@@ -78,11 +82,17 @@ class GpuProfileMagics(Magics):
             self._show_partial(session, exc, args, baseline)
             raise
         run = session.finish()
-        _trainer_first(run)
+        # The cell has run: from here on nothing may cost it its report (one warning line instead)
+        try:
+            _trainer_first(run)
+        except Exception as exc:
+            _warn(f"the fixes were not phrased for transformers.Trainer ({type(exc).__name__}: {exception_text(exc)})")
         if run.report is not None and not run.taken_over:
             from gpumagic.shells.api import record_run
 
-            record_run(run, source="magic")  # every completed run goes into the history
+            reason = record_run(run, source="magic", warn=False)  # every completed run goes into the history
+            if reason is not None:
+                _warn(f"this run was not stored in the run history: {reason}")
         self._show(run, args, baseline)
         return value
 
@@ -94,7 +104,7 @@ class GpuProfileMagics(Magics):
         try:
             self._show(finish_after(session, error), args, baseline)
         except BaseException as exc:  # the code's exception is the one the user must see
-            print(f"gpumagic: the partial report was not shown ({type(exc).__name__}: {exc})", file=sys.stderr)
+            print(f"gpumagic: the partial report was not shown ({type(exc).__name__}: {exception_text(exc)})", file=sys.stderr)
 
     def _parse(self, line: str, cell: str | None):
         if cell is None:
@@ -104,8 +114,10 @@ class GpuProfileMagics(Magics):
         args = _parse_options(self.gpuprofile.parser, options_text)
         if cell is not None and args.statement:
             raise UsageError("%%gpuprofile takes options only; put the code in the cell below it")
-        if args.output is not None and not args.output.isidentifier():
-            raise UsageError(f"%gpuprofile: -o needs a variable name, not {args.output!r}")
+        if args.output is not None:
+            problem = output_name_problem(args.output, self.shell.user_ns, getattr(self.shell, "user_ns_hidden", None))
+            if problem is not None:
+                raise UsageError(f"%gpuprofile: {problem}")
         if not source.strip():
             raise UsageError("%gpuprofile needs code: `%gpuprofile [options] statement` or a %%gpuprofile cell")
         return args, source
@@ -131,13 +143,50 @@ class GpuProfileMagics(Magics):
         if not args.quiet:
             from IPython.display import display
 
-            if baseline is None:
-                display(run.report)
-            else:  # the answer first, the full report collapsed under it
+            if baseline is not None:  # the answer first, the full report collapsed under it
                 from gpumagic.render.display import show_comparison
                 from gpumagic.tuning.comparison import compare
 
-                show_comparison(compare(baseline, run.report), run.report)
+                try:
+                    show_comparison(compare(baseline, run.report), run.report)
+                    return
+                except Exception as exc:  # the comparison is extra: the report itself is still shown
+                    _warn(f"the comparison with --compare {args.compare} was not shown "
+                          f"({type(exc).__name__}: {exception_text(exc)})")
+            display(run.report)
+
+
+def _warn(message: str) -> None:
+    """One warning line on stderr, as for a bundle that was not saved."""
+    print(f"gpumagic: warning: {message}", file=sys.stderr)
+
+
+#: Names IPython keeps its output cache and input history under (``_``, ``__``, ``___``,
+#: ``_i``/``_ii``/``_iii``, ``_<n>``, ``_i<n>``, ``_ih``, ``_oh``, ``_dh``): IPython writes them
+#: itself (IPython.core.displayhook, IPython.core.history).
+_IPYTHON_CACHE_NAMES = re.compile(r"_{1,3}|_i{1,3}|_i?[0-9]+|_ih|_oh|_dh", re.ASCII)
+
+
+def output_name_problem(name: str, user_ns: dict, hidden: dict | None = None) -> str | None:
+    """Why ``-o NAME`` may not store a result under ``name`` in ``user_ns`` (None when it may).
+
+    Refused: what is not a plain identifier or is a keyword; dunder names (``__builtins__``,
+    ``__name__``: the interpreter's, replacing one breaks every later cell); IPython's own
+    variables (``In``, ``Out``, ``get_ipython``, ``exit``: ``hidden`` is the shell's
+    ``user_ns_hidden``) and output-cache names; builtins the user did not bind themselves
+    (``print``, ``list``)."""
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        return f"-o needs a variable name, not {name!r}"
+    if name.startswith("__") and name.endswith("__"):
+        return f"-o {name}: names with double underscores on both sides belong to Python; choose another name"
+    if _IPYTHON_CACHE_NAMES.fullmatch(name):
+        return f"-o {name}: IPython keeps its output history under {name}; choose another name"
+    hidden = hidden or {}
+    if name in hidden and user_ns.get(name) is hidden[name]:
+        return f"-o {name}: {name} is IPython's own; choose another name"
+    if hasattr(builtins, name) and name not in user_ns:
+        return f"-o {name}: {name} is a Python builtin; choose another name (or bind {name} yourself first)"
+    return None
 
 
 def _start(session: CaptureSession) -> None:

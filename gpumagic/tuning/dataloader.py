@@ -44,6 +44,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpumagic.errors import exception_text
 from gpumagic.report.views import view
 
 #: Batches in the short epoch after which ``restart_s`` is timed (enough for the workers to have
@@ -388,7 +389,7 @@ def _pickling_problems(base: dict[str, Any], interactive: bool) -> list[str]:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    text = exception_text(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpumagic import examples
 from gpumagic._atomic import check_target, write_atomic
-from gpumagic.errors import GpumagicError
+from gpumagic.errors import GpumagicError, exception_text
 
 EXAMPLE = "example"
 #: Exit status when standard output's reader closed the pipe early: 128 + SIGPIPE (13), what a
@@ -62,7 +62,7 @@ def write_output(text: str, output: str | None, protect: Iterable[str] = ()) -> 
 def error_line(exc: BaseException) -> str:
     """``exc`` as one line for stderr: control characters and line breaks become spaces, and a
     very long message is cut."""
-    text = _CONTROL.sub(" ", str(exc)).strip() or type(exc).__name__
+    text = _CONTROL.sub(" ", exception_text(exc)).strip() or type(exc).__name__
     if not isinstance(exc, GpumagicError):
         text = f"unexpected {type(exc).__name__}: {text}"
     return "gpumagic: error: " + (text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…")
