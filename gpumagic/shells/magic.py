@@ -273,7 +273,7 @@ def _capture_options(args) -> CaptureOptions:
 
 def _baseline(label: str | None):
     """The report of the history's run that ``--compare LABEL`` names (UsageError naming the known labels)."""
-    if not label:
+    if label is None:
         return None
     from gpumagic.tuning import runs
 
