@@ -1,0 +1,170 @@
+"""Job analysis under dying workers, Ctrl-C and an empty cluster (issue 24, classes 5, 7 and 9), with
+real processes: a real local pool whose workers a rank kills, a real ``gpumagic analyze -j 2``
+interrupted by SIGINT to its process group, a real Dask scheduler on 127.0.0.1 without workers,
+and a real Dask cluster whose worker a rank kills.
+
+A rank "kills its worker" by sending itself SIGKILL from inside its analysis (what the
+out-of-memory killer does), so where the death happens is deterministic; nothing here depends
+on timing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from jobbuilder import build_job
+from tracebuilder import DATA
+
+from gpumagic.jobs import analyze_job, executors
+from gpumagic.jobs.summary import summarize
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMALL = os.path.join(DATA, "h100_bert_small_inference.json.gz")
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """Eight small rank files: rank 3 kills its worker every time, rank 5 only the first time."""
+    folder = tmp_path_factory.mktemp("job")
+    paths = build_job(folder, ranks=8, source=SMALL)
+    paths[3] = paths[3].rename(folder / "rank3.poison.json.gz")
+    paths[5] = paths[5].rename(folder / "rank5.flaky.json.gz")
+    return [str(p) for p in paths]
+
+
+def _killing_summarize(path: str):
+    """What a worker runs instead of summarize: the poison rank always dies, the flaky one once."""
+    if ".poison." in path:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if ".flaky." in path:
+        flag = path + ".died"
+        if not os.path.exists(flag):
+            Path(flag).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+    return summarize(path)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pool forks on Linux only")
+def test_a_dead_worker_costs_only_the_rank_that_killed_it_twice(job, monkeypatch):
+    for p in job:
+        if os.path.exists(p + ".died"):
+            os.unlink(p + ".died")
+    monkeypatch.setattr(executors, "summarize", _killing_summarize)
+    ticks = []
+    out = executors.run_local(job, 2, progress=lambda done, total: ticks.append((done, total)))
+    failed = [i for i, s in enumerate(out) if not s.ok]
+    assert failed == [3], [s.error for s in out]
+    assert re.search(r"rank3\.poison\.json\.gz: the process analysing it died 2 times", out[3].error)
+    assert out[5].ok and os.path.exists(job[5] + ".died")  # killed its first worker, analysed on the retry
+    assert [s.path for s in out] == job  # in the order of the paths
+    assert ticks[-1] == (8, 8) and [d for d, _ in ticks] == sorted(d for d, _ in ticks)
+    assert executors.multiprocessing.active_children() == []
+
+
+BLOCKING_CLI = """
+import os, sys, time
+import gpumagic.jobs.executors as ex
+MARKS = sys.argv[1]
+def block(path):  # a long analysis: says it started, then works until stopped
+    open(os.path.join(MARKS, str(os.getpid())), "w").close()
+    while True:
+        time.sleep(0.05)
+ex.summarize = block
+from gpumagic.shells.cli import run
+sys.argv = ["gpumagic", "analyze", *sys.argv[2:]]
+run()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_during_the_pool_exits_130_leaving_no_worker_and_no_output(job, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    out = tmp_path / "job.html"
+    script = tmp_path / "cli.py"
+    script.write_text(BLOCKING_CLI)
+    proc = subprocess.Popen([sys.executable, str(script), str(marks), *job[:4], "-j", "2", "--format", "html",
+                             "-o", str(out)], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": ROOT})
+    try:
+        deadline = time.monotonic() + 120  # a bound for a stuck start-up, not a measurement
+        while len(os.listdir(marks)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = [int(p) for p in os.listdir(marks)]
+        assert len(workers) == 2, proc.stderr.read() if proc.poll() is not None else "no worker started"
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert [pid for pid in workers if _alive(pid)] == []
+    assert not out.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".job.html")] == []
+
+
+def test_a_scheduler_without_workers_is_waited_on_for_a_bounded_time(job, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=0, processes=False, protocol="tcp", host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        address = cluster.scheduler_address
+        cli = subprocess.run([sys.executable, "-m", "gpumagic", "analyze", *job[:2], "--scheduler", address],
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": ROOT, executors.DASK_WAIT_ENV: "0.5"})
+        assert cli.returncode == 2, cli.stderr
+        assert cli.stderr.count("\n") == 1 and "Traceback" not in cli.stderr, cli.stderr
+        assert f"the Dask scheduler at {address} has no worker: waited 0.5 s" in cli.stderr
+        with distributed.Client(cluster) as client:  # and in the Python API, the same bound
+            with pytest.raises(executors.GpumagicError, match="waited 0.5 s"):
+                executors.run_dask(job[:2], client, wait_s=0.5)
+            monkeypatch.setenv(executors.DASK_WAIT_ENV, "0.5")
+            with pytest.raises(executors.GpumagicError, match="waited 0.5 s"):
+                analyze_job(job[:2], client=client)
+
+
+DASK_KILLER = textwrap.dedent('''
+    import os, signal
+    from gpumagic.jobs.summary import summarize
+    def killing_summarize(path):
+        if ".poison." in path:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return summarize(path)
+''')
+
+
+def test_a_dead_dask_worker_costs_only_its_rank(job, tmp_path, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    import dask
+
+    (tmp_path / "dask_killer.py").write_text(DASK_KILLER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), ROOT]))  # the worker processes import it
+    import dask_killer
+
+    monkeypatch.setattr(executors, "summarize", dask_killer.killing_summarize)
+    ranks = [p for p in job if ".flaky." not in p][:4]
+    assert any(".poison." in p for p in ranks)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                     dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        out = executors.run_dask(ranks, client, wait_s=60)
+    assert [s.ok for s in out] == [".poison." not in p for p in ranks], [s.error for s in out]
+    poisoned = next(s for s in out if not s.ok)
+    assert "KilledWorker" in poisoned.error
