@@ -17,6 +17,7 @@ import os
 import re
 import sqlite3
 import warnings
+from pathlib import Path
 
 import pytest
 from tracebuilder import DATA
@@ -183,7 +184,7 @@ def test_every_environment_read_goes_through_the_one_parser():
             if not name.endswith(".py") or name == "_env.py":
                 continue
             path = os.path.join(folder, name)
-            text = open(path, encoding="utf-8").read()
+            text = Path(path).read_text(encoding="utf-8")
             for m in re.finditer(r"os\.environ\.get\(([^)]*)\)|os\.getenv\(([^)]*)\)", text):
                 arg = m.group(1) or m.group(2)
                 if "HOME_ENV" not in arg and "JPY_SESSION_NAME" not in arg:
