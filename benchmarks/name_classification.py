@@ -39,7 +39,8 @@ DISTINCT = 300_000
 
 
 def build(folder: str) -> dict[str, str]:
-    doc = json.loads(gzip.open(REAL).read())
+    with gzip.open(REAL) as fh:
+        doc = json.loads(fh.read())
     kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
     paths = {"real": REAL}
     long_doc = copy.deepcopy(doc)
@@ -78,7 +79,7 @@ def json_mb(path: str) -> float:
 def timed(path: str) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "gpumagic", "analyze", "-j", "1", "--format", "json", "-o", os.devnull, path],
-                   check=True, env={**os.environ, "PYTHONPATH": ROOT})
+                   check=True, env={**os.environ, "PYTHONPATH": ROOT}, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 

@@ -94,14 +94,20 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
         return False
 
 
-def check_target(path: str | os.PathLike, protect: Iterable[str | os.PathLike] = ()) -> Path:
-    """``path`` as a Path, or :class:`WriteError` when it cannot be a file written by :func:`write_atomic`."""
-    if not str(path):
-        raise WriteError("the output path is empty")
+def refuse_inputs(path: str | os.PathLike, protect: Iterable[str | os.PathLike]) -> Path:
+    """``path`` as a Path; :class:`WriteError` when it is one of ``protect`` (see the module docstring)."""
     target = Path(path).expanduser()
     for p in _protected(protect):
         if same_file(target, p) or _same_name(target, p):
             raise WriteError(f"{target}: refusing to write over the input file {p}")
+    return target
+
+
+def check_target(path: str | os.PathLike, protect: Iterable[str | os.PathLike] = ()) -> Path:
+    """``path`` as a Path, or :class:`WriteError` when it cannot be a file written by :func:`write_atomic`."""
+    if not str(path):
+        raise WriteError("the output path is empty")
+    target = refuse_inputs(path, protect)
     if is_sink(target):
         if not os.access(target, os.W_OK):
             raise WriteError(f"cannot write {target}: permission denied")

@@ -88,8 +88,9 @@ class Job:
     def save_html(self, path):
         """Write :meth:`to_html` to ``path`` (all of it or nothing); returns the path."""
         from gpumagic._atomic import write_atomic
+        from gpumagic.tuning.history import kept_files
 
-        return write_atomic(path, self.to_html(), protect=[r.path for r in self.ranks])
+        return write_atomic(path, self.to_html(), protect=[r.path for r in self.ranks] + kept_files())
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         """Text and HTML for a notebook's output."""

@@ -171,9 +171,11 @@ def save_html(report: Report, path: str | os.PathLike[str]) -> Path:
     it cannot); returns the path written."""
     from gpumagic._atomic import check_target, write_atomic
     from gpumagic.render.html import html_document
+    from gpumagic.tuning.history import kept_files
 
-    check_target(path)  # before rendering: a bad path costs nothing
-    return write_atomic(path, html_document(report))
+    inputs = [getattr(report.trace, "source", "") or "", *kept_files()]  # the trace it came from, the history
+    check_target(path, inputs)  # before rendering: a bad path costs nothing
+    return write_atomic(path, html_document(report), protect=inputs)
 
 
 def widget(report: Report):

@@ -169,6 +169,16 @@ def notebook_name() -> str:
 
 
 def _options(options: dict[str, Any]) -> CaptureOptions:
+    save = options.get("save")
+    if isinstance(save, (str, os.PathLike)) and str(save).strip():  # the bundle never replaces the run history
+        from gpumagic._atomic import WriteError, refuse_inputs
+        from gpumagic.capture.errors import OptionsError
+        from gpumagic.tuning.history import kept_files
+
+        try:
+            refuse_inputs(save, kept_files())
+        except WriteError as exc:
+            raise OptionsError(f"save: {exc}") from None
     try:
         return CaptureOptions(**options)
     except TypeError:

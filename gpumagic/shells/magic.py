@@ -261,6 +261,7 @@ def _valued_options(parser) -> set[str]:
 
 
 def _capture_options(args) -> CaptureOptions:
+    _save_not_over_history(args.save)
     try:
         return CaptureOptions(
             label=args.label or "", skip=args.skip, steps=args.steps, all_steps=args.all_steps,
@@ -269,6 +270,19 @@ def _capture_options(args) -> CaptureOptions:
             flops=args.flops)
     except CaptureError as exc:
         raise UsageError(f"%gpuprofile: {exc}") from None
+
+
+def _save_not_over_history(save) -> None:
+    """``--save`` names a file the bundle replaces: never the run history (or its side files)."""
+    if not save:
+        return
+    from gpumagic._atomic import WriteError, refuse_inputs
+    from gpumagic.tuning.history import kept_files
+
+    try:
+        refuse_inputs(save, kept_files())
+    except (WriteError, OSError, ValueError) as exc:
+        raise UsageError(f"%gpuprofile --save: {exc}") from None
 
 
 def _baseline(label: str | None):

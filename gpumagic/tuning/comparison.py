@@ -180,9 +180,11 @@ class Comparison:
     def save_html(self, path: str | os.PathLike) -> Path:
         """Write :meth:`to_html` to ``path`` whole or not at all (:func:`gpumagic._atomic.write_atomic`)."""
         from gpumagic._atomic import check_target, write_atomic
+        from gpumagic.tuning.history import kept_files
 
-        check_target(path)
-        return write_atomic(path, self.to_html())
+        inputs = [getattr(r.trace, "source", "") or "" for r in (self.before, self.after)] + kept_files()
+        check_target(path, inputs)
+        return write_atomic(path, self.to_html(), protect=inputs)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         wanted = set(include) if include else {"text/plain", "text/html"}

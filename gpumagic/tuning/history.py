@@ -161,6 +161,13 @@ def history_home() -> Path | None:
     return Path(platformdirs.user_data_dir("gpumagic", appauthor=False))
 
 
+def kept_files() -> list[str]:
+    """What no output may replace, whatever it read: the history database, when storage is on
+    (:mod:`gpumagic._atomic` protects its ``-wal``/``-shm``/``-journal`` side files with it)."""
+    home = history_home()
+    return [] if home is None else [str(home / DB_NAME)]
+
+
 def keep_from_env() -> int:
     """How many runs to keep: ``GPUMAGIC_KEEP_RUNS`` (a whole number from 1 to :data:`MAX_KEEP`) or
     :data:`DEFAULT_KEEP`; a value that cannot be used gives one warning and the default."""

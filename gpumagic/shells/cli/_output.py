@@ -71,10 +71,9 @@ def error_line(exc: BaseException) -> str:
 def kept_files() -> list[str]:
     """What a user keeps that every ``-o`` must leave alone whatever the command read: the run
     history's database (its ``-wal``/``-shm``/``-journal`` side files follow in gpumagic._atomic)."""
-    from gpumagic.tuning.history import DB_NAME, history_home
+    from gpumagic.tuning.history import kept_files as history_files
 
-    home = history_home()
-    return [] if home is None else [str(home / DB_NAME)]
+    return history_files()
 
 
 def emit(produce: Callable[[], Any], fmt: str, output: str | None, what: str, protect: Iterable[str] = ()) -> int:
