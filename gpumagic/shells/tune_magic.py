@@ -46,7 +46,7 @@ class TunerMagics(Magics):
 
         args = parse_argstring(self.gputune, line)
         if args.output is not None:
-            from gpumagic.shells.magic import output_name_problem
+            from gpumagic.shells._names import output_name_problem
 
             problem = output_name_problem(args.output, self.shell.user_ns, getattr(self.shell, "user_ns_hidden", None))
             if problem is not None:
