@@ -120,3 +120,16 @@ def test_the_null_device_is_an_output(tmp_path, capsys, db):
         assert main(["analyze", BERT, "-o", "/dev/full"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "/dev/full" in err
+
+
+def test_python_writers_never_replace_their_input_or_the_history(db, tmp_path, report):
+    trace = shutil.copy(BERT, tmp_path / "t.json.gz")
+    old = trace.read_bytes(), db.read_bytes()
+    fresh = gpumagic.analyze(trace)
+    for write in (lambda p: fresh.save_html(p), lambda p: gpumagic.compare(fresh, report).save_html(p)):
+        for target in (trace, db, str(db) + "-wal"):
+            with pytest.raises(WriteError, match="refusing to write over the input file"):
+                write(target)
+    with pytest.raises(Exception, match="refusing to write over the input file"):
+        gpumagic.profile(save=str(db) + "-shm")
+    assert (trace.read_bytes(), db.read_bytes()) == old
