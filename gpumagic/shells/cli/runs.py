@@ -4,8 +4,12 @@
 - ``show RUN [--format text|json|html] [-o FILE]``: one run's report;
 - ``compare A B [--format ...] [-o FILE]``: what changed between two runs (or trace files);
 - ``rm RUN [--yes]``: ``r<id>`` or ``LABEL@N`` removes one run, a plain label all of its runs (after
-  saying how many, and asking when standard input is a terminal; ``--yes`` skips the question);
-- ``export [-o FILE]``: every run as JSON lines, oldest first, the home folder written ``~``.
+  listing each run it names, and asking when standard input is a terminal; ``--yes`` skips the
+  question); an empty RUN is refused, never "every unlabelled run";
+- ``export [-o FILE]``: every run as JSON lines, oldest first, the home folder written ``~`` (in
+  keys and free text too).
+
+Every ``-o`` is written atomically and never over the history database or a trace it read.
 
 A run is named as everywhere else: ``LABEL`` (its latest run), ``LABEL@N`` (N-th most recent), ``r<id>``.
 """
