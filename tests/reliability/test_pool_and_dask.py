@@ -10,6 +10,7 @@ on timing.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -140,31 +141,38 @@ def test_a_scheduler_without_workers_is_waited_on_for_a_bounded_time(job, monkey
 
 
 DASK_KILLER = textwrap.dedent('''
-    import os, signal
+    import json, os, signal, sys
     from gpumagic.jobs.summary import summarize
+
     def killing_summarize(path):
         if ".poison." in path:
             os.kill(os.getpid(), signal.SIGKILL)
         return summarize(path)
+
+    if __name__ == "__main__":
+        import dask
+        import distributed
+        import dask_killer
+        from gpumagic.jobs import executors
+
+        executors.summarize = dask_killer.killing_summarize  # by reference: the workers import it too
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \\
+                distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                         dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+            out = executors.run_dask(sys.argv[1:], client, wait_s=60)
+        print(json.dumps([[s.ok, s.error] for s in out]))
 ''')
 
 
-def test_a_dead_dask_worker_costs_only_its_rank(job, tmp_path, monkeypatch):
-    distributed = pytest.importorskip("distributed")
-    import dask
-
+def test_a_dead_dask_worker_costs_only_its_rank(job, tmp_path):
+    """In a process of its own: a Dask cluster's processes (and multiprocessing's helpers) end with it."""
+    pytest.importorskip("distributed")
     (tmp_path / "dask_killer.py").write_text(DASK_KILLER)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), ROOT]))  # the worker processes import it
-    import dask_killer
-
-    monkeypatch.setattr(executors, "summarize", dask_killer.killing_summarize)
     ranks = [p for p in job if ".flaky." not in p][:4]
     assert any(".poison." in p for p in ranks)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
-            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                     dashboard_address=None) as cluster, distributed.Client(cluster) as client:
-        out = executors.run_dask(ranks, client, wait_s=60)
-    assert [s.ok for s in out] == [".poison." not in p for p in ranks], [s.error for s in out]
-    poisoned = next(s for s in out if not s.ok)
-    assert "KilledWorker" in poisoned.error
+    proc = subprocess.run([sys.executable, str(tmp_path / "dask_killer.py"), *ranks], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [ok for ok, _ in out] == [".poison." not in p for p in ranks], out
+    assert any("KilledWorker" in (error or "") for ok, error in out if not ok), out
