@@ -176,3 +176,24 @@ def test_a_dead_dask_worker_costs_only_its_rank(job, tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [ok for ok, _ in out] == [".poison." not in p for p in ranks], out
     assert any("KilledWorker" in (error or "") for ok, error in out if not ok), out
+
+
+def test_a_cluster_that_lost_every_worker_is_given_up_on_after_the_bound():
+    """Mid-job, a cluster whose workers all died (the scheduler reports none) is waited on for
+    ``wait_s``, then named in one sentence; a worker coming back resets the wait."""
+
+    class Cluster:
+        def __init__(self):
+            self.workers = {}
+
+        def scheduler_info(self):
+            return {"workers": self.workers}
+
+    cluster = Cluster()
+    since = executors._still_no_worker(cluster, None, 0.0, "tcp://127.0.0.1:1", 3)
+    assert since is not None
+    cluster.workers = {"tcp://w": {}}
+    assert executors._still_no_worker(cluster, since, 0.0, "tcp://127.0.0.1:1", 3) is None
+    cluster.workers = {}
+    with pytest.raises(executors.GpumagicError, match=r"at tcp://127\.0\.0\.1:1 has had no worker for 0 s with 3 rank"):
+        executors._still_no_worker(cluster, since - 1.0, 0.0, "tcp://127.0.0.1:1", 3)
