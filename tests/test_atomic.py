@@ -35,8 +35,9 @@ def test_refuses_the_input_also_through_a_link(tmp_path):
 
 @pytest.mark.parametrize("case", ["missing folder", "directory", "empty", "not writable", "not regular"])
 def test_refused_targets_are_one_sentence(tmp_path, case):
+    os.mkfifo(tmp_path / "fifo")  # a FIFO would block the writer; a character device such as /dev/null is a sink
     target = {"missing folder": tmp_path / "nope" / "x.html", "directory": tmp_path, "empty": "",
-              "not writable": "/proc/x.html", "not regular": "/dev/null"}[case]
+              "not writable": "/proc/x.html", "not regular": tmp_path / "fifo"}[case]
     with pytest.raises(WriteError) as err:
         write_atomic(target, "x")
     assert "\n" not in str(err.value)

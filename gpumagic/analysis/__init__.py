@@ -8,6 +8,7 @@ from typing import Any
 from gpumagic.analysis import metrics as _metrics
 from gpumagic.analysis.context import build_context
 from gpumagic.analysis.gains import apportion
+from gpumagic.analysis.names import long_names_note
 from gpumagic.analysis.rules import CAUSE_RULES, RESIDUAL_RULE
 from gpumagic.report.model import Report, sort_findings
 from gpumagic.trace import Trace, load
@@ -33,6 +34,7 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
         notes.append("No GPU activity in the trace: CPU activity only.")
     if ctx.window_source == "trace":
         notes.append("No ProfilerStep# markers: the window is the whole trace.")
+    notes += filter(None, [long_names_note(trace.names)])  # names past MAX_NAME_CHARS: classified on a prefix
     return Report(metrics=metrics, findings=sort_findings(findings), notes=notes, trace=trace,
                   label=label or str(trace.meta.get("label") or ""), combined_gain=combined)
 

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpumagic._atomic import WriteError, write_atomic
+from gpumagic._atomic import WriteError, is_sink, write_atomic
 from gpumagic._atomic import check_target as check_write_target
 
 BUNDLE_FORMAT = 1
@@ -113,6 +113,8 @@ def check_target(path: str | os.PathLike) -> Path:
     """
     try:
         target = check_write_target(path)
+        if is_sink(target):  # /dev/null: nothing to create in its folder
+            return target
         fd, probe = tempfile.mkstemp(prefix=".gpumagic-probe-", dir=target.parent)
     except WriteError as exc:
         raise ValueError(str(exc)) from None

@@ -47,6 +47,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from gpumagic.errors import exception_text
 from gpumagic.tuning.tuner import TuneConfig, TuneResult, TuneRow
 
 #: Batches in the short epoch after which ``restart_s`` is timed (enough for the workers to have
@@ -253,7 +254,7 @@ def _pickling_problems(base: dict[str, Any], interactive: bool) -> list[str]:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    text = exception_text(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
 

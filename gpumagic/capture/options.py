@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from gpumagic.capture.errors import OptionsError
+from gpumagic.report.labels import label_problem
 
 #: Optimizer steps left unrecorded at the start: the first step pays one-off costs (lazy
 #: allocation, cuDNN autotuning, compilation) that say nothing about the steady state.
@@ -21,6 +22,14 @@ DEFAULT_MAX_SECONDS = 5.0
 DEFAULT_INTERVAL_MS = 100
 #: Below this the samplers would mostly measure themselves.
 MIN_INTERVAL_MS = 10
+#: The longest sampling period: one hour. Waits beyond ``threading.TIMEOUT_MAX`` raise
+#: OverflowError on a sampler thread, and a period longer than any cell records nothing anyway.
+MAX_INTERVAL_MS = 3_600_000
+#: The longest recording cap: 30 days, far inside what ``threading`` waits accept
+#: (``threading.TIMEOUT_MAX``, about 292 years on Linux, is the platform's own limit).
+MAX_SECONDS_LIMIT = 30 * 86_400.0
+#: The largest step counts accepted (``skip``, ``steps``): more than any training run has.
+MAX_COUNT = 10**12
 
 
 @dataclass(frozen=True)
@@ -52,15 +61,17 @@ class CaptureOptions:
     def __post_init__(self) -> None:
         _check_int("skip", self.skip, 0)
         _check_int("steps", self.steps, 1)
-        _check_int("interval_ms", self.interval_ms, MIN_INTERVAL_MS)
+        _check_int("interval_ms", self.interval_ms, MIN_INTERVAL_MS, MAX_INTERVAL_MS)
         if self.max_seconds is not None:
             ok = isinstance(self.max_seconds, (int, float)) and not isinstance(self.max_seconds, bool)
-            if not ok or not math.isfinite(self.max_seconds) or self.max_seconds <= 0:
-                raise OptionsError(f"max_seconds must be a positive number of seconds, not {self.max_seconds!r}")
+            if not ok or not math.isfinite(self.max_seconds) or not 0 < self.max_seconds <= MAX_SECONDS_LIMIT:
+                raise OptionsError(f"max_seconds must be a positive number of seconds up to {MAX_SECONDS_LIMIT:g} "
+                                   f"(use all_steps / --all for no cap), not {self.max_seconds!r}")
         if self.save is not None and (not isinstance(self.save, (str, os.PathLike)) or not str(self.save).strip()):
             raise OptionsError(f"save needs a file name such as run.json.gz, not {self.save!r}")
-        if not isinstance(self.label, str):
-            raise OptionsError(f"label must be a string, not {type(self.label).__name__}")
+        problem = label_problem(self.label)
+        if problem is not None:  # refused before anything runs: the label is stored after the code ran
+            raise OptionsError(problem)
 
     @property
     def cap_seconds(self) -> float | None:
@@ -95,6 +106,11 @@ class CaptureOptions:
         }
 
 
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise OptionsError(f"{name} must be an integer >= {minimum}, not {value!r}")
+def _check_int(name: str, value: object, minimum: int, maximum: int = MAX_COUNT) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise OptionsError(f"{name} must be an integer >= {minimum} and <= {maximum}, not {_short(value)}")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"

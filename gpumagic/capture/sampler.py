@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any
 
+from gpumagic.errors import exception_text
+
 #: Every gpumagic thread's name starts with this (the test fixtures look for it).
 THREAD_PREFIX = "gpumagic-"
 #: Fields whose value could not be read hold this (all sampled quantities are >= 0).
@@ -62,7 +64,7 @@ class PeriodicSampler:
         try:
             self.rows.extend(self.read(time.time_ns()))
         except Exception as exc:  # reported as a note by the capture, never raised into the cell
-            self.error = f"{type(exc).__name__}: {exc}"
+            self.error = f"{type(exc).__name__}: {exception_text(exc)}"
 
     def columns(self) -> dict[str, list]:
         """The rows as columns; a field absent from some rows is filled with :data:`MISSING`.

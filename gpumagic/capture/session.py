@@ -30,6 +30,7 @@ from gpumagic.capture.options import CaptureOptions
 from gpumagic.capture.recorder import TorchRecorder, profiler_active
 from gpumagic.capture.run import Run
 from gpumagic.capture.steps import OptimizerStepHook, StepAction, marker_name, step_action
+from gpumagic.errors import exception_text
 
 NO_CUDA_NOTE = "no CUDA device: CPU activity only"
 TAKEN_OVER_NOTE = ("A torch.profiler in the cell took over the profiler; nothing was recorded "
@@ -392,5 +393,5 @@ def finish_after(session: CaptureSession, error: BaseException | None) -> Run:
     except BaseException as exc:  # an interrupt too: the code's own error is what the user sees
         if error is None:
             raise
-        print(f"gpumagic: the partial report could not be built ({type(exc).__name__}: {exc})", file=sys.stderr)
+        print(f"gpumagic: the partial report could not be built ({type(exc).__name__}: {exception_text(exc)})", file=sys.stderr)
         return session.run

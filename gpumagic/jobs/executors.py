@@ -2,8 +2,8 @@
 
 Each runs :func:`~gpumagic.jobs.summary.summarize` once per rank file and returns the summaries in
 the order of the paths; ``progress(done, total)`` is called after each one. A rank whose analysis
-fails — a bad file, an unexpected error in its analysis, or the process analysing it dying — comes
-back as a summary with ``error`` set (naming the file and the exception), and the others go on: one
+fails — a bad file, an unexpected error in its analysis, or its analysis killing the process
+analysing it twice — comes back as a summary with ``error`` set (naming the file and the exception), and the others go on: one
 odd file among a thousand ranks must not cost the job report.
 
 - :func:`run_local` with ``processes=1`` analyses the ranks one after another here; with more, in a
@@ -17,13 +17,17 @@ odd file among a thousand ranks must not cost the job report.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 
+from gpumagic.errors import GpumagicError, exception_text
 from gpumagic.jobs.summary import RankSummary, failed, summarize
 
 Progress = Callable[[int, int], None]
@@ -36,7 +40,7 @@ def _tick(progress: Progress | None, done: int, total: int) -> None:
 
 def crashed(path: str, exc: BaseException) -> RankSummary:
     """The summary of a rank whose analysis raised something other than a bad-input error."""
-    return failed(path, f"{path}: its analysis failed ({type(exc).__name__}: {exc})")
+    return failed(path, f"{path}: its analysis failed ({type(exc).__name__}: {exception_text(exc)})")
 
 
 def _summarize_here(path: str) -> RankSummary:
@@ -46,8 +50,23 @@ def _summarize_here(path: str) -> RankSummary:
         return crashed(path, exc)
 
 
+#: A rank is reported failed when the process analysing it died this many times: once among
+#: others (which rank killed the pool is unknown), once more analysed alone.
+DEATHS_TO_FAIL = 2
+#: Rounds in a row in which the pool died with no rank running (killed from outside) before the
+#: ranks left are reported failed rather than tried again.
+MAX_EMPTY_BREAKS = 3
+
+
 def run_local(paths: Sequence[str], processes: int, progress: Progress | None = None) -> list[RankSummary]:
-    """Analyse ``paths`` with ``processes`` processes (1: in this process)."""
+    """Analyse ``paths`` with ``processes`` processes (1: in this process).
+
+    A worker that dies (the out-of-memory killer, a crash in a native library, a ``kill``) costs
+    at most the rank it was on: every rank it had not finished goes to a fresh pool; the ranks
+    that were running when it died are then analysed one at a time in a pool of one, so that a
+    second death names its rank, which alone is reported failed. Ctrl-C stops and reaps every
+    worker (they ignore SIGINT, so the terminal shows no traceback of theirs) and re-raises.
+    """
     total = len(paths)
     if processes <= 1 or total <= 1:
         out = []
@@ -55,28 +74,93 @@ def run_local(paths: Sequence[str], processes: int, progress: Progress | None = 
             out.append(_summarize_here(p))
             _tick(progress, i + 1, total)
         return out
+    results: dict[int, RankSummary] = {}
+    todo = list(range(total))
+    empty_breaks = 0
+    while todo:
+        todo, running = _pool_round(paths, todo, processes, results, progress)
+        if running is None:  # the pool did not die: todo is empty
+            break
+        if not running:
+            empty_breaks += 1
+            if empty_breaks >= MAX_EMPTY_BREAKS:
+                for i in todo:
+                    results[i] = failed(paths[i], f"{paths[i]}: not analysed: the process pool kept dying")
+                _tick(progress, len(results), total)
+                break
+            continue
+        empty_breaks = 0
+        todo = [i for i in todo if i not in running]
+        for i in running:  # one at a time: a death now is this rank's own
+            _, died = _pool_round(paths, [i], 1, results, progress)
+            if i in results:
+                continue
+            if died:
+                results[i] = failed(paths[i], f"{paths[i]}: the process analysing it died {DEATHS_TO_FAIL} times "
+                                              "(out of memory?)")
+                _tick(progress, len(results), total)
+            else:  # its process died before it began: with the others again
+                todo.append(i)
+    return [results[i] for i in range(total)]
+
+
+#: Set in each worker by :func:`_worker_start`: one flag per rank, raised when its analysis begins.
+_started = None
+
+
+def _worker_start(started) -> None:
+    """In each pool worker: Ctrl-C is the parent's to handle (it stops the workers), so a worker
+    ignores SIGINT and never prints a KeyboardInterrupt traceback of its own."""
+    global _started
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _started = started
+
+
+def _summarize_rank(index: int, path: str) -> RankSummary:
+    _started[index] = 1
+    return summarize(path)
+
+
+def _pool_round(paths: Sequence[str], indices: list[int], processes: int, results: dict[int, RankSummary],
+                progress: Progress | None) -> tuple[list[int], list[int] | None]:
+    """Analyse ``indices`` in one process pool. Returns the ranks left unfinished and, when a
+    worker died, those that had started (None when the pool lived to the end)."""
     # fork on Linux, as gpumagic.trace.pieces does: the workers start at once and never re-import the
     # caller's __main__ (a script without an ``if __name__ == "__main__":`` guard would otherwise
     # run again in every worker under spawn or forkserver)
-    method = "fork" if sys.platform.startswith("linux") else "spawn"
-    results: dict[int, RankSummary] = {}
-    with ProcessPoolExecutor(max_workers=min(processes, total), mp_context=multiprocessing.get_context(method)) as pool:
-        futures = {pool.submit(summarize, p): i for i, p in enumerate(paths)}
-        try:
-            for fut in as_completed(futures):
-                i = futures[fut]
-                exc = fut.exception()
-                if isinstance(exc, BrokenProcessPool):
-                    results[i] = failed(paths[i], f"{paths[i]}: the process analysing it died (out of memory?)")
-                elif exc is not None:
-                    results[i] = crashed(paths[i], exc)
-                else:
-                    results[i] = fut.result()
-                _tick(progress, len(results), total)
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-    return [results[i] for i in range(total)]
+    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    started = context.RawArray("b", len(paths))
+    pool = ProcessPoolExecutor(max_workers=min(processes, len(indices)), mp_context=context,
+                               initializer=_worker_start, initargs=(started,))
+    broken = False
+    try:
+        futures = {pool.submit(_summarize_rank, i, paths[i]): i for i in indices}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            exc = fut.exception()
+            if isinstance(exc, BrokenProcessPool):
+                broken = True
+                continue
+            results[i] = crashed(paths[i], exc) if exc is not None else fut.result()
+            _tick(progress, len(results), len(paths))
+    except BaseException:  # Ctrl-C: stop every worker now, leave no process behind
+        _kill_workers(pool)
+        raise
+    pool.shutdown(wait=True)
+    left = [i for i in indices if i not in results]
+    return left, ([i for i in left if started[i]] if broken else None)
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    # The executor has no public way to stop running calls; its worker processes are in _processes
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in processes:
+        with contextlib.suppress(Exception):
+            proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        with contextlib.suppress(Exception):
+            proc.join(5)
 
 
 def for_workers(path: str) -> str:
@@ -85,20 +169,80 @@ def for_workers(path: str) -> str:
     return path if "://" in path else os.path.abspath(path)
 
 
-def run_dask(paths: Sequence[str], client, progress: Progress | None = None) -> list[RankSummary]:
-    """Analyse ``paths`` on the workers of ``client`` (a ``distributed.Client``)."""
+#: Environment variable: how long (seconds) a Dask job waits while its cluster has no worker.
+DASK_WAIT_ENV = "GPUMAGIC_DASK_WAIT_S"
+#: Default of :data:`DASK_WAIT_ENV`: time for a cluster's workers to start (or be replaced).
+DEFAULT_DASK_WAIT_S = 60.0
+#: How often the cluster's workers are counted while no rank finishes (seconds).
+_POLL_S = 0.2
+
+
+def dask_wait_s() -> float:
+    """How long a Dask job waits with no worker: :data:`DASK_WAIT_ENV` or :data:`DEFAULT_DASK_WAIT_S`."""
+    from gpumagic._env import env_float
+
+    return env_float(DASK_WAIT_ENV, DEFAULT_DASK_WAIT_S, minimum=0.1, maximum=86_400, what="seconds")
+
+
+def run_dask(paths: Sequence[str], client, progress: Progress | None = None, *,
+             wait_s: float | None = None) -> list[RankSummary]:
+    """Analyse ``paths`` on the workers of ``client`` (a ``distributed.Client``).
+
+    A worker that dies costs at most the rank it was on: the scheduler gives its tasks to the
+    other workers, and a task that killed ``distributed.scheduler.allowed-failures`` workers
+    comes back as this rank's error. A cluster with no worker at the start, or whose workers all
+    died, is waited on for ``wait_s`` seconds (default :func:`dask_wait_s`), then a
+    :class:`~gpumagic.errors.GpumagicError` names the scheduler and the wait.
+    """
     from distributed import as_completed as dask_completed
 
+    wait_s = dask_wait_s() if wait_s is None else wait_s
+    address = getattr(getattr(client, "scheduler", None), "address", None) or "the Dask cluster"
+    try:
+        client.wait_for_workers(1, timeout=wait_s)
+    except (TimeoutError, OSError) as exc:
+        raise GpumagicError(f"the Dask scheduler at {address} has no worker: waited {wait_s:g} s for one "
+                            f"({type(exc).__name__}); start workers (dask worker {address}) or set {DASK_WAIT_ENV}") from None
     targets = [for_workers(p) for p in paths]
     futures = client.map(summarize, targets, pure=False)
     index = {f.key: i for i, f in enumerate(futures)}
     results: dict[int, RankSummary] = {}
-    for fut in dask_completed(futures):
-        i = index[fut.key]
-        if fut.status == "error":  # the worker raised or died: say so for this rank, keep the others
-            results[i] = crashed(paths[i], fut.exception())
-        else:
-            results[i] = fut.result()
-        fut.release()
-        _tick(progress, len(results), len(paths))
+    pending = dask_completed(futures)
+    no_worker_since: float | None = None
+    try:
+        while not pending.is_empty():
+            batch = pending.next_batch(block=False) if pending.has_ready() else []
+            if not batch:
+                no_worker_since = _still_no_worker(client, no_worker_since, wait_s, address, len(paths) - len(results))
+                time.sleep(_POLL_S)
+                continue
+            no_worker_since = None
+            for fut in batch:
+                i = index[fut.key]
+                if fut.status == "error":  # the worker raised or died: say so for this rank, keep the others
+                    results[i] = crashed(paths[i], fut.exception())
+                else:
+                    results[i] = fut.result()
+                fut.release()
+                _tick(progress, len(results), len(paths))
+    except BaseException:
+        with contextlib.suppress(Exception):
+            client.cancel(futures)
+        raise
     return [results[i] for i in range(len(paths))]
+
+
+def _still_no_worker(client, since: float | None, wait_s: float, address: str, left: int) -> float | None:
+    """None while the cluster has workers; else when it lost its last one. GpumagicError past ``wait_s``."""
+    try:
+        workers = client.scheduler_info().get("workers") or {}
+    except Exception:  # the scheduler itself went away: the same as no worker
+        workers = {}
+    if workers:
+        return None
+    now = time.monotonic()
+    since = now if since is None else since
+    if now - since > wait_s:
+        raise GpumagicError(f"the Dask scheduler at {address} has had no worker for {wait_s:g} s with {left} rank(s) "
+                            f"left; start workers (dask worker {address}) or set {DASK_WAIT_ENV}")
+    return since

@@ -89,7 +89,7 @@ class Job(Viewable):
         return view("job", "text")(self, width=width)
 
     def _protected_paths(self) -> list[str]:
-        return [r.path for r in self.ranks if "://" not in r.path]  # the rank files (local ones)
+        return [r.path for r in self.ranks]  # the rank files (URLs resolved as the readers resolve them)
 
     def __repr__(self) -> str:
         return (f"<gpumagic Job: {len(self.analysed)} of {len(self.ranks)} ranks analysed, "

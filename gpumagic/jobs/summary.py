@@ -111,10 +111,12 @@ def summarize(path: str) -> RankSummary:
 
 
 def _load(path: str):
+    from gpumagic._atomic import local_path
     from gpumagic.trace.kineto import from_bytes, load
 
-    if "://" not in path or path.startswith("file://"):
-        return load(path.removeprefix("file://"))
+    local = local_path(path)  # the same resolution that keeps outputs off inputs (gpumagic._atomic)
+    if local is not None:
+        return load(local)
     try:
         import fsspec
     except ImportError:

@@ -161,7 +161,9 @@ def _ipython_shell() -> Any:
 
 def widgets_live() -> bool:
     """True inside a live Jupyter kernel with ipywidgets importable and not switched off."""
-    if os.environ.get(WIDGETS_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    from gpumagic._env import env_flag
+
+    if not env_flag(WIDGETS_ENV, True):
         return False
     if getattr(_ipython_shell(), "kernel", None) is None:
         return False

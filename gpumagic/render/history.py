@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from gpumagic.render._format import MISSING, fmt_ms, fmt_pct
 from gpumagic.render.page import document, png_data_uri, wrap
 from gpumagic.render.palette import BLUE, ORANGE
+from gpumagic.render.terminal import printable, printable_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -32,8 +33,9 @@ def table(history: History) -> list[tuple[str, ...]]:
 
 
 def _row(r: StoredRun) -> tuple[str, ...]:
-    return (r.ref, r.label or "-", r.when, r.device or MISSING, fmt_ms(r.median_step_ms), fmt_pct(r.gpu_busy_frac),
-            r.top_finding or "-")
+    """Labels and device names come from users and trace files: cleaned for a terminal (and HTML)."""
+    return (r.ref, printable(r.label) or "-", r.when, printable(r.device) or MISSING, fmt_ms(r.median_step_ms),
+            fmt_pct(r.gpu_busy_frac), printable(r.top_finding) or "-")
 
 
 def _cut(text: str, width: int) -> str:
@@ -42,7 +44,7 @@ def _cut(text: str, width: int) -> str:
 
 def render_text(history: History) -> str:
     """The table as aligned plain text (label and device cut to a readable width)."""
-    where = history.where or "memory (GPUMAGIC_HOME is empty: storage is off)"
+    where = printable(history.where or "memory (GPUMAGIC_HOME is empty: storage is off)")
     if not history.runs:
         return f"gpumagic run history ({where}): no runs yet. Profile a cell with %%gpuprofile [--label NAME].\n"
     rows = [TABLE_HEADER] + [(a, _cut(b, LABEL_CHARS), c, _cut(d, DEVICE_CHARS), e, f, g)
@@ -53,7 +55,7 @@ def render_text(history: History) -> str:
     for r in rows:
         cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
         lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines) + "\n"
+    return printable_lines("\n".join(lines)) + "\n"
 
 
 def render_html(history: History) -> str:
@@ -70,7 +72,7 @@ def render_html(history: History) -> str:
 
         plot = (f'<img class="gm-figure" style="max-width:720px" alt="median step time and GPU busy per run" '
                 f'src="{png_data_uri(figure_png(fig))}">')
-    where = escape(history.where or "memory")
+    where = escape(printable(history.where or "memory"))
     inner = (f"<h2>Run history</h2><p>{len(history.runs)} run(s) in <code>{where}</code>. Name a run by label, "
              f"<code>LABEL@N</code> or id in <code>--compare</code> and <code>gpumagic.compare()</code>.</p>{plot}"
              f'<table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')

@@ -12,6 +12,7 @@ from gpumagic.render._format import MISSING, fmt_gain, fmt_ms, fmt_pct, severity
 from gpumagic.render.html import finding_body_html
 from gpumagic.render.page import wrap
 from gpumagic.render.palette import BLUE, PALE_GREY, PURPLE, VERMILLION
+from gpumagic.render.terminal import printable, printable_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.jobs.findings import JobFinding
@@ -28,7 +29,7 @@ LABELLED_RANKS = 64
 def title(job: Job) -> str:
     n, total = len(job.analysed), len(job.ranks)
     ranks = f"{total} ranks" if n == total else f"{n} of {total} ranks analysed"
-    label = f"{job.label}: " if job.label else ""
+    label = f"{printable(job.label)}: " if job.label else ""
     return f"gpumagic job: {label}{ranks} (world size {job.world_size}), median step {fmt_ms(job.step_median_ms)}"
 
 
@@ -51,7 +52,7 @@ def _rank_label(r: RankSummary, stragglers: list[int]) -> str:
 def rank_row(r: RankSummary, stragglers: list[int]) -> tuple[str, ...]:
     if not r.ok:
         return (_rank_label(r, stragglers), "failed", MISSING, MISSING, MISSING, MISSING, MISSING, MISSING)
-    return (_rank_label(r, stragglers), r.device or MISSING, fmt_ms(r.step_median_ms), fmt_ms(r.step_p90_ms),
+    return (_rank_label(r, stragglers), printable(r.device) or MISSING, fmt_ms(r.step_median_ms), fmt_ms(r.step_p90_ms),
             fmt_pct(r.gpu_busy_frac), fmt_ms(r.comm_ms), fmt_ms(r.comm_exposed_ms), r.top_finding or "none")
 
 
@@ -92,7 +93,7 @@ def render_text(job: Job, width: int = 100) -> str:
         lines.append("  (* straggler)")
     if job.errors:
         lines += ["", "Ranks that could not be analysed"]
-        lines += [f"  rank {'?' if r.rank is None else r.rank}: {r.error}" for r in job.errors]
+        lines += [f"  rank {'?' if r.rank is None else r.rank}: {printable(r.error)}" for r in job.errors]
     job_level = [f for f in job.findings if f.scope == "job"]
     common = [f for f in job.findings if f.scope == "common"]
     n = len(job.analysed)
@@ -105,9 +106,11 @@ def render_text(job: Job, width: int = 100) -> str:
         lines += [f"  {d['id']}: rank{'s' if len(d['ranks']) != 1 else ''} {', '.join(map(str, d['ranks']))}"
                   for d in job.other_findings]
     if job.notes:
-        lines += ["", "Notes"] + [x for n in job.notes for x in textwrap.wrap(n, width, initial_indent="  - ", subsequent_indent="    ")]
+        lines += ["", "Notes"] + [x for n in map(printable, job.notes)
+                                  for x in textwrap.wrap(n, width, initial_indent="  - ", subsequent_indent="    ")]
     lines += ["", "Details of one rank: gpumagic analyze <its trace file>"]
-    return "\n".join(lines) + "\n"
+    # rank file names, device names and labels come from files and users: no escape code reaches a terminal
+    return printable_lines("\n".join(lines)) + "\n"
 
 
 # -- HTML -----------------------------------------------------------------------------------------
@@ -135,7 +138,8 @@ def rank_chart_svg(job: Job) -> str:
             name = f"rank {'?' if r.rank is None else r.rank}"
             parts.append(f'<text x="{left - 6}" y="{y + h - 2}" text-anchor="end">{escape(name)}</text>')
         if not r.ok:
-            parts.append(f'<rect x="{left}" y="{y}" width="6" height="{h}" fill="{PALE_GREY}"><title>{escape(r.error or "")}</title></rect>')
+            error = escape(printable(r.error or ""))
+            parts.append(f'<rect x="{left}" y="{y}" width="6" height="{h}" fill="{PALE_GREY}"><title>{error}</title></rect>')
             continue
         w = bar_w * (r.step_median_ms or 0.0) / longest
         comm = min(w, bar_w * (r.comm_exposed_ms or 0.0) / max(len(r.steps), 1) / longest) if r.steps else 0.0
@@ -172,7 +176,7 @@ def _table_html(job: Job) -> str:
         cls = ' class="gm-straggler"' if r.rank in job.stragglers else ""
         tds = "".join(f'<td class="gm-num">{escape(c)}</td>' if i in (0, 2, 3, 4, 5, 6) else f"<td>{escape(c)}</td>"
                       for i, c in enumerate(cells))
-        body.append(f'<tr{cls} title="{escape(r.path, quote=True)}">{tds}</tr>')
+        body.append(f'<tr{cls} title="{escape(printable(r.path), quote=True)}">{tds}</tr>')
     return f'<table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
@@ -191,10 +195,10 @@ def _findings_html(job: Job) -> str:
 
 def render_fragment(job: Job) -> str:
     """The job as one scoped ``<div>`` (the notebook's ``text/html``)."""
-    errors = "".join(f"<li>rank {'?' if r.rank is None else r.rank}: {escape(r.error or '')}</li>" for r in job.errors)
+    errors = "".join(f"<li>rank {'?' if r.rank is None else r.rank}: {escape(printable(r.error or ''))}</li>" for r in job.errors)
     others = "".join(f"<li><b>{escape(d['id'])}</b>: ranks {escape(', '.join(map(str, d['ranks'])))}</li>"
                      for d in job.other_findings)
-    notes = "".join(f"<li>{escape(x)}</li>" for x in job.notes)
+    notes = "".join(f"<li>{escape(printable(x))}</li>" for x in job.notes)
     inner = (f"<style>{EXTRA_CSS}</style><h2>{escape(title(job))}</h2>{_tiles(job)}"
              f'<div class="gm-top">{escape(straggler_line(job))}</div>'
              f"<h3>Median step per rank</h3>{rank_chart_svg(job)}"

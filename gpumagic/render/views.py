@@ -43,6 +43,7 @@ VIEWS: dict[tuple[str, str], str] = {
     ("history", "fragment"): "gpumagic.render.history:render_html",
     ("history", "figure"): "gpumagic.render.history:figure",
     ("display", "mime_types"): "gpumagic.render.display:shown_mimes",
+    ("outputs", "kept_files"): "gpumagic.tuning.history:kept_files",
 }
 
 

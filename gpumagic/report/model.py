@@ -107,6 +107,11 @@ class Report(Viewable):
 
     _view_kind: ClassVar[str] = "report"
 
+    def _protected_paths(self) -> list[str]:
+        """The trace this report was made from: :meth:`save_html` never writes over it."""
+        source = "" if self.trace is None else getattr(self.trace, "source", "")
+        return [source] if source else []
+
     def finding(self, finding_id: str) -> Finding | None:
         for f in self.findings:
             if f.id == finding_id:

@@ -106,7 +106,9 @@ class Viewable:
         (:func:`gpumagic._atomic.write_atomic`); returns the path written."""
         from gpumagic._atomic import check_target, write_atomic
 
-        protect = self._protected_paths()
+        # its own inputs, and what no output may replace whatever it read (the run history, asked
+        # of the layer that keeps it through the same hook as the views)
+        protect = [*self._protected_paths(), *view("outputs", "kept_files")()]
         check_target(path, protect)  # before rendering: a bad path costs nothing
         return write_atomic(path, self.to_html(), protect=protect)
 

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from gpumagic.capture import CaptureError, CaptureOptions, CaptureSession, Run
 from gpumagic.capture.session import finish_after
+from gpumagic.errors import exception_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -125,12 +126,16 @@ class profile:
         return wrapper  # type: ignore[return-value]
 
 
-def record_run(run: Run, *, source: str, report: Any = None) -> None:
-    """Put a completed run into the run history (:mod:`gpumagic.tuning.runs`).
+def record_run(run: Run, *, source: str, report: Any = None, warn: bool = True) -> str | None:
+    """Put a completed run into the run history (:mod:`gpumagic.tuning.runs`); returns None, or
+    why the run was not stored.
 
     Stored: the report (``report`` when given, else the run's), the capture options, the
-    notebook's name when the frontend exposes it, the ``--save`` bundle's path. A history that
-    cannot be written costs the run nothing: a warning says why and the report is still shown.
+    notebook's name when the frontend exposes it, the ``--save`` bundle's path. Recording comes
+    after the profiled code ran, so nothing that fails here may cost the run its report: a
+    history that cannot be written (unreadable, locked, a full disk, the working folder removed)
+    or anything else that goes wrong is one warning (``warn=False``: only the returned reason)
+    and the report is still shown.
     """
     import warnings
     from dataclasses import asdict
@@ -141,8 +146,12 @@ def record_run(run: Run, *, source: str, report: Any = None) -> None:
     try:
         runs.record(report, label=run.options.label, source=source, options=asdict(run.options),
                     notebook=notebook_name(), bundle=run.saved_to)
-    except runs.HistoryError as exc:
-        warnings.warn(f"gpumagic: this run was not stored in the run history: {exc}", RuntimeWarning, stacklevel=2)
+    except Exception as exc:  # after the code ran: never lose its report over the history
+        reason = exception_text(exc) if isinstance(exc, runs.HistoryError) else f"{type(exc).__name__}: {exception_text(exc)}"
+        if warn:
+            warnings.warn(f"gpumagic: this run was not stored in the run history: {reason}", RuntimeWarning, stacklevel=2)
+        return reason
+    return None
 
 
 def notebook_name() -> str:
@@ -160,6 +169,16 @@ def notebook_name() -> str:
 
 
 def _options(options: dict[str, Any]) -> CaptureOptions:
+    save = options.get("save")
+    if isinstance(save, (str, os.PathLike)) and str(save).strip():  # the bundle never replaces the run history
+        from gpumagic._atomic import WriteError, refuse_inputs
+        from gpumagic.capture.errors import OptionsError
+        from gpumagic.tuning.history import kept_files
+
+        try:
+            refuse_inputs(save, kept_files())
+        except WriteError as exc:
+            raise OptionsError(f"save: {exc}") from None
     try:
         return CaptureOptions(**options)
     except TypeError:

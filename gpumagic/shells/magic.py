@@ -22,6 +22,8 @@ from gpumagic.capture import CaptureError, CaptureOptions, CaptureSession, Run
 from gpumagic.capture.monitor import profiled_window
 from gpumagic.capture.options import DEFAULT_INTERVAL_MS, DEFAULT_MAX_SECONDS, DEFAULT_RECORD_STEPS, DEFAULT_SKIP_STEPS
 from gpumagic.capture.session import finish_after
+from gpumagic.errors import exception_text
+from gpumagic.shells._names import output_name_problem
 
 _QUOTES = "'\""
 
@@ -78,11 +80,17 @@ class GpuProfileMagics(Magics):
             self._show_partial(session, exc, args, baseline)
             raise
         run = session.finish()
-        _trainer_first(run)
+        # The cell has run: from here on nothing may cost it its report (one warning line instead)
+        try:
+            _trainer_first(run)
+        except Exception as exc:
+            _warn(f"the fixes were not phrased for transformers.Trainer ({type(exc).__name__}: {exception_text(exc)})")
         if run.report is not None and not run.taken_over:
             from gpumagic.shells.api import record_run
 
-            record_run(run, source="magic")  # every completed run goes into the history
+            reason = record_run(run, source="magic", warn=False)  # every completed run goes into the history
+            if reason is not None:
+                _warn(f"this run was not stored in the run history: {reason}")
         self._show(run, args, baseline)
         return value
 
@@ -94,7 +102,7 @@ class GpuProfileMagics(Magics):
         try:
             self._show(finish_after(session, error), args, baseline)
         except BaseException as exc:  # the code's exception is the one the user must see
-            print(f"gpumagic: the partial report was not shown ({type(exc).__name__}: {exc})", file=sys.stderr)
+            print(f"gpumagic: the partial report was not shown ({type(exc).__name__}: {exception_text(exc)})", file=sys.stderr)
 
     def _parse(self, line: str, cell: str | None):
         if cell is None:
@@ -104,8 +112,10 @@ class GpuProfileMagics(Magics):
         args = _parse_options(self.gpuprofile.parser, options_text)
         if cell is not None and args.statement:
             raise UsageError("%%gpuprofile takes options only; put the code in the cell below it")
-        if args.output is not None and not args.output.isidentifier():
-            raise UsageError(f"%gpuprofile: -o needs a variable name, not {args.output!r}")
+        if args.output is not None:
+            problem = output_name_problem(args.output, self.shell.user_ns, getattr(self.shell, "user_ns_hidden", None))
+            if problem is not None:
+                raise UsageError(f"%gpuprofile: {problem}")
         if not source.strip():
             raise UsageError("%gpuprofile needs code: `%gpuprofile [options] statement` or a %%gpuprofile cell")
         return args, source
@@ -131,13 +141,22 @@ class GpuProfileMagics(Magics):
         if not args.quiet:
             from IPython.display import display
 
-            if baseline is None:
-                display(run.report)
-            else:  # the answer first, the full report collapsed under it
+            if baseline is not None:  # the answer first, the full report collapsed under it
                 from gpumagic.render.display import show_comparison
                 from gpumagic.tuning.comparison import compare
 
-                show_comparison(compare(baseline, run.report), run.report)
+                try:
+                    show_comparison(compare(baseline, run.report), run.report)
+                    return
+                except Exception as exc:  # the comparison is extra: the report itself is still shown
+                    _warn(f"the comparison with --compare {args.compare} was not shown "
+                          f"({type(exc).__name__}: {exception_text(exc)})")
+            display(run.report)
+
+
+def _warn(message: str) -> None:
+    """One warning line on stderr, as for a bundle that was not saved."""
+    print(f"gpumagic: warning: {message}", file=sys.stderr)
 
 
 def _start(session: CaptureSession) -> None:
@@ -212,6 +231,7 @@ def _valued_options(parser) -> set[str]:
 
 
 def _capture_options(args) -> CaptureOptions:
+    _save_not_over_history(args.save)
     try:
         return CaptureOptions(
             label=args.label or "", skip=args.skip, steps=args.steps, all_steps=args.all_steps,
@@ -222,9 +242,22 @@ def _capture_options(args) -> CaptureOptions:
         raise UsageError(f"%gpuprofile: {exc}") from None
 
 
+def _save_not_over_history(save) -> None:
+    """``--save`` names a file the bundle replaces: never the run history (or its side files)."""
+    if not save:
+        return
+    from gpumagic._atomic import WriteError, refuse_inputs
+    from gpumagic.tuning.history import kept_files
+
+    try:
+        refuse_inputs(save, kept_files())
+    except (WriteError, OSError, ValueError) as exc:
+        raise UsageError(f"%gpuprofile --save: {exc}") from None
+
+
 def _baseline(label: str | None):
     """The report of the history's run that ``--compare LABEL`` names (UsageError naming the known labels)."""
-    if not label:
+    if label is None:
         return None
     from gpumagic.tuning import runs
 

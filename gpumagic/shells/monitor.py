@@ -198,7 +198,8 @@ def _parse_interval(words: list[str]) -> int | None:
         words = ["--interval-ms", words[0].split("=", 1)[1]]
     if len(words) != 2 or words[0] != "--interval-ms":
         raise UsageError(f"%gpumonitor: unexpected {' '.join(words)!r}; usage: {usage}")
-    if not words[1].isdigit() or not MIN_INTERVAL_MS <= int(words[1]) <= MAX_INTERVAL_MS:
+    # ASCII digits only: str.isdigit() also accepts "²", which int() then refuses
+    if not (words[1].isascii() and words[1].isdigit()) or not MIN_INTERVAL_MS <= int(words[1]) <= MAX_INTERVAL_MS:
         raise UsageError(f"%gpumonitor: --interval-ms needs a whole number of milliseconds from {MIN_INTERVAL_MS} "
                          f"to {MAX_INTERVAL_MS}, not {words[1]!r}")
     return int(words[1])

@@ -18,6 +18,7 @@ from IPython.core.magic import Magics, line_magic, magics_class, needs_local_sco
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from gpumagic.capture.dataloader import DEFAULT_MAX_BATCHES, DEFAULT_SECONDS_PER_CONFIG
+from gpumagic.errors import exception_text
 
 
 @magics_class
@@ -44,11 +45,17 @@ class TunerMagics(Magics):
         from gpumagic.capture.dataloader import tune_dataloader
 
         args = parse_argstring(self.gputune, line)
+        if args.output is not None:
+            from gpumagic.shells._names import output_name_problem
+
+            problem = output_name_problem(args.output, self.shell.user_ns, getattr(self.shell, "user_ns_hidden", None))
+            if problem is not None:
+                raise UsageError(f"%gputune: {problem}")
         source = " ".join(args.expression)
         try:
             target = eval(source, self.shell.user_ns, local_ns)
         except Exception as exc:
-            raise UsageError(f"%gputune: cannot evaluate {source!r}: {type(exc).__name__}: {exc}") from None
+            raise UsageError(f"%gputune: cannot evaluate {source!r}: {type(exc).__name__}: {exception_text(exc)}") from None
         try:
             result = tune_dataloader(
                 target, num_workers=_int_list("--workers", args.workers), pin_memory=_pins(args.pin_memory),

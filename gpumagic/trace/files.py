@@ -128,15 +128,12 @@ def _read_stdin() -> bytearray:
 
 def inflate_limit() -> float:
     """The largest inflation ratio accepted: :data:`MAX_INFLATE_RATIO`, or :data:`INFLATE_ENV`
-    (0 means no limit)."""
-    value = os.environ.get(INFLATE_ENV, "").strip()
-    if not value:
-        return MAX_INFLATE_RATIO
-    try:
-        ratio = float(value)
-    except ValueError:
-        raise TraceError(f"{INFLATE_ENV}={value!r} is not a number (a ratio such as 1000, or 0 for no limit)") from None
-    return float("inf") if ratio <= 0 else ratio
+    (0 means no limit). A value that is not a finite number >= 0 (``nan``, ``inf``, ``-1``, a word)
+    gives one warning and the default: a typo never switches the limit off."""
+    from gpumagic._env import env_float
+
+    ratio = env_float(INFLATE_ENV, MAX_INFLATE_RATIO, minimum=0, maximum=1e12, what="a ratio such as 1000, or 0 for no limit")
+    return float("inf") if ratio == 0 else ratio
 
 
 def gunzip(data: bytes | bytearray, name: str = "<bytes>") -> bytearray:

@@ -174,7 +174,12 @@ class Trace:
     ops: Any = None  # gpumagic.trace.ops.OpTable when the file recorded shapes or FLOPs
 
     def name_ids(self, predicate) -> np.ndarray:
-        """Boolean array over ``names``: which interned names satisfy ``predicate``."""
+        """Boolean array over ``names``: which interned names satisfy ``predicate``. A predicate
+        with a ``batch`` attribute (the classifiers of :mod:`gpumagic.analysis.names`) is given
+        all the names at once, in time linear in their total length."""
+        batch = getattr(predicate, "batch", None)
+        if batch is not None:
+            return batch(self.names)
         return np.fromiter((bool(predicate(n)) for n in self.names), dtype=bool, count=len(self.names))
 
     def device_info(self, device_id: int) -> DeviceInfo | None:

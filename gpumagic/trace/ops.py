@@ -141,6 +141,8 @@ def _table(trace, ops: list[_Op], raw_json: bool = True) -> OpTable | None:
         return None
     lanes = {(ln.pid, ln.tid): i for i, ln in enumerate(trace.lanes)}
     base = trace.meta.get("base_time_ns") or 0
+    if not isinstance(base, int) or abs(base) >= 1 << 62:  # the loader ignored it too (kineto._base_time_ns)
+        base = 0
     t0_ns = trace.origin_ns - base  # the loader's origin, in ns on the file's clock
     ts = np.fromiter((o.ts for o in ops), np.float64, len(ops))
     dur = np.fromiter((o.dur for o in ops), np.float64, len(ops))

@@ -176,6 +176,9 @@ class Comparison(Viewable):
     def _view_subject(self) -> dict[str, Any]:
         return self.data  # the views read the numbers only
 
+    def _protected_paths(self) -> list[str]:
+        return [getattr(r.trace, "source", "") or "" for r in (self.before, self.after)]  # the traces compared
+
     def __repr__(self) -> str:
         return f"<gpumagic Comparison {self.label_before!r} → {self.label_after!r}: {self.data['verdict']}>"
 

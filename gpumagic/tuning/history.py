@@ -53,6 +53,8 @@ HOME_ENV = "GPUMAGIC_HOME"
 KEEP_ENV = "GPUMAGIC_KEEP_RUNS"
 #: Runs kept by default: the newest 1,000 (a report's JSON is 10-100 kB, so ~10-100 MB at most).
 DEFAULT_KEEP = 1000
+#: The most runs ``GPUMAGIC_KEEP_RUNS`` may ask for (far inside SQLite's 64-bit integers).
+MAX_KEEP = 10**9
 DB_NAME = "history.sqlite3"
 #: ``PRAGMA application_id`` of a gpumagic history ("GPUm" in ASCII), so that another program's
 #: SQLite file is recognised as such and left alone.
@@ -102,6 +104,23 @@ class UnknownRunError(GpumagicError, LookupError):
     """No run answers to that id or label."""
 
 
+class RunNameError(GpumagicError, ValueError):
+    """A run reference or label that cannot be used: empty, ambiguous (``r12`` is both run 12 and
+    a label), or a label that cannot be stored (see :mod:`gpumagic.report.labels`)."""
+
+
+#: SQLite's largest integer: an id or ``@N`` beyond it names no run (and cannot be bound).
+_SQL_INT_MAX = 2**63 - 1
+
+
+def check_ref(ref: object) -> str:
+    """``ref`` when it can name runs; :class:`RunNameError` when it is empty or not a string (an
+    empty shell variable must never select every unlabelled run)."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise RunNameError(f"a run is named by a label, LABEL@N or an id like r12, not {ref!r}")
+    return ref
+
+
 @dataclass(frozen=True)
 class StoredRun:
     """One row of the history, without its report (see :meth:`HistoryStore.report`)."""
@@ -143,14 +162,19 @@ def history_home() -> Path | None:
     return Path(platformdirs.user_data_dir("gpumagic", appauthor=False))
 
 
+def kept_files() -> list[str]:
+    """What no output may replace, whatever it read: the history database, when storage is on
+    (:mod:`gpumagic._atomic` protects its ``-wal``/``-shm``/``-journal`` side files with it)."""
+    home = history_home()
+    return [] if home is None else [str(home / DB_NAME)]
+
+
 def keep_from_env() -> int:
-    """How many runs to keep: ``GPUMAGIC_KEEP_RUNS`` (a positive integer) or :data:`DEFAULT_KEEP`."""
-    value = os.environ.get(KEEP_ENV, "").strip()
-    if not value:
-        return DEFAULT_KEEP
-    if not value.isdigit() or int(value) < 1:
-        raise HistoryError(f"{KEEP_ENV} must be a positive whole number of runs, not {value!r}")
-    return int(value)
+    """How many runs to keep: ``GPUMAGIC_KEEP_RUNS`` (a whole number from 1 to :data:`MAX_KEEP`) or
+    :data:`DEFAULT_KEEP`; a value that cannot be used gives one warning and the default."""
+    from gpumagic._env import env_int
+
+    return env_int(KEEP_ENV, DEFAULT_KEEP, minimum=1, maximum=MAX_KEEP, what="runs")
 
 
 class HistoryStore:
@@ -248,7 +272,7 @@ class HistoryStore:
         sql = f"SELECT {', '.join(_ROW_COLUMNS)} FROM runs {where} ORDER BY id DESC"
         if limit is not None:
             sql += " LIMIT ?"
-            params.append(limit)
+            params.append(min(limit, _SQL_INT_MAX))
         with self._connect() as con:
             return [_stored(row) for row in con.execute(sql, params)]
 
@@ -259,21 +283,30 @@ class HistoryStore:
             return [r[0] for r in rows]
 
     def find(self, ref: str) -> StoredRun:
-        """The run ``ref`` names: ``r<id>``, ``LABEL`` (latest) or ``LABEL@N`` (N-th most recent)."""
-        if not isinstance(ref, str) or not ref.strip():
-            raise ValueError(f"a run is named by a label or an id like r12, not {ref!r}")
+        """The run ``ref`` names: ``r<id>``, ``LABEL`` (latest) or ``LABEL@N`` (N-th most recent).
+
+        :class:`RunNameError` for an empty ``ref``, and for ``r<id>`` when both run ``<id>`` and
+        other runs labelled ``r<id>`` exist (a history written before such labels were refused):
+        ``r<id>@1`` then names the labelled one."""
+        check_ref(ref)
         match = _REF.match(ref)
         with self._connect() as con:
             if match:
-                row = con.execute(f"SELECT {', '.join(_ROW_COLUMNS)} FROM runs WHERE id = ?", (int(match[1]),)).fetchone()
+                run_id = int(match[1])
+                row = None if run_id > _SQL_INT_MAX else con.execute(
+                    f"SELECT {', '.join(_ROW_COLUMNS)} FROM runs WHERE id = ?", (run_id,)).fetchone()
                 if row is not None:
+                    if con.execute("SELECT 1 FROM runs WHERE label = ? AND id != ?", (ref, run_id)).fetchone():
+                        raise RunNameError(f"{ref!r} names both run {ref} and the runs labelled {ref!r}; "
+                                           f"say {ref + '@1'!r} for the latest labelled one")
                     return _stored(row)
             label, nth = ref, 1
             at = _AT.match(ref)
             if at and int(at[2]) >= 1 and not con.execute("SELECT 1 FROM runs WHERE label = ?", (ref,)).fetchone():
                 label, nth = at[1], int(at[2])
-            row = con.execute(f"SELECT {', '.join(_ROW_COLUMNS)} FROM runs WHERE label = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
-                              (label, nth - 1)).fetchone()
+            row = None if nth > _SQL_INT_MAX else con.execute(
+                f"SELECT {', '.join(_ROW_COLUMNS)} FROM runs WHERE label = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
+                (label, nth - 1)).fetchone()
             if row is not None:
                 return _stored(row)
             count = con.execute("SELECT COUNT(*) FROM runs WHERE label = ?", (label,)).fetchone()[0]

@@ -24,12 +24,23 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpumagic.tuning.history import DB_NAME, History, HistoryError, HistoryStore, StoredRun, UnknownRunError, history_home
+from gpumagic.report.labels import RUN_ID_RE, label_problem
+from gpumagic.tuning.history import (
+    DB_NAME,
+    History,
+    HistoryError,
+    HistoryStore,
+    RunNameError,
+    StoredRun,
+    UnknownRunError,
+    check_ref,
+    history_home,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.model import Report
 
-__all__ = ["HistoryError", "UnknownRunError", "find", "forget", "get", "history", "labels", "record", "remember", "store"]
+__all__ = ["HistoryError", "RunNameError", "UnknownRunError", "find", "forget", "get", "history", "labels", "record", "remember", "store"]
 
 _lock = threading.Lock()
 _stores: dict[Path | None, HistoryStore] = {}
@@ -49,19 +60,37 @@ def store() -> HistoryStore:
         return found
 
 
-def record(report: Report, *, label: str = "", source: str = "", options: dict[str, Any] | None = None,
+def record(report: Report, *, label: str | None = "", source: str = "", options: dict[str, Any] | None = None,
            notebook: str = "", bundle: str | None = None) -> StoredRun:
-    """Store a run in the history (every run is kept; see the module docstring); returns its row."""
-    if not isinstance(label, str):
-        raise ValueError(f"a run label must be a string, not {label!r}")
+    """Store a run in the history (every run is kept; see the module docstring); returns its row.
+
+    ``label`` "" or None: an unlabelled run. A label that looks like a run id (``r12``) or cannot
+    be stored raises :class:`RunNameError` (:func:`gpumagic.report.labels.label_problem`)."""
+    label = "" if label is None else label
+    problem = label_problem(label)
+    if problem is not None:
+        raise RunNameError(problem)
     if not hasattr(report, "metrics") or not hasattr(report, "findings"):
         raise TypeError(f"record() takes a gpumagic Report, not {type(report).__name__}")
     s = store()
-    row = s.add(report, label=label.strip(), source=source, options=options, workdir=os.getcwd(),
-                notebook=notebook, bundle=None if bundle is None else os.path.abspath(bundle))
+    row = s.add(report, label=label.strip(), source=source, options=options, workdir=_storable(_workdir()),
+                notebook=_storable(notebook), bundle=None if bundle is None else _storable(os.path.abspath(bundle)))
     with _lock:
         _live[(s.path, row.id)] = report
     return row
+
+
+def _workdir() -> str:
+    """The working folder, or "" when it was removed under the kernel (``os.getcwd()`` then fails)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
+
+
+def _storable(text: str) -> str:
+    """``text`` as SQLite can store it (UTF-8): an undecodable file name's lone surrogates as escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def remember(label: str, report: Report) -> StoredRun:
@@ -96,6 +125,7 @@ def forget(ref: str | None = None) -> int:
     s = store()
     if ref is None:
         return s.clear()
+    check_ref(ref)  # "" is refused, never "every unlabelled run"
     try:
         targets = matching(ref)
     except UnknownRunError:
@@ -104,13 +134,18 @@ def forget(ref: str | None = None) -> int:
 
 
 def matching(ref: str) -> list[StoredRun]:
-    """Every run a plain label names, or the one run ``LABEL@N`` / ``r<id>`` names."""
+    """Every run a plain label names, or the one run ``LABEL@N`` / ``r<id>`` names.
+
+    :class:`RunNameError` for an empty ``ref``, or an ``r<id>`` that is both a run id and a label."""
     s = store()
-    if ref.startswith("r") and ref[1:].isdigit():
+    check_ref(ref)
+    if RUN_ID_RE.fullmatch(ref):
         try:
-            return [s.find(ref)]
+            row = s.find(ref)  # RunNameError when ambiguous
         except UnknownRunError:
-            pass
+            row = None
+        if row is not None and row.ref == ref:
+            return [row]
     every = s.runs(label=ref)
     return every if every else [s.find(ref)]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -90,17 +91,23 @@ def test_bad_names_exit_2_with_one_line(three_runs, capsys, argv, message):
 def test_rm_one_run_by_id_or_number(three_runs, capsys):
     assert main(["runs", "rm", "r3"]) == 0
     assert main(["runs", "rm", "workers@2"]) == 0
-    assert capsys.readouterr().err == "gpumagic: removed 1 run (r3)\ngpumagic: removed 1 run (r1)\n"
+    lines = capsys.readouterr().err.splitlines()  # what will be removed, then that it was
+    assert re.fullmatch(r"gpumagic: 'r3' names 1 run: r3 \(unlabelled, [-0-9: ]+\)", lines[0]), lines
+    assert lines[1] == "gpumagic: removed 1 run (r3)"
+    assert re.fullmatch(r"gpumagic: 'workers@2' names 1 run: r1 \(label 'workers', [-0-9: ]+\)", lines[2]), lines
+    assert lines[3:] == ["gpumagic: removed 1 run (r1)"]
     assert [r.ref for r in runs.store().runs()] == ["r2"]
 
 
 def test_rm_a_label_says_how_many_and_wants_yes_without_a_terminal(three_runs, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal
     assert main(["runs", "rm", "workers"]) == 2
-    assert capsys.readouterr().err == "gpumagic: error: 'workers' names 2 runs; pass --yes to remove them all\n"
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("gpumagic: 'workers' names 2 runs: r2 (label 'workers', "), err
+    assert err[1:] == ["gpumagic: error: 'workers' names 2 runs; pass --yes to remove them all"]
     assert len(runs.store().runs()) == 3  # nothing lost
     assert main(["runs", "rm", "workers", "--yes"]) == 0
-    assert capsys.readouterr().err == "gpumagic: removed 2 runs (r2, r1)\n"
+    assert capsys.readouterr().err.splitlines()[1:] == ["gpumagic: removed 2 runs (r2, r1)"]
     assert [r.ref for r in runs.store().runs()] == ["r3"]
 
 
@@ -117,7 +124,8 @@ def test_rm_a_label_asks_on_a_terminal(three_runs, capsys, monkeypatch):
 
     monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
     assert main(["runs", "rm", "workers"]) == 1
-    assert capsys.readouterr().err == "gpumagic: remove 2 runs labelled 'workers'? [y/N] gpumagic: nothing removed\n"
+    err = capsys.readouterr().err.splitlines()
+    assert err[1:] == ["gpumagic: remove these 2 runs? [y/N] gpumagic: nothing removed"], err
     monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
     assert main(["runs", "rm", "workers"]) == 0
     assert len(runs.store().runs()) == 1

@@ -122,3 +122,20 @@ def test_every_view_of_an_edge_comparison(before, after, files):
     cmp.to_text()
     cmp.to_html()
     assert set(cmp.to_dict()) >= {"step_time_ratio", "verdict"}
+
+
+def test_an_ignored_base_time_is_ignored_by_the_operator_table_too():
+    """A baseTimeNanoseconds past int64's safe range is ignored (with a note) by the loader; the
+    shapes pass must use the same origin, not cast an overflowed time (found by the fuzzer)."""
+    import warnings
+
+    tb = TraceBuilder()
+    busy_steps(tb, 4, 1000.0, 400.0)
+    tb.add(cat="cpu_op", name="aten::mm", ts=10.0, dur=5.0,
+           args={"Input Dims": [[2, 2], [2, 2]], "Input type": ["float", "float"]})
+    doc = tb.to_dict() | {"baseTimeNanoseconds": 2**63 - 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = from_bytes(json.dumps(doc).encode(), "x.json")
+    assert trace.ops is not None and abs(int(trace.ops.ts_ns[0])) < 10**12  # µs 10 of a trace that starts at 0
+    assert any("baseTimeNanoseconds is out of range" in n for n in trace.notes)

@@ -78,3 +78,21 @@ def test_the_comparison_prints_no_control_characters(tmp_path, capsys):
     assert_terminal_safe(compare(a, b).to_text())
     assert main(["compare", path, other_path]) == 0
     assert_terminal_safe(capsys.readouterr().out)
+
+
+def test_the_job_report_prints_no_control_characters_from_file_names_or_devices(tmp_path, capsys):
+    """Rank file names are the user's (any byte but "/" and NUL), device names the trace's: neither
+    reaches the terminal raw in the job's text, nor its HTML (issue 24, class 9)."""
+    from gpumagic.jobs import analyze_job
+
+    names = [tmp_path / f"rank{i}{TITLE}{CLEAR}\r\x07\x1bc\n.json" for i in range(2)]
+    for name in names:
+        hostile_trace(name)
+    (tmp_path / "broken\x1b]0;x\x07\n.json").write_text("{")  # a failed rank's error quotes its name
+    job = analyze_job([str(p) for p in names] + [str(tmp_path / "broken\x1b]0;x\x07\n.json")], jobs=1)
+    assert_terminal_safe(job.to_text())
+    assert main(["analyze", str(tmp_path), "-j", "1"]) == 0
+    assert_terminal_safe(capsys.readouterr().out)
+    html = job.to_html()
+    assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", html)
+    assert "GPU" in html

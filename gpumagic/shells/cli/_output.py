@@ -14,7 +14,7 @@ from typing import Any
 
 from gpumagic import examples
 from gpumagic._atomic import check_target, write_atomic
-from gpumagic.errors import GpumagicError
+from gpumagic.errors import GpumagicError, exception_text
 
 EXAMPLE = examples.EXAMPLE
 #: Exit status when standard output's reader closed the pipe early: 128 + SIGPIPE (13), what a
@@ -62,17 +62,26 @@ def write_output(text: str, output: str | None, protect: Iterable[str] = ()) -> 
 def error_line(exc: BaseException) -> str:
     """``exc`` as one line for stderr: control characters and line breaks become spaces, and a
     very long message is cut."""
-    text = _CONTROL.sub(" ", str(exc)).strip() or type(exc).__name__
+    text = _CONTROL.sub(" ", exception_text(exc)).strip() or type(exc).__name__
     if not isinstance(exc, GpumagicError):
         text = f"unexpected {type(exc).__name__}: {text}"
     return "gpumagic: error: " + (text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…")
 
 
+def kept_files() -> list[str]:
+    """What a user keeps that every ``-o`` must leave alone whatever the command read: the run
+    history's database (its ``-wal``/``-shm``/``-journal`` side files follow in gpumagic._atomic)."""
+    from gpumagic.tuning.history import kept_files as history_files
+
+    return history_files()
+
+
 def emit(produce: Callable[[], Any], fmt: str, output: str | None, what: str, protect: Iterable[str] = ()) -> int:
     """Write what ``produce()`` returns (a Report or Comparison) as ``fmt``: 0, or 2 with one
     line on stderr when the input is bad or the output cannot be written. ``protect`` lists the
-    input files, which ``-o`` may never overwrite; the target is checked before any work."""
-    protect = [p for p in protect if p != STDIN]
+    input files, which ``-o`` may never overwrite (the run history is always added, see
+    :func:`kept_files`); the target is checked before any work."""
+    protect = [p for p in protect if p != STDIN] + kept_files()
     try:
         if output is not None:
             check_target(output, protect)

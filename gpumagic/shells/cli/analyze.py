@@ -89,7 +89,7 @@ def is_job(args: argparse.Namespace) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Analyse one trace, or a job's rank traces, and write the report; 2 with one stderr line on bad input."""
     if is_job(args):
-        return emit(lambda: analyze_job(args), args.format, args.output, "job report")
+        return emit(lambda: analyze_job(args), args.format, args.output, "job report", protect=_named_files(args))
     path = trace_path(args.paths[0])
     from gpumagic.trace.pieces import available_workers
 
@@ -103,6 +103,17 @@ def run(args: argparse.Namespace) -> int:
 
     return emit(lambda: analyze(from_bytes(reading.result(), display_name(path), workers=workers), label=args.label),
                 args.format, args.output, "report", protect=[path])
+
+
+def _named_files(args: argparse.Namespace) -> list[str]:
+    """The rank files the arguments name, when that can be told without reading them (the written
+    output is checked against them again, through emit, once they are known)."""
+    from gpumagic.jobs import rank_files
+
+    try:
+        return rank_files(args.paths)
+    except GpumagicError:
+        return []
 
 
 #: How long ``--scheduler`` waits to reach the scheduler before giving up.
@@ -128,12 +139,12 @@ def analyze_job(args: argparse.Namespace):
 
 
 def _never_over_an_input(output: str | None, files: list[str]) -> None:
-    """Refuse, before any work, an ``-o`` that is one of the rank files (links and other spellings included)."""
-    from gpumagic._atomic import same_file
+    """Refuse, before any work, an ``-o`` that is one of the rank files (links, other spellings and
+    ``file://`` URLs included: gpumagic._atomic resolves them as the readers do)."""
+    from gpumagic._atomic import check_target
 
-    clash = next((p for p in files if output and same_file(output, p)), None)
-    if clash is not None:
-        raise GpumagicError(f"{output}: refusing to write over the input file {clash}")
+    if output is not None:
+        check_target(output, files)
 
 
 def _dask_client(address: str):

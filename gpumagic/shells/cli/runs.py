@@ -4,8 +4,12 @@
 - ``show RUN [--format text|json|html] [-o FILE]``: one run's report;
 - ``compare A B [--format ...] [-o FILE]``: what changed between two runs (or trace files);
 - ``rm RUN [--yes]``: ``r<id>`` or ``LABEL@N`` removes one run, a plain label all of its runs (after
-  saying how many, and asking when standard input is a terminal; ``--yes`` skips the question);
-- ``export [-o FILE]``: every run as JSON lines, oldest first, the home folder written ``~``.
+  listing each run it names, and asking when standard input is a terminal; ``--yes`` skips the
+  question); an empty RUN is refused, never "every unlabelled run";
+- ``export [-o FILE]``: every run as JSON lines, oldest first, the home folder written ``~`` (in
+  keys and free text too).
+
+Every ``-o`` is written atomically and never over the history database or a trace it read.
 
 A run is named as everywhere else: ``LABEL`` (its latest run), ``LABEL@N`` (N-th most recent), ``r<id>``.
 """
@@ -15,11 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Any
 
 from gpumagic.errors import GpumagicError
-from gpumagic.shells.cli._output import FORMATS, emit
+from gpumagic.shells.cli._output import FORMATS, emit, kept_files
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -54,14 +59,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def _fail(message: str) -> int:
-    print(f"gpumagic: error: {message}", file=sys.stderr)
+    from gpumagic.shells.cli._output import error_line
+
+    print(error_line(GpumagicError(message)), file=sys.stderr)
     return 2
 
 
 def _list(args: argparse.Namespace) -> int:
     from gpumagic.tuning import runs
 
-    if args.last is not None and args.last < 1:
+    if args.last is not None and not 1 <= args.last <= 10**12:
         return _fail(f"--last needs a positive number of runs, not {args.last}")
     try:
         sys.stdout.write(runs.history(limit=args.last).to_text())
@@ -79,15 +86,22 @@ def _show(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from gpumagic.tuning.comparison import compare
 
-    return emit(lambda: compare(args.before, args.after), args.format, args.output, "comparison")
+    # A or B may be a trace file: an input, like the history (which emit always protects)
+    return emit(lambda: compare(args.before, args.after), args.format, args.output, "comparison",
+                protect=[p for p in (args.before, args.after) if os.path.exists(p) or p.startswith("file://")])
 
 
 def _rm(args: argparse.Namespace) -> int:
+    from gpumagic.render.terminal import printable
     from gpumagic.tuning import runs
 
     try:
-        targets = runs.matching(args.run)
-        if len(targets) > 1 and not args.yes and not _confirm(f"remove {len(targets)} runs labelled {args.run!r}?"):
+        targets = runs.matching(args.run)  # "" and an ambiguous r<id> are refused here
+        listed = "; ".join(f"{t.ref} ({'label ' + repr(printable(t.label)) if t.label else 'unlabelled'}, {t.when})"
+                           for t in targets)
+        print(f"gpumagic: {args.run!r} names {len(targets)} run{'s' if len(targets) != 1 else ''}: {listed}",
+              file=sys.stderr)
+        if len(targets) > 1 and not args.yes and not _confirm(f"remove these {len(targets)} runs?"):
             if not sys.stdin.isatty():
                 return _fail(f"{args.run!r} names {len(targets)} runs; pass --yes to remove them all")
             print("gpumagic: nothing removed", file=sys.stderr)
@@ -118,7 +132,7 @@ def _export(args: argparse.Namespace) -> int:
         if args.output is None:
             sys.stdout.writelines(lines)
         else:
-            write_atomic(args.output, "".join(lines))
+            write_atomic(args.output, "".join(lines), protect=kept_files())
     except GpumagicError as exc:
         return _fail(str(exc))
     if args.output:
@@ -127,18 +141,28 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def tilde_paths(value: Any, home: str) -> Any:
-    """``value`` with the home folder (``home``) written ``~`` in every string, wherever it appears."""
+    """``value`` with the home folder (``home``, and its resolved spelling when a link leads there)
+    written ``~`` in every string, wherever it appears: values, dictionary keys, free text (notes).
+
+    A home folder is replaced where it ends a path component (followed by a separator, the end, or
+    a character no file name continues with), so ``/home/al`` leaves ``/home/alice`` alone."""
+    pattern = _home_pattern(home)
+    return value if pattern is None else _tilde(value, pattern)
+
+
+def _home_pattern(home: str) -> re.Pattern | None:
+    homes = {h.rstrip("/\\") for h in (home, os.path.realpath(home) if home else "")}
+    homes = sorted((h for h in homes if h), key=len, reverse=True)
+    if not homes:
+        return None
+    return re.compile("(?:" + "|".join(map(re.escape, homes)) + r")(?![^\s/\\'\"`:;,)\]}>])")
+
+
+def _tilde(value: Any, pattern: re.Pattern) -> Any:
     if isinstance(value, str):
-        home = home.rstrip("/\\")
-        if not home:
-            return value
-        if value == home:
-            return "~"
-        for sep in {"/", os.sep}:  # also inside a string: notes and stack frames quote paths
-            value = value.replace(home + sep, "~" + sep)
-        return value
+        return pattern.sub("~", value)
     if isinstance(value, dict):
-        return {k: tilde_paths(v, home) for k, v in value.items()}
-    if isinstance(value, list):
-        return [tilde_paths(v, home) for v in value]
+        return {_tilde(k, pattern): _tilde(v, pattern) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_tilde(v, pattern) for v in value]
     return value
