@@ -19,6 +19,7 @@ import sqlite3
 import warnings
 from pathlib import Path
 
+import msgspec
 import pytest
 from tracebuilder import DATA
 
@@ -114,14 +115,16 @@ def test_export_writes_home_as_tilde_in_keys_and_free_text(report, capsys, monke
     monkeypatch.chdir(home)
     rep = gpumagic.analyze(BERT)
     rep.notes.append(f"saved to {home}/runs/a.json.gz; cwd was {home}")
-    rep.metrics["by_file"] = {f"{home}/train.py": 1, str(home): 2}
+    # a dictionary keyed by names from the trace (operator names may hold paths)
+    syncs = msgspec.structs.replace(rep.metrics.syncs, sync_ops={f"{home}/train.py": 1, str(home): 2})
+    rep.metrics = msgspec.structs.replace(rep.metrics, syncs=syncs)
     runs.record(rep, label="t", bundle=str(home / "b.json.gz"))
     assert main(["runs", "export"]) == 0
     out = capsys.readouterr().out
     assert str(home) not in out
     row = json.loads(out)
     assert row["workdir"] == "~" and row["bundle"] == "~/b.json.gz"
-    assert row["report"]["metrics"]["by_file"] == {"~/train.py": 1, "~": 2}
+    assert row["report"]["metrics"]["syncs"]["sync_ops"] == {"~/train.py": 1, "~": 2}
     assert "saved to ~/runs/a.json.gz; cwd was ~" in row["report"]["notes"]
 
 
