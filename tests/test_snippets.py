@@ -147,3 +147,32 @@ def test_prefetch_trains_every_batch_once_in_order_with_stream_safety(n):
         if i + 1 < n:  # the next copy is queued after this batch's wait (so it overlaps this step)
             nxt = log.index(("copy", ("x", i + 1), "copy", True))
             assert waits[0] < nxt < train
+
+
+# ---- the gpu-idle-gaps straggler probe, on a two-rank gloo job -----------------------------------
+
+def test_straggler_probe_finds_a_straggler_slow_in_compute_and_one_slow_in_its_loader(tmp_path):
+    """The probe names the slow rank in both cases; the step timed across its collectives (the
+    method taught before) does not: equal on both ranks, or shortest on the straggler."""
+    import json
+
+    import snippets_dist as sd
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    from gpumagic.analysis.rules.utilization import STRAGGLER_PROBE_CODE
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("this torch has no gloo backend")
+    assert any(code == STRAGGLER_PROBE_CODE.strip("\n") for code in FIXES)  # a fixture trace prints it
+    mp.spawn(sd.run_rank, args=(2, str(tmp_path / "init"), STRAGGLER_PROBE_CODE, str(tmp_path)), nprocs=2)
+    for case, part in (("compute", 1), ("loader", 0)):
+        got = json.loads((tmp_path / f"{case}.json").read_text())
+        probe = [row[part] for row in got["probe"]]
+        assert max(range(2), key=probe.__getitem__) == sd.STRAGGLER, (case, got)
+        assert probe[sd.STRAGGLER] >= 5 * sd.DELAY_S  # five timed batches, each delayed
+        old = got["old"]
+        if case == "compute":  # every rank waits in the all-reduce for the slow one
+            assert abs(old[0] - old[1]) < 2 * sd.DELAY_S < min(old), (case, got)
+        else:  # the straggler loaded before t0, and waits least in the all-reduce
+            assert old[sd.STRAGGLER] < old[1 - sd.STRAGGLER], (case, got)

@@ -317,7 +317,8 @@ def test_distributed_overlap_and_stragglers(run_notebook):
     comm = output_of(nb, "runs = {")
     assert "V100 job: 2020 NCCL kernels" in comm and "0.0% of it overlaps compute" in comm
     assert "DistributedDataParallel(model, bucket_cap_mb=" in output_of(nb, 'f = runs["V100 job"]')
-    assert "all_gather_object" in output_of(nb, 'gaps = runs["A100 job')
+    straggler = output_of(nb, 'gaps = runs["A100 job')
+    assert "gpumagic analyze traces/" in straggler and "model.no_sync()" in straggler  # not a step timed across collectives
 
 
 def test_huggingface_beyond_workers(run_notebook):
