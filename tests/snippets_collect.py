@@ -175,3 +175,25 @@ def harness(device: str, calls: list | None = None) -> dict:
         running_loss=torch.zeros((), device=device), log=lambda m: calls.append(("log", m)), metrics={},
     )
     return ns
+
+
+def trainer_host_checks(out_dir: str, steps: int = 4, **settings) -> int:
+    """Host-side truth tests of a tensor (``aten::is_nonzero``: ``bool(t)``, a host sync on CUDA)
+    during ``steps`` optimizer steps of a Hugging Face ``Trainer`` on a tiny BERT built from a
+    config, counted with the CPU profiler. ``settings`` go to ``TrainingArguments``; logging_steps
+    stays far above ``steps``, so no logging step falls in the run."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=32, num_labels=2)
+    model = BertForSequenceClassification(config)
+    data = [{"input_ids": torch.randint(0, 64, (8,)), "labels": torch.tensor(i % 2)} for i in range(4 * steps)]
+    args = TrainingArguments(out_dir, max_steps=steps, per_device_train_batch_size=4, logging_steps=500,
+                             report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True, **settings)
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        trainer.train()
+    return sum(e.name == "aten::is_nonzero" for e in prof.events())

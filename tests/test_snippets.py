@@ -176,3 +176,22 @@ def test_straggler_probe_finds_a_straggler_slow_in_compute_and_one_slow_in_its_l
             assert abs(old[0] - old[1]) < 2 * sd.DELAY_S < min(old), (case, got)
         else:  # the straggler loaded before t0, and waits least in the all-reduce
             assert old[sd.STRAGGLER] < old[1 - sd.STRAGGLER], (case, got)
+
+
+# ---- the Trainer's NaN/inf check: counted with the CPU profiler -----------------------------------
+
+def test_trainer_tests_each_steps_loss_on_the_host_unless_the_host_sync_fix_is_applied(tmp_path):
+    """With the default logging_nan_inf_filter=True the Trainer runs two host-side truth tests of
+    the loss per step (isnan, isinf: host syncs on CUDA), at no logging step; the host-sync fix's
+    setting removes them."""
+    import ast
+
+    pytest.importorskip("transformers")
+    codes = [code for code, (fid, fx, _) in FIXES.items() if fid == "host-sync" and fx.flavor == "huggingface"]
+    assert codes, "the host-sync finding has a TrainingArguments fix"
+    call = ast.parse(codes[0]).body[0].value
+    settings = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
+    assert settings == {"logging_nan_inf_filter": False}
+    steps = 4
+    assert sc.trainer_host_checks(str(tmp_path / "default"), steps) == 2 * steps
+    assert sc.trainer_host_checks(str(tmp_path / "fixed"), steps, **settings) == 0

@@ -5,12 +5,22 @@ from __future__ import annotations
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import harmful_syncs
-from gpumagic.analysis.rules.base import finding, pct, pytorch, severity_for, windows
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for, windows
 
 #: gpumagic default: harmful syncs must block the host for ≥ 2 % of the window — about the
 #: run-to-run noise of step time, below which the advice is not worth a code change.
 BLOCKED_FRAC = 0.02
 DOC = "https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html"
+#: The Hugging Face Trainer keeps the running loss on the device and reads it at logging steps,
+#: but with ``logging_nan_inf_filter=True`` (the default) its training loop tests every step's
+#: loss with ``torch.isnan(loss) or torch.isinf(loss)`` (transformers ``Trainer`` inner training
+#: loop): ``or`` calls ``Tensor.__bool__``, a host sync on CUDA, twice a step whatever
+#: ``logging_steps`` is. The setting only filters the logged loss ("Does not affect gradient
+#: computation, only logging": its docstring). tests/test_snippets.py counts the checks.
+TRAINER_NAN_CHECK_FIX = (
+    "The Hugging Face Trainer tests each step's loss for NaN/inf on the host by default "
+    "(logging_nan_inf_filter=True: two syncs a step, whatever logging_steps is); turning it off changes only "
+    "the logged loss, not training. include_num_input_tokens_seen reads a count with .item() every step too")
 
 
 def host_sync(ctx: Context, m: dict):
@@ -61,7 +71,8 @@ running_loss += loss.detach()            # instead of loss.item() every step
 if step % 50 == 0:
     print(running_loss.item() / 50)      # one sync per 50 steps
     running_loss.zero_()"""),
-        ),
+        ) + ((huggingface(TRAINER_NAN_CHECK_FIX, "TrainingArguments(..., logging_nan_inf_filter=False)"),)
+             if ctx.workload == "training" else ()),
         doc_url=DOC,
     )
 
