@@ -170,7 +170,9 @@ def harness(device: str, calls: list | None = None) -> dict:
         host_batches=[torch.randn(4, 8) for _ in range(3)],
         samples=[torch.randn(8) for _ in range(4)], requests=[torch.randn(8, device=device) for _ in range(3)],
         device=device, q=torch.randn(2, 2, 4, 8, device=device), k=torch.randn(2, 2, 4, 8, device=device),
-        v=torch.randn(2, 2, 4, 8, device=device), mask=None, p=0.1, training=False, d=8,
+        v=torch.randn(2, 2, 4, 8, device=device), p=0.1, training=False, d=8, scale=8 ** -0.5,
+        mask=torch.tensor([[False, False, True, True]] * 4, device=device),  # masked_fill style: True = hidden
+        bias=torch.randn(8, device=device),
         weight=torch.ones(8, device=device), logits=torch.randn(4, 4, device=device), step=100,
         running_loss=torch.zeros((), device=device), log=lambda m: calls.append(("log", m)), metrics={},
     )

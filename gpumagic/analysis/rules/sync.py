@@ -48,9 +48,11 @@ def host_sync(ctx: Context, m: dict):
         "host-sync", severity=severity_for(frac),
         title=f"Syncs block the host: {_top_sync(s)}",
         why="""CUDA work is queued asynchronously: the host normally runs ahead and the GPU never waits.
-        Anything that needs a GPU value or size on the host forces a synchronisation: .item(), .cpu(),
-        .tolist(), .numpy(), printing a CUDA tensor, an if on one, nonzero, boolean-mask indexing
-        (x[mask]), torch.unique, and a blocking .to("cuda") from pageable memory. The host stops until
+        Anything that needs a GPU value or size on the host forces a synchronisation: .item(), .cpu()
+        (and the .numpy() after it: .numpy() on a CUDA tensor raises), .tolist(), printing a CUDA tensor, an
+        if on one, nonzero, boolean-mask indexing (x[mask]), torch.unique, and any .to("cuda") or .cpu()
+        without non_blocking=True, from pinned or pageable memory (PyTorch follows the copy with a stream
+        synchronise). The host stops until
         the queue drains; while blocked it cannot prepare or launch the next work, so the GPU then
         waits for it. torch.cuda.set_sync_debug_mode("warn") points at many of them, not all (its
         docstring: "not all synchronizing operations will trigger warning or error").""",
