@@ -17,8 +17,8 @@ from gpumagic import analyze
 from gpumagic.integrations.huggingface import huggingface_fixes
 
 
-def _transfer_trace(training: bool):
-    tb = TraceBuilder()
+def _transfer_trace(training: bool, cc: tuple[int, int] = (8, 0)):
+    tb = TraceBuilder(cc=cc)
     for i in range(3):
         t = i * 10_000
         tb.step(i + 1, t, 10_000)
@@ -30,8 +30,8 @@ def _transfer_trace(training: bool):
     return tb
 
 
-def _memory_trace(training: bool):
-    tb = _transfer_trace(training)
+def _memory_trace(training: bool, cc: tuple[int, int] = (8, 0)):
+    tb = _transfer_trace(training, cc)
     tb.memory(5_000, allocated=int(0.95 * 80 * 2**30), reserved=int(0.97 * 80 * 2**30))
     return tb
 
@@ -71,6 +71,8 @@ def built_reports():
     yield "transfer-infer", analyze(_transfer_trace(False).to_dict())
     yield "memory-train", analyze(_memory_trace(True).to_dict())
     yield "memory-infer", analyze(_memory_trace(False).to_dict())
+    for training in (True, False):  # Volta: fp16, not bf16
+        yield f"memory-volta-{training}", analyze(_memory_trace(training, (7, 0)).to_dict())
     for cc, name in (((7, 0), "Tesla V100-SXM2-32GB"), ((8, 0), "NVIDIA A100-SXM4-80GB"), ((8, 9), "NVIDIA L4"),
                      ((8, 6), "Unknown GPU")):
         for training in (True, False):

@@ -323,3 +323,29 @@ def test_triton_fix_computes_in_fp32_by_its_source():
     assert len([c for c in casts if ast.unparse(c.args[0]) == "tl.float32"]) == len(loads)  # every load cast
     store = next(c for c in ast.walk(kernel) if isinstance(c, ast.Call) and ast.unparse(c.func) == "tl.store")
     assert ast.unparse(store.args[1]).endswith(".to(out_ptr.dtype.element_ty)")
+
+
+# ---- memory-pressure: the lower precision and the checkpointing argument fit the GPU and version ---
+
+def test_memory_fixes_pick_the_dtype_by_compute_capability_and_the_installed_argument_name():
+    import re
+
+    from gpumagic.analysis.rules.memory import checkpointing_argument
+
+    reports = dict(sc.built_reports())
+    for label, use, avoid in (("memory-infer", "torch.bfloat16", "torch.float16"),
+                              ("memory-volta-False", "torch.float16", "torch.bfloat16"),
+                              ("memory-train", "bf16=True", "fp16=True"), ("memory-volta-True", "fp16=True", "bf16=True")):
+        codes = "\n".join(fx.code for fx in reports[label].finding("memory-pressure").fixes)
+        assert re.search(rf"\b{use}", codes) and not re.search(rf"\b{avoid}", codes), label
+        if "=" in use:
+            assert f"{checkpointing_argument()}=True" in codes and f"autocast to {use[:4]}" in codes, label
+    try:
+        import dataclasses
+
+        from transformers import TrainingArguments
+    except ImportError:
+        return
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    expected = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+    assert checkpointing_argument() == expected
