@@ -211,9 +211,9 @@ def summarise(a: Report, b: Report, label_a: str, label_b: str) -> dict[str, Any
         "before": _run_facts(a, label_a),
         "after": _run_facts(b, label_b),
         "step_time_ratio": ratio,
-        # exactly 1 / step_time_ratio: the verdict and the renders print 1 / that ratio, so one comparison
-        # shows one speed-up however it is rounded (two roundings once gave 2.59× and 2.58×)
-        "speedup": 1 / ratio if ratio else None,
+        # from the stored ratio, to 4 significant digits; the verdict and the renders print this same
+        # number (rounding the raw ratio and its inverse separately once showed 2.59× beside 2.58×)
+        "speedup": _significant(1 / ratio) if ratio else None,
         "step_time_change_frac": _round(None if ratio is None else ratio - 1),
         "gpu_busy": {"before": busy_a, "after": busy_b, "delta": _round(difference(busy_b, busy_a))},
         "breakdown": _breakdown(ma, mb, steps_a, steps_b),
@@ -356,7 +356,8 @@ def verdict(data: dict[str, Any], tolerance: float = SAME_STEP_TOLERANCE) -> str
     if abs(change) <= tolerance:
         return f"About the same: the median step changed by {change * 100:+.1f} %, within the step-to-step variation."
     if change < 0:
-        return f"{1 / ratio:.2f}× faster: the median step is {-change * 100:.0f} % shorter."
+        speedup = data.get("speedup") or _significant(1 / ratio)  # the number Comparison.speedup holds
+        return f"{speedup:.2f}× faster: the median step is {-change * 100:.0f} % shorter."
     return f"{ratio:.2f}× slower: the median step is {change * 100:.0f} % longer."
 
 
