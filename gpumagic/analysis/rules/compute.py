@@ -91,8 +91,9 @@ def _efficiency_fixes(c: dict, training: bool):
                 "out = model(torch.stack(requests))   # one call for many inputs"),
         pytorch("Fuse the memory-bound kernels between matmuls", "model = torch.compile(model)"),
     ]
-    if training:
-        fixes.append(huggingface("Through TrainingArguments", "TrainingArguments(..., bf16=True, torch_compile=True, "
+    if training:  # bf16 only where the peak table gives the device bf16 tensor cores (Ampere on), else fp16
+        low = "bf16" if peak and peak.tflops.get("bf16") else "fp16"
+        fixes.append(huggingface("Through TrainingArguments", f"TrainingArguments(..., {low}=True, torch_compile=True, "
                                                               "per_device_train_batch_size=64)"))
     return tuple(fixes)
 
