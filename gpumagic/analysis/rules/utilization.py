@@ -156,7 +156,7 @@ import torch.distributed as dist
 import gpumagic
 os.makedirs("traces", exist_ok=True)
 with gpumagic.profile(steps=5, save=f"traces/rank{dist.get_rank()}.json.gz"):   # on every rank
-    train()
+    run_steps()   # a few steps of your loop
 # then, on one machine:  gpumagic analyze traces/   (straggler-rank names the rank the others wait for)"""
 STRAGGLER_PROBE_CODE = """
 import time
@@ -185,11 +185,14 @@ def _gap_fixes(ctx: Context, host_side: bool, where: str):
         return (pytorch(f"Overlap the host work with GPU work, or move it out of the loop ({where})",
                         "# see the gap causes above; e.g. log every N steps instead of every step\n"
                         "if step % 100 == 0:\n    log(metrics)"),)
-    return (pytorch("The GPU had work queued: find what it waited for. On a multi-GPU job a slower rank stalls "
-                    "every collective: record every rank and let gpumagic's job analysis name it (straggler-rank: "
-                    "the others wait inside their collectives, the straggler's are the shortest); on one GPU, "
-                    "record more steps, so that the work the queue waited on is in the window",
-                    JOB_TRACES_CODE),
+    job = pytorch("The GPU had work queued: find what it waited for. On a multi-GPU job a slower rank stalls "
+                  "every collective: record every rank and let gpumagic's job analysis name it (straggler-rank: "
+                  "the others wait inside their collectives, the straggler's are the shortest); on one GPU, "
+                  "record more steps, so that the work the queue waited on is in the window",
+                  JOB_TRACES_CODE)
+    if ctx.workload != "training":
+        return (job,)
+    return (job,
             pytorch("Or time each rank's own work, with no collective in it (a step timed across its collectives "
                     "lasts the straggler's time on every rank, and a rank slow in its loader even looks fastest); "
                     "work only one rank does between steps shows in the job analysis, not here",
