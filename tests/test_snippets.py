@@ -151,7 +151,7 @@ def test_prefetch_trains_every_batch_once_in_order_with_stream_safety(n):
 
 # ---- the gpu-idle-gaps straggler probe, on a two-rank gloo job -----------------------------------
 
-@pytest.mark.slow  # processes that import torch (and transformers or triton) afresh
+@pytest.mark.slow  # two fresh processes import torch
 def test_straggler_probe_finds_a_straggler_slow_in_compute_and_one_slow_in_its_loader(tmp_path):
     """The probe names the slow rank in both cases; the step timed across its collectives (the
     method taught before) does not: equal on both ranks, or shortest on the straggler."""
@@ -181,7 +181,7 @@ def test_straggler_probe_finds_a_straggler_slow_in_compute_and_one_slow_in_its_l
 
 # ---- the Trainer's NaN/inf check: counted with the CPU profiler -----------------------------------
 
-@pytest.mark.slow  # processes that import torch (and transformers or triton) afresh
+@pytest.mark.slow  # two Trainer runs
 def test_trainer_tests_each_steps_loss_on_the_host_unless_the_host_sync_fix_is_applied(tmp_path):
     """With the default logging_nan_inf_filter=True the Trainer runs two host-side truth tests of
     the loss per step (isnan, isinf: host syncs on CUDA), at no logging step; the host-sync fix's
@@ -295,7 +295,7 @@ print("ok")
 """
 
 
-@pytest.mark.slow  # processes that import torch (and transformers or triton) afresh
+@pytest.mark.slow  # a fresh process imports torch and triton
 def test_triton_fix_runs_for_fp32_fp16_and_bf16_under_the_interpreter(tmp_path):
     import os
     import subprocess
