@@ -103,8 +103,9 @@ def check(code: str) -> tuple[list[str], list[str]]:
             else:
                 resolved[id(node)] = obj
     method_types = _method_types()
+    in_kernel = _triton_kernel_nodes(tree)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and id(node) not in resolved:
+        if isinstance(node, ast.Attribute) and id(node) not in resolved and id(node) not in in_kernel:
             chain = _chain(node)
             if chain is not None and chain[0] in roots:
                 continue  # reported above
@@ -116,6 +117,17 @@ def check(code: str) -> tuple[list[str], list[str]]:
                 target = roots.get(node.func.id)
             problems += _keywords(target, node)
     return problems, missing
+
+
+def _triton_kernel_nodes(tree: ast.AST) -> set[int]:
+    """The nodes inside ``@triton.jit`` functions: there ``x.to(...)`` or ``p.dtype.element_ty`` are
+    Triton's language, not tensor methods (``tl.*`` names are still resolved above; the kernel's
+    typing is proven by running it under TRITON_INTERPRET=1, tests/test_snippets.py)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and any(_chain(d) == ["triton", "jit"] for d in node.decorator_list):
+            found.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return found
 
 
 def _keywords(target, call: ast.Call) -> list[str]:

@@ -17,8 +17,8 @@ from gpumagic import analyze
 from gpumagic.integrations.huggingface import huggingface_fixes
 
 
-def _transfer_trace(training: bool):
-    tb = TraceBuilder()
+def _transfer_trace(training: bool, cc: tuple[int, int] = (8, 0)):
+    tb = TraceBuilder(cc=cc)
     for i in range(3):
         t = i * 10_000
         tb.step(i + 1, t, 10_000)
@@ -30,8 +30,8 @@ def _transfer_trace(training: bool):
     return tb
 
 
-def _memory_trace(training: bool):
-    tb = _transfer_trace(training)
+def _memory_trace(training: bool, cc: tuple[int, int] = (8, 0)):
+    tb = _transfer_trace(training, cc)
     tb.memory(5_000, allocated=int(0.95 * 80 * 2**30), reserved=int(0.97 * 80 * 2**30))
     return tb
 
@@ -71,6 +71,8 @@ def built_reports():
     yield "transfer-infer", analyze(_transfer_trace(False).to_dict())
     yield "memory-train", analyze(_memory_trace(True).to_dict())
     yield "memory-infer", analyze(_memory_trace(False).to_dict())
+    for training in (True, False):  # Volta: fp16, not bf16
+        yield f"memory-volta-{training}", analyze(_memory_trace(training, (7, 0)).to_dict())
     for cc, name in (((7, 0), "Tesla V100-SXM2-32GB"), ((8, 0), "NVIDIA A100-SXM4-80GB"), ((8, 9), "NVIDIA L4"),
                      ((8, 6), "Unknown GPU")):
         for training in (True, False):
@@ -165,8 +167,32 @@ def harness(device: str, calls: list | None = None) -> dict:
         host_batches=[torch.randn(4, 8) for _ in range(3)],
         samples=[torch.randn(8) for _ in range(4)], requests=[torch.randn(8, device=device) for _ in range(3)],
         device=device, q=torch.randn(2, 2, 4, 8, device=device), k=torch.randn(2, 2, 4, 8, device=device),
-        v=torch.randn(2, 2, 4, 8, device=device), mask=None, p=0.1, training=False, d=8,
+        v=torch.randn(2, 2, 4, 8, device=device), p=0.1, training=False, d=8, scale=8 ** -0.5,
+        mask=torch.tensor([[False, False, True, True]] * 4, device=device),  # masked_fill style: True = hidden
+        bias=torch.randn(8, device=device),
         weight=torch.ones(8, device=device), logits=torch.randn(4, 4, device=device), step=100,
         running_loss=torch.zeros((), device=device), log=lambda m: calls.append(("log", m)), metrics={},
     )
     return ns
+
+
+def trainer_host_checks(out_dir: str, steps: int = 4, **settings) -> int:
+    """Host-side truth tests of a tensor (``aten::is_nonzero``: ``bool(t)``, a host sync on CUDA)
+    during ``steps`` optimizer steps of a Hugging Face ``Trainer`` on a tiny BERT built from a
+    config, counted with the CPU profiler. ``settings`` go to ``TrainingArguments``; logging_steps
+    stays far above ``steps``, so no logging step falls in the run."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=32, num_labels=2)
+    model = BertForSequenceClassification(config)
+    data = [{"input_ids": torch.randint(0, 64, (8,)), "labels": torch.tensor(i % 2)} for i in range(4 * steps)]
+    args = TrainingArguments(out_dir, max_steps=steps, per_device_train_batch_size=4, logging_steps=500,
+                             report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True, **settings)
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        trainer.train()
+    return sum(e.name == "aten::is_nonzero" for e in prof.events())

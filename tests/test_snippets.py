@@ -169,3 +169,208 @@ def test_fixes_import_the_optional_packages_they_use():
         bound = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
                  for a in n.names}
         assert used <= bound, (sorted(used - bound), code)
+
+
+# ---- the gpu-idle-gaps straggler probe, on a two-rank gloo job -----------------------------------
+
+@pytest.mark.slow  # two fresh processes import torch
+def test_straggler_probe_finds_a_straggler_slow_in_compute_and_one_slow_in_its_loader(tmp_path):
+    """The probe names the slow rank in both cases; the step timed across its collectives (the
+    method taught before) does not: equal on both ranks, or shortest on the straggler."""
+    import json
+
+    import snippets_dist as sd
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    from gpumagic.analysis.rules.utilization import STRAGGLER_PROBE_CODE
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("this torch has no gloo backend")
+    assert any(code == STRAGGLER_PROBE_CODE.strip("\n") for code in FIXES)  # a fixture trace prints it
+    mp.spawn(sd.run_rank, args=(2, str(tmp_path / "init"), STRAGGLER_PROBE_CODE, str(tmp_path)), nprocs=2)
+    for case, part in (("compute", 1), ("loader", 0)):
+        got = json.loads((tmp_path / f"{case}.json").read_text())
+        probe = [row[part] for row in got["probe"]]
+        assert max(range(2), key=probe.__getitem__) == sd.STRAGGLER, (case, got)
+        assert probe[sd.STRAGGLER] >= 5 * sd.DELAY_S  # five timed batches, each delayed
+        old = got["old"]
+        if case == "compute":  # every rank waits in the all-reduce for the slow one
+            assert abs(old[0] - old[1]) < 2 * sd.DELAY_S < min(old), (case, got)
+        else:  # the straggler loaded before t0, and waits least in the all-reduce
+            assert old[sd.STRAGGLER] < old[1 - sd.STRAGGLER], (case, got)
+
+
+# ---- the Trainer's NaN/inf check: counted with the CPU profiler -----------------------------------
+
+@pytest.mark.slow  # two Trainer runs
+def test_trainer_tests_each_steps_loss_on_the_host_unless_the_host_sync_fix_is_applied(tmp_path):
+    """With the default logging_nan_inf_filter=True the Trainer runs two host-side truth tests of
+    the loss per step (isnan, isinf: host syncs on CUDA), at no logging step; the host-sync fix's
+    setting removes them."""
+    import ast
+
+    pytest.importorskip("transformers")
+    codes = [code for code, (fid, fx, _) in FIXES.items() if fid == "host-sync" and fx.flavor == "huggingface"]
+    assert codes, "the host-sync finding has a TrainingArguments fix"
+    call = ast.parse(codes[0]).body[0].value
+    settings = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
+    assert settings == {"logging_nan_inf_filter": False}
+    steps = 4
+    assert sc.trainer_host_checks(str(tmp_path / "default"), steps) == 2 * steps
+    assert sc.trainer_host_checks(str(tmp_path / "fixed"), steps, **settings) == 0
+
+
+# ---- unfused-attention: SDPA computes what the hand-written attention did ------------------------
+
+def _sdpa_line() -> str:
+    from gpumagic.analysis.rules.kernels import SDPA_CODE
+
+    return next(line for line in SDPA_CODE.splitlines() if line.startswith("out = F.scaled_dot_product_attention("))
+
+
+def _by_hand(q, k, v, scale, hide=None, add=None):
+    import torch
+
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if hide is not None:
+        scores = scores.masked_fill(hide, float("-inf"))
+    if add is not None:
+        scores = scores + add
+    return torch.softmax(scores, dim=-1) @ v
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.125, 0.3])  # 1.0: T5 (no scaling); 0.125 = 1/√64 is SDPA's default for d=64
+def test_sdpa_fix_keeps_the_scale_and_the_masked_fill_mask(scale):
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 64, generator=g) for _ in range(3))
+    hide = torch.rand(5, 5, generator=g) > 0.6
+    hide[:, 0] = False  # every query keeps a key (an all-hidden row is NaN by hand)
+    ns = {"F": F, "q": q, "k": k, "v": v, "mask": hide, "scale": scale, "p": 0.1, "training": False}
+    exec(_sdpa_line(), ns)
+    torch.testing.assert_close(ns["out"], _by_hand(q, k, v, scale, hide=hide))
+    # the replacement printed before issue 23 (no scale=, attn_mask=mask) computes something else
+    old = F.scaled_dot_product_attention(q, k, v, attn_mask=hide)
+    assert not torch.allclose(old, _by_hand(q, k, v, scale, hide=hide), atol=1e-3)
+
+
+def test_sdpa_mask_conventions_the_fix_names():
+    """True = attend for a boolean attn_mask (pass the mask itself), a float mask is added."""
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 5, 16, generator=g) for _ in range(3))
+    keep = torch.rand(5, 5, generator=g) > 0.4
+    keep[:, 0] = True
+    torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=0.5),
+                               _by_hand(q, k, v, 0.5, hide=~keep))
+    add = torch.randn(5, 5, generator=g)
+    torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=add, scale=0.5),
+                               _by_hand(q, k, v, 0.5, add=add))
+    causal = torch.ones(5, 5, dtype=torch.bool).triu(1)  # masked_fill style: the future is hidden
+    torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5),
+                               _by_hand(q, k, v, 0.5, hide=causal))
+
+
+# ---- elementwise-bound: the Triton kernel computes in fp32 and stores the output's dtype ----------
+
+_TRITON_RUN = r"""
+import sys
+import torch
+import torch.nn.functional as F
+from gpumagic.analysis.rules.kernels import TRITON_CODE
+
+old_body = '''
+import triton
+import triton.language as tl
+
+@triton.jit
+def bias_gelu(x_ptr, b_ptr, out_ptr, n, d, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < n) + tl.load(b_ptr + i % d, mask=i < n)
+    tl.store(out_ptr + i, 0.5 * x * (1 + tl.erf(x * 0.7071067811865476)), mask=i < n)
+
+out = torch.empty_like(x)
+bias_gelu[(triton.cdiv(x.numel(), 1024),)](x, bias, out, x.numel(), x.shape[-1], BLOCK=1024)
+'''
+sys.path.insert(0, sys.argv[1])
+import snippets_check as ck
+
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    x = torch.randn(3, 700, dtype=dtype)  # 2,100 elements: three blocks, the last one masked
+    bias = torch.randn(700, dtype=dtype)
+    ns = ck.run(TRITON_CODE, {"torch": torch, "x": x, "bias": bias}, "cpu")
+    assert ns["out"].dtype == dtype
+    torch.testing.assert_close(ns["out"], F.gelu(x.float() + bias.float()).to(dtype))
+    if dtype != torch.float32:  # the kernel printed before issue 23 does not compile for it
+        try:
+            ck.run(old_body, {"torch": torch, "x": x, "bias": bias}, "cpu")
+        except Exception as exc:
+            assert "fp32" in str(exc), exc
+        else:
+            raise AssertionError(f"the fp16/bf16 erf kernel compiled for {dtype}")
+print("ok")
+"""
+
+
+@pytest.mark.slow  # a fresh process imports torch and triton
+def test_triton_fix_runs_for_fp32_fp16_and_bf16_under_the_interpreter(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton", reason="Triton is not installed (it ships with CUDA builds of torch): "
+                                         "test_triton_fix_computes_in_fp32_by_its_source checks the source instead")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", _TRITON_RUN, str(Path(__file__).parent)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_triton_fix_computes_in_fp32_by_its_source():
+    """Without Triton: the kernel loads into fp32 before tl.erf and casts to the output's dtype."""
+    import ast
+
+    from gpumagic.analysis.rules.kernels import TRITON_CODE
+
+    tree = ast.parse(TRITON_CODE)
+    assert {a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names} >= {"triton", "triton.language"}
+    kernel = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    loads = [c for c in ast.walk(kernel) if isinstance(c, ast.Call) and ast.unparse(c.func) == "tl.load"]
+    casts = [c for c in ast.walk(kernel) if isinstance(c, ast.Call) and ast.unparse(c.func).endswith(".to")]
+    assert loads and all(any(c.func.value is ld for c in casts) and ast.unparse(c.args[0]) == "tl.float32"
+                         for ld in loads for c in casts if c.func.value is ld)
+    assert len([c for c in casts if ast.unparse(c.args[0]) == "tl.float32"]) == len(loads)  # every load cast
+    store = next(c for c in ast.walk(kernel) if isinstance(c, ast.Call) and ast.unparse(c.func) == "tl.store")
+    assert ast.unparse(store.args[1]).endswith(".to(out_ptr.dtype.element_ty)")
+
+
+# ---- memory-pressure: the lower precision and the checkpointing argument fit the GPU and version ---
+
+def test_memory_fixes_pick_the_dtype_by_compute_capability_and_the_installed_argument_name():
+    import re
+
+    from gpumagic.analysis.rules.memory import checkpointing_argument
+
+    reports = dict(sc.built_reports())
+    for label, use, avoid in (("memory-infer", "torch.bfloat16", "torch.float16"),
+                              ("memory-volta-False", "torch.float16", "torch.bfloat16"),
+                              ("memory-train", "bf16=True", "fp16=True"), ("memory-volta-True", "fp16=True", "bf16=True")):
+        codes = "\n".join(fx.code for fx in reports[label].finding("memory-pressure").fixes)
+        assert re.search(rf"\b{use}", codes) and not re.search(rf"\b{avoid}", codes), label
+        if "=" in use:
+            assert f"{checkpointing_argument()}=True" in codes and f"autocast to {use[:4]}" in codes, label
+    try:
+        import dataclasses
+
+        from transformers import TrainingArguments
+    except ImportError:
+        return
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    expected = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+    assert checkpointing_argument() == expected

@@ -54,7 +54,8 @@ def fmt_speed(ratio: float | None) -> str:
         return MISSING
     if round(ratio, 2) == 1:
         return "1.00× (same speed)"
-    return f"{1 / ratio:.2f}\u00d7 faster" if ratio < 1 else f"{ratio:.2f}\u00d7 slower"
+    # 1 / ratio to 4 significant digits first: the number Comparison.speedup holds (tuning.comparison)
+    return f"{float(f'{1 / ratio:.4g}'):.2f}\u00d7 faster" if ratio < 1 else f"{ratio:.2f}\u00d7 slower"
 
 
 #: What the speed-up figures mean, said once under the comparison's tiles.

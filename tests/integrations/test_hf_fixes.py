@@ -135,12 +135,21 @@ def test_everything_already_set_says_so_in_the_code():
 
 
 def test_findings_without_advice_keep_their_trainer_fixes_first():
-    f = _finding("host-sync")
+    f = _finding("unfused-attention")
     f = dataclasses.replace(f, fixes=tuple(reversed(f.fixes)))  # pytorch first
     out = huggingface_fixes(_report(f), fields=OLD_FIELDS).findings[0]
     assert [x.flavor for x in out.fixes] == ["huggingface", "pytorch"]
     low = huggingface_fixes(_report(_finding("low-gpu-utilization")), fields=OLD_FIELDS).findings[0]
     assert low.fixes[0].description == "rule's own"  # batch size unknown without training_args
+
+
+def test_host_sync_advice_turns_off_the_trainers_per_step_nan_inf_test():
+    out = huggingface_fixes(_report(_finding("host-sync")), fields=OLD_FIELDS | {"logging_nan_inf_filter"}).findings[0]
+    assert out.fixes[0].code == "TrainingArguments(..., logging_nan_inf_filter=False)"
+    assert "two syncs a step" in out.fixes[0].description
+    already = huggingface_fixes(_report(_finding("host-sync")), fields=OLD_FIELDS | {"logging_nan_inf_filter"},
+                                training_args=SimpleNamespace(logging_nan_inf_filter=False)).findings[0]
+    assert "Already set: logging_nan_inf_filter=False" in already.fixes[0].description
 
 
 def test_cpu_only_reports_get_no_pinning_advice():

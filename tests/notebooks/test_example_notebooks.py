@@ -265,15 +265,17 @@ def test_compute_efficiency(run_notebook):
     live = re.search(r"flops_source: profiler; per step ([\d.]+) MFLOP \(by hand ([\d.]+) MFLOP\)",
                      output_of(nb, 'c = mlp.metrics["compute"]'))
     assert live and live.group(1) == live.group(2)  # --flops: the profiler's counts, checked by hand
-    sweep = output_of(nb, "SIZES = [8, 32, 128, 512, 1024]")
-    assert sweep.count("\n") >= 5 and "GFLOP/s" in sweep
-    assert "the CPU wins below n ≈" in output_of(nb, "n_cross = ")
+    sweep = output_of(nb, "SIZES = [8, 16, 32, 64, 128, 256, 512, 1024]")
+    assert sweep.count("\n") >= 8 and "GFLOP/s" in sweep
+    cross = re.findall(r"the CPU wins below n ≈ (\d+) .*one would say n ≈ (\d+)", output_of(nb, "n_cross = "))
+    assert len(cross) == 2 and all(int(n) <= int(naive) for n, naive in cross)  # the best rate overstates the CPU
     bert = output_of(nb, 'bert = gpumagic.analyze(DATA / "h100_bert_small_inference')
     assert "launch-bound" in bert and bert.rstrip().endswith("False")  # idle, yet not too small for a GPU
     triton = output_of(nb, "def bias_gelu(x, bias)") + output_of(nb, "import triton.language as tl")
     assert "fused kernel matches PyTorch" in triton or "Triton cannot run here" in triton
-    if "fused kernel matches PyTorch" in triton:
-        assert float(re.search(r"max error ([\d.e+-]+)", triton).group(1)) < 1e-4
+    if "fused kernel matches PyTorch" in triton:  # fp32, then bf16 (tl.erf computed in fp32, cast back)
+        errors = dict(re.findall(r"in (float32|bfloat16): max error ([\d.e+-]+)", triton))
+        assert float(errors["float32"]) < 1e-4 and float(errors["bfloat16"]) <= 8 * 2**-7
     memory = output_of(nb, 'mem = gpumagic.analyze(DATA / "v100_large_216k_events')
     m = re.search(r"reserved is ([\d.]+)× allocated", memory)
     assert m and float(m.group(1)) > 1.5  # reserved far above allocated, yet no pressure
@@ -317,7 +319,8 @@ def test_distributed_overlap_and_stragglers(run_notebook):
     comm = output_of(nb, "runs = {")
     assert "V100 job: 2020 NCCL kernels" in comm and "0.0% of it overlaps compute" in comm
     assert "DistributedDataParallel(model, bucket_cap_mb=" in output_of(nb, 'f = runs["V100 job"]')
-    assert "all_gather_object" in output_of(nb, 'gaps = runs["A100 job')
+    straggler = output_of(nb, 'gaps = runs["A100 job')
+    assert "gpumagic analyze traces/" in straggler and "model.no_sync()" in straggler  # not a step timed across collectives
 
 
 def test_huggingface_beyond_workers(run_notebook):
@@ -328,5 +331,8 @@ def test_huggingface_beyond_workers(run_notebook):
     assert "torch_compile_mode='reduce-overhead'" in fixes
     padding = output_of(nb, "lengths = torch.clamp(")
     shares = [float(x) for x in re.findall(r"([\d.]+)% of them padding", padding)]
-    assert len(shares) == 3 and shares[0] > shares[1] > shares[2]  # max > per batch > grouped
-    assert "loss read with .item() when logging: True" in output_of(nb, "import transformers.trainer as trainer_module")
+    # max > per batch > transformers' own group_by_length sampler > a global sort (the lower bound)
+    assert len(shares) == 4 and shares[0] > shares[1] > shares[2] > shares[3]
+    checks = output_of(nb, "for nan_inf_filter in (True, False):")
+    assert "logging_nan_inf_filter default: True" in checks
+    assert "logging_nan_inf_filter=True: 8 host-side tests" in checks and "logging_nan_inf_filter=False: 0 host-side" in checks

@@ -133,6 +133,14 @@ def _communication(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
                    "with gradient_accumulation_steps > 1 the Trainer already skips the all-reduce between micro-batches")]
 
 
+def _host_sync(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    # The Trainer's NaN/inf filter syncs twice a step (analysis.rules.sync.TRAINER_NAN_CHECK_FIX).
+    return [Advice("Stop the Trainer testing each step's loss for NaN/inf on the host (logging_nan_inf_filter=True, "
+                   "the default: two syncs a step, whatever logging_steps is)", {"logging_nan_inf_filter": False},
+                   "it changes only the logged loss, not training; include_num_input_tokens_seen reads a count with "
+                   ".item() every step too")]
+
+
 ADVICE = {
     "dataloader-bound": _dataloader,
     "pageable-memcpy": _pinned,
@@ -143,6 +151,7 @@ ADVICE = {
     "memory-pressure": _memory,
     "low-gpu-utilization": _bigger_batch,
     "communication-heavy": _communication,
+    "host-sync": _host_sync,
     "small-transfers": _pinned,
     "elementwise-bound": _launch,
     "low-compute-efficiency": _bigger_batch,

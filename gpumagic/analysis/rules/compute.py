@@ -16,9 +16,11 @@ from gpumagic.report.model import Finding, Fix
 #: low-compute-efficiency fires only while the GPU is busy (≥ 50 % of the window, the same line
 #: as ``low-gpu-utilization``): an idle GPU is a different problem with its own findings.
 BUSY_MIN = 0.5
-#: MFU below this is "very low". Well-tuned large-model training reaches 40–55 % (PaLM paper,
-#: Chowdhery et al. 2022, Table 3: 46.2 % MFU; Megatron-LM reports 52 % on A100s), and a tuned
-#: ResNet-50 about 20–35 % (the V100 fixtures here: 28 % and 35 % in FP32). Under 10 %, more than
+#: MFU below this is "very low". Large-model training runs report about 20–46 % MFU (PaLM paper,
+#: Chowdhery et al. 2022, Table 3: GPT-3 21.3 %, Gopher 32.5 %, Megatron-Turing NLG 29.7 %, PaLM
+#: 46.2 %); higher figures such as PaLM's 57.8 % or Megatron-LM's 52 % on A100s (Narayanan et al.
+#: 2021) are hardware FLOPs utilisation, which counts the recomputed forward pass. A tuned
+#: ResNet-50 reaches about 20–35 % (the V100 fixtures here: 28 % and 35 % in FP32). Under 10 %, more than
 #: nine tenths of the arithmetic the GPU was busy for is lost to small matmuls, memory-bound
 #: kernels or an unused faster dtype.
 MFU_LOW = 0.10
@@ -93,8 +95,9 @@ def _efficiency_fixes(c: ComputeMetrics, training: bool) -> tuple[Fix, ...]:
                 "out = model(torch.stack(requests))   # one call for many inputs"),
         pytorch("Fuse the memory-bound kernels between matmuls", "model = torch.compile(model)"),
     ]
-    if training:
-        fixes.append(huggingface("Through TrainingArguments", "TrainingArguments(..., bf16=True, torch_compile=True, "
+    if training:  # bf16 only where the peak table gives the device bf16 tensor cores (Ampere on), else fp16
+        low = "bf16" if peak and peak.tflops.get("bf16") else "fp16"
+        fixes.append(huggingface("Through TrainingArguments", f"TrainingArguments(..., {low}=True, torch_compile=True, "
                                                               "per_device_train_batch_size=64)"))
     return tuple(fixes)
 

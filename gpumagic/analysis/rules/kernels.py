@@ -30,6 +30,37 @@ FUSED_ATTENTION_SPEEDUP = 2.0
 ELEMENTWISE_SHARE = 0.40
 ELEMENTWISE_BUSY_MIN = 0.5
 FUSION_SPEEDUP = 2.0
+#: The SDPA replacement keeps what the hand-written attention did: its ``scale`` (SDPA's default is
+#: 1/√d; T5 uses none, some models scale q beforehand) and its mask, whose boolean convention
+#: SDPA inverts ("A boolean mask where a value of True indicates that the element *should take
+#: part* in attention": the ``scaled_dot_product_attention`` docstring), while ``masked_fill(mask,
+#: -inf)`` hides where True. tests/test_snippets.py compares both on CPU with assert_close.
+SDPA_CODE = """
+import torch.nn.functional as F
+# instead of: scores = (q @ k.transpose(-2, -1)) * scale
+#             attn = scores.masked_fill(mask, float("-inf")).softmax(-1); out = dropout(attn) @ v
+out = F.scaled_dot_product_attention(q, k, v, attn_mask=~mask, dropout_p=p if training else 0.0, scale=scale)
+# a boolean attn_mask is True where attention is allowed: ~mask for a masked_fill-style mask (True =
+# hidden), the mask itself if True already means "attend"; a float mask is added to the scores;
+# is_causal=True (and no attn_mask) for a causal one"""
+#: The Triton kernel's arithmetic runs in fp32: ``tl.erf`` (libdevice) accepts fp32/fp64 only and
+#: fails to compile for fp16/bf16 (Triton's math dtype check, "Expected dtype ['fp32', 'fp64']");
+#: the result is cast back to the output's dtype. tests/test_snippets.py runs it for fp32, fp16 and
+#: bf16 under TRITON_INTERPRET=1 where Triton is installed.
+TRITON_CODE = """
+import triton
+import triton.language as tl
+
+@triton.jit
+def bias_gelu(x_ptr, b_ptr, out_ptr, n, d, BLOCK: tl.constexpr):
+    # x contiguous, its last dimension d (n = x.numel()); b holds d elements
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < n).to(tl.float32) + tl.load(b_ptr + i % d, mask=i < n).to(tl.float32)
+    y = 0.5 * x * (1 + tl.erf(x * 0.7071067811865476))   # tl.erf needs fp32: computed in fp32
+    tl.store(out_ptr + i, y.to(out_ptr.dtype.element_ty), mask=i < n)   # back to the output's dtype
+
+out = torch.empty_like(x)
+bias_gelu[(triton.cdiv(x.numel(), 1024),)](x, bias, out, x.numel(), x.shape[-1], BLOCK=1024)"""
 SDPA_DOC = "https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html"
 COMPILE_DOC = "https://pytorch.org/docs/stable/torch.compiler.html"
 
@@ -95,11 +126,9 @@ def unfused_attention(ctx: Context, m: Metrics) -> Finding | None:
         windows=windows(ev.ts_ns[pieces], ev.ts_ns[pieces] + ev.dur_ns[pieces], "gpu", ctx.device, "attention piece"),
         est_gain=gain, gain_method="time of the unfused attention kernels × (1 − 1/2), a fused kernel ≥ 2× faster",
         fixes=(
-            pytorch("Call the fused kernel: scaled_dot_product_attention picks flash / memory-efficient / cuDNN",
-                    """
-import torch.nn.functional as F
-# instead of: attn = (q @ k.transpose(-2, -1) * scale).softmax(-1); out = attn @ v
-out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p if training else 0.0)"""),
+            pytorch("Call the fused kernel: scaled_dot_product_attention picks flash / memory-efficient / cuDNN "
+                    "(pass your scale: without it SDPA uses 1/√d; a boolean attn_mask is True where attention is "
+                    "allowed, the opposite of masked_fill's)", SDPA_CODE),
             huggingface("Ask transformers for the SDPA implementation",
                         'model = AutoModel.from_config(config, attn_implementation="sdpa")'),
         ),
@@ -165,16 +194,7 @@ def _fusion_fixes(optimizer: bool, training: bool) -> tuple[Fix, ...]:
                 + ("loss = torch.nn.functional.cross_entropy(logits, target)   # not log(softmax(x))" if training else
                    "probs = torch.softmax(logits, dim=-1)   # one kernel, not exp / sum / div")),
         pytorch("Last: a custom Triton kernel for a hot chain the compiler misses (see example notebook 07)",
-                """
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def bias_gelu(x_ptr, b_ptr, out_ptr, n, d, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + i, mask=i < n) + tl.load(b_ptr + i % d, mask=i < n)
-    tl.store(out_ptr + i, 0.5 * x * (1 + tl.erf(x * 0.7071067811865476)), mask=i < n)"""),
+                TRITON_CODE),
     ]
     if training:
         fixes.append(huggingface("Through TrainingArguments",

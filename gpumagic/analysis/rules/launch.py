@@ -49,18 +49,24 @@ for x in batches:                  # same shape every time
     graph.replay()
     out = static_y.clone()         # the next replay overwrites static_y"""
 #: Training: ``make_graphed_callables`` graphs a module's forward and backward (CUDA Graphs
-#: notes, "Partial-network capture"); whole-step capture (optimizer included, with
-#: ``capturable=True``) is what ``torch.compile(mode="reduce-overhead")`` automates. Checked on
-#: an H200 (torch 2.11): with a forward pass still awaiting its backward, the capture fails
-#: with cudaErrorStreamCaptureInvalidated, hence the comment.
+#: notes, "Partial-network capture"); under autocast it needs ``cache_enabled=False`` (its
+#: docstring: "The automatic mixed precision is supported in make_graphed_callables only with
+#: disabled caching"). ``torch.compile(model, mode="reduce-overhead")`` likewise graphs forward and
+#: backward (AOTAutograd), not ``optimizer.step()``, which is compiled on its own (PyTorch recipe
+#: "(beta) Compiling the optimizer with torch.compile"); capturing the whole step by hand is the
+#: notes' "Whole-network capture", with a ``capturable=True`` optimizer. Checked on an H200 (torch
+#: 2.11): with a forward pass still awaiting its backward, the capture fails with
+#: cudaErrorStreamCaptureInvalidated, hence the comment.
 GRAPH_TRAINING_CODE = """
 # once, before the training loop: a forward pass whose backward has not run yet (a live
 # autograd graph) invalidates the capture
 sample_x = torch.randn(batch_shape, device="cuda", requires_grad=False)
 model = torch.cuda.make_graphed_callables(model, (sample_x,))   # forward + backward replayed
-# or the whole step, optimizer included:
+# under autocast: torch.autocast("cuda", dtype=..., cache_enabled=False) around the graphed model
+# or let torch.compile graph forward and backward, and compile the optimizer step on its own:
 # model = torch.compile(model, mode="reduce-overhead")
-# opt = torch.optim.AdamW(model.parameters(), lr=lr, capturable=True)   # for manual whole-step capture"""
+# step = torch.compile(opt.step)   # call step() where you called opt.step()
+# whole-step capture by hand (CUDA Graphs notes): an optimizer made with capturable=True"""
 
 
 @rule("launch-bound")
@@ -116,7 +122,7 @@ def _launch_fixes(ctx: Context) -> tuple[Fix, ...]:
         return (compile_fix, pytorch("Or replay a recorded forward pass with a CUDA graph", GRAPH_INFERENCE_CODE))
     return (
         compile_fix,
-        pytorch("Training: graph forward and backward (the optimizer stays eager), or compile the whole step",
+        pytorch("Training: graph forward and backward (the optimizer stays eager unless compiled on its own)",
                 GRAPH_TRAINING_CODE),
         pytorch("Use a fused optimizer: a few multi-tensor kernels for all parameters (foreach, the CUDA default, "
                 "already groups tensors; fused also fuses the update math)",

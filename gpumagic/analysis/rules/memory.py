@@ -63,20 +63,57 @@ def _fixes(ctx: Context) -> tuple[Fix, ...]:
     return (check, *_shrink_fixes(ctx))
 
 
+#: bf16 from compute capability 8.0 (Ampere); Volta and Turing have fp16 tensor cores only, and bf16
+#: there runs without them (``rules.precision.BF16_MIN_CC``, NVIDIA CUDA C++ Programming Guide,
+#: "Warp Matrix Functions").
+BF16_MIN_CC = 8.0
+
+
+def _low_dtype(ctx: Context) -> str:
+    """``"bfloat16"`` or ``"float16"`` by the device's compute capability; unknown (no device
+    properties in the trace): ``""``, and the fix chooses at run time."""
+    cc = ctx.device_info.compute_capability if ctx.device_info is not None else None
+    if not cc:
+        return ""
+    return "bfloat16" if cc >= BF16_MIN_CC else "float16"
+
+
+def checkpointing_argument() -> str:
+    """The ``TrainingArguments`` name of activation checkpointing in the installed transformers:
+    ``activation_checkpointing`` where its ``training_args.py`` declares it (transformers 5, where
+    ``gradient_checkpointing`` is a "Deprecated alias of `activation_checkpointing`"), else
+    ``gradient_checkpointing`` (4.x has only that one). Without transformers: the newer name. The
+    source is read as text: analysing a saved trace never imports transformers or torch."""
+    from importlib.metadata import PackageNotFoundError, distribution
+    from pathlib import Path
+    try:
+        text = Path(distribution("transformers").locate_file("transformers/training_args.py")).read_text(encoding="utf-8")
+    except (PackageNotFoundError, OSError):
+        return "activation_checkpointing"
+    return "activation_checkpointing" if "activation_checkpointing: " in text else "gradient_checkpointing"
+
+
 def _shrink_fixes(ctx: Context) -> tuple[Fix, ...]:
+    low = _low_dtype(ctx)
+    pick = ("" if low else "low = torch.bfloat16 if torch.cuda.get_device_capability() >= (8, 0) else torch.float16"
+            "   # bf16 from Ampere\n")
+    dtype = f"torch.{low}" if low else "low"
     if ctx.workload != "training":
         return (pytorch("Store less per batch: lower precision weights, a smaller batch",
-                        """
-model = model.to(torch.bfloat16)       # half the memory of FP32 weights and activations
+                        f"""
+{pick}model = model.to({dtype})       # half the memory of FP32 weights and activations
 with torch.inference_mode():           # keeps no autograd state
-    out = model(x[: len(x) // 2].to(torch.bfloat16))   # inputs in the weights' dtype; or a smaller batch"""),)
+    out = model(x[: len(x) // 2].to({dtype}))   # inputs in the weights' dtype; or a smaller batch"""),)
+    precision = {"bfloat16": "bf16=True", "float16": "fp16=True"}.get(low, "bf16=True")
+    autocast = {"bfloat16": "autocast to bf16", "float16": "autocast to fp16 with a GradScaler (no bf16 tensor cores "
+                "before Ampere)"}.get(low, "autocast to bf16 (fp16 with a GradScaler before Ampere)")
     return (
             pytorch("Trade compute for memory, or shrink what is stored",
-                    """
+                    f"""
 # recompute a block's activations in backward instead of keeping them
 out = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
-# or: autocast to bf16; or micro-batches with gradient accumulation"""),
+# or: {autocast}; or micro-batches with gradient accumulation"""),
             huggingface("Through TrainingArguments",
-                        "TrainingArguments(..., gradient_checkpointing=True, bf16=True,\n"
+                        f"TrainingArguments(..., {checkpointing_argument()}=True, {precision},\n"
                         "                  per_device_train_batch_size=8, gradient_accumulation_steps=4)"),
     )

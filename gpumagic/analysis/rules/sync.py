@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import harmful_syncs
-from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.report.metrics import Metrics, SyncMetrics
 from gpumagic.report.model import Finding
 
@@ -13,6 +13,16 @@ from gpumagic.report.model import Finding
 #: run-to-run noise of step time, below which the advice is not worth a code change.
 BLOCKED_FRAC = 0.02
 DOC = "https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html"
+#: The Hugging Face Trainer keeps the running loss on the device and reads it at logging steps,
+#: but with ``logging_nan_inf_filter=True`` (the default) its training loop tests every step's
+#: loss with ``torch.isnan(loss) or torch.isinf(loss)`` (transformers ``Trainer`` inner training
+#: loop): ``or`` calls ``Tensor.__bool__``, a host sync on CUDA, twice a step whatever
+#: ``logging_steps`` is. The setting only filters the logged loss ("Does not affect gradient
+#: computation, only logging": its docstring). tests/test_snippets.py counts the checks.
+TRAINER_NAN_CHECK_FIX = (
+    "The Hugging Face Trainer tests each step's loss for NaN/inf on the host by default "
+    "(logging_nan_inf_filter=True: two syncs a step, whatever logging_steps is); turning it off changes only "
+    "the logged loss, not training. include_num_input_tokens_seen reads a count with .item() every step too")
 
 
 @rule("host-sync")
@@ -41,9 +51,11 @@ def host_sync(ctx: Context, m: Metrics) -> Finding | None:
         severity=severity_for(frac),
         title=f"Syncs block the host: {_top_sync(s)}",
         why="""CUDA work is queued asynchronously: the host normally runs ahead and the GPU never waits.
-        Anything that needs a GPU value or size on the host forces a synchronisation: .item(), .cpu(),
-        .tolist(), .numpy(), printing a CUDA tensor, an if on one, nonzero, boolean-mask indexing
-        (x[mask]), torch.unique, and a blocking .to("cuda") from pageable memory. The host stops until
+        Anything that needs a GPU value or size on the host forces a synchronisation: .item(), .cpu()
+        (and the .numpy() after it: .numpy() on a CUDA tensor raises), .tolist(), printing a CUDA tensor, an
+        if on one, nonzero, boolean-mask indexing (x[mask]), torch.unique, and any .to("cuda") or .cpu()
+        without non_blocking=True, from pinned or pageable memory (PyTorch follows the copy with a stream
+        synchronise). The host stops until
         the queue drains; while blocked it cannot prepare or launch the next work, so the GPU then
         waits for it. torch.cuda.set_sync_debug_mode("warn") points at many of them, not all (its
         docstring: "not all synchronizing operations will trigger warning or error").""",
@@ -64,7 +76,8 @@ running_loss += loss.detach()            # instead of loss.item() every step
 if step % 50 == 0:
     print(running_loss.item() / 50)      # one sync per 50 steps
     running_loss.zero_()"""),
-        ),
+        ) + ((huggingface(TRAINER_NAN_CHECK_FIX, "TrainingArguments(..., logging_nan_inf_filter=False)"),)
+             if ctx.workload == "training" else ()),
         doc_url=DOC,
     )
 

@@ -85,13 +85,15 @@ def pageable_memcpy(ctx: Context, m: Metrics) -> Finding | None:
         severity=severity_for(gain, 0.1, 0.02), title="Host↔device copies use pageable memory",
         why="""The GPU's copy engines read only page-locked (pinned) host memory. A copy from ordinary
         pageable memory is first staged by the driver through a pinned buffer, which costs bandwidth (how
-        much depends on the host; it is no fixed halving), and a plain x.to("cuda") from it blocks the
-        host until the copy is done: it is itself a host sync. From pinned memory
-        with non_blocking=True the host returns at once; the copy overlaps kernels only when it is issued
-        on another stream than those kernels and a copy engine is free, while on the same stream it
-        frees the host, not the GPU. Pin once (DataLoader(pin_memory=True) pins in a background thread):
-        calling t.pin_memory() before every copy is usually slower than the plain copy (PyTorch's
-        pin-memory tutorial).""",
+        much depends on the host; it is no fixed halving), and it blocks the host even with
+        non_blocking=True. A copy without non_blocking=True blocks the host until it is done whatever
+        the memory (PyTorch follows it with a stream synchronise): it is itself a host sync. From pinned
+        memory with non_blocking=True the host returns at once; the copy overlaps kernels only when it is
+        issued on another stream than those kernels and a copy engine is free, while on the same stream it
+        frees the host, not the GPU. Pin once: DataLoader(pin_memory=True) pins each batch in a background
+        thread when it has workers, and on the main thread, inside next(), without them; calling
+        t.pin_memory() before every copy is usually slower than the plain copy (PyTorch's pin-memory
+        tutorial).""",
         summary=f"{sum(g['count'] for g in pageable)} pageable copies moved {p_bytes / 1e6:.1f} MB "
                 f"in {p_ns / 1e6:.2f} ms ({gbps:.1f} GB/s), {pct(p_bytes / all_bytes)} of host↔device bytes.",
         numbers={"pageable_count": sum(g["count"] for g in pageable), "pageable_bytes": p_bytes,

@@ -146,24 +146,61 @@ def gpu_idle_gaps(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
+#: A step timed across its collectives lasts the slowest rank's time on every rank (a collective
+#: completes only when the last rank joins: NCCL docs, "Collective Operations"), so it cannot show
+#: which rank is slow. Two ways that can: gpumagic's job analysis (``gpumagic analyze DIR``,
+#: ``straggler-rank``: the rank whose collectives are shortest arrived last), and timing each
+#: rank's own work with no collective in it. DDP's ``no_sync()`` keeps the backward pass local; the
+#: first probe batch is left out (a warm-up, in which DDP may still broadcast its buffers:
+#: ``DistributedDataParallel._pre_forward``). tests/test_snippets.py runs the probe on a two-rank
+#: gloo job with a straggler slow in compute and one slow in its loader.
+JOB_TRACES_CODE = """
+import os
+import torch.distributed as dist
+import gpumagic
+os.makedirs("traces", exist_ok=True)
+with gpumagic.profile(steps=5, save=f"traces/rank{dist.get_rank()}.json.gz"):   # on every rank
+    run_steps()   # a few steps of your loop
+# then, on one machine:  gpumagic analyze traces/   (straggler-rank names the rank the others wait for)"""
+STRAGGLER_PROBE_CODE = """
+import time
+import torch.distributed as dist
+# DDP: a few batches, each rank timing its own work with no collective in it
+it = iter(loader)
+data_s = compute_s = 0.0
+for i in range(6):
+    t0 = time.perf_counter()
+    x, y = next(it)                          # this rank's data wait
+    t1 = time.perf_counter()
+    with model.no_sync():                    # no all-reduce in this backward pass
+        loss_fn(model(x.to("cuda")), y.to("cuda")).backward()
+    torch.cuda.synchronize()                 # this rank's kernels only
+    if i > 0:                                # batch 0 is a warm-up
+        data_s, compute_s = data_s + t1 - t0, compute_s + time.perf_counter() - t1
+model.zero_grad(set_to_none=True)            # a probe: no optimizer step
+per_rank = [None] * dist.get_world_size()
+dist.all_gather_object(per_rank, (round(data_s, 4), round(compute_s, 4)))
+if dist.get_rank() == 0:
+    print("(data wait s, forward+backward s) per rank:", per_rank)   # the straggler: the largest"""
+
+
 def _gap_fixes(ctx: Context, host_side: bool, where: str) -> tuple[Fix, ...]:
     if host_side:
         return (pytorch(f"Overlap the host work with GPU work, or move it out of the loop ({where})",
                         "# see the gap causes above; e.g. log every N steps instead of every step\n"
                         "if step % 100 == 0:\n    log(metrics)"),)
-    return (pytorch("The GPU had work queued: find what it waited for. On a multi-GPU job, compare the ranks' "
-                    "step times (a slower rank stalls every collective); else record more steps, so that the work "
-                    "the queue waited on is in the window",
-                    """
-import time
-import torch.distributed as dist
-t0 = time.perf_counter()
-train_step(batch)
-torch.cuda.synchronize()
-times = [None] * dist.get_world_size()
-dist.all_gather_object(times, round(time.perf_counter() - t0, 4))
-if dist.get_rank() == 0:
-    print("step seconds per rank:", times)"""),)
+    job = pytorch("The GPU had work queued: find what it waited for. On a multi-GPU job a slower rank stalls "
+                  "every collective: record every rank and let gpumagic's job analysis name it (straggler-rank: "
+                  "the others wait inside their collectives, the straggler's are the shortest); on one GPU, "
+                  "record more steps, so that the work the queue waited on is in the window",
+                  JOB_TRACES_CODE)
+    if ctx.workload != "training":
+        return (job,)
+    return (job,
+            pytorch("Or time each rank's own work, with no collective in it (a step timed across its collectives "
+                    "lasts the straggler's time on every rank, and a rank slow in its loader even looks fastest); "
+                    "work only one rank does between steps shows in the job analysis, not here",
+                    STRAGGLER_PROBE_CODE))
 
 
 def long_gap_intervals(ctx: Context) -> iv.Intervals:
