@@ -122,7 +122,7 @@ def test_the_readme_snippet_shows_the_report_once(Callback, make_trainer, hf, mo
     from ipyshell import ipython_shell
 
     import gpumagic.render.display
-    from gpumagic.shells import huggingface
+    from gpumagic.shells import hf_callback as huggingface
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("### Hugging Face Trainer"):]
