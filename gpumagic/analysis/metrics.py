@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
-from gpumagic.analysis import copysizes, flops
+from gpumagic.analysis import copysizes, flops, phases
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
@@ -48,6 +48,7 @@ def compute(ctx: Context) -> dict[str, Any]:
         "host": _host(ctx),
         "compute": flops.metrics(ctx),
         "small_copies": copysizes.metrics(ctx, copy_groups(ctx)),
+        **({"phases": p} if (p := phases.metrics(ctx)) is not None else {}),
         **({"samples": _samples(ctx)} if ctx.trace.samples is not None else {}),
     }
 

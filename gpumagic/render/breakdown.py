@@ -37,6 +37,7 @@ def breakdown_html(report: Report) -> str:
         '<h4>Step time by category</h4>'
         f'<div class="gm-bars">{bars}</div>'
         f"{_legend_table(m, order)}"
+        f"{phases_html(report)}"
         f"{idle_html(report)}"
     )
 
@@ -87,6 +88,33 @@ def _legend_table(m: dict[str, Any], order: list[str]) -> str:
     return (
         '<table class="gm-table gm-legend"><thead><tr><th>category (each moment counted once, '
         'highest priority first)</th><th>total</th><th>share of wall time</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
+def phases_html(report: Report) -> str:
+    """The median step split into data / forward / backward / optimizer / other
+    (``metrics.phases``), as a bar and a table; empty when the trace has no steps."""
+    med = metric(report.metrics, "phases", "median_ms")
+    if not med:
+        return ""
+    order = metric(report.metrics, "phases", "order") or list(palette.PHASE_COLOR)
+    total = sum(med.get(p) or 0.0 for p in order) or 1.0
+    segs = "".join(
+        f'<span class="gm-seg" style="width:{100 * (med.get(p) or 0) / total:.3f}%;background:{palette.PHASE_COLOR[p]}" '
+        f'title="{escape(palette.PHASE_LABEL[p])}: {fmt_ms(med.get(p))}"></span>'
+        for p in order if (med.get(p) or 0) > 0
+    )
+    rows = "".join(
+        f'<tr><td><span class="gm-swatch" style="background:{palette.PHASE_COLOR[p]}"></span>{escape(palette.PHASE_LABEL[p])}</td>'
+        f'<td class="gm-num">{fmt_ms(med.get(p))}</td><td class="gm-num">{fmt_pct((med.get(p) or 0) / total, 1)}</td></tr>'
+        for p in order if (med.get(p) or 0) > 0
+    )
+    return (
+        "<h4>Step phases (host, median per step)</h4>"
+        f'<div class="gm-bars"><div class="gm-bar-row"><span class="gm-bar-label">median</span>'
+        f'<span class="gm-bar">{segs}</span><span class="gm-bar-total">{fmt_ms(total)}</span></div></div>'
+        f'<table class="gm-table gm-legend"><thead><tr><th>phase</th><th>median</th><th>share</th></tr></thead>'
         f"<tbody>{rows}</tbody></table>"
     )
 

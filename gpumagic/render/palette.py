@@ -50,6 +50,11 @@ CATEGORY_LABEL = {
 
 #: GPU idle gaps by cause (docs/metrics.md ``idle.gaps[].cause``).
 #: Colours used nowhere else (orange is the data-loader wait, vermillion a host sync, grey CPU ops).
+#: Step phases (``metrics.phases``), in loop order.
+PHASE_COLOR = {"data": ORANGE, "forward": BLUE, "backward": SKY, "optimizer": GREEN, "other": PALE_GREY}
+PHASE_LABEL = {"data": "data (waiting for the batch)", "forward": "forward", "backward": "backward",
+               "optimizer": "optimizer", "other": "other host work"}
+
 IDLE_COLOR = {"host_wait": WINE, "launch_latency": TEAL, "other": LIGHT_GREY}
 IDLE_LABEL = {
     "host_wait": "GPU idle: waiting for the host",

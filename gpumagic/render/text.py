@@ -116,7 +116,7 @@ def _breakdown(report: Report) -> str:
         bar = "\u2588" * round(frac * BAR_CHARS) or "\u258f"
         lines.append(f"  {palette.CATEGORY_LABEL.get(c, c):<22}{fmt_ms(totals.get(c)):>9} {fmt_pct(frac, 1):>7}  {bar}")
     if metric(m, "trace", "cpu_only"):
-        return "\n".join([*lines, "  GPU idle: no GPU activity was recorded"])
+        return "\n".join([*lines, "  GPU idle: no GPU activity was recorded", *_phases(m)])
     idle = metric(m, "idle", "total_ms")
     if idle:
         parts = " \u00b7 ".join(
@@ -124,7 +124,17 @@ def _breakdown(report: Report) -> str:
             for c in ("host_wait", "launch_latency", "other")
         )
         lines.append(f"  GPU idle {fmt_ms(idle)}: {parts}")
-    return "\n".join(lines)
+    return "\n".join(lines + _phases(m))
+
+
+def _phases(m) -> list[str]:
+    """One line: the median step's phases (``metrics.phases``), when the trace has steps."""
+    med = metric(m, "phases", "median_ms")
+    if not med:
+        return []
+    parts = " \u00b7 ".join(f"{p} {fmt_ms(med.get(p))}" for p in metric(m, "phases", "order") or med
+                            if (med.get(p) or 0) > 0)
+    return [f"  Step phases (host, median): {parts}"]
 
 
 def _kernels(report: Report, width: int) -> str:
