@@ -49,8 +49,15 @@ def compute(ctx: Context) -> dict[str, Any]:
         "compute": flops.metrics(ctx),
         "small_copies": copysizes.metrics(ctx, copy_groups(ctx)),
         **({"phases": p} if (p := phases.metrics(ctx)) is not None else {}),
+        "critical_path": critical_path_metrics(ctx),
         **({"samples": _samples(ctx)} if ctx.trace.samples is not None else {}),
     }
+
+
+def critical_path_metrics(ctx: Context) -> dict[str, Any]:
+    from gpumagic.analysis import critical_path  # it reads sync_costs from this module
+
+    return critical_path.metrics(ctx)
 
 
 def _trace(ctx: Context) -> dict[str, Any]:

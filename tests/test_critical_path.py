@@ -1,0 +1,142 @@
+"""``metrics.critical_path`` on small built traces whose bounding chain is known."""
+
+import pytest
+from tracebuilder import TraceBuilder
+
+from gpumagic import analyze
+
+
+def cp(tb):
+    m = analyze(tb.to_dict()).metrics
+    c = m["critical_path"]
+    assert sum(c["frac"].values()) == pytest.approx(1.0, abs=2e-3)
+    if m["steps"]["count"]:
+        assert c["per_step_ms"] == pytest.approx(m["steps"]["durations_ms"], abs=1e-3)
+    return c
+
+
+def test_gpu_bound_step_is_gpu_compute():
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 6_000
+        tb.step(i + 1, t, 6_000)
+        for j in range(10):  # launched in the first 100 µs, run back to back for 5 ms
+            tb.kernel("gemm_kernel", t + 20 + 500 * j, 500, launch_ts=t + 5 + 10 * j)
+        tb.runtime("cudaDeviceSynchronize", t + 110, 5_000 - 90 + 20)
+    c = cp(tb)
+    assert c["bound"]["what"] == "GPU compute"
+    assert c["frac"]["gpu_compute"] > 0.8
+    assert c["top"][0] == {"name": "gemm_kernel", "kind": "gpu_compute", "ms": pytest.approx(15.0, abs=0.01)}
+
+
+def test_launch_bound_step_is_host_launches():
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 2_000
+        tb.step(i + 1, t, 2_000)
+        for j in range(90):  # a tiny kernel every 20 µs, each right after its launch
+            at = t + 10 + 20 * j
+            tb.op("aten::add", at, 18)
+            tb.kernel("tiny_kernel", at + 16, 2, launch_ts=at + 3)
+    c = cp(tb)
+    assert c["bound"]["what"] == "host Python and launches"
+    assert c["frac"]["host_compute"] + c["frac"]["host_launch"] > 0.8
+    assert c["frac"]["gpu_compute"] < 0.15
+
+
+def test_data_bound_step_is_data():
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.dataloader(t + 10, 8_000)
+        tb.kernel("k", t + 8_100, 1_000, launch_ts=t + 8_050)
+        tb.runtime("cudaDeviceSynchronize", t + 8_060, 1_050)
+    c = cp(tb)
+    assert c["bound"]["what"] == "data loading"
+    assert c["frac"]["data"] == pytest.approx(0.8, abs=0.01)
+    assert c["top"][0]["kind"] == "data"
+
+
+def test_sync_in_the_middle_hands_the_path_to_the_gpu_and_back():
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 8_200
+        tb.step(i + 1, t, 7_040)  # the step ends when kernel_b does, at t + 8050
+        tb.kernel("kernel_a", t + 20, 5_000, launch_ts=t + 10)  # 5 ms on the GPU
+        tb.runtime("cudaStreamSynchronize", t + 15, 5_010)       # returns 5 µs after it ends
+        tb.op("aten::host_work", t + 5_030, 2_000)                # 2 ms of host work
+        tb.kernel("kernel_b", t + 7_050, 1_000, launch_ts=t + 7_035)
+    c = cp(tb)
+    assert c["links"]["sync"] == 3
+    assert c["frac"]["gpu_compute"] == pytest.approx(6_000 / 8_050, abs=0.01)
+    assert c["frac"]["host_compute"] == pytest.approx(2_000 / 8_050, abs=0.01)
+    assert c["frac"]["sync_wait"] < 0.01
+    names = {x["name"] for x in c["top"]}
+    assert {"kernel_a", "kernel_b", "aten::host_work"} <= names
+
+
+def test_two_streams_with_an_event_wait():
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 7_000
+        tb.step(i + 1, t, 7_000)
+        tb.kernel("producer", t + 20, 4_000, launch_ts=t + 5, stream=7)
+        tb.runtime("cudaStreamWaitEvent", t + 10, 2)
+        tb.kernel("consumer", t + 4_025, 2_000, launch_ts=t + 14, stream=8)  # queued; waits for the producer
+        tb.runtime("cudaDeviceSynchronize", t + 20, 6_010)
+    c = cp(tb)
+    assert c["links"]["cross_stream"] == 3
+    assert c["frac"]["gpu_compute"] == pytest.approx(6_000 / 7_000, abs=0.01)
+    top = {x["name"]: x["ms"] for x in c["top"] if x["kind"] == "gpu_compute"}
+    assert top["producer"] == pytest.approx(12.0, abs=0.01) and top["consumer"] == pytest.approx(6.0, abs=0.01)
+
+
+def test_without_a_recorded_wait_a_late_start_is_not_blamed_on_the_host():
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 7_000
+        tb.step(i + 1, t, 6_010)
+        tb.kernel("k1", t + 20, 1_000, launch_ts=t + 5)
+        tb.kernel("k2", t + 4_000, 2_000, launch_ts=t + 8)  # queued, stream free, starts 3 ms late
+        tb.runtime("cudaDeviceSynchronize", t + 20, 5_990)
+    c = cp(tb)
+    assert c["frac"]["other"] == pytest.approx(2_980 / 6_010, abs=0.01)
+    assert c["frac"]["host_compute"] + c["frac"]["host_launch"] < 0.01
+
+
+def test_without_sync_calls_long_runtime_calls_during_gpu_work_are_waits_not_host_work():
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 5_000
+        tb.step(i + 1, t, 5_000)
+        tb.kernel("big", t + 20, 4_900, launch_ts=t + 5)
+        tb.runtime("cudaFree", t + 30, 4_960)  # blocks until the GPU is done (not a known sync call)
+    c = cp(tb)
+    assert any("No blocking sync calls" in n for n in c["notes"])
+    assert c["frac"]["sync_wait"] > 0.9
+    assert c["frac"]["host_launch"] < 0.02  # the launch, and the call's last 70 µs after the GPU finished
+
+
+def test_without_correlation_ids_the_trace_says_so():
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 3_000
+        tb.step(i + 1, t, 3_000)
+        tb.op("aten::mm", t + 5, 100)
+        tb.add(cat="kernel", name="gemm", ts=t + 200, dur=2_000, pid=0, tid=7, args={"device": 0, "stream": 7})
+        tb.runtime("cudaDeviceSynchronize", t + 110, 2_100)
+    c = cp(tb)
+    assert any("No correlation ids" in n for n in c["notes"])
+    assert c["links"]["unlinked"] == 3
+
+
+def test_cpu_only_trace_is_all_host():
+    tb = TraceBuilder(cc=None)
+    for i in range(3):
+        t = i * 1_000
+        tb.step(i + 1, t, 1_000)
+        tb.op("aten::mm", t + 10, 900)
+    c = cp(tb)
+    assert c["frac"]["host_compute"] == pytest.approx(0.9, abs=0.01)
+    assert c["bound"]["what"] == "host Python and launches"
