@@ -138,5 +138,36 @@ def test_cpu_only_trace_is_all_host():
         tb.step(i + 1, t, 1_000)
         tb.op("aten::mm", t + 10, 900)
     c = cp(tb)
-    assert c["frac"]["host_compute"] == pytest.approx(0.9, abs=0.01)
+    assert c["frac"]["host_compute"] == 1.0  # the operators, and Python between them
+    assert c["host_unrecorded_ms"] == pytest.approx(0.3)
     assert c["bound"]["what"] == "host Python and launches"
+
+
+def test_blocking_threshold_matches_the_sync_metrics():
+    from gpumagic.analysis import critical_path, metrics
+
+    assert critical_path.SYNC_MIN_BLOCKED_NS == metrics.SYNC_MIN_BLOCKED_NS
+
+
+def test_cap_limits_a_gain_to_the_share_of_the_path_its_fix_shortens():
+    from gpumagic.analysis.critical_path import KINDS, cap
+
+    frac = dict.fromkeys(KINDS, 0.0) | {"gpu_compute": 0.7, "host_compute": 0.2, "host_launch": 0.05, "data": 0.05}
+    assert cap(frac, "cpu-bound", 0.4) == pytest.approx(0.25)
+    assert cap(frac, "dataloader-bound", 0.4) == pytest.approx(0.05)
+    assert cap(frac, "launch-bound", 0.1) == pytest.approx(0.1)  # below the cap: unchanged
+    assert cap(frac, "mixed-precision-off", 0.4) == 0.4  # not a time-on-the-path finding
+
+
+def test_rules_gains_stay_within_the_critical_path():
+    tb = TraceBuilder()
+    for i in range(4):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.dataloader(t, 3_000)
+        tb.kernel("k", t + 3_020, 6_900, launch_ts=t + 3_005)
+        tb.runtime("cudaDeviceSynchronize", t + 3_010, 6_920)
+    r = analyze(tb.to_dict())
+    c = r.metrics["critical_path"]
+    f = r.finding("dataloader-bound")
+    assert f is not None and f.est_gain <= c["frac"]["data"] + 1e-4

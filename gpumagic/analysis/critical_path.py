@@ -30,10 +30,13 @@ step's duration and its links' shares add up to 1. Each link is booked as one of
 :data:`KINDS`: ``gpu_compute``/``gpu_comm``/``gpu_copy`` (the GPU event itself),
 ``host_launch`` (runtime/driver calls, and the launch delay, up to
 ``context.LAUNCH_LATENCY_MAX_NS``, before a kernel that waited for its launch),
-``host_compute`` (operators, Python, annotations), ``data`` (the DataLoader's spans),
+``host_compute`` (operators, Python, annotations, and host time with nothing recorded: the
+thread runs Python between operators, since a wait for the GPU would be a recorded runtime
+call; reported also as ``host_unrecorded_ms``), ``data`` (the DataLoader's spans),
 ``sync_wait`` (host time in a blocking call while the GPU had queued work, when the trace does
 not say which GPU event it waited for; the delay between a GPU event's end and the sync's
-return), ``other`` (host time with nothing recorded, GPU delays the trace does not explain).
+return), ``other`` (GPU delays the trace does not explain: queued work on a free stream that
+started late with no event to wait on, a delay after a GPU event before the step's end).
 
 Where the trace lacks what a dependency needs, :func:`critical_path` says so in ``notes`` and
 books the time as what is known, never a GPU wait as host work: without correlation ids, a GPU
@@ -51,15 +54,13 @@ import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import LAUNCH_LATENCY_MAX_NS, Context
-from gpumagic.analysis.metrics import SYNC_MIN_BLOCKED_NS, queued_work, sync_costs
-from gpumagic.trace.model import Kind
 
 KINDS = ("gpu_compute", "gpu_comm", "gpu_copy", "host_launch", "host_compute", "data", "sync_wait", "other")
 _K = {k: i for i, k in enumerate(KINDS)}
 #: The header's phrase for each group of kinds ("bounded by: host Python and launches, 82 %").
 GROUPS = (("GPU compute", ("gpu_compute",)), ("GPU communication", ("gpu_comm",)), ("GPU copies", ("gpu_copy",)),
           ("host Python and launches", ("host_compute", "host_launch")), ("data loading", ("data",)),
-          ("host waiting on syncs", ("sync_wait",)), ("unrecorded time", ("other",)))
+          ("host waiting on syncs", ("sync_wait",)), ("GPU waits the trace does not explain", ("other",)))
 #: Which kinds of critical-path time each finding's fix can shorten (its gain is capped by
 #: their share of the path, see :func:`cap`).
 SHORTENS = {
@@ -93,11 +94,11 @@ class Path:
     links: dict[str, int]
 
 
-def critical_path(ctx: Context) -> Path:
-    """The critical path of each step (cached on the context)."""
-    if "critical_path" not in ctx.cache:
-        ctx.cache["critical_path"] = _walk_all(ctx)
-    return ctx.cache["critical_path"]
+def critical_path(ctx: Context, syncs: Any, queued: iv.Intervals) -> Path:
+    """The critical path of each step. ``syncs``: ``metrics.sync_costs(ctx)`` (the blocking
+    calls, ``idx``, and how long each blocked the host while the GPU had queued work,
+    ``blocked_ns``); ``queued``: ``metrics.queued_work(ctx)``."""
+    return _walk_all(ctx, syncs, queued)
 
 
 class _Gpu:
@@ -169,13 +170,17 @@ class _Gpu:
         return int(self.by_end[j]) if j >= 0 else -1
 
 
-def _walk_all(ctx: Context) -> Path:
+#: A sync call blocked the host when it held it this long while the GPU had queued work
+#: (``metrics.SYNC_MIN_BLOCKED_NS``: less than one kernel launch).
+SYNC_MIN_BLOCKED_NS = 10_000
+
+
+def _walk_all(ctx: Context, costs: Any, queued: iv.Intervals) -> Path:
     notes: list[str] = []
     g = _Gpu(ctx, notes)
     ev = ctx.trace.events
-    costs = sync_costs(ctx) if ctx.device >= 0 else None
     sync_s = sync_e = sync_g = np.zeros(0, np.int64)
-    if costs is not None and costs.idx.size:
+    if ctx.device >= 0 and costs.idx.size:
         blocking = costs.blocked_ns >= SYNC_MIN_BLOCKED_NS
         rows = costs.idx[blocking]
         sync_s, sync_e = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
@@ -294,7 +299,7 @@ def _gpu_run(g: _Gpu, j: int, t: int, lo: int, segs, step: int, links) -> int:
     return int(starts[0]) if first == 0 else lo
 
 
-def _host_kinds(ctx: Context) -> list[tuple[int, iv.Intervals]]:
+def _host_kinds(ctx: Context, costs: Any, queued: iv.Intervals) -> list[tuple[int, iv.Intervals]]:
     """The host's timeline (main thread and launching threads together) as exclusive interval
     sets per kind, by priority: data, sync_wait, host_launch, host_compute."""
     ev, m = ctx.trace.events, ctx.masks
@@ -308,9 +313,9 @@ def _host_kinds(ctx: Context) -> list[tuple[int, iv.Intervals]]:
     runtime = host & m["runtime"]
     blocking = np.zeros(len(ev), bool)
     if ctx.device >= 0:
-        blocking[sync_costs(ctx).idx] = True
+        blocking[costs.idx] = True
         blocking |= runtime & (ev.dur_ns > LAUNCH_LATENCY_MAX_NS)
-        wait = iv.intersect(union(blocking), queued_work(ctx))
+        wait = iv.intersect(union(blocking), queued)
     else:
         wait = iv.empty()
     sources = [(_K["data"], data), (_K["sync_wait"], wait), (_K["host_launch"], union(runtime)),
@@ -322,15 +327,9 @@ def _host_kinds(ctx: Context) -> list[tuple[int, iv.Intervals]]:
     return out
 
 
-def metrics(ctx: Context) -> dict[str, Any]:
-    """``metrics["critical_path"]`` (docs/metrics.md), computed once per context."""
-    if "critical_path_metrics" not in ctx.cache:
-        ctx.cache["critical_path_metrics"] = _metrics(ctx)
-    return ctx.cache["critical_path_metrics"]
-
-
-def _metrics(ctx: Context) -> dict[str, Any]:
-    p = critical_path(ctx)
+def metrics(ctx: Context, syncs: Any, queued: iv.Intervals) -> dict[str, Any]:
+    """``metrics["critical_path"]`` (docs/metrics.md); arguments as :func:`critical_path`."""
+    p = critical_path(ctx, syncs, queued)
     steps = ctx.step_bounds or [(ctx.lo, ctx.hi)]
     lo = np.array([s for s, _ in steps], np.int64)[p.step] if p.step.size else p.start
     hi = np.array([e for _, e in steps], np.int64)[p.step] if p.step.size else p.end
@@ -342,13 +341,16 @@ def _metrics(ctx: Context) -> dict[str, Any]:
     gpu = kind >= 0
     np.add.at(per, (step[gpu], kind[gpu]), (e - s)[gpu])
     host_s, host_e, host_step = s[~gpu], e[~gpu], step[~gpu]
-    host_sets = _host_kinds(ctx) if host_s.size else []
+    host_sets = _host_kinds(ctx, syncs, queued) if host_s.size else []
     covered = np.zeros(host_s.size, np.float64)
     for k, a in host_sets:
         ns = _overlap_each(a, host_s, host_e)
         np.add.at(per[:, k], host_step, ns)
         covered += ns
-    np.add.at(per[:, _K["other"]], host_step, (host_e - host_s) - covered)
+    # host time with nothing recorded: Python between operators (a wait for the GPU would be
+    # a recorded runtime call), booked as host work and also reported on its own
+    unrecorded = (host_e - host_s) - covered
+    np.add.at(per[:, _K["host_compute"]], host_step, unrecorded)
     totals = per.sum(axis=0)
     length = float(totals.sum())
     frac = {k: (round(float(totals[i]) / length, 4) if length else 0.0) for i, k in enumerate(KINDS)}
@@ -361,6 +363,7 @@ def _metrics(ctx: Context) -> dict[str, Any]:
         "per_step_bound": [KINDS[int(np.argmax(r))] for r in per] if ctx.step_bounds else [],
         "bound": bound,
         "top": _top(ctx, s, e, kind, row, host_s, host_e),
+        "host_unrecorded_ms": _ms(unrecorded.sum()),
         "links": dict(p.links),
         "notes": list(p.notes),
     }
@@ -426,14 +429,13 @@ def _innermost(cover: np.ndarray, dur: np.ndarray, cnt: np.ndarray) -> np.ndarra
     return out
 
 
-def cap(ctx: Context, finding_id: str, gain: float) -> float:
-    """A finding's gain, at most the share of the critical path that its fix shortens
-    (:data:`SHORTENS`): a step cannot get shorter by more than the time its fix removes from
-    the chain that bounds it. Unchanged for a finding the table does not name."""
+def cap(frac: dict[str, float], finding_id: str, gain: float) -> float:
+    """A finding's gain, at most the share of the critical path (``frac``) that its fix
+    shortens (:data:`SHORTENS`): a step cannot get shorter by more than the time its fix
+    removes from the chain that bounds it. Unchanged for a finding the table does not name."""
     kinds = SHORTENS.get(finding_id)
     if kinds is None:
         return gain
-    frac = metrics(ctx)["frac"]
     return min(gain, sum(frac[k] for k in kinds))
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
-from gpumagic.analysis import copysizes, flops, phases
+from gpumagic.analysis import copysizes, critical_path, flops, phases
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
@@ -55,9 +55,17 @@ def compute(ctx: Context) -> dict[str, Any]:
 
 
 def critical_path_metrics(ctx: Context) -> dict[str, Any]:
-    from gpumagic.analysis import critical_path  # it reads sync_costs from this module
+    """``metrics["critical_path"]``, computed once per context (see analysis/critical_path.py)."""
+    if "critical_path" not in ctx.cache:
+        queued = queued_work(ctx) if ctx.device >= 0 else iv.empty()
+        ctx.cache["critical_path"] = critical_path.metrics(ctx, sync_costs(ctx), queued)
+    return ctx.cache["critical_path"]
 
-    return critical_path.metrics(ctx)
+
+def cap_by_critical_path(ctx: Context, finding_id: str, gain: float) -> float:
+    """``gain``, at most the share of the critical path that the finding's fix shortens
+    (``critical_path.SHORTENS``); rules call it on their gain."""
+    return critical_path.cap(critical_path_metrics(ctx)["frac"], finding_id, gain)
 
 
 def _trace(ctx: Context) -> dict[str, Any]:

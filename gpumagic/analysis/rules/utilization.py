@@ -7,6 +7,7 @@ import numpy as np
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import GAP_CAUSES, LONG_GAP_NS, QUEUED_CAUSES, Context, Gaps
+from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, pct, pytorch, severity_for, windows
 
 #: The issue's anchor: the GPU busy less than half of the profiled window.
@@ -135,7 +136,7 @@ def gpu_idle_gaps(ctx: Context, m: dict):
                  "host_wait_ms": round(host / 1e6, 4), "queued_ms": round(queued / 1e6, 4),
                  "min_gap_ms": LONG_GAP_NS / 1e6},
         windows=windows(*long.intervals, "gpu", ctx.device, "idle gap ≥ 1 ms"),
-        est_gain=frac,
+        est_gain=cap_by_critical_path(ctx, "gpu-idle-gaps", frac),
         gain_method="length of the gaps ≥ 1 ms",
         fixes=_gap_fixes(ctx, host >= queued, where),
         doc_url=DOC,
