@@ -22,10 +22,12 @@ def test_gpu_bound_step_is_gpu_compute():
         tb.step(i + 1, t, 6_000)
         for j in range(10):  # launched in the first 100 µs, run back to back for 5 ms
             tb.kernel("gemm_kernel", t + 20 + 500 * j, 500, launch_ts=t + 5 + 10 * j)
-        tb.runtime("cudaDeviceSynchronize", t + 110, 5_000 - 90 + 20)
+        tb.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 5_020, 500, launch_ts=t + 106)
+        tb.runtime("cudaDeviceSynchronize", t + 110, 5_000 - 90 + 520)
     c = cp(tb)
     assert c["bound"]["what"] == "GPU compute"
     assert c["frac"]["gpu_compute"] > 0.8
+    assert c["frac"]["gpu_comm"] == pytest.approx(500 / 6_000, abs=0.01)
     assert c["top"][0] == {"name": "gemm_kernel", "kind": "gpu_compute", "ms": pytest.approx(15.0, abs=0.01)}
 
 

@@ -111,7 +111,7 @@ class _Gpu:
         self.ts = ev.ts_ns[rows]
         self.end = self.ts + ev.dur_ns[rows]
         kind = np.full(rows.size, _K["gpu_compute"], np.int8)
-        kind[m["name_nccl"][ev.name[rows]] & m["kernel"][rows]] = _K["gpu_comm"]
+        kind[m["name_nccl"][rows] & m["kernel"][rows]] = _K["gpu_comm"]
         kind[~m["kernel"][rows]] = _K["gpu_copy"]
         self.kind = kind
         n = rows.size

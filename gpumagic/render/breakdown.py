@@ -38,6 +38,7 @@ def breakdown_html(report: Report) -> str:
         f'<div class="gm-bars">{bars}</div>'
         f"{_legend_table(m, order)}"
         f"{phases_html(report)}"
+        f"{critical_path_html(report)}"
         f"{idle_html(report)}"
     )
 
@@ -116,6 +117,45 @@ def phases_html(report: Report) -> str:
         f'<span class="gm-bar">{segs}</span><span class="gm-bar-total">{fmt_ms(total)}</span></div></div>'
         f'<table class="gm-table gm-legend"><thead><tr><th>phase</th><th>median</th><th>share</th></tr></thead>'
         f"<tbody>{rows}</tbody></table>"
+    )
+
+
+def critical_path_html(report: Report) -> str:
+    """What bounds the steps: the critical path's share per kind of link, its top links and
+    what the trace lacked (``metrics.critical_path``)."""
+    cp = metric(report.metrics, "critical_path") or {}
+    frac = cp.get("frac") or {}
+    if not any(frac.values()):
+        return ""
+    kinds = [k for k in cp.get("kinds") or palette.PATH_COLOR if (frac.get(k) or 0) > 0]
+    segs = "".join(
+        f'<span class="gm-seg" style="width:{100 * frac[k]:.3f}%;background:{palette.PATH_COLOR.get(k, palette.PALE_GREY)}" '
+        f'title="{escape(palette.PATH_LABEL.get(k, k))}: {fmt_pct(frac[k], 1)}"></span>' for k in kinds
+    )
+    rows = "".join(
+        f'<tr><td><span class="gm-swatch" style="background:{palette.PATH_COLOR.get(k, palette.PALE_GREY)}"></span>'
+        f'{escape(palette.PATH_LABEL.get(k, k))}</td><td class="gm-num">{fmt_ms((cp.get("ms") or {}).get(k))}</td>'
+        f'<td class="gm-num">{fmt_pct(frac[k], 1)}</td></tr>' for k in kinds
+    )
+    links = "".join(
+        f'<tr><td class="gm-kname">{escape(str(x.get("name", ""))[:120])}</td>'
+        f'<td>{escape(palette.PATH_LABEL.get(x.get("kind"), str(x.get("kind"))))}</td>'
+        f'<td class="gm-num">{fmt_ms(x.get("ms"))}</td></tr>' for x in cp.get("top") or []
+    )
+    notes = "".join(f'<p class="gm-muted">{escape(n)}</p>' for n in cp.get("notes") or [])
+    b = cp.get("bound") or {}
+    head = f": {escape(str(b.get('what')))}, {fmt_pct(b.get('frac'), 0)}" if b else ""
+    return (
+        f"<h4>What bounds the step{head}</h4>"
+        '<p class="gm-muted">The critical path: the chain of host work, launches, GPU work and waits that, made '
+        "faster, would make the step shorter (each moment of the step once).</p>"
+        f'<div class="gm-bars"><div class="gm-bar-row"><span class="gm-bar-label">critical path</span>'
+        f'<span class="gm-bar">{segs}</span><span class="gm-bar-total">{fmt_pct(1.0)}</span></div></div>'
+        f'<table class="gm-table gm-legend"><thead><tr><th>link</th><th>time</th><th>share of the path</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+        + (f'<table class="gm-table"><thead><tr><th>top links</th><th>kind</th><th>time</th></tr></thead>'
+           f"<tbody>{links}</tbody></table>" if links else "")
+        + notes
     )
 
 

@@ -55,6 +55,13 @@ PHASE_COLOR = {"data": ORANGE, "forward": BLUE, "backward": SKY, "optimizer": GR
 PHASE_LABEL = {"data": "data (waiting for the batch)", "forward": "forward", "backward": "backward",
                "optimizer": "optimizer", "other": "other host work"}
 
+#: Critical-path link kinds (``metrics.critical_path``).
+PATH_COLOR = {"gpu_compute": BLUE, "gpu_comm": PURPLE, "gpu_copy": GREEN, "host_launch": DARK_GREY,
+              "host_compute": GREY, "data": ORANGE, "sync_wait": VERMILLION, "other": PALE_GREY}
+PATH_LABEL = {"gpu_compute": "GPU compute", "gpu_comm": "GPU communication", "gpu_copy": "GPU copies and memsets",
+              "host_launch": "host: launches and runtime calls", "host_compute": "host: operators and Python",
+              "data": "data loading", "sync_wait": "host waiting on the GPU", "other": "GPU waits not explained"}
+
 IDLE_COLOR = {"host_wait": WINE, "launch_latency": TEAL, "other": LIGHT_GREY}
 IDLE_LABEL = {
     "host_wait": "GPU idle: waiting for the host",

@@ -31,8 +31,9 @@ class Fact:
 
 
 def header_facts(report: Report) -> list[Fact]:
-    """The numeric facts of the header, in reading order: five, and a sixth (achieved TFLOP/s and
-    MFU) when the trace recorded the shapes or FLOPs that ``metrics.compute`` needs."""
+    """The numeric facts of the header, in reading order: five, what bounds the steps (the
+    largest share of ``metrics.critical_path``), and achieved TFLOP/s and MFU when the trace
+    recorded the shapes or FLOPs that ``metrics.compute`` needs."""
     m = report.metrics
     steps = metric(m, "steps", "count")
     cpu_only = bool(metric(m, "trace", "cpu_only"))
@@ -48,6 +49,11 @@ def header_facts(report: Report) -> list[Fact]:
         Fact("Fixing all", "nothing found" if not report.findings else f"up to {fmt_pct(report.combined_gain)}",
              "estimated share of step time saved by fixing every finding together, overlapping time counted once"),
     ]
+    bound = metric(m, "critical_path", "bound")
+    if bound and bound.get("frac"):
+        facts.append(Fact("Bounded by", f"{bound['what']}, {fmt_pct(bound['frac'], 0)}",
+                          "the largest share of the steps' critical path: the chain of work that, made faster, "
+                          "would make the step shorter"))
     tflops, mfu = metric(m, "compute", "achieved_tflops"), metric(m, "compute", "mfu")
     if tflops is not None:  # only when FLOPs were recorded (--shapes / --flops)
         value = f"{tflops:.3g} TFLOP/s" + ("" if mfu is None else f" \u00b7 MFU {fmt_pct(mfu, 2 if mfu < 0.01 else 1 if mfu < 0.1 else 0)}")

@@ -46,6 +46,7 @@ def render_text(report: Report, width: int = 100) -> str:
         _header(report, width),
         _checklist(report, width),
         _breakdown(report),
+        _critical_path(report, width),
         _kernels(report, width),
         _memory(report),
         _notes(report, width),
@@ -135,6 +136,30 @@ def _phases(m) -> list[str]:
     parts = " \u00b7 ".join(f"{p} {fmt_ms(med.get(p))}" for p in metric(m, "phases", "order") or med
                             if (med.get(p) or 0) > 0)
     return [f"  Step phases (host, median): {parts}"]
+
+
+def _critical_path(report: Report, width: int) -> str:
+    """What bounds the steps (``metrics.critical_path``): the share per kind and the top links."""
+    cp = metric(report.metrics, "critical_path") or {}
+    frac = cp.get("frac") or {}
+    if not any(frac.values()):
+        return ""
+    lines = ["WHAT BOUNDS THE STEP (critical path: the chain that, made faster, would shorten the step)"]
+    for k in cp.get("kinds") or frac:
+        f = frac.get(k) or 0.0
+        if f > 0:
+            bar = "\u2588" * round(f * BAR_CHARS) or "\u258f"
+            lines.append(f"  {palette.PATH_LABEL.get(k, k):<34}{fmt_ms((cp.get('ms') or {}).get(k)):>9} {fmt_pct(f, 1):>7}  {bar}")
+    top = cp.get("top") or []
+    if top:
+        lines.append("  top links:")
+        for x in top[:5]:
+            raw = printable(str(x.get("name", "")))
+            name = short_kernel_name(raw, max(20, width - 40)) if str(x.get("kind", "")).startswith("gpu") else raw[:width - 30]
+            lines.append(f"    {fmt_ms(x.get('ms')):>9}  {printable(str(x.get('kind'))):<13} {name}")
+    for n in cp.get("notes") or []:
+        lines += _para("Note:", n, width)
+    return "\n".join(lines)
 
 
 def _kernels(report: Report, width: int) -> str:
