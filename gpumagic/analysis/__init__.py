@@ -7,19 +7,24 @@ import os
 from gpumagic.analysis import metrics as _metrics
 from gpumagic.analysis.context import build_context
 from gpumagic.analysis.gains import apportion
+from gpumagic.analysis.operators import TOP_OPERATORS
 from gpumagic.analysis.rules import CAUSE_RULES, low_gpu_utilization
 from gpumagic.report.model import Report, sort_findings
 from gpumagic.trace import Trace, load
 
 
-def analyze(source: str | os.PathLike | dict | Trace, *, label: str = "") -> Report:
+def analyze(source: str | os.PathLike | dict | Trace, *, label: str = "", top_ops: int = TOP_OPERATORS) -> Report:
     """Analyse a trace (a path to Kineto JSON / ``.json.gz`` / gpumagic bundle, a parsed dict, or
     a loaded :class:`~gpumagic.trace.Trace`) into a :class:`~gpumagic.report.model.Report`.
 
+    ``top_ops``: how many operators ``metrics.operators.top`` lists (by GPU time).
     Raises :class:`~gpumagic.errors.TraceError` when the input is not a readable trace.
     """
     trace = source if isinstance(source, Trace) else load(source)
     ctx = build_context(trace)
+    if isinstance(top_ops, bool) or not isinstance(top_ops, int) or top_ops < 0:
+        raise ValueError(f"top_ops must be a whole number >= 0, not {top_ops!r}")
+    ctx.cache["top_ops"] = top_ops
     metrics = _metrics.compute(ctx)
     findings = [f for f in (rule(ctx, metrics) for rule in CAUSE_RULES) if f is not None]
     low = low_gpu_utilization(ctx, metrics)

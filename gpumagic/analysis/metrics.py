@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
-from gpumagic.analysis import copysizes, critical_path, flops, phases
+from gpumagic.analysis import copysizes, critical_path, flops, operators, phases
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
@@ -50,6 +50,7 @@ def compute(ctx: Context) -> dict[str, Any]:
         "small_copies": copysizes.metrics(ctx, copy_groups(ctx)),
         **({"phases": p} if (p := phases.metrics(ctx)) is not None else {}),
         "critical_path": critical_path_metrics(ctx),
+        "operators": operators.metrics(ctx, ctx.cache.get("top_ops", operators.TOP_OPERATORS)),
         **({"samples": _samples(ctx)} if ctx.trace.samples is not None else {}),
     }
 

@@ -34,6 +34,7 @@ from gpumagic.render._format import (
     short_kernel_name,
 )
 from gpumagic.render.breakdown import breakdown_html
+from gpumagic.render.operators import operators_html
 from gpumagic.render.summary import NO_FINDINGS, header_facts, metric, title_line, top_finding
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -168,6 +169,7 @@ def report_html(report: Report, images: Images | None = None, *, live_token: str
         _section("Timeline", timeline_html(report, images.timeline_png), "timeline"),
         _section("Breakdown", breakdown_html(report), "breakdown"),
         _section("Kernels and copies", kernels_html(report), "kernels"),
+        _section("Operators", operators_html(report), "operators"),
         _section("Memory", memory_html(report, images.memory_png), "memory"),
         _section("Notes", notes_html(report), "notes"),
     ]

@@ -24,6 +24,7 @@ from gpumagic.render._format import (
     short_kernel_name,
 )
 from gpumagic.render.html import FIX_FLAVOR_LABEL, timeline_origin_ns, windows_text
+from gpumagic.render.operators import operators_text
 from gpumagic.render.summary import NO_FINDINGS, header_facts, metric, title_line, top_finding
 from gpumagic.render.terminal import printable, printable_lines
 
@@ -48,6 +49,7 @@ def render_text(report: Report, width: int = 100) -> str:
         _breakdown(report),
         _critical_path(report, width),
         _kernels(report, width),
+        operators_text(report, width),
         _memory(report),
         _notes(report, width),
     ]
