@@ -91,6 +91,26 @@ def _shapes_index(ctx: Context):
     return t, key[order], order
 
 
+def _match(ctx: Context, rows: np.ndarray, shapes) -> np.ndarray:
+    """Per event row, its ``OpTable`` row (same thread and name, start within
+    :data:`MATCH_NS`), -1 where none."""
+    out = np.full(rows.size, -1, np.int64)
+    if shapes is None or rows.size == 0:
+        return out
+    t, keys, order = shapes
+    ids = {n: i for i, n in enumerate(ctx.trace.names)}
+    t_name = np.fromiter((ids.get(n, -1) for n in t.name), np.int64, len(t.name))[order]
+    ev = ctx.trace.events
+    q = (ev.lane[rows].astype(np.int64) + 1) * _BIG + ev.ts_ns[rows]
+    want = ev.name[rows].astype(np.int64)
+    pos = np.searchsorted(keys, q - MATCH_NS, side="left")
+    for off in range(4):  # a few operators may start within the tolerance of one another
+        p = np.minimum(pos + off, keys.size - 1)
+        ok = (out < 0) & (pos + off < keys.size) & (np.abs(keys[p] - q) <= MATCH_NS) & (t_name[p] == want)
+        out[ok] = order[p[ok]]
+    return out
+
+
 def _bytes(name: str, dims: list, types: list) -> float | None:
     total, known = 0.0, False
     for i, d in enumerate(dims or ()):
@@ -132,43 +152,59 @@ def metrics(ctx: Context, top: int = TOP_OPERATORS) -> dict[str, Any]:
     out["uncovered_ms"] = _ms(ev.dur_ns[k][op < 0].sum())
     out["graph_uncovered_ms"] = _ms(ev.dur_ns[k][(op < 0) & graph].sum())
     shapes = _shapes_index(ctx)
-    table = flops._Ops(shapes[0]) if shapes is not None else None
-    bwd_out = flops._backward_outputs(shapes[0]) if shapes is not None else {}
+    match = _match(ctx, inst, shapes)
+    ops_tree: list = []  # the operator table with parents, built when a formula needs it
+
+    def tree():
+        if not ops_tree:
+            ops_tree.extend((flops._Ops(shapes[0]), flops._backward_outputs(shapes[0])))
+        return ops_tree
+
+    memo: dict[tuple, tuple] = {}
     groups: dict[tuple, dict[str, Any]] = {}
-    for j, row in enumerate(inst.tolist()):
+    # instances without recorded shapes: by name, vectorised (no FLOPs, no bytes)
+    plain = match < 0
+    graph_ns = float(gpu_ns[plain & in_graph].sum())  # a graph replay whose work the trace does not count
+    out["graph_uncovered_ms"] = round(out["graph_uncovered_ms"] + graph_ns / MS, 4)
+    out["uncovered_ms"] = round(out["uncovered_ms"] + graph_ns / MS, 4)
+    sel = plain & ~in_graph
+    names_n = len(ctx.trace.names)
+    cnt = np.bincount(ev.name[inst[sel]], minlength=names_n)
+    tot = np.bincount(ev.name[inst[sel]], weights=gpu_ns[sel], minlength=names_n)
+    for n in np.flatnonzero(cnt).tolist():
+        name = ctx.trace.names[n]
+        groups[(name, None)] = {"name": name, "shapes": None, "count": int(cnt[n]), "gpu_ns": float(tot[n]),
+                                "flops": 0.0, "flops_known": 0, "bytes": 0.0, "bytes_known": 0, "dtype": None,
+                                "flops_source": None}
+    for j in np.flatnonzero(~plain).tolist():
+        row = int(inst[j])
         name = ctx.trace.names[ev.name[row]]
-        dims, types, f, src = None, None, None, None
-        if shapes is not None:
-            t, keys, order = shapes
-            q = (int(ev.lane[row]) + 1) * int(_BIG) + int(ev.ts_ns[row])
-            p = int(np.searchsorted(keys, q - MATCH_NS))
-            while p < keys.size and keys[p] <= q + MATCH_NS:
-                i = int(order[p])
-                if t.name[i] == name:
-                    dims, types = t.dims[i], t.types[i]
-                    if t.flops[i] > 0:
-                        f, src = float(t.flops[i]), "profiler"
-                    else:
-                        f = flops.shape_flops(table, i, bwd_out) or _conv_part_flops(table, i)
-                        src = "shapes" if f is not None else None
-                    break
-                p += 1
+        i = int(match[j])
+        t = shapes[0]
+        mk = (name, str(t.dims[i]), str(t.types[i]), str(t.concrete[i]))
+        if mk not in memo:  # same operator, shapes, dtypes and arguments: same work
+            dims, types = t.dims[i], t.types[i] or []
+            fs = None
+            if flops.in_family(name) or flops.CONV_BWD_PARTS.search(name):
+                table, bwd_out = tree()
+                fs = flops.shape_flops(table, i, bwd_out) or _conv_part_flops(table, i)
+            memo[mk] = (_shape_text(dims), _bytes(name, dims, types) if dims else None, flops._dtype(types), fs)
+        shape_text, nbytes, dtype, fs = memo[mk]
+        f, src = (float(t.flops[i]), "profiler") if t.flops[i] > 0 else (fs, "shapes" if fs is not None else None)
         if in_graph[j] and f is None:  # a graph replay whose work the trace does not count
             out["graph_uncovered_ms"] = round(out["graph_uncovered_ms"] + gpu_ns[j] / MS, 4)
             out["uncovered_ms"] = round(out["uncovered_ms"] + gpu_ns[j] / MS, 4)
             continue
-        key = (name, _shape_text(dims))
-        g = groups.setdefault(key, {"name": name, "shapes": _shape_text(dims), "count": 0, "gpu_ns": 0.0,
-                                    "flops": 0.0, "flops_known": 0, "bytes": 0.0, "bytes_known": 0,
-                                    "dtype": flops._dtype(types or []), "flops_source": src})
+        g = groups.setdefault((name, shape_text), {
+            "name": name, "shapes": shape_text, "count": 0, "gpu_ns": 0.0, "flops": 0.0, "flops_known": 0,
+            "bytes": 0.0, "bytes_known": 0, "dtype": dtype, "flops_source": src})
         g["count"] += 1
         g["gpu_ns"] += float(gpu_ns[j])
         if f is not None:
             g["flops"] += f
             g["flops_known"] += 1
-        b = _bytes(name, dims, types or []) if dims else None
-        if b is not None:
-            g["bytes"] += b
+        if nbytes is not None:
+            g["bytes"] += nbytes
             g["bytes_known"] += 1
     out["count"] = len(groups)
     out["attributed_ms"] = _ms(sum(g["gpu_ns"] for g in groups.values()))
