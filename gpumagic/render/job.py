@@ -90,8 +90,8 @@ def _collectives_text(job: Job, width: int) -> list[str]:
     """Per collective: count, the last rank, and each rank's duration, wait and arrival skew."""
     if not job.collectives:
         return []
-    lines = ["", "COLLECTIVES ACROSS RANKS (medians; wait: time inside it waiting for the last rank; skew: arrival "
-             "after the first rank)"]
+    lines = ["", *textwrap.wrap("COLLECTIVES ACROSS RANKS (medians; wait: time inside it waiting for the last rank; "
+                                "skew: arrival after the first rank)", width)]
     for c in job.collectives[:TEXT_COLLECTIVES]:
         lines.append(f"  {_clip(c['name'], max(30, width - 40))}  \u00d7{c['count']}  "
                      f"last: rank {c['last_rank']} ({100 * c['last_share']:.0f} %)")
