@@ -3,6 +3,7 @@ kernels it launched, achieved TFLOP/s and TB/s, and where it sits on the device'
 
 from __future__ import annotations
 
+import textwrap
 from html import escape
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,8 @@ def _rate(x: float | None, unit: str) -> str:
 def _bound(row: dict) -> str:
     if row.get("bound") is None:
         return "n/a"
+    if row.get("above_peak"):  # the formula counts more FLOPs than the kernels did (Winograd, TF32)
+        return f"{row['bound']} (above peak)"
     roof = row.get("frac_of_roof")
     return f"{row['bound']}" + ("" if roof is None else f" ({fmt_pct(roof, 0)} of roof)")
 
@@ -66,11 +69,18 @@ def operators_text(report: Report, width: int) -> str:
     rows = metric(m, "operators", "top") or []
     if not rows:
         return ""
-    lines = [f"OPERATORS ({printable(_caption(m))})",
-             f"  {'GPU time':>9} {'count':>6} {'achieved':>14} {'of peak':>8}  {'roofline':<22} operator [shapes]"]
+    lines = textwrap.wrap(f"OPERATORS ({printable(_caption(m))})", width, subsequent_indent="  ")
     for r in rows[:TEXT_TOP_OPERATORS]:
-        peak = fmt_pct(r.get("frac_of_peak"), 1) if r.get("frac_of_peak") is not None else "n/a"
         name = printable(r["name"]) + (f" [{printable(r['shapes'])}]" if r.get("shapes") else "")
-        lines.append(f"  {fmt_ms(r['gpu_ms']):>9} {fmt_number(r['count']):>6} {_rate(r.get('tflops'), 'TFLOP/s'):>14} "
-                     f"{peak:>8}  {_bound(r):<22} {name[:max(20, width - 66)]}")
+        lines.append(f"  {name[:width - 2]}")
+        facts = [f"{fmt_ms(r['gpu_ms'])} GPU time", f"\u00d7{fmt_number(r['count'])}"]
+        if r.get("tflops") is not None:
+            facts.append(_rate(r["tflops"], "TFLOP/s"))
+        if r.get("frac_of_peak") is not None:
+            facts.append(f"{fmt_pct(r['frac_of_peak'], 1)} of the {r.get('dtype')} peak")
+        if r.get("tbps") is not None:
+            facts.append(f"\u2265 {_rate(r['tbps'], 'TB/s')}")
+        if r.get("bound"):
+            facts.append(f"{_bound(r)}-bound" if "(" not in _bound(r) else _bound(r).replace(" (", "-bound (", 1))
+        lines += textwrap.wrap(" \u00b7 ".join(facts), width, initial_indent="      ", subsequent_indent="      ", break_on_hyphens=False)
     return "\n".join(lines)

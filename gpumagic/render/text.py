@@ -47,6 +47,7 @@ def render_text(report: Report, width: int = 100) -> str:
         _header(report, width),
         _checklist(report, width),
         _breakdown(report),
+        _phases(report),
         _critical_path(report, width),
         _kernels(report, width),
         operators_text(report, width),
@@ -119,7 +120,7 @@ def _breakdown(report: Report) -> str:
         bar = "\u2588" * round(frac * BAR_CHARS) or "\u258f"
         lines.append(f"  {palette.CATEGORY_LABEL.get(c, c):<22}{fmt_ms(totals.get(c)):>9} {fmt_pct(frac, 1):>7}  {bar}")
     if metric(m, "trace", "cpu_only"):
-        return "\n".join([*lines, "  GPU idle: no GPU activity was recorded", *_phases(m)])
+        return "\n".join([*lines, "  GPU idle: no GPU activity was recorded"])
     idle = metric(m, "idle", "total_ms")
     if idle:
         parts = " \u00b7 ".join(
@@ -127,17 +128,23 @@ def _breakdown(report: Report) -> str:
             for c in ("host_wait", "launch_latency", "other")
         )
         lines.append(f"  GPU idle {fmt_ms(idle)}: {parts}")
-    return "\n".join(lines + _phases(m))
+    return "\n".join(lines)
 
 
-def _phases(m) -> list[str]:
-    """One line: the median step's phases (``metrics.phases``), when the trace has steps."""
+def _phases(report: Report) -> str:
+    """The median step's phases (``metrics.phases``), when the trace has steps."""
+    m = report.metrics
     med = metric(m, "phases", "median_ms")
     if not med:
-        return []
-    parts = " \u00b7 ".join(f"{p} {fmt_ms(med.get(p))}" for p in metric(m, "phases", "order") or med
-                            if (med.get(p) or 0) > 0)
-    return [f"  Step phases (host, median): {parts}"]
+        return ""
+    total = sum(v or 0.0 for v in med.values()) or 1.0
+    lines = ["STEP PHASES (host, median per step)"]
+    for p in metric(m, "phases", "order") or med:
+        ms = med.get(p) or 0.0
+        if ms > 0:
+            bar = "\u2588" * round(ms / total * BAR_CHARS) or "\u258f"
+            lines.append(f"  {palette.PHASE_LABEL.get(p, p):<30}{fmt_ms(ms):>9} {fmt_pct(ms / total, 1):>7}  {bar}")
+    return "\n".join(lines)
 
 
 def _critical_path(report: Report, width: int) -> str:
