@@ -125,6 +125,7 @@ class _Gpu:
         prev = np.full(n, -1, np.int64)
         prev[order[1:][same[1:]]] = order[:-1][same[1:]]
         e_prev = np.where(prev >= 0, self.end[np.maximum(prev, 0)], np.iinfo(np.int64).min)
+        assert ctx.launch_ts is not None and ctx.launch_row is not None  # build_context sets them
         launch = ctx.launch_ts[rows] if n else np.zeros(0, np.int64)
         self.launch_row = ctx.launch_row[rows] if n else np.zeros(0, np.int64)
         known = launch >= 0

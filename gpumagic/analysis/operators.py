@@ -140,6 +140,7 @@ def metrics(ctx: Context, top: int = TOP_OPERATORS) -> dict[str, Any]:
         return out
     k = np.flatnonzero(ctx.events_in_window(m["kernel"] | m["memcpy"] | m["memset"]) & (ev.device == ctx.device))
     out["kernel_ms"] = _ms(ev.dur_ns[k].sum())
+    assert ctx.launch_row is not None  # build_context sets it
     launch = ctx.launch_row[k]
     has = launch >= 0
     op = np.full(k.size, -1, np.int64)

@@ -89,7 +89,7 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
         f = iv.empty()
         if sel.size:
             f_hi = fwd_end if fwd_end is not None else int((ev.ts_ns[sel] + ev.dur_ns[sel]).max())
-            f = iv.clip(iv.union([int(ev.ts_ns[sel].min())], [f_hi]), lo, hi)
+            f = iv.clip(iv.union(np.array([ev.ts_ns[sel].min()]), np.array([f_hi])), lo, hi)
         f = iv.merge(f, _within(ev, fwd_ann, lo, hi))
         raw = {"data": data, "optimizer": opt, "backward": b, "forward": f}
         covered, parts = iv.empty(), {}
@@ -113,7 +113,7 @@ def _hull(ev, rows: np.ndarray, lo: int, hi: int) -> iv.Intervals:
     keep = (s >= lo) & (s < hi)
     if not keep.any():
         return iv.empty()
-    return iv.clip(iv.union([int(s[keep].min())], [int(e[keep].max())]), lo, hi)
+    return iv.clip(iv.union(np.array([s[keep].min()]), np.array([e[keep].max()])), lo, hi)
 
 
 def _inside(t: np.ndarray, a: iv.Intervals) -> np.ndarray:
