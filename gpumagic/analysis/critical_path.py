@@ -14,8 +14,8 @@ for (after HolisticTraceAnalysis's critical-path analysis, which builds the same
 - a GPU event (kernel, copy, memset, on the primary device) waited for whichever came last:
   the previous event on its stream (the GPU was busy: a GPU link), its launch (the host was
   late: the path goes to the host at the launch call, via its correlation id), or, when it
-  started more than the launch delay after both, another stream: the latest event that ended
-  before it on another stream of the device, when the host issued a stream wait
+  started more than the launch delay after both, another stream: the device's event that ended
+  last before it, when that one is on another stream and the host issued a stream wait
   (``cudaStreamWaitEvent``) since the stream's previous launch or that event ended within the
   launch delay (30 µs) of its start (queued work on a free stream starts at once unless it
   waits on an event); else the delay is ``other``;

@@ -126,7 +126,9 @@ def _inside(t: np.ndarray, a: iv.Intervals) -> np.ndarray:
 def metrics(ctx: Context) -> dict[str, Any] | None:
     """``metrics["phases"]``: ``per_step`` (one ``{data, forward, backward, optimizer, other}``
     in ms per step, adding up to ``steps.durations_ms``), ``median_ms`` (per phase, the median
-    over steps), ``sources`` (which markers the trace had). ``None`` without step markers."""
+    over steps), ``found`` (which markers the trace had), ``spans_ns`` (per step, each phase but
+    ``other`` as ``[start, end]`` pairs in ns: the timeline's phase lane). ``None`` without step
+    markers."""
     if not ctx.step_bounds:
         return None
     per = phase_intervals(ctx)
@@ -137,5 +139,7 @@ def metrics(ctx: Context) -> dict[str, Any] | None:
         "backward": any(iv.total(parts["backward"]) for parts in per),
         "optimizer": any(iv.total(parts["optimizer"]) for parts in per),
     }
+    spans = [{p: [[int(s), int(e)] for s, e in zip(*parts[p])] for p in PHASES if p != "other"} for parts in per]
     return {"order": list(PHASES), "per_step": per_step,
-            "median_ms": {p: round(float(np.median(cols[p])), 4) for p in PHASES}, "found": found}
+            "median_ms": {p: round(float(np.median(cols[p])), 4) for p in PHASES}, "found": found,
+            "spans_ns": spans}

@@ -51,7 +51,9 @@ CATEGORY_LABEL = {
 #: GPU idle gaps by cause (docs/metrics.md ``idle.gaps[].cause``).
 #: Colours used nowhere else (orange is the data-loader wait, vermillion a host sync, grey CPU ops).
 #: Step phases (``metrics.phases``), in loop order.
-PHASE_COLOR = {"data": ORANGE, "forward": BLUE, "backward": SKY, "optimizer": GREEN, "other": PALE_GREY}
+#: Paul Tol's muted scheme (indigo, sand, olive) beside the data-loader orange, so that no phase
+#: shares a colour with a lane's kernels, copies or memsets on the timeline.
+PHASE_COLOR = {"data": ORANGE, "forward": "#332288", "backward": "#DDCC77", "optimizer": "#999933", "other": PALE_GREY}
 PHASE_LABEL = {"data": "data (waiting for the batch)", "forward": "forward", "backward": "backward",
                "optimizer": "optimizer", "other": "other host work"}
 
