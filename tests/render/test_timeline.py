@@ -1,5 +1,6 @@
 """The timeline: downsampling maths, and the figure's lanes on real and hand-built traces."""
 
+import itertools
 import subprocess
 import sys
 
@@ -266,4 +267,4 @@ def test_the_phase_lane_draws_each_steps_phases_from_the_metrics(loader_report):
     for (lo, hi), step in zip(loader_report.metrics["steps"]["bounds_ns"], spans):
         pieces = sorted(p for v in step.values() for p in v)
         assert all(lo <= s < e <= hi for s, e in pieces)
-        assert all(a[1] <= b[0] for a, b in zip(pieces, pieces[1:]))
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(pieces))
