@@ -127,8 +127,9 @@ def metrics(ctx: Context) -> dict[str, Any] | None:
     """``metrics["phases"]``: ``per_step`` (one ``{data, forward, backward, optimizer, other}``
     in ms per step, adding up to ``steps.durations_ms``), ``median_ms`` (per phase, the median
     over steps), ``found`` (which markers the trace had), ``spans_ns`` (per step, each phase but
-    ``other`` as ``[start, end]`` pairs in ns: the timeline's phase lane). ``None`` without step
-    markers."""
+    ``other`` as ``[start, end]`` pairs in ns: the timeline's phase lane), ``gpu_per_step`` and
+    ``gpu_median_ms`` (the GPU time of the work launched in each phase, see
+    :func:`_gpu_per_step`; empty / ``None`` without a GPU). ``None`` without step markers."""
     if not ctx.step_bounds:
         return None
     per = phase_intervals(ctx)
@@ -140,6 +141,29 @@ def metrics(ctx: Context) -> dict[str, Any] | None:
         "optimizer": any(iv.total(parts["optimizer"]) for parts in per),
     }
     spans = [{p: [[int(s), int(e)] for s, e in zip(*parts[p])] for p in PHASES if p != "other"} for parts in per]
-    return {"order": list(PHASES), "per_step": per_step,
-            "median_ms": {p: round(float(np.median(cols[p])), 4) for p in PHASES}, "found": found,
-            "spans_ns": spans}
+    gpu = _gpu_per_step(ctx, per)
+    out = {"order": list(PHASES), "per_step": per_step,
+           "median_ms": {p: round(float(np.median(cols[p])), 4) for p in PHASES}, "found": found,
+           "spans_ns": spans, "gpu_per_step": gpu, "gpu_median_ms": None}
+    if gpu:
+        out["gpu_median_ms"] = {p: round(float(np.median([g[p] for g in gpu])), 4) for p in PHASES}
+    return out
+
+
+def _gpu_per_step(ctx: Context, per: list[dict[str, iv.Intervals]]) -> list[dict[str, float]]:
+    """Per step and phase, the GPU time (ms, summed over the primary device's kernels, copies and
+    memsets) of the work launched during that phase — where the GPU's phases differ from the
+    host's: a backward launched in 5 ms of host time may keep the GPU busy for 50. Empty without
+    a GPU or correlation ids."""
+    ev, m = ctx.trace.events, ctx.masks
+    if ctx.device < 0 or ctx.launch_ts is None:
+        return []
+    rows = np.flatnonzero(m["gpu"] & (ev.device == ctx.device) & (ctx.launch_ts >= 0))
+    if rows.size == 0:
+        return []
+    t, dur = ctx.launch_ts[rows], ev.dur_ns[rows]
+    out = []
+    for parts in per:
+        step = {p: _ms(dur[_inside(t, parts[p])].sum()) for p in PHASES}
+        out.append(step)
+    return out

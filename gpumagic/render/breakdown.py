@@ -106,17 +106,19 @@ def phases_html(report: Report) -> str:
         f'title="{escape(palette.PHASE_LABEL[p])}: {fmt_ms(med.get(p))}"></span>'
         for p in order if (med.get(p) or 0) > 0
     )
+    gpu = metric(report.metrics, "phases", "gpu_median_ms") or {}
     rows = "".join(
         f'<tr><td><span class="gm-swatch" style="background:{palette.PHASE_COLOR[p]}"></span>{escape(palette.PHASE_LABEL[p])}</td>'
-        f'<td class="gm-num">{fmt_ms(med.get(p))}</td><td class="gm-num">{fmt_pct((med.get(p) or 0) / total, 1)}</td></tr>'
+        f'<td class="gm-num">{fmt_ms(med.get(p))}</td><td class="gm-num">{fmt_pct((med.get(p) or 0) / total, 1)}</td>'
+        + (f'<td class="gm-num">{fmt_ms(gpu.get(p))}</td>' if gpu else "") + "</tr>"
         for p in order if (med.get(p) or 0) > 0
     )
     return (
         "<h4>Step phases (host, median per step)</h4>"
         f'<div class="gm-bars"><div class="gm-bar-row"><span class="gm-bar-label">median</span>'
         f'<span class="gm-bar">{segs}</span><span class="gm-bar-total">{fmt_ms(total)}</span></div></div>'
-        f'<table class="gm-table gm-legend"><thead><tr><th>phase</th><th>median</th><th>share</th></tr></thead>'
-        f"<tbody>{rows}</tbody></table>"
+        '<table class="gm-table gm-legend"><thead><tr><th>phase</th><th>median</th><th>share</th>'
+        + ("<th>GPU time it launched</th>" if gpu else "") + f"</tr></thead><tbody>{rows}</tbody></table>"
     )
 
 

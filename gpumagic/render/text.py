@@ -138,12 +138,14 @@ def _phases(report: Report) -> str:
     if not med:
         return ""
     total = sum(v or 0.0 for v in med.values()) or 1.0
-    lines = ["STEP PHASES (host, median per step)"]
+    gpu = metric(m, "phases", "gpu_median_ms") or {}
+    lines = ["STEP PHASES (host, median per step" + ("; GPU: time of the work launched in it)" if gpu else ")")]
     for p in metric(m, "phases", "order") or med:
         ms = med.get(p) or 0.0
         if ms > 0:
             bar = "\u2588" * round(ms / total * BAR_CHARS) or "\u258f"
-            lines.append(f"  {palette.PHASE_LABEL.get(p, p):<30}{fmt_ms(ms):>9} {fmt_pct(ms / total, 1):>7}  {bar}")
+            on_gpu = f"  GPU {fmt_ms(gpu.get(p))}" if gpu else ""
+            lines.append(f"  {palette.PHASE_LABEL.get(p, p):<30}{fmt_ms(ms):>9} {fmt_pct(ms / total, 1):>7}  {bar:<{BAR_CHARS}}{on_gpu}")
     return "\n".join(lines)
 
 
