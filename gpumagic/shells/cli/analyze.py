@@ -38,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     a.add_argument("-o", "--output", help="write to this file instead of standard output")
     a.add_argument("--label", default="", help="name this run in the report")
     a.add_argument("--top-ops", type=_jobs, default=20, metavar="N",
-                   help="operators listed in the report's Operators table, by GPU time (default 20)")
+                   help="one trace: operators listed in the report's Operators table, by GPU time (default 20)")
     a.add_argument("-j", "--jobs", type=_jobs, default=0, metavar="N",
                    help="one trace: processes that decode it side by side; a job: processes that analyse its ranks "
                         "side by side (default: one per core; 1: none)")
