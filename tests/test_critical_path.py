@@ -173,3 +173,29 @@ def test_rules_gains_stay_within_the_critical_path():
     c = r.metrics["critical_path"]
     f = r.finding("dataloader-bound")
     assert f is not None and f.est_gain <= c["frac"]["data"] + 1e-4
+
+
+FIXTURES = ["a100_training_rank0", "compile_triton_small", "event_sync_multistream", "h100_bert_small_inference",
+            "mi300_vllm_decode_fullgraph", "resnet50_v100_workers0", "resnet50_v100_workers4",
+            "v100_resnet_ns_timestamps"]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_invariants_on_the_real_fixtures(name):
+    import os
+
+    from tracebuilder import DATA
+
+    m = analyze(os.path.join(DATA, f"{name}.json.gz")).metrics
+    c = m["critical_path"]
+    assert sum(c["frac"].values()) == pytest.approx(1.0, abs=2e-3)
+    assert sum(c["ms"].values()) == pytest.approx(sum(m["steps"]["durations_ms"]) or m["window"]["dur_ms"], rel=1e-3)
+    if m["steps"]["count"]:
+        assert c["per_step_ms"] == pytest.approx(m["steps"]["durations_ms"], abs=1e-3)
+        for parts, dur in zip(m["phases"]["per_step"], m["steps"]["durations_ms"]):
+            assert sum(parts.values()) == pytest.approx(dur, abs=1e-3)
+    # the path's GPU links never exceed the GPU's busy time, nor its host links the host's
+    gpu_ms = c["ms"]["gpu_compute"] + c["ms"]["gpu_comm"] + c["ms"]["gpu_copy"]
+    assert gpu_ms <= m["gpu"]["busy_ms"] + 1e-3
+    o = m["operators"]
+    assert o["attributed_ms"] + o["uncovered_ms"] == pytest.approx(o["kernel_ms"], abs=2e-3)
