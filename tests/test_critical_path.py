@@ -154,11 +154,12 @@ def test_blocking_threshold_matches_the_sync_metrics():
 def test_cap_limits_a_gain_to_the_share_of_the_path_its_fix_shortens():
     from gpumagic.analysis.critical_path import KINDS, cap
 
-    frac = dict.fromkeys(KINDS, 0.0) | {"gpu_compute": 0.7, "host_compute": 0.2, "host_launch": 0.05, "data": 0.05}
-    assert cap(frac, "cpu-bound", 0.4) == pytest.approx(0.25)
-    assert cap(frac, "dataloader-bound", 0.4) == pytest.approx(0.05)
-    assert cap(frac, "launch-bound", 0.1) == pytest.approx(0.1)  # below the cap: unchanged
-    assert cap(frac, "mixed-precision-off", 0.4) == 0.4  # not a time-on-the-path finding
+    ms = dict.fromkeys(KINDS, 0.0) | {"gpu_compute": 70.0, "host_compute": 20.0, "host_launch": 5.0, "data": 5.0}
+    assert cap(ms, 100.0, "cpu-bound", 0.4) == pytest.approx(0.25)
+    assert cap(ms, 100.0, "dataloader-bound", 0.4) == pytest.approx(0.05)
+    assert cap(ms, 200.0, "dataloader-bound", 0.4) == pytest.approx(0.025)  # steps cover half the window
+    assert cap(ms, 100.0, "launch-bound", 0.1) == pytest.approx(0.1)  # below the cap: unchanged
+    assert cap(ms, 100.0, "mixed-precision-off", 0.4) == 0.4  # not a time-on-the-path finding
 
 
 def test_rules_gains_stay_within_the_critical_path():
@@ -172,7 +173,7 @@ def test_rules_gains_stay_within_the_critical_path():
     r = analyze(tb.to_dict())
     c = r.metrics["critical_path"]
     f = r.finding("dataloader-bound")
-    assert f is not None and f.est_gain <= c["frac"]["data"] + 1e-4
+    assert f is not None and f.est_gain <= c["ms"]["data"] / r.metrics["window"]["dur_ms"] + 1e-4
 
 
 FIXTURES = ["a100_training_rank0", "compile_triton_small", "event_sync_multistream", "h100_bert_small_inference",

@@ -430,14 +430,15 @@ def _innermost(cover: np.ndarray, dur: np.ndarray, cnt: np.ndarray) -> np.ndarra
     return out
 
 
-def cap(frac: dict[str, float], finding_id: str, gain: float) -> float:
-    """A finding's gain, at most the share of the critical path (``frac``) that its fix
-    shortens (:data:`SHORTENS`): a step cannot get shorter by more than the time its fix
-    removes from the chain that bounds it. Unchanged for a finding the table does not name."""
+def cap(path_ms: dict[str, float], window_ms: float, finding_id: str, gain: float) -> float:
+    """A finding's gain (a share of the window), at most the critical-path time (``path_ms``, per
+    kind) that its fix shortens (:data:`SHORTENS`) over the window: the steps cannot get shorter
+    by more than the time the fix removes from the chain that bounds them. Unchanged for a
+    finding the table does not name."""
     kinds = SHORTENS.get(finding_id)
-    if kinds is None:
+    if kinds is None or window_ms <= 0:
         return gain
-    return min(gain, sum(frac[k] for k in kinds))
+    return min(gain, sum(path_ms[k] for k in kinds) / window_ms)
 
 
 def phrase(m: dict[str, Any]) -> str | None:

@@ -66,7 +66,7 @@ def critical_path_metrics(ctx: Context) -> dict[str, Any]:
 def cap_by_critical_path(ctx: Context, finding_id: str, gain: float) -> float:
     """``gain``, at most the share of the critical path that the finding's fix shortens
     (``critical_path.SHORTENS``); rules call it on their gain."""
-    return critical_path.cap(critical_path_metrics(ctx)["frac"], finding_id, gain)
+    return critical_path.cap(critical_path_metrics(ctx)["ms"], ctx.window_ns / MS, finding_id, gain)
 
 
 def _trace(ctx: Context) -> dict[str, Any]:
