@@ -126,3 +126,33 @@ def peak_tflops(device_name: str | None, dtype: str | None) -> tuple[float | Non
     if peak is None or dtype is None or dtype not in peak.tflops:
         return None, None
     return peak.tflops[dtype], peak.source
+
+
+#: (name pattern, peak memory bandwidth in TB/s, source). The first match wins, so variants come
+#: before their family. A name that matches none gets ``None`` (the roofline then says nothing).
+BANDWIDTH: tuple[tuple[re.Pattern, float, str], ...] = tuple((re.compile(p, re.IGNORECASE), tbps, src) for p, tbps, src in (
+    (r"V100S", 1.134, "NVIDIA Tesla V100S datasheet: memory bandwidth 1,134 GB/s"),
+    (r"V100", 0.900, "NVIDIA Tesla V100 datasheet: memory bandwidth 900 GB/s (PCIe and SXM2)"),
+    (r"\bT4\b", 0.320, "NVIDIA T4 datasheet: GPU memory bandwidth 320+ GB/s"),
+    (r"A100.*80GB.*PCIE", 1.935, "NVIDIA A100 datasheet: A100 80GB PCIe 1,935 GB/s"),
+    (r"A100.*80GB", 2.039, "NVIDIA A100 datasheet: A100 80GB SXM 2,039 GB/s"),
+    (r"A100", 1.555, "NVIDIA A100 datasheet: A100 40GB 1,555 GB/s"),
+    (r"\bA10\b", 0.600, "NVIDIA A10 datasheet: GPU memory bandwidth 600 GB/s"),
+    (r"\bL4\b", 0.300, "NVIDIA L4 datasheet: GPU memory bandwidth 300 GB/s"),
+    (r"L40S", 0.864, "NVIDIA L40S datasheet: GPU memory bandwidth 864 GB/s"),
+    (r"H100.*NVL", 3.9, "NVIDIA H100 datasheet: H100 NVL 3.9 TB/s"),
+    (r"H100.*(PCIE|HBM2e)", 2.0, "NVIDIA H100 datasheet: H100 PCIe 2 TB/s"),
+    (r"H100", 3.35, "NVIDIA H100 datasheet: H100 SXM 3.35 TB/s"),
+    (r"H200", 4.8, "NVIDIA H200 datasheet: GPU memory bandwidth 4.8 TB/s (SXM and NVL)"),
+    (r"MI325X", 6.0, "AMD Instinct MI325X datasheet: peak memory bandwidth 6 TB/s"),
+    (r"MI300X", 5.3, "AMD Instinct MI300X datasheet: peak memory bandwidth 5.3 TB/s"),
+))
+
+
+def peak_bandwidth(device_name: str | None) -> tuple[float | None, str | None]:
+    """(peak memory bandwidth in TB/s, its source) for a device name; ``(None, None)`` when unknown."""
+    name = (device_name or "").strip()
+    for pattern, tbps, src in BANDWIDTH if name else ():
+        if pattern.search(name):
+            return tbps, src
+    return None, None

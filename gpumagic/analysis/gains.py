@@ -23,7 +23,7 @@ import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.metrics import sync_costs
+from gpumagic.analysis.metrics import cap_by_critical_path, sync_costs
 from gpumagic.analysis.rules.base import severity_for
 from gpumagic.analysis.rules.chunks import small_transfer_windows
 from gpumagic.analysis.rules.compute import too_small_windows
@@ -93,6 +93,7 @@ def apportion(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], flo
             claimed_by[fid] = own
             claimed = iv.merge(claimed, own)
             ns = min(iv.total(own), budget)
+        ns = min(ns, int(cap_by_critical_path(ctx, fid, ctx.frac(ns)) * ctx.window_ns))
         budget -= ns
         by_id[fid] = _with_gain(f, ctx.frac(ns), before=taken_by)
     union = claimed

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
-from gpumagic.analysis import copysizes, flops
+from gpumagic.analysis import copysizes, critical_path, flops, operators, phases
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
@@ -26,6 +27,7 @@ from gpumagic.report.metrics import (
     CommunicationMetrics,
     CopiesMetrics,
     CopyGroupMetrics,
+    CriticalPathMetrics,
     DeviceMetrics,
     Distributed,
     GapMetrics,
@@ -38,6 +40,8 @@ from gpumagic.report.metrics import (
     MainThread,
     MemoryMetrics,
     Metrics,
+    OperatorsMetrics,
+    PhasesMetrics,
     SampleMetrics,
     StepMetrics,
     SyncCallMetrics,
@@ -73,8 +77,25 @@ def compute(ctx: Context) -> Metrics:
         host=_host(ctx),
         compute=flops.metrics(ctx),
         small_copies=copysizes.metrics(ctx, copy_groups(ctx)),
+        phases=None if (p := phases.metrics(ctx)) is None else msgspec.convert(p, PhasesMetrics),
+        critical_path=msgspec.convert(critical_path_metrics(ctx), CriticalPathMetrics),
+        operators=msgspec.convert(operators.metrics(ctx, ctx.cache.get("top_ops", operators.TOP_OPERATORS)), OperatorsMetrics),
         samples=None if ctx.trace.samples is None else _samples(ctx, ctx.trace.samples),
     )
+
+
+def critical_path_metrics(ctx: Context) -> dict[str, Any]:
+    """``metrics["critical_path"]``, computed once per context (see analysis/critical_path.py)."""
+    if "critical_path" not in ctx.cache:
+        queued = queued_work(ctx) if ctx.device >= 0 else iv.empty()
+        ctx.cache["critical_path"] = critical_path.metrics(ctx, sync_costs(ctx), queued)
+    return ctx.cache["critical_path"]
+
+
+def cap_by_critical_path(ctx: Context, finding_id: str, gain: float) -> float:
+    """``gain``, at most the share of the critical path that the finding's fix shortens
+    (``critical_path.SHORTENS``); rules call it on their gain."""
+    return critical_path.cap(critical_path_metrics(ctx)["ms"], ctx.window_ns / MS, finding_id, gain)
 
 
 def _trace(ctx: Context) -> TraceMetrics:

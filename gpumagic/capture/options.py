@@ -42,6 +42,7 @@ class CaptureOptions:
     ``shapes``/``stack``/``memory`` turn on torch.profiler's ``record_shapes``/``with_stack``/
     ``profile_memory``; they inflate host time and the trace, so they are off by default.
     ``flops`` turns on ``with_flops`` (the profiler's own FLOP counts) and, with it, shapes.
+    ``top_ops``: operators the report's Operators table lists (``metrics.operators.top``).
     """
 
     label: str = ""
@@ -57,11 +58,13 @@ class CaptureOptions:
     memory: bool = False
     save: str | None = None
     flops: bool = False
+    top_ops: int = 20
 
     def __post_init__(self) -> None:
         _check_int("skip", self.skip, 0)
         _check_int("steps", self.steps, 1)
         _check_int("interval_ms", self.interval_ms, MIN_INTERVAL_MS, MAX_INTERVAL_MS)
+        _check_int("top_ops", self.top_ops, 0, MAX_COUNT)
         if self.max_seconds is not None:
             ok = isinstance(self.max_seconds, (int, float)) and not isinstance(self.max_seconds, bool)
             if not ok or not math.isfinite(self.max_seconds) or not 0 < self.max_seconds <= MAX_SECONDS_LIMIT:

@@ -282,7 +282,7 @@ class CaptureSession:
             samples=self._sample_columns())
         self.run.bundle = bundle.splice(raw, section)
         checkpoint("analyse")
-        self.run.report = _analyse(self.run.bundle, self.options.label)
+        self.run.report = _analyse(self.run.bundle, self.options.label, self.options.top_ops)
         if self.options.save:
             checkpoint("save")
             self._save(self.options.save)
@@ -315,14 +315,14 @@ class CaptureSession:
         return out
 
 
-def _analyse(data: bytes, label: str):
+def _analyse(data: bytes, label: str, top_ops: int = 20):
     """Load the bundle through the trace loader (as ``gpumagic analyze`` would, in this
     process) and analyse it."""
     from gpumagic.analysis import analyze
     from gpumagic.trace.kineto import from_bytes
 
     trace = from_bytes(data, label or "live capture")
-    return analyze(trace, label=label)
+    return analyze(trace, label=label, top_ops=top_ops)
 
 
 def _cwd() -> str:

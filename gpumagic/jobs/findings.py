@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from gpumagic.jobs.collectives import straggler_citation
 from gpumagic.jobs.stragglers import Straggler
 from gpumagic.jobs.summary import RankSummary
 from gpumagic.report.model import Evidence, Finding, Fix, sort_findings
@@ -31,7 +32,8 @@ class JobFinding:
                 "rank_count": len(self.ranks), "of_ranks": analysed, "evidence_rank": self.evidence_rank}
 
 
-def straggler_finding(found: list[Straggler], step_median_ms: float | None) -> JobFinding | None:
+def straggler_finding(found: list[Straggler], step_median_ms: float | None,
+                      collectives: list[dict] | None = None) -> JobFinding | None:
     """``straggler-rank``. Signal: see :mod:`gpumagic.jobs.stragglers`. Gain: the others' wait inside
     collectives per step, over the median step (all ranks would finish each step that much sooner
     if the stragglers kept pace). False positives: a rank that is slower by design but shares its
@@ -46,7 +48,8 @@ def straggler_finding(found: list[Straggler], step_median_ms: float | None) -> J
     detail = "; ".join(
         f"rank {s.rank}: the others wait {s.lost_ms_per_step:.1f} ms per step for it in {s.collectives} collectives "
         f"({100 * s.late_share:.0f} % of the waits), after {s.compute_excess_ms:.1f} ms more GPU-side work per step than its "
-        f"{len(s.peers)} peer{'s' if len(s.peers) != 1 else ''}" for s in found)
+        f"{len(s.peers)} peer{'s' if len(s.peers) != 1 else ''}"
+        + (f"; {cite}" if (cite := straggler_citation(collectives or [], s.rank)) else "") for s in found)
     return JobFinding(
         finding=Finding(
             id="straggler-rank", severity="high" if gain >= 0.2 else "medium" if gain >= 0.05 else "low",

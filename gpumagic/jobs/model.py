@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, ClassVar
 
+from gpumagic.jobs.collectives import collective_table
 from gpumagic.jobs.findings import JobFinding, common_findings, straggler_finding
 from gpumagic.jobs.stragglers import Group, Straggler, find_stragglers, peer_groups
 from gpumagic.jobs.summary import RankSummary
@@ -41,6 +42,7 @@ class Job(Viewable):
     groups: list[Group]
     straggler_details: list[Straggler] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    collectives: list[dict] = field(default_factory=list)  # gpumagic.jobs.collectives.collective_table
     label: str = ""
     same_recording: bool = False
 
@@ -76,6 +78,7 @@ class Job(Viewable):
             "findings": [f.to_dict(n) for f in self.findings],
             "other_findings": list(self.other_findings),
             "groups": [{"ranks": list(g.ranks), "device": g.device, "work": g.work} for g in self.groups],
+            "collectives": list(self.collectives),
             "errors": [{"rank": r.rank, "path": r.path, "error": r.error} for r in self.errors],
             "notes": list(self.notes),
         }}
@@ -149,7 +152,8 @@ def build(ranks: list[RankSummary], label: str = "") -> Job:
             notes += more
     job = Job(ranks=ranks, world_size=world or len(ranks), stragglers=sorted(s.rank for s in found), findings=[],
               other_findings=[], groups=groups, straggler_details=found, notes=notes, label=label, same_recording=copies)
-    straggler = straggler_finding(found, job.step_median_ms)
+    job.collectives = collective_table(groups, first)
+    straggler = straggler_finding(found, job.step_median_ms, job.collectives)
     common, rest = common_findings(ranks)
     job.findings = ([straggler] if straggler else []) + common
     job.other_findings = rest

@@ -10,6 +10,8 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from gpumagic.render import palette
 from gpumagic.render._format import fmt_ms, fmt_pct
 from gpumagic.render.layout import step_label
@@ -37,6 +39,8 @@ def breakdown_html(report: Report) -> str:
         '<h4>Step time by category</h4>'
         f'<div class="gm-bars">{bars}</div>'
         f"{_legend_table(m, order)}"
+        f"{phases_html(report)}"
+        f"{critical_path_html(report)}"
         f"{idle_html(report)}"
     )
 
@@ -90,6 +94,77 @@ def _legend_table(m: Metrics, order: list[str]) -> str:
         '<table class="gm-table gm-legend"><thead><tr><th>category (each moment counted once, '
         'highest priority first)</th><th>total</th><th>share of wall time</th></tr></thead>'
         f"<tbody>{rows}</tbody></table>"
+    )
+
+
+def phases_html(report: Report) -> str:
+    """The median step split into data / forward / backward / optimizer / other
+    (``metrics.phases``), as a bar and a table; empty when the trace has no steps."""
+    ph = None if report.metrics is None else report.metrics.phases
+    if ph is None:
+        return ""
+    med = msgspec.structs.asdict(ph.median_ms)
+    order = ph.order
+    total = sum(med.get(p) or 0.0 for p in order) or 1.0
+    segs = "".join(
+        f'<span class="gm-seg" style="width:{100 * (med.get(p) or 0) / total:.3f}%;background:{palette.PHASE_COLOR[p]}" '
+        f'title="{escape(palette.PHASE_LABEL[p])}: {fmt_ms(med.get(p))}"></span>'
+        for p in order if (med.get(p) or 0) > 0
+    )
+    gpu = {} if ph.gpu_median_ms is None else msgspec.structs.asdict(ph.gpu_median_ms)
+    rows = "".join(
+        f'<tr><td><span class="gm-swatch" style="background:{palette.PHASE_COLOR[p]}"></span>{escape(palette.PHASE_LABEL[p])}</td>'
+        f'<td class="gm-num">{fmt_ms(med.get(p))}</td><td class="gm-num">{fmt_pct((med.get(p) or 0) / total, 1)}</td>'
+        + (f'<td class="gm-num">{fmt_ms(gpu.get(p))}</td>' if gpu else "") + "</tr>"
+        for p in order if (med.get(p) or 0) > 0
+    )
+    return (
+        "<h4>Step phases (host, median per step)</h4>"
+        f'<div class="gm-bars"><div class="gm-bar-row"><span class="gm-bar-label">median</span>'
+        f'<span class="gm-bar">{segs}</span><span class="gm-bar-total">{fmt_ms(total)}</span></div></div>'
+        '<table class="gm-table gm-legend"><thead><tr><th>phase</th><th>median</th><th>share</th>'
+        + ("<th>GPU time it launched</th>" if gpu else "") + f"</tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def critical_path_html(report: Report) -> str:
+    """What bounds the steps: the critical path's share per kind of link, its top links and
+    what the trace lacked (``metrics.critical_path``)."""
+    cp = None if report.metrics is None else report.metrics.critical_path
+    if cp is None:
+        return ""
+    frac, ms = msgspec.structs.asdict(cp.frac), msgspec.structs.asdict(cp.ms)
+    if not any(frac.values()):
+        return ""
+    kinds = [k for k in cp.kinds if (frac.get(k) or 0) > 0]
+    segs = "".join(
+        f'<span class="gm-seg" style="width:{100 * frac[k]:.3f}%;background:{palette.PATH_COLOR.get(k, palette.PALE_GREY)}" '
+        f'title="{escape(palette.PATH_LABEL.get(k, k))}: {fmt_pct(frac[k], 1)}"></span>' for k in kinds
+    )
+    rows = "".join(
+        f'<tr><td><span class="gm-swatch" style="background:{palette.PATH_COLOR.get(k, palette.PALE_GREY)}"></span>'
+        f'{escape(palette.PATH_LABEL.get(k, k))}</td><td class="gm-num">{fmt_ms(ms.get(k))}</td>'
+        f'<td class="gm-num">{fmt_pct(frac[k], 1)}</td></tr>' for k in kinds
+    )
+    links = "".join(
+        f'<tr><td class="gm-kname">{escape(x.name[:120])}</td>'
+        f'<td>{escape(palette.PATH_LABEL.get(x.kind, x.kind))}</td>'
+        f'<td class="gm-num">{fmt_ms(x.ms)}</td></tr>' for x in cp.top
+    )
+    notes = "".join(f'<p class="gm-muted">{escape(n)}</p>' for n in cp.notes)
+    b = cp.bound
+    head = f": {escape(b.what)}, {fmt_pct(b.frac, 0)}"
+    return (
+        f"<h4>What bounds the step{head}</h4>"
+        '<p class="gm-muted">The critical path: the chain of host work, launches, GPU work and waits that, made '
+        "faster, would make the step shorter (each moment of the step once).</p>"
+        f'<div class="gm-bars"><div class="gm-bar-row"><span class="gm-bar-label">critical path</span>'
+        f'<span class="gm-bar">{segs}</span><span class="gm-bar-total">{fmt_pct(1.0)}</span></div></div>'
+        f'<table class="gm-table gm-legend"><thead><tr><th>link</th><th>time</th><th>share of the path</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+        + (f'<table class="gm-table"><thead><tr><th>top links</th><th>kind</th><th>time</th></tr></thead>'
+           f"<tbody>{links}</tbody></table>" if links else "")
+        + notes
     )
 
 

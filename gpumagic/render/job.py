@@ -86,6 +86,45 @@ def _finding_text(jf: JobFinding, analysed: int, width: int) -> list[str]:
     return lines
 
 
+#: Collectives listed in the text render (the HTML and JSON list all of ``Job.collectives``).
+TEXT_COLLECTIVES = 5
+
+
+def _collectives_text(job: Job, width: int) -> list[str]:
+    """Per collective: count, the last rank, and each rank's duration, wait and arrival skew."""
+    if not job.collectives:
+        return []
+    lines = ["", *textwrap.wrap("COLLECTIVES ACROSS RANKS (medians; wait: time inside it waiting for the last rank; "
+                                "skew: arrival after the first rank)", width)]
+    for c in job.collectives[:TEXT_COLLECTIVES]:
+        lines.append(f"  {_clip(c['name'], max(30, width - 40))}  \u00d7{c['count']}  "
+                     f"last: rank {c['last_rank']} ({100 * c['last_share']:.0f} %)")
+        lines.append(f"    {'rank':>6} {'duration':>10} {'wait':>10} {'skew':>10} {'last':>6}")
+        lines += [f"    {r['rank']:>6} {r['dur_ms']:>8.3f}ms {r['wait_ms']:>8.3f}ms {r['skew_ms']:>8.3f}ms {r['last_count']:>6}"
+                  for r in c["ranks"]]
+    return lines
+
+
+def _collectives_html(job: Job) -> str:
+    if not job.collectives:
+        return ""
+    out = ['<h3>Collectives across ranks</h3><p class="gm-muted">Medians over the instances of each collective, matched '
+           "by step and position. Wait: time inside the collective waiting for the last rank; skew: how long after the "
+           "first rank this one arrived. Message sizes are not recorded in these traces.</p>"]
+    late = ' class="gm-straggler"'
+    for c in job.collectives:
+        rows = "".join(
+            f'<tr{late if r["rank"] == c["last_rank"] else ""}><td class="gm-num">{r["rank"]}</td>'
+            f'<td class="gm-num">{r["dur_ms"]:.3f} ms</td><td class="gm-num">{r["wait_ms"]:.3f} ms</td>'
+            f'<td class="gm-num">{r["skew_ms"]:.3f} ms</td><td class="gm-num">{r["last_count"]}</td></tr>'
+            for r in c["ranks"])
+        out.append(f'<p><code>{escape(c["name"][:120])}</code> \u00d7{c["count"]} \u2014 last to arrive: rank '
+                   f'{c["last_rank"]} ({100 * c["last_share"]:.0f} %)</p>'
+                   '<table class="gm-table"><thead><tr><th>rank</th><th>duration</th><th>wait</th><th>skew</th>'
+                   f"<th>arrived last</th></tr></thead><tbody>{rows}</tbody></table>")
+    return "".join(out)
+
+
 def render_text(job: Job, width: int = 100) -> str:
     """The job as plain text, ``width`` columns wide."""
     lines = [title(job), straggler_line(job), "", *_table(job, width)]
@@ -105,6 +144,7 @@ def render_text(job: Job, width: int = 100) -> str:
         lines += ["", "Findings on fewer ranks"]
         lines += [f"  {d['id']}: rank{'s' if len(d['ranks']) != 1 else ''} {', '.join(map(str, d['ranks']))}"
                   for d in job.other_findings]
+    lines += _collectives_text(job, width)
     if job.notes:
         lines += ["", "Notes"] + [x for n in map(printable, job.notes)
                                   for x in textwrap.wrap(n, width, initial_indent="  - ", subsequent_indent="    ")]
@@ -206,6 +246,7 @@ def render_fragment(job: Job) -> str:
              + (f"<h3>Ranks that could not be analysed</h3><ul>{errors}</ul>" if errors else "")
              + f"<h3>Findings</h3>{_findings_html(job)}"
              + (f"<h3>Findings on fewer ranks</h3><ul>{others}</ul>" if others else "")
+             + _collectives_html(job)
              + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else ""))
     return wrap(inner, static=True)
 

@@ -58,7 +58,7 @@ class LaneRow:
     """One horizontal lane of the timeline."""
 
     label: str
-    kind: Literal["cpu_main", "cpu", "gpu"]
+    kind: Literal["cpu_main", "cpu", "gpu", "phases"]
     layers: tuple[Layer, ...]
     device: int = -1
 
@@ -109,7 +109,8 @@ def _window(report: Report) -> tuple[int, int]:
 
 
 def plan_rows(report: Report, trace: Trace, view: TimelineView) -> list[LaneRow]:
-    """Main thread first, then other busy host lanes, then GPU streams by (device, stream)."""
+    """The step phases (when the trace has steps), the main thread, then other busy host lanes,
+    then GPU streams by (device, stream)."""
     ev = trace.events
     in_view = (ev.ts_ns < view.end_ns) & (ev.ts_ns + ev.dur_ns > view.start_ns)
     names = _name_masks(report, trace)
@@ -117,6 +118,9 @@ def plan_rows(report: Report, trace: Trace, view: TimelineView) -> list[LaneRow]
     loader = names["dataloader"][ev.name]
     main = _main_lane(report, trace)
     rows: list[LaneRow] = []
+    phases = None if report.metrics is None else report.metrics.phases
+    if phases is not None and phases.spans_ns:  # drawn from metrics.phases, not from events
+        rows.append(LaneRow("step phases", "phases", ()))
     if main is not None:
         rows.append(_host_row("main thread", "cpu_main", ev.lane == main, host, loader, names["sync"][ev.name]))
     min_busy_ns = MIN_HOST_ROW_SHARE * (view.end_ns - view.start_ns)

@@ -50,6 +50,20 @@ CATEGORY_LABEL = {
 
 #: GPU idle gaps by cause (docs/metrics.md ``idle.gaps[].cause``).
 #: Colours used nowhere else (orange is the data-loader wait, vermillion a host sync, grey CPU ops).
+#: Step phases (``metrics.phases``), in loop order.
+#: Paul Tol's muted scheme (indigo, sand, olive) beside the data-loader orange, so that no phase
+#: shares a colour with a lane's kernels, copies or memsets on the timeline.
+PHASE_COLOR = {"data": ORANGE, "forward": "#332288", "backward": "#DDCC77", "optimizer": "#999933", "other": PALE_GREY}
+PHASE_LABEL = {"data": "data (waiting for the batch)", "forward": "forward", "backward": "backward",
+               "optimizer": "optimizer", "other": "other host work"}
+
+#: Critical-path link kinds (``metrics.critical_path``).
+PATH_COLOR = {"gpu_compute": BLUE, "gpu_comm": PURPLE, "gpu_copy": GREEN, "host_launch": DARK_GREY,
+              "host_compute": GREY, "data": ORANGE, "sync_wait": VERMILLION, "other": PALE_GREY}
+PATH_LABEL = {"gpu_compute": "GPU compute", "gpu_comm": "GPU communication", "gpu_copy": "GPU copies and memsets",
+              "host_launch": "host: launches and runtime calls", "host_compute": "host: operators and Python",
+              "data": "data loading", "sync_wait": "host waiting on the GPU", "other": "GPU waits not explained"}
+
 IDLE_COLOR = {"host_wait": WINE, "launch_latency": TEAL, "other": LIGHT_GREY}
 IDLE_LABEL = {
     "host_wait": "GPU idle: waiting for the host",

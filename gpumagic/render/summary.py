@@ -32,9 +32,10 @@ class Fact:
 
 def header_facts(report: Report) -> list[Fact]:
     """The numeric facts of the header, in reading order: four, a fifth (what fixing every finding
-    could save) when there are findings, and achieved TFLOP/s and MFU when the trace recorded the
-    shapes or FLOPs that ``metrics.compute`` needs. Each reads as a phrase, label then value
-    ("GPU busy 57 %", "Fixing all could save up to 51 %")."""
+    could save) when there are findings, what bounds the steps (the largest share of
+    ``metrics.critical_path``), and achieved TFLOP/s and MFU when the trace recorded the shapes or
+    FLOPs that ``metrics.compute`` needs. Each reads as a phrase, label then value ("GPU busy 57 %",
+    "Fixing all could save up to 51 %")."""
     m = report.metrics
     steps = None if m is None else m.steps.count
     cpu_only = m is not None and m.trace.cpu_only
@@ -50,6 +51,11 @@ def header_facts(report: Report) -> list[Fact]:
     if report.findings:  # without findings the top-finding line says so, in a sentence of its own
         facts.append(Fact("Fixing all could save", f"up to {fmt_pct(report.combined_gain)}",
                           "estimated share of step time saved by fixing every finding together, overlapping time counted once"))
+    bound = None if m is None or m.critical_path is None else m.critical_path.bound
+    if bound is not None and bound.frac:
+        facts.append(Fact("Bounded by", f"{bound.what}, {fmt_pct(bound.frac, 0)}",
+                          "the largest share of the steps' critical path: the chain of work that, made faster, "
+                          "would make the step shorter"))
     compute = None if m is None else m.compute
     tflops, mfu = (None, None) if compute is None else (compute.achieved_tflops, compute.mfu)
     if tflops is not None:  # only when FLOPs were recorded (--shapes / --flops)

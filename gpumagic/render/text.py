@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from gpumagic.render import palette
 from gpumagic.render._format import (
     FIX_FLAVOR_LABEL,
@@ -32,6 +34,7 @@ from gpumagic.render._format import (
     windows_text,
 )
 from gpumagic.render._width import resolve_width, shorten, wrap
+from gpumagic.render.operators import operators_text
 from gpumagic.render.summary import NO_FINDINGS, header_facts, title_line, top_finding
 from gpumagic.render.terminal import printable, printable_lines
 
@@ -56,7 +59,10 @@ def render_text(report: Report, width: int | None = None) -> str:
         _header(report, width),
         _checklist(report, width),
         _breakdown(report, width),
+        _phases(report, width),
+        _critical_path(report, width),
         _kernels(report, width),
+        operators_text(report, width),
         _memory(report, width),
         _notes(report, width),
     ]
@@ -139,6 +145,56 @@ def _breakdown(report: Report, width: int) -> str:
             f"{palette.IDLE_LABEL[c].removeprefix('GPU idle: ')} {fmt_ms(ms)}" for c, ms in causes.items()
         )
         lines += wrap(f"GPU idle {fmt_ms(idle)}: {parts}", width, "  ", "    ")
+    return "\n".join(lines)
+
+
+def _phases(report: Report, width: int) -> str:
+    """The median step's phases (``metrics.phases``), when the trace has steps."""
+    ph = None if report.metrics is None else report.metrics.phases
+    if ph is None:
+        return ""
+    med = msgspec.structs.asdict(ph.median_ms)
+    total = sum(v or 0.0 for v in med.values()) or 1.0
+    gpu = {} if ph.gpu_median_ms is None else msgspec.structs.asdict(ph.gpu_median_ms)
+    lines = wrap("STEP PHASES (host, median per step" + ("; GPU: time of the work launched in it)" if gpu else ")"),
+                 width, subsequent="  ")
+    bar_chars = max(4, min(BAR_CHARS, width - 51 - (13 if gpu else 0)))
+    for p in ph.order:
+        ms = med.get(p) or 0.0
+        if ms > 0:
+            bar = "\u2588" * round(ms / total * bar_chars) or "\u258f"
+            on_gpu = f"  GPU {fmt_ms(gpu.get(p))}" if gpu else ""
+            label = shorten(palette.PHASE_LABEL.get(p, p), 29)
+            lines.append(f"  {label:<30}{fmt_ms(ms):>9} {fmt_pct(ms / total, 1):>7}  {bar:<{bar_chars}}{on_gpu}")
+    return "\n".join(lines)
+
+
+def _critical_path(report: Report, width: int) -> str:
+    """What bounds the steps (``metrics.critical_path``): the share per kind and the top links."""
+    cp = None if report.metrics is None else report.metrics.critical_path
+    if cp is None:
+        return ""
+    frac, ms = msgspec.structs.asdict(cp.frac), msgspec.structs.asdict(cp.ms)
+    if not any(frac.values()):
+        return ""
+    lines = wrap("WHAT BOUNDS THE STEP (critical path: the chain that, made faster, would shorten the step)",
+                 width, subsequent="  ")
+    bar_chars = max(4, min(BAR_CHARS, width - 55))
+    for k in cp.kinds:
+        f = frac.get(k) or 0.0
+        if f > 0:
+            bar = "\u2588" * round(f * bar_chars) or "\u258f"
+            label = shorten(palette.PATH_LABEL.get(k, k), 33)
+            lines.append(f"  {label:<34}{fmt_ms(ms.get(k)):>9} {fmt_pct(f, 1):>7}  {bar}")
+    if cp.top:
+        lines.append("  top links:")
+        for x in cp.top[:5]:
+            raw = printable(x.name)
+            room = max(12, width - 30)
+            name = short_kernel_name(raw, room) if x.kind.startswith("gpu") else shorten(raw, room)
+            lines.append(f"    {fmt_ms(x.ms):>9}  {printable(x.kind):<13} {name}")
+    for n in cp.notes:
+        lines += _para("Note:", n, width)
     return "\n".join(lines)
 
 

@@ -143,6 +143,7 @@ def timeline_figure(report: Report, options: TimelineOptions | None = None) -> F
     res_ns = (view.end_ns - view.start_ns) / max(plot_px, 1.0)
     finding = report.finding(options.finding) if options.finding else None
     _draw_lanes(axes[0], trace, rows, view, res_ns)
+    _draw_phases(axes[0], report, rows, view)
     _draw_idle_gaps(axes[0], report, rows, view)
     for ax, s in zip(axes[1:], series):
         _draw_series(ax, s, view)
@@ -266,6 +267,32 @@ def _add_rects(ax: Axes, rects: Rects, y: float, view: TimelineView, color: str,
     coll = PolyCollection(verts, facecolors=colors, edgecolors="none", label=label, zorder=2)
     coll.legend_style = (color, "none")
     ax.add_collection(coll, autolim=False)
+
+
+def _draw_phases(ax: Axes, report: Report, rows: list[LaneRow], view: TimelineView) -> None:
+    """The ``step phases`` lane: each step's data / forward / backward / optimizer spans
+    (``metrics.phases.spans_ns``); the rest of the step is ``other``, left blank."""
+    from matplotlib.collections import PolyCollection
+
+    ys = [i for i, r in enumerate(rows) if r.kind == "phases"]
+    if not ys:
+        return
+    y, half = ys[0], 0.38
+    by_phase: dict[str, list] = {}
+    phases = None if report.metrics is None else report.metrics.phases
+    for step in [] if phases is None else phases.spans_ns:
+        for phase, spans in step.items():
+            for s, e in spans:
+                if e <= view.start_ns or s >= view.end_ns:
+                    continue
+                x0, x1 = _ms(max(s, view.start_ns), view), _ms(min(e, view.end_ns), view)
+                by_phase.setdefault(phase, []).append([(x0, y - half), (x0, y + half), (x1, y + half), (x1, y - half)])
+    for phase, verts in by_phase.items():
+        color = palette.PHASE_COLOR.get(phase, palette.PALE_GREY)
+        coll = PolyCollection(verts, facecolors=color, edgecolors="none", label=f"phase: {palette.PHASE_LABEL.get(phase, phase)}",
+                              zorder=2)
+        coll.legend_style = (color, "none")
+        ax.add_collection(coll, autolim=False)
 
 
 def _draw_idle_gaps(ax: Axes, report: Report, rows: list[LaneRow], view: TimelineView) -> None:

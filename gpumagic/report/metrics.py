@@ -350,6 +350,133 @@ class SampleMetrics(Record, frozen=True):
     workers_util_mean: Annotated[float | None, _d("mean CPU utilisation of the data-loader workers (percent)")]
 
 
+# -- what bounds each step (issue 25) ---------------------------------------------------------
+
+
+class PhaseTimes(Record, frozen=True):
+    """One value per phase of a training step."""
+
+    data: Annotated[float, _d("waiting for the next batch: DataLoader spans (ms)")]
+    forward: Annotated[float, _d("from the step's first host operator to the start of the backward pass (ms)")]
+    backward: Annotated[float, _d("the autograd engine's work, its own thread included (ms)")]
+    optimizer: Annotated[float, _d("Optimizer.step#… and Optimizer.zero_grad#… (ms)")]
+    other: Annotated[float, _d("host work between them: the rest of the step (ms)")]
+
+
+class PhasesFound(Record, frozen=True):
+    """Which markers the trace had."""
+
+    dataloader: Annotated[bool, _d("DataLoader spans recorded")]
+    backward: Annotated[bool, _d("a backward pass recorded")]
+    optimizer: Annotated[bool, _d("an optimizer step recorded")]
+
+
+class PhasesMetrics(Record, frozen=True):
+    """Each step split into data / forward / backward / optimizer / other, on the host's step
+    (the bounds of ``steps``): per step the five add up to ``steps.durations_ms``."""
+
+    order: Annotated[list[str], _d("the phases, in order")]
+    per_step: Annotated[list[PhaseTimes], _d("each recorded step's phases (ms)")]
+    median_ms: Annotated[PhaseTimes, _d("per phase, the median over the steps (ms)")]
+    found: Annotated[PhasesFound, _d("which markers the split could use")]
+    spans_ns: Annotated[list[dict[str, list[list[int]]]],
+                        _d("per step, each phase but 'other' as [start, end] pairs (ns from the trace origin): the timeline's lane")]
+    gpu_per_step: Annotated[list[PhaseTimes], _d("per step, the GPU time of the work launched in each phase (ms); empty without a GPU")]
+    gpu_median_ms: Annotated[PhaseTimes | None, _d("per phase, the median GPU time (ms); null without a GPU")]
+
+
+class PathKinds(Record, frozen=True):
+    """One value per kind of link on the critical path."""
+
+    gpu_compute: Annotated[float, _d("kernels (other than communication)")]
+    gpu_comm: Annotated[float, _d("communication kernels (NCCL/RCCL and the like)")]
+    gpu_copy: Annotated[float, _d("copies and memsets on the GPU")]
+    host_launch: Annotated[float, _d("host launch and runtime calls")]
+    host_compute: Annotated[float, _d("host operators and Python, including host time with nothing recorded")]
+    data: Annotated[float, _d("waiting for the DataLoader")]
+    sync_wait: Annotated[float, _d("the host blocked until the GPU finished")]
+    other: Annotated[float, _d("anything else")]
+
+
+class PathBound(Record, frozen=True):
+    """The group of link kinds with the largest share of the critical path."""
+
+    what: Annotated[str, _d("the group in words, e.g. 'host Python and launches'")]
+    frac: Annotated[float, _d("its share of the critical path (0..1)")]
+    kinds: Annotated[list[str], _d("the kinds of PathKinds it groups")]
+
+
+class PathLink(Record, frozen=True):
+    """A name that takes critical-path time."""
+
+    name: Annotated[str, _d("the kernel, operator or call")]
+    kind: Annotated[str, _d("its kind of link (a key of PathKinds)")]
+    ms: Annotated[float, _d("its time on the critical path (ms)")]
+
+
+class PathLinks(Record, frozen=True):
+    """How the walk went from one link to the one before it (counts)."""
+
+    gpu_stream: Annotated[int, _d("to the previous event on the same stream (count)")]
+    launch: Annotated[int, _d("to the launch call, by correlation id (count)")]
+    cross_stream: Annotated[int, _d("to another stream's event, by an event wait or adjacency (count)")]
+    sync: Annotated[int, _d("from a blocking sync to the GPU work it waited for (count)")]
+    unlinked: Annotated[int, _d("with no recorded dependency: the host at the event's start (count)")]
+
+
+class CriticalPathMetrics(Record, frozen=True):
+    """Per step, the longest dependency chain through host work, launches, kernels, copies, syncs,
+    waits and collectives (analysis/critical_path.py); it covers each step once."""
+
+    kinds: Annotated[list[str], _d("the kinds of link, in order")]
+    frac: Annotated[PathKinds, _d("share of the critical path by kind (0..1, summing to 1)")]
+    ms: Annotated[PathKinds, _d("time on the critical path by kind, all steps (ms)")]
+    per_step_ms: Annotated[list[float], _d("each step's critical-path length (ms); empty without step markers")]
+    per_step_bound: Annotated[list[str], _d("each step's largest kind")]
+    bound: Annotated[PathBound, _d("what bounds the steps, in one phrase, with its share")]
+    top: Annotated[list[PathLink], _d("the names that take the most critical-path time")]
+    host_unrecorded_ms: Annotated[float, _d("host time on the path with no recorded event (ms), booked as host_compute")]
+    links: Annotated[PathLinks, _d("how the chain was followed (counts)")]
+    notes: Annotated[list[str], _d("what the trace lacked for the walk, and how it fell back")]
+
+
+class OperatorRow(Record, frozen=True):
+    """One operator (by name and input shapes where recorded) and the kernels it launched."""
+
+    name: Annotated[str, _d("operator name, e.g. 'aten::addmm'")]
+    shapes: Annotated[str | None, _d("its input shapes, when recorded")]
+    count: Annotated[int, _d("calls (count)")]
+    gpu_ms: Annotated[float, _d("GPU time of the kernels it launched (ms)")]
+    flops: Annotated[float | None, _d("FLOPs, when known for every call")]
+    bytes: Annotated[float | None, _d("bytes moved, a lower bound (inputs read and a matmul's output written)")]
+    dtype: Annotated[str | None, _d("the inputs' dtype")]
+    flops_source: Annotated[str | None, _d("'shapes' or 'profiler' when the FLOPs are known")]
+    tflops: Annotated[float | None, _d("achieved TFLOP/s over its GPU time")]
+    tbps: Annotated[float | None, _d("achieved TB/s over its GPU time")]
+    intensity: Annotated[float | None, _d("arithmetic intensity (FLOP per byte)")]
+    peak_tflops: Annotated[float | None, _d("the device's peak for the dtype (TFLOP/s)")]
+    peak_tbps: Annotated[float | None, _d("the device's memory bandwidth (TB/s)")]
+    bound: Annotated[str | None, _d("'compute' or 'memory' on the roofline")]
+    frac_of_peak: Annotated[float | None, _d("achieved ÷ peak TFLOP/s (0..1; above 1: see above_peak)")]
+    frac_of_roof: Annotated[float | None, _d("achieved ÷ the roofline's limit at its intensity (0..1)")]
+    above_peak: Annotated[bool, _d("faster than the dtype's peak: fewer FLOPs than counted (Winograd, FFT) or a faster dtype (TF32)")]
+
+
+class OperatorsMetrics(Record, frozen=True):
+    """The operators with the most GPU time (analysis/operators.py)."""
+
+    top: Annotated[list[OperatorRow], _d("by GPU time, the first N (--top-ops, 20 by default)")]
+    count: Annotated[int, _d("operators that launched GPU work (count)")]
+    kernel_ms: Annotated[float, _d("kernel time on the primary device (ms)")]
+    attributed_ms: Annotated[float, _d("of it, attributed to an operator (ms)")]
+    uncovered_ms: Annotated[float, _d("kernel time whose FLOPs are not known (ms)")]
+    graph_uncovered_ms: Annotated[float, _d("of it, in graph replays (ms)")]
+    shapes: Annotated[bool, _d("the trace recorded input shapes")]
+    peak_tbps: Annotated[float | None, _d("the device's memory bandwidth (TB/s)")]
+    peak_bandwidth_source: Annotated[str | None, _d("where that bandwidth comes from (datasheet)")]
+    device_name: Annotated[str | None, _d("the device the peaks are for")]
+
+
 # -- all of them -----------------------------------------------------------------------------
 
 
@@ -370,6 +497,9 @@ class Metrics(Record, frozen=True, omit_defaults=True):
     host: HostMetrics
     compute: Annotated[ComputeMetrics | None, _d("null only in reports from before gpumagic counted FLOPs")]
     small_copies: Annotated[SmallCopyMetrics | None, _d("null only in reports from before gpumagic measured small copies")]
+    phases: Annotated[PhasesMetrics | None, _d("present when the trace has step markers")] = None
+    critical_path: Annotated[CriticalPathMetrics | None, _d("null only in reports from before gpumagic followed it")] = None
+    operators: Annotated[OperatorsMetrics | None, _d("null only in reports from before gpumagic tabulated operators")] = None
     samples: Annotated[SampleMetrics | None, _d("present when NVML or CPU samples were recorded")] = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -55,6 +55,8 @@ class GpuProfileMagics(Magics):
     @argument("--shapes", action="store_true", help="record operator input shapes (adds overhead)")
     @argument("--flops", action="store_true", help="record the profiler's FLOP counts and shapes, for "
               "achieved TFLOP/s and MFU (adds overhead)")
+    @argument("--top-ops", type=int, default=20, metavar="N",
+              help="operators listed in the report's Operators table, by GPU time (default 20)")
     @argument("--stack", action="store_true", help="record Python call stacks (adds overhead)")
     @argument("--memory", action="store_true", help="record allocator events (adds overhead)")
     @argument("statement", nargs="*", help="line magic only: the statement to profile")
@@ -237,7 +239,7 @@ def _capture_options(args) -> CaptureOptions:
             label=args.label or "", skip=args.skip, steps=args.steps, all_steps=args.all_steps,
             max_seconds=args.max_seconds, interval_ms=args.interval_ms, nvml=not args.no_nvml,
             shapes=args.shapes, stack=args.stack, memory=args.memory, save=args.save,
-            flops=args.flops)
+            flops=args.flops, top_ops=args.top_ops)
     except CaptureError as exc:
         raise UsageError(f"%gpuprofile: {exc}") from None
 

@@ -85,6 +85,16 @@ def test_a_labelled_run_is_remembered_only_when_it_completes(shell):
         runs.forget()
 
 
+def test_top_ops_reaches_the_analysis(shell, monkeypatch):
+    import gpumagic.capture.session as session
+
+    seen = []
+    real = session._analyse
+    monkeypatch.setattr(session, "_analyse", lambda data, label, top_ops=20: seen.append(top_ops) or real(data, label, top_ops))
+    run(shell, "%%gpuprofile -o rep --quiet --top-ops 3" + TRAIN.format(n=4))
+    assert seen == [3] and "operators" in shell.user_ns["rep"].metrics
+
+
 def test_window_options_reach_the_capture(shell):
     run(shell, "%%gpuprofile -o rep --quiet --skip 2 --steps 3" + TRAIN.format(n=9))
     assert shell.user_ns["rep"].metrics["steps"]["names"] == ["ProfilerStep#2", "ProfilerStep#3",
@@ -148,6 +158,7 @@ def test_nesting_is_refused_with_a_usage_error(shell):
     ("%gpuprofile --quiet", "needs code"),
     ("%%gpuprofile --bogus\n1\n", "unrecognized arguments"),
     ("%%gpuprofile -o 2x\n1\n", "-o needs a variable name"),
+    ("%%gpuprofile --top-ops -1\n1\n", "top_ops must be an integer >= 0"),
 ])
 def test_bad_options_are_usage_errors(shell, source, fragment):
     from IPython.core.error import UsageError
@@ -160,7 +171,7 @@ def test_bad_options_are_usage_errors(shell, source, fragment):
 def test_help_documents_every_option():
     doc = GpuProfileMagics.gpuprofile.__doc__
     for option in ("--output", "--label", "--quiet", "--save", "--skip", "--steps", "--all", "--max-seconds",
-                   "--interval-ms", "--no-nvml", "--shapes", "--flops", "--stack", "--memory"):
+                   "--interval-ms", "--no-nvml", "--shapes", "--flops", "--stack", "--memory", "--top-ops"):
         assert option in doc
 
 

@@ -1,5 +1,6 @@
 """The timeline: downsampling maths, and the figure's lanes on real and hand-built traces."""
 
+import itertools
 import subprocess
 import sys
 
@@ -90,10 +91,11 @@ def test_downsample_covers_every_interval_within_the_budget(ivs, res_ns, max_rec
 def test_lanes_of_the_dataloader_trace(loader_report):
     fig = timeline_figure(loader_report)
     labels = _lane_labels(fig)
-    assert labels[0] == "main thread"
+    assert labels[:2] == ["step phases", "main thread"]  # metrics.phases, then the events' lanes
     assert labels[-1] == "GPU0 · stream 7"
     legend = _legend_labels(fig)
-    for expected in ("CPU ops", "data-loader wait", "GPU kernels", "memory copies", "GPU idle: waiting for the host"):
+    for expected in ("CPU ops", "data-loader wait", "GPU kernels", "memory copies", "GPU idle: waiting for the host",
+                     "phase: data (waiting for the batch)", "phase: forward", "phase: backward", "phase: optimizer"):
         assert expected in legend
     steps = loader_report.metrics["steps"]["count"]
     step_texts = [t.get_text() for t in fig.axes[0].texts]
@@ -247,6 +249,22 @@ def test_lanes_are_named_for_people_worker_and_nccl():
         tb.kernel("k_gemm", t + 400, 200, stream=7)
     report = gpumagic.analyze(load(tb.to_dict()))
     labels = _lane_labels(timeline_figure(report))
-    assert labels[0] == "main thread"
+    assert labels[:2] == ["step phases", "main thread"]
     assert "DataLoader worker · pid 999" in labels
     assert "GPU0 · stream 13 · NCCL" in labels and "GPU0 · stream 7" in labels
+
+
+def test_the_phase_lane_draws_each_steps_phases_from_the_metrics(loader_report):
+    from matplotlib.collections import PolyCollection
+
+    fig = timeline_figure(loader_report)
+    spans = loader_report.metrics["phases"]["spans_ns"]
+    drawn = {c.get_label(): len(c.get_paths()) for c in fig.axes[0].collections if isinstance(c, PolyCollection)}
+    for phase in ("data", "forward", "backward", "optimizer"):
+        label = f"phase: {'data (waiting for the batch)' if phase == 'data' else phase}"
+        assert drawn[label] == sum(len(s[phase]) for s in spans)
+    # each span lies inside its step, and the phases of a step do not overlap
+    for (lo, hi), step in zip(loader_report.metrics["steps"]["bounds_ns"], spans):
+        pieces = sorted(p for v in step.values() for p in v)
+        assert all(lo <= s < e <= hi for s, e in pieces)
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(pieces))

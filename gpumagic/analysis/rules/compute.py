@@ -8,6 +8,7 @@ from gpumagic.analysis import devices
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import kernel_mask
+from gpumagic.analysis.operators import least_efficient
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
 from gpumagic.analysis.rules.precision import tf32_fix
 from gpumagic.report.metrics import ComputeMetrics, Metrics
@@ -61,6 +62,12 @@ def low_compute_efficiency(ctx: Context, m: Metrics) -> Finding | None:
     gain = busy * (1 - c.mfu / MFU_LOW)
     top = m.kernels.top[:3]
     top_text = "; ".join(f"{k.name[:60]} {k.total_ms:.1f} ms" for k in top)
+    op = least_efficient(m, MFU_LOW)  # the operator behind it, with its own numbers (metrics.operators)
+    op_text = "" if op is None else (f" The largest operator under {pct(MFU_LOW)} of peak: {op.name}"
+                                     + (f" [{op.shapes}]" if op.shapes else "") + f", {op.count}× in "
+                                     f"{op.gpu_ms:.2f} ms of GPU time at {op.tflops:.3g} TFLOP/s, "
+                                     f"{pct(op.frac_of_peak)} of its {op.dtype} peak"
+                                     + (f", {op.bound}-bound on the roofline" if op.bound else "") + ".")
     return finding(
         severity=severity_for(gain),
         title=f"The GPU is busy but uses {pct(c.mfu)} of its arithmetic",
@@ -71,9 +78,11 @@ def low_compute_efficiency(ctx: Context, m: Metrics) -> Finding | None:
         than the GPU offers. Larger matmuls (bigger batches), fewer memory-bound kernels (fusion) and a
         faster dtype (TF32/BF16) raise it.""",
         summary=f"MFU {pct(c.mfu)}: {c.achieved_tflops:.2f} of {c.peak_tflops:g} TFLOP/s ({c.dtype}) "
-                f"while the GPU is busy {pct(busy)}. Longest kernels: {top_text}.",
+                f"while the GPU is busy {pct(busy)}. Longest kernels: {top_text}." + op_text,
         numbers={"mfu": c.mfu, "achieved_tflops": c.achieved_tflops, "peak_tflops": c.peak_tflops,
-                 "dtype": c.dtype, "gpu_busy_frac": busy, "threshold_mfu": MFU_LOW},
+                 "dtype": c.dtype, "gpu_busy_frac": busy, "threshold_mfu": MFU_LOW,
+                 **({} if op is None else {"operator": op.name, "operator_tflops": op.tflops,
+                                           "operator_frac_of_peak": op.frac_of_peak})},
         est_gain=gain, gain_method="busy share × (1 − MFU / 10 %): the GPU time saved if MFU rose to the threshold",
         fixes=_efficiency_fixes(c, is_training(ctx)),
         doc_url=MFU_DOC,

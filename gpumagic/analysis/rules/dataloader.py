@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.hostcpu import HostCpu, host_cpu, suggested_workers
+from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.cpu import CACHE_CODE, CACHE_FIX, SATURATION
 from gpumagic.report.metrics import Metrics
@@ -65,7 +66,8 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
                 f"{', GPU included' if ctx.device >= 0 else ''}." + cpu_note + " " + advice,
         numbers=numbers,
         windows=windows(dl[0], dl[1], "cpu", label="DataLoader wait"),
-        est_gain=gain, gain_method="data-loader wait that does not overlap GPU work or other host activity",
+        est_gain=cap_by_critical_path(ctx, "dataloader-bound", gain),
+        gain_method="data-loader wait that does not overlap GPU work or other host activity",
         fixes=_fixes(ctx, h, workers),
         doc_url=DOC,
     )

@@ -7,6 +7,7 @@ import numpy as np
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
@@ -103,7 +104,8 @@ def launch_bound(ctx: Context, m: Metrics) -> Finding | None:
                  "gpu_busy_frac": busy, "runtime_frac": round(runtime_frac, 4),
                  "launch_wait_ms": round(launch_idle_ns / 1e6, 3)},
         windows=windows(*launch_wait(ctx), "gpu", ctx.device, "waiting for launch"),
-        est_gain=gain, gain_method="GPU idle time classified as host wait or launch latency (HTA definitions)",
+        est_gain=cap_by_critical_path(ctx, "launch-bound", gain),
+        gain_method="GPU idle time classified as host wait or launch latency (HTA definitions)",
         fixes=_launch_fixes(ctx),
         doc_url=GRAPHS_DOC,
     )
@@ -168,7 +170,8 @@ def cpu_bound(ctx: Context, m: Metrics) -> Finding | None:
         numbers={"host_wait_ms": m.idle.host_wait_ms, "host_wait_frac": round(ctx.frac(hw_ns), 4),
                  "cpu_busy_share_of_wait": round(share, 4)},
         windows=windows(gaps[0], gaps[1], "gpu", ctx.device, "GPU waiting for host"),
-        est_gain=gain, gain_method="host-wait idle time during which the main thread ran operators or Python",
+        est_gain=cap_by_critical_path(ctx, "cpu-bound", gain),
+        gain_method="host-wait idle time during which the main thread ran operators or Python",
         fixes=tuple(fixes),
         doc_url=COMPILE_DOC,
     )

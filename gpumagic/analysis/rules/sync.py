@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.metrics import harmful_syncs
+from gpumagic.analysis.metrics import cap_by_critical_path, harmful_syncs
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.report.metrics import Metrics, SyncMetrics
 from gpumagic.report.model import Finding
@@ -67,7 +67,8 @@ def host_sync(ctx: Context, m: Metrics) -> Finding | None:
                  "harmful_blocked_ms": s.harmful_blocked_ms, "starved_ms": s.starved_ms,
                  "starved_frac": round(frac, 4), "threshold_frac": BLOCKED_FRAC},
         windows=windows(*starved, "gpu", ctx.device, "GPU idle after sync"),
-        est_gain=frac, gain_method="host-wait idle time after harmful syncs, up to the time they blocked the host",
+        est_gain=cap_by_critical_path(ctx, "host-sync", frac),
+        gain_method="host-wait idle time after harmful syncs, up to the time they blocked the host",
         fixes=(
             pytorch("Keep values on the GPU; read them rarely; find hidden syncs",
                     """

@@ -7,6 +7,7 @@ import numpy as np
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import GAP_CAUSES, LONG_GAP_NS, QUEUED_CAUSES, Context, Gaps
+from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
 from gpumagic.report.metrics import IdleMetrics, Metrics
 from gpumagic.report.model import Finding, Fix
@@ -139,7 +140,7 @@ def gpu_idle_gaps(ctx: Context, m: Metrics) -> Finding | None:
                  "host_wait_ms": round(host / 1e6, 4), "queued_ms": round(queued / 1e6, 4),
                  "min_gap_ms": LONG_GAP_NS / 1e6},
         windows=windows(*long.intervals, "gpu", ctx.device, "idle gap ≥ 1 ms"),
-        est_gain=frac,
+        est_gain=cap_by_critical_path(ctx, "gpu-idle-gaps", frac),
         gain_method="length of the gaps ≥ 1 ms",
         fixes=_gap_fixes(ctx, host >= queued, where),
         doc_url=DOC,

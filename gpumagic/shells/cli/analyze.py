@@ -1,4 +1,4 @@
-"""``gpumagic analyze PATH... [--format text|json|html] [-o FILE] [--label NAME] [-j N] [--scheduler ADDRESS]``.
+"""``gpumagic analyze PATH... [--format text|json|html] [-o FILE] [--label NAME] [--top-ops N] [-j N] [--scheduler ADDRESS]``.
 
 One trace file gives its report. Several files, a folder or a glob pattern give the job report of a
 distributed job, one trace per rank (:mod:`gpumagic.jobs`): ``-j`` processes analyse the ranks side
@@ -37,6 +37,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     a.add_argument("--format", choices=FORMATS, default="text")
     a.add_argument("-o", "--output", help="write to this file instead of standard output")
     a.add_argument("--label", default="", help="name this run in the report")
+    a.add_argument("--top-ops", type=_jobs, default=20, metavar="N",
+                   help="one trace: operators listed in the report's Operators table, by GPU time (default 20)")
     a.add_argument("-j", "--jobs", type=_jobs, default=0, metavar="N",
                    help="one trace: processes that decode it side by side; a job: processes that analyse its ranks "
                         "side by side (default: one per core; 1: none)")
@@ -101,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     from gpumagic.trace.files import display_name
     from gpumagic.trace.kineto import from_bytes
 
-    return emit(lambda: analyze(from_bytes(reading.result(), display_name(path), workers=workers), label=args.label),
+    return emit(lambda: analyze(from_bytes(reading.result(), display_name(path), workers=workers), label=args.label,
+                                 top_ops=args.top_ops),
                 args.format, args.output, "report", protect=[path])
 
 

@@ -1,0 +1,281 @@
+"""Per-operator efficiency (``metrics.operators``, docs/metrics.md): for each operator (name and,
+where recorded, input shapes), its count, the GPU time of the kernels it launched, FLOPs and bytes,
+achieved TFLOP/s and TB/s, the device's peaks and where it sits on a roofline.
+
+- **Which operator launched a kernel**: the innermost host operator (``cpu_op``) around the
+  runtime call with the kernel's correlation id, on that call's thread (as AMD TraceLens
+  attributes kernels to the leaf operators that launched them). Kernels whose launch no operator
+  encloses, and kernels replayed by a graph launch (``cudaGraphLaunch``: one call for many
+  kernels) whose operator has no FLOP count, are *uncovered*: their time is reported, not
+  attributed.
+- **FLOPs**: the profiler's own count (``with_flops=True``) where present, else from the input
+  shapes (``record_shapes=True``) with the formulas of :mod:`gpumagic.analysis.flops`.
+- **Bytes**: the recorded input tensors' sizes times their element sizes, plus the output of a
+  matrix multiply (its shape follows from the inputs'). Other outputs are not recorded, so it is
+  a lower bound of the traffic, and TB/s with it.
+- **Roofline** (Williams, Waterman and Patterson, "Roofline: an insightful visual performance
+  model", CACM 2009): an operator whose arithmetic intensity (FLOPs per byte) is below the
+  device's ridge point (peak FLOP/s ÷ peak bytes/s) is ``memory``-bound, else ``compute``-bound;
+  ``frac_of_roof`` is its achieved rate over the roof at its intensity. Peaks come from
+  :mod:`gpumagic.analysis.devices` (datasheets).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpumagic.analysis import devices, flops
+from gpumagic.analysis.context import Context
+from gpumagic.report.metrics import Metrics, OperatorRow
+
+TOP_OPERATORS = 20
+MS = 1e6
+#: Element sizes of the ``Input type`` strings torch.profiler records (bytes).
+ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "Half": 2, "BFloat16": 2,
+                 "long int": 8, "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+                 "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1,
+                 "c10::complex<float>": 8, "c10::complex<double>": 16}
+_MM_OUT = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
+#: The operator table's times come from the file's µs as float64 (sub-µs digits lost on large
+#: timestamps): an operator matches its event within this much.
+MATCH_NS = 1_000
+_BIG = np.int64(1) << np.int64(44)  # > any trace's time span in ns (about 4.9 h): lane * _BIG + ts orders by lane
+
+
+def _ms(ns: float) -> float:
+    return round(float(ns) / MS, 4)
+
+
+def enclosing_op(ctx: Context, rows: np.ndarray) -> np.ndarray:
+    """For host events ``rows`` (runtime calls), the row of the innermost ``cpu_op`` on the same
+    thread whose span contains the call's start; -1 where none does. Vectorised: operators on a
+    thread nest, so in (thread, start, longest first) order an operator's depth is the number of
+    earlier ones still open at its start, and the innermost one around a moment is the last
+    operator before it of the depth open there minus one."""
+    ev, m = ctx.trace.events, ctx.masks
+    out = np.full(rows.size, -1, np.int64)
+    ops = np.flatnonzero(m["cpu_op"] & m["host"] & (ev.dur_ns > 0))  # an empty span encloses nothing
+    if ops.size == 0 or rows.size == 0:
+        return out
+    lane = ev.lane[ops].astype(np.int64) + 1
+    s_key = lane * _BIG + ev.ts_ns[ops]
+    e_key = lane * _BIG + ev.ts_ns[ops] + ev.dur_ns[ops]
+    order = np.lexsort((-ev.dur_ns[ops], s_key))
+    ops, s_key, e_key = ops[order], s_key[order], e_key[order]
+    ends_sorted = np.sort(e_key)
+    depth = np.arange(ops.size) - np.searchsorted(ends_sorted, s_key, side="right")
+    q = (ev.lane[rows].astype(np.int64) + 1) * _BIG + ev.ts_ns[rows]
+    started = np.searchsorted(s_key, q, side="right")  # operators starting at or before the call
+    open_at = started - np.searchsorted(ends_sorted, q, side="right")
+    want = open_at - 1
+    for d in np.unique(want[want >= 0]).tolist():
+        at_d = np.flatnonzero(depth == d)
+        sel = np.flatnonzero(want == d)
+        k = np.searchsorted(at_d, started[sel], side="left") - 1
+        ok = k >= 0
+        cand = at_d[np.maximum(k, 0)]
+        ok &= e_key[cand] > q[sel]  # still open, on the same thread
+        ok &= s_key[cand] // _BIG == q[sel] // _BIG
+        out[sel[ok]] = ops[cand[ok]]
+    return out
+
+
+def _shapes_index(ctx: Context):
+    """``OpTable`` row for an event row, matched on thread, start and name (-1 where none)."""
+    t = ctx.trace.ops
+    if t is None or not len(t):
+        return None
+    key = (t.lane.astype(np.int64) + 1) * _BIG + t.ts_ns
+    order = np.argsort(key, kind="stable")
+    return t, key[order], order
+
+
+def _match(ctx: Context, rows: np.ndarray, shapes) -> np.ndarray:
+    """Per event row, its ``OpTable`` row (same thread and name, start within
+    :data:`MATCH_NS`), -1 where none."""
+    out = np.full(rows.size, -1, np.int64)
+    if shapes is None or rows.size == 0:
+        return out
+    t, keys, order = shapes
+    ids = {n: i for i, n in enumerate(ctx.trace.names)}
+    t_name = np.fromiter((ids.get(n, -1) for n in t.name), np.int64, len(t.name))[order]
+    ev = ctx.trace.events
+    q = (ev.lane[rows].astype(np.int64) + 1) * _BIG + ev.ts_ns[rows]
+    want = ev.name[rows].astype(np.int64)
+    pos = np.searchsorted(keys, q - MATCH_NS, side="left")
+    for off in range(4):  # a few operators may start within the tolerance of one another
+        p = np.minimum(pos + off, keys.size - 1)
+        ok = (out < 0) & (pos + off < keys.size) & (np.abs(keys[p] - q) <= MATCH_NS) & (t_name[p] == want)
+        out[ok] = order[p[ok]]
+    return out
+
+
+def _bytes(name: str, dims: list, types: list) -> float | None:
+    total, known = 0.0, False
+    for i, d in enumerate(dims or ()):
+        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
+            size = ELEMENT_BYTES.get(types[i] if i < len(types) else "")
+            if size:
+                total += float(np.prod(d, dtype=np.float64)) * size
+                known = True
+    out = _MM_OUT.get(name)
+    if out is not None and known:
+        a, b = flops._tensor(dims, out[0]), flops._tensor(dims, out[1])
+        size = ELEMENT_BYTES.get(types[out[0]] if out[0] < len(types) else "")
+        if a and b and size and len(a) == len(b) >= 2:
+            total += float(np.prod(a[:-1], dtype=np.float64)) * b[-1] * size
+    return total if known else None
+
+
+def metrics(ctx: Context, top: int = TOP_OPERATORS) -> dict[str, Any]:
+    """``metrics["operators"]`` (docs/metrics.md)."""
+    ev, m = ctx.trace.events, ctx.masks
+    name_dev = flops._device_name(ctx)
+    bw, bw_src = devices.peak_bandwidth(name_dev)
+    out: dict[str, Any] = {"top": [], "count": 0, "kernel_ms": 0.0, "attributed_ms": 0.0, "uncovered_ms": 0.0,
+                           "graph_uncovered_ms": 0.0, "shapes": ctx.trace.ops is not None,
+                           "peak_tbps": bw, "peak_bandwidth_source": bw_src, "device_name": name_dev or None}
+    if ctx.device < 0:
+        return out
+    k = np.flatnonzero(ctx.events_in_window(m["kernel"] | m["memcpy"] | m["memset"]) & (ev.device == ctx.device))
+    out["kernel_ms"] = _ms(ev.dur_ns[k].sum())
+    assert ctx.launch_row is not None  # build_context sets it
+    launch = ctx.launch_row[k]
+    has = launch >= 0
+    op = np.full(k.size, -1, np.int64)
+    op[has] = enclosing_op(ctx, launch[has])
+    graph = has & m["name_graph_launch"][np.maximum(launch, 0)]
+    # per operator instance (event row): GPU time, kernels, whether it replayed a graph
+    inst, inv = np.unique(op[op >= 0], return_inverse=True)
+    gpu_ns = np.bincount(inv, weights=ev.dur_ns[k][op >= 0], minlength=inst.size)
+    in_graph = np.bincount(inv, weights=graph[op >= 0], minlength=inst.size) > 0
+    out["uncovered_ms"] = _ms(ev.dur_ns[k][op < 0].sum())
+    out["graph_uncovered_ms"] = _ms(ev.dur_ns[k][(op < 0) & graph].sum())
+    shapes = _shapes_index(ctx)
+    match = _match(ctx, inst, shapes)
+    ops_tree: list = []  # the operator table with parents, built when a formula needs it
+
+    def tree():
+        if not ops_tree:
+            ops_tree.extend((flops._Ops(shapes[0]), flops._backward_outputs(shapes[0])))
+        return ops_tree
+
+    memo: dict[tuple, tuple] = {}
+    groups: dict[tuple, dict[str, Any]] = {}
+    # instances without recorded shapes: by name, vectorised (no FLOPs, no bytes)
+    plain = match < 0
+    graph_ns = float(gpu_ns[plain & in_graph].sum())  # a graph replay whose work the trace does not count
+    out["graph_uncovered_ms"] = round(out["graph_uncovered_ms"] + graph_ns / MS, 4)
+    out["uncovered_ms"] = round(out["uncovered_ms"] + graph_ns / MS, 4)
+    sel = plain & ~in_graph
+    names_n = len(ctx.trace.names)
+    cnt = np.bincount(ev.name[inst[sel]], minlength=names_n)
+    tot = np.bincount(ev.name[inst[sel]], weights=gpu_ns[sel], minlength=names_n)
+    for n in np.flatnonzero(cnt).tolist():
+        name = ctx.trace.names[n]
+        groups[(name, None)] = {"name": name, "shapes": None, "count": int(cnt[n]), "gpu_ns": float(tot[n]),
+                                "flops": 0.0, "flops_known": 0, "bytes": 0.0, "bytes_known": 0, "dtype": None,
+                                "flops_source": None}
+    for j in np.flatnonzero(~plain).tolist():
+        row = int(inst[j])
+        name = ctx.trace.names[ev.name[row]]
+        i = int(match[j])
+        t = shapes[0]
+        mk = (name, str(t.dims[i]), str(t.types[i]), str(t.concrete[i]))
+        if mk not in memo:  # same operator, shapes, dtypes and arguments: same work
+            dims, types = t.dims[i], t.types[i] or []
+            fs = None
+            if flops.in_family(name) or flops.CONV_BWD_PARTS.search(name):
+                table, bwd_out = tree()
+                fs = flops.shape_flops(table, i, bwd_out) or _conv_part_flops(table, i)
+            memo[mk] = (_shape_text(dims), _bytes(name, dims, types) if dims else None, flops._dtype(types), fs)
+        shape_text, nbytes, dtype, fs = memo[mk]
+        f, src = (float(t.flops[i]), "profiler") if t.flops[i] > 0 else (fs, "shapes" if fs is not None else None)
+        if in_graph[j] and f is None:  # a graph replay whose work the trace does not count
+            out["graph_uncovered_ms"] = round(out["graph_uncovered_ms"] + gpu_ns[j] / MS, 4)
+            out["uncovered_ms"] = round(out["uncovered_ms"] + gpu_ns[j] / MS, 4)
+            continue
+        g = groups.setdefault((name, shape_text), {
+            "name": name, "shapes": shape_text, "count": 0, "gpu_ns": 0.0, "flops": 0.0, "flops_known": 0,
+            "bytes": 0.0, "bytes_known": 0, "dtype": dtype, "flops_source": src})
+        g["count"] += 1
+        g["gpu_ns"] += float(gpu_ns[j])
+        if f is not None:
+            g["flops"] += f
+            g["flops_known"] += 1
+        if nbytes is not None:
+            g["bytes"] += nbytes
+            g["bytes_known"] += 1
+    out["count"] = len(groups)
+    out["attributed_ms"] = _ms(sum(g["gpu_ns"] for g in groups.values()))
+    ranked = sorted(groups.values(), key=lambda g: -g["gpu_ns"])[:max(int(top), 0)]
+    out["top"] = [_row(g, name_dev, bw) for g in ranked]
+    return out
+
+
+def _conv_part_flops(ops, i: int) -> float | None:
+    """A convolution backward's half (``aten::cudnn_convolution_backward_input``/``_weight``,
+    recorded inside ``aten::cudnn_convolution_backward``): each does the forward's FLOPs,
+    2 · numel(grad_output) · (C_in/groups · kernel), as :func:`flops._conv_backward` counts per
+    part. The weight's shape comes from the input (``_input``) or from the enclosing backward."""
+    t = ops.t
+    m = flops.CONV_BWD_PARTS.search(t.name[i])
+    if not m:
+        return None
+    g = flops._tensor(t.dims[i], 1)
+    w = flops._tensor(t.dims[i], 2) if m.group(1) == "input" else None
+    p = ops.parent[i]
+    if w is None and p >= 0 and (t.name[p] in flops.CONV_BWD_GRAD_FIRST or t.name[p] in flops.CONV_BWD_INPUT_FIRST):
+        w = flops._tensor(t.dims[p], 2)
+    if not g or not w or len(g) != len(w):
+        return None
+    return 2.0 * flops._numel(g) * flops._numel(w[1:])
+
+
+def _shape_text(dims) -> str | None:
+    """``"141x512, 512x512"``: each input's sizes, ``-`` for a non-tensor input (trailing ones
+    dropped)."""
+    parts = ["x".join(str(x) for x in d) if isinstance(d, list) and d else "-" for d in dims or ()]
+    while parts and parts[-1] == "-":
+        parts.pop()
+    return ", ".join(parts) or None
+
+
+def least_efficient(m: Metrics, below: float) -> OperatorRow | None:
+    """Of ``metrics.operators.top``, the operator with the most GPU time whose achieved rate is
+    under ``below`` of its dtype's peak (None when no operator's rate is known)."""
+    ops = m.operators
+    rows = [] if ops is None else [r for r in ops.top if r.frac_of_peak is not None and r.frac_of_peak < below]
+    return max(rows, key=lambda r: r.gpu_ms) if rows else None
+
+
+def _row(g: dict[str, Any], device_name: str, bw: float | None) -> dict[str, Any]:
+    """One operator's row; FLOPs and bytes only when known for every instance (else ``None``:
+    a partial sum would understate the rate)."""
+    sec = g["gpu_ns"] / 1e9
+    fl = g["flops"] if g["flops_known"] == g["count"] and g["flops_known"] else None
+    by = g["bytes"] if g["bytes_known"] == g["count"] and g["bytes_known"] else None
+    dtype = g["dtype"]
+    peak, _ = devices.peak_tflops(device_name, dtype)
+    row: dict[str, Any] = {
+        "name": g["name"], "shapes": g["shapes"], "count": g["count"], "gpu_ms": _ms(g["gpu_ns"]),
+        "flops": fl, "bytes": by, "dtype": dtype, "flops_source": g["flops_source"] if fl is not None else None,
+        "tflops": round(fl / sec / 1e12, 4) if fl is not None and sec > 0 else None,
+        "tbps": round(by / sec / 1e12, 4) if by is not None and sec > 0 else None,
+        "intensity": round(fl / by, 3) if fl is not None and by else None,
+        "peak_tflops": peak, "peak_tbps": bw, "bound": None, "frac_of_peak": None, "frac_of_roof": None,
+        "above_peak": False,
+    }
+    if row["tflops"] is not None and peak:
+        row["frac_of_peak"] = round(row["tflops"] / peak, 4)
+        # above the peak: the kernels did fewer FLOPs than the formula counts (Winograd or FFT
+        # convolutions) or ran in a faster dtype than the inputs' (TF32 for FP32 inputs)
+        row["above_peak"] = row["frac_of_peak"] > 1.0
+    if row["intensity"] is not None and peak and bw:
+        ridge = peak / bw  # FLOPs per byte where the roofs meet (TFLOP/s ÷ TB/s)
+        row["bound"] = "compute" if row["intensity"] >= ridge else "memory"
+        roof = min(peak, row["intensity"] * bw)
+        row["frac_of_roof"] = round(row["tflops"] / roof, 4) if roof > 0 else None
+    return row

@@ -1,0 +1,169 @@
+"""Each step split into the phases a training loop is written in: data, forward, backward,
+optimizer, other (``metrics.phases``, docs/metrics.md).
+
+Measured on the host, on the same step bounds as ``metrics.steps`` (``Context.step_bounds``:
+the ``ProfilerStep#`` annotation, extended to the end of the GPU work it launched), so the five
+phases of a step add up to its duration. What marks each phase in a torch.profiler trace:
+
+- ``data``: the DataLoader's ``enumerate(DataLoader)#…__next__`` spans (the wait for the next
+  batch; PyTorch's ``torch/utils/data/dataloader.py`` records them with ``record_function``);
+- ``optimizer``: ``Optimizer.step#<Class>.step`` and ``Optimizer.zero_grad#<Class>.zero_grad``
+  (``torch/optim/optimizer.py`` wraps both in ``record_function``);
+- ``backward``: from the first to the last event of the autograd engine in the step
+  (``autograd::engine::evaluate_function: …``, the ``*Backward*`` nodes and everything on the
+  engine's own thread, which ``loss.backward()`` hands the work to);
+- ``forward``: from the step's first host operator to the start of the backward (the loss
+  included), or, without a backward (inference), to the step's last host operator;
+- a ``record_function`` span named like a phase (``"forward"``, ``"backward"``,
+  ``"optimizer"``, ``"data"``: :data:`PHASE_ANNOTATIONS`) marks that phase where present;
+- ``other``: the rest (host work between the phases, and the tail where only the GPU still
+  runs the step's work).
+
+A moment that two phases claim goes to the first of :data:`PRIORITY` (data, optimizer,
+backward, forward): a data wait inside the forward pass is data, an optimizer that overlaps the
+last backward kernels' launches is optimizer.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+from gpumagic.trace.model import Kind
+
+PHASES = ("data", "forward", "backward", "optimizer", "other")
+PRIORITY = ("data", "optimizer", "backward", "forward")
+OPTIMIZER_RE = re.compile(r"^Optimizer\.(step|zero_grad)#")
+BACKWARD_RE = re.compile(r"(^autograd::engine::|Backward\d*$|^torch::autograd::)")
+#: ``record_function`` names that mark a phase (case-insensitive, exact).
+PHASE_ANNOTATIONS = {"data": "data", "dataloader": "data", "load_batch": "data", "forward": "forward",
+                     "model_forward": "forward", "forward_pass": "forward", "backward": "backward",
+                     "backward_pass": "backward", "loss.backward": "backward", "optimizer": "optimizer",
+                     "optimizer_step": "optimizer", "optimizer.step": "optimizer"}
+MS = 1e6
+
+
+def _ms(ns: float) -> float:
+    return round(float(ns) / MS, 4)
+
+
+def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
+    """Per step, each phase's time as an exclusive interval set inside the step's bounds."""
+    if "phases" in ctx.cache:
+        return ctx.cache["phases"]
+    ev, m, names = ctx.trace.events, ctx.masks, ctx.trace.names
+    host = m["host"]
+    annot = {p: np.zeros(len(names), bool) for p in PRIORITY}
+    for i, n in enumerate(names):
+        p = PHASE_ANNOTATIONS.get(n.lower())
+        if p:
+            annot[p][i] = True
+    opt_names = ctx.trace.name_ids(OPTIMIZER_RE.search)
+    bwd_names = ctx.trace.name_ids(BACKWARD_RE.search)
+    ann_rows = host & ((ev.kind == Kind.ANNOTATION) | (ev.kind == Kind.CPU_OP))
+    data_rows = np.flatnonzero(host & (m["name_dataloader"] | (annot["data"][ev.name] & ann_rows)))
+    opt_rows = np.flatnonzero(host & (opt_names[ev.name] | (annot["optimizer"][ev.name] & ann_rows)))
+    engine_lanes = np.unique(ev.lane[host & bwd_names[ev.name] & (ev.lane != ctx.main_lane)])
+    bwd = host & (bwd_names[ev.name] | (annot["backward"][ev.name] & ann_rows)
+                  | (np.isin(ev.lane, engine_lanes) & (ev.lane != ctx.main_lane) & ~m["name_step"]))
+    bwd_rows = np.flatnonzero(bwd)
+    fwd_ann = np.flatnonzero(annot["forward"][ev.name] & ann_rows)
+    ops = np.flatnonzero(host & (ev.lane == ctx.main_lane) & (m["cpu_op"] | m["python"] | m["runtime"])
+                         & ~m["name_dataloader"] & ~opt_names[ev.name])
+    out = []
+    for lo, hi in ctx.step_bounds:
+        data = _within(ev, data_rows, lo, hi)
+        opt = _within(ev, opt_rows, lo, hi)
+        b = _hull(ev, bwd_rows, lo, hi)
+        fwd_end = b[0][0] if b[0].size else None
+        op_s = ev.ts_ns[ops]
+        sel = ops[(op_s >= lo) & (op_s < hi)]
+        if fwd_end is not None:
+            sel = sel[ev.ts_ns[sel] < fwd_end]
+        # forward: the step's host operators before the backward, minus data and optimizer time
+        sel = sel[~_inside(ev.ts_ns[sel], data) & ~_inside(ev.ts_ns[sel], opt)]
+        f = iv.empty()
+        if sel.size:
+            f_hi = fwd_end if fwd_end is not None else int((ev.ts_ns[sel] + ev.dur_ns[sel]).max())
+            f = iv.clip(iv.union(np.array([ev.ts_ns[sel].min()]), np.array([f_hi])), lo, hi)
+        f = iv.merge(f, _within(ev, fwd_ann, lo, hi))
+        raw = {"data": data, "optimizer": opt, "backward": b, "forward": f}
+        covered, parts = iv.empty(), {}
+        for p in PRIORITY:
+            parts[p] = iv.subtract(raw[p], covered)
+            covered = iv.merge(covered, raw[p])
+        parts["other"] = iv.gaps(covered, lo, hi)
+        out.append(parts)
+    ctx.cache["phases"] = out
+    return out
+
+
+def _within(ev, rows: np.ndarray, lo: int, hi: int) -> iv.Intervals:
+    s, e = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
+    keep = (s < hi) & (e > lo)
+    return iv.clip(iv.union(s[keep], e[keep]), lo, hi)
+
+
+def _hull(ev, rows: np.ndarray, lo: int, hi: int) -> iv.Intervals:
+    s, e = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
+    keep = (s >= lo) & (s < hi)
+    if not keep.any():
+        return iv.empty()
+    return iv.clip(iv.union(np.array([s[keep].min()]), np.array([e[keep].max()])), lo, hi)
+
+
+def _inside(t: np.ndarray, a: iv.Intervals) -> np.ndarray:
+    if a[0].size == 0:
+        return np.zeros(t.size, bool)
+    k = np.searchsorted(a[0], t, side="right") - 1
+    return (k >= 0) & (t < a[1][np.maximum(k, 0)])
+
+
+def metrics(ctx: Context) -> dict[str, Any] | None:
+    """``metrics["phases"]``: ``per_step`` (one ``{data, forward, backward, optimizer, other}``
+    in ms per step, adding up to ``steps.durations_ms``), ``median_ms`` (per phase, the median
+    over steps), ``found`` (which markers the trace had), ``spans_ns`` (per step, each phase but
+    ``other`` as ``[start, end]`` pairs in ns: the timeline's phase lane), ``gpu_per_step`` and
+    ``gpu_median_ms`` (the GPU time of the work launched in each phase, see
+    :func:`_gpu_per_step`; empty / ``None`` without a GPU). ``None`` without step markers."""
+    if not ctx.step_bounds:
+        return None
+    per = phase_intervals(ctx)
+    per_step = [{p: _ms(iv.total(parts[p])) for p in PHASES} for parts in per]
+    cols = {p: np.array([s[p] for s in per_step]) for p in PHASES}
+    found = {
+        "dataloader": bool(ctx.masks["name_dataloader"].any()),
+        "backward": any(iv.total(parts["backward"]) for parts in per),
+        "optimizer": any(iv.total(parts["optimizer"]) for parts in per),
+    }
+    spans = [{p: [[int(s), int(e)] for s, e in zip(*parts[p])] for p in PHASES if p != "other"} for parts in per]
+    gpu = _gpu_per_step(ctx, per)
+    out = {"order": list(PHASES), "per_step": per_step,
+           "median_ms": {p: round(float(np.median(cols[p])), 4) for p in PHASES}, "found": found,
+           "spans_ns": spans, "gpu_per_step": gpu, "gpu_median_ms": None}
+    if gpu:
+        out["gpu_median_ms"] = {p: round(float(np.median([g[p] for g in gpu])), 4) for p in PHASES}
+    return out
+
+
+def _gpu_per_step(ctx: Context, per: list[dict[str, iv.Intervals]]) -> list[dict[str, float]]:
+    """Per step and phase, the GPU time (ms, summed over the primary device's kernels, copies and
+    memsets) of the work launched during that phase — where the GPU's phases differ from the
+    host's: a backward launched in 5 ms of host time may keep the GPU busy for 50. Empty without
+    a GPU or correlation ids."""
+    ev, m = ctx.trace.events, ctx.masks
+    if ctx.device < 0 or ctx.launch_ts is None:
+        return []
+    rows = np.flatnonzero(m["gpu"] & (ev.device == ctx.device) & (ctx.launch_ts >= 0))
+    if rows.size == 0:
+        return []
+    t, dur = ctx.launch_ts[rows], ev.dur_ns[rows]
+    out = []
+    for parts in per:
+        step = {p: _ms(dur[_inside(t, parts[p])].sum()) for p in PHASES}
+        out.append(step)
+    return out

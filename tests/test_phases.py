@@ -1,0 +1,63 @@
+"""``metrics.phases`` on a built training step whose phases are known, on the host and the GPU."""
+
+import pytest
+from tracebuilder import TraceBuilder
+
+from gpumagic import analyze
+
+AUTOGRAD_TID = 101
+
+
+def training_trace(steps=3):
+    """Each 10 ms step: 2 ms waiting for data, 3 ms forward (two ops, each launching a 1 ms kernel),
+    2 ms backward on the autograd thread (launching 4 ms of kernels), 1 ms optimizer step, then
+    2 ms of host work outside every phase."""
+    tb = TraceBuilder()
+    for i in range(steps):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.dataloader(t, 2_000)
+        for j, at in enumerate((t + 2_000, t + 3_500)):
+            tb.op("aten::linear", at, 1_400)
+            tb.kernel(f"fwd_kernel_{j}", at + 100, 1_000, launch_ts=at + 10)
+        tb.op("autograd::engine::evaluate_function: AddmmBackward0", t + 5_000, 2_000, tid=AUTOGRAD_TID)
+        tb.op("AddmmBackward0", t + 5_010, 1_900, tid=AUTOGRAD_TID)
+        tb.runtime("cudaLaunchKernel", t + 5_020, 5)  # a launch on the autograd thread (no kernel of its own)
+        tb.kernel("bwd_kernel", t + 5_100, 4_000, launch_ts=t + 5_050)
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t + 7_000, dur=1_000)
+        tb.kernel("sgd_kernel", t + 9_200, 500, launch_ts=t + 7_100)
+        tb.op("aten::item", t + 8_000, 2_000)  # host work after the optimizer: "other"
+    return tb
+
+
+def test_five_phases_on_the_host_add_up_to_the_step():
+    m = analyze(training_trace().to_dict()).metrics
+    ph = m["phases"]
+    for parts, dur in zip(ph["per_step"], m["steps"]["durations_ms"]):
+        assert sum(parts.values()) == pytest.approx(dur, abs=1e-3)
+    assert ph["median_ms"] == pytest.approx({"data": 2.0, "forward": 3.0, "backward": 2.0, "optimizer": 1.0,
+                                             "other": 2.0}, abs=1e-3)
+    assert ph["found"] == {"dataloader": True, "backward": True, "optimizer": True}
+
+
+def test_gpu_time_by_the_phase_that_launched_it():
+    ph = analyze(training_trace().to_dict()).metrics["phases"]
+    assert ph["gpu_median_ms"] == pytest.approx({"data": 0.0, "forward": 2.0, "backward": 4.0, "optimizer": 0.5,
+                                                 "other": 0.0}, abs=1e-3)
+
+
+def test_a_record_function_named_forward_marks_the_phase():
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 5_000
+        tb.step(i + 1, t, 5_000)
+        tb.add(cat="user_annotation", name="forward", ts=t + 1_000, dur=3_000)  # no ops recorded inside
+    ph = analyze(tb.to_dict()).metrics["phases"]
+    assert ph["median_ms"]["forward"] == pytest.approx(3.0)
+    assert ph["median_ms"]["other"] == pytest.approx(2.0)
+
+
+def test_no_steps_no_phases():
+    tb = TraceBuilder()
+    tb.op("aten::mm", 0, 100)
+    assert "phases" not in analyze(tb.to_dict()).metrics
