@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
@@ -48,6 +47,7 @@ from gpumagic.report.metrics import (
     SyncMetrics,
     TraceMetrics,
     WindowMetrics,
+    as_record,
 )
 from gpumagic.trace.model import Samples
 
@@ -77,9 +77,9 @@ def compute(ctx: Context) -> Metrics:
         host=_host(ctx),
         compute=flops.metrics(ctx),
         small_copies=copysizes.metrics(ctx, copy_groups(ctx)),
-        phases=None if (p := phases.metrics(ctx)) is None else msgspec.convert(p, PhasesMetrics),
-        critical_path=msgspec.convert(critical_path_metrics(ctx), CriticalPathMetrics),
-        operators=msgspec.convert(operators.metrics(ctx, ctx.cache.get("top_ops", operators.TOP_OPERATORS)), OperatorsMetrics),
+        phases=None if (p := phases.metrics(ctx)) is None else as_record(p, PhasesMetrics),
+        critical_path=as_record(critical_path_metrics(ctx), CriticalPathMetrics),
+        operators=as_record(operators.metrics(ctx, ctx.cache.get("top_ops", operators.TOP_OPERATORS)), OperatorsMetrics),
         samples=None if ctx.trace.samples is None else _samples(ctx, ctx.trace.samples),
     )
 

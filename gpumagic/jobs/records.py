@@ -71,6 +71,30 @@ class RankError(msgspec.Struct, kw_only=True):
     error: str | None
 
 
+class CollectiveRank(msgspec.Struct, kw_only=True):
+    """One rank's part in a collective (medians over its calls)."""
+
+    rank: int
+    dur_ms: Annotated[float | None, Meta(description="median duration of its calls (ms)")]
+    wait_ms: Annotated[float | None, Meta(description="median time it waited for the last rank to arrive (ms)")]
+    skew_ms: Annotated[float | None, Meta(description="median lateness of its arrival after the first rank's (ms)")]
+    last_count: Annotated[int, Meta(description="calls in which it arrived last (count)")]
+    bus_gbps: Annotated[float | None, Meta(description="bus bandwidth (GB/s); null: the traces give no message sizes")]
+
+
+class CollectiveRow(msgspec.Struct, kw_only=True):
+    """One collective of a group of peer ranks, matched across ranks by step and position."""
+
+    name: Annotated[str, Meta(description="the collective's kernel name")]
+    group: Annotated[str, Meta(description="the group of peer ranks (their work fingerprint)")]
+    count: Annotated[int, Meta(description="calls matched on every rank (count)")]
+    size_bytes: Annotated[int | None, Meta(description="message size (bytes); null: not recorded")]
+    last_rank: Annotated[int | None, Meta(description="the rank that arrived last most often")]
+    last_share: Annotated[float, Meta(description="share of the calls in which it was last (0..1)")]
+    total_wait_ms: Annotated[float, Meta(description="wait of all ranks in it, summed (ms)")]
+    ranks: list[CollectiveRank]
+
+
 class JobBody(msgspec.Struct, kw_only=True):
     """A multi-rank job: its ranks, the ranks that hold the others back, and its findings."""
 
@@ -80,10 +104,12 @@ class JobBody(msgspec.Struct, kw_only=True):
     analysed: Annotated[int, Meta(description="rank files analysed (count)")]
     step_median_ms: Annotated[float | None, Meta(description="median over the ranks of their median step (ms)")]
     stragglers: Annotated[list[int], Meta(description="ranks that hold the others back")]
+    same_recording: Annotated[bool, Meta(description="every rank file holds the same recording: stragglers cannot be told")]
     ranks: list[RankRow]
     findings: list[JobFindingRow]
     other_findings: list[OtherFinding]
     groups: list[RankGroup]
+    collectives: Annotated[list[CollectiveRow], Meta(description="each collective across the ranks, most wait first")]
     errors: list[RankError]
     notes: list[str]
 

@@ -21,10 +21,12 @@ schema (``python -m gpumagic schema report > docs/schema/report.schema.json``).
 from __future__ import annotations
 
 import numbers
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 from msgspec import Meta
+
+R = TypeVar("R")
 
 
 def _d(text: str) -> Meta:
@@ -506,6 +508,12 @@ class Metrics(Record, frozen=True, omit_defaults=True):
         """The JSON-ready form (``samples`` absent when None)."""
         out: dict[str, Any] = msgspec.to_builtins(self, enc_hook=_plain_number)
         return out
+
+
+def as_record(data: Any, record: type[R]) -> R:
+    """``data`` (the plain-dict form, numpy scalars allowed) as the typed ``record``; for analysis
+    code that builds a section as a dict. Raises msgspec.ValidationError when it does not fit."""
+    return msgspec.convert(msgspec.to_builtins(data, enc_hook=_plain_number), record)
 
 
 def _plain_number(obj: Any) -> bool | int | float:
