@@ -21,6 +21,7 @@ from gpumagic.analysis.context import (
     Context,
 )
 from gpumagic.analysis.hostcpu import host_cpu
+from gpumagic.analysis.hostload import host_state, run_conditions
 
 TOP_KERNELS = 15
 #: A first step this many times the median of the others is an outlier (warm-up in the window).
@@ -48,6 +49,7 @@ def compute(ctx: Context) -> dict[str, Any]:
         "host": _host(ctx),
         "compute": flops.metrics(ctx),
         "small_copies": copysizes.metrics(ctx, copy_groups(ctx)),
+        "conditions": run_conditions(ctx),
         **({"samples": _samples(ctx)} if ctx.trace.samples is not None else {}),
     }
 
@@ -360,7 +362,7 @@ def _host(ctx: Context) -> dict[str, Any]:
             "main_thread": None if lane is None else {"pid": lane.pid, "tid": lane.tid},
             "usable_cores": h.usable_cores, "usable_cores_source": h.usable_source,
             "cpu_busy_cores": h.busy_cores, "cpu_saturation": h.saturation,
-            "loader_cpu_bound": h.loader_cpu_bound}
+            "loader_cpu_bound": h.loader_cpu_bound, **host_state(ctx)}
 
 
 def _samples(ctx: Context) -> dict[str, Any]:
