@@ -66,8 +66,8 @@ def speedup_interval(before: Sequence[float], after: Sequence[float], *, level: 
     mb = _medians(b[rng.integers(0, b.size, size=(resamples, b.size))])
     ratios = np.sort(ma / mb)
     tail = (1 - level) / 2
-    lo = ratios[int(math.floor(tail * (resamples - 1)))]
-    hi = ratios[int(math.ceil((1 - tail) * (resamples - 1)))]
+    lo = ratios[math.floor(tail * (resamples - 1))]
+    hi = ratios[math.ceil((1 - tail) * (resamples - 1))]
     return float(lo), float(hi)
 
 
