@@ -50,7 +50,7 @@ def _median(x: np.ndarray) -> float:
 
 def clean(steps: Sequence[float] | None) -> np.ndarray:
     """The positive, finite step durations of ``steps``."""
-    x = np.asarray([s for s in (steps or []) if s is not None], dtype=np.float64)
+    x = np.asarray([s for s in (() if steps is None else steps) if s is not None], dtype=np.float64)
     return x[np.isfinite(x) & (x > 0)]
 
 
