@@ -48,12 +48,26 @@ def header_facts(report: Report) -> list[Fact]:
         Fact("Fixing all", "nothing found" if not report.findings else f"up to {fmt_pct(report.combined_gain)}",
              "estimated share of step time saved by fixing every finding together, overlapping time counted once"),
     ]
+    shared = shared_machine_fact(m)
+    if shared is not None:
+        facts.append(shared)
     tflops, mfu = metric(m, "compute", "achieved_tflops"), metric(m, "compute", "mfu")
     if tflops is not None:  # only when FLOPs were recorded (--shapes / --flops)
         value = f"{tflops:.3g} TFLOP/s" + ("" if mfu is None else f" \u00b7 MFU {fmt_pct(mfu, 2 if mfu < 0.01 else 1 if mfu < 0.1 else 0)}")
         facts.append(Fact("Compute", value, "matmul/conv FLOPs per second of wall time; MFU: that over the "
                                             "device's dense peak for the dtype"))
     return facts
+
+
+def shared_machine_fact(m: dict[str, Any]) -> Fact | None:
+    """"Shared machine: other processes used 1.8 of 2 cores", when they used enough to matter
+    (``metrics.host.shared_machine``, see :mod:`gpumagic.analysis.hostload`)."""
+    if metric(m, "host", "shared_machine") is not True:
+        return None
+    other, usable = metric(m, "host", "other_busy_cores"), metric(m, "host", "usable_cores")
+    return Fact("Shared machine:", f"other processes used {other:.1f} of {usable:g} cores",
+                "mean busy cores of other processes over the window: step times measured now will not hold "
+                "when their load changes")
 
 
 def _window_hint(m: dict[str, Any]) -> str:
