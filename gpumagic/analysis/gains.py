@@ -50,6 +50,9 @@ COPY_TIME = frozenset({"transfer-bound", "small-transfers"})
 #: their own threshold: idle gaps already told as data-loader waits, or data-loader waits
 #: already told as a saturated CPU, are not a second story.
 SYMPTOM_MIN_GAIN = {"gpu-idle-gaps": LONG_GAPS_FRAC, "dataloader-bound": DATALOADER_FRAC}
+#: A ``gain_method`` starting with this is an estimate from a model (``analysis.loadergain``) that
+#: may be smaller than the time the finding claims: apportioning never raises it to that time.
+ESTIMATE_PREFIX = "estimate"
 #: Time-based findings outside the idle budget: their windows join the union too.
 OTHER_TIME_BASED = ("communication-heavy",)
 
@@ -91,6 +94,8 @@ def apportion(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], flo
             claimed_by[fid] = own
             claimed = iv.merge(claimed, own)
             ns = min(iv.total(own), budget)
+        if f.gain_method.startswith(ESTIMATE_PREFIX):  # a model's estimate below the time it claims stays
+            ns = min(ns, int(f.est_gain * ctx.window_ns))
         budget -= ns
         by_id[fid] = _with_gain(f, ctx.frac(ns), before=taken_by)
     union = claimed

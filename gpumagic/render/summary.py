@@ -45,7 +45,9 @@ def header_facts(report: Report) -> list[Fact]:
             "no GPU" if cpu_only else fmt_pct(metric(m, "gpu", "busy_frac")),
             "share of wall time the main GPU ran kernels, copies or memsets",
         ),
-        Fact("Fixing all", "nothing found" if not report.findings else f"up to {fmt_pct(report.combined_gain)}",
+        Fact("Fixing all", "nothing found" if not report.findings else (
+            f"about {fmt_pct(report.combined_gain)} (estimate)"
+            if any(f.gain_method.startswith("estimate") for f in report.findings) else f"up to {fmt_pct(report.combined_gain)}"),
              "estimated share of step time saved by fixing every finding together, overlapping time counted once"),
     ]
     shared = shared_machine_fact(m)
@@ -86,7 +88,7 @@ def top_finding_line(report: Report) -> str:
     f = top_finding(report)
     if f is None:
         return NO_FINDINGS
-    return f"Top finding: {severity_label(f.severity)} \u00b7 {f.title} \u2014 {fmt_gain(f.est_gain)}"
+    return f"Top finding: {severity_label(f.severity)} \u00b7 {f.title} \u2014 {fmt_gain(f.est_gain, f.gain_method)}"
 
 
 def title_line(report: Report) -> str:
