@@ -109,6 +109,10 @@ class Report:
     trace: Trace | None = field(default=None, repr=False, compare=False)
     label: str = ""
     combined_gain: float = 0.0
+    #: Set when a labelled run is recorded: None, or how it compares with the label's previous
+    #: run (``compared_with``, ``change``, ``speedup``, ``speedup_ci``, ``conditions``,
+    #: ``explained_by``); see :func:`gpumagic.tuning.runs.regression`.
+    regression: dict[str, Any] | None = None
 
     def finding(self, finding_id: str) -> Finding | None:
         for f in self.findings:
@@ -125,6 +129,7 @@ class Report:
             "schema_version": SCHEMA_VERSION,
             "label": self.label,
             "combined_gain": self.combined_gain,
+            "regression": self.regression,
             "metrics": self.metrics,
             "findings": [f.to_dict() for f in self.findings],
             "notes": list(self.notes),

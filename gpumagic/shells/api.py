@@ -136,9 +136,14 @@ def record_run(run: Run, *, source: str, report: Any = None) -> None:
     from dataclasses import asdict
 
     from gpumagic.tuning import runs
+    from gpumagic.tuning.regression import regression, regression_note
 
     report = run.report if report is None else report
     try:
+        found = regression(report, run.options.label)
+        if found is not None:
+            report.regression = found
+            report.notes.insert(0, regression_note(found))
         runs.record(report, label=run.options.label, source=source, options=asdict(run.options),
                     notebook=notebook_name(), bundle=run.saved_to)
     except runs.HistoryError as exc:

@@ -98,3 +98,19 @@ def test_a_comparison_lists_the_load_difference_exactly_when_it_is_large(busy_re
     if big and d["change"] == "slower" and ob > oa:
         assert detail["other_busy_cores"]["explains"] and d["caution"]
         assert compare(quiet, busy_report).to_text().splitlines()[1].startswith("CAUTION: ")
+
+
+def test_the_regression_flag_follows_the_comparison(busy_report, tmp_path, monkeypatch):
+    from gpumagic.tuning import runs
+    from gpumagic.tuning.regression import regression
+
+    monkeypatch.setenv("GPUMAGIC_HOME", str(tmp_path))
+    quiet = _profile("quiet")
+    runs.remember("loop", quiet)
+    found = regression(busy_report, "loop")
+    d = compare(quiet, busy_report).to_dict()
+    assert (found is None) == (d["change"] != "slower")
+    if found is not None:
+        explaining = [c["sentence"] for c in d["conditions_detail"] if c["explains"]]
+        assert found["explained_by"] == (explaining[0] if explaining else None)
+        assert found["conditions"] == d["conditions"]

@@ -124,3 +124,37 @@ def test_comparison_with_too_few_steps_says_so(n):
     assert d["change"] == "no clear change" and d["speedup_ci"] is None
     assert "too few steps" in d["verdict"]
     assert headline(d)[0] == "No clear change"
+
+
+def test_a_labelled_run_slower_than_its_previous_run_is_flagged(tmp_path, monkeypatch):
+    from gpumagic.tuning import runs
+    from gpumagic.tuning.regression import regression, regression_note
+
+    monkeypatch.setenv("GPUMAGIC_HOME", str(tmp_path))
+    assert regression(_report([100] * 8, "x"), "lbl") is None  # nothing earlier under the label
+    runs.remember("lbl", _report(_noisy(100, 15, 0.02, 12), "lbl", {"other_busy_cores": 0.1}))
+    same = regression(_report(_noisy(101, 15, 0.02, 13), "lbl", {"other_busy_cores": 0.1}), "lbl")
+    assert same is None  # within the noise: no flag
+    slow = _report(_noisy(140, 15, 0.02, 14), "lbl", {"other_busy_cores": 0.1})
+    flagged = regression(slow, "lbl")
+    assert set(flagged) == {"compared_with", "change", "speedup", "speedup_ci", "conditions", "explained_by"}
+    assert flagged["change"] == "slower" and flagged["explained_by"] is None and flagged["compared_with"].startswith("r")
+    assert regression_note(flagged).startswith("Regression: 1.")
+    slow.regression = flagged
+    assert json.loads(slow.to_json())["regression"] == flagged  # top-level key, JSON-clean
+    # the same slow-down with other processes' load up: the condition is named instead
+    busy = _report(_noisy(140, 15, 0.02, 14), "lbl", {"other_busy_cores": 1.9})
+    named = regression(busy, "lbl")
+    assert named["explained_by"].startswith("Other processes kept 0.1 cores busy before and 1.9 after")
+    assert regression_note(named).startswith("Slower than r") and "Regression" not in regression_note(named)
+
+
+def test_history_rows_carry_each_runs_step_spread(tmp_path, monkeypatch):
+    from gpumagic.tuning import runs
+
+    monkeypatch.setenv("GPUMAGIC_HOME", str(tmp_path))
+    runs.remember("lbl", _report([100, 110, 90, 100, 105, 95], "lbl"))
+    [row] = runs.history().runs
+    assert row.step_spread["count"] == 6 and row.step_spread["median_ms"] == 100
+    assert row.step_spread["p10_ms"] < 100 < row.step_spread["p90_ms"]
+    assert "(6)" in runs.history().to_text()
