@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpumagic.report.views import view
+from gpumagic.tuning import stats
 
 #: Batches in the short epoch after which ``restart_s`` is timed (enough for the workers to have
 #: started; the epoch is read to its end so that nothing of it is left in flight).
@@ -67,6 +68,9 @@ WATCH_INTERVAL_S = 0.05
 #: (each worker holds a copy of the dataset and a CPU core). Our choice: repeated measurements of
 #: the same setting on an idle machine differ by a few percent.
 NEAR_BEST_FRAC = 0.05
+#: Rounds of the grid: each setting is measured this many times, the settings in turn (ABAB, not
+#: AABB), so that a change in the machine's load during the call hits every setting alike.
+DEFAULT_ROUNDS = 2
 #: Start methods that pickle the dataset into each worker (everything but ``fork``).
 PICKLING_START_METHODS = ("spawn", "forkserver")
 
@@ -110,11 +114,35 @@ class TuneRow:
     startup_s: float | None = None
     restart_s: float | None = None
     error: str = ""
+    #: Seconds of each measured batch, over all rounds (the samples of the speed-up intervals).
+    batch_s: list[float] = field(default_factory=list, repr=False)
+    #: 95 % interval of this setting's speed-up over the single-process one (mean batch time
+    #: there ÷ here, the ratio of the rates; :mod:`gpumagic.tuning.stats`), None with too few batches.
+    speedup_ci: list[float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(d.pop("config"))
+        d.pop("batch_s")
         return d
+
+    def merge(self, other: TuneRow) -> None:
+        """Add another round's measurement of the same setting."""
+        if other.status != "ok":
+            self.status, self.error = other.status, other.error
+            self.batches_per_s = self.samples_per_s = None
+            return
+        if self.status != "ok":
+            return
+        self.batches += other.batches
+        self.seconds = round(self.seconds + other.seconds, 4)
+        self.batch_s += other.batch_s
+        if self.batches and self.seconds > 0:
+            scale = (self.samples_per_s / self.batches_per_s) if self.samples_per_s and self.batches_per_s else None
+            self.batches_per_s = round(self.batches / self.seconds, 3)
+            self.samples_per_s = None if scale is None else round(self.batches_per_s * scale, 1)
+        if self.restart_s is None or (other.restart_s is not None and other.restart_s < self.restart_s):
+            self.restart_s = other.restart_s
 
 
 @dataclass
@@ -129,13 +157,28 @@ class TuneResult:
 
     @property
     def best(self) -> TuneRow | None:
-        """The fastest setting, preferring fewer workers among those within 5 % of it."""
+        """The fastest setting, preferring fewer workers among those within 5 % of it; the
+        single-process setting ("no change") when the best one's speed-up interval over it
+        includes no change (or is too short to say)."""
         ok = [r for r in self.rows if r.batches_per_s]
         if not ok:
             return None
         top = max(r.batches_per_s for r in ok)
         near = [r for r in ok if r.batches_per_s >= (1 - NEAR_BEST_FRAC) * top]
-        return min(near, key=lambda r: (r.config.num_workers, r.config.prefetch_factor or 0, -r.batches_per_s))
+        pick = min(near, key=lambda r: (r.config.num_workers, r.config.prefetch_factor or 0, -r.batches_per_s))
+        base = self.baseline
+        if base is not None and pick is not base and base.batch_s and pick.batch_s and self.change_of(pick) != stats.FASTER:
+            return base
+        return pick
+
+    def change_of(self, row: TuneRow) -> str:
+        """"faster", "slower" or "no clear change" of ``row`` against the single-process setting."""
+        base = self.baseline
+        if base is None or not row.batch_s or not base.batch_s:
+            return stats.NO_CLEAR_CHANGE
+        ci = stats.speedup_interval(base.batch_s, row.batch_s, statistic="mean")
+        return stats.change_of(row.batches_per_s / base.batches_per_s if row.batches_per_s and base.batches_per_s
+                               else None, ci)
 
     @property
     def baseline(self) -> TuneRow | None:
@@ -167,8 +210,11 @@ class TuneResult:
 
     def to_dict(self) -> dict[str, Any]:
         best = self.best
-        return {"rows": [r.to_dict() for r in self.rows], "best": None if best is None else best.to_dict(),
-                "speedup": self.speedup, "batch_size": self.batch_size, "recommended_kwargs": self.recommended_kwargs,
+        rows = [r.to_dict() | {"change": self.change_of(r)} for r in self.rows]
+        return {"rows": rows,
+                "best": None if best is None else best.to_dict(), "speedup": self.speedup,
+                "speedup_ci": None if best is None else best.speedup_ci, "batch_size": self.batch_size,
+                "recommended_kwargs": self.recommended_kwargs,
                 "code": self.code, "warnings": list(self.warnings), "notes": list(self.notes), "elapsed_s": self.elapsed_s}
 
     def figure(self):
@@ -212,7 +258,7 @@ def tune_dataloader(dataset_or_loader: Any, *, num_workers: Iterable[int] | None
                     pin_memory: Iterable[bool] = (False, True), persistent_workers: Iterable[bool] = (True,),
                     prefetch_factor: Iterable[int] = (2,), batch_size: int | None = None,
                     max_seconds_per_config: float = DEFAULT_SECONDS_PER_CONFIG, max_batches: int = DEFAULT_MAX_BATCHES,
-                    device: str | None = None, collate_fn=None) -> TuneResult:
+                    device: str | None = None, collate_fn=None, rounds: int = DEFAULT_ROUNDS) -> TuneResult:
     """Measure batches per second of a dataset (or of an existing DataLoader's dataset, batching
     and collate function) for each setting of the grid, and recommend the fastest.
 
@@ -222,6 +268,11 @@ def tune_dataloader(dataset_or_loader: Any, *, num_workers: Iterable[int] | None
     ``non_blocking=pin_memory``; by default ``"cuda"`` when available, else nothing is copied.
     An exception from the dataset in the single-process setting propagates (it is a bug in the
     dataset); a setting whose workers fail is reported as failed.
+
+    The grid is measured ``rounds`` times, the settings in turn (ABAB), each for its share of
+    ``max_seconds_per_config`` and ``max_batches``; each setting reports the 95 % interval of its
+    speed-up over the single-process one, and the recommendation stays with the single process
+    when that interval includes no change (as ``gpumagic.compare`` would say of two profiles).
     """
     import torch
 
@@ -232,16 +283,36 @@ def tune_dataloader(dataset_or_loader: Any, *, num_workers: Iterable[int] | None
     notes: list[str] = []
     grid = build_grid(num_workers, pin_memory, persistent_workers, prefetch_factor, cuda, notes)
     _check_limits(max_seconds_per_config, max_batches)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, not {rounds!r}")
     warnings, workers_ok = fragility(base, notes)
-    rows = []
+    found: dict[TuneConfig, TuneRow] = {}
     start_s: float | None = None
-    for config in grid:
-        if config.num_workers > 0 and not workers_ok:
-            rows.append(TuneRow(config, status="skipped", error="worker processes could not load the dataset (see warnings)"))
-            continue
-        if config.num_workers > 0 and start_s is None:
-            start_s = worker_start_s(base)
-        rows.append(_measure(base, config, max_seconds_per_config, max_batches, device, start_s or 0.0))
+    seconds = max_seconds_per_config / rounds
+    for i in range(rounds):  # interleaved: every setting once per round, the batch limit shared out
+        batches = max_batches // rounds + (1 if i < max_batches % rounds else 0)
+        if batches == 0:
+            break
+        for config in grid:
+            if config.num_workers > 0 and not workers_ok:
+                found[config] = TuneRow(config, status="skipped",
+                                        error="worker processes could not load the dataset (see warnings)")
+                continue
+            if config in found and found[config].status != "ok":
+                continue  # a setting that failed or timed out is not tried again
+            if config.num_workers > 0 and start_s is None:
+                start_s = worker_start_s(base)
+            row = _measure(base, config, seconds, batches, device, start_s or 0.0)
+            if config in found:
+                found[config].merge(row)
+            else:
+                found[config] = row
+    rows = [found[c] for c in grid]
+    baseline = next((r for r in rows if r.config.num_workers == 0 and r.batch_s), None)
+    for r in rows:
+        if baseline is not None and r.batch_s:
+            ci = stats.speedup_interval(baseline.batch_s, r.batch_s, statistic="mean")
+            r.speedup_ci = None if ci is None else [round(ci[0], 4), round(ci[1], 4)]
     bs = base.get("batch_size")
     result = TuneResult(rows=rows, batch_size=bs, warnings=warnings, notes=notes,
                         elapsed_s=round(time.perf_counter() - t0, 3))
@@ -494,7 +565,7 @@ def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: st
     deadline = t_first + max_seconds
     _take(iterator, row.config.num_workers, device, pinned, deadline, on_batch)
     t_start = time.perf_counter()
-    row.batches = _take(iterator, max_batches, device, pinned, deadline, on_batch)
+    row.batches = _take(iterator, max_batches, device, pinned, deadline, on_batch, row.batch_s)
     row.seconds = round(time.perf_counter() - t_start, 4)
     if row.batches and row.seconds > 0:
         row.batches_per_s = round(row.batches / row.seconds, 3)
@@ -503,10 +574,13 @@ def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: st
     return True
 
 
-def _take(iterator, n: int, device: str | None, pinned: bool, deadline: float | None = None, on_batch=None) -> int:
+def _take(iterator, n: int, device: str | None, pinned: bool, deadline: float | None = None, on_batch=None,
+          durations: list[float] | None = None) -> int:
     """Read up to ``n`` batches (stopping at the deadline or the end of the epoch); returns how
-    many. ``on_batch()`` is called after each batch (the single-process watchdog's heartbeat)."""
+    many. ``on_batch()`` is called after each batch (the single-process watchdog's heartbeat);
+    ``durations`` gets each batch's seconds."""
     got = 0
+    last = time.perf_counter()
     while got < n and (deadline is None or time.perf_counter() < deadline):
         try:
             batch = next(iterator)
@@ -514,6 +588,10 @@ def _take(iterator, n: int, device: str | None, pinned: bool, deadline: float | 
             break
         _to_device(batch, device, pinned)
         got += 1
+        if durations is not None:
+            now = time.perf_counter()
+            durations.append(now - last)
+            last = now
         if on_batch is not None:
             on_batch()
     if device is not None and got and str(device).startswith("cuda"):

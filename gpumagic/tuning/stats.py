@@ -55,15 +55,18 @@ def clean(steps: Sequence[float] | None) -> np.ndarray:
 
 
 def speedup_interval(before: Sequence[float], after: Sequence[float], *, level: float = 0.95,
-                     resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float] | None:
+                     resamples: int = RESAMPLES, seed: int = SEED, statistic: str = "median") -> tuple[float, float] | None:
     """The ``level`` percentile-bootstrap interval of median(before) / median(after), or None
-    with fewer than :data:`MIN_STEPS` steps on either side."""
+    with fewer than :data:`MIN_STEPS` steps on either side. ``statistic="mean"`` compares means
+    instead: the right one for throughput, where batches from workers arrive in bursts (the
+    mean batch time is the inverse of the rate; the median of a bursty series is not)."""
     a, b = clean(before), clean(after)
     if a.size < MIN_STEPS or b.size < MIN_STEPS:
         return None
     rng = np.random.default_rng(seed)
-    ma = _medians(a[rng.integers(0, a.size, size=(resamples, a.size))])
-    mb = _medians(b[rng.integers(0, b.size, size=(resamples, b.size))])
+    centre = _medians if statistic == "median" else (lambda x: x.mean(axis=1))
+    ma = centre(a[rng.integers(0, a.size, size=(resamples, a.size))])
+    mb = centre(b[rng.integers(0, b.size, size=(resamples, b.size))])
     ratios = np.sort(ma / mb)
     tail = (1 - level) / 2
     lo = ratios[math.floor(tail * (resamples - 1))]
