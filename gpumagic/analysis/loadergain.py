@@ -5,8 +5,11 @@ into worker processes adds no CPU work, but it does not remove any either. So th
 shorter than this run's own CPU work (``own_busy_cores`` × step, ``analysis.hostload``) spread over
 the cores it can get::
 
-    step_after ≈ max(step − wait, own_cpu / cores_available)
+    step_after ≈ max(step − wait, wait / workers, own_cpu / cores_available)
     gain       = 1 − step_after / step            (0 ≤ gain ≤ wait share)
+
+(``wait / workers``: each worker takes about as long for a batch as the main process does now —
+the same sleeps, reads and waits for a core — so ``w`` of them deliver one every ``wait / w``.)
 
 ``cores_available`` is the usable cores less other processes' load. When other processes fill
 the cores and the loading is CPU work, more runnable threads get a larger share: Linux's CFS
@@ -49,13 +52,15 @@ def saturated_by(host: dict) -> str:
 
 
 def cores_with_workers(usable: float, other: float, workers: int, cpu_bound: bool) -> float:
-    """Cores this run can get with ``workers`` workers: what other processes leave, or, when the
-    loading is CPU work and neighbours fill the cores, its equal share of them (CFS)."""
+    """Cores this run can get with ``workers`` workers: what other processes leave, or, beside
+    neighbours, its equal share of the cores (CFS) — for the main thread and, when the loading is
+    CPU work, the workers too (sleeping workers compete for nothing)."""
     left = max(0.0, usable - other)
-    if not cpu_bound or other < 0.5:
+    if other < 0.5:
         return max(left, min(usable, 1.0) * 0.05)
     neighbours = max(1, round(other))
-    share = usable * (1 + workers) / (1 + workers + neighbours)
+    runnable = 1 + workers if cpu_bound else 1
+    share = usable * runnable / (runnable + neighbours)
     return max(left, min(usable, share))
 
 
@@ -73,11 +78,15 @@ def worker_gain(wait_frac: float, host: dict, workers: int | None, profiler_cost
     w = max(1, workers or 1)
     cores = cores_with_workers(float(usable), float(other), w, cpu_bound)
     floor = own / cores if cores > 0 else math.inf
-    gain = max(0.0, min(wait_frac, 1.0 - max(1.0 - wait_frac, floor)))
+    # each worker takes about as long for a batch as the main process did (the same sleeps, reads and
+    # waits for a core): w of them deliver one every wait / w
+    per_worker = wait_frac / w
+    gain = max(0.0, min(wait_frac, 1.0 - max(1.0 - wait_frac, floor, per_worker)))
     shared = (f", its share beside other processes' {other:.1f} busy cores (the scheduler splits cores equally "
-              "between runnable threads; assumes the neighbours keep their load)") if cpu_bound and other >= 0.5 else (
+              "between runnable threads; assumes the neighbours keep their load)") if other >= 0.5 else (
         f" (of {float(usable):g} usable, {other:.1f} busy with other processes)")
-    method = (f"estimate: the data-loader wait that workers would hide, less what the cores cannot absorb: this run's "
-              f"own CPU work ({own:.2f} cores' worth) spread over the {cores:.2f} cores it can get with {w} worker(s)"
-              f"{shared}; assumes the loading work itself stays the same" + inflated)
+    method = (f"estimate: the data-loader wait that {w} worker(s) would hide — each taking as long for a batch as "
+              f"the main process does now — less what the cores cannot absorb: this run's own CPU work "
+              f"({own:.2f} cores' worth) spread over the {cores:.2f} cores it can get{shared}; assumes the loading "
+              "work itself stays the same" + inflated)
     return WorkerGain(round(gain, 4), method, round(cores, 3))
