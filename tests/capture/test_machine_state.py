@@ -99,7 +99,7 @@ def test_metrics_say_who_kept_the_cores_busy_and_the_gpu_state():
     assert f.evidence.numbers["saturated_by"] == "others"
     assert "would get a larger share" in f.why and "will not hold" in f.why
     assert "cannot help" not in f.why and f.gain_method.startswith("estimate")
-    assert "num_workers=2" in f.fixes[0].code
+    assert "num_workers=1" in f.fixes[0].code  # 2 usable cores: one for the main process
 
 
 def test_saturated_by_its_own_threads_the_finding_says_so_with_fewer_threads():

@@ -85,7 +85,7 @@ x = torch.stack([augment(img) for img in imgs]).float().div_(255)
                                "less CPU work per batch shortens them, by at most their length")
     waits_for = " while the GPU idles" if gpu else ""
     if who == "others":
-        workers = max(1, int(float(h.usable_cores)))
+        workers = max(1, int(float(h.usable_cores)) - 1)  # the main process needs a core too
         wg = worker_gain(wait_frac, host, workers)
         gain, method = wg.gain, wg.method
         title = f"Host CPU saturated by other processes ({host['other_busy_cores']:.1f} of {h.usable_cores:g} cores)"
