@@ -52,6 +52,9 @@ COPY_TIME = frozenset({"transfer-bound", "small-transfers"})
 #: their own threshold: idle gaps already told as data-loader waits, or data-loader waits
 #: already told as a saturated CPU, are not a second story.
 SYMPTOM_MIN_GAIN = {"gpu-idle-gaps": LONG_GAPS_FRAC, "dataloader-bound": DATALOADER_FRAC}
+#: A ``gain_method`` starting with this is an estimate from a model (``analysis.loadergain``) that
+#: may be smaller than the time the finding claims: apportioning never raises it to that time.
+ESTIMATE_PREFIX = "estimate"
 #: Time-based findings outside the idle budget: their windows join the union too.
 OTHER_TIME_BASED = ("communication-heavy",)
 
@@ -94,6 +97,8 @@ def apportion(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], flo
             claimed = iv.merge(claimed, own)
             ns = min(iv.total(own), budget)
         ns = min(ns, int(cap_by_critical_path(ctx, fid, ctx.frac(ns)) * ctx.window_ns))
+        if f.gain_method.startswith(ESTIMATE_PREFIX):  # a model's estimate below the time it claims stays
+            ns = min(ns, int(f.est_gain * ctx.window_ns))
         budget -= ns
         by_id[fid] = _with_gain(f, ctx.frac(ns), before=taken_by)
     union = claimed

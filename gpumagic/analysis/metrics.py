@@ -21,9 +21,11 @@ from gpumagic.analysis.context import (
     Context,
 )
 from gpumagic.analysis.hostcpu import host_cpu
+from gpumagic.analysis.hostload import host_state, run_conditions
 from gpumagic.report.metrics import (
     BreakdownMetrics,
     CommunicationMetrics,
+    ConditionsMetrics,
     CopiesMetrics,
     CopyGroupMetrics,
     CriticalPathMetrics,
@@ -77,6 +79,7 @@ def compute(ctx: Context) -> Metrics:
         host=_host(ctx),
         compute=flops.metrics(ctx),
         small_copies=copysizes.metrics(ctx, copy_groups(ctx)),
+        conditions=as_record(run_conditions(ctx), ConditionsMetrics),
         phases=None if (p := phases.metrics(ctx)) is None else as_record(p, PhasesMetrics),
         critical_path=as_record(critical_path_metrics(ctx), CriticalPathMetrics),
         operators=as_record(operators.metrics(ctx, ctx.cache.get("top_ops", operators.TOP_OPERATORS)), OperatorsMetrics),
@@ -413,7 +416,7 @@ def _host(ctx: Context) -> HostMetrics:
                        main_thread=None if lane is None else MainThread(pid=lane.pid, tid=lane.tid),
                        usable_cores=h.usable_cores, usable_cores_source=h.usable_source,
                        cpu_busy_cores=h.busy_cores, cpu_saturation=h.saturation,
-                       loader_cpu_bound=h.loader_cpu_bound)
+                       loader_cpu_bound=h.loader_cpu_bound, **host_state(ctx))
 
 
 def _samples(ctx: Context, s: Samples) -> SampleMetrics:

@@ -11,6 +11,10 @@ plus time runnable but waiting for a core, from ``/proc/<pid>/schedstat`` (the m
 this process, and of each worker; proc(5), sched-stats.rst), in percent of one core. A thread
 that sleeps or waits on I/O wants nothing; one starved by other processes wants a full core
 even when it got little of it. Absent where the kernel has no schedstat.
+``main_wait`` and ``workers_wait`` are the run-queue part alone (percent of one core: time the
+loading threads were runnable but had no core), ``main_thread`` the main thread's own CPU
+(``/proc/<pid>/task/<pid>/stat``; the rest of ``main`` is intra-op and other threads), and
+``loadavg_1m`` the kernel's one-minute load average (``/proc/loadavg``, proc(5)).
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ class CpuTimes:
     worker_ticks: dict[int, int] = field(default_factory=dict)
     main_demand_ns: int | None = None  # main thread: ns on a CPU + ns waiting on a run queue
     worker_demand_ns: dict[int, int] = field(default_factory=dict)
+    main_wait_ns: int | None = None  # main thread: ns runnable but waiting for a core
+    worker_wait_ns: dict[int, int] = field(default_factory=dict)
+    main_thread_ticks: int | None = None  # the main thread alone (the process's other threads excluded)
+    loadavg_1m: float | None = None
 
 
 class ProcReader:
@@ -53,24 +61,35 @@ class ProcReader:
         return os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
     def read(self) -> CpuTimes:
-        workers, demand = {}, {}
+        workers, demand, wait = {}, {}, {}
         for child in self.children():
             ticks = self._process_ticks(child)
             if ticks is not None and self._comm(child) == WORKER_COMM:
                 workers[child] = ticks
-                d = self._demand_ns(child)
-                if d is not None:
-                    demand[child] = d
+                sched = self._schedstat(child)
+                if sched is not None:
+                    demand[child], wait[child] = sum(sched), sched[1]
         main = self._process_ticks(self.pid)
-        return CpuTimes(self._cores(), 0 if main is None else main, workers, self._demand_ns(self.pid), demand)
+        sched = self._schedstat(self.pid)
+        return CpuTimes(self._cores(), 0 if main is None else main, workers,
+                        None if sched is None else sum(sched), demand,
+                        main_wait_ns=None if sched is None else sched[1], worker_wait_ns=wait,
+                        main_thread_ticks=self._process_ticks(self.pid, f"task/{self.pid}/stat"),
+                        loadavg_1m=self._loadavg())
 
-    def _demand_ns(self, pid: int) -> int | None:
-        """ns the process's main thread ran plus ns it waited runnable (``schedstat``'s first
-        two fields), or None where the file is missing."""
+    def _schedstat(self, pid: int) -> tuple[int, int] | None:
+        """(ns the process's main thread ran, ns it waited runnable): ``schedstat``'s first two
+        fields, or None where the file is missing."""
         try:
             on_cpu, waiting = (self.root / str(pid) / "schedstat").read_text().split()[:2]
-            return int(on_cpu) + int(waiting)
+            return int(on_cpu), int(waiting)
         except (OSError, ValueError):  # no schedstat (kernel option), or the process exited
+            return None
+
+    def _loadavg(self) -> float | None:
+        try:
+            return float((self.root / "loadavg").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # not there (a fake /proc), or malformed
             return None
 
     def children(self) -> list[int]:
@@ -93,10 +112,10 @@ class ProcReader:
                 cores.append((total - idle, total))
         return cores
 
-    def _process_ticks(self, pid: int) -> int | None:
+    def _process_ticks(self, pid: int, name: str = "stat") -> int | None:
         try:
-            text = (self.root / str(pid) / "stat").read_text()
-        except OSError:  # the process has exited
+            text = (self.root / str(pid) / name).read_text()
+        except OSError:  # the process (or thread) has exited
             return None
         fields = text.rsplit(")", 1)[1].split()  # the name in parentheses may contain spaces
         return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of proc(5)
@@ -149,7 +168,23 @@ def cpu_row(before: CpuTimes, after: CpuTimes, dt_s: float, hz: int, t_epoch_ns:
         wanted = sum(d - before.worker_demand_ns[p] for p, d in after.worker_demand_ns.items()
                      if p in before.worker_demand_ns)
         row["workers_demand"] = _percent(wanted, wall_ns, cap=None)
+    row.update(_state_columns(before, after, one_core, wall_ns))
     return row
+
+
+def _state_columns(before: CpuTimes, after: CpuTimes, one_core: float, wall_ns: float) -> dict[str, Any]:
+    """The main thread's own CPU, the loading threads' run-queue wait, the load average (each
+    only where it was read)."""
+    out: dict[str, Any] = {}
+    if before.main_thread_ticks is not None and after.main_thread_ticks is not None:
+        out["main_thread"] = _percent(after.main_thread_ticks - before.main_thread_ticks, one_core, cap=None)
+    if before.main_wait_ns is not None and after.main_wait_ns is not None:
+        out["main_wait"] = _percent(after.main_wait_ns - before.main_wait_ns, wall_ns, cap=None)
+        waited = sum(w - before.worker_wait_ns[p] for p, w in after.worker_wait_ns.items() if p in before.worker_wait_ns)
+        out["workers_wait"] = _percent(waited, wall_ns, cap=None)
+    if after.loadavg_1m is not None:
+        out["loadavg_1m"] = after.loadavg_1m
+    return out
 
 
 def _percent(part: float, whole: float, cap: float | None = 100.0) -> float:

@@ -48,6 +48,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpumagic.errors import exception_text
+from gpumagic.tuning import stats
 from gpumagic.tuning.tuner import TuneConfig, TuneResult, TuneRow
 
 #: Batches in the short epoch after which ``restart_s`` is timed (enough for the workers to have
@@ -67,6 +68,9 @@ BATCH_GRACE_S = 5.0
 START_PROBE_TIMEOUT_S = 60.0
 #: How often the watchdog of a single-process measurement looks at its progress.
 WATCH_INTERVAL_S = 0.05
+#: Rounds of the grid: each setting is measured this many times, the settings in turn (ABAB, not
+#: AABB), so that a change in the machine's load during the call hits every setting alike.
+DEFAULT_ROUNDS = 2
 #: Start methods that pickle the dataset into each worker (everything but ``fork``).
 PICKLING_START_METHODS = ("spawn", "forkserver")
 
@@ -78,7 +82,7 @@ def tune_dataloader(dataset_or_loader: Any, *, num_workers: Iterable[int] | None
                     pin_memory: Iterable[bool] = (False, True), persistent_workers: Iterable[bool] = (True,),
                     prefetch_factor: Iterable[int] = (2,), batch_size: int | None = None,
                     max_seconds_per_config: float = DEFAULT_SECONDS_PER_CONFIG, max_batches: int = DEFAULT_MAX_BATCHES,
-                    device: str | None = None, collate_fn=None) -> TuneResult:
+                    device: str | None = None, collate_fn=None, rounds: int = DEFAULT_ROUNDS) -> TuneResult:
     """Measure batches per second of a dataset (or of an existing DataLoader's dataset, batching
     and collate function) for each setting of the grid, and recommend the fastest.
 
@@ -88,6 +92,11 @@ def tune_dataloader(dataset_or_loader: Any, *, num_workers: Iterable[int] | None
     ``non_blocking=pin_memory``; by default ``"cuda"`` when available, else nothing is copied.
     An exception from the dataset in the single-process setting propagates (it is a bug in the
     dataset); a setting whose workers fail is reported as failed.
+
+    The grid is measured ``rounds`` times, the settings in turn (ABAB), each for its share of
+    ``max_seconds_per_config`` and ``max_batches``; each setting reports the 95 % interval of its
+    speed-up over the single-process one, and the recommendation stays with the single process
+    when that interval includes no change (as ``gpumagic.compare`` would say of two profiles).
     """
     import torch
 
@@ -98,16 +107,36 @@ def tune_dataloader(dataset_or_loader: Any, *, num_workers: Iterable[int] | None
     notes: list[str] = []
     grid = build_grid(num_workers, pin_memory, persistent_workers, prefetch_factor, cuda, notes)
     _check_limits(max_seconds_per_config, max_batches)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, not {rounds!r}")
     warnings, workers_ok = fragility(base, notes)
-    rows = []
+    found: dict[TuneConfig, TuneRow] = {}
     start_s: float | None = None
-    for config in grid:
-        if config.num_workers > 0 and not workers_ok:
-            rows.append(TuneRow(config, status="skipped", error="worker processes could not load the dataset (see warnings)"))
-            continue
-        if config.num_workers > 0 and start_s is None:
-            start_s = worker_start_s(base)
-        rows.append(_measure(base, config, max_seconds_per_config, max_batches, device, start_s or 0.0))
+    seconds = max_seconds_per_config / rounds
+    for i in range(rounds):  # interleaved: every setting once per round, the batch limit shared out
+        batches = max_batches // rounds + (1 if i < max_batches % rounds else 0)
+        if batches == 0:
+            break
+        for config in grid:
+            if config.num_workers > 0 and not workers_ok:
+                found[config] = TuneRow(config, status="skipped",
+                                        error="worker processes could not load the dataset (see warnings)")
+                continue
+            if config in found and found[config].status != "ok":
+                continue  # a setting that failed or timed out is not tried again
+            if config.num_workers > 0 and start_s is None:
+                start_s = worker_start_s(base)
+            row = _measure(base, config, seconds, batches, device, start_s or 0.0)
+            if config in found:
+                found[config].merge(row)
+            else:
+                found[config] = row
+    rows = [found[c] for c in grid]
+    baseline = next((r for r in rows if r.config.num_workers == 0 and r.batch_s), None)
+    for r in rows:
+        if baseline is not None and r.batch_s:
+            ci = stats.speedup_interval(baseline.batch_s, r.batch_s, statistic="mean")
+            r.speedup_ci = None if ci is None else [round(ci[0], 4), round(ci[1], 4)]
     bs = base.get("batch_size")
     result = TuneResult(rows=rows, batch_size=bs, warnings=warnings, notes=notes,
                         elapsed_s=round(time.perf_counter() - t0, 3))
@@ -360,7 +389,7 @@ def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: st
     deadline = t_first + max_seconds
     _take(iterator, row.config.num_workers, device, pinned, deadline, on_batch)
     t_start = time.perf_counter()
-    row.batches = _take(iterator, max_batches, device, pinned, deadline, on_batch)
+    row.batches = _take(iterator, max_batches, device, pinned, deadline, on_batch, row.batch_s)
     row.seconds = round(time.perf_counter() - t_start, 4)
     if row.batches and row.seconds > 0:
         row.batches_per_s = round(row.batches / row.seconds, 3)
@@ -369,10 +398,13 @@ def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: st
     return True
 
 
-def _take(iterator, n: int, device: str | None, pinned: bool, deadline: float | None = None, on_batch=None) -> int:
+def _take(iterator, n: int, device: str | None, pinned: bool, deadline: float | None = None, on_batch=None,
+          durations: list[float] | None = None) -> int:
     """Read up to ``n`` batches (stopping at the deadline or the end of the epoch); returns how
-    many. ``on_batch()`` is called after each batch (the single-process watchdog's heartbeat)."""
+    many. ``on_batch()`` is called after each batch (the single-process watchdog's heartbeat);
+    ``durations`` gets each batch's seconds."""
     got = 0
+    last = time.perf_counter()
     while got < n and (deadline is None or time.perf_counter() < deadline):
         try:
             batch = next(iterator)
@@ -380,6 +412,10 @@ def _take(iterator, n: int, device: str | None, pinned: bool, deadline: float | 
             break
         _to_device(batch, device, pinned)
         got += 1
+        if durations is not None:
+            now = time.perf_counter()
+            durations.append(now - last)
+            last = now
         if on_batch is not None:
             on_batch()
     if device is not None and got and str(device).startswith("cuda"):

@@ -9,6 +9,7 @@ samples carry the CUDA index the trace uses, read from the NVML device with the 
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -19,7 +20,18 @@ from gpumagic.capture.sampler import PeriodicSampler
 MAX_DEVICES = 8
 
 GPU_FIELDS = ("gpu_util", "mem_util", "mem_used_bytes", "mem_total_bytes", "power_w",
-              "sm_clock_mhz", "pcie_tx_kbps", "pcie_rx_kbps")
+              "sm_clock_mhz", "pcie_tx_kbps", "pcie_rx_kbps", "other_processes", "throttle_reasons")
+#: Bits of NVML's clock-event ("throttle") reasons that slow the clocks below what the work
+#: asks for (NVML API reference, group nvmlClocksEventReasons / nvmlClocksThrottleReasons):
+#: GpuIdle (0x1), ApplicationsClocksSetting (0x2) and SyncBoost (0x10) are not a slowdown of a
+#: busy GPU and are left out; DisplayClockSetting (0x100) likewise.
+THROTTLE_BITS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
+                 0x40: "hardware thermal slowdown", 0x80: "power brake"}
+
+
+def throttle_names(mask: int) -> list[str]:
+    """The slowdown reasons set in an NVML clock-event mask, in bit order."""
+    return [name for bit, name in THROTTLE_BITS.items() if int(mask) & bit]
 
 
 class NvmlUnavailable(Exception):
@@ -75,7 +87,11 @@ class PynvmlBackend:
 
     def read(self, handle: Any, only: Collection[str] | None = None) -> dict[str, float]:
         """The readings of one device; ``only`` limits them to these reader names (``util``, ``mem``,
-        ``power_w``, ``sm_clock_mhz``, ``pcie_tx_kbps``, ``pcie_rx_kbps``)."""
+        ``power_w``, ``sm_clock_mhz``, ``pcie_tx_kbps``, ``pcie_rx_kbps``, ``other_processes``,
+        ``throttle_reasons``). ``other_processes`` counts compute processes on the device other than
+        this one (``nvmlDeviceGetComputeRunningProcesses``); ``throttle_reasons`` is NVML's clock-event
+        bit mask (``nvmlDeviceGetCurrentClocksEventReasons``, called ``...ThrottleReasons`` before
+        driver 535)."""
         nv = self._nv
         readers = {
             "util": lambda: nv.nvmlDeviceGetUtilizationRates(handle),
@@ -84,6 +100,10 @@ class PynvmlBackend:
             "sm_clock_mhz": lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM),
             "pcie_tx_kbps": lambda: nv.nvmlDeviceGetPcieThroughput(handle, nv.NVML_PCIE_UTIL_TX_BYTES),
             "pcie_rx_kbps": lambda: nv.nvmlDeviceGetPcieThroughput(handle, nv.NVML_PCIE_UTIL_RX_BYTES),
+            "other_processes": lambda: sum(1 for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)
+                                           if p.pid != os.getpid()),
+            "throttle_reasons": lambda: (getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                                         or nv.nvmlDeviceGetCurrentClocksThrottleReasons)(handle),
         }
         out: dict[str, float] = {}
         for key, reader in readers.items():
@@ -91,7 +111,7 @@ class PynvmlBackend:
                 continue
             try:
                 value = reader()
-            except nv.NVMLError:  # not supported on this device or momentarily unreadable
+            except (nv.NVMLError, AttributeError):  # not supported here (device or library version), or momentarily unreadable
                 continue
             if key == "util":
                 out["gpu_util"], out["mem_util"] = value.gpu, value.memory

@@ -85,13 +85,24 @@ def fmt_number(x: float | int | str | None) -> str:
     return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
 
 
-def fmt_gain(est_gain: float | None) -> str:
-    """A finding's estimated gain, phrased as the upper bound it is."""
+def fmt_gain(est_gain: float | None, method: str = "") -> str:
+    """A finding's estimated gain, phrased as what it is: ``"up to 33 % of step time"`` for an
+    upper bound, ``"about 33 % of step time (estimate)"`` when its ``gain_method`` says it is an
+    estimate from a model (it starts with "estimate")."""
     if _bad(est_gain):
         return "gain unknown"
     if est_gain < 0.005:
         return "under 1 % of step time"
+    if method.startswith("estimate"):
+        return f"about {est_gain * 100:.0f} % of step time (estimate)"
     return f"up to {est_gain * 100:.0f} % of step time"
+
+
+def fmt_gain_detail(est_gain: float | None, method: str) -> tuple[str, str]:
+    """(the gain, what it is) for a finding's detail: ``("up to 33 % of step time", "data-loader
+    wait ...")`` or ``("about 33 % of step time", "estimate: ...")``: the method names the kind."""
+    text = fmt_gain(est_gain, method).removesuffix(" (estimate)")
+    return text, method
 
 
 def severity_label(severity: str, *, icon: bool = True) -> str:

@@ -3,8 +3,10 @@ step time and the headline metrics before / after, the per-step breakdown, and t
 resolved, new and persisting.
 
 One speed-up notation everywhere: ``'1.40× faster'`` (the median step before ÷ after) or
-``'1.16× slower'`` (after ÷ before), as the verdict says it. A change is marked better or worse
-by a word as well as a colour."""
+``'1.16× slower'`` (after ÷ before), as the verdict says it, with as many decimals as the 95 %
+interval of the speed-up supports (``'1.4× faster (1.2–1.6×)'``). A change is marked better or
+worse by a word as well as a colour; a slower run has its own banner ("Slow-down", red), and a
+difference in conditions that can explain the change leads the view."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from gpumagic.render._format import MISSING, fmt_bytes, fmt_ms, fmt_pct
 from gpumagic.render.page import document, wrap
 from gpumagic.render.palette import CATEGORY_LABEL
 from gpumagic.render.terminal import printable, printable_lines
+from gpumagic.tuning import stats
 from gpumagic.tuning.comparison import SAME_STEP_TOLERANCE, difference
 
 # -- text -----------------------------------------------------------------------------------------
@@ -48,19 +51,39 @@ def _fmt_change(before: float | None, after: float | None, unit: str) -> str:
     return sign + _fmt(abs(delta), unit)
 
 
-def fmt_speed(ratio: float | None) -> str:
-    """The step-time ratio (after / before) as a speed-up: ``'1.40× faster'``, ``'1.16× slower'``."""
+def fmt_speed(ratio: float | None, ci: list[float] | None = None) -> str:
+    """The step-time ratio (after / before) as a speed-up: ``'1.40× faster'``, ``'1.16× slower'``;
+    with the speed-up's interval ``ci``, to the decimals it supports."""
     if ratio is None or ratio <= 0:
         return MISSING
-    if round(ratio, 2) == 1:
-        return "1.00× (same speed)"
-    # 1 / ratio to 4 significant digits first: the number Comparison.speedup holds (tuning.comparison)
-    return f"{float(f'{1 / ratio:.4g}'):.2f}\u00d7 faster" if ratio < 1 else f"{ratio:.2f}\u00d7 slower"
+    d = stats.speedup_decimals(1 / ratio, None if ci is None else (ci[0], ci[1]))
+    if round(ratio, d) == 1:
+        return f"{1:.{d}f}\u00d7 (same speed)"
+    return f"{1 / ratio:.{d}f}\u00d7 faster" if ratio < 1 else f"{ratio:.{d}f}\u00d7 slower"
+
+
+def headline(data: dict[str, Any]) -> tuple[str, str, str]:
+    """(banner label, speed text, css direction) of the comparison: "Speed-up" / "1.4× faster
+    (1.2–1.6×)" / "better", "Slow-down" / "1.40× slower (…)" / "worse", or "No clear change"."""
+    ratio, ci = data["step_time_ratio"], data.get("speedup_ci")
+    if ratio is None:
+        return "Speed", MISSING, ""
+    shown = stats.fmt_speedup(1 / ratio, None if ci is None else (ci[0], ci[1]))
+    change = data.get("change")
+    if change == stats.FASTER:
+        return "Speed-up", shown, "better"
+    if change == stats.SLOWER:
+        return "Slow-down", shown, "worse"
+    if ci is None:
+        return "No clear change", fmt_speed(ratio) + " by the median step (too few steps to tell)", ""
+    return "No clear change", shown.removeprefix("no clear change (").rstrip(")"), ""
 
 
 #: What the speed-up figures mean, said once under the comparison's tiles.
 SPEED_NOTE = ("N× faster: the median step before divided by the median step after; N× slower: after divided by "
-              "before. Changes are signed (− shorter, + longer) and marked better or worse in words.")
+              "before; in brackets, its 95 % interval (bootstrap over the recorded steps). \"No clear change\" when "
+              "the interval includes no change. Changes are signed (− shorter, + longer) and marked better or worse "
+              "in words.")
 
 
 def _step_change(data: dict[str, Any]) -> str:
@@ -68,7 +91,7 @@ def _step_change(data: dict[str, Any]) -> str:
     if ratio is None:
         return MISSING
     pct = (ratio - 1) * 100
-    return f"{'+' if pct > 0 else MINUS if pct < 0 else '±'}{abs(pct):.0f} % ({fmt_speed(ratio)})"
+    return f"{'+' if pct > 0 else MINUS if pct < 0 else '±'}{abs(pct):.0f} % ({fmt_speed(ratio, data.get('speedup_ci'))})"
 
 
 def table_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
@@ -155,7 +178,12 @@ def render_text(data: dict[str, Any]) -> str:
     :func:`~gpumagic.render.terminal.printable`, the whole through ``printable_lines``."""
     data = {**data, "before": {**data["before"], "label": printable(data["before"]["label"])},
             "after": {**data["after"], "label": printable(data["after"]["label"])}}
-    lines = [f"gpumagic comparison: {data['before']['label']} → {data['after']['label']}", printable(data["verdict"]), ""]
+    lines = [f"gpumagic comparison: {data['before']['label']} → {data['after']['label']}"]
+    if data.get("caution"):
+        lines.append("CAUTION: " + printable(data["caution"]))
+    lines += [printable(data["verdict"]), ""]
+    if data.get("conditions"):
+        lines += ["What else differed between the runs"] + [f"  - {printable(c)}" for c in data["conditions"]] + [""]
     lines += [*_text_table("", data, table_rows(data)), ""]
     lines += [*_text_table(f"Breakdown ({data['breakdown']['unit']})", data, breakdown_rows(data)), "", "Findings"]
     found = finding_lines(data)
@@ -187,7 +215,8 @@ def _html_table(title: str, data: dict[str, Any], rows: list[tuple[str, ...]]) -
 def _tiles_html(data: dict[str, Any]) -> str:
     b, a = data["before"], data["after"]
     busy_b, busy_a = data["gpu_busy"]["before"], data["gpu_busy"]["after"]
-    tiles = [("Speed-up", fmt_speed(data["step_time_ratio"])),
+    label, shown, _ = headline(data)
+    tiles = [(label, shown),
              ("Median step", f"{_fmt(b['step_median_ms'], 'ms')} \u2192 {_fmt(a['step_median_ms'], 'ms')}"),
              ("GPU busy", f"{_fmt(busy_b, 'frac')} \u2192 {_fmt(busy_a, 'frac')}" if busy_b is not None or busy_a is not None else MISSING),
              ("Findings resolved / new / persisting", f"{len(data['resolved'])} / {len(data['new'])} / {len(data['persisting'])}")]
@@ -214,9 +243,17 @@ def render_fragment(data: dict[str, Any], full_report_html: str = "") -> str:
     after = escape(data["after"]["label"])
     full = (f'<details class="gm-full"><summary>Full report of \u201c{after}\u201d</summary>{full_report_html}</details>'
             if full_report_html else "")
+    _, _, direction = headline(data)
+    colour = {"better": "var(--gm-good)", "worse": "var(--gm-bad)"}.get(direction)
+    style = f' style="border-left-color:{colour}"' if colour else ""
+    word = f'<strong class="gm-{direction}">{escape(DIRECTION_WORD[direction])}</strong> ' if direction else ""
+    caution = (f'<div class="gm-top" style="border-left-color:var(--gm-bad)"><strong>Caution:</strong> '
+               f'{escape(data["caution"])}</div>' if data.get("caution") else "")
+    conditions = "".join(f"<li>{escape(c)}</li>" for c in data.get("conditions") or [])
     inner = (
         f"<h2>{escape(data['before']['label'])} \u2192 {after}</h2>"
-        f"{_tiles_html(data)}<div class=\"gm-top\">{escape(data['verdict'])}</div>"
+        f"{caution}{_tiles_html(data)}<div class=\"gm-top gm-verdict\"{style}>{word}{escape(data['verdict'])}</div>"
+        + (f"<h3>What else differed between the runs</h3><ul>{conditions}</ul>" if conditions else "") +
         f'<p class="gm-muted">{escape(SPEED_NOTE)}</p>'
         f"<h3>Findings</h3>{_findings_html(data)}"
         f"<h3>Step time and GPU</h3>{_html_table('', data, table_rows(data))}"

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from gpumagic.tuning.history import History, StoredRun
 
-TABLE_HEADER = ("id", "label", "when", "device", "median step", "GPU busy", "top finding")
+TABLE_HEADER = ("id", "label", "when", "device", "median step", "steps p10–p90", "GPU busy", "top finding")
 #: Widest label and device shown in the text table (longer ones are cut with "…").
 LABEL_CHARS = 24
 DEVICE_CHARS = 24
@@ -34,8 +34,16 @@ def table(history: History) -> list[tuple[str, ...]]:
 
 def _row(r: StoredRun) -> tuple[str, ...]:
     """Labels and device names come from users and trace files: cleaned for a terminal (and HTML)."""
-    return (r.ref, printable(r.label) or "-", r.when, printable(r.device) or MISSING, fmt_ms(r.median_step_ms),
+    return (r.ref, printable(r.label) or "-", r.when, printable(r.device) or MISSING, fmt_ms(r.median_step_ms), _spread(r),
             fmt_pct(r.gpu_busy_frac), printable(r.top_finding) or "-")
+
+
+def _spread(r: StoredRun) -> str:
+    """``'92.1–131 ms (6)'``: the 10th-90th percentile of the run's steps, and how many."""
+    s = r.step_spread
+    if not s or not s.get("count"):
+        return MISSING
+    return f"{fmt_ms(s['p10_ms'])}\u2013{fmt_ms(s['p90_ms'])} ({s['count']})"
 
 
 def _cut(text: str, width: int) -> str:
@@ -47,10 +55,10 @@ def render_text(history: History) -> str:
     where = printable(history.where or "memory (GPUMAGIC_HOME is empty: storage is off)")
     if not history.runs:
         return f"gpumagic run history ({where}): no runs yet. Profile a cell with %%gpuprofile [--label NAME].\n"
-    rows = [TABLE_HEADER] + [(a, _cut(b, LABEL_CHARS), c, _cut(d, DEVICE_CHARS), e, f, g)
-                             for a, b, c, d, e, f, g in table(history)]
+    rows = [TABLE_HEADER] + [(a, _cut(b, LABEL_CHARS), c, _cut(d, DEVICE_CHARS), *rest)
+                             for a, b, c, d, *rest in table(history)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_HEADER))]
-    right = {4, 5}
+    right = {4, 5, 6}
     lines = [f"gpumagic run history: {len(history.runs)} run(s) in {where}"]
     for r in rows:
         cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]

@@ -23,6 +23,7 @@ from gpumagic.render._format import (
     evidence_items,
     fmt_bytes,
     fmt_gain,
+    fmt_gain_detail,
     fmt_ms,
     fmt_number,
     fmt_pct,
@@ -114,7 +115,8 @@ def header_html(report: Report) -> str:
     else:
         callout = (
             f'<div class="gm-top gm-sev-{escape(top.severity)}"><span class="gm-label">Top finding:</span> '
-            f"{escape(severity_label(top.severity))} \u00b7 <b>{escape(top.title)}</b> \u2014 {escape(fmt_gain(top.est_gain))}</div>"
+            f"{escape(severity_label(top.severity))} \u00b7 <b>{escape(top.title)}</b> \u2014 "
+            f"{escape(fmt_gain(top.est_gain, top.gain_method))}</div>"
         )
     return f"<header><h2>{escape(title_line(report))}</h2><div class=\"gm-facts\">{tiles}</div>{callout}</header>"
 
@@ -138,7 +140,7 @@ def checklist_html(report: Report) -> str:
 def finding_summary_html(f: Finding) -> str:
     return (
         f'<span class="gm-badge">{escape(severity_label(f.severity))}</span> {escape(f.title)}'
-        f'<span class="gm-gain">\u2014 {escape(fmt_gain(f.est_gain))}</span>'
+        f'<span class="gm-gain">\u2014 {escape(fmt_gain(f.est_gain, f.gain_method))}</span>'
     )
 
 
@@ -152,7 +154,7 @@ def finding_body_html(f: Finding, origin_ns: int = 0) -> str:
         f'<div class="gm-chips">{chips}</div>' if chips else "",
         _windows_html(f, origin_ns),
         f'<p><span class="gm-label">Why it matters:</span> {escape(f.why)}</p>',
-        f'<p><span class="gm-label">Estimated gain:</span> {escape(fmt_gain(f.est_gain))}'
+        f'<p><span class="gm-label">Estimated gain:</span> {escape(fmt_gain_detail(f.est_gain, f.gain_method)[0])}'
         f' <span class="gm-muted">({escape(f.gain_method)})</span></p>',
         "".join(_fix_html(fix) for fix in f.fixes),
         _doc_link(f.doc_url),

@@ -77,7 +77,7 @@ def _finding_text(jf: JobFinding, analysed: int, width: int) -> list[str]:
     f = jf.finding
     where = ("" if jf.scope == "job"
              else f" \u2014 on {len(jf.ranks)} of {analysed} ranks (evidence: rank {jf.evidence_rank})")
-    lines = textwrap.wrap(f"{severity_label(f.severity)}  {f.title}{where} \u2014 {fmt_gain(f.est_gain)}", width,
+    lines = textwrap.wrap(f"{severity_label(f.severity)}  {f.title}{where} \u2014 {fmt_gain(f.est_gain, f.gain_method)}", width,
                           initial_indent="  ", subsequent_indent="      ")
     lines += textwrap.wrap(f.evidence.summary, width, initial_indent="      ", subsequent_indent="      ")
     for fix in f.fixes[:1]:
@@ -228,7 +228,7 @@ def _findings_html(job: Job) -> str:
         where = "" if jf.scope == "job" else f" \u2014 on {len(jf.ranks)} of {n} ranks (evidence: rank {jf.evidence_rank})"
         out.append(f'<details class="gm-finding gm-sev-{escape(f.severity)}"{" open" if i == 0 else ""}><summary>'
                    f'<span class="gm-badge">{escape(severity_label(f.severity))}</span> {escape(f.title)}{escape(where)}'
-                   f'<span class="gm-gain">\u2014 {escape(fmt_gain(f.est_gain))}</span></summary>'
+                   f'<span class="gm-gain">\u2014 {escape(fmt_gain(f.est_gain, f.gain_method))}</span></summary>'
                    f'<div class="gm-finding-body">{finding_body_html(f)}</div></details>')
     return "".join(out) or '<p class="gm-muted">No finding on the job or on at least half of its ranks.</p>'
 

@@ -49,8 +49,13 @@ def header_facts(report: Report) -> list[Fact]:
         ),
     ]
     if report.findings:  # without findings the top-finding line says so, in a sentence of its own
-        facts.append(Fact("Fixing all could save", f"up to {fmt_pct(report.combined_gain)}",
+        estimate = any(f.gain_method.startswith("estimate") for f in report.findings)
+        facts.append(Fact("Fixing all could save",
+                          f"about {fmt_pct(report.combined_gain)} (estimate)" if estimate else f"up to {fmt_pct(report.combined_gain)}",
                           "estimated share of step time saved by fixing every finding together, overlapping time counted once"))
+    shared = shared_machine_fact(m)
+    if shared is not None:
+        facts.append(shared)
     bound = None if m is None or m.critical_path is None else m.critical_path.bound
     if bound is not None and bound.frac:
         facts.append(Fact("Bounded by", f"{bound.what}, {fmt_pct(bound.frac, 0)}",
@@ -63,6 +68,16 @@ def header_facts(report: Report) -> list[Fact]:
         facts.append(Fact("Compute", value, "matmul/conv FLOPs per second of wall time; MFU: that over the "
                                             "device's dense peak for the dtype"))
     return facts
+
+
+def shared_machine_fact(m: Metrics | None) -> Fact | None:
+    """"Shared machine: other processes used 1.8 of 2 cores", when they used enough to matter
+    (``metrics.host.shared_machine``, see :mod:`gpumagic.analysis.hostload`)."""
+    if m is None or m.host.shared_machine is not True or m.host.other_busy_cores is None or not m.host.usable_cores:
+        return None
+    return Fact("Shared machine:", f"other processes used {m.host.other_busy_cores:.1f} of {m.host.usable_cores:g} cores",
+                "mean busy cores of other processes over the window: step times measured now will not hold "
+                "when their load changes")
 
 
 def _window_hint(m: Metrics | None) -> str:
@@ -81,7 +96,7 @@ def top_finding_line(report: Report) -> str:
     f = top_finding(report)
     if f is None:
         return NO_FINDINGS
-    return f"Top finding: {severity_label(f.severity)} \u00b7 {f.title} \u2014 {fmt_gain(f.est_gain)}"
+    return f"Top finding: {severity_label(f.severity)} \u00b7 {f.title} \u2014 {fmt_gain(f.est_gain, f.gain_method)}"
 
 
 def title_line(report: Report) -> str:

@@ -25,6 +25,7 @@ from gpumagic.render._format import (
     evidence_items,
     fmt_bytes,
     fmt_gain,
+    fmt_gain_detail,
     fmt_ms,
     fmt_number,
     fmt_pct,
@@ -83,7 +84,7 @@ def _header(report: Report, width: int = 100) -> str:
         facts[-1] = f"{facts[-1]} \u00b7 {item}" if facts[-1] else item
     top = top_finding(report)
     line = NO_FINDINGS if top is None else (
-        f"Top finding: {SEVERITY_BADGE[top.severity].strip()} {printable(top.title)} \u2014 {fmt_gain(top.est_gain)}")
+        f"Top finding: {SEVERITY_BADGE[top.severity].strip()} {printable(top.title)} \u2014 {fmt_gain(top.est_gain, top.gain_method)}")
     return "\n".join([*title, *(wrapped for f in facts for wrapped in wrap(printable(f), width)), *wrap(line, width, subsequent="  ")])
 
 
@@ -100,7 +101,7 @@ def _checklist(report: Report, width: int) -> str:
 
 def _finding(i: int, f: Finding, width: int, origin_ns: int) -> list[str]:
     out = wrap(f"{i}. {SEVERITY_BADGE[f.severity]} {printable(f.title)}  ({printable(f.id)})", width, subsequent=INDENT)
-    out += _para("Gain:", f"{fmt_gain(f.est_gain)} ({f.gain_method})", width)
+    out += _para("Gain:", "{} ({})".format(*fmt_gain_detail(f.est_gain, f.gain_method)), width)
     out += _para("Evidence:", f.evidence.summary, width)
     if f.evidence.numbers:
         out += _para("Numbers:", " \u00b7 ".join(f"{label}: {value}" for label, value in evidence_items(f.evidence.numbers)), width)

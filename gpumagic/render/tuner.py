@@ -24,6 +24,8 @@ def table(result: TuneResult) -> list[tuple[str, ...]]:
     out = []
     for r in result.rows:
         rel = "" if not (base and r.batches_per_s) else f"{r.batches_per_s / base.batches_per_s:.2f}×"
+        if rel and r.speedup_ci and r is not base:
+            rel += f" ({r.speedup_ci[0]:.2f}–{r.speedup_ci[1]:.2f})"
         status = r.status if not r.error else f"{r.status}: {r.error}"
         mark = " ◀ best" if r is best else ""
         out.append((r.config.label + mark, _num(r.batches_per_s), _num(r.samples_per_s), rel,
@@ -44,6 +46,11 @@ def _summary(result: TuneResult) -> str:
     if best is None:
         return "No setting could be measured."
     speed = f" — {result.speedup:.2f}× the single-process loader" if result.speedup else ""
+    fastest = max((r for r in result.rows if r.batches_per_s), key=lambda r: r.batches_per_s)
+    if best is result.baseline and fastest is not best:
+        return (f"No change: {fastest.config.label} read {_num(fastest.batches_per_s)} batches/s against "
+                f"{_num(best.batches_per_s)}, but its 95 % interval includes no change; keep the single-process loader "
+                f"({len(result.rows)} settings measured in {result.elapsed_s:.1f} s, interleaved).")
     return (f"Best: {best.config.label} at {_num(best.batches_per_s)} batches/s{speed} "
             f"({len(result.rows)} settings measured in {result.elapsed_s:.1f} s).")
 

@@ -178,7 +178,7 @@ def _checklist(w, report: Report) -> ipywidgets.Widget:
 
 def finding_title(f) -> str:
     """Accordion title: ``'✖ High · The training loop waits for the data loader — up to 33 % …'``."""
-    return f"{severity_label(f.severity)} \u00b7 {f.title} \u2014 {fmt_gain(f.est_gain)}"
+    return f"{severity_label(f.severity)} \u00b7 {f.title} \u2014 {fmt_gain(f.est_gain, f.gain_method)}"
 
 
 def step_options(report: Report) -> list[tuple[str, int]]:

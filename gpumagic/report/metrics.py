@@ -295,6 +295,27 @@ class HostMetrics(Record, frozen=True):
     cpu_busy_cores: Annotated[float | None, _d("mean busy usable cores in the CPU samples (cores)")]
     cpu_saturation: Annotated[float | None, _d("cpu_busy_cores ÷ usable_cores (0..1)")]
     loader_cpu_bound: Annotated[bool | None, _d("the data-loader wait is mostly CPU work; null when unknown")]
+    # who kept the cores busy (issue 21): from the CPU samples of a gpumagic capture, null for a plain trace
+    own_busy_cores: Annotated[float | None, _d("cores this process and its DataLoader workers used (cores)")] = None
+    own_main_thread_cores: Annotated[float | None, _d("cores the main thread used (cores)")] = None
+    own_other_threads_cores: Annotated[float | None, _d("cores the process's other threads (intra-op, ...) used (cores)")] = None
+    own_workers_cores: Annotated[float | None, _d("cores the DataLoader workers used (cores)")] = None
+    other_busy_cores: Annotated[float | None, _d("cores other processes used (cores); null under a cgroup CPU quota")] = None
+    shared_machine: Annotated[bool | None, _d("other processes used at least half a core and a quarter of the usable cores")] = None
+    loader_runqueue_wait_frac: Annotated[float | None, _d("share of the window the loading threads waited for a core (0..1)")] = None
+    load_average_1m: Annotated[float | None, _d("highest 1-minute load average in the window (runnable tasks)")] = None
+    gpu_other_processes: Annotated[int | None, _d("other compute processes on the primary GPU, most seen (count; NVML)")] = None
+    gpu_throttle_reasons: Annotated[list[str] | None, _d("clock slowdown reasons NVML reported in the window")] = None
+    gpu_sm_clock_mhz: Annotated[float | None, _d("median SM clock in the window (MHz; NVML)")] = None
+
+
+class ConditionsMetrics(Record, frozen=True):
+    """What a comparison must know about how the run was made (from the bundle; null in a plain trace)."""
+
+    torch: Annotated[str | None, _d("torch version")]
+    cuda: Annotated[str | None, _d("CUDA version torch was built with")]
+    gpumagic: Annotated[str | None, _d("gpumagic version")]
+    capture_options: Annotated[list[str] | None, _d("capture options that change what the profiler costs (shapes, stacks, memory, ...)")]
 
 
 # -- compute, small copies, samples ----------------------------------------------------------
@@ -499,6 +520,7 @@ class Metrics(Record, frozen=True, omit_defaults=True):
     host: HostMetrics
     compute: Annotated[ComputeMetrics | None, _d("null only in reports from before gpumagic counted FLOPs")]
     small_copies: Annotated[SmallCopyMetrics | None, _d("null only in reports from before gpumagic measured small copies")]
+    conditions: Annotated[ConditionsMetrics | None, _d("null only in reports from before gpumagic recorded them")] = None
     phases: Annotated[PhasesMetrics | None, _d("present when the trace has step markers")] = None
     critical_path: Annotated[CriticalPathMetrics | None, _d("null only in reports from before gpumagic followed it")] = None
     operators: Annotated[OperatorsMetrics | None, _d("null only in reports from before gpumagic tabulated operators")] = None

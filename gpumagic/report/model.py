@@ -104,6 +104,10 @@ class Report(Viewable):
     trace: Trace | None = field(default=None, repr=False, compare=False)
     label: str = ""
     combined_gain: float = 0.0
+    #: Set when a labelled run is recorded: None, or how it compares with the label's previous
+    #: run (``compared_with``, ``change``, ``speedup``, ``speedup_ci``, ``conditions``,
+    #: ``explained_by``); see :func:`gpumagic.tuning.runs.regression`.
+    regression: dict[str, Any] | None = None
 
     _view_kind: ClassVar[str] = "report"
 
@@ -127,6 +131,7 @@ class Report(Viewable):
             "schema_version": SCHEMA_VERSION,
             "label": self.label,
             "combined_gain": self.combined_gain,
+            "regression": self.regression,
             "metrics": {} if self.metrics is None else self.metrics.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
             "notes": list(self.notes),
@@ -183,6 +188,7 @@ def report_from_dict(d: dict[str, Any]) -> Report:
     if not isinstance(d, dict):
         raise ValueError(f"a report is a JSON object, not {type(d).__name__}")
     gain = d.get("combined_gain")
+    regression = d.get("regression")
     try:
         raw = d.get("metrics") or None
         metrics = None if raw is None else msgspec.convert(_fill_missing(raw, _METRICS_INFO), Metrics)
@@ -191,7 +197,8 @@ def report_from_dict(d: dict[str, Any]) -> Report:
         raise ValueError(f"not a gpumagic report: {exc}") from None
     return Report(metrics=metrics, findings=findings, notes=[str(n) for n in d.get("notes") or []],
                   label=str(d.get("label") or ""),
-                  combined_gain=float(gain) if isinstance(gain, (int, float)) and not isinstance(gain, bool) else 0.0)
+                  combined_gain=float(gain) if isinstance(gain, (int, float)) and not isinstance(gain, bool) else 0.0,
+                  regression=regression if isinstance(regression, dict) else None)
 
 
 _METRICS_INFO = msgspec.inspect.type_info(Metrics)

@@ -25,6 +25,17 @@ REF_TEMPLATE = "#/$defs/{name}"
 VERSION_KEYWORD = "x-gpumagic-schema-version"
 
 
+class RegressionRecord(msgspec.Struct, kw_only=True):
+    """A labelled run slower than the label's latest earlier run beyond both runs' noise (tuning/regression.py)."""
+
+    compared_with: Annotated[str, Meta(description="the earlier run, as r<id>")]
+    change: Annotated[str, Meta(description="'slower' (a run that is not slower has no regression)")]
+    speedup: Annotated[float | None, Meta(description="median step before ÷ now (below 1: slower)")]
+    speedup_ci: Annotated[list[float] | None, Meta(description="95 % bootstrap interval of speedup, [low, high]")]
+    conditions: Annotated[list[str], Meta(description="what differed between the runs that can change step times")]
+    explained_by: Annotated[str | None, Meta(description="a difference in conditions that alone can explain the slow-down")]
+
+
 class ReportRecord(msgspec.Struct, kw_only=True):
     """A gpumagic report: what ``gpumagic analyze TRACE --format json`` prints (``Report.to_dict()``)."""
 
@@ -34,6 +45,7 @@ class ReportRecord(msgspec.Struct, kw_only=True):
     label: Annotated[str, Meta(description="the run's label ('' when none was given)")]
     combined_gain: Annotated[float, Meta(ge=0, le=1, description="estimated share of step time saved by fixing every "
                                                                  "finding together, overlapping time counted once (0..1)")]
+    regression: Annotated[RegressionRecord | None, Meta(description="null, or how this labelled run is slower than the label's earlier one")]
     metrics: Annotated[Metrics, Meta(description="everything measured; {} when nothing was (the notes say why)")]
     findings: Annotated[list[Finding], Meta(description="diagnoses, largest estimated gain first")]
     notes: Annotated[list[str], Meta(description="what was and was not captured, or tolerated in the input")]

@@ -141,9 +141,14 @@ def record_run(run: Run, *, source: str, report: Any = None, warn: bool = True) 
     from dataclasses import asdict
 
     from gpumagic.tuning import runs
+    from gpumagic.tuning.regression import regression, regression_note
 
     report = run.report if report is None else report
     try:
+        found = regression(report, run.options.label)
+        if found is not None:
+            report.regression = found
+            report.notes.insert(0, regression_note(found))
         runs.record(report, label=run.options.label, source=source, options=asdict(run.options),
                     notebook=notebook_name(), bundle=run.saved_to)
     except Exception as exc:  # after the code ran: never lose its report over the history

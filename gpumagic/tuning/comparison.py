@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from gpumagic.errors import GpumagicError
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.views import Viewable
+from gpumagic.tuning import stats
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.model import Report
@@ -46,7 +47,14 @@ MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
 #: Fewer recorded steps than this make the median step a weak estimate (torch.profiler's
 #: examples record 3-5 active steps).
 FEW_STEPS = 3
-#: The headline metrics compared beside step time: (key, name, the metric, kind, better).
+#: Other processes' load "differs" between two runs when it moved by at least half a core and a
+#: quarter of the usable cores (``analysis.hostload``'s threshold for a shared machine).
+LOAD_CHANGE_CORES = 0.5
+LOAD_CHANGE_SHARE = 0.25
+#: A GPU clock that moved by 10 % or more (our choice: boost clocks wander by a few percent
+#: under steady load; a cap or thermal slowdown moves them by more).
+CLOCK_CHANGE_FRAC = 0.10
+#: The headline metrics compared beside step time: (key, name, path in metrics, kind, better).
 #: kind: "ms_per_step"/"count_per_step" divide a window total by the step count (when both runs
 #: have steps); "frac" is a share of the window; "bytes". better: "lower", "higher" or "".
 HEADLINE: tuple[tuple[str, str, Callable[[Metrics], float | None], str, str], ...] = (
@@ -150,6 +158,22 @@ class Comparison(Viewable):
         return self.data["speedup"]
 
     @property
+    def change(self) -> str:
+        """"faster", "slower" or "no clear change", from the 95 % interval of the speed-up."""
+        return self.data["change"]
+
+    @property
+    def speedup_ci(self) -> list[float] | None:
+        """[low, high]: the 95 % bootstrap interval of :attr:`speedup`; None with too few steps."""
+        ci = self.data["speedup_ci"]
+        return None if ci is None else list(ci)
+
+    @property
+    def conditions(self) -> list[str]:
+        """What differed between the runs, besides the change, that can move step times."""
+        return list(self.data["conditions"])
+
+    @property
     def resolved(self) -> list[str]:
         return list(self.data["resolved"])
 
@@ -162,8 +186,9 @@ class Comparison(Viewable):
         return list(self.data["persisting"])
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``step_time_ratio``, ``speedup``, ``gpu_busy``, ``breakdown``, ``metrics``,
-        ``resolved``/``new``/``persisting`` (finding ids), ``findings`` (details), ``notes``."""
+        """JSON-ready: ``step_time_ratio``, ``speedup``, ``speedup_ci``, ``change``, ``conditions``,
+        ``caution``, ``gpu_busy``, ``breakdown``, ``metrics``, ``resolved``/``new``/``persisting``
+        (finding ids), ``findings`` (details), ``notes``."""
         import copy
 
         return copy.deepcopy(self.data)
@@ -206,9 +231,90 @@ def summarise(a: Report, b: Report, label_a: str, label_b: str) -> dict[str, Any
     }
     data.update(_findingsdifference(a, b))
     data["same_tolerance_frac"] = _round(same_tolerance(a, b))
+    data.update(step_change(ma, mb, steps_a, steps_b, ratio))
+    found = differing_conditions(ma, mb, data["before"], data["after"], data["change"])
+    data["conditions"] = [c["sentence"] for c in found]
+    data["conditions_detail"] = found
+    explaining = [c["sentence"] for c in found if c["explains"]]
+    data["caution"] = (f"Read with care: {explaining[0][0].lower()}{explaining[0][1:]} That alone can make "
+                       f"a run {'slower' if data['change'] == stats.SLOWER else 'faster'}; "
+                       "measure both again under the same conditions before you trust the change.") if explaining else None
     data["verdict"] = verdict(data, data["same_tolerance_frac"])
     data["notes"] = comparability_notes(a, b, data)
     return data
+
+
+def _get(rec: Any, key: str) -> Any:
+    """``rec.key``, or None where ``rec`` is None (a report that measured nothing, an older one)."""
+    return None if rec is None else getattr(rec, key, None)
+
+
+def step_change(ma: Metrics | None, mb: Metrics | None, steps_a: int, steps_b: int, ratio: float | None) -> dict[str, Any]:
+    """``speedup_ci`` (the 95 % bootstrap interval of the speed-up over the recorded steps, or
+    None with fewer than :data:`~gpumagic.tuning.stats.MIN_STEPS` in either run) and ``change``."""
+    da = _get(_get(ma, "steps"), "durations_ms") if steps_a else None
+    db = _get(_get(mb, "steps"), "durations_ms") if steps_b else None
+    ci = stats.speedup_interval(da or [], db or []) if ratio is not None else None
+    speedup = None if ratio is None else 1 / ratio
+    return {"speedup_ci": None if ci is None else [_significant(ci[0]), _significant(ci[1])],
+            "change": stats.change_of(speedup, ci), "steps_for_interval": stats.MIN_STEPS}
+
+
+def _cores(x: float | None) -> str:
+    return "unknown" if x is None else f"{x:.1f}"
+
+
+def differing_conditions(ma: Metrics | None, mb: Metrics | None, fa: dict[str, Any], fb: dict[str, Any],
+                         change: str) -> list[dict[str, Any]]:
+    """What differed between the runs that can change step times, each as ``{"key", "before",
+    "after", "sentence", "explains"}``; ``explains`` when the difference alone pushes step time
+    the way the change went (more load from other processes and a slower run, ...). Only
+    differences both runs recorded are listed."""
+    slower, faster = change == stats.SLOWER, change == stats.FASTER
+    out: list[dict[str, Any]] = []
+
+    def add(key: str, before: Any, after: Any, sentence: str, explains: bool) -> None:
+        out.append({"key": key, "before": before, "after": after, "sentence": sentence, "explains": bool(explains)})
+
+    ha, hb = _get(ma, "host"), _get(mb, "host")
+    oa, ob = _get(ha, "other_busy_cores"), _get(hb, "other_busy_cores")
+    usable = max([u for u in (_get(ha, "usable_cores"), _get(hb, "usable_cores")) if u] or [0])
+    if oa is not None and ob is not None and abs(ob - oa) >= max(LOAD_CHANGE_CORES, LOAD_CHANGE_SHARE * usable):
+        add("other_busy_cores", oa, ob,
+            f"Other processes kept {_cores(oa)} cores busy before and {_cores(ob)} after"
+            + (f" (of {usable:g} usable)." if usable else "."), (slower and ob > oa) or (faster and ob < oa))
+    ua, ub = _get(ha, "usable_cores"), _get(hb, "usable_cores")
+    if ua and ub and ua != ub:
+        add("usable_cores", ua, ub, f"The run could use {ua:g} cores before and {ub:g} after.",
+            (slower and ub < ua) or (faster and ub > ua))
+    if fa["device"] != fb["device"]:
+        add("device", fa["device"], fb["device"],
+            f"The runs used different devices ({fa['device'] or 'no GPU'} before, {fb['device'] or 'no GPU'} after): "
+            "step times compare the hardware as well as the change.", change != stats.NO_CLEAR_CHANGE)
+    ga, gb = _get(ha, "gpu_other_processes"), _get(hb, "gpu_other_processes")
+    if ga is not None and gb is not None and (ga > 0) != (gb > 0):
+        add("gpu_other_processes", ga, gb, f"Other processes on the GPU: {ga} before, {gb} after.",
+            (slower and gb > ga) or (faster and gb < ga))
+    ta, tb = _get(ha, "gpu_throttle_reasons"), _get(hb, "gpu_throttle_reasons")
+    if ta is not None and tb is not None and set(ta) != set(tb):
+        add("gpu_throttle_reasons", ta, tb, f"GPU clocks slowed by {', '.join(ta) or 'nothing'} before and by "
+            f"{', '.join(tb) or 'nothing'} after.", (slower and set(tb) - set(ta)) or (faster and set(ta) - set(tb)))
+    ca, cb = _get(ha, "gpu_sm_clock_mhz"), _get(hb, "gpu_sm_clock_mhz")
+    if ca and cb and abs(cb - ca) / max(ca, cb) >= CLOCK_CHANGE_FRAC:
+        add("gpu_sm_clock_mhz", ca, cb, f"The GPU's median SM clock was {ca:.0f} MHz before and {cb:.0f} MHz after.",
+            (slower and cb < ca) or (faster and cb > ca))
+    va, vb = _get(ma, "conditions"), _get(mb, "conditions")
+    for key, name in (("torch", "torch"), ("cuda", "CUDA")):
+        xa, xb = _get(va, key), _get(vb, key)
+        if xa and xb and xa != xb:
+            add(key, xa, xb, f"{name} {xa} before, {xb} after.", False)
+    oa_, ob_ = _get(va, "capture_options"), _get(vb, "capture_options")
+    if oa_ is not None and ob_ is not None and set(oa_) != set(ob_):
+        more_after = set(ob_) - set(oa_)
+        add("capture_options", oa_, ob_, f"Capture options that add profiler cost per operator: "
+            f"{', '.join(oa_) or 'none'} before, {', '.join(ob_) or 'none'} after.",
+            (slower and more_after) or (faster and set(oa_) - set(ob_)))
+    return out
 
 
 def _step_count(m: Metrics | None) -> int:
@@ -334,28 +440,39 @@ def same_tolerance(before: Report, after: Report) -> float:
 
 
 def verdict(data: dict[str, Any], tolerance: float = SAME_STEP_TOLERANCE) -> str:
-    """One sentence: faster, slower or about the same (a change within ``tolerance``), per median step."""
+    """One sentence: faster, slower or no clear change, as ``data["change"]`` decided it from
+    the interval of the speed-up; with too few steps for an interval, the measured ratio and that
+    it cannot be told from noise. (``tolerance`` is kept for callers of the older signature: a
+    ``data`` without ``change`` is judged by it.)"""
     ratio = data["step_time_ratio"]
     if ratio is None:
         if data["before"]["steps"] and data["after"]["steps"]:
             return "Step times cannot be compared: a run's median step lasts no time."
         return "Step times cannot be compared: a run has no ProfilerStep# markers."
-    change = ratio - 1
-    if abs(change) <= tolerance:
-        return f"About the same: the median step changed by {change * 100:+.1f} %, within the step-to-step variation."
-    if change < 0:
-        speedup = data.get("speedup") or _significant(1 / ratio)  # the number Comparison.speedup holds
-        return f"{speedup:.2f}× faster: the median step is {-change * 100:.0f} % shorter."
-    return f"{ratio:.2f}× slower: the median step is {change * 100:.0f} % longer."
+    change_pct = (ratio - 1) * 100
+    ci = data.get("speedup_ci")
+    interval = None if ci is None else (ci[0], ci[1])
+    if "change" not in data:  # the older call: a ratio and a tolerance
+        if abs(ratio - 1) <= tolerance:
+            return f"About the same: the median step changed by {change_pct:+.1f} %, within the step-to-step variation."
+        return stats.fmt_speedup(1 / ratio, None).split(" (")[0] + (
+            f": the median step is {abs(change_pct):.0f} % {'shorter' if ratio < 1 else 'longer'}.")
+    if interval is None:
+        steps = f"{data['before']['steps']} and {data['after']['steps']}"
+        return (f"No clear change: the median step changed by {change_pct:+.0f} % "
+                f"({stats.fmt_speedup(1 / ratio, None).split(' (')[0]}), but the runs have too few steps ({steps}; "
+                f"{stats.MIN_STEPS} each are needed) to tell that from noise.")
+    shown = stats.fmt_speedup(1 / ratio, interval)
+    if data["change"] == stats.NO_CLEAR_CHANGE:
+        return (f"No clear change: the median step changed by {change_pct:+.1f} %; the 95 % interval of the speed-up "
+                f"({shown.split('interval ')[-1].rstrip(')')}) includes no change.")
+    return f"{shown}: the median step is {abs(change_pct):.0f} % {'shorter' if ratio < 1 else 'longer'}."
 
 
 def comparability_notes(a: Report, b: Report, data: dict[str, Any]) -> list[str]:
-    """Reasons to read the comparison with care (different GPUs, few steps, no steps)."""
+    """Reasons to read the comparison with care (few steps, no steps, the same trace); what
+    differed between the runs is in ``data["conditions"]``."""
     notes = []
-    da, db = data["before"]["device"], data["after"]["device"]
-    if da != db:
-        notes.append(f"The runs used different devices ({da or 'no GPU'} vs {db or 'no GPU'}): "
-                     "step times compare the hardware as well as the change.")
     for side in ("before", "after"):
         facts = data[side]
         if not facts["steps"]:

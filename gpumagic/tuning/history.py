@@ -94,6 +94,9 @@ _AT = re.compile(r"^(.+)@(\d+)$")
 #: Columns of a table row (the report's JSON is read only when asked for).
 _ROW_COLUMNS = ("id", "label", "created_ns", "source", "workdir", "notebook", "options", "bundle", "device",
                 "median_step_ms", "gpu_busy_frac", "top_finding")
+#: The selected columns: the row's, and the step durations read out of the stored report (SQLite's
+#: built-in JSON functions, https://www.sqlite.org/json1.html), for the step spread of each run.
+_SELECT = ", ".join(_ROW_COLUMNS) + ", json_extract(report, '$.metrics.steps.durations_ms')"
 
 
 class HistoryError(GpumagicError):
@@ -137,6 +140,9 @@ class StoredRun:
     median_step_ms: float | None
     gpu_busy_frac: float | None
     top_finding: str
+    #: The spread of the run's recorded steps (``count``, ``median_ms``, ``p10_ms``, ``p90_ms``,
+    #: ``mad_frac``: see :func:`gpumagic.tuning.stats.spread`), read from its report.
+    step_spread: dict[str, Any] | None = None
 
     @property
     def ref(self) -> str:
@@ -252,7 +258,7 @@ class HistoryStore:
                               "median_step_ms, gpu_busy_frac, top_finding, report) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", values)
             run_id = cur.lastrowid
             con.execute("DELETE FROM runs WHERE id <= (SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET ?)", (self.keep,))
-            row = con.execute(f"SELECT {', '.join(_ROW_COLUMNS)} FROM runs WHERE id = ?", (run_id,)).fetchone()
+            row = con.execute(f"SELECT {_SELECT} FROM runs WHERE id = ?", (run_id,)).fetchone()
         return _stored(row)
 
     def remove(self, runs: Sequence[StoredRun]) -> int:
@@ -269,7 +275,7 @@ class HistoryStore:
     def runs(self, label: str | None = None, limit: int | None = None) -> list[StoredRun]:
         """Runs, newest first; only those labelled ``label`` when given; at most ``limit``."""
         where, params = ("WHERE label = ?", [label]) if label is not None else ("", [])
-        sql = f"SELECT {', '.join(_ROW_COLUMNS)} FROM runs {where} ORDER BY id DESC"
+        sql = f"SELECT {_SELECT} FROM runs {where} ORDER BY id DESC"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(min(limit, _SQL_INT_MAX))
@@ -294,7 +300,7 @@ class HistoryStore:
             if match:
                 run_id = int(match[1])
                 row = None if run_id > _SQL_INT_MAX else con.execute(
-                    f"SELECT {', '.join(_ROW_COLUMNS)} FROM runs WHERE id = ?", (run_id,)).fetchone()
+                    f"SELECT {_SELECT} FROM runs WHERE id = ?", (run_id,)).fetchone()
                 if row is not None:
                     if con.execute("SELECT 1 FROM runs WHERE label = ? AND id != ?", (ref, run_id)).fetchone():
                         raise RunNameError(f"{ref!r} names both run {ref} and the runs labelled {ref!r}; "
@@ -305,7 +311,7 @@ class HistoryStore:
             if at and int(at[2]) >= 1 and not con.execute("SELECT 1 FROM runs WHERE label = ?", (ref,)).fetchone():
                 label, nth = at[1], int(at[2])
             row = None if nth > _SQL_INT_MAX else con.execute(
-                f"SELECT {', '.join(_ROW_COLUMNS)} FROM runs WHERE label = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
+                f"SELECT {_SELECT} FROM runs WHERE label = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
                 (label, nth - 1)).fetchone()
             if row is not None:
                 return _stored(row)
@@ -330,7 +336,7 @@ class HistoryStore:
     def export_rows(self) -> Iterator[dict[str, Any]]:
         """Every run with its report as a dict, oldest first."""
         with self._connect() as con:
-            rows = con.execute(f"SELECT {', '.join(_ROW_COLUMNS)}, report FROM runs ORDER BY id").fetchall()
+            rows = con.execute(f"SELECT {_SELECT}, report FROM runs ORDER BY id").fetchall()
         for row in rows:
             yield _stored(row[:-1]).to_dict() | {"report": json.loads(row[-1])}
 
@@ -417,8 +423,17 @@ def on_network_filesystem(path: Path) -> bool:
 
 
 def _stored(row: Sequence[Any]) -> StoredRun:
+    from gpumagic.tuning.stats import spread
+
     values = dict(zip(_ROW_COLUMNS, row))
     values["options"] = json.loads(values["options"] or "{}")
+    steps = row[len(_ROW_COLUMNS)] if len(row) > len(_ROW_COLUMNS) else None
+    try:
+        durations = json.loads(steps) if isinstance(steps, str) else None
+    except ValueError:  # a report written by another version: no spread rather than no row
+        durations = None
+    if isinstance(durations, list) and all(isinstance(d, (int, float)) for d in durations):
+        values["step_spread"] = spread(durations)
     return StoredRun(**values)
 
 

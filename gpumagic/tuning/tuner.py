@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from gpumagic.report.views import Viewable, view
+from gpumagic.tuning import stats
 
 #: Settings within 5 % of the fastest count as equally fast; the one with fewer workers wins
 #: (each worker holds a copy of the dataset and a CPU core). Our choice: repeated measurements of
@@ -56,11 +57,35 @@ class TuneRow:
     startup_s: float | None = None
     restart_s: float | None = None
     error: str = ""
+    #: Seconds of each measured batch, over all rounds (the samples of the speed-up intervals).
+    batch_s: list[float] = field(default_factory=list, repr=False)
+    #: 95 % interval of this setting's speed-up over the single-process one (mean batch time
+    #: there ÷ here, the ratio of the rates; :mod:`gpumagic.tuning.stats`), None with too few batches.
+    speedup_ci: list[float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(d.pop("config"))
+        d.pop("batch_s")
         return d
+
+    def merge(self, other: TuneRow) -> None:
+        """Add another round's measurement of the same setting."""
+        if other.status != "ok":
+            self.status, self.error = other.status, other.error
+            self.batches_per_s = self.samples_per_s = None
+            return
+        if self.status != "ok":
+            return
+        self.batches += other.batches
+        self.seconds = round(self.seconds + other.seconds, 4)
+        self.batch_s += other.batch_s
+        if self.batches and self.seconds > 0:
+            scale = (self.samples_per_s / self.batches_per_s) if self.samples_per_s and self.batches_per_s else None
+            self.batches_per_s = round(self.batches / self.seconds, 3)
+            self.samples_per_s = None if scale is None else round(self.batches_per_s * scale, 1)
+        if self.restart_s is None or (other.restart_s is not None and other.restart_s < self.restart_s):
+            self.restart_s = other.restart_s
 
 
 @dataclass
@@ -77,13 +102,28 @@ class TuneResult(Viewable):
 
     @property
     def best(self) -> TuneRow | None:
-        """The fastest setting, preferring fewer workers among those within 5 % of it."""
+        """The fastest setting, preferring fewer workers among those within 5 % of it; the
+        single-process setting ("no change") when the best one's speed-up interval over it
+        includes no change (or is too short to say)."""
         ok = [r for r in self.rows if r.batches_per_s]
         if not ok:
             return None
         top = max(r.batches_per_s for r in ok)
         near = [r for r in ok if r.batches_per_s >= (1 - NEAR_BEST_FRAC) * top]
-        return min(near, key=lambda r: (r.config.num_workers, r.config.prefetch_factor or 0, -r.batches_per_s))
+        pick = min(near, key=lambda r: (r.config.num_workers, r.config.prefetch_factor or 0, -r.batches_per_s))
+        base = self.baseline
+        if base is not None and pick is not base and base.batch_s and pick.batch_s and self.change_of(pick) != stats.FASTER:
+            return base
+        return pick
+
+    def change_of(self, row: TuneRow) -> str:
+        """"faster", "slower" or "no clear change" of ``row`` against the single-process setting."""
+        base = self.baseline
+        if base is None or not row.batch_s or not base.batch_s:
+            return stats.NO_CLEAR_CHANGE
+        ci = stats.speedup_interval(base.batch_s, row.batch_s, statistic="mean")
+        return stats.change_of(row.batches_per_s / base.batches_per_s if row.batches_per_s and base.batches_per_s
+                               else None, ci)
 
     @property
     def baseline(self) -> TuneRow | None:
@@ -115,8 +155,11 @@ class TuneResult(Viewable):
 
     def to_dict(self) -> dict[str, Any]:
         best = self.best
-        return {"rows": [r.to_dict() for r in self.rows], "best": None if best is None else best.to_dict(),
-                "speedup": self.speedup, "batch_size": self.batch_size, "recommended_kwargs": self.recommended_kwargs,
+        rows = [r.to_dict() | {"change": self.change_of(r)} for r in self.rows]
+        return {"rows": rows,
+                "best": None if best is None else best.to_dict(), "speedup": self.speedup,
+                "speedup_ci": None if best is None else best.speedup_ci, "batch_size": self.batch_size,
+                "recommended_kwargs": self.recommended_kwargs,
                 "code": self.code, "warnings": list(self.warnings), "notes": list(self.notes), "elapsed_s": self.elapsed_s}
 
     def figure(self):

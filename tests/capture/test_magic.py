@@ -263,7 +263,7 @@ def test_compare_shows_the_comparison_first_and_the_report_collapsed_under_it(sh
     [output] = out.outputs  # one output: the comparison, with the report inside it
     html = output.data["text/html"]
     after = shell.user_ns["after"]
-    assert html.index("slow-before \u2192") < html.index("Speed-up") < html.index('<details class="gm-full">')
+    assert html.index("slow-before \u2192") < html.index("gm-verdict") < html.index('<details class="gm-full">')
     assert "gpumagic report" in html[html.index('<details class="gm-full">'):]
     assert output.data["text/plain"].startswith("gpumagic comparison: slow-before")
     assert after.to_text() in output.data["text/plain"]

@@ -100,7 +100,7 @@ def test_bad_inputs_raise_clear_errors(reports):
 def test_same_trace_is_about_the_same(reports):
     same = compare(reports[0], reports[0]).to_dict()
     assert same["step_time_ratio"] == 1.0
-    assert same["verdict"].startswith("About the same")
+    assert same["verdict"].startswith("No clear change") and same["change"] == "no clear change"
     assert same["resolved"] == same["new"] == []
     assert same["persisting"] == reports[0].finding_ids
     assert "Both sides are the same trace." in same["notes"]
@@ -118,9 +118,12 @@ def test_slower_run_and_different_devices(tmp_path):
     b = _steps_trace(tmp_path / "b.json", 15_000, 8_000, gpu="Other GPU", steps=2)
     d = compare(a, b).to_dict()
     assert d["step_time_ratio"] == pytest.approx(1.5, abs=0.01)
-    assert d["verdict"].startswith("1.50× slower")
+    # 4 and 2 steps: too few for an interval, so the ratio is told but not called a change
+    assert d["verdict"].startswith("No clear change: the median step changed by +50 % (1.50× slower)")
+    assert "too few steps (4 and 2; 5 each are needed)" in d["verdict"]
+    assert d["change"] == "no clear change" and d["speedup_ci"] is None
     assert d["gpu_busy"]["after"] < d["gpu_busy"]["before"]
-    assert any("different devices (Test GPU vs Other GPU)" in n for n in d["notes"])
+    assert any("different devices (Test GPU before, Other GPU after)" in c for c in d["conditions"])
     assert any("only 2 recorded step(s)" in n for n in d["notes"])
 
 

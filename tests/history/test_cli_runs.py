@@ -40,9 +40,10 @@ def test_list_is_a_table_oldest_first(three_runs, capsys, gpumagic_home):
     assert main(["runs", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"gpumagic run history: 3 run(s) in {gpumagic_home / history.DB_NAME}"
-    assert lines[1].split() == ["id", "label", "when", "device", "median", "step", "GPU", "busy", "top", "finding"]
+    assert lines[1].split() == ["id", "label", "when", "device", "median", "step", "steps", "p10–p90", "GPU", "busy", "top",
+                                "finding"]
     assert [ln.split()[:2] for ln in lines[2:]] == [["r1", "workers"], ["r2", "workers"], ["r3", "-"]]
-    assert lines[2].endswith("Tesla V100-DGXS-32GB        177 ms      57 %  dataloader-bound")
+    assert lines[2].endswith("Tesla V100-DGXS-32GB        177 ms  175 ms–181 ms (6)      57 %  dataloader-bound")
     assert "NVIDIA H100 80GB HBM3" in lines[4] and lines[4].endswith("launch-bound")
     assert main(["runs", "list", "-n", "1"]) == 0
     assert [ln.split()[0] for ln in capsys.readouterr().out.splitlines()[2:]] == ["r3"]

@@ -53,6 +53,11 @@ def test_gain_is_phrased_as_an_upper_bound():
     assert fmt_gain(None) == "gain unknown"
 
 
+def test_an_estimated_gain_is_not_called_an_upper_bound():
+    assert fmt_gain(0.334, "estimate: the wait workers hide, assuming ...") == "about 33 % of step time (estimate)"
+    assert fmt_gain(0.334, "upper bound: the wait") == "up to 33 % of step time"
+
+
 def test_severity_has_an_icon_and_a_word_and_icons_differ():
     labels = {s: severity_label(s) for s in ("high", "medium", "low")}
     assert [label.split()[1] for label in labels.values()] == ["High", "Medium", "Low"]

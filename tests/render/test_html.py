@@ -21,7 +21,7 @@ def test_header_gives_the_five_facts(loader_report):
         assert label in html
     assert f">{m['steps']['count']}<" in html
     assert loader_report.findings[0].title in html
-    assert "up to 33 % of step time" in html  # dataloader-bound's estimated gain, rounded
+    assert "about 33 % of step time (estimate)" in html  # dataloader-bound's estimated gain, rounded, said to be an estimate
 
 
 def test_first_finding_is_open_and_fixes_are_code_blocks(loader_report):

@@ -106,3 +106,38 @@ def test_batches_are_copied_to_the_device_through_nesting():
     assert isinstance(moved["a"], list) and isinstance(moved["a"][1], tuple) and moved["a"][1][1] == 3
     assert torch.equal(moved["a"][0], torch.ones(2))
     assert _to_device(batch, None, False) is batch
+
+
+def test_overlapping_intervals_keep_the_single_process_loader_and_separate_ones_pick_workers():
+    import numpy as np
+
+    from gpumagic.tuning.tuner import TuneConfig, TuneResult, TuneRow
+
+    def row(workers: int, mean_s: float, spread: float) -> TuneRow:
+        times = list(mean_s * (1 + spread * np.tile([-1.0, 1.0], 20)))  # bursty arrivals, mean exactly mean_s
+        return TuneRow(TuneConfig(workers, False, workers > 0, 2 if workers else None), batches=40,
+                       seconds=sum(times), batches_per_s=40 / sum(times), batch_s=times)
+
+    noisy = TuneResult(rows=[row(0, 0.010, 0.6), row(2, 0.0095, 0.6)], batch_size=4)
+    assert noisy.best.config.num_workers == 0  # 5 % faster inside the noise: "no change"
+    assert noisy.change_of(noisy.rows[1]) == "no clear change"
+    assert "No change" in noisy.to_text()
+    clear = TuneResult(rows=[row(0, 0.010, 0.05), row(2, 0.005, 0.05)], batch_size=4)
+    assert clear.best.config.num_workers == 2 and clear.change_of(clear.rows[1]) == "faster"
+    assert clear.to_dict()["rows"][1]["change"] == "faster"
+
+
+def test_the_grid_is_measured_interleaved(monkeypatch):
+    from gpumagic.tuning import dataloader as dl
+
+    order = []
+
+    def fake_measure(base, config, seconds, batches, device, start_s=0.0):
+        order.append(config.num_workers)
+        return dl.TuneRow(config, batches=5, seconds=0.05, batches_per_s=100.0, batch_s=[0.01] * 5)
+
+    monkeypatch.setattr(dl, "_measure", fake_measure)
+    monkeypatch.setattr(dl, "worker_start_s", lambda base: 0.0)
+    result = dl.tune_dataloader(list(range(20)), batch_size=2, num_workers=(0, 1), rounds=3)
+    assert order == [0, 1, 0, 1, 0, 1]  # ABABAB, not AAABBB
+    assert result.rows[0].batches == 15 and len(result.rows[0].batch_s) == 15

@@ -50,7 +50,7 @@ def test_takes_a_dataloader_and_keeps_its_batching_and_collate():
 
 
 def test_epoch_end_stops_the_measurement_and_says_so():
-    result = tune_dataloader(Sleepy(n=8, item_s=0), batch_size=4, num_workers=(0,), max_seconds_per_config=1)
+    result = tune_dataloader(Sleepy(n=8, item_s=0), batch_size=4, num_workers=(0,), max_seconds_per_config=1, rounds=1)
     assert result.rows[0].batches == 1  # two batches in the epoch: the first one is the startup
     assert any("Fewer than 5 batches" in n for n in result.notes)
 
@@ -150,4 +150,4 @@ def test_restart_is_timed_at_a_real_epoch_end_for_persistent_workers(monkeypatch
                                 persistent_workers=(True,), max_seconds_per_config=0.3)
     assert result.rows[0].status == "ok" and result.rows[0].restart_s is not None
     restarts = [o for persistent, o in seen if persistent and o is not None]
-    assert restarts == [0]  # the one persistent restart found no batch of the old epoch in flight
+    assert restarts == [0, 0]  # each round's persistent restart found no batch of the old epoch in flight

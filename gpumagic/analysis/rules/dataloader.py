@@ -5,15 +5,22 @@ from __future__ import annotations
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.hostcpu import HostCpu, host_cpu, suggested_workers
+from gpumagic.analysis.hostload import COST_OPTIONS
+from gpumagic.analysis.loadergain import saturated_by, worker_gain
 from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.cpu import CACHE_CODE, CACHE_FIX, SATURATION
-from gpumagic.report.metrics import Metrics
+from gpumagic.report.metrics import HostMetrics, Metrics
 from gpumagic.report.model import Finding, Fix
 
 #: TensorBoard profiler plugin: recommend more DataLoader workers when the DataLoader share of
 #: step time exceeds 5 %.
 DATALOADER_FRAC = 0.05
+#: Intra-op threads "in use" when the main process's threads other than the main one keep at
+#: least half a core busy: then a CPU-bound worker competes with them for the same cores, and the
+#: fix lowers ``torch.set_num_threads`` to leave the workers their cores (an OpenMP parallel region
+#: waits for its slowest thread, so a thread that loses its core stalls the whole region).
+INTRA_OP_CORES = 0.5
 DOC = "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"
 
 
@@ -22,7 +29,11 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: time the main thread spends inside ``enumerate(DataLoader)#...__next__``.
     Threshold: > 5 % of the window (TensorBoard plugin). Gain: the part of that wait during
     which the GPU was also idle (the breakdown's exclusive data-loader time) — time that worker
-    processes preparing batches in parallel could hide. The worker count follows the evidence
+    processes preparing batches in parallel could hide — less what the cores cannot absorb: with
+    CPU samples, the step cannot get shorter than this run's own CPU work spread over the cores it
+    can get (``analysis.loadergain``; an estimate, its assumptions named in ``gain_method``).
+    When loading is CPU work and intra-op threads keep cores busy, the fix also lowers
+    ``torch.set_num_threads`` so that the workers get their cores. The worker count follows the evidence
     (``analysis.hostcpu``): when loading is CPU work, never more workers than the usable cores
     recorded at capture allow (none at all when they are saturated: ``host-cpu-saturated``);
     when it is mostly not CPU (I/O, sleeps), more workers than cores, saying why; for a plain
@@ -34,7 +45,7 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     frac = ctx.frac(iv.total(dl))
     if frac <= DATALOADER_FRAC:
         return None
-    gain = ctx.frac(iv.total(ctx.exclusive["dataloader"]))
+    gain = exclusive = ctx.frac(iv.total(ctx.exclusive["dataloader"]))
     h = host_cpu(ctx)
     numbers = {"dataloader_ms": m.host.dataloader_ms, "dataloader_frac": m.host.dataloader_frac,
                "gpu_idle_during_wait_frac": round(gain, 4), "threshold_frac": DATALOADER_FRAC}
@@ -50,9 +61,19 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
             numbers["workers_cpu_util_mean_pct"] = samples.workers_util_mean
             cpu_note += f"; loader workers used {samples.workers_util_mean:.0f} % of a core"
         cpu_note += "."
-    advice, workers = _worker_advice(h)
+    advice, workers = _worker_advice(h, host)
     if workers is not None:
         numbers["suggested_num_workers"] = workers
+    threads = _intra_op_threads(h, host, workers)
+    method = "data-loader wait that does not overlap GPU work or other host activity"
+    if not _saturated(h, host):
+        capture = (m.get("conditions") or {}).get("capture_options") or []
+        wg = worker_gain(gain, host, workers, profiler_cost=any(o in COST_OPTIONS for o in capture))
+        gain, method = wg.gain, wg.method
+        if wg.cores_available is not None:
+            numbers["cores_available_with_workers"] = wg.cores_available
+    if threads is not None:
+        numbers["suggested_num_threads"] = threads
     loop = "training loop" if ctx.workload == "training" else "loop"
     return finding(
         severity=severity_for(gain), title=f"The {loop} waits for the data loader",
@@ -62,23 +83,36 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         Worker processes prepare the next batches in parallel, so the batch is ready when the step asks
         for it — if there are free cores for them.""",
         summary=f"{pct(frac)} of the window is spent waiting in the DataLoader "
-                f"({m.host.dataloader_ms:.1f} ms); for {pct(gain)} of the window nothing else runs"
+                f"({m.host.dataloader_ms:.1f} ms); for {pct(exclusive)} of the window nothing else runs"
                 f"{', GPU included' if ctx.device >= 0 else ''}." + cpu_note + " " + advice,
         numbers=numbers,
         windows=windows(dl[0], dl[1], "cpu", label="DataLoader wait"),
-        est_gain=cap_by_critical_path(ctx, "dataloader-bound", gain),
-        gain_method="data-loader wait that does not overlap GPU work or other host activity",
-        fixes=_fixes(ctx, h, workers),
+        est_gain=cap_by_critical_path(ctx, "dataloader-bound", gain), gain_method=method,
+        fixes=_fixes(ctx, h, workers, host, threads),
         doc_url=DOC,
     )
 
 
-def _worker_advice(h: HostCpu) -> tuple[str, int | None]:
+def _intra_op_threads(h: HostCpu, host: HostMetrics, workers: int | None) -> int | None:
+    """``torch.set_num_threads`` to leave CPU-bound workers their cores, when intra-op threads
+    are in use (None: leave the threads alone)."""
+    busy = host.get("own_other_threads_cores")
+    if workers is None or not h.usable_cores or h.loader_cpu_bound is not True or busy is None or busy < INTRA_OP_CORES:
+        return None
+    return max(1, int(float(h.usable_cores)) - workers)
+
+
+def _worker_advice(h: HostCpu, host: HostMetrics) -> tuple[str, int | None]:
     """The sentence that says where the worker count comes from, and the count (None: the fix
     computes it on the machine that runs it)."""
-    if _saturated(h):
-        return (f"The usable cores are saturated ({pct(h.saturation or 0.0)} of {h.usable_cores:g}) and loading is CPU "
-                "work: more workers will not help; see host-cpu-saturated."), None
+    if _saturated(h, host):
+        return (f"The usable cores are saturated ({pct(h.saturation)} of {h.usable_cores:g}) by this process's own "
+                "threads and loading is CPU work: more workers will not help; see host-cpu-saturated."), None
+    if _crowded(h, host):
+        n = max(1, int(float(h.usable_cores)) - 1)  # the main process needs a core too
+        return (f"Other processes keep {host['other_busy_cores']:.1f} of {h.usable_cores:g} usable cores busy and loading "
+                f"is CPU work: {n} worker(s) would get a larger share of the cores (the scheduler splits them between "
+                "runnable threads), at the neighbours' expense; step times will change when their load does."), n
     if h.loader_cpu_bound is False and h.usable_cores:
         n = 2 * int(max(1, float(h.usable_cores)))
         return (f"The wait is mostly not CPU work ({h.loader_cpu_source}): workers waiting on I/O need no core "
@@ -92,13 +126,21 @@ def _worker_advice(h: HostCpu) -> tuple[str, int | None]:
             "computed on the machine that runs it (an assumption: one core per worker, one for the main process)."), None
 
 
-def _saturated(h: HostCpu) -> bool:
-    """No core is free and loading is CPU work (the case ``host-cpu-saturated`` reports)."""
-    return h.saturation is not None and h.saturation >= SATURATION and h.loader_cpu_bound is True
+def _saturated(h: HostCpu, host: HostMetrics) -> bool:
+    """No core is free, loading is CPU work and the busy cores are not mostly other processes'
+    (the case where ``host-cpu-saturated`` says workers cannot help)."""
+    return (h.saturation is not None and h.saturation >= SATURATION and h.loader_cpu_bound is True
+            and saturated_by(host) != "others")
 
 
-def _fixes(ctx: Context, h: HostCpu, workers: int | None) -> tuple[Fix, ...]:
-    if _saturated(h):
+def _crowded(h: HostCpu, host: HostMetrics) -> bool:
+    """No core is free, loading is CPU work, and other processes did most of the busy time."""
+    return (h.saturation is not None and h.saturation >= SATURATION and h.loader_cpu_bound is True
+            and saturated_by(host) == "others" and bool(h.usable_cores))
+
+
+def _fixes(ctx: Context, h: HostCpu, workers: int | None, host: HostMetrics, threads: int | None = None) -> tuple[Fix, ...]:
+    if _saturated(h, host):
         return (pytorch("No core is free for workers (see host-cpu-saturated): make each batch cheaper; "
                         + CACHE_FIX[0].lower() + CACHE_FIX[1:], CACHE_CODE),)
     gpu, training = ctx.device >= 0, ctx.workload == "training"
@@ -109,6 +151,9 @@ def _fixes(ctx: Context, h: HostCpu, workers: int | None) -> tuple[Fix, ...]:
              f"num_workers={count}," + ("" if workers is not None else "   # assumption: one core per worker"),
              "persistent_workers=True,"] + (["pin_memory=True,"] if gpu else [])
     code = head + "loader = torch.utils.data.DataLoader(\n" + "".join(f"    {ln}\n" for ln in lines) + ")"
+    if threads is not None:  # CPU-bound workers beside busy intra-op threads: leave the workers their cores
+        code = (f"torch.set_num_threads({threads})   # intra-op threads: the cores the {workers} worker(s) leave\n"
+                + code)
     fixes = [pytorch("Load batches in worker processes" + (", into pinned memory," if gpu else "")
                      + " and keep the workers alive", code)]
     if training:

@@ -1,0 +1,92 @@
+"""What DataLoader workers would actually recover, and who keeps the cores busy.
+
+Workers hide a data-loader wait only as far as the cores can absorb the work: moving the loading
+into worker processes adds no CPU work, but it does not remove any either. So the step cannot get
+shorter than this run's own CPU work (``own_busy_cores`` × step, ``analysis.hostload``) spread over
+the cores it can get::
+
+    step_after ≈ max(step − wait, wait / workers, own_cpu / cores_available)
+    gain       = 1 − step_after / step            (0 ≤ gain ≤ wait share)
+
+(``wait / workers``: each worker takes about as long for a batch as the main process does now —
+the same sleeps, reads and waits for a core — so ``w`` of them deliver one every ``wait / w``.)
+
+``cores_available`` is the usable cores less other processes' load. When other processes fill
+the cores and the loading is CPU work, more runnable threads get a larger share: Linux's CFS
+divides CPU time between runnable threads by weight, equal by default (kernel docs,
+scheduler/sched-design-CFS.rst), so with ``n`` CPU-bound neighbour threads, the main thread and
+``w`` workers get about ``usable × (1 + w) / (1 + w + n)`` cores. Both are estimates: the loading
+work is assumed to stay the same, the neighbours to keep their load, and ``n`` is read as the
+other processes' busy cores (each busy core one CPU-bound thread). Without CPU samples (a plain
+trace) the gain is the wait itself, and says it assumes free cores.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: Who saturates the cores: "own" when this process tree did at least 3/4 of the busy time,
+#: "others" when other processes did at least half, else "both" ("unknown" without the split).
+OWN_SHARE = 0.75
+OTHERS_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class WorkerGain:
+    gain: float  # share of step time workers would save (0..wait share)
+    method: str  # what the number is, with its assumption named
+    cores_available: float | None  # cores this run could get with the workers (None: unknown)
+
+
+def saturated_by(host: dict) -> str:
+    """"own", "others", "both" or "unknown": whose work kept the usable cores busy."""
+    own, other = host.get("own_busy_cores"), host.get("other_busy_cores")
+    if own is None or other is None or own + other <= 0:
+        return "unknown"
+    if own >= OWN_SHARE * (own + other):
+        return "own"
+    if other >= OTHERS_SHARE * (own + other):
+        return "others"
+    return "both"
+
+
+def cores_with_workers(usable: float, other: float, workers: int, cpu_bound: bool) -> float:
+    """Cores this run can get with ``workers`` workers: what other processes leave, or, beside
+    neighbours, its equal share of the cores (CFS) — for the main thread and, when the loading is
+    CPU work, the workers too (sleeping workers compete for nothing)."""
+    left = max(0.0, usable - other)
+    if other < 0.5:
+        return max(left, min(usable, 1.0) * 0.05)
+    neighbours = max(1, round(other))
+    runnable = 1 + workers if cpu_bound else 1
+    share = usable * runnable / (runnable + neighbours)
+    return max(left, min(usable, share))
+
+
+def worker_gain(wait_frac: float, host: dict, workers: int | None, profiler_cost: bool = False) -> WorkerGain:
+    """The share of step time ``workers`` DataLoader workers would save (see the module docstring);
+    ``wait_frac`` is the data-loader wait with nothing else running (the GPU idle too)."""
+    own, other, usable = host.get("own_busy_cores"), host.get("other_busy_cores"), host.get("usable_cores")
+    inflated = ("; the profiler's per-operator cost (shapes, stacks or memory recorded) inflates the host time, "
+                "so it may be overstated") if profiler_cost else ""
+    if own is None or other is None or not usable:
+        return WorkerGain(wait_frac, "estimate: the data-loader wait with nothing else running, assuming the workers "
+                                     "have every batch ready and free cores to do it (the trace records no CPU load "
+                                     "to check)" + inflated, None)
+    cpu_bound = host.get("loader_cpu_bound") is True
+    w = max(1, workers or 1)
+    cores = cores_with_workers(float(usable), float(other), w, cpu_bound)
+    floor = own / cores if cores > 0 else math.inf
+    # each worker takes about as long for a batch as the main process did (the same sleeps, reads and
+    # waits for a core): w of them deliver one every wait / w
+    per_worker = wait_frac / w
+    gain = max(0.0, min(wait_frac, 1.0 - max(1.0 - wait_frac, floor, per_worker)))
+    shared = (f", its share beside other processes' {other:.1f} busy cores (the scheduler splits cores equally "
+              "between runnable threads; assumes the neighbours keep their load)") if other >= 0.5 else (
+        f" (of {float(usable):g} usable, {other:.1f} busy with other processes)")
+    method = (f"estimate: the data-loader wait that {w} worker(s) would hide — each taking as long for a batch as "
+              f"the main process does now — less what the cores cannot absorb: this run's own CPU work "
+              f"({own:.2f} cores' worth) spread over the {cores:.2f} cores it can get{shared}; assumes the loading "
+              "work itself stays the same" + inflated)
+    return WorkerGain(round(gain, 4), method, round(cores, 3))

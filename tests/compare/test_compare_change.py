@@ -1,0 +1,160 @@
+"""A comparison's ``change``, ``speedup_ci`` and ``conditions``, from synthetic step samples: the
+statistics and the decisions are checked on numbers, never on how fast this machine runs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gpumagic.render.comparison import headline, render_fragment, render_text
+from gpumagic.report.model import Report
+from gpumagic.tuning import stats
+from gpumagic.tuning.comparison import compare
+
+
+def _report(steps_ms, label="", host=None, conditions=None, device="Test GPU") -> Report:
+    steps = [float(x) for x in steps_ms]
+    med = float(np.median(steps)) if steps else None
+    metrics = {
+        "trace": {"devices": [{"id": 0, "name": device}], "source": label},
+        "gpu": {"primary_device": 0, "busy_frac": 0.5},
+        "window": {"source": "steps", "dur_ms": sum(steps)},
+        "steps": {"count": len(steps), "durations_ms": steps, "median_ms": med, "p90_ms": max(steps) if steps else None},
+        "host": {"usable_cores": 2.0, **(host or {})},
+        "conditions": conditions or {},
+    }
+    return Report(metrics=metrics, findings=[], notes=[], label=label)
+
+
+def _noisy(median: float, n: int, spread: float, seed: int) -> np.ndarray:
+    return median * (1 + spread * np.random.default_rng(seed).standard_normal(n))
+
+
+def test_interval_is_deterministic_and_brackets_the_point():
+    a, b = _noisy(100, 20, 0.05, 1), _noisy(70, 20, 0.05, 2)
+    ci = stats.speedup_interval(a, b)
+    assert ci == stats.speedup_interval(a, b)  # seeded: the same steps give the same interval
+    point = stats.speedup_point(a, b)
+    assert ci[0] < point < ci[1]
+    assert stats.change_of(point, ci) == "faster"
+    assert stats.change_of(1 / point, (1 / ci[1], 1 / ci[0])) == "slower"
+
+
+def test_overlapping_runs_are_no_clear_change_and_a_tiny_shift_is_not_a_change():
+    a, b = _noisy(100, 12, 0.3, 3), _noisy(95, 12, 0.3, 4)
+    ci = stats.speedup_interval(a, b)
+    assert ci[0] < 1 < ci[1]
+    assert stats.change_of(stats.speedup_point(a, b), ci) == "no clear change"
+    # a 1 % change pinned down tightly is still within a quiet machine's run-to-run jitter
+    assert stats.change_of(1.01, (1.005, 1.015)) == "no clear change"
+
+
+def test_too_few_steps_give_no_interval():
+    assert stats.speedup_interval([100] * 4, [50] * 20) is None
+    assert stats.change_of(2.0, None) == "no clear change"
+    assert "too few steps" in stats.fmt_speedup(2.0, None)
+
+
+def test_digits_follow_the_interval():
+    assert stats.fmt_speedup(1.4, (1.2, 1.6)) == "1.4× faster (1.2–1.6×)"
+    assert stats.fmt_speedup(1.4, (1.38, 1.42)) == "1.40× faster (1.38–1.42×)"
+    assert stats.fmt_speedup(13.05, (2.0, 40.0)) == "13× faster (2–40×)"
+    assert stats.fmt_speedup(1 / 1.4, (1 / 1.42, 1 / 1.38)) == "1.40× slower (1.38–1.42×)"
+    # a lower bound of 1.03 is not printed as "1.0": that would read as "maybe no change"
+    assert stats.fmt_speedup(1.4, (1.03, 1.44)) == "1.40× faster (1.03–1.44×)"
+
+
+def test_comparison_carries_change_and_interval_in_json_and_views():
+    before, after = _report(_noisy(140, 15, 0.02, 5), "a"), _report(_noisy(100, 15, 0.02, 6), "b")
+    cmp = compare(before, after)
+    d = json.loads(cmp.to_json())
+    assert d["change"] == "faster" and cmp.change == "faster"
+    lo, hi = d["speedup_ci"]
+    assert lo < d["speedup"] < hi and lo > 1
+    assert d["verdict"].startswith(f"{d['speedup']:.2f}× faster (")
+    assert "faster (" in render_text(d).splitlines()[1]
+    assert headline(d)[0] == "Speed-up"
+
+
+def test_a_slower_run_looks_slower():
+    before, after = _report(_noisy(100, 15, 0.02, 7), "a"), _report(_noisy(140, 15, 0.02, 8), "b")
+    d = compare(before, after).to_dict()
+    assert d["change"] == "slower"
+    label, shown, direction = headline(d)
+    assert (label, direction) == ("Slow-down", "worse") and "× slower (" in shown
+    html = render_fragment(d)
+    assert "Speed-up" not in html and "Slow-down" in html and "var(--gm-bad)" in html
+    assert "▼ worse" in html  # the direction in words, not colour alone
+
+
+def test_conditions_list_differences_and_lead_when_they_explain_the_change():
+    quiet = {"other_busy_cores": 0.1, "gpu_other_processes": 0, "gpu_throttle_reasons": [], "gpu_sm_clock_mhz": 1980.0}
+    busy = {"other_busy_cores": 1.8, "gpu_other_processes": 1, "gpu_throttle_reasons": ["power cap"], "gpu_sm_clock_mhz": 1500.0}
+    versions_a = {"torch": "2.13.0", "cuda": "12.8", "capture_options": []}
+    versions_b = {"torch": "2.14.0", "cuda": "12.8", "capture_options": ["with_stack"]}
+    before = _report(_noisy(100, 15, 0.02, 9), "a", quiet, versions_a)
+    after = _report(_noisy(150, 15, 0.02, 10), "b", busy, versions_b)
+    d = compare(before, after).to_dict()
+    keys = [c["key"] for c in d["conditions_detail"]]
+    assert keys == ["other_busy_cores", "gpu_other_processes", "gpu_throttle_reasons", "gpu_sm_clock_mhz", "torch",
+                    "capture_options"]
+    assert d["conditions"][0] == "Other processes kept 0.1 cores busy before and 1.8 after (of 2 usable)."
+    assert "cuda" not in keys  # only what differed
+    assert d["caution"].startswith("Read with care: other processes kept 0.1 cores busy")
+    text = render_text(d).splitlines()
+    assert text[1].startswith("CAUTION: ")  # the caution leads, the verdict follows
+    assert d["change"] == "slower"  # the change stays; the caution says why not to trust it
+    # the same difference does not "explain" a run that got faster despite it
+    faster = compare(before, _report(_noisy(60, 15, 0.02, 11), "c", busy, versions_a)).to_dict()
+    assert faster["change"] == "faster" and faster["caution"] is None
+    assert faster["conditions"]
+
+
+def test_same_conditions_list_nothing():
+    host = {"other_busy_cores": 0.2}
+    d = compare(_report([100] * 6, "a", host), _report([100] * 6, "b", host)).to_dict()
+    assert d["conditions"] == [] and d["caution"] is None
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_comparison_with_too_few_steps_says_so(n):
+    d = compare(_report([100] * n, "a"), _report([50] * n, "b")).to_dict()
+    assert d["change"] == "no clear change" and d["speedup_ci"] is None
+    assert "too few steps" in d["verdict"]
+    assert headline(d)[0] == "No clear change"
+
+
+def test_a_labelled_run_slower_than_its_previous_run_is_flagged(tmp_path, monkeypatch):
+    from gpumagic.tuning import runs
+    from gpumagic.tuning.regression import regression, regression_note
+
+    monkeypatch.setenv("GPUMAGIC_HOME", str(tmp_path))
+    assert regression(_report([100] * 8, "x"), "lbl") is None  # nothing earlier under the label
+    runs.remember("lbl", _report(_noisy(100, 15, 0.02, 12), "lbl", {"other_busy_cores": 0.1}))
+    same = regression(_report(_noisy(101, 15, 0.02, 13), "lbl", {"other_busy_cores": 0.1}), "lbl")
+    assert same is None  # within the noise: no flag
+    slow = _report(_noisy(140, 15, 0.02, 14), "lbl", {"other_busy_cores": 0.1})
+    flagged = regression(slow, "lbl")
+    assert set(flagged) == {"compared_with", "change", "speedup", "speedup_ci", "conditions", "explained_by"}
+    assert flagged["change"] == "slower" and flagged["explained_by"] is None and flagged["compared_with"].startswith("r")
+    assert regression_note(flagged).startswith("Regression: 1.")
+    slow.regression = flagged
+    assert json.loads(slow.to_json())["regression"] == flagged  # top-level key, JSON-clean
+    # the same slow-down with other processes' load up: the condition is named instead
+    busy = _report(_noisy(140, 15, 0.02, 14), "lbl", {"other_busy_cores": 1.9})
+    named = regression(busy, "lbl")
+    assert named["explained_by"].startswith("Other processes kept 0.1 cores busy before and 1.9 after")
+    assert regression_note(named).startswith("Slower than r") and "Regression" not in regression_note(named)
+
+
+def test_history_rows_carry_each_runs_step_spread(tmp_path, monkeypatch):
+    from gpumagic.tuning import runs
+
+    monkeypatch.setenv("GPUMAGIC_HOME", str(tmp_path))
+    runs.remember("lbl", _report([100, 110, 90, 100, 105, 95], "lbl"))
+    [row] = runs.history().runs
+    assert row.step_spread["count"] == 6 and row.step_spread["median_ms"] == 100
+    assert row.step_spread["p10_ms"] < 100 < row.step_spread["p90_ms"]
+    assert "(6)" in runs.history().to_text()
