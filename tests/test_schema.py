@@ -52,7 +52,7 @@ def test_each_schema_is_draft_2020_12_and_carries_the_schema_version(kind):
 def test_the_report_schema_pins_schema_version():
     record = schema("report")["$defs"]["ReportRecord"]
     assert record["properties"]["schema_version"]["const"] == SCHEMA_VERSION
-    assert set(record["required"]) == {"schema_version", "label", "combined_gain", "metrics", "findings", "notes"}
+    assert set(record["required"]) == {"schema_version", "label", "combined_gain", "regression", "metrics", "findings", "notes"}
 
 
 def test_every_metrics_field_is_described():

@@ -77,6 +77,16 @@ class FindingChange(msgspec.Struct, kw_only=True):
     after: FindingSide | None
 
 
+class ConditionDetail(msgspec.Struct, kw_only=True):
+    """One difference between the runs that can change step times."""
+
+    key: Annotated[str, Meta(description="what differed, e.g. 'other_busy_cores', 'device', 'torch'")]
+    before: Annotated[Any, Meta(description="its value in the run before")]
+    after: Annotated[Any, Meta(description="its value in the run after")]
+    sentence: Annotated[str, Meta(description="the difference in words, with both values")]
+    explains: Annotated[bool, Meta(description="the difference alone pushes step time the way the change went")]
+
+
 class ComparisonRecord(msgspec.Struct, kw_only=True):
     """What ``gpumagic compare A B --format json`` prints (``Comparison.to_dict()``)."""
 
@@ -85,6 +95,13 @@ class ComparisonRecord(msgspec.Struct, kw_only=True):
     step_time_ratio: Annotated[float | None, Meta(description="after ÷ before median step (ratio)")]
     speedup: Annotated[float | None, Meta(description="before ÷ after median step (ratio)")]
     step_time_change_frac: Annotated[float | None, Meta(description="step_time_ratio − 1 (fraction)")]
+    speedup_ci: Annotated[list[float] | None, Meta(description="95 % bootstrap interval of speedup over the steps, "
+                                                               "[low, high]; null with too few steps")]
+    change: Annotated[str, Meta(description="'faster', 'slower' or 'no clear change', from speedup_ci")]
+    steps_for_interval: Annotated[int, Meta(description="steps each run needs for an interval (count)")]
+    conditions: Annotated[list[str], Meta(description="what differed between the runs that can change the result, in words")]
+    conditions_detail: list[ConditionDetail]
+    caution: Annotated[str | None, Meta(description="leads the view when a difference in conditions alone can explain the change")]
     gpu_busy: GpuBusyChange
     breakdown: BreakdownChange
     metrics: list[HeadlineChange]

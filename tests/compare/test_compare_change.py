@@ -5,26 +5,35 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import numpy as np
 import pytest
 
 from gpumagic.render.comparison import headline, render_fragment, render_text
+from gpumagic.report.metrics import ConditionsMetrics, DeviceMetrics
 from gpumagic.report.model import Report
 from gpumagic.tuning import stats
 from gpumagic.tuning.comparison import compare
 
 
 def _report(steps_ms, label="", host=None, conditions=None, device="Test GPU") -> Report:
+    """A report whose steps, host load, conditions and device are the given ones: the metrics of
+    a recorded trace (typed records) with those sections replaced."""
+    from recorded import analysed
+
     steps = [float(x) for x in steps_ms]
     med = float(np.median(steps)) if steps else None
-    metrics = {
-        "trace": {"devices": [{"id": 0, "name": device}], "source": label},
-        "gpu": {"primary_device": 0, "busy_frac": 0.5},
-        "window": {"source": "steps", "dur_ms": sum(steps)},
-        "steps": {"count": len(steps), "durations_ms": steps, "median_ms": med, "p90_ms": max(steps) if steps else None},
-        "host": {"usable_cores": 2.0, **(host or {})},
-        "conditions": conditions or {},
-    }
+    m = analysed("h100_bert_small_inference").metrics
+    rep = msgspec.structs.replace
+    trace = rep(m.trace, source=label, devices=[DeviceMetrics(id=0, name=device, compute_capability=9.0, total_memory_bytes=0)])
+    metrics = rep(
+        m, trace=trace, gpu=rep(m.gpu, primary_device=0, busy_frac=0.5),
+        window=rep(m.window, source="steps", dur_ms=sum(steps)),
+        steps=rep(m.steps, count=len(steps), durations_ms=steps, median_ms=med, p90_ms=max(steps) if steps else None),
+        host=rep(m.host, usable_cores=2.0, **(host or {})),
+        conditions=ConditionsMetrics(**{"torch": None, "cuda": None, "gpumagic": None, "capture_options": None,
+                                        **(conditions or {})}),
+    )
     return Report(metrics=metrics, findings=[], notes=[], label=label)
 
 
