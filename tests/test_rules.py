@@ -229,9 +229,11 @@ def test_warmup_first_step_outlier_and_allocator_growth():
     tb2 = TraceBuilder()
     busy_steps(tb2, 4, 10_000, 9_000)
     assert "warmup-in-window" not in ids(tb2)
-    tb2.runtime("cudaMalloc", 100, 3_000)
+    tb2.runtime("cudaMalloc", 100, 3_000)  # 7.5 % of the window: under the 10 % line
+    assert "warmup-in-window" not in ids(tb2)
+    tb2.runtime("cudaMalloc", 20_000, 2_000)  # now 12.5 %
     f = get(tb2, "warmup-in-window")
-    assert f is not None and "allocator growth" in f.evidence.summary
+    assert f is not None and "allocator growth" in f.evidence.summary and "cold start" in f.evidence.summary
 
 
 # ---- cpu-bound: the GPU waits on host operators (not the loader, not tiny kernels)

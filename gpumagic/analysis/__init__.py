@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from gpumagic.analysis import metrics as _metrics
+from gpumagic.analysis import segments
 from gpumagic.analysis.context import build_context
-from gpumagic.analysis.gains import apportion
-from gpumagic.analysis.rules import CAUSE_RULES, low_gpu_utilization
+from gpumagic.analysis.gains import IDLE_TYPE, apportion
+from gpumagic.analysis.rules import CAUSE_RULES, STEADY_IDS, STEADY_RULES, low_gpu_utilization
 from gpumagic.report.model import Report, sort_findings
 from gpumagic.trace import Trace, load
 
@@ -21,18 +23,48 @@ def analyze(source: str | os.PathLike | dict | Trace, *, label: str = "") -> Rep
     trace = source if isinstance(source, Trace) else load(source)
     ctx = build_context(trace)
     metrics = _metrics.compute(ctx)
-    findings = [f for f in (rule(ctx, metrics) for rule in CAUSE_RULES) if f is not None]
+    steady, steady_m, seg_notes = _steady_part(ctx, metrics)
+    findings = []
+    for rule in CAUSE_RULES:
+        if rule not in STEADY_RULES:
+            f = rule(ctx, metrics)
+        elif steady is None:
+            f = None
+        else:
+            f = rule(steady, steady_m)
+            if f is not None and steady is not ctx and f.id not in IDLE_TYPE:  # a share of the whole window
+                f = replace(f, est_gain=round(f.est_gain * steady.window_ns / ctx.window_ns, 4))
+        if f is not None:
+            findings.append(f)
     low = low_gpu_utilization(ctx, metrics)
     if low is not None:
         findings.append(low)
-    findings, combined = apportion(ctx, findings)
-    notes = list(trace.notes)
+    findings, combined = apportion(ctx, findings, steady=steady)
+    notes = list(trace.notes) + seg_notes
     if ctx.device < 0 and not any("CPU activity only" in n for n in notes):
         notes.append("No GPU activity in the trace: CPU activity only.")
     if ctx.window_source == "trace":
         notes.append("No ProfilerStep# markers: the window is the whole trace.")
     return Report(metrics=metrics, findings=sort_findings(findings), notes=notes, trace=trace,
                   label=label or str(trace.meta.get("label") or ""), combined_gain=combined)
+
+
+def _steady_part(ctx, metrics):
+    """The context and metrics the steady-state rules judge: the whole window when it is all
+    steady, else its longest steady stretch, else ``None`` (and a note saying what was not judged)."""
+    seg = segments.segments(ctx)
+    if seg.all_steady:
+        return ctx, metrics, []
+    names = ", ".join(sorted(STEADY_IDS))
+    shares = ", ".join(f"{k.replace('_', ' ')} {100 * v:.0f} %" for k, v in
+                       sorted(seg.share(segments.SEGMENT_KINDS[1:]).items(), key=lambda kv: -kv[1]))
+    if seg.steady_span is None:
+        return None, None, [f"No steady part in the window ({shares} of it): {names} were not judged."]
+    sub = build_context(ctx.trace, window=seg.steady_span)
+    a, b = ((sub.lo - ctx.lo) / 1e6, (sub.hi - ctx.lo) / 1e6)
+    return sub, _metrics.compute(sub), [
+        f"The window is not all steady ({shares} of it): {names} judged its steady part only, "
+        f"+{a:.1f} to +{b:.1f} ms."]
 
 
 __all__ = ["analyze"]

@@ -22,6 +22,7 @@ from dataclasses import replace
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import sync_costs
+from gpumagic.analysis.rules import STEADY_IDS
 from gpumagic.analysis.rules.base import severity_for
 from gpumagic.analysis.rules.chunks import small_transfer_windows
 from gpumagic.analysis.rules.compute import too_small_windows
@@ -68,8 +69,10 @@ CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
 }
 
 
-def apportion(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], float]:
-    """The findings with idle-type gains counted once, and ``combined_gain``."""
+def apportion(ctx: Context, findings: list[Finding], steady: Context | None = None) -> tuple[list[Finding], float]:
+    """The findings with idle-type gains counted once, and ``combined_gain``. A steady-state
+    finding (``rules.STEADY_IDS``) claims its time in ``steady``, the part of the window it
+    judged; gains are shares of the whole window."""
     by_id = {f.id: f for f in findings}
     idle = ctx.gaps.intervals if ctx.device >= 0 else (iv.union([ctx.lo], [ctx.hi]))
     budget = iv.total(idle)
@@ -83,7 +86,7 @@ def apportion(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], flo
         if fid not in CLAIMS:  # an idle-type finding this module does not know: its own gain, capped
             ns = min(int(f.est_gain * ctx.window_ns), budget)
         else:
-            wanted = CLAIMS[fid](ctx)
+            wanted = CLAIMS[fid](steady if steady is not None and fid in STEADY_IDS else ctx)
             if fid not in COPY_TIME:
                 wanted = iv.intersect(wanted, idle)
             taken_by = [c for c, t in claimed_by.items() if iv.total(iv.intersect(wanted, t))]

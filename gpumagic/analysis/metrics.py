@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
-from gpumagic.analysis import copysizes, flops
+from gpumagic.analysis import copysizes, flops, segments
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
@@ -35,7 +35,8 @@ def _ms(ns: float) -> float:
 def compute(ctx: Context) -> dict[str, Any]:
     return {
         "trace": _trace(ctx),
-        "window": {"start_ns": ctx.lo, "end_ns": ctx.hi, "dur_ms": _ms(ctx.hi - ctx.lo), "source": ctx.window_source},
+        "window": {"start_ns": ctx.lo, "end_ns": ctx.hi, "dur_ms": _ms(ctx.hi - ctx.lo), "source": ctx.window_source,
+                   **segments.metrics(ctx)},
         "steps": _steps(ctx),
         "gpu": _gpu(ctx),
         "breakdown": _breakdown(ctx),

@@ -29,6 +29,15 @@ CAUSE_RULES: tuple[Rule, ...] = (
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
 )
+#: Rules that judge a steady loop: they run on the steady part of the window only
+#: (``analysis.segments``), never on a cold start, a capture or a compilation. The others judge
+#: the whole window: ``low-gpu-utilization`` and ``gpu-idle-gaps`` name each gap's segment, and
+#: what-ran rules (precision, attention, elementwise, pageable copies, communication) hold in
+#: any segment.
+STEADY_RULES: tuple[Rule, ...] = (launch_bound, cpu_bound, host_sync, memory_pressure, low_compute_efficiency,
+                                  dataloader_bound, too_small_for_gpu)
+STEADY_IDS = frozenset({"launch-bound", "cpu-bound", "host-sync", "memory-pressure", "low-compute-efficiency",
+                        "dataloader-bound", "too-small-for-gpu"})
 FINDING_IDS = (
     "dataloader-bound", "pageable-memcpy", "host-sync", "launch-bound", "low-gpu-utilization", "gpu-idle-gaps",
     "mixed-precision-off", "transfer-bound", "memory-pressure", "communication-heavy", "warmup-in-window", "cpu-bound",
@@ -36,4 +45,4 @@ FINDING_IDS = (
     "elementwise-bound",
 )
 
-__all__ = ["CAUSE_RULES", "FINDING_IDS", "low_gpu_utilization"]
+__all__ = ["CAUSE_RULES", "FINDING_IDS", "STEADY_IDS", "STEADY_RULES", "low_gpu_utilization"]

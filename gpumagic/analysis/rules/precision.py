@@ -39,11 +39,12 @@ def mixed_precision_off(ctx: Context, m: dict):
     if matmul / k["total_ms"] < MATMUL_KERNEL_FRAC or tc / max(matmul, 1e-9) >= TENSOR_CORE_SHARE_MAX:
         return None
     low = "bf16" if info.compute_capability >= BF16_MIN_CC else "fp16"
+    gpu = info.name or "GPU (architecture read from its kernels' names: no deviceProperties in the trace)"
     fp32_peak, _src = peak_tflops(info.name, "fp32")
     low_peak, _src = peak_tflops(info.name, low)
     ratio = low_peak / fp32_peak if fp32_peak and low_peak else None
     gain = ctx.frac(matmul * 1e6) * (1 - 1 / ratio if ratio else 1.0)
-    method = (f"upper bound: matmul/conv share of the window × (1 − 1/{ratio:.1f}), the {info.name}'s "
+    method = (f"upper bound: matmul/conv share of the window × (1 − 1/{ratio:.1f}), the {gpu}'s "
               f"{low.upper()} tensor-core over FP32 peak ratio (datasheet ceilings, not a measured speed-up)"
               if ratio else "upper bound: the whole matmul/conv share of the window (this GPU is not in the "
               "peak table)")
@@ -51,7 +52,7 @@ def mixed_precision_off(ctx: Context, m: dict):
     ceiling = f": its datasheet peak is {ratio:.0f}x the FP32 one, a ceiling real kernels do not reach" if ratio else ""
     return finding(
         "mixed-precision-off", severity=severity_for(gain), title="Matmuls run in FP32 on a tensor-core GPU",
-        why=f"""The {info.name} (compute capability {info.compute_capability:.1f}) has tensor cores that multiply
+        why=f"""The {gpu} (compute capability {info.compute_capability:.1f}) has tensor cores that multiply
         matrices in {lowp} faster than FP32 on ordinary cores{ceiling}. These matmul and convolution kernels run in
         plain FP32, so the tensor cores sit unused. Autocast runs matmuls and convolutions in reduced
         precision and keeps the ops on its FP32 list (layer_norm, softmax, losses and friends) in FP32
