@@ -357,6 +357,12 @@ def _classify_gaps(ctx: Context) -> tuple[Gaps, dict[str, int]]:
     after = has_next & (launch >= g_s)
     unknown_lead = has_next & (launch < 0) & (g_s == ctx.lo)
     host_ns = np.where(after, np.minimum(launch + LAUNCH_LATENCY_MAX_NS, g_e) - g_s, 0)
+    # a launch call that began before the gap and returned inside it spans it: the host was in
+    # that call (lazy module loading, a cold start), so the gap up to its return is host time
+    by = np.where(has_next, ctx.launch_row[np.maximum(nxt, 0)], -1)
+    launch_end = np.where(by >= 0, ev.ts_ns[np.maximum(by, 0)] + ev.dur_ns[np.maximum(by, 0)], -1)
+    spans = has_next & (launch >= 0) & (launch < g_s) & (launch_end > g_s)
+    host_ns = np.where(spans, np.minimum(launch_end + LAUNCH_LATENCY_MAX_NS, g_e) - g_s, host_ns)
     host_ns = np.where(unknown_lead, length, np.maximum(host_ns, 0))
     latency = has_next & (launch >= 0) & (launch < g_s) & (length < LAUNCH_LATENCY_MAX_NS)
     queued_ns = length - host_ns - np.where(latency, length, 0)

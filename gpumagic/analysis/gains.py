@@ -30,7 +30,7 @@ from gpumagic.analysis.rules.cpu import saturated_idle
 from gpumagic.analysis.rules.dataloader import DATALOADER_FRAC
 from gpumagic.analysis.rules.launch import host_ops_in_wait, launch_wait
 from gpumagic.analysis.rules.transfers import exposed_copies
-from gpumagic.analysis.rules.utilization import LONG_GAPS_FRAC, long_gap_intervals
+from gpumagic.analysis.rules.utilization import LONG_GAPS_FRAC, idle_outside_warmup, long_gap_intervals
 from gpumagic.report.model import Finding
 
 #: Findings whose gain is GPU idle time.
@@ -64,7 +64,7 @@ CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
     "gpu-idle-gaps": long_gap_intervals,
     "small-transfers": small_transfer_windows,
     "too-small-for-gpu": too_small_windows,
-    "low-gpu-utilization": lambda ctx: ctx.gaps.intervals,
+    "low-gpu-utilization": idle_outside_warmup,
     "communication-heavy": lambda ctx: ctx.exclusive["communication"],
 }
 

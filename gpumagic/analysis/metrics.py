@@ -199,7 +199,9 @@ def sync_events(ctx: Context) -> np.ndarray:
     Runtime API, "API synchronization behavior"); that is how ``.item()``, ``.cpu()`` and
     ``.tolist()`` on CUDA tensors usually synchronise."""
     m, ev = ctx.masks, ctx.trace.events
-    calls = m["name_sync_call"] & m["runtime"] & m["host"]
+    # a library's own syncs (cuDNN's algorithm search, the allocator, cudagraph-trees before it
+    # records) are not the user's: segments.library_sync_rows
+    calls = m["name_sync_call"] & m["runtime"] & m["host"] & ~segments.library_sync_rows(ctx)
     copies = np.flatnonzero(m["memcpy"] & (ctx.launch_row >= 0))
     if copies.size:
         kinds = {n: nm.copy_kind(ctx.trace.names[n]) for n in distinct(ev.name[copies]).tolist()}
@@ -305,7 +307,9 @@ def syncs(ctx: Context) -> dict[str, Any]:
                              "blocked_ms": _ms(c.blocked_ns[sel].sum())}
     ops = np.flatnonzero(ctx.events_in_window(ctx.masks["name_sync_op"] & ctx.masks["host"]))
     op_counts = {names[n]: int(np.count_nonzero(ev.name[ops] == n)) for n in distinct(ev.name[ops]).tolist()}
-    return {"count": int(idx.size), "call_ms": _ms(ev.dur_ns[idx].sum()), "blocked_ms": _ms(c.blocked_ns.sum()),
+    lib = segments.library_sync_rows(ctx)
+    return {"count": int(idx.size), "library_count": int(np.count_nonzero(ctx.events_in_window(lib))),
+            "call_ms": _ms(ev.dur_ns[idx].sum()), "blocked_ms": _ms(c.blocked_ns.sum()),
             "harmful_count": int(c.harmful.sum()), "harmful_blocked_ms": _ms(c.blocked_ns[c.harmful].sum()),
             "starved_ms": _ms(iv.total(c.starved)),
             "min_blocked_us": SYNC_MIN_BLOCKED_NS / 1000, "by_name": by_name, "sync_ops": op_counts}
