@@ -152,7 +152,7 @@ def gpu_idle_gaps(ctx: Context, m: dict):
     what = "host wait" if host >= queued else "queued work"
     where = host_frame(ctx, int(long.start_ns[top[0]]), int(long.end_ns[top[0]]))
     return finding(
-        "gpu-idle-gaps", severity=severity_for(frac),
+        "gpu-idle-gaps", severity=severity_for(frac - ctx.frac(in_warmup)),
         title=f"{i['long_gap_count']} GPU idle gap{'s' if i['long_gap_count'] != 1 else ''} ≥ 1 ms, mostly {what}",
         why="""A gap of a millisecond or more is 100–200 kernel launches' worth of idle GPU (at 5–10 µs per launch). Most long
         gaps have one host-side cause — a batch being loaded, a synchronisation, a logging or checkpoint
