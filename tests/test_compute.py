@@ -261,7 +261,7 @@ def efficiency_trace(flops_per_step, kernel_us=8_000, step_us=10_000):
     for i in range(3):
         t = i * step_us
         tb.step(i + 1, t, step_us)
-        op(tb, "aten::mm", t + 5, 10, [[1024, 1024], [1024, 1024]], flops=flops_per_step)
+        op(tb, "aten::mm", t + 5, 20, [[1024, 1024], [1024, 1024]], flops=flops_per_step)  # launches the gemm
         tb.kernel("ampere_sgemm_128x64_nn", t + 100, kernel_us, launch_ts=t + 20)
     return tb
 
@@ -505,3 +505,33 @@ def test_claim_windows_match_the_quoted_cost():
     ctx = build_context(load_trace(tb.to_dict()))
     n = analyze(tb.to_dict()).finding("small-transfers").evidence.numbers
     assert iv.total(small_transfer_windows(ctx)) / ctx.window_ns == pytest.approx(n["cost_frac"], abs=1e-4)
+
+
+# ---- issue 31: MFU only when the FLOPs cover the matmul work ------------------------------------
+def _coverage_trace(covered_steps):
+    """Three steps of 8 ms of sgemm; the counted aten::mm launches the gemm in the first
+    ``covered_steps`` steps; in the others the gemm is replayed by a graph launch."""
+    tb = TraceBuilder(gpu_name=A100)
+    for i in range(3):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        if i < covered_steps:
+            op(tb, "aten::mm", t + 5, 20, [[1024, 1024], [1024, 1024]], flops=9e9)
+            tb.kernel("ampere_sgemm_128x64_nn", t + 100, 8_000, launch_ts=t + 20)
+        else:
+            tb.kernel("ampere_sgemm_128x64_nn", t + 100, 8_000, launch_ts=t + 20)
+            tb.events[-2]["name"] = "cudaGraphLaunch"
+    return analyze(tb.to_dict())
+
+
+@pytest.mark.parametrize(("covered", "coverage", "mfu", "lower_bound"), [
+    (3, 1.0, True, False), (2, 0.6667, True, True), (1, 0.3333, False, None)])
+def test_mfu_follows_flops_coverage(covered, coverage, mfu, lower_bound):
+    r = _coverage_trace(covered)
+    c = r.metrics["compute"]
+    assert c["flops_coverage"] == coverage
+    assert (c["mfu"] is not None) is mfu and c["mfu_lower_bound"] is lower_bound
+    if not mfu:
+        assert c["flops"] is not None  # the FLOPs are still reported; only MFU is withheld
+    # a lower bound or a withheld MFU proves no low efficiency
+    assert ("low-compute-efficiency" in r.finding_ids) is (covered == 3)

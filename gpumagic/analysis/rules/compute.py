@@ -48,9 +48,12 @@ def low_compute_efficiency(ctx: Context, m: dict):
     device the peak table names; silent otherwise. Gain: the busy time that raising MFU to the
     threshold would save, busy × (1 − MFU/10 %). False positives: workloads whose real work is not
     matmuls (embedding lookups, sorting, sparse or memory-bound models): MFU measures only matmul
-    and convolution FLOPs."""
+    and convolution FLOPs. Withheld when the counted FLOPs cover under 90 % of the matmul-family
+    kernel time (``compute.flops_coverage``: graph replays, kernels without a launching operator)."""
     c, busy = m["compute"], m["gpu"]["busy_frac"]
     if c["mfu"] is None or busy is None or busy < BUSY_MIN or c["mfu"] >= MFU_LOW:
+        return None
+    if c.get("mfu_lower_bound"):  # the FLOPs miss some matmul work: a low lower bound proves nothing
         return None
     gain = busy * (1 - c["mfu"] / MFU_LOW)
     top = m["kernels"]["top"][:3]
