@@ -300,3 +300,22 @@ def test_segments_tile_the_window():
         assert starts == sorted(starts)
         assert abs(sum(s["dur_ms"] for s in segs) - w["dur_ms"]) < 0.01 * w["dur_ms"] + 0.01, name
         assert 0.0 <= w["steady_frac"] <= 1.0
+
+
+# ---- issue 31 causes: a serving engine's pool is not memory pressure ----------------------------
+@pytest.mark.parametrize(("low", "pool"), [(0.93, True), (0.40, False)])
+def test_a_pool_held_up_front_is_not_memory_pressure(low, pool):
+    gib = 2**30
+    tb = TraceBuilder(total_mem=16 * gib)
+    busy_steps(tb, 4, 10_000, 8_000)
+    for i in range(8):  # allocated swings between low and 95 % of the device, or stays flat
+        frac = 0.95 if i % 2 else low
+        tb.memory(100 + i * 5_000, int(frac * 16 * gib), int(0.97 * 16 * gib))
+    r = analyze(tb)
+    assert r.metrics["memory"]["pool"] is pool
+    assert ("memory-pressure" in r.finding_ids) is (not pool)
+
+
+def test_vllm_kv_cache_pool_fixture():
+    m = gpumagic.analyze(os.path.join(DATA, "mi300_vllm_decode_fullgraph_capture.json.gz")).metrics["memory"]
+    assert m["peak_frac"] > 0.9 and m["pool"] is True

@@ -340,7 +340,30 @@ def _memory(ctx: Context) -> dict[str, Any]:
     peak = out["peak_allocated_bytes"]
     if peak and cap:
         out["peak_frac"] = round(peak / cap, 4)
+    out.update(_pool(ctx, sel, cap))
     return out
+
+
+#: A deliberate pool: allocated memory moves by at most 5 % of the device across the window's
+#: allocator records, and no allocation call reaches the driver in the window. vLLM reserves its
+#: KV cache up front (``gpu_memory_utilization``, default 0.9), SGLang its static memory
+#: (``mem_fraction_static``): one large reservation before serving, then no growth or retries.
+POOL_RANGE_FRAC = 0.05
+
+
+def _pool(ctx: Context, sel: np.ndarray, cap: int | None) -> dict[str, Any]:
+    """``allocated_range_bytes`` (max − min allocated over the window's records) and ``pool``:
+    whether the memory was held up front (see :data:`POOL_RANGE_FRAC`); null when unknown."""
+    mem = ctx.trace.memory
+    rec = sel & (mem.ts_ns >= ctx.lo) & (mem.ts_ns <= ctx.hi) & (mem.allocated >= 0)
+    if np.count_nonzero(rec) < 2 or not cap:
+        return {"allocated_range_bytes": None, "pool": None}
+    rng = int(mem.allocated[rec].max() - mem.allocated[rec].min())
+    m = ctx.masks
+    mallocs = ctx.events_in_window(m["runtime"] & ctx.trace.name_ids(
+        lambda n: n in ("cudaMalloc", "cudaMallocAsync", "cuMemAlloc_v2", "cuMemCreate", "hipMalloc",
+                        "hipMallocAsync", "hipExtMallocWithFlags"))[ctx.trace.events.name])
+    return {"allocated_range_bytes": rng, "pool": bool(rng <= POOL_RANGE_FRAC * cap and not mallocs.any())}
 
 
 def communication(ctx: Context) -> dict[str, Any]:
