@@ -65,6 +65,16 @@ def _launch_trace(training: bool):
     return tb
 
 
+def _model_on_cpu_trace():
+    """Issue 31: the CUDA runtime recorded, the operators on the CPU."""
+    tb = TraceBuilder()
+    tb.runtime("cudaGetDeviceCount", 0, 5)
+    tb.runtime("cudaGetDeviceProperties_v2", 10, 5)
+    for i in range(60):
+        tb.op("aten::addmm", 100 + i * 100, 90)
+    return tb
+
+
 def built_reports():
     """(label, Report) for the built traces."""
     yield "transfer-train", analyze(_transfer_trace(True).to_dict())
@@ -88,6 +98,7 @@ def built_reports():
     yield "attention", analyze(tc.attention_trace().to_dict())
     yield "elementwise", analyze(tc.elementwise_trace(6_000, 1_000).to_dict())
     yield "efficiency", analyze(tc.efficiency_trace(1e9).to_dict())
+    yield "model-on-cpu", analyze(_model_on_cpu_trace().to_dict())
 
 
 @lru_cache(maxsize=1)

@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 
 from gpumagic.analysis import metrics as _metrics
-from gpumagic.analysis import segments
+from gpumagic.analysis import segments, selfcheck
 from gpumagic.analysis.context import build_context
 from gpumagic.analysis.gains import IDLE_TYPE, apportion
 from gpumagic.analysis.rules import CAUSE_RULES, STEADY_IDS, STEADY_RULES, low_gpu_utilization
@@ -25,7 +25,8 @@ def analyze(source: str | os.PathLike | dict | Trace, *, label: str = "") -> Rep
     metrics = _metrics.compute(ctx)
     steady, steady_m, seg_notes = _steady_part(ctx, metrics)
     findings = []
-    for rule in CAUSE_RULES:
+    empty = selfcheck.is_empty(ctx)
+    for rule in () if empty else CAUSE_RULES:
         if rule not in STEADY_RULES:
             f = rule(ctx, metrics)
         elif steady is None:
@@ -36,13 +37,12 @@ def analyze(source: str | os.PathLike | dict | Trace, *, label: str = "") -> Rep
                 f = replace(f, est_gain=round(f.est_gain * steady.window_ns / ctx.window_ns, 4))
         if f is not None:
             findings.append(f)
-    low = low_gpu_utilization(ctx, metrics)
+    low = None if empty else low_gpu_utilization(ctx, metrics)
     if low is not None:
         findings.append(low)
     findings, combined = apportion(ctx, findings, steady=steady)
-    notes = list(trace.notes) + seg_notes
-    if ctx.device < 0 and not any("CPU activity only" in n for n in notes):
-        notes.append("No GPU activity in the trace: CPU activity only.")
+    checks = selfcheck.notes(ctx, model_on_cpu=any(f.id == "model-on-cpu" for f in findings))
+    notes = list(trace.notes) + checks + ([] if empty else seg_notes)
     if ctx.window_source == "trace":
         notes.append("No ProfilerStep# markers: the window is the whole trace.")
     return Report(metrics=metrics, findings=sort_findings(findings), notes=notes, trace=trace,

@@ -356,16 +356,19 @@ def _classify_gaps(ctx: Context) -> tuple[Gaps, dict[str, int]]:
     length = g_e - g_s
     after = has_next & (launch >= g_s)
     unknown_lead = has_next & (launch < 0) & (g_s == ctx.lo)
-    host_ns = np.where(after, np.minimum(launch + LAUNCH_LATENCY_MAX_NS, g_e) - g_s, 0)
-    # a launch call that began before the gap and returned inside it spans it: the host was in
-    # that call (lazy module loading, a cold start), so the gap up to its return is host time
+    # the host is busy until the launch call returns: a call that lasts (lazy module loading, a
+    # cold start, staging a pageable copy) keeps the gap host time until then, whether it began
+    # before the gap (it spans it) or inside it
     by = np.where(has_next, ctx.launch_row[np.maximum(nxt, 0)], -1)
     launch_end = np.where(by >= 0, ev.ts_ns[np.maximum(by, 0)] + ev.dur_ns[np.maximum(by, 0)], -1)
+    host_end = np.maximum(launch + LAUNCH_LATENCY_MAX_NS, launch_end)
+    host_ns = np.where(after, np.minimum(host_end, g_e) - g_s, 0)
     spans = has_next & (launch >= 0) & (launch < g_s) & (launch_end > g_s)
-    host_ns = np.where(spans, np.minimum(launch_end + LAUNCH_LATENCY_MAX_NS, g_e) - g_s, host_ns)
+    host_ns = np.where(spans, np.minimum(launch_end, g_e) - g_s, host_ns)
     host_ns = np.where(unknown_lead, length, np.maximum(host_ns, 0))
-    latency = has_next & (launch >= 0) & (launch < g_s) & (length < LAUNCH_LATENCY_MAX_NS)
-    queued_ns = length - host_ns - np.where(latency, length, 0)
+    latency = has_next & (launch >= 0) & (launch < g_s) & (length < LAUNCH_LATENCY_MAX_NS) & ~spans
+    host_ns = np.where(latency, 0, host_ns)
+    queued_ns = np.maximum(length - host_ns - np.where(latency, length, 0), 0)
     dependency = _dependencies(ctx, nxt, launch)
     cause = np.where(latency, 1, np.where(host_ns >= queued_ns, 0, np.where(has_next, dependency, 2)))
     idle["host_wait"] = int(host_ns.sum())

@@ -16,6 +16,7 @@ from gpumagic.analysis.rules.dataloader import dataloader_bound
 from gpumagic.analysis.rules.kernels import elementwise_bound, unfused_attention
 from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
 from gpumagic.analysis.rules.memory import memory_pressure
+from gpumagic.analysis.rules.placement import model_on_cpu
 from gpumagic.analysis.rules.precision import mixed_precision_off
 from gpumagic.analysis.rules.sync import host_sync
 from gpumagic.analysis.rules.transfers import pageable_memcpy, transfer_bound
@@ -28,6 +29,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     host_cpu_saturated, dataloader_bound, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
+    model_on_cpu,
 )
 #: Rules that judge a steady loop: they run on the steady part of the window only
 #: (``analysis.segments``), never on a cold start, a capture or a compilation. The others judge
@@ -42,7 +44,7 @@ FINDING_IDS = (
     "dataloader-bound", "pageable-memcpy", "host-sync", "launch-bound", "low-gpu-utilization", "gpu-idle-gaps",
     "mixed-precision-off", "transfer-bound", "memory-pressure", "communication-heavy", "warmup-in-window", "cpu-bound",
     "host-cpu-saturated", "small-transfers", "too-small-for-gpu", "low-compute-efficiency", "unfused-attention",
-    "elementwise-bound",
+    "elementwise-bound", "model-on-cpu",
 )
 
 __all__ = ["CAUSE_RULES", "FINDING_IDS", "STEADY_IDS", "STEADY_RULES", "low_gpu_utilization"]

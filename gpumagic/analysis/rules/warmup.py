@@ -20,12 +20,11 @@ SKIP_CODE = "%%gpuprofile --skip 3\n# or: torch.profiler.schedule(wait=1, warmup
 #: before creating the engine, then ``llm.start_profile()`` / ``llm.stop_profile()``): the engine
 #: captures its CUDA graphs while it is created, so a profile started afterwards holds only serving.
 SERVING_CODE = """
-# the engine loads the model and captures its CUDA graphs when it is created: profile after that
-llm = LLM(model=model_name)                 # vLLM; set VLLM_TORCH_PROFILER_DIR before this line
-llm.generate(prompts[:4])                    # a few requests: the first ones still warm up
-llm.start_profile()
-llm.generate(prompts)
-llm.stop_profile()"""
+# The engine loads the model and captures its CUDA graphs while it starts: profile after that,
+# on requests being served. vLLM (docs, "Profiling vLLM"), in the shell before the engine starts:
+#   export VLLM_TORCH_PROFILER_DIR=./vllm_profile
+# then in Python, after LLM(...) has returned and a few warm-up requests:
+#   llm.start_profile(); outputs = llm.generate(prompts); llm.stop_profile()"""
 
 
 def warmup_in_window(ctx: Context, m: dict):
