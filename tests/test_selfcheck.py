@@ -86,3 +86,31 @@ def test_a_window_cut_from_a_longer_trace():
     tb = TraceBuilder()
     busy_steps(tb, 3, 10_000, 9_000)
     assert not any("partial window" in n for n in analyze(tb).notes)
+
+
+def test_expert_parallel_kernels_count_as_communication():
+    from gpumagic.analysis import names as nm
+
+    for name in ("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*)",
+                 "void dpsk::ep::combine_kernel<bf16>(...)", "nvshmemi_transfer_kernel", "mscclKernel_Sum_half"):
+        assert nm.is_collective(name)
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.kernel("sgemm_compute", t + 10, 6_000, launch_ts=t + 1)
+        tb.kernel("void deep_ep::internode::dispatch<true, 8>(int4*)", t + 6_100, 2_500, launch_ts=t + 2, stream=20)
+    r = analyze(tb)
+    assert r.metrics["communication"]["count"] == 3 and "communication-heavy" in r.finding_ids
+
+
+def test_unrecognised_communication_is_noted():
+    tb = TraceBuilder()
+    busy_steps(tb, 3, 10_000, 9_000)
+    tb.op("record_param_comms", 100, 50)
+    r = analyze(tb)
+    assert r.metrics["communication"]["maybe_undercounted"] is True
+    assert any("undercounted" in n for n in r.notes)
+    tb = TraceBuilder()
+    busy_steps(tb, 3, 10_000, 9_000)
+    assert not any("undercounted" in n for n in analyze(tb).notes)

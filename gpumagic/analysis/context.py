@@ -200,7 +200,7 @@ def _flags(trace: Trace) -> dict[str, np.ndarray]:
         "capture_call": nm.is_capture_call, "begin_capture": nm.BEGIN_CAPTURE_CALLS.__contains__,
         "end_capture": nm.END_CAPTURE_CALLS.__contains__, "capture_frame": nm.is_capture_frame,
         "cold_call": nm.is_cold_call, "library_sync_op": nm.is_library_sync_op, "one_off": nm.is_one_off_frame,
-        "engine": nm.is_engine,
+        "engine": nm.is_engine, "comm_host": nm.is_comm_host,
     }
     return {k: trace.name_ids(f) for k, f in classifiers.items()}
 

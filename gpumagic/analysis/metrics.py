@@ -374,7 +374,15 @@ def communication(ctx: Context) -> dict[str, Any]:
     exposed = iv.total(iv.subtract(comm, compute))
     ev, m = ctx.trace.events, ctx.masks
     count = int(np.count_nonzero(ctx.events_in_window(m["kernel"] & m["name_nccl"]) & (ev.device == ctx.device)))
-    return {"count": count, "ms": _ms(comm_ns), "frac": round(ctx.frac(comm_ns), 4),
+    host_calls = int(np.count_nonzero(ctx.events_in_window(m["name_comm_host"] & m["host"])))
+    dist = ctx.trace.meta.get("distributed") or {}
+    # the program communicates (collective operators on the host, or several ranks) but no kernel
+    # is recognised as a collective: communication may be undercounted
+    # (a world of one rank moves nothing: its collectives launch no kernel)
+    world = dist.get("world_size")
+    maybe_under = count == 0 and ctx.device >= 0 and world != 1 and (host_calls > 0 or (world or 0) > 1)
+    return {"count": count, "host_calls": host_calls, "maybe_undercounted": bool(maybe_under),
+            "ms": _ms(comm_ns), "frac": round(ctx.frac(comm_ns), 4),
             "overlap_frac": round(1 - exposed / comm_ns, 4) if comm_ns else None,
             "exposed_ms": _ms(exposed), "exposed_frac": round(ctx.frac(exposed), 4)}
 

@@ -71,13 +71,27 @@ NOT_COMPILE_RE = re.compile(r"Cache Lookup|Torch-Compiled Region|CompiledFunctio
 #: - ``one_shot_all_reduce``/``two_shot_all_reduce``: PyTorch symmetric memory and intra-node
 #:   all-reduce kernels of SGLang/vLLM (``cross_device_reduce_1stage/2stage``);
 #: - ``custom_all_reduce``/``cross_device_reduce``: vLLM csrc/custom_all_reduce.cuh, SGLang's copy;
-#: - ``quickreduce``: vLLM's ROCm quick all-reduce (csrc/quickreduce).
+#: - ``quickreduce``: vLLM's ROCm quick all-reduce (csrc/quickreduce);
+#: - expert-parallel all-to-all: DeepEP's dispatch/combine kernels under its public
+#:   ``deep_ep::`` namespace (deepseek-ai/DeepEP csrc/kernels: ``deep_ep::intranode::dispatch``,
+#:   ``deep_ep::internode_ll::combine``...) and DeepSeek's internal ``dpsk::ep::`` names;
+#: - NVSHMEM device kernels (``nvshmem``/``nvshmemi_`` names, the library DeepEP's internode and
+#:   low-latency kernels are built on);
+#: - MSCCL / MSCCL++ (``msccl``, ``mscclpp``: Microsoft's collective libraries, also in RCCL).
 COLLECTIVE_RE = re.compile(
     r"(nccl|rccl|multimem_all_reduce|multimem_all_gather|one_shot_all_reduce|two_shot_all_reduce|"
     r"custom_all_reduce|cross_device_reduce|allreduce_kernel|all_reduce_kernel|quickreduce|"
-    r"reduce_scatter_kernel|all_gather_kernel)",
+    r"reduce_scatter_kernel|all_gather_kernel|deep_ep::|dpsk::ep::|nvshmem|msccl)",
     re.IGNORECASE,
 )
+#: Host-side signs that a program communicates (to tell when collective kernels may have been
+#: missed by name): PyTorch's ``record_param_comms`` and ``c10d::`` operators, ``nccl:*``
+#: annotations (torch.distributed's profiling), DeepEP's Python ``Buffer.dispatch``/``combine``.
+COMM_HOST_RE = re.compile(r"(^record_param_comms$|^c10d::|^nccl:|deep_ep/buffer\.py\(\d+\): (dispatch|combine))")
+
+
+def is_comm_host(name: str) -> bool:
+    return bool(COMM_HOST_RE.search(name))
 
 #: Kernel-name fragments that mean tensor-core (NVIDIA) or matrix-core (AMD) instructions, by source:
 #: - cuBLAS/cuDNN encode the MMA shape or precision (``h884``, ``s1688``, ``16816``, ``tf32``,

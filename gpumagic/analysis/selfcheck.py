@@ -81,7 +81,22 @@ def notes(ctx: Context, model_on_cpu: bool) -> list[str]:
         out.append("No deviceProperties in the trace: the GPU's model and memory are unknown (no peak "
                    f"FLOP/s, no MFU, no memory share){arch}.")
     out += _partial(ctx)
+    if _comm_undercounted(ctx):
+        out.append("The program communicates (collective operators on the host or several ranks) but no GPU "
+                   "kernel is recognised as a collective by name: communication time may be undercounted "
+                   "(a library whose kernels gpumagic does not know).")
     return out
+
+
+def _comm_undercounted(ctx: Context) -> bool:
+    """``communication.maybe_undercounted``, from the same facts (a world of one rank moves nothing)."""
+    m = ctx.masks
+    if ctx.device < 0 or (m["kernel"] & m["name_nccl"]).any():
+        return False
+    world = (ctx.trace.meta.get("distributed") or {}).get("world_size")
+    if world == 1:
+        return False
+    return bool(ctx.events_in_window(m["name_comm_host"] & m["host"]).any()) or (world or 0) > 1
 
 
 def _partial(ctx: Context) -> list[str]:
