@@ -318,8 +318,13 @@ def test_too_small_for_gpu_threshold(flops, kernel_us, fires):
 
 
 def test_too_small_for_gpu_without_shapes_uses_the_kernel_time_bound():
-    # 0.1 ms of H100 kernels could be up to 0.1 ms × 1,979 TFLOP/s ≈ 198 GFLOP: no honest CPU verdict
-    assert "too-small-for-gpu" not in analyze(tiny_trace(0, shapes=False).to_dict()).finding_ids
+    # issue 31: without shapes, 5-µs kernels on an H100 sit at the launch floor: too small whatever
+    # the peak (the kernel time × peak bound alone never fires on a big GPU)
+    f = analyze(tiny_trace(0, shapes=False).to_dict()).finding("too-small-for-gpu")
+    assert f is not None and f.evidence.numbers["near_floor_time_frac"] == 1.0
+    assert f.evidence.numbers["flops_known"] is False
+    # 12-µs kernels are short but not at the floor: no verdict without FLOPs on an H100
+    assert "too-small-for-gpu" not in analyze(tiny_trace(0, kernel_us=12.0, shapes=False).to_dict()).finding_ids
     # ... but with a small peak and a long step the bound fits: T4 (65 TFLOP/s), 20 × 1 µs of kernels
     # per 20 ms step: at most 1.3 GFLOP, 13 ms on a 100 GFLOP/s CPU
     tb = TraceBuilder(gpu_name="Tesla T4", cc=(7, 5))
