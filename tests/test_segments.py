@@ -319,3 +319,24 @@ def test_a_pool_held_up_front_is_not_memory_pressure(low, pool):
 def test_vllm_kv_cache_pool_fixture():
     m = gpumagic.analyze(os.path.join(DATA, "mi300_vllm_decode_fullgraph_capture.json.gz")).metrics["memory"]
     assert m["peak_frac"] > 0.9 and m["pool"] is True
+
+
+# ---- gains that respect what bounds the step ----------------------------------------------------
+def _fp32_trace(host_bound: bool):
+    """FP32 sgemms on a V100; host-bound: each is launched only after the previous one ended (the
+    GPU waits for the host in between); GPU-bound: all queued ahead."""
+    tb = TraceBuilder(cc=(7, 0), gpu_name="Tesla V100-SXM2-32GB")
+    for i in range(3):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        for j in range(10):
+            start = t + 100 + j * (900 if host_bound else 300)
+            tb.kernel("volta_sgemm_128x64_nn", start, 250 if host_bound else 295,
+                      launch_ts=start - 20 if host_bound else t + 5 + j)
+    return analyze(tb)
+
+
+def test_a_faster_kernel_saves_little_on_a_host_bound_step():
+    host, gpu = _fp32_trace(True).finding("mixed-precision-off"), _fp32_trace(False).finding("mixed-precision-off")
+    assert host is not None and gpu is not None  # what ran: FP32 either way
+    assert host.est_gain < 0.1 * gpu.est_gain and "capped" in host.gain_method and "capped" not in gpu.gain_method

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.devices import peak_tflops
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for
@@ -17,6 +19,9 @@ TENSOR_CORE_SHARE_MAX = 0.10
 #: (NVIDIA CUDA C++ Programming Guide, "Warp Matrix Functions", element types).
 BF16_MIN_CC = 8.0
 DOC = "https://pytorch.org/docs/stable/amp.html"
+#: The gain is capped by the matmul time on the critical path (``critical_matmul_ns``) when that is
+#: under 90 % of the matmul time; above it the step is GPU-bound and the cap changes nothing.
+CRITICAL_SHARE = 0.9
 
 
 def mixed_precision_off(ctx: Context, m: dict):
@@ -43,11 +48,19 @@ def mixed_precision_off(ctx: Context, m: dict):
     fp32_peak, _src = peak_tflops(info.name, "fp32")
     low_peak, _src = peak_tflops(info.name, low)
     ratio = low_peak / fp32_peak if fp32_peak and low_peak else None
-    gain = ctx.frac(matmul * 1e6) * (1 - 1 / ratio if ratio else 1.0)
+    speedup_share = 1 - 1 / ratio if ratio else 1.0
+    gain = ctx.frac(matmul * 1e6) * speedup_share
+    critical = critical_matmul_ns(ctx)
+    bounded = critical is not None and critical < CRITICAL_SHARE * matmul * 1e6
+    if bounded:  # the host sets the pace: faster kernels save only what the host waited on
+        gain = ctx.frac(critical) * speedup_share
     method = (f"upper bound: matmul/conv share of the window × (1 − 1/{ratio:.1f}), the {gpu}'s "
               f"{low.upper()} tensor-core over FP32 peak ratio (datasheet ceilings, not a measured speed-up)"
               if ratio else "upper bound: the whole matmul/conv share of the window (this GPU is not in the "
               "peak table)")
+    if bounded:
+        method += (f"; capped at the {critical / 1e6:.1f} ms of matmul kernels after which the next GPU work was "
+                   "already queued: after the others the GPU waited for the host, which sets the step's pace")
     lowp = "BF16/FP16 (and TF32)" if info.compute_capability >= BF16_MIN_CC else "FP16 (no BF16 before Ampere)"
     ceiling = f": its datasheet peak is {ratio:.0f}x the FP32 one, a ceiling real kernels do not reach" if ratio else ""
     return finding(
@@ -66,6 +79,23 @@ def mixed_precision_off(ctx: Context, m: dict):
         fixes=_fixes(info.compute_capability) if ctx.workload == "training" else _inference_fixes(info.compute_capability),
         doc_url=DOC,
     )
+
+
+def critical_matmul_ns(ctx: Context) -> int | None:
+    """Matmul-kernel time that bounds the step: a GPU event is on the critical path when the next
+    GPU work had already been launched before it ended (the queue was ahead of the GPU, so a
+    shorter kernel starts the next one sooner), and the last one in the window. A kernel after
+    which the GPU waits for the host's next launch is not: shortening it only lengthens the
+    wait (a launch- or CPU-bound step). ``None`` without GPU work."""
+    ev, msk = ctx.trace.events, ctx.masks
+    on = np.flatnonzero(ctx.events_in_window(msk["gpu"]) & (ev.device == ctx.device))
+    if on.size == 0:
+        return None
+    end = ev.ts_ns[on] + ev.dur_ns[on]
+    nxt = np.append(ctx.launch_ts[on[1:]], -1)
+    critical = (nxt < end) | (np.arange(on.size) == on.size - 1)  # unknown launch (-1): kept
+    mm = msk["kernel"][on] & msk["name_matmul"][on]
+    return int(ev.dur_ns[on[critical & mm]].sum())
 
 
 def tf32_fix():
