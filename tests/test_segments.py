@@ -340,3 +340,15 @@ def test_a_faster_kernel_saves_little_on_a_host_bound_step():
     host, gpu = _fp32_trace(True).finding("mixed-precision-off"), _fp32_trace(False).finding("mixed-precision-off")
     assert host is not None and gpu is not None  # what ran: FP32 either way
     assert host.est_gain < 0.1 * gpu.est_gain and "capped" in host.gain_method and "capped" not in gpu.gain_method
+
+
+# ---- advice that fits the kernel -----------------------------------------------------------------
+@pytest.mark.parametrize(("kernel", "custom"), [("my_fp32_gemm_kernel", True), ("volta_sgemm_128x64_nn", False),
+                                                ("sgemm_128x64_nn", False), ("Cijk_Ailk_Bljk_SB_MT64x64x8", False)])
+def test_autocast_advice_fits_the_kernel(kernel, custom):
+    assert nm.is_library_matmul(kernel) is not custom
+    tb = TraceBuilder(cc=(7, 0), gpu_name="Tesla V100-SXM2-32GB")
+    busy_steps(tb, 3, 10_000, 9_000, kernel_name=kernel)
+    f = analyze(tb).finding("mixed-precision-off")
+    assert f is not None
+    assert ("hand-written" in f.fixes[0].description) is custom and ("hand-written" in f.why) is custom

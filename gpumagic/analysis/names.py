@@ -344,3 +344,24 @@ def kernel_arch(name: str) -> tuple[int, int] | None:
         d = m.group(2)
         return int(d[:-1]), int(d[-1])
     return ARCH_CC[m.group(1)]
+
+
+#: Matmul and convolution kernels from libraries that autocast reaches (it changes the dtype of
+#: the library call's inputs): cuBLAS/cuBLASLt (``*gemm*`` with a ``volta_``/``ampere_``/``sm90_``
+#: prefix, ``cublas``, ``nvjet``), CUTLASS (``cutlass``, ``xmma``), cuDNN (``cudnn``, ``scudnn``,
+#: ``implicit_convolve``, ``winograd``, ``fprop``/``dgrad``/``wgrad``), AMD Tensile/hipBLASLt
+#: (``Cijk_``), rocBLAS, MIOpen (``igemm``, ``miopen``), Composable Kernel (``ck_``), Triton and
+#: Inductor (``triton_``, vLLM's ``_matmul_ogs``), fused attention, and cuBLAS's unprefixed
+#: kernels (``sgemm_*``, ``gemv2T_kernel``, ``gemmSN_*``, ``splitKreduce``). A matmul-named kernel outside this list
+#: is taken as hand-written: autocast does not change its dtype.
+LIBRARY_MATMUL_RE = re.compile(
+    r"(cublas|nvjet|cutlass|xmma|cudnn|implicit_convolve|winograd|fprop|dgrad|wgrad|^Cijk_|rocblas|hipblas|"
+    r"igemm|miopen|^ck_|ck::|triton|^_matmul|matmul_ogs|flash|fmha|attn|attention|"
+    r"^(void )?(volta|turing|ampere|hopper|maxwell|kepler|sm\d{2,3})_\w*(gemm|conv)|"
+    r"^(void )?([sdhcz]gemm|gemv|gemmSN|gemmk1|splitKreduce|dot_kernel|reduce_1Block))",
+    re.IGNORECASE,
+)
+
+
+def is_library_matmul(name: str) -> bool:
+    return bool(LIBRARY_MATMUL_RE.search(name))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.devices import peak_tflops
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, severity_for
@@ -63,22 +64,57 @@ def mixed_precision_off(ctx: Context, m: dict):
                    "already queued: after the others the GPU waited for the host, which sets the step's pace")
     lowp = "BF16/FP16 (and TF32)" if info.compute_capability >= BF16_MIN_CC else "FP16 (no BF16 before Ampere)"
     ceiling = f": its datasheet peak is {ratio:.0f}x the FP32 one, a ceiling real kernels do not reach" if ratio else ""
+    custom_ms, custom_names = _custom_matmuls(ctx)
+    custom = custom_ms >= CUSTOM_SHARE * max(matmul - tc, 1e-9)
+    fixes = _fixes(info.compute_capability) if ctx.workload == "training" else _inference_fixes(info.compute_capability)
+    custom_why = ""
+    if custom:
+        fixes = (pytorch("These matmul kernels are hand-written: autocast changes the inputs of library calls "
+                         "(cuBLAS, CUTLASS, cuDNN, hipBLASLt, Triton), not a custom kernel's arithmetic. Do the "
+                         "product through a library call in 16-bit, or use tl.dot on 16-bit tiles in Triton",
+                         CUSTOM_CODE), *fixes)
+        custom_why = (f" {pct(custom_ms / max(matmul - tc, 1e-9))} of the FP32 matmul time is in kernels no library"
+                      f" names ({', '.join(custom_names)}): hand-written, so autocast alone will not move them to"
+                      " tensor cores.")
     return finding(
         "mixed-precision-off", severity=severity_for(gain), title="Matmuls run in FP32 on a tensor-core GPU",
         why=f"""The {gpu} (compute capability {info.compute_capability:.1f}) has tensor cores that multiply
         matrices in {lowp} faster than FP32 on ordinary cores{ceiling}. These matmul and convolution kernels run in
         plain FP32, so the tensor cores sit unused. Autocast runs matmuls and convolutions in reduced
         precision and keeps the ops on its FP32 list (layer_norm, softmax, losses and friends) in FP32
-        (PyTorch AMP docs, "Autocast Op Reference").""",
+        (PyTorch AMP docs, "Autocast Op Reference").{custom_why}""",
         summary=f"Matmul/conv kernels take {matmul:.1f} ms ({pct(matmul / k['total_ms'])} of kernel time); "
                 f"{pct(tc / max(matmul, 1e-9))} of it uses tensor cores.",
         numbers={"matmul_ms": matmul, "matmul_tensor_core_ms": tc, "matmul_kernel_frac": round(matmul / k["total_ms"], 4),
                  "compute_capability": info.compute_capability,
                  **({"peak_ratio": round(ratio, 2)} if ratio else {})},
         est_gain=gain, gain_method=method,
-        fixes=_fixes(info.compute_capability) if ctx.workload == "training" else _inference_fixes(info.compute_capability),
+        fixes=fixes,
         doc_url=DOC,
     )
+
+
+#: Hand-written kernels take at least half the FP32 matmul time: the advice starts with them.
+CUSTOM_SHARE = 0.5
+CUSTOM_CODE = """
+# a library matmul in bf16 runs on tensor cores (cuBLAS / hipBLASLt), where a hand-written FP32 kernel cannot
+out = torch.matmul(x.to(torch.bfloat16), weight.to(torch.bfloat16))
+# in a Triton kernel instead: accumulate tl.dot over 16-bit tiles, e.g.
+#   acc += tl.dot(a_tile.to(tl.bfloat16), b_tile.to(tl.bfloat16))"""
+
+
+def _custom_matmuls(ctx: Context) -> tuple[float, list[str]]:
+    """FP32 (non-tensor-core) matmul-named kernel time (ms) in kernels no library names
+    (``names.is_library_matmul``), and the longest of their names."""
+    ev, msk = ctx.trace.events, ctx.masks
+    sel = ctx.events_in_window(msk["kernel"] & msk["name_matmul"] & ~msk["name_tensor_core"]) & (ev.device == ctx.device)
+    lib = ctx.trace.name_ids(nm.is_library_matmul)[ev.name]
+    rows = np.flatnonzero(sel & ~lib)
+    if rows.size == 0:
+        return 0.0, []
+    tot = np.bincount(ev.name[rows], weights=ev.dur_ns[rows])
+    top = np.argsort(-tot)[:3]
+    return float(ev.dur_ns[rows].sum()) / 1e6, [f"`{ctx.trace.names[n][:40]}`" for n in top.tolist() if tot[n] > 0]
 
 
 def critical_matmul_ns(ctx: Context) -> int | None:
