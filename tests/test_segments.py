@@ -352,3 +352,20 @@ def test_autocast_advice_fits_the_kernel(kernel, custom):
     f = analyze(tb).finding("mixed-precision-off")
     assert f is not None
     assert ("hand-written" in f.fixes[0].description) is custom and ("hand-written" in f.why) is custom
+
+
+# ---- advice that fits the host work ----------------------------------------------------------------
+@pytest.mark.parametrize("op", ["aten::normal_", "aten::python_heavy_preprocessing"])
+def test_host_tensor_creation_gets_create_on_device_not_compile(op):
+    tb = TraceBuilder()
+    for i in range(4):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.op(op, t, 4_000)
+        tb.memcpy("Memcpy HtoD (Pageable -> Device)", t + 4_020, 50, 4 << 20, launch_ts=t + 4_005)
+        tb.kernel("k_big", t + 4_100, 5_800, launch_ts=t + 4_010)
+    f = analyze(tb).finding("cpu-bound")
+    assert f is not None
+    code = " ".join(fx.code for fx in f.fixes)
+    creation = op == "aten::normal_"
+    assert ('device="cuda"' in code) is creation and ("torch.compile" in code) is not creation

@@ -365,3 +365,11 @@ LIBRARY_MATMUL_RE = re.compile(
 
 def is_library_matmul(name: str) -> bool:
     return bool(LIBRARY_MATMUL_RE.search(name))
+
+
+#: Factory and random operators that build a tensor where they run (PyTorch "Tensor creation
+#: ops"): on the CPU, followed by a host-to-device copy, they are host work that creating the
+#: tensor on the device (``device="cuda"``) or prefetching removes.
+TENSOR_CREATION_OPS = frozenset({"aten::normal_", "aten::randn", "aten::rand", "aten::randint", "aten::randperm",
+                                 "aten::uniform_", "aten::random_", "aten::bernoulli_", "aten::arange",
+                                 "aten::linspace", "aten::full", "aten::ones", "aten::zeros", "aten::eye"})
