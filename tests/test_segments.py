@@ -369,3 +369,14 @@ def test_host_tensor_creation_gets_create_on_device_not_compile(op):
     code = " ".join(fx.code for fx in f.fixes)
     creation = op == "aten::normal_"
     assert ('device="cuda"' in code) is creation and ("torch.compile" in code) is not creation
+
+
+def test_host_sync_fix_follows_the_workload():
+    from test_diagnoses import _sync_step_trace
+
+    inference = gpumagic.analyze(_sync_step_trace(20, 1_990).to_dict()).finding("host-sync")
+    assert inference is not None and "loss" not in inference.fixes[0].code
+    tb = _sync_step_trace(20, 1_990)
+    tb.op("autograd::engine::evaluate_function: AddmmBackward0", 100, 5)
+    training = gpumagic.analyze(tb.to_dict()).finding("host-sync")
+    assert "loss.item()" in training.fixes[0].code

@@ -53,17 +53,24 @@ def host_sync(ctx: Context, m: dict):
                  "starved_frac": round(frac, 4), "threshold_frac": BLOCKED_FRAC},
         windows=windows(*starved, "gpu", ctx.device, "GPU idle after sync"),
         est_gain=frac, gain_method="host-wait idle time after harmful syncs, up to the time they blocked the host",
-        fixes=(
-            pytorch("Keep values on the GPU; read them rarely; find hidden syncs",
-                    """
+        fixes=(TRAINING_FIX if ctx.workload == "training" else INFERENCE_FIX,),
+        doc_url=DOC,
+    )
+
+
+TRAINING_FIX = pytorch("Keep values on the GPU; read them rarely; find hidden syncs", """
 torch.cuda.set_sync_debug_mode("warn")   # warns at many synchronising calls (not all)
 running_loss += loss.detach()            # instead of loss.item() every step
 if step % 50 == 0:
     print(running_loss.item() / 50)      # one sync per 50 steps
-    running_loss.zero_()"""),
-        ),
-        doc_url=DOC,
-    )
+    running_loss.zero_()""")
+#: Inference has no loss: results stay on the GPU and are read once (workload from what ran).
+INFERENCE_FIX = pytorch("Keep results on the GPU and read them once; find hidden syncs", """
+torch.cuda.set_sync_debug_mode("warn")   # warns at many synchronising calls (not all)
+results = []
+for x in batches:
+    results.append(model(x).argmax(-1))  # stays on the GPU: no sync per batch
+predictions = torch.cat(results).cpu()   # one sync for all of them""")
 
 
 def _top_sync(s: dict) -> str:
