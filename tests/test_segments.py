@@ -380,3 +380,14 @@ def test_host_sync_fix_follows_the_workload():
     tb.op("autograd::engine::evaluate_function: AddmmBackward0", 100, 5)
     training = gpumagic.analyze(tb.to_dict()).finding("host-sync")
     assert "loss.item()" in training.fixes[0].code
+
+
+def test_one_off_host_work_is_not_a_cpu_bound_loop():
+    tb = TraceBuilder()
+    tb.op("<frozen importlib._bootstrap>(1176): _find_and_load", 0, 30_000, cat="python_function")
+    tb.op("aten::empty", 100, 29_000)  # operator time under the import: host work before the first launch
+    for i in range(30):  # then a GPU-bound loop (no step markers: the window is the whole trace)
+        tb.kernel("k_big", 30_100 + i * 1_000, 950, launch_ts=30_050 + i * 1_000)
+    r = analyze(tb)
+    assert "one_off_host" in kinds(r) and "cpu-bound" not in r.finding_ids
+    assert "warmup-in-window" in r.finding_ids

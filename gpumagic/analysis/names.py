@@ -283,7 +283,7 @@ COLD_CALL_RE = re.compile(
 #: and the caching allocator freeing cached blocks after a failed allocation
 #: (c10/cuda/CUDACachingAllocator.cpp ``synchronize_and_free_events``), inside the op that allocates.
 LIBRARY_SYNC_OP_RE = re.compile(
-    r"(^aten::cudnn_|^aten::miopen_|Cudnn\w*Backward|Miopen\w*Backward|cudnnFind|miopenFind|"
+    r"(^aten::cudnn_|^aten::miopen_|^Cudnn|^Miopen|cudnnFind|miopenFind|"
     r"^aten::(empty|empty_strided|empty_like|new_empty|new_empty_strided)$)"
 )
 LIBRARY_SYNC_KIND = (("cudnn", "cuDNN's algorithm search (cudnn.benchmark)"),

@@ -145,8 +145,18 @@ Piece = tuple[int, int, str]
 
 
 def _driving(ctx: Context) -> np.ndarray:
-    ev = ctx.trace.events
-    return np.isin(ev.lane, np.fromiter(ctx.gpu_lanes, dtype=np.int64, count=len(ctx.gpu_lanes)))
+    """Per event: on a thread that drives the GPU (``Context.gpu_lanes``); computed once."""
+    if "driving" not in ctx.cache:
+        ev = ctx.trace.events
+        ctx.cache["driving"] = np.isin(ev.lane, np.fromiter(ctx.gpu_lanes, dtype=np.int64, count=len(ctx.gpu_lanes)))
+    return ctx.cache["driving"]
+
+
+def _in_window(ctx: Context) -> np.ndarray:
+    """Per event: overlaps the window; computed once."""
+    if "in_window" not in ctx.cache:
+        ctx.cache["in_window"] = ctx.events_in_window(np.ones(len(ctx.trace.events), bool))
+    return ctx.cache["in_window"]
 
 
 def _name(ctx: Context, row: int) -> str:
@@ -161,7 +171,7 @@ def graph_capture(ctx: Context) -> list[Piece]:
     """Stream capture (begin → end on the same thread), graph instantiation, and the capture
     frames and annotations of ``names.CAPTURE_FRAME_RE``."""
     ev, m = ctx.trace.events, ctx.masks
-    win = ctx.events_in_window(np.ones(len(ev), bool))
+    win = _in_window(ctx)
     out: list[Piece] = []
     begins = np.flatnonzero(m["name_begin_capture"] & m["runtime"] & win)
     ends = np.flatnonzero(m["name_end_capture"] & m["runtime"] & win)
@@ -221,7 +231,7 @@ def _outlier_calls(ctx: Context) -> list[Piece]:
     if rt.size == 0:
         return []
     cand_rows = rt[m["name_cold_call"][rt] & (ev.dur_ns[rt] >= COLD_CALL_MIN_NS)]
-    cand_rows = cand_rows[ctx.events_in_window(np.ones(len(ev), bool))[cand_rows] & _driving(ctx)[cand_rows]]
+    cand_rows = cand_rows[_in_window(ctx)[cand_rows] & _driving(ctx)[cand_rows]]
     if cand_rows.size == 0:
         return []
     overall = float(np.median(ev.dur_ns[rt]))
@@ -297,7 +307,7 @@ def _first_calls(ctx: Context) -> list[Piece]:
     key = ev.lane[ops].astype(np.int64) * (len(ctx.trace.names) + 1) + ev.name[ops]
     _, first = np.unique(key, return_index=True)
     cand = ops[first]
-    cand = cand[(ev.dur_ns[cand] >= FIRST_CALL_MIN_NS) & ctx.events_in_window(np.ones(len(ev), bool))[cand]]
+    cand = cand[(ev.dur_ns[cand] >= FIRST_CALL_MIN_NS) & _in_window(ctx)[cand]]
     if cand.size == 0:
         return []
     waits = np.flatnonzero(m["runtime"] & (m["name_sync_call"] | m["name_capture_call"]
@@ -354,7 +364,7 @@ def _library_sync_pieces(ctx: Context) -> list[Piece]:
     """The library operators whose syncs are the library's (cuDNN's benchmark): cold start.
     The allocator's syncs stay where they are (they can happen in any step)."""
     ev, m = ctx.trace.events, ctx.masks
-    lib = np.flatnonzero(library_sync_rows(ctx) & ctx.events_in_window(np.ones(len(ev), bool)))
+    lib = np.flatnonzero(library_sync_rows(ctx) & _in_window(ctx))
     if lib.size == 0:
         return []
     search = m["host"] & ~m["runtime"] & m["name_library_sync_op"] & ~ctx.trace.name_ids(

@@ -60,7 +60,7 @@ def straggler_finding(found: list[Straggler], step_median_ms: float | None) -> J
                  "job, so the others sit idle inside the collective (their NCCL kernels are long, the straggler's short). "
                  + ("Here that extra time is on the host: the straggler's GPU idles before the collective while its CPU "
                     "works (data loading, logging, Python), so look at its host side first. " if host else "")
-                 + 
+                 +
                  "Look for work only that rank does (logging, checkpointing, evaluation on rank 0), a slower data "
                  "shard or input pipeline, another process on its GPU or CPU cores, or a slower or throttled GPU."),
             evidence=Evidence(summary=detail, numbers={

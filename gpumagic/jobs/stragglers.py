@@ -12,7 +12,8 @@ So, for each collective matched across the ranks that do the same work (same ste
 ``ProfilerStep#`` number, same position in the step — never by absolute time, since the hosts'
 clocks differ), the rank with the shortest collective kernel arrived last and the others' extra
 time in it is the wait it caused. Its extra time before the collectives is host-side when its GPU
-was idle for most of it (the rank's CPU work before the collective), else GPU-side work. A rank is a straggler when it is that last arrival consistently
+was idle for most of it (the rank's CPU work before the collective), else GPU-side work. A rank is
+a straggler when it is that last arrival consistently
 (:data:`CONSISTENT_SHARE` of the collectives where anyone waited noticeably, in most steps), its
 GPU time before those collectives is longer than its peers', and the wait it causes is a
 noticeable part of the step (:data:`MIN_LOSS_FRAC`).
