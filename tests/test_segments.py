@@ -391,3 +391,16 @@ def test_one_off_host_work_is_not_a_cpu_bound_loop():
     r = analyze(tb)
     assert "one_off_host" in kinds(r) and "cpu-bound" not in r.finding_ids
     assert "warmup-in-window" in r.finding_ids
+
+
+def test_context_creation_counts_on_a_counter_mode_trace():
+    tb = TraceBuilder()
+    tb.runtime("cudaDeviceGetStreamPriorityRange", 0, 300_000)
+    for i in range(200):  # counter mode: launches on the host, kernels only as cuda_profiler_range
+        t = 300_100 + i * 100
+        tb.runtime("cudaLaunchKernel", t, 5)
+        tb.add(cat="cuda_profiler_range", name="k", ts=t + 10, dur=50, args={"device": 0})
+        tb.op("aten::add", t - 2, 20)
+    r = analyze(tb)
+    assert "cold_start" in kinds(r) and "warmup-in-window" in r.finding_ids
+    assert any("Counter-mode" in n for n in r.notes)
