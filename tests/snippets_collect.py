@@ -36,12 +36,12 @@ def _memory_trace(training: bool, cc: tuple[int, int] = (8, 0)):
     return tb
 
 
-def _matmul_trace(cc: tuple[int, int], name: str, training: bool):
+def _matmul_trace(cc: tuple[int, int], name: str, training: bool, kernel: str = "sgemm_128x64_nn"):
     tb = TraceBuilder(cc=cc, gpu_name=name)
     for i in range(3):
         t = i * 10_000
         tb.step(i + 1, t, 10_000)
-        tb.kernel("sgemm_128x64_nn", t + 100, 8_000, launch_ts=t + 50)
+        tb.kernel(kernel, t + 100, 8_000, launch_ts=t + 50)
         if training:
             tb.op("autograd::engine::evaluate_function: AddmmBackward0", t + 9_000, 500)
             tb.op("Optimizer.step#AdamW.step", t + 9_600, 300)
@@ -62,6 +62,28 @@ def _launch_trace(training: bool):
     if training:
         tb.op("autograd::engine::evaluate_function: AddmmBackward0", 100, 5)
         tb.op("Optimizer.step#AdamW.step", 200, 5)
+    return tb
+
+
+def _model_on_cpu_trace():
+    """Issue 31: the CUDA runtime recorded, the operators on the CPU."""
+    tb = TraceBuilder()
+    tb.runtime("cudaGetDeviceCount", 0, 5)
+    tb.runtime("cudaGetDeviceProperties_v2", 10, 5)
+    for i in range(60):
+        tb.op("aten::addmm", 100 + i * 100, 90)
+    return tb
+
+
+def _host_creation_trace():
+    """Issue 31: the host builds tensors on the CPU and copies them (cpu-bound, create on device)."""
+    tb = TraceBuilder()
+    for i in range(4):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.op("aten::normal_", t, 4_000)
+        tb.memcpy("Memcpy HtoD (Pageable -> Device)", t + 4_020, 50, 4 << 20, launch_ts=t + 4_005)
+        tb.kernel("k_big", t + 4_100, 5_800, launch_ts=t + 4_010)
     return tb
 
 
@@ -90,6 +112,9 @@ def built_reports():
     yield "attention", analyze(tc.attention_trace().to_dict())
     yield "elementwise", analyze(tc.elementwise_trace(6_000, 1_000).to_dict())
     yield "efficiency", analyze(tc.efficiency_trace(1e9).to_dict())
+    yield "model-on-cpu", analyze(_model_on_cpu_trace().to_dict())
+    yield "host-creation", analyze(_host_creation_trace().to_dict())
+    yield "custom-matmul", analyze(_matmul_trace((8, 0), "NVIDIA A100-SXM4-80GB", False, "my_fp32_gemm_kernel").to_dict())
 
 
 @lru_cache(maxsize=1)

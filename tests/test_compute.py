@@ -262,7 +262,7 @@ def efficiency_trace(flops_per_step, kernel_us=8_000, step_us=10_000):
     for i in range(3):
         t = i * step_us
         tb.step(i + 1, t, step_us)
-        op(tb, "aten::mm", t + 5, 10, [[1024, 1024], [1024, 1024]], flops=flops_per_step)
+        op(tb, "aten::mm", t + 5, 20, [[1024, 1024], [1024, 1024]], flops=flops_per_step)  # launches the gemm
         tb.kernel("ampere_sgemm_128x64_nn", t + 100, kernel_us, launch_ts=t + 20)
     return tb
 
@@ -319,8 +319,13 @@ def test_too_small_for_gpu_threshold(flops, kernel_us, fires):
 
 
 def test_too_small_for_gpu_without_shapes_uses_the_kernel_time_bound():
-    # 0.1 ms of H100 kernels could be up to 0.1 ms × 1,979 TFLOP/s ≈ 198 GFLOP: no honest CPU verdict
-    assert "too-small-for-gpu" not in analyze(tiny_trace(0, shapes=False).to_dict()).finding_ids
+    # issue 31: without shapes, 5-µs kernels on an H100 sit at the launch floor: too small whatever
+    # the peak (the kernel time × peak bound alone never fires on a big GPU)
+    f = analyze(tiny_trace(0, shapes=False).to_dict()).finding("too-small-for-gpu")
+    assert f is not None and f.evidence.numbers["near_floor_time_frac"] == 1.0
+    assert f.evidence.numbers["flops_known"] is False
+    # 12-µs kernels are short but not at the floor: no verdict without FLOPs on an H100
+    assert "too-small-for-gpu" not in analyze(tiny_trace(0, kernel_us=12.0, shapes=False).to_dict()).finding_ids
     # ... but with a small peak and a long step the bound fits: T4 (65 TFLOP/s), 20 × 1 µs of kernels
     # per 20 ms step: at most 1.3 GFLOP, 13 ms on a 100 GFLOP/s CPU
     tb = TraceBuilder(gpu_name="Tesla T4", cc=(7, 5))
@@ -506,3 +511,33 @@ def test_claim_windows_match_the_quoted_cost():
     ctx = build_context(load_trace(tb.to_dict()))
     n = analyze(tb.to_dict()).finding("small-transfers").evidence.numbers
     assert iv.total(small_transfer_windows(ctx)) / ctx.window_ns == pytest.approx(n["cost_frac"], abs=1e-4)
+
+
+# ---- issue 31: MFU only when the FLOPs cover the matmul work ------------------------------------
+def _coverage_trace(covered_steps):
+    """Three steps of 8 ms of sgemm; the counted aten::mm launches the gemm in the first
+    ``covered_steps`` steps; in the others the gemm is replayed by a graph launch."""
+    tb = TraceBuilder(gpu_name=A100)
+    for i in range(3):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        if i < covered_steps:
+            op(tb, "aten::mm", t + 5, 20, [[1024, 1024], [1024, 1024]], flops=9e9)
+            tb.kernel("ampere_sgemm_128x64_nn", t + 100, 8_000, launch_ts=t + 20)
+        else:
+            tb.kernel("ampere_sgemm_128x64_nn", t + 100, 8_000, launch_ts=t + 20)
+            tb.events[-2]["name"] = "cudaGraphLaunch"
+    return analyze(tb.to_dict())
+
+
+@pytest.mark.parametrize(("covered", "coverage", "mfu", "lower_bound"), [
+    (3, 1.0, True, False), (2, 0.6667, True, True), (1, 0.3333, False, None)])
+def test_mfu_follows_flops_coverage(covered, coverage, mfu, lower_bound):
+    r = _coverage_trace(covered)
+    c = r.metrics["compute"]
+    assert c["flops_coverage"] == coverage
+    assert (c["mfu"] is not None) is mfu and c["mfu_lower_bound"] is lower_bound
+    if not mfu:
+        assert c["flops"] is not None  # the FLOPs are still reported; only MFU is withheld
+    # a lower bound or a withheld MFU proves no low efficiency
+    assert ("low-compute-efficiency" in r.finding_ids) is (covered == 3)

@@ -50,9 +50,12 @@ def test_expected_metric_ranges(trace, path, lo, hi):
     assert value is not None and lo <= value <= hi, f"{path} = {value}"
 
 
-def test_the_checks_add_up_to_the_issue_count():
-    """Issue 10: 130 checks counting each trace's analysis as one, 118 without."""
-    assert len(CASES) + len(METRIC_CASES) == 118 and len(EXPECTED) == 12
+def test_every_expectation_is_collected():
+    """Each fires/silent id and each metric range in the file becomes one check, for every trace."""
+    assert len(CASES) == sum(len(e["fires"]) + len(e["silent"]) for e in EXPECTED.values())
+    assert len(METRIC_CASES) == sum(len(e.get("metrics", {})) for e in EXPECTED.values())
+    assert {f for f, _, _ in CASES} | {f for f, *_ in METRIC_CASES} <= set(EXPECTED)
+    assert all(os.path.exists(os.path.join(DATA, f)) for f in EXPECTED)
 
 
 def test_final_device_synchronize_is_not_harmful():

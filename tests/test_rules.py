@@ -178,7 +178,9 @@ def test_transfer_bound(overlap, fires):
 ])
 def test_mixed_precision_gain_is_an_upper_bound_from_the_devices_own_peaks(name, cc, ratio):
     tb = TraceBuilder(cc=cc, gpu_name=name)
-    busy_steps(tb, 3, 10_000, 6_000, kernel_name="sgemm_128x64_nn")
+    for i in range(3):  # each sgemm queued before the previous one ends: the GPU bounds the step
+        tb.step(i + 1, i * 10_000, 10_000)
+        tb.kernel("sgemm_128x64_nn", i * 10_000 + 10, 6_000, launch_ts=max(i * 10_000 - 5_000, 1))
     r = analyze(tb.to_dict())
     f = r.finding("mixed-precision-off")
     share = f.est_gain / (1 - 1 / ratio) if ratio else f.est_gain
@@ -229,9 +231,11 @@ def test_warmup_first_step_outlier_and_allocator_growth():
     tb2 = TraceBuilder()
     busy_steps(tb2, 4, 10_000, 9_000)
     assert "warmup-in-window" not in ids(tb2)
-    tb2.runtime("cudaMalloc", 100, 3_000)
+    tb2.runtime("cudaMalloc", 100, 3_000)  # 7.5 % of the window: under the 10 % line
+    assert "warmup-in-window" not in ids(tb2)
+    tb2.runtime("cudaMalloc", 20_000, 2_000)  # now 12.5 %
     f = get(tb2, "warmup-in-window")
-    assert f is not None and "allocator growth" in f.evidence.summary
+    assert f is not None and "allocator growth" in f.evidence.summary and "cold start" in f.evidence.summary
 
 
 # ---- cpu-bound: the GPU waits on host operators (not the loader, not tiny kernels)

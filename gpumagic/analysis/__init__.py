@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from gpumagic.analysis import metrics as _metrics
-from gpumagic.analysis.context import build_context
-from gpumagic.analysis.gains import apportion
+from gpumagic.analysis import segments, selfcheck
+from gpumagic.analysis.context import Context, build_context
+from gpumagic.analysis.gains import IDLE_TYPE, apportion
 from gpumagic.analysis.names import long_names_note
 from gpumagic.analysis.operators import TOP_OPERATORS
-from gpumagic.analysis.rules import CAUSE_RULES, RESIDUAL_RULE
-from gpumagic.report.model import Report, sort_findings
+from gpumagic.analysis.rules import CAUSE_RULES, RESIDUAL_RULE, STEADY_IDS, STEADY_RULES
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding, Report, sort_findings
 from gpumagic.trace import Trace, load
 
 
@@ -20,28 +23,61 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
     a loaded :class:`~gpumagic.trace.Trace`) into a :class:`~gpumagic.report.model.Report`.
     ``"example"`` is the bundled example trace (``gpumagic analyze example``).
 
+    The window is segmented first (:mod:`gpumagic.analysis.segments`): the steady-state rules
+    (``rules.STEADY_RULES``) judge its steady part only; the others judge the whole window.
     ``top_ops``: how many operators ``metrics.operators.top`` lists (by GPU time).
     Raises :class:`~gpumagic.errors.TraceError` when the input is not a readable trace.
     """
-    trace = source if isinstance(source, Trace) else load(source)
-    ctx = build_context(trace)
     if isinstance(top_ops, bool) or not isinstance(top_ops, int) or top_ops < 0:
         raise ValueError(f"top_ops must be a whole number >= 0, not {top_ops!r}")
+    trace = source if isinstance(source, Trace) else load(source)
+    ctx = build_context(trace)
     ctx.cache["top_ops"] = top_ops
     metrics = _metrics.compute(ctx)
-    findings = [f for f in (rule(ctx, metrics) for rule in CAUSE_RULES) if f is not None]
-    low = RESIDUAL_RULE(ctx, metrics)
+    steady, steady_m, seg_notes = _steady_part(ctx, metrics)
+    findings: list[Finding] = []
+    empty = selfcheck.is_empty(ctx)
+    for rule in () if empty else CAUSE_RULES:
+        if rule not in STEADY_RULES:
+            f = rule(ctx, metrics)
+        elif steady is None or steady_m is None:
+            f = None
+        else:
+            f = rule(steady, steady_m)
+            if f is not None and steady is not ctx and f.id not in IDLE_TYPE:  # a share of the whole window
+                f = replace(f, est_gain=round(f.est_gain * steady.window_ns / ctx.window_ns, 4))
+        if f is not None:
+            findings.append(f)
+    low = None if empty else RESIDUAL_RULE(ctx, metrics)
     if low is not None:
         findings.append(low)
-    findings, combined = apportion(ctx, findings)
-    notes = list(trace.notes)
-    if ctx.device < 0 and not any("CPU activity only" in n for n in notes):
-        notes.append("No GPU activity in the trace: CPU activity only.")
+    findings, combined = apportion(ctx, findings, steady=steady)
+    checks = selfcheck.notes(ctx, model_on_cpu=any(f.id == "model-on-cpu" for f in findings))
+    notes = list(trace.notes) + checks + ([] if empty else seg_notes)
     if ctx.window_source == "trace":
         notes.append("No ProfilerStep# markers: the window is the whole trace.")
     notes += filter(None, [long_names_note(trace.names)])  # names past MAX_NAME_CHARS: classified on a prefix
     return Report(metrics=metrics, findings=sort_findings(findings), notes=notes, trace=trace,
                   label=label or str(trace.meta.get("label") or ""), combined_gain=combined)
+
+
+def _steady_part(ctx: Context, metrics: Metrics) -> tuple[Context | None, Metrics | None, list[str]]:
+    """The context and metrics the steady-state rules judge: the whole window when it is all
+    steady, else its longest steady stretch, else ``None`` (and a note saying what was not judged)."""
+    seg = segments.segments(ctx)
+    if seg.all_steady:
+        return ctx, metrics, []
+    names = ", ".join(sorted(STEADY_IDS))
+    shares = ", ".join(f"{k.replace('_', ' ')} {100 * v:.0f} %" for k, v in
+                       sorted(seg.share(segments.SEGMENT_KINDS[1:]).items(), key=lambda kv: -kv[1]))
+    if seg.steady_span is None:
+        return None, None, [f"No steady part in the window ({shares} of it): {names} were not judged."]
+    sub = build_context(ctx.trace, window=seg.steady_span)
+    sub.cache["top_ops"] = ctx.cache.get("top_ops", TOP_OPERATORS)
+    a, b = ((sub.lo - ctx.lo) / 1e6, (sub.hi - ctx.lo) / 1e6)
+    return sub, _metrics.compute(sub), [
+        f"The window is not all steady ({shares} of it): {names} judged its steady part only, "
+        f"+{a:.1f} to +{b:.1f} ms."]
 
 
 __all__ = ["analyze"]

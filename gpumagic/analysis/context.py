@@ -136,7 +136,19 @@ class Context:
         devs = self.trace.devices
         if info is None and devs and len({(d.name, d.total_memory_bytes, d.compute_capability) for d in devs}) == 1:
             info = devs[0]
+        if info is None and not devs:
+            info = self._arch_from_kernels()
         return info
+
+    def _arch_from_kernels(self) -> DeviceInfo | None:
+        """Without ``deviceProperties``: an unnamed device whose compute capability is the
+        latest architecture its library kernels were built for (``names.kernel_arch``)."""
+        if "arch" not in self.cache:
+            ev = self.trace.events
+            ids = distinct(ev.name[self.masks["kernel"] & (ev.device == self.device)])
+            arch = [a for a in (nm.kernel_arch(self.trace.names[n]) for n in ids.tolist()) if a is not None]
+            self.cache["arch"] = DeviceInfo(self.device, "", 0, *max(arch)) if arch else None
+        return self.cache["arch"]
 
     def memory_records(self) -> np.ndarray:
         """Mask of the allocator records of the primary GPU (CUDA or HIP device type). When none
@@ -153,9 +165,17 @@ class Context:
 
     @cached_property
     def workload(self) -> str:
-        """``"training"`` when the trace shows a backward pass or an optimizer step, else
-        ``"inference"`` (its advice then has no optimizer, gradient or Trainer fixes)."""
-        return "training" if bool(self.masks["name_training"].any()) else "inference"
+        """What ran: ``"training"`` when operators, annotations or kernels show a backward pass
+        or an optimizer step; else ``"serving"`` when a serving engine's frames or annotations
+        are present (``names.ENGINE_RE``); else ``"inference"``. Python frame names never make
+        a trace training: autograd-function wrappers (``save_for_backward``) and AOT-autograd
+        frames run in inference too. Inference and serving advice has no optimizer, gradient or
+        Trainer fixes."""
+        m = self.masks
+        what_ran = m["cpu_op"] | m["annotation"] | m["kernel"]
+        if bool((m["name_training"] & what_ran).any()):
+            return "training"
+        return "serving" if bool((m["name_engine"] & (m["annotation"] | m["python"])).any()) else "inference"
 
     @property
     def cpu_only(self) -> bool:
@@ -178,11 +198,18 @@ def _flags(trace: Trace) -> dict[str, np.ndarray]:
         "tensor_core": nm.is_tensor_core, "matmul": nm.is_matmul, "alloc": nm.ALLOC_CALLS.__contains__,
         "init": nm.INIT_CALLS.__contains__, "compile": nm.is_compile,
         "graph_launch": nm.is_graph_launch, "stream_wait": nm.is_stream_wait, "training": nm.is_training,
+        "capture_call": nm.is_capture_call, "begin_capture": nm.BEGIN_CAPTURE_CALLS.__contains__,
+        "end_capture": nm.END_CAPTURE_CALLS.__contains__, "capture_frame": nm.is_capture_frame,
+        "cold_call": nm.is_cold_call, "library_sync_op": nm.is_library_sync_op, "one_off": nm.is_one_off_frame,
+        "engine": nm.is_engine, "comm_host": nm.is_comm_host,
     }
     return {k: trace.name_ids(f) for k, f in classifiers.items()}
 
 
-def build_context(trace: Trace) -> Context:
+def build_context(trace: Trace, window: tuple[int, int] | None = None) -> Context:
+    """The context of the whole window, or of ``window`` (ns, a part of it: the steady part the
+    steady-state rules judge, ``analysis.segments``): the steps wholly inside it, else the
+    span itself."""
     ev = trace.events
     flags = _flags(trace)
     by_name = {k: v[ev.name] for k, v in flags.items()}
@@ -205,7 +232,12 @@ def build_context(trace: Trace) -> Context:
     launch_row = _launch_rows(trace, masks)
     launch_ts = np.where(launch_row >= 0, ev.ts_ns[np.maximum(launch_row, 0)], -1)
     step_bounds, step_names = _steps(trace, steps, masks, launch_ts)
-    if step_bounds:
+    if window is not None:
+        inside = [i for i, (s, e) in enumerate(step_bounds) if s >= window[0] and e <= window[1]]
+        step_bounds, step_names = [step_bounds[i] for i in inside], [step_names[i] for i in inside]
+    if window is not None and not step_bounds:
+        lo, hi, source = int(window[0]), int(window[1]), "steady"
+    elif step_bounds:
         lo, hi, source = step_bounds[0][0], step_bounds[-1][1], "steps"
     else:
         lo = int(ev.ts_ns.min()) if len(ev) else 0
@@ -325,10 +357,19 @@ def _classify_gaps(ctx: Context) -> tuple[Gaps, dict[str, int]]:
     length = g_e - g_s
     after = has_next & (launch >= g_s)
     unknown_lead = has_next & (launch < 0) & (g_s == ctx.lo)
-    host_ns = np.where(after, np.minimum(launch + LAUNCH_LATENCY_MAX_NS, g_e) - g_s, 0)
+    # the host is busy until the launch call returns: a call that lasts (lazy module loading, a
+    # cold start, staging a pageable copy) keeps the gap host time until then, whether it began
+    # before the gap (it spans it) or inside it
+    by = np.where(has_next, ctx.launch_row[np.maximum(nxt, 0)], -1)
+    launch_end = np.where(by >= 0, ev.ts_ns[np.maximum(by, 0)] + ev.dur_ns[np.maximum(by, 0)], -1)
+    host_end = np.maximum(launch + LAUNCH_LATENCY_MAX_NS, launch_end)
+    host_ns = np.where(after, np.minimum(host_end, g_e) - g_s, 0)
+    spans = has_next & (launch >= 0) & (launch < g_s) & (launch_end > g_s)
+    host_ns = np.where(spans, np.minimum(launch_end, g_e) - g_s, host_ns)
     host_ns = np.where(unknown_lead, length, np.maximum(host_ns, 0))
-    latency = has_next & (launch >= 0) & (launch < g_s) & (length < LAUNCH_LATENCY_MAX_NS)
-    queued_ns = length - host_ns - np.where(latency, length, 0)
+    latency = has_next & (launch >= 0) & (launch < g_s) & (length < LAUNCH_LATENCY_MAX_NS) & ~spans
+    host_ns = np.where(latency, 0, host_ns)
+    queued_ns = np.maximum(length - host_ns - np.where(latency, length, 0), 0)
     dependency = _dependencies(ctx, nxt, launch)
     cause = np.where(latency, 1, np.where(host_ns >= queued_ns, 0, np.where(has_next, dependency, 2)))
     idle["host_wait"] = int(host_ns.sum())

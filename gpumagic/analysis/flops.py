@@ -219,7 +219,7 @@ class _Ops:
 
 def count(table, lo: int, hi: int) -> dict[str, Any]:
     """FLOPs of the family operators that start in ``[lo, hi)``: total, per dtype, the source."""
-    out: dict[str, Any] = {"flops": 0.0, "by_dtype": defaultdict(float), "profiler": 0, "shapes": 0, "unresolved": 0}
+    out: dict[str, Any] = {"flops": 0.0, "by_dtype": defaultdict(float), "profiler": 0, "shapes": 0, "unresolved": 0, "units": []}
     if table is None or not len(table):
         return out
     ops = _Ops(table)
@@ -236,6 +236,7 @@ def count(table, lo: int, hi: int) -> dict[str, Any]:
             continue
         out["flops"] += flops
         out[source] += 1
+        out["units"].append(i)
         out["by_dtype"][_unit_dtype(ops, i, family) or "unknown"] += flops
     return out
 
@@ -360,7 +361,8 @@ def metrics(ctx) -> ComputeMetrics:
                            "mfu": None, "flops_source": None, "dtype": None, "device_name": name or None,
                            "device_sku": peak.sku if peak else None, "peak_source": None,
                            "ops_counted": c["profiler"] + c["shapes"], "ops_unresolved": c["unresolved"],
-                           "matmul_kernel_tflops": None}
+                           "matmul_kernel_tflops": None, "flops_coverage": None, "mfu_lower_bound": None}
+    out["flops_coverage"] = coverage(ctx, c)
     if out["ops_counted"]:
         _efficiency(ctx, c, name, out)
     return ComputeMetrics(**out)
@@ -382,10 +384,54 @@ def _efficiency(ctx, c: dict[str, Any], name: str, out: dict[str, Any]) -> None:
     if mm_ns:
         out["matmul_kernel_tflops"] = round(flops / (mm_ns / 1e9) / 1e12, 4)
     tflops, source = devices.peak_tflops(name, dtype)
-    if tflops:
-        out.update(peak_tflops=tflops, peak_source=source, mfu=round(out["achieved_tflops"] / tflops, 4))
+    cov = out["flops_coverage"]
+    if tflops and cov is not None and cov < COVERAGE_LOWER_BOUND:
+        out.update(peak_tflops=tflops, peak_source=source)  # withheld: the FLOPs miss most matmul work
+    elif tflops:
+        out.update(peak_tflops=tflops, peak_source=source, mfu=round(out["achieved_tflops"] / tflops, 4),
+                   mfu_lower_bound=bool(cov is not None and cov < COVERAGE_FULL))
         if out["matmul_kernel_tflops"] is not None and out["matmul_kernel_tflops"] > tflops:
             out["matmul_kernel_tflops"] = None  # above peak: some matmul kernels were not recognised by name
+
+
+#: MFU is stated when the counted FLOPs cover at least 90 % of the matmul-family kernel time
+#: (the kernels launched inside counted operators); from 50 % it is a lower bound
+#: (``mfu_lower_bound``); below, it is withheld (``mfu`` null): kernels replayed by graphs, with
+#: no launching operator, or non-matmul kernels matching a matmul name did work nobody counted.
+COVERAGE_FULL = 0.9
+COVERAGE_LOWER_BOUND = 0.5
+
+
+def coverage(ctx, c: dict) -> float | None:
+    """Share of the primary GPU's matmul-family kernel time (matmul, convolution, attention
+    names) launched from inside an operator whose FLOPs were counted; ``None`` without such
+    kernels. A kernel replayed by a graph launch or without a launching call is not covered."""
+    if ctx.device < 0:
+        return None
+    ev = ctx.trace.events
+    k = np.flatnonzero(_matmul_mask(ctx))
+    total = float(ev.dur_ns[k].sum())
+    if not total:
+        return None
+    table, units = ctx.trace.ops, c.get("units") or []
+    if table is None or not units:
+        return 0.0
+    u = np.array(units, dtype=np.int64)
+    by = ctx.launch_row[k]
+    ok = by >= 0
+    covered = np.zeros(k.size, dtype=bool)
+    lt, ll = ev.ts_ns[np.maximum(by, 0)], ev.lane[np.maximum(by, 0)]
+    for lane in np.unique(table.lane[u]).tolist():
+        mine = u[table.lane[u] == lane]
+        s, e = _union(table.ts_ns[mine], table.ts_ns[mine] + table.dur_ns[mine])
+        j = np.searchsorted(s, lt, side="right") - 1
+        covered |= ok & (ll == lane) & (j >= 0) & (lt < e[np.maximum(j, 0)])
+    return round(float(ev.dur_ns[k[covered]].sum()) / total, 4)
+
+
+def _union(s: np.ndarray, e: np.ndarray):
+    from gpumagic.analysis import intervals as iv
+    return iv.union(s, e)
 
 
 def _device_name(ctx) -> str:

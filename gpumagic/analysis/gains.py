@@ -24,6 +24,7 @@ import numpy as np
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import cap_by_critical_path, sync_costs
+from gpumagic.analysis.rules import STEADY_IDS
 from gpumagic.analysis.rules.base import severity_for
 from gpumagic.analysis.rules.chunks import small_transfer_windows
 from gpumagic.analysis.rules.compute import too_small_windows
@@ -31,7 +32,7 @@ from gpumagic.analysis.rules.cpu import saturated_idle
 from gpumagic.analysis.rules.dataloader import DATALOADER_FRAC
 from gpumagic.analysis.rules.launch import host_ops_in_wait, launch_wait
 from gpumagic.analysis.rules.transfers import exposed_copies
-from gpumagic.analysis.rules.utilization import LONG_GAPS_FRAC, long_gap_intervals
+from gpumagic.analysis.rules.utilization import LONG_GAPS_FRAC, idle_outside_warmup, long_gap_intervals
 from gpumagic.report.model import Finding
 
 #: Findings whose gain is GPU idle time.
@@ -68,13 +69,15 @@ CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
     "gpu-idle-gaps": long_gap_intervals,
     "small-transfers": small_transfer_windows,
     "too-small-for-gpu": too_small_windows,
-    "low-gpu-utilization": lambda ctx: ctx.gaps.intervals,
+    "low-gpu-utilization": idle_outside_warmup,
     "communication-heavy": lambda ctx: ctx.exclusive["communication"],
 }
 
 
-def apportion(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], float]:
-    """The findings with idle-type gains counted once, and ``combined_gain``."""
+def apportion(ctx: Context, findings: list[Finding], steady: Context | None = None) -> tuple[list[Finding], float]:
+    """The findings with idle-type gains counted once, and ``combined_gain``. A steady-state
+    finding (``rules.STEADY_IDS``) claims its time in ``steady``, the part of the window it
+    judged; gains are shares of the whole window."""
     by_id = {f.id: f for f in findings}
     idle = ctx.gaps.intervals if ctx.device >= 0 else iv.union(np.array([ctx.lo]), np.array([ctx.hi]))
     budget = iv.total(idle)
@@ -88,7 +91,7 @@ def apportion(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], flo
         if fid not in CLAIMS:  # an idle-type finding this module does not know: its own gain, capped
             ns = min(int(f.est_gain * ctx.window_ns), budget)
         else:
-            wanted = CLAIMS[fid](ctx)
+            wanted = CLAIMS[fid](steady if steady is not None and fid in STEADY_IDS else ctx)
             if fid not in COPY_TIME:
                 wanted = iv.intersect(wanted, idle)
             taken_by = [c for c, t in claimed_by.items() if iv.total(iv.intersect(wanted, t))]

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
-from gpumagic.analysis import copysizes, critical_path, flops, operators, phases
+from gpumagic.analysis import copysizes, critical_path, flops, operators, phases, segments
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
@@ -44,6 +44,7 @@ from gpumagic.report.metrics import (
     OperatorsMetrics,
     PhasesMetrics,
     SampleMetrics,
+    SegmentMetrics,
     StepMetrics,
     SyncCallMetrics,
     SyncMetrics,
@@ -66,7 +67,8 @@ def _ms(ns: float) -> float:
 def compute(ctx: Context) -> Metrics:
     return Metrics(
         trace=_trace(ctx),
-        window=WindowMetrics(start_ns=ctx.lo, end_ns=ctx.hi, dur_ms=_ms(ctx.hi - ctx.lo), source=ctx.window_source),
+        window=WindowMetrics(start_ns=ctx.lo, end_ns=ctx.hi, dur_ms=_ms(ctx.hi - ctx.lo), source=ctx.window_source,
+                             **_segment_fields(ctx)),
         steps=_steps(ctx),
         gpu=_gpu(ctx),
         breakdown=_breakdown(ctx),
@@ -99,6 +101,13 @@ def cap_by_critical_path(ctx: Context, finding_id: str, gain: float) -> float:
     """``gain``, at most the share of the critical path that the finding's fix shortens
     (``critical_path.SHORTENS``); rules call it on their gain."""
     return critical_path.cap(critical_path_metrics(ctx)["ms"], ctx.window_ns / MS, finding_id, gain)
+
+
+def _segment_fields(ctx: Context) -> dict[str, Any]:
+    """``window.segments``, ``steady_frac`` and ``steady_judged_ms`` (analysis/segments.py)."""
+    d = segments.metrics(ctx)
+    return {"segments": [as_record(x, SegmentMetrics) for x in d["segments"]], "steady_frac": d["steady_frac"],
+            "steady_judged_ms": d["steady_judged_ms"]}
 
 
 def _trace(ctx: Context) -> TraceMetrics:
@@ -252,7 +261,9 @@ def sync_events(ctx: Context) -> np.ndarray:
     Runtime API, "API synchronization behavior"); that is how ``.item()``, ``.cpu()`` and
     ``.tolist()`` on CUDA tensors usually synchronise."""
     m, ev = ctx.masks, ctx.trace.events
-    calls = m["name_sync_call"] & m["runtime"] & m["host"]
+    # a library's own syncs (cuDNN's algorithm search, the allocator, cudagraph-trees before it
+    # records) are not the user's: segments.library_sync_rows
+    calls = m["name_sync_call"] & m["runtime"] & m["host"] & ~segments.library_sync_rows(ctx)
     copies = np.flatnonzero(m["memcpy"] & (ctx.launch_row >= 0))
     if copies.size:
         kinds = {n: nm.copy_kind(ctx.trace.names[n]) for n in distinct(ev.name[copies]).tolist()}
@@ -359,7 +370,9 @@ def syncs(ctx: Context) -> SyncMetrics:
                                             blocked_ms=_ms(c.blocked_ns[sel].sum()))
     ops = np.flatnonzero(ctx.events_in_window(ctx.masks["name_sync_op"] & ctx.masks["host"]))
     op_counts = {names[n]: int(np.count_nonzero(ev.name[ops] == n)) for n in distinct(ev.name[ops]).tolist()}
-    return SyncMetrics(count=int(idx.size), call_ms=_ms(ev.dur_ns[idx].sum()), blocked_ms=_ms(c.blocked_ns.sum()),
+    lib = segments.library_sync_rows(ctx)
+    return SyncMetrics(count=int(idx.size), library_count=int(np.count_nonzero(ctx.events_in_window(lib))),
+                       call_ms=_ms(ev.dur_ns[idx].sum()), blocked_ms=_ms(c.blocked_ns.sum()),
                        harmful_count=int(c.harmful.sum()), harmful_blocked_ms=_ms(c.blocked_ns[c.harmful].sum()),
                        starved_ms=_ms(iv.total(c.starved)),
                        min_blocked_us=SYNC_MIN_BLOCKED_NS / 1000, by_name=by_name, sync_ops=op_counts)
@@ -390,8 +403,32 @@ def _memory(ctx: Context) -> MemoryMetrics:
     # (PyTorch CUDA semantics notes, "Memory management"). Reserved and NVML stay as numbers.
     if allocated and cap:
         frac = round(allocated / cap, 4)
+    pool = _pool(ctx, sel, cap)
     return MemoryMetrics(peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, capacity_bytes=cap,
-                         peak_frac=frac, source=source, nvml_peak_used_bytes=nvml)
+                         peak_frac=frac, source=source, nvml_peak_used_bytes=nvml,
+                         allocated_range_bytes=pool["allocated_range_bytes"], pool=pool["pool"])
+
+
+#: A deliberate pool: allocated memory moves by at most 5 % of the device across the window's
+#: allocator records, and no allocation call reaches the driver in the window. vLLM reserves its
+#: KV cache up front (``gpu_memory_utilization``, default 0.9), SGLang its static memory
+#: (``mem_fraction_static``): one large reservation before serving, then no growth or retries.
+POOL_RANGE_FRAC = 0.05
+
+
+def _pool(ctx: Context, sel: np.ndarray, cap: int | None) -> dict[str, Any]:
+    """``allocated_range_bytes`` (max − min allocated over the window's records) and ``pool``:
+    whether the memory was held up front (see :data:`POOL_RANGE_FRAC`); null when unknown."""
+    mem = ctx.trace.memory
+    rec = sel & (mem.ts_ns >= ctx.lo) & (mem.ts_ns <= ctx.hi) & (mem.allocated >= 0)
+    if np.count_nonzero(rec) < 2 or not cap:
+        return {"allocated_range_bytes": None, "pool": None}
+    rng = int(mem.allocated[rec].max() - mem.allocated[rec].min())
+    m = ctx.masks
+    mallocs = ctx.events_in_window(m["runtime"] & ctx.trace.name_ids(
+        lambda n: n in ("cudaMalloc", "cudaMallocAsync", "cuMemAlloc_v2", "cuMemCreate", "hipMalloc",
+                        "hipMallocAsync", "hipExtMallocWithFlags"))[ctx.trace.events.name])
+    return {"allocated_range_bytes": rng, "pool": bool(rng <= POOL_RANGE_FRAC * cap and not mallocs.any())}
 
 
 def communication(ctx: Context) -> CommunicationMetrics:
@@ -402,7 +439,15 @@ def communication(ctx: Context) -> CommunicationMetrics:
     exposed = iv.total(iv.subtract(comm, compute))
     ev, m = ctx.trace.events, ctx.masks
     count = int(np.count_nonzero(ctx.events_in_window(m["kernel"] & m["name_nccl"]) & (ev.device == ctx.device)))
-    return CommunicationMetrics(count=count, ms=_ms(comm_ns), frac=round(ctx.frac(comm_ns), 4),
+    host_calls = int(np.count_nonzero(ctx.events_in_window(m["name_comm_host"] & m["host"])))
+    dist = ctx.trace.meta.get("distributed") or {}
+    # the program communicates (collective operators on the host, or several ranks) but no kernel
+    # is recognised as a collective: communication may be undercounted
+    # (a world of one rank moves nothing: its collectives launch no kernel)
+    world = dist.get("world_size")
+    maybe_under = count == 0 and ctx.device >= 0 and world != 1 and (host_calls > 0 or (world or 0) > 1)
+    return CommunicationMetrics(count=count, host_calls=host_calls, maybe_undercounted=bool(maybe_under),
+                                ms=_ms(comm_ns), frac=round(ctx.frac(comm_ns), 4),
                                 overlap_frac=round(1 - exposed / comm_ns, 4) if comm_ns else None,
                                 exposed_ms=_ms(exposed), exposed_frac=round(ctx.frac(exposed), 4))
 

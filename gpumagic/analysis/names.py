@@ -83,13 +83,27 @@ NOT_COMPILE_RE = re.compile(r"Cache Lookup|Torch-Compiled Region|CompiledFunctio
 #: - ``one_shot_all_reduce``/``two_shot_all_reduce``: PyTorch symmetric memory and intra-node
 #:   all-reduce kernels of SGLang/vLLM (``cross_device_reduce_1stage/2stage``);
 #: - ``custom_all_reduce``/``cross_device_reduce``: vLLM csrc/custom_all_reduce.cuh, SGLang's copy;
-#: - ``quickreduce``: vLLM's ROCm quick all-reduce (csrc/quickreduce).
+#: - ``quickreduce``: vLLM's ROCm quick all-reduce (csrc/quickreduce);
+#: - expert-parallel all-to-all: DeepEP's dispatch/combine kernels under its public
+#:   ``deep_ep::`` namespace (deepseek-ai/DeepEP csrc/kernels: ``deep_ep::intranode::dispatch``,
+#:   ``deep_ep::internode_ll::combine``...) and DeepSeek's internal ``dpsk::ep::`` names;
+#: - NVSHMEM device kernels (``nvshmem``/``nvshmemi_`` names, the library DeepEP's internode and
+#:   low-latency kernels are built on);
+#: - MSCCL / MSCCL++ (``msccl``, ``mscclpp``: Microsoft's collective libraries, also in RCCL).
 COLLECTIVE_RE = re.compile(
     r"(nccl|rccl|multimem_all_reduce|multimem_all_gather|one_shot_all_reduce|two_shot_all_reduce|"
     r"custom_all_reduce|cross_device_reduce|allreduce_kernel|all_reduce_kernel|quickreduce|"
-    r"reduce_scatter_kernel|all_gather_kernel)",
+    r"reduce_scatter_kernel|all_gather_kernel|deep_ep::|dpsk::ep::|nvshmem|msccl)",
     re.IGNORECASE,
 )
+#: Host-side signs that a program communicates (to tell when collective kernels may have been
+#: missed by name): PyTorch's ``record_param_comms`` and ``c10d::`` operators, ``nccl:*``
+#: annotations (torch.distributed's profiling), DeepEP's Python ``Buffer.dispatch``/``combine``.
+COMM_HOST_RE = re.compile(r"(^record_param_comms$|^c10d::|^nccl:|deep_ep/buffer\.py\(\d+\): (dispatch|combine))")
+
+
+def is_comm_host(name: str) -> bool:
+    return bool(COMM_HOST_RE.search(name))
 
 #: Kernel-name fragments that mean tensor-core (NVIDIA) or matrix-core (AMD) instructions, by source:
 #: - cuBLAS/cuDNN encode the MMA shape or precision (``h884``, ``s1688``, ``16816``, ``tf32``,
@@ -377,3 +391,137 @@ _batch(is_fused_attention, lambda n: _scan(n, _FUSED_ATTENTION, True))
 _batch(is_softmax, lambda n: _scan(n, _SOFTMAX_LOW, True) & ~_scan(n, _FUSED_ATTENTION, True))
 _batch(is_elementwise, lambda n: _scan(n, _ELEMENTWISE, True) & ~_scan(n, _INDUCTOR_M, False) & ~_scan(n, _COLLECTIVE, True))
 _batch(is_compile, lambda n: np.fromiter((is_compile(x) for x in n), dtype=bool, count=len(n)))  # ".*": one by one
+
+
+# --- What kind of window: start-up, graph capture, one-off host work (analysis.segments) ----
+#: Stream capture and graph instantiation (CUDA Runtime API "Graph Management" /
+#: "Stream Management": ``cudaStreamBeginCapture``, ``cudaStreamEndCapture``,
+#: ``cudaGraphInstantiate[WithFlags|WithParams]``; Driver API ``cuStreamBeginCapture``...;
+#: HIP Runtime API twins ``hipStreamBeginCapture``... ``hipGraphInstantiateWithFlags``).
+BEGIN_CAPTURE_CALLS = frozenset({"cudaStreamBeginCapture", "cudaStreamBeginCapture_v2", "cuStreamBeginCapture",
+                                 "cuStreamBeginCapture_v2", "hipStreamBeginCapture"})
+END_CAPTURE_CALLS = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture", "hipStreamEndCapture"})
+GRAPH_INSTANTIATE_RE = re.compile(r"^(cuda|cu|hip)GraphInstantiate")
+#: Host frames and annotations that record a graph: ``torch.cuda.graph``'s ``capture_begin`` /
+#: ``capture_end`` (torch/cuda/graphs.py), cudagraph-trees' recording (torch/_inductor/
+#: cudagraph_trees.py: ``CUDAGraphNode._record``, ``CUDAGraphTreeManager.record_function``),
+#: vLLM's capture loop (vllm/v1/worker/gpu_model_runner.py ``capture_model`` /
+#: ``_capture_cudagraphs``; its ``capture_<batch>_<mode>`` annotations) and SGLang's
+#: (sglang/srt/model_executor/cuda_graph_runner.py ``capture``).
+CAPTURE_FRAME_RE = re.compile(
+    r"(torch/cuda/graphs\.py\(\d+\): (capture_begin|capture_end)|"
+    r"cudagraph_trees\.py\(\d+\): (_record|record_function)\b|"
+    r"gpu_model_runner\.py\(\d+\): (capture_model|_capture_cudagraphs)|"
+    r"cuda_graph_runner\.py\(\d+\): capture|^capture_\d+(_\w+)?$)"
+)
+#: Runtime and driver calls whose first call does one-off work, by source: context creation
+#: (CUDA C++ Programming Guide, "Initialization": the primary context is created on the first
+#: runtime call that needs it; PyTorch's first CUDA call is often
+#: ``cudaDeviceGetStreamPriorityRange`` or ``cudaFree(0)``), lazy module loading (CUDA C++
+#: Programming Guide, "Lazy Loading": with CUDA_MODULE_LOADING=LAZY, the default from CUDA 12.2,
+#: a kernel's module is loaded by its first launch), stream/event creation and library handle
+#: creation in the first cuBLAS/cuDNN/hipBLASLt call. A call only counts as start-up when it lasts
+#: orders of magnitude longer than its peers (``segments.OUTLIER_RATIO``).
+COLD_CALL_RE = re.compile(
+    r"^(cuda|cu|hip)(LaunchKernel|LaunchKernelExC?|LaunchCooperativeKernel|ModuleLaunchKernel|ExtModuleLaunchKernel|"
+    r"ExtLaunchKernel|StreamCreate\w*|EventCreate\w*|DeviceGetStreamPriorityRange|Free|Malloc\w*|"
+    r"ModuleLoad\w*|LibraryLoad\w*|GetDevice\w*|SetDevice|DeviceGetAttribute|FuncGetAttributes|"
+    r"OccupancyMaxActiveBlocksPerMultiprocessor\w*|DevicePrimaryCtxRetain|CtxCreate\w*|Init|"
+    r"LaunchKernel_v2|MemGetInfo)$"
+)
+#: Operators inside which a blocking sync is the library's, not the user's: cuDNN's algorithm
+#: search when ``torch.backends.cudnn.benchmark`` is on (it times candidate algorithms with
+#: events: aten/src/ATen/native/cudnn/Conv_v7.cpp), MIOpen's find step (``miopen_convolution``),
+#: and the caching allocator freeing cached blocks after a failed allocation
+#: (c10/cuda/CUDACachingAllocator.cpp ``synchronize_and_free_events``), inside the op that allocates.
+LIBRARY_SYNC_OP_RE = re.compile(
+    r"(^aten::cudnn_|^aten::miopen_|^Cudnn|^Miopen|cudnnFind|miopenFind|"
+    r"^aten::(empty|empty_strided|empty_like|new_empty|new_empty_strided)$)"
+)
+LIBRARY_SYNC_KIND = (("cudnn", "cuDNN's algorithm search (cudnn.benchmark)"),
+                     ("miopen", "MIOpen's algorithm search"),
+                     ("empty", "the caching allocator freeing cached blocks"))
+#: Host frames that load code or a model before any GPU work (``one_off_host``): Python's
+#: import machinery (``<frozen importlib._bootstrap>``), transformers' ``from_pretrained``,
+#: ``torch.load``/``load_state_dict`` (torch/serialization.py, torch/nn/modules/module.py),
+#: safetensors and huggingface_hub downloads.
+ONE_OFF_FRAME_RE = re.compile(
+    r"(<frozen importlib\._bootstrap|importlib/__init__\.py|\): _find_and_load|\): from_pretrained|"
+    r"torch/serialization\.py|\): load_state_dict|safetensors|huggingface_hub/|\): _load_pretrained_model)"
+)
+#: Serving engines, from their own module paths and annotations (vLLM, SGLang, TensorRT-LLM,
+#: Hugging Face TGI, LMDeploy): the workload is serving.
+ENGINE_RE = re.compile(r"(^|/)(vllm|sglang|tensorrt_llm|text_generation_server|lmdeploy)/|^execute_model|^capture_\d+")
+
+
+def is_capture_call(name: str) -> bool:
+    return name in BEGIN_CAPTURE_CALLS or name in END_CAPTURE_CALLS or bool(GRAPH_INSTANTIATE_RE.match(name))
+
+
+def is_capture_frame(name: str) -> bool:
+    return bool(CAPTURE_FRAME_RE.search(name))
+
+
+def is_cold_call(name: str) -> bool:
+    return bool(COLD_CALL_RE.match(name))
+
+
+def is_library_sync_op(name: str) -> bool:
+    return bool(LIBRARY_SYNC_OP_RE.search(name))
+
+
+def is_one_off_frame(name: str) -> bool:
+    return bool(ONE_OFF_FRAME_RE.search(name))
+
+
+def is_engine(name: str) -> bool:
+    return bool(ENGINE_RE.search(name))
+
+
+#: The architecture a library kernel was built for, from its name: cuBLAS and cuDNN prefix
+#: their kernels with it (``volta_sgemm_128x64_nn``, ``turing_fp16_s1688gemm_*``,
+#: ``ampere_sgemm_*``; CUTLASS-generated ones ``sm80_xmma_*``, ``sm90_xmma_*``). A kernel runs
+#: only on a GPU of its architecture or later, so the largest one seen is a lower bound on the
+#: device's compute capability — used only when the trace has no ``deviceProperties``.
+ARCH_PREFIX_RE = re.compile(r"^(?:void )?(?:cutlass::Kernel<cutlass_\d+_tensorop_)?(volta|turing|ampere|hopper|sm(\d{2,3}))_")
+ARCH_CC = {"volta": (7, 0), "turing": (7, 5), "ampere": (8, 0), "hopper": (9, 0)}
+
+
+def kernel_arch(name: str) -> tuple[int, int] | None:
+    """``"volta_sgemm_128x64_nn"`` → ``(7, 0)``; ``"sm90_xmma_gemm_..."`` → ``(9, 0)``; else ``None``."""
+    m = ARCH_PREFIX_RE.match(name)
+    if not m:
+        return None
+    if m.group(2):
+        d = m.group(2)
+        return int(d[:-1]), int(d[-1])
+    return ARCH_CC[m.group(1)]
+
+
+#: Matmul and convolution kernels from libraries that autocast reaches (it changes the dtype of
+#: the library call's inputs): cuBLAS/cuBLASLt (``*gemm*`` with a ``volta_``/``ampere_``/``sm90_``
+#: prefix, ``cublas``, ``nvjet``), CUTLASS (``cutlass``, ``xmma``), cuDNN (``cudnn``, ``scudnn``,
+#: ``implicit_convolve``, ``winograd``, ``fprop``/``dgrad``/``wgrad``), AMD Tensile/hipBLASLt
+#: (``Cijk_``), rocBLAS, MIOpen (``igemm``, ``miopen``), Composable Kernel (``ck_``), Triton and
+#: Inductor (``triton_``, vLLM's ``_matmul_ogs``), fused attention, and cuBLAS's unprefixed
+#: kernels (``sgemm_*``, ``gemv2T_kernel``, ``gemmSN_*``, ``splitKreduce``). A matmul-named kernel outside this list
+#: is taken as hand-written: autocast does not change its dtype.
+LIBRARY_MATMUL_RE = re.compile(
+    r"(cublas|nvjet|cutlass|xmma|cudnn|implicit_convolve|winograd|fprop|dgrad|wgrad|^Cijk_|rocblas|hipblas|"
+    r"igemm|miopen|^ck_|ck::|triton|^_matmul|matmul_ogs|flash|fmha|attn|attention|"
+    r"^(void )?(volta|turing|ampere|hopper|maxwell|kepler|sm\d{2,3})_\w*(gemm|conv)|"
+    r"^(void )?([sdhcz]gemm|gemv|gemmSN|gemmk1|splitKreduce|dot_kernel|reduce_1Block))",
+    re.IGNORECASE,
+)
+
+
+def is_library_matmul(name: str) -> bool:
+    return bool(LIBRARY_MATMUL_RE.search(name))
+
+
+#: Factory and random operators that build a tensor where they run (PyTorch "Tensor creation
+#: ops"): on the CPU, followed by a host-to-device copy, they are host work that creating the
+#: tensor on the device (``device="cuda"``) or prefetching removes.
+TENSOR_CREATION_OPS = frozenset({"aten::normal_", "aten::randn", "aten::rand", "aten::randint", "aten::randperm",
+                                 "aten::uniform_", "aten::random_", "aten::bernoulli_", "aten::arange",
+                                 "aten::linspace", "aten::full", "aten::ones", "aten::zeros", "aten::eye"})

@@ -47,9 +47,13 @@ def straggler_finding(found: list[Straggler], step_median_ms: float | None,
     one = len(found) == 1
     detail = "; ".join(
         f"rank {s.rank}: the others wait {s.lost_ms_per_step:.1f} ms per step for it in {s.collectives} collectives "
-        f"({100 * s.late_share:.0f} % of the waits), after {s.compute_excess_ms:.1f} ms more GPU-side work per step than its "
-        f"{len(s.peers)} peer{'s' if len(s.peers) != 1 else ''}"
+        f"({100 * s.late_share:.0f} % of the waits), after {s.compute_excess_ms:.1f} ms more "
+        + (f"time per step than its {len(s.peers)} peer{'s' if len(s.peers) != 1 else ''} before the collectives, "
+           f"host-side: its GPU was busy only {max(s.gpu_excess_ms or 0.0, 0.0):.1f} ms of it (CPU work before the collective)"
+           if s.host_side else
+           f"GPU-side work per step than its {len(s.peers)} peer{'s' if len(s.peers) != 1 else ''}")
         + (f"; {cite}" if (cite := straggler_citation(collectives or [], s.rank)) else "") for s in found)
+    host = all(s.host_side for s in found)
     return JobFinding(
         finding=Finding(
             id="straggler-rank", severity="high" if gain >= 0.2 else "medium" if gain >= 0.05 else "low",
@@ -57,6 +61,9 @@ def straggler_finding(found: list[Straggler], step_median_ms: float | None,
             why=("In a synchronous job every collective waits for the last rank to arrive. "
                  f"{'This rank does' if one else 'These ranks do'} more work before each collective than the ranks doing the same "
                  "job, so the others sit idle inside the collective (their NCCL kernels are long, the straggler's short). "
+                 + ("Here that extra time is on the host: the straggler's GPU idles before the collective while its CPU "
+                    "works (data loading, logging, Python), so look at its host side first. " if host else "")
+                 +
                  "Look for work only that rank does (logging, checkpointing, evaluation on rank 0), a slower data "
                  "shard or input pipeline, another process on its GPU or CPU cores, or a slower or throttled GPU."),
             evidence=Evidence(summary=detail, numbers={

@@ -11,7 +11,9 @@ collective — spends little time inside it; every other rank spends that extra 
 So, for each collective matched across the ranks that do the same work (same step by its
 ``ProfilerStep#`` number, same position in the step — never by absolute time, since the hosts'
 clocks differ), the rank with the shortest collective kernel arrived last and the others' extra
-time in it is the wait it caused. A rank is a straggler when it is that last arrival consistently
+time in it is the wait it caused. Its extra time before the collectives is host-side when its GPU
+was idle for most of it (the rank's CPU work before the collective), else GPU-side work. A rank is
+a straggler when it is that last arrival consistently
 (:data:`CONSISTENT_SHARE` of the collectives where anyone waited noticeably, in most steps), its
 GPU time before those collectives is longer than its peers', and the wait it causes is a
 noticeable part of the step (:data:`MIN_LOSS_FRAC`).
@@ -61,6 +63,13 @@ class Straggler:
     collectives: int  # collectives where it arrived last and the others waited
     steps: int  # steps compared
     peers: tuple[int, ...]  # the ranks it was compared with
+    gpu_excess_ms: float | None = None  # the part of compute_excess_ms its GPU was busy (None: not measured)
+
+    @property
+    def host_side(self) -> bool:
+        """Its extra time before the collectives is mostly GPU idle time: host-side work (its CPU
+        work before the collective), not more GPU work."""
+        return self.gpu_excess_ms is not None and self.gpu_excess_ms < 0.5 * self.compute_excess_ms
 
 
 @dataclass(frozen=True)
@@ -131,6 +140,8 @@ def find_stragglers(members: list[RankSummary]) -> tuple[list[Straggler], list[s
     late_count = [0] * n
     lost = [defaultdict(float) for _ in range(n)]
     excess: list[list[float]] = [[] for _ in range(n)]
+    busy_excess: list[list[float]] = [[] for _ in range(n)]
+    measured = all(len(s.busy_before_ns) == len(s.before_ns) for row in steps for s in row)
     noticeable = 0
     for k, row in enumerate(steps):
         for j in range(len(row[0].dur_ns)):
@@ -144,6 +155,9 @@ def find_stragglers(members: list[RankSummary]) -> tuple[list[Straggler], list[s
             lost[last][k] += wait
             before = [s.before_ns[j] for s in row]
             excess[last].append(before[last] - median(b for i, b in enumerate(before) if i != last))
+            if measured:
+                busy = [s.busy_before_ns[j] for s in row]
+                busy_excess[last].append(busy[last] - median(b for i, b in enumerate(busy) if i != last))
     step_ms = median(s.dur_ms for row in steps for s in row)
     found = []
     for i, m in enumerate(members):
@@ -156,5 +170,6 @@ def find_stragglers(members: list[RankSummary]) -> tuple[list[Straggler], list[s
             continue
         found.append(Straggler(rank=m.rank, lost_ms_per_step=round(lost_ms, 3), compute_excess_ms=round(extra_ms, 3),
                                late_share=round(late_count[i] / noticeable, 3), collectives=late_count[i],
-                               steps=len(steps), peers=tuple(x.rank for x in members if x is not m)))
+                               steps=len(steps), peers=tuple(x.rank for x in members if x is not m),
+                               gpu_excess_ms=round(sum(busy_excess[i]) / len(steps) / 1e6, 3) if measured else None))
     return found, []

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpumagic.analysis import intervals as iv
 from gpumagic.errors import GpumagicError, TraceError
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
+from gpumagic.trace.model import GPU_KINDS
 
 #: Names of rank files that say which rank wrote them: ``rank3.json.gz``, ``rank-3``, ``rank_3``,
 #: torch's ``tensorboard_trace_handler`` names carry the worker name the user chose.
@@ -42,6 +44,9 @@ class StepCollectives:
     names: tuple[int, ...]
     dur_ns: tuple[int, ...]
     before_ns: tuple[int, ...]
+    #: the part of each ``before_ns`` during which the GPU was busy (the rest it waited for the host);
+    #: empty when not measured
+    busy_before_ns: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -202,16 +207,21 @@ def collectives(trace, metrics: Metrics, device: int | None) -> tuple[tuple[Step
     names = tuple(trace.names[i] for i in name_ids.tolist())
     out = []
     prev_end = None
+    gpu = np.isin(ev.kind, np.array(GPU_KINDS, dtype=np.int8)) & (ev.device == device)
+    busy = iv.union(ev.ts_ns[gpu], ev.ts_ns[gpu] + ev.dur_ns[gpu])
     for k, (lo, _hi) in enumerate(bounds.tolist()):
         pick = np.flatnonzero(which == k)
         ts, dur = ev.ts_ns[rows[pick]], ev.dur_ns[rows[pick]]
-        before = []
+        before, starts = [], []
         for t, d in zip(ts.tolist(), dur.tolist()):
             start = prev_end if before else lo if prev_end is None else max(lo, prev_end)
             before.append(max(0, t - start))
+            starts.append(min(start, t))
             prev_end = t + d
+        busy_before = iv.measure_in(busy, np.array(starts, dtype=np.int64), ts.astype(np.int64)) if starts else []
         out.append(StepCollectives(key=step_key(steps["names"][k], k), dur_ms=steps["durations_ms"][k],
-                                   names=tuple(local[pick].tolist()), dur_ns=tuple(dur.tolist()), before_ns=tuple(before)))
+                                   names=tuple(local[pick].tolist()), dur_ns=tuple(dur.tolist()), before_ns=tuple(before),
+                                   busy_before_ns=tuple(int(x) for x in busy_before)))
     return tuple(out), names
 
 

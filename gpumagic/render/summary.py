@@ -64,7 +64,12 @@ def header_facts(report: Report) -> list[Fact]:
     compute = None if m is None else m.compute
     tflops, mfu = (None, None) if compute is None else (compute.achieved_tflops, compute.mfu)
     if tflops is not None:  # only when FLOPs were recorded (--shapes / --flops)
-        value = f"{tflops:.3g} TFLOP/s" + ("" if mfu is None else f" \u00b7 MFU {fmt_pct(mfu, 2 if mfu < 0.01 else 1 if mfu < 0.1 else 0)}")
+        lower = "\u2265 " if compute is not None and compute.mfu_lower_bound else ""
+        cover = None if compute is None else compute.flops_coverage
+        withheld = mfu is None and cover is not None and compute is not None and compute.peak_tflops is not None
+        value = f"{tflops:.3g} TFLOP/s" + (
+            f" \u00b7 MFU withheld: the FLOPs cover {fmt_pct(cover)} of matmul time" if withheld else
+            "" if mfu is None else f" \u00b7 MFU {lower}{fmt_pct(mfu, 2 if mfu < 0.01 else 1 if mfu < 0.1 else 0)}")
         facts.append(Fact("Compute", value, "matmul/conv FLOPs per second of wall time; MFU: that over the "
                                             "device's dense peak for the dtype"))
     return facts

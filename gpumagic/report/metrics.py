@@ -78,7 +78,8 @@ class TraceMetrics(Record, frozen=True):
     devices: Annotated[list[DeviceMetrics], _d("the GPUs the trace lists")]
     cpu_only: Annotated[bool, _d("no GPU work in the trace")]
     distributed: Annotated[Distributed | None, _d("the job this trace is one rank of; null for a single process")]
-    workload: Annotated[str, _d("'training' when the trace shows a backward pass or an optimizer step, else 'inference'")]
+    workload: Annotated[str, _d("'training' (a backward pass or an optimizer step ran), 'serving' (a serving engine's "
+                                "own annotations) or 'inference'")]
 
 
 # -- window and steps ------------------------------------------------------------------------
@@ -91,6 +92,20 @@ class WindowMetrics(Record, frozen=True):
     end_ns: Annotated[int, _d("window end (ns from the trace origin)")]
     dur_ms: Annotated[float, _d("window duration (ms)")]
     source: Annotated[str, _d("'steps' when ProfilerStep# markers bound it, else 'trace' (the whole trace)")]
+    segments: Annotated[list[SegmentMetrics], _d("what each part of the window is (analysis/segments.py), in time "
+                                                 "order; at most 50, the longest kept")] = msgspec.field(default_factory=list)
+    steady_frac: Annotated[float | None, _d("share of the window in steady segments (0..1); null only in older reports")] = None
+    steady_judged_ms: Annotated[list[float] | None, _d("[start, end] of the steady stretch the steady-state rules judged "
+                                                       "(ms from start_ns); null when the window is all steady or has none")] = None
+
+
+class SegmentMetrics(Record, frozen=True):
+    """A part of the window and what it is: 'steady' unless positively identified as another kind."""
+
+    kind: Annotated[str, _d("'steady', 'cold_start', 'graph_capture', 'compile', 'one_off_host' or 'idle_tail'")]
+    start_ms: Annotated[float, _d("start (ms from window.start_ns)")]
+    dur_ms: Annotated[float, _d("duration (ms)")]
+    evidence: Annotated[list[str], _d("what identified it, in short sentences")]
 
 
 class StepMetrics(Record, frozen=True):
@@ -244,6 +259,8 @@ class SyncMetrics(Record, frozen=True):
     min_blocked_us: Annotated[float, _d("blocked time from which a call counts as harmful (µs)")]
     by_name: Annotated[dict[str, SyncCallMetrics], _d("call name -> its calls")]
     sync_ops: Annotated[dict[str, int], _d("operator that synchronises (e.g. aten::item) -> calls (count)")]
+    library_count: Annotated[int, _d("syncs inside library code (cuDNN/MIOpen algorithm search, the caching allocator), "
+                                     "not counted in count (count)")] = 0
 
 
 # -- memory, communication, host -------------------------------------------------------------
@@ -259,6 +276,9 @@ class MemoryMetrics(Record, frozen=True, omit_defaults=True):
     source: Annotated[str | None, _d("'allocator', 'nvml' or null")]
     nvml_peak_used_bytes: Annotated[int | None, _d("peak used memory in the NVML samples (bytes; includes the CUDA "
                                                    "context and other processes); absent without NVML samples")] = None
+    allocated_range_bytes: Annotated[int | None, _d("max − min allocated over the window's allocator records (bytes)")] = None
+    pool: Annotated[bool | None, _d("memory held up front (allocated moved ≤ 5 % of the device, no driver allocation): "
+                                    "a serving engine's pool, not pressure; null when unknown")] = None
 
 
 class CommunicationMetrics(Record, frozen=True):
@@ -271,6 +291,8 @@ class CommunicationMetrics(Record, frozen=True):
                                              "it); null without communication")]
     exposed_ms: Annotated[float, _d("communication time not overlapped by compute kernels (ms)")]
     exposed_frac: Annotated[float, _d("exposed_ms as a share of the window (0..1)")]
+    host_calls: Annotated[int, _d("host-side collective calls (record_param_comms, c10d::, nccl:, DeepEP) (count)")] = 0
+    maybe_undercounted: Annotated[bool, _d("the program communicates but no kernel is recognised as a collective")] = False
 
 
 class MainThread(Record, frozen=True):
@@ -338,6 +360,10 @@ class ComputeMetrics(Record, frozen=True):
     ops_counted: Annotated[int, _d("operators whose FLOPs were counted (count)")]
     ops_unresolved: Annotated[int, _d("family operators whose shapes did not allow a count (count)")]
     matmul_kernel_tflops: Annotated[float | None, _d("flops ÷ the time of matmul-named kernels (TFLOP/s); null above peak")]
+    flops_coverage: Annotated[float | None, _d("share of matmul-family kernel time launched inside counted operators "
+                                               "(0..1); below 0.5 MFU is withheld")] = None
+    mfu_lower_bound: Annotated[bool | None, _d("MFU is a lower bound: the counted FLOPs cover under 90 % of the "
+                                               "matmul-family kernel time")] = None
 
 
 class SmallCopyDirection(Record, frozen=True):

@@ -69,7 +69,7 @@ class Part:
     arrays and small lists only."""
 
     event_count: int
-    categories: set  # of the duration events kept
+    categories: set  # of the duration events, the skipped ones included
     kind: np.ndarray  # int8
     names: list[str]  # interned, first-seen order
     name: np.ndarray  # int32 index into names
@@ -100,7 +100,6 @@ def extract(events: list) -> Part:
     # one code per category: its Kind, or -1 for the profiler's own spans ("Trace", ...), which
     # every Kineto trace has a few of and which are dropped here
     code = {c: -1 if c in SKIPPED_CATEGORIES else int(CATEGORY_KINDS.get(c, Kind.OTHER)) for c in set(cats)}
-    keep_cats = {c for c, k in code.items() if k >= 0}
     kind = column(map(code.__getitem__, cats), np.int8, len(cats))
     del cats
     ts = column(map(_TS, complete), np.float64, len(complete))
@@ -118,7 +117,7 @@ def extract(events: list) -> Part:
     memory = [e for e in by_type.get(schema.Instant, []) if e.name == "[memory]"]
     return Part(
         event_count=len(events),
-        categories=keep_cats,
+        categories=set(code),  # every category seen, the skipped ones included (analysis.selfcheck)
         kind=kind,
         names=list(name_index),
         name=name_ids,

@@ -273,4 +273,5 @@ def _meta(tf: schema.Header, event_count: int, cats: set) -> dict[str, Any]:
         "display_time_unit": tf.displayTimeUnit,
         "base_time_ns": tf.baseTimeNanoseconds,
         "distributed": None if dist is None else {"backend": dist.backend, "rank": dist.rank, "world_size": dist.world_size},
+        "categories": sorted(c for c in cats if isinstance(c, str)),
     }

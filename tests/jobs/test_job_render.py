@@ -109,3 +109,26 @@ def test_a_large_job_labels_only_stragglers_and_failures():
 
     svg = rank_chart_svg(build(ranks))
     assert svg.count('text-anchor="end">rank ') == 1 and 'text-anchor="end">rank 100<' in svg
+
+
+@pytest.mark.parametrize(("straggler_busy", "host_side"), [(200_000, True), (500_000, False)])
+def test_straggler_wording_host_side_or_gpu_side(straggler_busy, host_side):
+    """Issue 31: a straggler whose extra time before the collective is GPU idle time is host-side."""
+    from gpumagic.jobs.findings import straggler_finding
+
+    wait = 300_000
+    fast = [[1_000_000 + wait] * 10 for _ in range(4)]
+
+    def with_busy(r, durs, befores, busy):
+        base = rank(r, durs, befores)
+        steps = tuple(StepCollectives(key=s.key, dur_ms=s.dur_ms, names=s.names, dur_ns=s.dur_ns, before_ns=s.before_ns,
+                                      busy_before_ns=(busy,) * len(s.before_ns)) for s in base.steps)
+        return RankSummary(**{**base.__dict__, "steps": steps})
+
+    ranks = [with_busy(0, fast, [[200_000] * 10] * 4, 200_000), with_busy(1, fast, [[200_000] * 10] * 4, 200_000),
+             with_busy(2, [[1_000_000] * 10 for _ in range(4)], [[200_000 + wait] * 10] * 4, straggler_busy)]
+    (s,), _ = find_stragglers(ranks)
+    assert s.host_side is host_side
+    f = straggler_finding([s], 100.0).finding
+    assert ("host-side" in f.evidence.summary) is host_side
+    assert ("more GPU-side work" in f.evidence.summary) is not host_side

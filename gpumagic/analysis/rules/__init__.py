@@ -16,6 +16,7 @@ from gpumagic.analysis.rules.dataloader import dataloader_bound
 from gpumagic.analysis.rules.kernels import elementwise_bound, unfused_attention
 from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
 from gpumagic.analysis.rules.memory import memory_pressure
+from gpumagic.analysis.rules.placement import model_on_cpu
 from gpumagic.analysis.rules.precision import mixed_precision_off
 from gpumagic.analysis.rules.sync import host_sync
 from gpumagic.analysis.rules.transfers import pageable_memcpy, transfer_bound
@@ -28,6 +29,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     host_cpu_saturated, dataloader_bound, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
+    model_on_cpu,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
@@ -36,4 +38,13 @@ RESIDUAL_RULE: Rule = low_gpu_utilization
 if set(FINDING_IDS) != {getattr(r, "finding_id", "") for r in (*CAUSE_RULES, RESIDUAL_RULE)}:  # pragma: no cover
     raise ImportError("every registered rule must run: add it to CAUSE_RULES")
 
-__all__ = ["CAUSE_RULES", "FINDING_IDS", "RESIDUAL_RULE", "RULES", "low_gpu_utilization"]
+#: Rules that judge a steady loop: they run on the steady part of the window only
+#: (``analysis.segments``), never on a cold start, a capture or a compilation. The others judge
+#: the whole window: ``low-gpu-utilization`` and ``gpu-idle-gaps`` name each gap's segment, and
+#: what-ran rules (precision, attention, elementwise, pageable copies, communication) hold in
+#: any segment.
+STEADY_RULES: tuple[Rule, ...] = (launch_bound, cpu_bound, host_sync, memory_pressure, low_compute_efficiency,
+                                  dataloader_bound, too_small_for_gpu)
+STEADY_IDS: frozenset[str] = frozenset(getattr(r, "finding_id", "") for r in STEADY_RULES)
+
+__all__ = ["CAUSE_RULES", "FINDING_IDS", "RESIDUAL_RULE", "RULES", "STEADY_IDS", "STEADY_RULES", "low_gpu_utilization"]

@@ -55,9 +55,12 @@ def low_compute_efficiency(ctx: Context, m: Metrics) -> Finding | None:
     device the peak table names; silent otherwise. Gain: the busy time that raising MFU to the
     threshold would save, busy × (1 − MFU/10 %). False positives: workloads whose real work is not
     matmuls (embedding lookups, sorting, sparse or memory-bound models): MFU measures only matmul
-    and convolution FLOPs."""
+    and convolution FLOPs. Withheld when the counted FLOPs cover under 90 % of the matmul-family
+    kernel time (``compute.flops_coverage``: graph replays, kernels without a launching operator)."""
     c, busy = m.compute, m.gpu.busy_frac
     if c is None or c.mfu is None or busy is None or busy < BUSY_MIN or c.mfu >= MFU_LOW:
+        return None
+    if c.mfu_lower_bound:  # the FLOPs miss some matmul work: a low lower bound proves nothing
         return None
     gain = busy * (1 - c.mfu / MFU_LOW)
     top = m.kernels.top[:3]
@@ -118,8 +121,11 @@ def too_small_for_gpu(ctx: Context, m: Metrics) -> Finding | None:
     kernels; and the CPU could do the same arithmetic within the step time: FLOPs per step (or,
     without recorded shapes, the most the kernels could have done: kernel time × the device's
     highest peak) ≤ 100 GFLOP/s × step time. Gain: the GPU-idle share of the step less the
-    CPU compute the work would cost. False positives: a latency-bound service whose batch size is
-    fixed by the traffic (then the fix is batching requests, or the CPU)."""
+    CPU compute the work would cost. Without recorded FLOPs (the default capture), the kernels'
+    durations decide: when ≥ half the kernel time is in kernels ending within 5 µs (the
+    launch-latency floor), the work is too small whatever the GPU's peak; the gain is then the
+    GPU-idle share. It may fire beside ``launch-bound``. False positives: a latency-bound service
+    whose batch size is fixed by the traffic (then the fix is batching requests, or the CPU)."""
     k, busy = m.kernels, m.gpu.busy_frac
     steps = max(len(ctx.step_bounds), 1)
     if not k.count or busy is None or busy > TINY_BUSY_MAX or k.total_ms / steps > TINY_KERNEL_MS_PER_STEP:
@@ -130,6 +136,9 @@ def too_small_for_gpu(ctx: Context, m: Metrics) -> Finding | None:
         return None
     step_s = ctx.window_ns / 1e9 / steps
     flops = _flops_per_step(m, ctx, steps)
+    floor_share = float(dur[dur <= NEAR_FLOOR_NS].sum()) / max(float(dur.sum()), 1.0)
+    if (m.compute is None or m.compute.flops is None) and floor_share >= NEAR_FLOOR_SHARE:
+        return _near_floor(ctx, m, busy, short, floor_share, steps, step_s)
     if flops is None:
         return None
     cpu_s = flops / (CPU_REF_GFLOPS * 1e9)
@@ -160,6 +169,47 @@ def too_small_for_gpu(ctx: Context, m: Metrics) -> Finding | None:
                     "over samples into one tensor operation",
                     "xs = torch.stack(samples).to(device)   # one launch for the batch\nys = model(xs)"),
             pytorch("Or keep this work on the CPU, where it needs no launches, copies or syncs",
+                    'device = "cpu"\nmodel = model.to(device)\ny = model(x)   # measure both: %%gpuprofile --compare'),
+            pytorch("If it must stay on the GPU, replay the launches at once", 'model = torch.compile(model, mode="reduce-overhead")'),
+        ),
+        doc_url=SMALL_DOC,
+    )
+
+
+#: Without recorded FLOPs (the default capture has no shapes): a kernel that ends within 5 µs —
+#: the low end of the 5–10 µs a launch costs the host (``context.SHORT_KERNEL_NS`` notes) — sits
+#: at the launch-latency floor and did almost no work. When such kernels hold at least half of
+#: the GPU time, the work is too small whatever the GPU's peak.
+NEAR_FLOOR_NS = 5_000
+NEAR_FLOOR_SHARE = 0.5
+
+
+def _near_floor(ctx: Context, m: Metrics, busy: float, short: float, floor_share: float, steps: int,
+                step_s: float) -> Finding:
+    k = m.kernels
+    kernel_ms = k.total_ms / steps
+    gain = 1 - busy
+    return finding(
+        severity=severity_for(gain),
+        title="The GPU's work per step is too small to pay for launching it",
+        why=f"""Each kernel launch, copy and synchronisation costs the host microseconds whatever the size of
+        the work. This step gives the GPU {kernel_ms:.2f} ms of kernels in {k.count // steps} launches, and
+        {pct(floor_share)} of that GPU time is in kernels that end within {NEAR_FLOOR_NS // 1000} µs — the
+        launch-latency floor, where a kernel does almost no work — so the GPU sits idle {pct(1 - busy)} of the
+        step. Either give the GPU more work per launch, or measure this work on the CPU.""",
+        summary=f"{kernel_ms:.2f} ms of kernels per {step_s * 1e3:.2f} ms step; {pct(floor_share)} of kernel time in "
+                f"kernels ≤ {NEAR_FLOOR_NS // 1000} µs ({pct(short)} of {k.count} kernels under "
+                f"{TINY_KERNEL_NS // 1000} µs); GPU busy {pct(busy)}. No FLOPs recorded (no shapes): judged by "
+                "kernel durations.",
+        numbers={"kernel_ms_per_step": round(kernel_ms, 4), "step_ms": round(step_s * 1e3, 4), "gpu_busy_frac": busy,
+                 "short_kernel_frac": round(short, 4), "near_floor_time_frac": round(floor_share, 4),
+                 "flops_known": False},
+        est_gain=gain, gain_method="GPU idle share of the step (no FLOPs recorded: no CPU estimate is subtracted)",
+        fixes=(
+            pytorch("Give the GPU more work per launch: batch samples (or requests) together, vectorise loops "
+                    "over samples into one tensor operation",
+                    "xs = torch.stack(samples).to(device)   # one launch for the batch\nys = model(xs)"),
+            pytorch("Or try this work on the CPU, where it needs no launches, copies or syncs, and compare",
                     'device = "cpu"\nmodel = model.to(device)\ny = model(x)   # measure both: %%gpuprofile --compare'),
             pytorch("If it must stay on the GPU, replay the launches at once", 'model = torch.compile(model, mode="reduce-overhead")'),
         ),

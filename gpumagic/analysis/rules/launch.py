@@ -152,10 +152,16 @@ def cpu_bound(ctx: Context, m: Metrics) -> Finding | None:
         return None
     gain = ctx.frac(iv.total(busy_in_wait))
     where = busiest_frame(ctx, busy_in_wait)
+    creation = host_creation_share(ctx, busy_in_wait)
     fixes = [pytorch("Compile the model to cut Python and dispatcher overhead", "model = torch.compile(model)"),
              pytorch("Give the GPU more work per launch",
                      "loader = DataLoader(dataset, batch_size=2 * batch_size)  # keep your other arguments")]
-    if ctx.workload == "training":
+    if creation >= CREATION_SHARE:  # the host builds tensors on the CPU and copies them: not compile's job
+        fixes = [pytorch("Create the tensors on the GPU (or prefetch them): the host builds them on the CPU and "
+                         "copies them over, and compiling the model does not change that", CREATE_ON_DEVICE_CODE),
+                 fixes[1]]
+        where = where or "CPU-side tensor creation"
+    if ctx.workload == "training" and creation < CREATION_SHARE:
         fixes.append(huggingface("Through TrainingArguments",
                                  "TrainingArguments(..., torch_compile=True, per_device_train_batch_size=64)"))
     return finding(
@@ -168,13 +174,45 @@ def cpu_bound(ctx: Context, m: Metrics) -> Finding | None:
         summary=f"The GPU waits on the host for {pct(ctx.frac(hw_ns))} of the window; the main thread runs "
                 f"operators/Python for {pct(share)} of that wait" + (f", most of it in {where}" if where else "") + ".",
         numbers={"host_wait_ms": m.idle.host_wait_ms, "host_wait_frac": round(ctx.frac(hw_ns), 4),
-                 "cpu_busy_share_of_wait": round(share, 4)},
+                 "cpu_busy_share_of_wait": round(share, 4), "host_tensor_creation_share": round(creation, 4)},
         windows=windows(gaps[0], gaps[1], "gpu", ctx.device, "GPU waiting for host"),
         est_gain=cap_by_critical_path(ctx, "cpu-bound", gain),
         gain_method="host-wait idle time during which the main thread ran operators or Python",
         fixes=tuple(fixes),
         doc_url=COMPILE_DOC,
     )
+
+
+#: Host tensor creation (``names.TENSOR_CREATION_OPS`` running on the CPU, with host-to-device
+#: copies in the window) covering at least 30 % of the operator time in the GPU's wait.
+CREATION_SHARE = 0.3
+CREATE_ON_DEVICE_CODE = """
+noise = torch.randn(batch_shape, device="cuda")           # built on the GPU: no CPU work, no copy
+positions = torch.arange(batch_shape[-1], device="cuda")
+# data that must come from the host: pinned, copied without blocking, while the GPU works
+host_x = torch.randn(batch_shape).pin_memory()
+x = host_x.to("cuda", non_blocking=True)"""
+
+
+def host_creation_share(ctx: Context, during: iv.Intervals) -> float:
+    """Share of ``during`` covered by tensor-creation operators on the main thread that launched
+    no GPU work (they ran on the CPU), when the window also copies host to device."""
+    ev, msk = ctx.trace.events, ctx.masks
+    total = iv.total(during)
+    if not total:
+        return 0.0
+    htod = ctx.trace.name_ids(lambda n: n.startswith("Memcpy HtoD"))[ev.name] & msk["memcpy"]
+    if not ctx.events_in_window(htod).any():
+        return 0.0
+    main = ev.lane == ctx.main_lane
+    made = np.flatnonzero(ctx.events_in_window(main & msk["cpu_op"] & ctx.trace.name_ids(
+        nm.TENSOR_CREATION_OPS.__contains__)[ev.name]))
+    if made.size == 0:
+        return 0.0
+    launches = np.sort(ev.ts_ns[main & msk["runtime"] & ctx.trace.name_ids(lambda n: "Launch" in n)[ev.name]])
+    s, e = ev.ts_ns[made], ev.ts_ns[made] + ev.dur_ns[made]
+    on_cpu = np.searchsorted(launches, e) - np.searchsorted(launches, s) == 0
+    return iv.total(iv.intersect(during, iv.union(s[on_cpu], e[on_cpu]))) / total
 
 
 def host_ops_in_wait(ctx: Context) -> iv.Intervals:

@@ -21,10 +21,14 @@ def memory_pressure(ctx: Context, m: Metrics) -> Finding | None:
     neither is the signal (both stay in the memory metrics). The live confirmation of pressure is
     ``torch.cuda.memory_stats()["num_alloc_retries"]`` > 0 (cudaMalloc failed, the cache was
     freed and the allocation retried); a trace does not record it, so the fix says how to read it.
-    Gain: not a speed finding by itself (0 %). False positives: a step that allocates one large
-    buffer on purpose."""
+    Not when the memory is a deliberate pool (``memory.pool``: allocated moves by ≤ 5 % of the
+    device across the window and no allocation reaches the driver — vLLM's
+    ``gpu_memory_utilization``, SGLang's ``mem_fraction_static``). Gain: not a speed finding by
+    itself (0 %). False positives: a step that allocates one large buffer on purpose."""
     mem = m.memory
     if mem.peak_frac is None or mem.peak_frac <= PEAK_FRAC or mem.capacity_bytes is None:
+        return None
+    if mem.pool:  # held up front and never grown: a serving engine's pool, not pressure
         return None
     return finding(
         severity="medium", title=f"Memory peaks at {pct(mem.peak_frac)} of the GPU",

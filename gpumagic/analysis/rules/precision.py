@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.devices import peak_tflops
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
@@ -19,6 +22,9 @@ TENSOR_CORE_SHARE_MAX = 0.10
 #: (NVIDIA CUDA C++ Programming Guide, "Warp Matrix Functions", element types).
 BF16_MIN_CC = 8.0
 DOC = "https://pytorch.org/docs/stable/amp.html"
+#: The gain is capped by the matmul time on the critical path (``critical_matmul_ns``) when that is
+#: under 90 % of the matmul time; above it the step is GPU-bound and the cap changes nothing.
+CRITICAL_SHARE = 0.9
 
 
 @rule("mixed-precision-off")
@@ -42,32 +48,93 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
     if matmul / k.total_ms < MATMUL_KERNEL_FRAC or tc / max(matmul, 1e-9) >= TENSOR_CORE_SHARE_MAX:
         return None
     low = "bf16" if info.compute_capability >= BF16_MIN_CC else "fp16"
+    gpu = info.name or "GPU (architecture read from its kernels' names: no deviceProperties in the trace)"
     fp32_peak, _src = peak_tflops(info.name, "fp32")
     low_peak, _src = peak_tflops(info.name, low)
     ratio = low_peak / fp32_peak if fp32_peak and low_peak else None
-    gain = ctx.frac(matmul * 1e6) * (1 - 1 / ratio if ratio else 1.0)
-    method = (f"upper bound: matmul/conv share of the window × (1 − 1/{ratio:.1f}), the {info.name}'s "
+    speedup_share = 1 - 1 / ratio if ratio else 1.0
+    gain = ctx.frac(matmul * 1e6) * speedup_share
+    critical = critical_matmul_ns(ctx)
+    bounded = critical is not None and critical < CRITICAL_SHARE * matmul * 1e6
+    if bounded:  # the host sets the pace: faster kernels save only what the host waited on
+        gain = ctx.frac(critical) * speedup_share
+    method = (f"upper bound: matmul/conv share of the window × (1 − 1/{ratio:.1f}), the {gpu}'s "
               f"{low.upper()} tensor-core over FP32 peak ratio (datasheet ceilings, not a measured speed-up)"
               if ratio else "upper bound: the whole matmul/conv share of the window (this GPU is not in the "
               "peak table)")
+    if bounded:
+        method += (f"; capped at the {critical / 1e6:.1f} ms of matmul kernels after which the next GPU work was "
+                   "already queued: after the others the GPU waited for the host, which sets the step's pace")
     lowp = "BF16/FP16 (and TF32)" if info.compute_capability >= BF16_MIN_CC else "FP16 (no BF16 before Ampere)"
     ceiling = f": its datasheet peak is {ratio:.0f}x the FP32 one, a ceiling real kernels do not reach" if ratio else ""
+    custom_ms, custom_names = _custom_matmuls(ctx)
+    custom = custom_ms >= CUSTOM_SHARE * max(matmul - tc, 1e-9)
+    fixes = _fixes(info.compute_capability) if ctx.workload == "training" else _inference_fixes(info.compute_capability)
+    custom_why = ""
+    if custom:
+        fixes = (pytorch("These matmul kernels are hand-written: autocast changes the inputs of library calls "
+                         "(cuBLAS, CUTLASS, cuDNN, hipBLASLt, Triton), not a custom kernel's arithmetic. Do the "
+                         "product through a library call in 16-bit, or use tl.dot on 16-bit tiles in Triton",
+                         CUSTOM_CODE), *fixes)
+        custom_why = (f" {pct(custom_ms / max(matmul - tc, 1e-9))} of the FP32 matmul time is in kernels no library"
+                      f" names ({', '.join(custom_names)}): hand-written, so autocast alone will not move them to"
+                      " tensor cores.")
     return finding(
         severity=severity_for(gain), title="Matmuls run in FP32 on a tensor-core GPU",
-        why=f"""The {info.name} (compute capability {info.compute_capability:.1f}) has tensor cores that multiply
+        why=f"""The {gpu} (compute capability {info.compute_capability:.1f}) has tensor cores that multiply
         matrices in {lowp} faster than FP32 on ordinary cores{ceiling}. These matmul and convolution kernels run in
         plain FP32, so the tensor cores sit unused. Autocast runs matmuls and convolutions in reduced
         precision and keeps the ops on its FP32 list (layer_norm, softmax, losses and friends) in FP32
-        (PyTorch AMP docs, "Autocast Op Reference").""",
+        (PyTorch AMP docs, "Autocast Op Reference").{custom_why}""",
         summary=f"Matmul/conv kernels take {matmul:.1f} ms ({pct(matmul / k.total_ms)} of kernel time); "
                 f"{pct(tc / max(matmul, 1e-9))} of it uses tensor cores.",
         numbers={"matmul_ms": matmul, "matmul_tensor_core_ms": tc, "matmul_kernel_frac": round(matmul / k.total_ms, 4),
                  "compute_capability": info.compute_capability,
                  **({"peak_ratio": round(ratio, 2)} if ratio else {})},
         est_gain=gain, gain_method=method,
-        fixes=_fixes(info.compute_capability) if ctx.workload == "training" else _inference_fixes(info.compute_capability),
+        fixes=fixes,
         doc_url=DOC,
     )
+
+
+#: Hand-written kernels take at least half the FP32 matmul time: the advice starts with them.
+CUSTOM_SHARE = 0.5
+CUSTOM_CODE = """
+# a library matmul in bf16 runs on tensor cores (cuBLAS / hipBLASLt), where a hand-written FP32 kernel cannot
+out = torch.matmul(x.to(torch.bfloat16), weight.to(torch.bfloat16))
+# in a Triton kernel instead: accumulate tl.dot over 16-bit tiles, e.g.
+#   acc += tl.dot(a_tile.to(tl.bfloat16), b_tile.to(tl.bfloat16))"""
+
+
+def _custom_matmuls(ctx: Context) -> tuple[float, list[str]]:
+    """FP32 (non-tensor-core) matmul-named kernel time (ms) in kernels no library names
+    (``names.is_library_matmul``), and the longest of their names."""
+    ev, msk = ctx.trace.events, ctx.masks
+    sel = ctx.events_in_window(msk["kernel"] & msk["name_matmul"] & ~msk["name_tensor_core"]) & (ev.device == ctx.device)
+    lib = ctx.trace.name_ids(nm.is_library_matmul)[ev.name]
+    rows = np.flatnonzero(sel & ~lib)
+    if rows.size == 0:
+        return 0.0, []
+    tot = np.bincount(ev.name[rows], weights=ev.dur_ns[rows])
+    top = np.argsort(-tot)[:3]
+    return float(ev.dur_ns[rows].sum()) / 1e6, [f"`{ctx.trace.names[n][:40]}`" for n in top.tolist() if tot[n] > 0]
+
+
+def critical_matmul_ns(ctx: Context) -> int | None:
+    """Matmul-kernel time that bounds the step: a GPU event is on the critical path when the next
+    GPU work had already been launched before it ended (the queue was ahead of the GPU, so a
+    shorter kernel starts the next one sooner), and the last one in the window. A kernel after
+    which the GPU waits for the host's next launch is not: shortening it only lengthens the
+    wait (a launch- or CPU-bound step). ``None`` without GPU work."""
+    ev, msk = ctx.trace.events, ctx.masks
+    on = np.flatnonzero(ctx.events_in_window(msk["gpu"]) & (ev.device == ctx.device))
+    if on.size == 0:
+        return None
+    end = ev.ts_ns[on] + ev.dur_ns[on]
+    nxt = np.append(ctx.launch_ts[on[1:]], -1)
+    critical = (nxt < end) | (np.arange(on.size) == on.size - 1)  # unknown launch (-1): kept
+    mm = msk["kernel"][on] & msk["name_matmul"][on]
+    return int(ev.dur_ns[on[critical & mm]].sum())
 
 
 def tf32_fix() -> Fix:

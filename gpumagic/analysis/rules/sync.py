@@ -69,18 +69,26 @@ def host_sync(ctx: Context, m: Metrics) -> Finding | None:
         windows=windows(*starved, "gpu", ctx.device, "GPU idle after sync"),
         est_gain=cap_by_critical_path(ctx, "host-sync", frac),
         gain_method="host-wait idle time after harmful syncs, up to the time they blocked the host",
-        fixes=(
-            pytorch("Keep values on the GPU; read them rarely; find hidden syncs",
-                    """
+        fixes=(TRAINING_FIX if ctx.workload == "training" else INFERENCE_FIX,)
+        + ((huggingface(TRAINER_NAN_CHECK_FIX, "TrainingArguments(..., logging_nan_inf_filter=False)"),)
+           if ctx.workload == "training" else ()),
+        doc_url=DOC,
+    )
+
+
+TRAINING_FIX = pytorch("Keep values on the GPU; read them rarely; find hidden syncs", """
 torch.cuda.set_sync_debug_mode("warn")   # warns at many synchronising calls (not all)
 running_loss += loss.detach()            # instead of loss.item() every step
 if step % 50 == 0:
     print(running_loss.item() / 50)      # one sync per 50 steps
-    running_loss.zero_()"""),
-        ) + ((huggingface(TRAINER_NAN_CHECK_FIX, "TrainingArguments(..., logging_nan_inf_filter=False)"),)
-             if ctx.workload == "training" else ()),
-        doc_url=DOC,
-    )
+    running_loss.zero_()""")
+#: Inference has no loss: results stay on the GPU and are read once (workload from what ran).
+INFERENCE_FIX = pytorch("Keep results on the GPU and read them once; find hidden syncs", """
+torch.cuda.set_sync_debug_mode("warn")   # warns at many synchronising calls (not all)
+results = []
+for x in batches:
+    results.append(model(x).argmax(-1))  # stays on the GPU: no sync per batch
+predictions = torch.cat(results).cpu()   # one sync for all of them""")
 
 
 def _top_sync(s: SyncMetrics) -> str:

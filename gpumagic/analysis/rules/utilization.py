@@ -6,9 +6,11 @@ import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
+from gpumagic.analysis import segments as sg
 from gpumagic.analysis.context import GAP_CAUSES, LONG_GAP_NS, QUEUED_CAUSES, Context, Gaps
 from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
+from gpumagic.analysis.rules.warmup import warmup_intervals
 from gpumagic.report.metrics import IdleMetrics, Metrics
 from gpumagic.report.model import Finding, Fix
 
@@ -30,20 +32,29 @@ def low_gpu_utilization(ctx: Context, m: Metrics) -> Finding | None:
         return None
     residual = 1.0 - busy
     i = m.idle
+    idle_by_kind = _idle_by_segment(ctx)
+    idle_ns = max(ctx.gaps.total_ns(), 1)
+    warm_ns = sum(idle_by_kind.values())
+    mostly = _dominant_idle(i)
+    if warm_ns >= 0.5 * idle_ns:
+        kind = max(idle_by_kind, key=lambda k: idle_by_kind[k])
+        mostly = f"during {kind.replace('_', ' ')} (warm-up, it does not recur)"
+    seg_text = "".join(f"; {v / 1e6:.1f} ms of the idle time in the {k.replace('_', ' ')} segment"
+                       for k, v in sorted(idle_by_kind.items(), key=lambda kv: -kv[1]))
     return finding(
-        severity=severity_for(residual),
-        title=f"GPU busy only {pct(busy)}, idle mostly {_dominant_idle(i)}",
+        severity=severity_for(residual - ctx.frac(warm_ns)),
+        title=f"GPU busy only {pct(busy)}, idle mostly {mostly}",
         why="""A GPU is fast only while it has queued work. Whatever the host does between launches —
         loading data, Python code, synchronising, logging — shows up as idle GPU time. The idle time below
         is split by cause; the other findings name the fixes.""",
         summary=f"GPU busy {pct(busy)} of {m.window.dur_ms:.1f} ms; idle {i.total_ms:.1f} ms: "
                 f"host wait {i.host_wait_ms:.1f} ms, launch latency {i.launch_latency_ms:.1f} ms, "
-                f"other {i.other_ms:.1f} ms.",
+                f"other {i.other_ms:.1f} ms{seg_text}.",
         numbers={"busy_frac": busy, "idle_ms": i.total_ms, "host_wait_ms": i.host_wait_ms,
                  "launch_latency_ms": i.launch_latency_ms, "other_ms": i.other_ms, "threshold_frac": BUSY_FRAC},
         windows=windows(*ctx.gaps.intervals, "gpu", ctx.device, "GPU idle"),
-        est_gain=residual,
-        gain_method="idle share of the window",
+        est_gain=residual - ctx.frac(warm_ns),
+        gain_method="idle share of the window" + (" outside warm-up segments" if warm_ns else ""),
         fixes=(pytorch("Find where the time goes: look at the other findings and the timeline; a bigger batch "
                        "is the generic remedy", "loader = DataLoader(dataset, batch_size=2 * batch_size)  # keep your other arguments"),),
         doc_url=DOC,
@@ -72,7 +83,25 @@ def _describe_gap(ctx: Context, gaps: Gaps, i: int) -> str:
     split = ""
     if 0 < host < end - start:
         split = f"; {host / 1e6:.1f} ms host wait, {(end - start - host) / 1e6:.1f} ms queued"
-    return f"{(end - start) / 1e6:.1f} ms ({_CAUSE_WORDS[cause]}{queued}{split}, {host_frame(ctx, start, end)})"
+    words = _CAUSE_WORDS[cause]
+    call = _spanning_launch(ctx, start, end, int(gaps.next_event[i]))
+    if call:
+        words = f"host time inside {call}"
+    seg = sg.segments(ctx).kind_at(start, end)
+    where = f", in the {seg.kind.replace('_', ' ')} segment" if seg is not None else ""
+    return f"{(end - start) / 1e6:.1f} ms ({words}{queued}{split}{where}, {host_frame(ctx, start, end)})"
+
+
+def _spanning_launch(ctx: Context, start: int, end: int, nxt: int) -> str:
+    """The launch call that began before the gap and returned inside it, e.g. ``cudaLaunchKernel
+    2125.3 ms``: the gap is host time in that call, not queued work."""
+    if nxt < 0 or ctx.launch_row[nxt] < 0:
+        return ""
+    ev, by = ctx.trace.events, int(ctx.launch_row[nxt])
+    s, e = int(ev.ts_ns[by]), int(ev.ts_ns[by] + ev.dur_ns[by])
+    if s < start < e <= end:
+        return f"{ctx.trace.names[ev.name[by]]} {(e - s) / 1e6:.1f} ms"
+    return ""
 
 
 def host_frame(ctx: Context, start: int, end: int) -> str:
@@ -119,6 +148,8 @@ def gpu_idle_gaps(ctx: Context, m: Metrics) -> Finding | None:
     frac = ctx.frac(long.total_ns())
     if frac < LONG_GAPS_FRAC:
         return None
+    warm = warmup_intervals(ctx)
+    in_warmup = iv.total(iv.intersect(long.intervals, warm))
     top = np.argsort(-long.dur_ns, kind="stable")[:5].tolist()
     causes = "; ".join(_describe_gap(ctx, long, j) for j in top)
     host = int(np.minimum(long.host_ns, long.dur_ns).sum())
@@ -126,7 +157,7 @@ def gpu_idle_gaps(ctx: Context, m: Metrics) -> Finding | None:
     what = "host wait" if host >= queued else "queued work"
     where = host_frame(ctx, int(long.start_ns[top[0]]), int(long.end_ns[top[0]]))
     return finding(
-        severity=severity_for(frac),
+        severity=severity_for(frac - ctx.frac(in_warmup)),
         title=f"{i.long_gap_count} GPU idle gap{'s' if i.long_gap_count != 1 else ''} ≥ 1 ms, mostly {what}",
         why="""A gap of a millisecond or more is 100–200 kernel launches' worth of idle GPU (at 5–10 µs per launch). Most long
         gaps have one host-side cause — a batch being loaded, a synchronisation, a logging or checkpoint
@@ -135,14 +166,17 @@ def gpu_idle_gaps(ctx: Context, m: Metrics) -> Finding | None:
         dependency — an event recorded on another stream, a collective waiting for a slower rank, a host
         callback in a CUDA graph — or on work the profiler did not record.""",
         summary=f"{i.long_gap_count} gaps ≥ 1 ms total {i.long_gap_ms:.1f} ms ({pct(frac)} of the window): "
-                f"{host / 1e6:.1f} ms host wait, {queued / 1e6:.1f} ms queued work; the longest: {causes}.",
+                f"{host / 1e6:.1f} ms host wait, {queued / 1e6:.1f} ms queued work"
+                + (f"; {in_warmup / 1e6:.1f} ms of it in warm-up segments (it does not recur)" if in_warmup else "")
+                + f"; the longest: {causes}.",
         numbers={"long_gaps": i.long_gap_count, "long_gap_ms": i.long_gap_ms, "long_gap_frac": round(frac, 4),
+                 **({"warmup_ms": round(in_warmup / 1e6, 4)} if in_warmup else {}),
                  "host_wait_ms": round(host / 1e6, 4), "queued_ms": round(queued / 1e6, 4),
                  "min_gap_ms": LONG_GAP_NS / 1e6},
         windows=windows(*long.intervals, "gpu", ctx.device, "idle gap ≥ 1 ms"),
-        est_gain=cap_by_critical_path(ctx, "gpu-idle-gaps", frac),
-        gain_method="length of the gaps ≥ 1 ms",
-        fixes=_gap_fixes(ctx, host >= queued, where),
+        est_gain=cap_by_critical_path(ctx, "gpu-idle-gaps", frac - ctx.frac(in_warmup)),
+        gain_method="length of the gaps ≥ 1 ms" + (" outside warm-up segments" if in_warmup else ""),
+        fixes=_gap_fixes(ctx, host >= queued, where, in_warmup >= 0.5 * long.total_ns()),
         doc_url=DOC,
     )
 
@@ -185,11 +219,18 @@ if dist.get_rank() == 0:
     print("(data wait s, forward+backward s) per rank:", per_rank)   # the straggler: the largest"""
 
 
-def _gap_fixes(ctx: Context, host_side: bool, where: str) -> tuple[Fix, ...]:
+def _gap_fixes(ctx: Context, host_side: bool, where: str, warmup: bool = False) -> tuple[Fix, ...]:
+    if warmup:
+        return (pytorch("Most of this idle time is start-up (see warm-up in window): nothing to fix in the loop; "
+                        "record after a few steps to see the steady gaps", "%%gpuprofile --skip 3"),)
     if host_side:
         return (pytorch(f"Overlap the host work with GPU work, or move it out of the loop ({where})",
                         "# see the gap causes above; e.g. log every N steps instead of every step\n"
                         "if step % 100 == 0:\n    log(metrics)"),)
+    if not _multi_process(ctx):  # one process: no rank to compare
+        return (pytorch("The GPU had work queued: find what it waited for (an event on another stream, work "
+                        "launched before the window). Record more steps, so that what the queue waited on is in "
+                        "the window", "%%gpuprofile --skip 1\n# or: torch.profiler.schedule(wait=1, warmup=1, active=5)"),)
     job = pytorch("The GPU had work queued: find what it waited for. On a multi-GPU job a slower rank stalls "
                   "every collective: record every rank and let gpumagic's job analysis name it (straggler-rank: "
                   "the others wait inside their collectives, the straggler's are the shortest); on one GPU, "
@@ -204,6 +245,29 @@ def _gap_fixes(ctx: Context, host_side: bool, where: str) -> tuple[Fix, ...]:
                     STRAGGLER_PROBE_CODE))
 
 
+def _idle_by_segment(ctx: Context) -> dict[str, int]:
+    """GPU idle time (ns) inside each kind of warm-up segment."""
+    out: dict[str, int] = {}
+    for seg in sg.segments(ctx).items:
+        if seg.kind in sg.WARMUP_KINDS:
+            ns = iv.total(iv.clip(ctx.gaps.intervals, seg.start_ns, seg.end_ns))
+            if ns:
+                out[seg.kind] = out.get(seg.kind, 0) + ns
+    return out
+
+
+def idle_outside_warmup(ctx: Context) -> iv.Intervals:
+    """The time ``low-gpu-utilization`` recovers: GPU idle time outside warm-up segments."""
+    return iv.subtract(ctx.gaps.intervals, warmup_intervals(ctx))
+
+
+def _multi_process(ctx: Context) -> bool:
+    """A job of several ranks: the trace's distributedInfo says world size > 1, or collectives ran."""
+    dist = ctx.trace.meta.get("distributed") or {}
+    return (dist.get("world_size") or 0) > 1 or bool((ctx.masks["kernel"] & ctx.masks["name_nccl"]).any())
+
+
 def long_gap_intervals(ctx: Context) -> iv.Intervals:
-    """The time ``gpu-idle-gaps`` recovers: its gaps ≥ 1 ms."""
-    return ctx.gaps.where(ctx.gaps.dur_ns >= LONG_GAP_NS).intervals
+    """The time ``gpu-idle-gaps`` recovers: its gaps ≥ 1 ms, outside warm-up segments (which do
+    not recur)."""
+    return iv.subtract(ctx.gaps.where(ctx.gaps.dur_ns >= LONG_GAP_NS).intervals, warmup_intervals(ctx))

@@ -1,65 +1,89 @@
-"""``warmup-in-window``: the profiled window includes a cold start."""
+"""``warmup-in-window``: the profiled window is partly start-up, not the steady loop."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from gpumagic.analysis import intervals as iv
+from gpumagic.analysis import segments as sg
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.rules.base import finding, pct, pytorch, rule
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, windows
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding
+from gpumagic.report.model import Finding, Fix
 
-#: Cold-start work (context creation, allocator growth, compilation/autotuning) worth naming
-#: once it covers this share of the window (gpumagic default).
-COLD_FRAC = 0.05
+#: Warm-up segments (cold start, graph capture, compilation, one-off host work) worth a finding
+#: once they take this share of the window (the issue's line): a few-millisecond lead-in is not.
+WARMUP_FRAC = 0.10
 DOC = "https://pytorch.org/docs/stable/profiler.html#torch.profiler.schedule"
+_WORDS = {"cold_start": "cold start", "graph_capture": "graph capture", "compile": "compilation",
+          "one_off_host": "one-off host work before the first launch"}
+SKIP_CODE = "%%gpuprofile --skip 3\n# or: torch.profiler.schedule(wait=1, warmup=2, active=5)"
+#: vLLM's documented profiling entry points (docs "Profiling vLLM": set VLLM_TORCH_PROFILER_DIR
+#: before creating the engine, then ``llm.start_profile()`` / ``llm.stop_profile()``): the engine
+#: captures its CUDA graphs while it is created, so a profile started afterwards holds only serving.
+SERVING_CODE = """
+# The engine loads the model and captures its CUDA graphs while it starts: profile after that,
+# on requests being served. vLLM (docs, "Profiling vLLM"), in the shell before the engine starts:
+#   export VLLM_TORCH_PROFILER_DIR=./vllm_profile
+# then in Python, after LLM(...) has returned and a few warm-up requests:
+#   llm.start_profile(); outputs = llm.generate(prompts); llm.stop_profile()"""
 
 
 @rule("warmup-in-window")
 def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
-    """Signal: CUDA context creation calls, caching-allocator growth (``cudaMalloc``/``cudaFree``),
-    compilation or autotuning (dynamo/inductor/triton compile, ``cudnnFind``) covering ≥ 5 % of the
-    window, or a first step ≥ 2× the median of the others. Gain: the cold time (it will not recur,
-    so the measured step time overstates the steady state). False positives: a loop that really
-    recompiles or re-allocates every step (then the fix is to stop that). Only threads that
-    drive the GPU count (the main thread and the threads that launch GPU work): a compile-pool
-    worker blocked in a queue for the whole window is not compiling, and ``TorchDynamo Cache
-    Lookup`` (an already compiled frame's guard check) is not compilation."""
-    parts = cold_parts(ctx)
-    cold = {k: ctx.frac(iv.total(v)) for k, v in parts.items()}
-    steps = m.steps
-    first_extra = 0.0
-    if steps.first_step_outlier and steps.median_ms is not None:
-        first_extra = ctx.frac((steps.durations_ms[0] - steps.median_ms) * 1e6)
-    found = {k: v for k, v in cold.items() if v >= COLD_FRAC}
-    if not found and not steps.first_step_outlier:
+    """Signal: the window's warm-up segments (``analysis.segments``: cold start, graph capture,
+    compilation, one-off host work; each needs positive evidence) take ≥ 10 % of the window.
+    Context creation counts on any trace, counter-mode ones included. Gain: their share of the
+    window (they do not recur, so the measured time overstates the steady state). The fix fits
+    what was seen: skip more steps; for a serving engine, profile after its capture; for context
+    creation and lazy loading nothing in the code needs fixing — start profiling later. False
+    positives: a loop that really recompiles, re-captures or re-allocates every step (the
+    segments then recur, and the fix is to stop that)."""
+    seg = sg.segments(ctx)
+    shares = seg.share()
+    total = sum(shares.values())
+    if total < WARMUP_FRAC:
         return None
-    gain = max([first_extra, *found.values()])
-    what = [f"{k}: {pct(v)} of the window" for k, v in found.items()]
-    if steps.first_step_outlier:
-        what.append(f"the first step takes {steps.first_over_median:.1f}× the median of the others")
+    kinds = sorted(shares, key=lambda k: -shares[k])
+    what = ", ".join(f"{_WORDS[k]} {pct(shares[k])}" for k in kinds)
+    evidence = [e for s in sorted((s for s in seg.items if s.kind in shares), key=lambda s: -s.dur_ns)[:2]
+                for e in s.evidence[:2]]
+    serving = ctx.workload == "serving"
+    fixes: list[Fix] = []
+    if "graph_capture" in shares and serving:
+        fixes.append(pytorch("A serving engine captures its graphs once at start-up: profile after capture, "
+                             "on requests being served", SERVING_CODE))
+    if "cold_start" in shares or "one_off_host" in shares:
+        fixes.append(pytorch("Nothing to fix in the code for context creation, lazy loading or imports: they "
+                             "happen once. Start recording later, after a few steps", SKIP_CODE))
+    if "compile" in shares or ("graph_capture" in shares and not serving) or not fixes:
+        fixes.append(pytorch("Skip more steps before recording: compilation and graph capture happen in the first "
+                             "calls", SKIP_CODE))
+    steady = seg.steady_span
+    judged = ("the steady-state findings judge only its steady part" if steady else
+              "there is no steady part to judge, so the steady-state findings are withheld")
     return finding(
-        severity="low", title="The profiled window includes a cold start",
-        why="""The first iterations of a PyTorch program pay one-off costs: creating the CUDA context,
-        growing the caching allocator, compiling (torch.compile) and autotuning kernels (cudnn.benchmark).
-        They do not recur, so a window that contains them overstates the steady-state step time and
-        hides the real bottleneck. Profile after a few warm-up steps.""",
-        summary="; ".join(what) + ".",
-        numbers={**{k: round(v, 4) for k, v in cold.items()}, "first_over_median": steps.first_over_median or 0.0},
-        est_gain=gain, gain_method="cold-start time as a share of the window (it does not recur)",
-        fixes=(pytorch("Skip warm-up steps before recording",
-                       "%%gpuprofile --skip 3\n# or: torch.profiler.schedule(wait=1, warmup=2, active=5)"),),
+        severity="low", title=f"{pct(total)} of the window is warm-up, not the steady loop",
+        why=f"""The first calls of a PyTorch program pay one-off costs: creating the CUDA context, loading
+        kernel modules, creating library handles, compiling (torch.compile), autotuning (cudnn.benchmark)
+        and capturing CUDA graphs. They do not recur, so a window that contains them overstates the
+        step time and hides the real bottleneck; {judged}.""",
+        summary=f"Warm-up takes {pct(total)} of the window: {what}. Evidence: " + "; ".join(evidence) + ".",
+        numbers={**{k: round(v, 4) for k, v in shares.items()}, "warmup_frac": round(total, 4),
+                 "steady_frac": round(seg.steady_frac, 4), "threshold_frac": WARMUP_FRAC},
+        windows=tuple(_windows(ctx, seg)),
+        est_gain=total, gain_method="warm-up share of the window (it does not recur)",
+        fixes=tuple(fixes),
         doc_url=DOC,
     )
 
 
-def cold_parts(ctx: Context) -> dict[str, iv.Intervals]:
-    """Cold-start time by kind, on the threads that drive the GPU (``Context.gpu_lanes``)."""
-    m_, ev = ctx.masks, ctx.trace.events
-    driving = np.isin(ev.lane, np.fromiter(ctx.gpu_lanes, dtype=np.int64, count=len(ctx.gpu_lanes)))
-    return {
-        "CUDA initialisation": ctx.intervals(ctx.events_in_window(m_["name_init"] & m_["runtime"] & driving)),
-        "allocator growth (cudaMalloc/cudaFree)": ctx.intervals(ctx.events_in_window(m_["name_alloc"] & m_["runtime"] & driving)),
-        "compilation or autotuning": ctx.intervals(ctx.events_in_window(m_["name_compile"] & m_["host"] & driving)),
-    }
+def _windows(ctx: Context, seg: sg.Segments):
+    w = [s for s in seg.items if s.kind in sg.WARMUP_KINDS]
+    return windows([s.start_ns for s in w], [s.end_ns for s in w], "cpu", -1, "warm-up")
+
+
+def warmup_intervals(ctx: Context) -> iv.Intervals:
+    """The warm-up segments of the window, as intervals."""
+    w = [s for s in sg.segments(ctx).items if s.kind in sg.WARMUP_KINDS]
+    return iv.union(np.array([s.start_ns for s in w], dtype=np.int64), np.array([s.end_ns for s in w], dtype=np.int64))
