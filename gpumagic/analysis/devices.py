@@ -130,7 +130,7 @@ def peak_tflops(device_name: str | None, dtype: str | None) -> tuple[float | Non
 
 #: (name pattern, peak memory bandwidth in TB/s, source). The first match wins, so variants come
 #: before their family. A name that matches none gets ``None`` (the roofline then says nothing).
-BANDWIDTH: tuple[tuple[re.Pattern, float, str], ...] = tuple((re.compile(p, re.IGNORECASE), tbps, src) for p, tbps, src in (
+BANDWIDTH: tuple[tuple[re.Pattern[str], float, str], ...] = tuple((re.compile(p, re.IGNORECASE), tbps, src) for p, tbps, src in (
     (r"V100S", 1.134, "NVIDIA Tesla V100S datasheet: memory bandwidth 1,134 GB/s"),
     (r"V100", 0.900, "NVIDIA Tesla V100 datasheet: memory bandwidth 900 GB/s (PCIe and SXM2)"),
     (r"\bT4\b", 0.320, "NVIDIA T4 datasheet: GPU memory bandwidth 320+ GB/s"),

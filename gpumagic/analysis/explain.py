@@ -53,7 +53,7 @@ def finding_ids() -> tuple[str, ...]:
     return tuple(FINDING_IDS)
 
 
-def rule_for(finding_id: str) -> FunctionType:
+def rule_for(finding_id: str) -> Any:
     """The rule function that reports ``finding_id``."""
     from gpumagic.analysis import rules
 
@@ -217,7 +217,7 @@ def _text(module: ModuleType, node: ast.expr) -> str:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):
-        return "".join(v.value if isinstance(v, ast.Constant) else ELIDED for v in node.values)
+        return "".join(str(v.value) if isinstance(v, ast.Constant) else ELIDED for v in node.values)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _join(_text(module, node.left), _text(module, node.right))
     if isinstance(node, ast.Name):

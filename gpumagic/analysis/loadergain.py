@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpumagic.report.metrics import HostMetrics
+
 #: Who saturates the cores: "own" when this process tree did at least 3/4 of the busy time,
 #: "others" when other processes did at least half, else "both" ("unknown" without the split).
 OWN_SHARE = 0.75
@@ -39,7 +41,7 @@ class WorkerGain:
     cores_available: float | None  # cores this run could get with the workers (None: unknown)
 
 
-def saturated_by(host: dict) -> str:
+def saturated_by(host: HostMetrics) -> str:
     """"own", "others", "both" or "unknown": whose work kept the usable cores busy."""
     own, other = host.get("own_busy_cores"), host.get("other_busy_cores")
     if own is None or other is None or own + other <= 0:
@@ -64,7 +66,7 @@ def cores_with_workers(usable: float, other: float, workers: int, cpu_bound: boo
     return max(left, min(usable, share))
 
 
-def worker_gain(wait_frac: float, host: dict, workers: int | None, profiler_cost: bool = False) -> WorkerGain:
+def worker_gain(wait_frac: float, host: HostMetrics, workers: int | None, profiler_cost: bool = False) -> WorkerGain:
     """The share of step time ``workers`` DataLoader workers would save (see the module docstring);
     ``wait_frac`` is the data-loader wait with nothing else running (the GPU idle too)."""
     own, other, usable = host.get("own_busy_cores"), host.get("other_busy_cores"), host.get("usable_cores")

@@ -94,7 +94,8 @@ def critical_path_metrics(ctx: Context) -> dict[str, Any]:
     if "critical_path" not in ctx.cache:
         queued = queued_work(ctx) if ctx.device >= 0 else iv.empty()
         ctx.cache["critical_path"] = critical_path.metrics(ctx, sync_costs(ctx), queued)
-    return ctx.cache["critical_path"]
+    out: dict[str, Any] = ctx.cache["critical_path"]
+    return out
 
 
 def cap_by_critical_path(ctx: Context, finding_id: str, gain: float) -> float:

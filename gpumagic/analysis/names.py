@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -152,7 +153,7 @@ def _low(name: str) -> str:
     return _head(name).lower()
 
 
-def long_names_note(names) -> str | None:
+def long_names_note(names: Sequence[str]) -> str | None:
     """The report's note when some names were longer than :data:`MAX_NAME_CHARS` (else None)."""
     n = sum(1 for x in names if len(x) > MAX_NAME_CHARS)
     if not n:
@@ -275,7 +276,7 @@ def is_elementwise(name: str) -> bool:
     return bool(_ELEMENTWISE.search(low)) and not INDUCTOR_FUSED_RE.match(name) and not _COLLECTIVE.search(low)
 
 
-def _folded(pattern: re.Pattern, rewrites: tuple[tuple[str, str], ...] = ()) -> re.Pattern:
+def _folded(pattern: re.Pattern[str], rewrites: tuple[tuple[str, str], ...] = ()) -> re.Pattern[str]:
     """``pattern`` (``re.IGNORECASE``) as a case-sensitive pattern for lower-cased names: the same
     matches, about ten times faster. ``rewrites`` move a branch's leading assertion (``\\b``, ``^``,
     a look-behind) after its literal, which lets ``re`` skip ahead to the branches' first letters."""
@@ -321,7 +322,7 @@ class _Joined:
         self.low = self.text.lower() if self.text.isascii() else "\n".join(lows)
         self.starts = np.cumsum([0] + [len(h) + 1 for h in heads[:-1]]) if heads else np.zeros(0, np.int64)
         self.low_starts = self.starts if lows is heads else np.cumsum([0] + [len(h) + 1 for h in lows[:-1]])
-        self.scans: dict[tuple[re.Pattern, bool], np.ndarray] = {}
+        self.scans: dict[tuple[re.Pattern[str], bool], np.ndarray] = {}
 
 
 _cache: tuple[list[str], int, _Joined] | None = None
@@ -340,7 +341,7 @@ def _joined(names: list[str]) -> _Joined:
     return j
 
 
-def _scan(names: list[str], pattern: re.Pattern, low: bool) -> np.ndarray:
+def _scan(names: list[str], pattern: re.Pattern[str], low: bool) -> np.ndarray:
     j = _joined(names)
     key = (pattern, low)
     hit = j.scans.get(key)
@@ -353,12 +354,12 @@ def _scan(names: list[str], pattern: re.Pattern, low: bool) -> np.ndarray:
     return hit
 
 
-def _whole(members: frozenset[str]) -> re.Pattern:
+def _whole(members: frozenset[str]) -> re.Pattern[str]:
     """A multi-line pattern for names that are exactly one of ``members``."""
     return re.compile("^(?:" + "|".join(map(re.escape, sorted(members, key=len, reverse=True))) + ")$", re.M)
 
 
-def _batch(scalar, combine):
+def _batch(scalar: Callable[[str], bool], combine: Callable[[list[str]], np.ndarray]) -> Callable[[str], bool]:
     """Give ``scalar`` (a one-name classifier) its all-names twin ``scalar.batch``."""
 
     def batch(names: list[str]) -> np.ndarray:
@@ -368,7 +369,7 @@ def _batch(scalar, combine):
             hit[i] = bool(scalar(names[i]))
         return hit
 
-    scalar.batch = batch
+    setattr(scalar, "batch", batch)  # noqa: B010 (a function attribute, which mypy cannot declare)
     return scalar
 
 

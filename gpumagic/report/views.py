@@ -95,13 +95,15 @@ class Viewable:
         return []
 
     def to_text(self) -> str:
-        return view(self._view_kind, "text")(self._view_subject())
+        text: str = view(self._view_kind, "text")(self._view_subject())
+        return text
 
     def to_html(self) -> str:
         """One self-contained HTML document (no script, no network)."""
-        return view(self._view_kind, "html")(self._view_subject())
+        html: str = view(self._view_kind, "html")(self._view_subject())
+        return html
 
-    def save_html(self, path: str | os.PathLike) -> Path:
+    def save_html(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`to_html` to ``path`` whole or not at all, never over an input file
         (:func:`gpumagic._atomic.write_atomic`); returns the path written."""
         from gpumagic._atomic import check_target, write_atomic

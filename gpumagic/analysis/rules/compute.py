@@ -69,7 +69,7 @@ def low_compute_efficiency(ctx: Context, m: Metrics) -> Finding | None:
     op_text = "" if op is None else (f" The largest operator under {pct(MFU_LOW)} of peak: {op.name}"
                                      + (f" [{op.shapes}]" if op.shapes else "") + f", {op.count}× in "
                                      f"{op.gpu_ms:.2f} ms of GPU time at {op.tflops:.3g} TFLOP/s, "
-                                     f"{pct(op.frac_of_peak)} of its {op.dtype} peak"
+                                     f"{pct(op.frac_of_peak or 0.0)} of its {op.dtype} peak"
                                      + (f", {op.bound}-bound on the roofline" if op.bound else "") + ".")
     return finding(
         severity=severity_for(gain),

@@ -83,7 +83,8 @@ imgs = torchvision.io.decode_jpeg(encoded_batch, device="cuda")   # a list of ui
 x = torch.stack([augment(img) for img in imgs]).float().div_(255)
 # or NVIDIA DALI: a pipeline that decodes and augments on the GPU"""))
     cores = f"{h.usable_cores:g} usable cores ({h.usable_source})"
-    numbers = {"cpu_saturation": h.saturation, "busy_cores": h.busy_cores, "usable_cores": h.usable_cores,
+    numbers: dict[str, float | int | str | None] = {"cpu_saturation": h.saturation, "busy_cores": h.busy_cores,
+               "usable_cores": h.usable_cores,
                "cpu_samples": h.sample_count, "wait_frac": round(wait_frac, 4), "threshold": SATURATION}
     for key in ("own_busy_cores", "other_busy_cores", "own_main_thread_cores", "own_other_threads_cores",
                 "own_workers_cores"):
@@ -94,7 +95,7 @@ x = torch.stack([augment(img) for img in imgs]).float().div_(255)
                                "less CPU work per batch shortens them, by at most their length")
     waits_for = " while the GPU idles" if gpu else ""
     if who == "others":
-        workers = max(1, int(float(h.usable_cores)) - 1)  # the main process needs a core too
+        workers = max(1, int(float(h.usable_cores or 1)) - 1)  # the main process needs a core too
         wg = worker_gain(wait_frac, host, workers)
         gain, method = wg.gain, wg.method
         title = f"Host CPU saturated by other processes ({host['other_busy_cores']:.1f} of {h.usable_cores:g} cores)"
@@ -124,7 +125,7 @@ x = torch.stack([augment(img) for img in imgs]).float().div_(255)
         these threads for the same cores (an intra-op parallel region waits for its slowest thread, so one that loses
         its core stalls them all). Use fewer threads — torch.set_num_threads, fewer workers — or less CPU work per
         batch: decode and augment on the GPU, cache preprocessed tensors, a cheaper format or resolution."""
-        usable = max(1, int(float(h.usable_cores)))
+        usable = max(1, int(float(h.usable_cores or 1)))
         if threads is not None and threads >= 0.5:
                 fixes.insert(0, pytorch("Fewer threads than cores: intra-op threads and workers together at most the usable cores",
                                     f"torch.set_num_threads({max(1, usable - 1)})   # leave a core for the data loading\n"

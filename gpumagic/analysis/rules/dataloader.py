@@ -106,10 +106,10 @@ def _worker_advice(h: HostCpu, host: HostMetrics) -> tuple[str, int | None]:
     """The sentence that says where the worker count comes from, and the count (None: the fix
     computes it on the machine that runs it)."""
     if _saturated(h, host):
-        return (f"The usable cores are saturated ({pct(h.saturation)} of {h.usable_cores:g}) by this process's own "
+        return (f"The usable cores are saturated ({pct(h.saturation or 0.0)} of {h.usable_cores:g}) by this process's own "
                 "threads and loading is CPU work: more workers will not help; see host-cpu-saturated."), None
     if _crowded(h, host):
-        n = max(1, int(float(h.usable_cores)) - 1)  # the main process needs a core too
+        n = max(1, int(float(h.usable_cores or 1)) - 1)  # the main process needs a core too
         return (f"Other processes keep {host['other_busy_cores']:.1f} of {h.usable_cores:g} usable cores busy and loading "
                 f"is CPU work: {n} worker(s) would get a larger share of the cores (the scheduler splits them between "
                 "runnable threads), at the neighbours' expense; step times will change when their load does."), n

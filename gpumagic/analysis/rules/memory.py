@@ -91,7 +91,7 @@ def checkpointing_argument() -> str:
     from importlib.metadata import PackageNotFoundError, distribution
     from pathlib import Path
     try:
-        text = Path(distribution("transformers").locate_file("transformers/training_args.py")).read_text(encoding="utf-8")
+        text = Path(str(distribution("transformers").locate_file("transformers/training_args.py"))).read_text(encoding="utf-8")
     except (PackageNotFoundError, OSError):
         return "activation_checkpointing"
     return "activation_checkpointing" if "activation_checkpointing: " in text else "gradient_checkpointing"

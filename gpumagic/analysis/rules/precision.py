@@ -56,13 +56,13 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
     gain = ctx.frac(matmul * 1e6) * speedup_share
     critical = critical_matmul_ns(ctx)
     bounded = critical is not None and critical < CRITICAL_SHARE * matmul * 1e6
-    if bounded:  # the host sets the pace: faster kernels save only what the host waited on
+    if bounded and critical is not None:  # the host sets the pace: faster kernels save only what the host waited on
         gain = ctx.frac(critical) * speedup_share
     method = (f"upper bound: matmul/conv share of the window × (1 − 1/{ratio:.1f}), the {gpu}'s "
               f"{low.upper()} tensor-core over FP32 peak ratio (datasheet ceilings, not a measured speed-up)"
               if ratio else "upper bound: the whole matmul/conv share of the window (this GPU is not in the "
               "peak table)")
-    if bounded:
+    if bounded and critical is not None:
         method += (f"; capped at the {critical / 1e6:.1f} ms of matmul kernels after which the next GPU work was "
                    "already queued: after the others the GPU waited for the host, which sets the step's pace")
     lowp = "BF16/FP16 (and TF32)" if info.compute_capability >= BF16_MIN_CC else "FP16 (no BF16 before Ampere)"

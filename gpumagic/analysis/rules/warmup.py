@@ -9,7 +9,7 @@ from gpumagic.analysis import segments as sg
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, windows
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding, Fix
+from gpumagic.report.model import Finding, Fix, Window
 
 #: Warm-up segments (cold start, graph capture, compilation, one-off host work) worth a finding
 #: once they take this share of the window (the issue's line): a few-millisecond lead-in is not.
@@ -78,7 +78,7 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-def _windows(ctx: Context, seg: sg.Segments):
+def _windows(ctx: Context, seg: sg.Segments) -> tuple[Window, ...]:
     w = [s for s in seg.items if s.kind in sg.WARMUP_KINDS]
     return windows([s.start_ns for s in w], [s.end_ns for s in w], "cpu", -1, "warm-up")
 
