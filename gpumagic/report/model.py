@@ -21,7 +21,9 @@ if TYPE_CHECKING:  # pragma: no cover
 Severity = Literal["high", "medium", "low"]
 #: Version of the JSON report's layout and meanings; bumped whenever a key's meaning changes
 #: (CHANGELOG.md says what changed). 2: issue 10 (syncs, idle split, gains counted once).
-SCHEMA_VERSION = 2
+#: 3: issue 31 (``syncs.count`` leaves library syncs out, ``trace.workload`` may be "serving",
+#: steady-state findings judge the steady part of the window); issues 21 and 25 add keys.
+SCHEMA_VERSION = 3
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
 
