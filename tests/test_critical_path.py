@@ -7,7 +7,7 @@ from gpumagic import analyze
 
 
 def cp(tb):
-    m = analyze(tb.to_dict()).metrics
+    m = analyze(tb.to_dict()).to_dict()["metrics"]
     c = m["critical_path"]
     assert sum(c["frac"].values()) == pytest.approx(1.0, abs=2e-3)
     if m["steps"]["count"]:
@@ -171,9 +171,9 @@ def test_rules_gains_stay_within_the_critical_path():
         tb.kernel("k", t + 3_020, 6_900, launch_ts=t + 3_005)
         tb.runtime("cudaDeviceSynchronize", t + 3_010, 6_920)
     r = analyze(tb.to_dict())
-    c = r.metrics["critical_path"]
+    c = r.to_dict()["metrics"]["critical_path"]
     f = r.finding("dataloader-bound")
-    assert f is not None and f.est_gain <= c["ms"]["data"] / r.metrics["window"]["dur_ms"] + 1e-4
+    assert f is not None and f.est_gain <= c["ms"]["data"] / r.to_dict()["metrics"]["window"]["dur_ms"] + 1e-4
 
 
 FIXTURES = ["a100_training_rank0", "compile_triton_small", "event_sync_multistream", "h100_bert_small_inference",
@@ -187,7 +187,7 @@ def test_invariants_on_the_real_fixtures(name):
 
     from tracebuilder import DATA
 
-    m = analyze(os.path.join(DATA, f"{name}.json.gz")).metrics
+    m = analyze(os.path.join(DATA, f"{name}.json.gz")).to_dict()["metrics"]
     c = m["critical_path"]
     assert sum(c["frac"].values()) == pytest.approx(1.0, abs=2e-3)
     assert sum(c["ms"].values()) == pytest.approx(sum(m["steps"]["durations_ms"]) or m["window"]["dur_ms"], rel=1e-3)

@@ -31,7 +31,7 @@ def training_trace(steps=3):
 
 
 def test_five_phases_on_the_host_add_up_to_the_step():
-    m = analyze(training_trace().to_dict()).metrics
+    m = analyze(training_trace().to_dict()).to_dict()["metrics"]
     ph = m["phases"]
     for parts, dur in zip(ph["per_step"], m["steps"]["durations_ms"]):
         assert sum(parts.values()) == pytest.approx(dur, abs=1e-3)
@@ -41,7 +41,7 @@ def test_five_phases_on_the_host_add_up_to_the_step():
 
 
 def test_gpu_time_by_the_phase_that_launched_it():
-    ph = analyze(training_trace().to_dict()).metrics["phases"]
+    ph = analyze(training_trace().to_dict()).to_dict()["metrics"]["phases"]
     assert ph["gpu_median_ms"] == pytest.approx({"data": 0.0, "forward": 2.0, "backward": 4.0, "optimizer": 0.5,
                                                  "other": 0.0}, abs=1e-3)
 
@@ -52,7 +52,7 @@ def test_a_record_function_named_forward_marks_the_phase():
         t = i * 5_000
         tb.step(i + 1, t, 5_000)
         tb.add(cat="user_annotation", name="forward", ts=t + 1_000, dur=3_000)  # no ops recorded inside
-    ph = analyze(tb.to_dict()).metrics["phases"]
+    ph = analyze(tb.to_dict()).to_dict()["metrics"]["phases"]
     assert ph["median_ms"]["forward"] == pytest.approx(3.0)
     assert ph["median_ms"]["other"] == pytest.approx(2.0)
 
@@ -60,4 +60,4 @@ def test_a_record_function_named_forward_marks_the_phase():
 def test_no_steps_no_phases():
     tb = TraceBuilder()
     tb.op("aten::mm", 0, 100)
-    assert "phases" not in analyze(tb.to_dict()).metrics
+    assert "phases" not in analyze(tb.to_dict()).to_dict()["metrics"]

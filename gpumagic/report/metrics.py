@@ -36,8 +36,9 @@ def _d(text: str) -> Meta:
 class Record(msgspec.Struct, frozen=True, kw_only=True):
     """Base of the metrics records. For code written against the plain-dict form (notebooks,
     scripts), ``record["key"]`` reads a field as ``record.key`` does (an unknown key raises
-    KeyError, never a silent ``None``) and ``record.get("key", default)`` is ``dict.get``. New code
-    reads attributes, which type checkers see."""
+    KeyError, never a silent ``None``), ``record.get("key", default)`` is ``dict.get``, and
+    ``keys()``, ``values()``, ``items()`` and ``"key" in record`` list the fields as a dict's. New
+    code reads attributes, which type checkers see."""
 
     def __getitem__(self, key: str) -> Any:
         if key not in self.__struct_fields__:
@@ -47,6 +48,19 @@ class Record(msgspec.Struct, frozen=True, kw_only=True):
     def get(self, key: str, default: Any = None) -> Any:
         """The field ``key``, or ``default`` when there is none (as ``dict.get``)."""
         return getattr(self, key) if key in self.__struct_fields__ else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.__struct_fields__
+
+    def keys(self) -> tuple[str, ...]:
+        """The field names, in the JSON's order."""
+        return tuple(self.__struct_fields__)
+
+    def values(self) -> list[Any]:
+        return [getattr(self, k) for k in self.__struct_fields__]
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, getattr(self, k)) for k in self.__struct_fields__]
 
 
 # -- trace -----------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ def test_phases_of_a_real_cpu_capture_with_a_sleeping_loader():
             opt.step()
             if i == 6:
                 break
-    m = run.report.metrics
+    m = run.report.to_dict()["metrics"]
     ph = m["phases"]
     assert len(ph["per_step"]) == m["steps"]["count"] >= 3
     for parts, dur in zip(ph["per_step"], m["steps"]["durations_ms"]):

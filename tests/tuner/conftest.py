@@ -28,7 +28,9 @@ def child_pids() -> list[int]:
 
 @pytest.fixture(autouse=True)
 def no_leftover_processes():
-    assert child_pids() == [], "a child process leaked in from an earlier test"
+    """Children there before the test (an xdist worker also runs other modules, e.g.
+    multiprocessing's resource tracker) are not the tuner's; every one the test started is gone."""
+    before = set(child_pids())
     yield
     assert multiprocessing.active_children() == []
-    assert child_pids() == [], "the tuner left worker processes behind"
+    assert set(child_pids()) <= before, "the tuner left worker processes behind"

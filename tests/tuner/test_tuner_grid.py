@@ -128,7 +128,7 @@ def test_overlapping_intervals_keep_the_single_process_loader_and_separate_ones_
 
 
 def test_the_grid_is_measured_interleaved(monkeypatch):
-    from gpumagic.tuning import dataloader as dl
+    from gpumagic.capture import dataloader as dl
 
     order = []
 
