@@ -199,12 +199,21 @@ def _comment_above(module: ModuleType, name: str) -> str:
 
 
 def _fixes(module: ModuleType, tree: ast.FunctionDef) -> list[dict[str, str]]:
-    """The ``pytorch(description, code)`` and ``huggingface(...)`` calls in a function, in source order."""
-    calls = sorted((node for node in ast.walk(tree)
-                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FIX_HELPERS
-                    and len(node.args) >= 2), key=lambda node: (node.lineno, node.col_offset))
-    return [{"flavor": c.func.id, "description": _prose(module, c.args[0]),  # type: ignore[attr-defined]
-             "code": _text(module, c.args[1]).strip("\n")} for c in calls]
+    """The ``pytorch(description, code)`` and ``huggingface(...)`` calls in a function, and the
+    module-level fixes it names (``TRAINING_FIX``), in source order."""
+    from gpumagic.report.model import Fix
+
+    found: list[tuple[tuple[int, int], dict[str, str]]] = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FIX_HELPERS
+                and len(node.args) >= 2):
+            found.append(((node.lineno, node.col_offset), {
+                "flavor": node.func.id, "description": _prose(module, node.args[0]),
+                "code": _text(module, node.args[1]).strip("\n")}))
+        elif isinstance(node, ast.Name) and isinstance(fix := getattr(module, node.id, None), Fix):
+            found.append(((node.lineno, node.col_offset), {
+                "flavor": fix.flavor, "description": " ".join(fix.description.split()), "code": fix.code.strip("\n")}))
+    return [f for _, f in sorted(found, key=lambda x: x[0])]
 
 
 def _prose(module: ModuleType, node: ast.expr) -> str:

@@ -149,6 +149,10 @@ def _breakdown(report: Report, width: int) -> str:
     return "\n".join(lines)
 
 
+#: Characters of a bar row besides its label and bar: indent, time, share and the gaps.
+ROW_FIXED = 2 + 9 + 1 + 7 + 2
+
+
 def _phases(report: Report, width: int) -> str:
     """The median step's phases (``metrics.phases``), when the trace has steps."""
     ph = None if report.metrics is None else report.metrics.phases
@@ -159,14 +163,16 @@ def _phases(report: Report, width: int) -> str:
     gpu = {} if ph.gpu_median_ms is None else msgspec.structs.asdict(ph.gpu_median_ms)
     lines = wrap("STEP PHASES (host, median per step" + ("; GPU: time of the work launched in it)" if gpu else ")"),
                  width, subsequent="  ")
-    bar_chars = max(4, min(BAR_CHARS, width - 51 - (13 if gpu else 0)))
+    gpu_w = 15 if gpu else 0  # "  GPU 1,234 ms"
+    label_w = max(12, min(30, width - ROW_FIXED - 4 - gpu_w))
+    bar_chars = max(1, min(BAR_CHARS, width - ROW_FIXED - label_w - gpu_w))
     for p in ph.order:
         ms = med.get(p) or 0.0
         if ms > 0:
             bar = "\u2588" * round(ms / total * bar_chars) or "\u258f"
             on_gpu = f"  GPU {fmt_ms(gpu.get(p))}" if gpu else ""
-            label = shorten(palette.PHASE_LABEL.get(p, p), 29)
-            lines.append(f"  {label:<30}{fmt_ms(ms):>9} {fmt_pct(ms / total, 1):>7}  {bar:<{bar_chars}}{on_gpu}")
+            label = shorten(palette.PHASE_LABEL.get(p, p), label_w - 1)
+            lines.append(f"  {label:<{label_w}}{fmt_ms(ms):>9} {fmt_pct(ms / total, 1):>7}  {bar:<{bar_chars}}{on_gpu}")
     return "\n".join(lines)
 
 
@@ -180,13 +186,14 @@ def _critical_path(report: Report, width: int) -> str:
         return ""
     lines = wrap("WHAT BOUNDS THE STEP (critical path: the chain that, made faster, would shorten the step)",
                  width, subsequent="  ")
-    bar_chars = max(4, min(BAR_CHARS, width - 55))
+    label_w = max(12, min(34, width - ROW_FIXED - 4))
+    bar_chars = max(1, min(BAR_CHARS, width - ROW_FIXED - label_w))
     for k in cp.kinds:
         f = frac.get(k) or 0.0
         if f > 0:
             bar = "\u2588" * round(f * bar_chars) or "\u258f"
-            label = shorten(palette.PATH_LABEL.get(k, k), 33)
-            lines.append(f"  {label:<34}{fmt_ms(ms.get(k)):>9} {fmt_pct(f, 1):>7}  {bar}")
+            label = shorten(palette.PATH_LABEL.get(k, k), label_w - 1)
+            lines.append(f"  {label:<{label_w}}{fmt_ms(ms.get(k)):>9} {fmt_pct(f, 1):>7}  {bar}")
     if cp.top:
         lines.append("  top links:")
         for x in cp.top[:5]:

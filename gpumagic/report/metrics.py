@@ -21,6 +21,7 @@ schema (``python -m gpumagic schema report > docs/schema/report.schema.json``).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterator
 from typing import Annotated, Any, TypeVar
 
 import msgspec
@@ -51,6 +52,10 @@ class Record(msgspec.Struct, frozen=True, kw_only=True):
 
     def __contains__(self, key: object) -> bool:
         return key in self.__struct_fields__
+
+    def __iter__(self) -> Iterator[str]:
+        """The field names, as iterating a dict gives its keys."""
+        return iter(self.__struct_fields__)
 
     def keys(self) -> tuple[str, ...]:
         """The field names, in the JSON's order."""

@@ -455,14 +455,14 @@ def verdict(data: dict[str, Any], tolerance: float = SAME_STEP_TOLERANCE) -> str
     if "change" not in data:  # the older call: a ratio and a tolerance
         if abs(ratio - 1) <= tolerance:
             return f"About the same: the median step changed by {change_pct:+.1f} %, within the step-to-step variation."
-        return stats.fmt_speedup(1 / ratio, None).split(" (")[0] + (
+        return stats.fmt_speedup(_significant(1 / ratio), None).split(" (")[0] + (
             f": the median step is {abs(change_pct):.0f} % {'shorter' if ratio < 1 else 'longer'}.")
     if interval is None:
         steps = f"{data['before']['steps']} and {data['after']['steps']}"
         return (f"No clear change: the median step changed by {change_pct:+.0f} % "
-                f"({stats.fmt_speedup(1 / ratio, None).split(' (')[0]}), but the runs have too few steps ({steps}; "
+                f"({stats.fmt_speedup(_significant(1 / ratio), None).split(' (')[0]}), but the runs have too few steps ({steps}; "
                 f"{stats.MIN_STEPS} each are needed) to tell that from noise.")
-    shown = stats.fmt_speedup(1 / ratio, interval)
+    shown = stats.fmt_speedup(_significant(1 / ratio), interval)
     if data["change"] == stats.NO_CLEAR_CHANGE:
         return (f"No clear change: the median step changed by {change_pct:+.1f} %; the 95 % interval of the speed-up "
                 f"({shown.split('interval ')[-1].rstrip(')')}) includes no change.")
