@@ -122,8 +122,8 @@ def phases_html(report: Report) -> str:
         "<h4>Step phases (host, median per step)</h4>"
         f'<div class="gm-bars"><div class="gm-bar-row"><span class="gm-bar-label">median</span>'
         f'<span class="gm-bar">{segs}</span><span class="gm-bar-total">{fmt_ms(total)}</span></div></div>'
-        '<table class="gm-table gm-legend"><thead><tr><th>phase</th><th>median</th><th>share</th>'
-        + ("<th>GPU time it launched</th>" if gpu else "") + f"</tr></thead><tbody>{rows}</tbody></table>"
+        '<div class="gm-scroll"><table class="gm-table gm-legend"><thead><tr><th>phase</th><th>median</th><th>share</th>'
+        + ("<th>GPU time it launched</th>" if gpu else "") + f"</tr></thead><tbody>{rows}</tbody></table></div>"
     )
 
 
@@ -160,10 +160,10 @@ def critical_path_html(report: Report) -> str:
         "faster, would make the step shorter (each moment of the step once).</p>"
         f'<div class="gm-bars"><div class="gm-bar-row"><span class="gm-bar-label">critical path</span>'
         f'<span class="gm-bar">{segs}</span><span class="gm-bar-total">{fmt_pct(1.0)}</span></div></div>'
-        f'<table class="gm-table gm-legend"><thead><tr><th>link</th><th>time</th><th>share of the path</th></tr></thead>'
-        f"<tbody>{rows}</tbody></table>"
-        + (f'<table class="gm-table"><thead><tr><th>top links</th><th>kind</th><th>time</th></tr></thead>'
-           f"<tbody>{links}</tbody></table>" if links else "")
+        f'<div class="gm-scroll"><table class="gm-table gm-legend"><thead><tr><th>link</th><th>time</th>'
+        f"<th>share of the path</th></tr></thead><tbody>{rows}</tbody></table></div>"
+        + (f'<div class="gm-scroll"><table class="gm-table"><thead><tr><th>top links</th><th>kind</th><th>time</th></tr>'
+           f"</thead><tbody>{links}</tbody></table></div>" if links else "")
         + notes
     )
 

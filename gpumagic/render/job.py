@@ -120,8 +120,8 @@ def _collectives_html(job: Job) -> str:
             for r in c["ranks"])
         out.append(f'<p><code>{escape(c["name"][:120])}</code> \u00d7{c["count"]} \u2014 last to arrive: rank '
                    f'{c["last_rank"]} ({100 * c["last_share"]:.0f} %)</p>'
-                   '<table class="gm-table"><thead><tr><th>rank</th><th>duration</th><th>wait</th><th>skew</th>'
-                   f"<th>arrived last</th></tr></thead><tbody>{rows}</tbody></table>")
+                   '<div class="gm-scroll"><table class="gm-table"><thead><tr><th>rank</th><th>duration</th><th>wait</th>'
+                   f"<th>skew</th><th>arrived last</th></tr></thead><tbody>{rows}</tbody></table></div>")
     return "".join(out)
 
 

@@ -62,9 +62,9 @@ def operators_html(report: Report) -> str:
     )
     return (
         f'<p class="gm-muted">{escape(_caption(o))}.</p>'
-        '<table class="gm-table"><thead><tr><th>operator</th><th>input shapes</th><th>count</th><th>GPU time</th>'
+        '<div class="gm-scroll"><table class="gm-table"><thead><tr><th>operator</th><th>input shapes</th><th>count</th><th>GPU time</th>'
         "<th>achieved</th><th>bytes/s (at least)</th><th>of peak</th><th>roofline</th></tr></thead>"
-        f"<tbody>{body}</tbody></table>"
+        f"<tbody>{body}</tbody></table></div>"
     )
 
 

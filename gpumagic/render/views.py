@@ -48,17 +48,16 @@ VIEWS: dict[tuple[str, str], str] = {
 
 
 def lazy(target: str) -> Callable[..., Any]:
-    """A function that imports ``"module:function"`` on its first call and calls it."""
+    """A function that imports ``"module:function"`` when called (after the first call the import
+    is a lookup in ``sys.modules``) and calls it; the function is looked up each time, so a
+    replaced one (a test's monkeypatch, a reloaded module) is the one called."""
     module, _, name = target.partition(":")
-    found: list[Callable[..., Any]] = []
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        if not found:
-            found.append(getattr(import_module(module), name))
-        return found[0](*args, **kwargs)
+        return getattr(import_module(module), name)(*args, **kwargs)
 
     call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"{target}, imported on first use."
+    call.__doc__ = f"{target}, imported on use."
     return call
 
 
