@@ -88,7 +88,8 @@ class Job(Viewable):
 
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
-    def to_text(self, width: int = 100) -> str:
+    def to_text(self, width: int | None = None) -> str:
+        """The job as text ``width`` columns wide; ``None``: ``COLUMNS``, else the terminal's width, else 100."""
         return view("job", "text")(self, width=width)
 
     def _protected_paths(self) -> list[str]:

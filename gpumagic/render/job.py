@@ -125,8 +125,11 @@ def _collectives_html(job: Job) -> str:
     return "".join(out)
 
 
-def render_text(job: Job, width: int = 100) -> str:
-    """The job as plain text, ``width`` columns wide."""
+def render_text(job: Job, width: int | None = None) -> str:
+    """The job as plain text, ``width`` columns wide (``None``: the terminal's, as the report's text)."""
+    from gpumagic.render._width import resolve_width
+
+    width = resolve_width(width)
     lines = [title(job), straggler_line(job), "", *_table(job, width)]
     if job.stragglers:
         lines.append("  (* straggler)")
