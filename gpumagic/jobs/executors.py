@@ -189,8 +189,9 @@ def run_dask(paths: Sequence[str], client, progress: Progress | None = None, *,
     """Analyse ``paths`` on the workers of ``client`` (a ``distributed.Client``).
 
     A worker that dies costs at most the rank it was on: the scheduler gives its tasks to the
-    other workers, and a task that killed ``distributed.scheduler.allowed-failures`` workers
-    comes back as this rank's error. A cluster with no worker at the start, or whose workers all
+    other workers, a task that comes back as ``KilledWorker`` (it was on workers that died
+    ``distributed.scheduler.allowed-failures`` times, perhaps only queued there) is run once more,
+    and only a rank that fails again is reported with that error. A cluster with no worker at the start, or whose workers all
     died, is waited on for ``wait_s`` seconds (default :func:`dask_wait_s`), then a
     :class:`~gpumagic.errors.GpumagicError` names the scheduler and the wait.
     """
@@ -207,6 +208,7 @@ def run_dask(paths: Sequence[str], client, progress: Progress | None = None, *,
     futures = client.map(summarize, targets, pure=False)
     index = {f.key: i for i, f in enumerate(futures)}
     results: dict[int, RankSummary] = {}
+    retried: set[int] = set()
     pending = dask_completed(futures)
     no_worker_since: float | None = None
     try:
@@ -219,8 +221,17 @@ def run_dask(paths: Sequence[str], client, progress: Progress | None = None, *,
             no_worker_since = None
             for fut in batch:
                 i = index[fut.key]
-                if fut.status == "error":  # the worker raised or died: say so for this rank, keep the others
-                    results[i] = crashed(paths[i], fut.exception())
+                error = fut.exception() if fut.status == "error" else None
+                if error is not None and type(error).__name__ == "KilledWorker" and i not in retried:
+                    # a rank only queued on a worker that another rank killed is charged with that death
+                    # too (the scheduler counts every task the worker held): run it once more on its own;
+                    # a rank that kills a second worker is the one reported
+                    retried.add(i)
+                    again = client.submit(summarize, targets[i], pure=False)
+                    index[again.key] = i
+                    pending.add(again)
+                elif error is not None:  # the worker raised or died: say so for this rank, keep the others
+                    results[i] = crashed(paths[i], error)
                 else:
                     results[i] = fut.result()
                 fut.release()
