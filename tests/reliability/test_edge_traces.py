@@ -139,3 +139,19 @@ def test_an_ignored_base_time_is_ignored_by_the_operator_table_too():
         trace = from_bytes(json.dumps(doc).encode(), "x.json")
     assert trace.ops is not None and abs(int(trace.ops.ts_ns[0])) < 10**12  # µs 10 of a trace that starts at 0
     assert any("baseTimeNanoseconds is out of range" in n for n in trace.notes)
+
+
+@pytest.mark.parametrize("value", [3, [1], "x", None])
+def test_bundle_blocks_of_the_wrong_type_read_as_unknown(value):
+    """A hand-edited bundle whose capture, versions or machine block is not an object: the run's
+    conditions are unknown (null), the report is made (found by the fuzzer after issue 21's merge)."""
+    import gzip
+
+    from tracebuilder import DATA
+
+    with gzip.open(Path(DATA) / "h100_bert_small_inference.json.gz") as fh:
+        d = json.load(fh)
+    d["gpumagic"] = {"capture": value, "versions": value, "machine": value}
+    report = analyze(d)
+    assert report.metrics is not None and report.metrics.conditions.torch is None
+    assert report.metrics.conditions.capture_options is None
