@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gpumagic.report.metrics import CriticalPathMetrics, PhasesMetrics
     from gpumagic.report.model import Finding, Report, Window
 
 #: What a renderer prints for a value the trace could not give.
@@ -258,3 +259,23 @@ def window_text(w: Window, origin_ns: int = 0) -> str:
     tag = ": ".join(x for x in (where, w.label) if x)
     span = fmt_span_ms((w.start_ns - origin_ns) / 1e6, (w.end_ns - origin_ns) / 1e6)
     return span + (f" ({tag})" if tag else "")
+
+
+def phase_medians(report: Report) -> tuple[PhasesMetrics, dict[str, float], dict[str, float]] | None:
+    """``metrics.phases`` with its median host time and median GPU time per phase (ms; the GPU's
+    empty without a GPU), or None when the trace has no steps: what the text and HTML views draw."""
+    ph = None if report.metrics is None else report.metrics.phases
+    if ph is None:
+        return None
+    gpu = {} if ph.gpu_median_ms is None else dict(ph.gpu_median_ms.items())
+    return ph, dict(ph.median_ms.items()), gpu
+
+
+def path_shares(report: Report) -> tuple[CriticalPathMetrics, dict[str, float], dict[str, float]] | None:
+    """``metrics.critical_path`` with its share and its time (ms) per kind of link, or None when
+    there is no path to show (none recorded, or every share zero)."""
+    cp = None if report.metrics is None else report.metrics.critical_path
+    if cp is None:
+        return None
+    frac = dict(cp.frac.items())
+    return (cp, frac, dict(cp.ms.items())) if any(frac.values()) else None

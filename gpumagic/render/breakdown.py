@@ -10,10 +10,8 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from gpumagic.render import palette
-from gpumagic.render._format import fmt_ms, fmt_pct
+from gpumagic.render._format import fmt_ms, fmt_pct, path_shares, phase_medians
 from gpumagic.render.layout import step_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,10 +98,10 @@ def _legend_table(m: Metrics, order: list[str]) -> str:
 def phases_html(report: Report) -> str:
     """The median step split into data / forward / backward / optimizer / other
     (``metrics.phases``), as a bar and a table; empty when the trace has no steps."""
-    ph = None if report.metrics is None else report.metrics.phases
-    if ph is None:
+    found = phase_medians(report)
+    if found is None:
         return ""
-    med = msgspec.structs.asdict(ph.median_ms)
+    ph, med, gpu = found
     order = ph.order
     total = sum(med.get(p) or 0.0 for p in order) or 1.0
     segs = "".join(
@@ -111,7 +109,6 @@ def phases_html(report: Report) -> str:
         f'title="{escape(palette.PHASE_LABEL[p])}: {fmt_ms(med.get(p))}"></span>'
         for p in order if (med.get(p) or 0) > 0
     )
-    gpu = {} if ph.gpu_median_ms is None else msgspec.structs.asdict(ph.gpu_median_ms)
     rows = "".join(
         f'<tr><td><span class="gm-swatch" style="background:{palette.PHASE_COLOR[p]}"></span>{escape(palette.PHASE_LABEL[p])}</td>'
         f'<td class="gm-num">{fmt_ms(med.get(p))}</td><td class="gm-num">{fmt_pct((med.get(p) or 0) / total, 1)}</td>'
@@ -130,12 +127,10 @@ def phases_html(report: Report) -> str:
 def critical_path_html(report: Report) -> str:
     """What bounds the steps: the critical path's share per kind of link, its top links and
     what the trace lacked (``metrics.critical_path``)."""
-    cp = None if report.metrics is None else report.metrics.critical_path
-    if cp is None:
+    found = path_shares(report)
+    if found is None:
         return ""
-    frac, ms = msgspec.structs.asdict(cp.frac), msgspec.structs.asdict(cp.ms)
-    if not any(frac.values()):
-        return ""
+    cp, frac, ms = found
     kinds = [k for k in cp.kinds if (frac.get(k) or 0) > 0]
     segs = "".join(
         f'<span class="gm-seg" style="width:{100 * frac[k]:.3f}%;background:{palette.PATH_COLOR.get(k, palette.PALE_GREY)}" '

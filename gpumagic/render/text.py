@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from gpumagic.render import palette
 from gpumagic.render._format import (
     FIX_FLAVOR_LABEL,
@@ -30,6 +28,8 @@ from gpumagic.render._format import (
     fmt_number,
     fmt_pct,
     fmt_us,
+    path_shares,
+    phase_medians,
     short_kernel_name,
     timeline_origin_ns,
     windows_text,
@@ -155,12 +155,11 @@ ROW_FIXED = 2 + 9 + 1 + 7 + 2
 
 def _phases(report: Report, width: int) -> str:
     """The median step's phases (``metrics.phases``), when the trace has steps."""
-    ph = None if report.metrics is None else report.metrics.phases
-    if ph is None:
+    found = phase_medians(report)
+    if found is None:
         return ""
-    med = msgspec.structs.asdict(ph.median_ms)
+    ph, med, gpu = found
     total = sum(v or 0.0 for v in med.values()) or 1.0
-    gpu = {} if ph.gpu_median_ms is None else msgspec.structs.asdict(ph.gpu_median_ms)
     lines = wrap("STEP PHASES (host, median per step" + ("; GPU: time of the work launched in it)" if gpu else ")"),
                  width, subsequent="  ")
     gpu_w = 15 if gpu else 0  # "  GPU 1,234 ms"
@@ -178,12 +177,10 @@ def _phases(report: Report, width: int) -> str:
 
 def _critical_path(report: Report, width: int) -> str:
     """What bounds the steps (``metrics.critical_path``): the share per kind and the top links."""
-    cp = None if report.metrics is None else report.metrics.critical_path
-    if cp is None:
+    found = path_shares(report)
+    if found is None:
         return ""
-    frac, ms = msgspec.structs.asdict(cp.frac), msgspec.structs.asdict(cp.ms)
-    if not any(frac.values()):
-        return ""
+    cp, frac, ms = found
     lines = wrap("WHAT BOUNDS THE STEP (critical path: the chain that, made faster, would shorten the step)",
                  width, subsequent="  ")
     label_w = max(12, min(34, width - ROW_FIXED - 4))
