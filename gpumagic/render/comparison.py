@@ -51,19 +51,12 @@ def _fmt_change(before: float | None, after: float | None, unit: str) -> str:
     return sign + _fmt(abs(delta), unit)
 
 
-def _speedup(ratio: float) -> float:
-    """1 / ``ratio`` to 4 significant digits: the number ``Comparison.speedup`` and the interval
-    hold (tuning.comparison), so that every view prints the same speed-up (rounding the raw ratio
-    and a rounded copy separately once showed 2.59× beside 2.58×)."""
-    return float(f"{1 / ratio:.4g}")
-
-
 def fmt_speed(ratio: float | None, ci: list[float] | None = None) -> str:
     """The step-time ratio (after / before) as a speed-up: ``'1.40× faster'``, ``'1.16× slower'``;
     with the speed-up's interval ``ci``, to the decimals it supports."""
     if ratio is None or ratio <= 0:
         return MISSING
-    speedup = _speedup(ratio)
+    speedup = stats.speedup_of(ratio)
     d = stats.speedup_decimals(speedup, None if ci is None else (ci[0], ci[1]))
     if round(ratio, d) == 1:
         return f"{1:.{d}f}\u00d7 (same speed)"
@@ -76,7 +69,7 @@ def headline(data: dict[str, Any]) -> tuple[str, str, str]:
     ratio, ci = data["step_time_ratio"], data.get("speedup_ci")
     if ratio is None:
         return "Speed", MISSING, ""
-    shown = stats.fmt_speedup(_speedup(ratio), None if ci is None else (ci[0], ci[1]))
+    shown = stats.fmt_speedup(stats.speedup_of(ratio), None if ci is None else (ci[0], ci[1]))
     change = data.get("change")
     if change == stats.FASTER:
         return "Speed-up", shown, "better"

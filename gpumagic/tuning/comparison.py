@@ -223,7 +223,7 @@ def summarise(a: Report, b: Report, label_a: str, label_b: str) -> dict[str, Any
         "step_time_ratio": ratio,
         # from the stored ratio, to 4 significant digits; the verdict and the renders print this same
         # number (rounding the raw ratio and its inverse separately once showed 2.59× beside 2.58×)
-        "speedup": _significant(1 / ratio) if ratio else None,
+        "speedup": stats.speedup_of(ratio) if ratio else None,
         "step_time_change_frac": _round(None if ratio is None else ratio - 1),
         "gpu_busy": {"before": busy_a, "after": busy_b, "delta": _round(difference(busy_b, busy_a))},
         "breakdown": _breakdown(ma, mb, steps_a, steps_b),
@@ -455,14 +455,14 @@ def verdict(data: dict[str, Any], tolerance: float = SAME_STEP_TOLERANCE) -> str
     if "change" not in data:  # the older call: a ratio and a tolerance
         if abs(ratio - 1) <= tolerance:
             return f"About the same: the median step changed by {change_pct:+.1f} %, within the step-to-step variation."
-        return stats.fmt_speedup(_significant(1 / ratio), None).split(" (")[0] + (
+        return stats.fmt_speedup(stats.speedup_of(ratio), None).split(" (")[0] + (
             f": the median step is {abs(change_pct):.0f} % {'shorter' if ratio < 1 else 'longer'}.")
     if interval is None:
         steps = f"{data['before']['steps']} and {data['after']['steps']}"
         return (f"No clear change: the median step changed by {change_pct:+.0f} % "
-                f"({stats.fmt_speedup(_significant(1 / ratio), None).split(' (')[0]}), but the runs have too few steps ({steps}; "
+                f"({stats.fmt_speedup(stats.speedup_of(ratio), None).split(' (')[0]}), but the runs have too few steps ({steps}; "
                 f"{stats.MIN_STEPS} each are needed) to tell that from noise.")
-    shown = stats.fmt_speedup(_significant(1 / ratio), interval)
+    shown = stats.fmt_speedup(stats.speedup_of(ratio), interval)
     if data["change"] == stats.NO_CLEAR_CHANGE:
         return (f"No clear change: the median step changed by {change_pct:+.1f} %; the 95 % interval of the speed-up "
                 f"({shown.split('interval ')[-1].rstrip(')')}) includes no change.")
