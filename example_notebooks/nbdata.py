@@ -82,3 +82,53 @@ class RandomTokens(Dataset):
         ids = torch.randint(1, self.vocab_size, (self.seq_len,), generator=_generator(index, self.seed))
         return {"input_ids": ids, "attention_mask": torch.ones(self.seq_len, dtype=torch.long),
                 "labels": ids[0] % self.classes}
+
+
+class HeavyAugment:
+    """An augmentation that costs ``item_s`` seconds per image: a ``time.sleep`` standing for CPU
+    work (see :class:`SlowImages`), then a real, cheap change of the pixels."""
+
+    def __init__(self, item_s: float = 0.004) -> None:
+        self.item_s = item_s
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.item_s)
+        return image * 0.5
+
+
+class Flip:
+    """A cheap augmentation: mirror the image left to right."""
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        return image.flip(-1)
+
+
+class Pipeline:
+    """A composed transform that is not torchvision's: a ``transforms`` list applied in order (what
+    ``torchvision.transforms.Compose`` is, too)."""
+
+    def __init__(self, transforms: list) -> None:
+        self.transforms = list(transforms)
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        for t in self.transforms:
+            image = t(image)
+        return image
+
+
+class AugmentedImages(Dataset):
+    """``(transform(image), label)`` items: a seeded random image (as :class:`SlowImages`, with no
+    cost of its own) through ``transform``."""
+
+    def __init__(self, transform, n: int = DEFAULT_ITEMS, shape: tuple[int, ...] = (3, 32, 32), seed: int = 0) -> None:
+        self.transform, self.n, self.shape, self.seed = transform, n, tuple(shape), seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= index < self.n:
+            raise IndexError(f"index {index} out of range for {self.n} items")
+        image = torch.randn(self.shape, generator=_generator(index, self.seed))
+        label = (image.mean() > 0).long()
+        return self.transform(image), label

@@ -163,6 +163,8 @@ def needs_cuda(code: str) -> bool:
         chain = _chain(node) if isinstance(node, ast.Attribute) else None
         if chain and (chain[:2] == ["torch", "cuda"] or chain[0] in ("triton", "tl", "torchvision", "dist", "AutoModel")):
             return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torchvision":
+            return True  # from torchvision.transforms import v2: a package the CPU test machine lacks
         if isinstance(node, ast.Name) and node.id in ("encoded_batch",):
             return True
         if isinstance(node, ast.Attribute) and node.attr in ("DistributedDataParallel", "pin_memory"):

@@ -11,6 +11,7 @@ from functools import lru_cache
 
 import test_compute as tc
 import test_diagnoses as td
+import test_loader_stages_analysis as tls
 from tracebuilder import DATA, TraceBuilder
 
 from gpumagic import analyze
@@ -107,6 +108,9 @@ def built_reports():
         yield f"loader-{training}", analyze(td._loader_trace(training).to_dict())
     yield "loader-cpu", analyze(td._loader_trace(True, False).to_dict())
     yield "saturated", td._with_samples(td._loader_trace(training=True), 95.0, main_pct=100.0)
+    for top in ("RandomResizedCrop", "default_loader", "MyDataset.__getitem__", "my_collate", "pin_memory"):
+        for gpu in (True, False):  # issue 29: the fix that fits the pipeline's slowest stage
+            yield f"loader-stage-{top}-{gpu}", analyze(tls.bundle(td._loader_trace(True, gpu), tls.stage_block(top)))
     yield "tiny", analyze(tc.tiny_trace(1e7).to_dict())
     yield "copies", analyze(tc.copies_trace(20).to_dict())
     yield "attention", analyze(tc.attention_trace().to_dict())

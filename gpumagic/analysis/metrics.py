@@ -22,6 +22,7 @@ from gpumagic.analysis.context import (
 )
 from gpumagic.analysis.hostcpu import host_cpu
 from gpumagic.analysis.hostload import host_state, run_conditions
+from gpumagic.analysis.loaderstages import loader_stages
 from gpumagic.report.metrics import (
     BreakdownMetrics,
     CommunicationMetrics,
@@ -462,7 +463,7 @@ def _host(ctx: Context) -> HostMetrics:
                        main_thread=None if lane is None else MainThread(pid=lane.pid, tid=lane.tid),
                        usable_cores=h.usable_cores, usable_cores_source=h.usable_source,
                        cpu_busy_cores=h.busy_cores, cpu_saturation=h.saturation,
-                       loader_cpu_bound=h.loader_cpu_bound, **host_state(ctx))
+                       loader_cpu_bound=h.loader_cpu_bound, loader_stages=loader_stages(ctx), **host_state(ctx))
 
 
 def _samples(ctx: Context, s: Samples) -> SampleMetrics:

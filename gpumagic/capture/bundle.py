@@ -3,6 +3,9 @@
 ``"gpumagic": {"format": 1, "label", "notes", "capture", "machine", "versions", "clock":
 {"anchor_epoch_ns", "anchor_name"}, "samples": {"gpu": {field: [...]}, "cpu": {field: [...]}}}``
 
+``"loader_stages": {"batches", "workers", "stages": [{"name", "where", "self_ns", "calls"}]}``
+(present when a DataLoader was iterated while recording: :mod:`gpumagic.capture.stages`).
+
 ``machine`` includes the cores the run could use (``usable_cores``, ``cpu_affinity``,
 ``cpu_quota_cores``: see ``capture.machine.usable_cpus``), so that ``gpumagic analyze`` of a saved
 run sizes its DataLoader advice to them.
@@ -40,9 +43,10 @@ SAVED_FILE_MODE = 0o644
 
 def make_section(*, label: str, notes: list[str], capture: dict[str, Any], machine: dict[str, Any],
                  versions: dict[str, str], anchor_epoch_ns: int | None,
-                 samples: dict[str, dict[str, list]]) -> dict[str, Any]:
-    """The ``"gpumagic"`` block; ``samples`` blocks that are empty are left out."""
-    return {
+                 samples: dict[str, dict[str, list]], loader_stages: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``"gpumagic"`` block; ``samples`` blocks that are empty are left out, and
+    ``loader_stages`` when None."""
+    section = {
         "format": BUNDLE_FORMAT,
         "label": label,
         "notes": list(notes),
@@ -52,6 +56,9 @@ def make_section(*, label: str, notes: list[str], capture: dict[str, Any], machi
         "clock": {"anchor_epoch_ns": anchor_epoch_ns, "anchor_name": CLOCK_ANCHOR},
         "samples": {k: v for k, v in samples.items() if v},
     }
+    if loader_stages is not None:
+        section["loader_stages"] = loader_stages
+    return section
 
 
 def splice(kineto_json: bytes, section: dict[str, Any]) -> bytes:

@@ -29,6 +29,7 @@ from gpumagic.capture.nvml import NvmlBackend, NvmlSampler, PynvmlBackend, open_
 from gpumagic.capture.options import CaptureOptions
 from gpumagic.capture.recorder import TorchRecorder, profiler_active
 from gpumagic.capture.run import Run
+from gpumagic.capture.stages import LoaderStages
 from gpumagic.capture.steps import OptimizerStepHook, StepAction, marker_name, step_action
 from gpumagic.errors import exception_text
 
@@ -38,7 +39,7 @@ TAKEN_OVER_NOTE = ("A torch.profiler in the cell took over the profiler; nothing
 #: The named moments of :meth:`CaptureSession.finish`, in order, where tests inject interrupts
 #: (``stop-sampler`` once per sampler; ``build``, ``analyse`` and ``save`` only when a trace is built).
 CHECKPOINTS = ("finish", "stop-recording", "cancel-deadline", "remove-hook", "end-step", "stop-profiler",
-               "stop-sampler", "shutdown-nvml", "release", "export", "build", "analyse", "save")
+               "stop-sampler", "stop-loader-stages", "shutdown-nvml", "release", "export", "build", "analyse", "save")
 
 _active_lock = threading.Lock()
 _active: CaptureSession | None = None
@@ -73,6 +74,7 @@ class CaptureSession:
         self._recording_s: float | None = None
         self._partial_step: int | None = None
         self._deferred_error: BaseException | None = None
+        self._stages: LoaderStages | None = None
 
     @property
     def notes(self) -> list[str]:
@@ -111,6 +113,7 @@ class CaptureSession:
         if not cuda:
             self.notes.append(NO_CUDA_NOTE)
         self._start_samplers(cuda)
+        self._start_stages()
         self._recorder = TorchRecorder(self.options, cuda)
         self._anchor_ns = self._recorder.start()
         self._started_at = time.monotonic()
@@ -138,6 +141,17 @@ class CaptureSession:
                 self._samplers.append(sampler)
         for sampler in self._samplers:
             sampler.start()
+
+    def _start_stages(self) -> None:
+        if not self.options.loader_stages:
+            return
+        self._stages = LoaderStages()
+        try:
+            self._stages.start()
+        except Exception as exc:  # a torch without the fetchers these timers wrap: the capture goes on
+            self._stages.stop()
+            self._stages = None
+            self.notes.append(f"Data-loader stages not timed: {type(exc).__name__}: {exception_text(exc)}.")
 
     def _arm_deadline(self) -> None:
         cap = self.options.cap_seconds
@@ -189,6 +203,8 @@ class CaptureSession:
         self._recording_s = time.monotonic() - self._started_at
         for sampler in self._samplers:
             sampler.stop()  # joins the thread (at most one read, ~40 ms with NVML PCIe) and samples once more
+        if self._stages is not None:
+            self._stages.stop()
 
     # ---------------------------------------------------------------------------- finish
     def finish(self, error: BaseException | None = None) -> Run:
@@ -246,6 +262,8 @@ class CaptureSession:
         if self._recorder is not None:
             steps += [("end-step", self._recorder.end_step), ("stop-profiler", self._recorder.stop)]
         steps += [("stop-sampler", s.stop) for s in self._samplers]
+        if self._stages is not None:
+            steps.append(("stop-loader-stages", self._stages.stop))
         if self._nvml is not None:
             steps.append(("shutdown-nvml", self._nvml.shutdown))
         return steps
@@ -279,7 +297,7 @@ class CaptureSession:
         section = bundle.make_section(
             label=self.options.label, notes=self.notes, capture=self._capture_facts(),
             machine=machine_info(self._nvml_driver), versions=versions(), anchor_epoch_ns=self._anchor_ns,
-            samples=self._sample_columns())
+            samples=self._sample_columns(), loader_stages=self._stages.result if self._stages else None)
         self.run.bundle = bundle.splice(raw, section)
         checkpoint("analyse")
         self.run.report = _analyse(self.run.bundle, self.options.label, self.options.top_ops)

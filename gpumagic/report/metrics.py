@@ -321,6 +321,19 @@ class MainThread(Record, frozen=True):
     tid: Annotated[int, _d("thread id")]
 
 
+class LoaderStage(Record, frozen=True):
+    """One stage of the data pipeline, timed at capture in the main process or the DataLoader's
+    workers (gpumagic.capture.stages)."""
+
+    name: Annotated[str, _d("the function's qualified name, or a callable object's class's ('Dataset.__getitem__', "
+                            "'RandomResizedCrop', 'default_collate', 'pin_memory'); 'other' is the rest of each batch's "
+                            "fetch that no stage covers")]
+    ms_per_batch: Annotated[float, _d("the stage's self wall-clock time (time in stages it calls not included) per "
+                                      "batch, summed over the processes that ran it (ms)")]
+    share: Annotated[float, _d("ms_per_batch ÷ the sum over the stages (0..1; the stages' shares add up to 1)")]
+    where: Annotated[str, _d("'main' (the training process) or 'worker' (a DataLoader worker process)")]
+
+
 class HostMetrics(Record, frozen=True):
     """The host side: data loading, runtime calls, CPU operators and how busy the CPU was."""
 
@@ -348,6 +361,9 @@ class HostMetrics(Record, frozen=True):
     gpu_other_processes: Annotated[int | None, _d("other compute processes on the primary GPU, most seen (count; NVML)")] = None
     gpu_throttle_reasons: Annotated[list[str] | None, _d("clock slowdown reasons NVML reported in the window")] = None
     gpu_sm_clock_mhz: Annotated[float | None, _d("median SM clock in the window (MHz; NVML)")] = None
+    loader_stages: Annotated[list[LoaderStage] | None, _d("the data pipeline's stages, largest first, timed while a "
+                                                          "gpumagic capture recorded; null for a plain trace or when "
+                                                          "no DataLoader batch was made")] = None
 
 
 class ConditionsMetrics(Record, frozen=True):

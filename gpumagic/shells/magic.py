@@ -52,6 +52,8 @@ class GpuProfileMagics(Magics):
     @argument("--interval-ms", type=int, default=DEFAULT_INTERVAL_MS, metavar="MS",
               help=f"NVML and host CPU sampling period (default {DEFAULT_INTERVAL_MS})")
     @argument("--no-nvml", action="store_true", help="do not sample the GPU through NVML")
+    @argument("--no-loader-stages", action="store_true",
+              help="do not time the DataLoader's stages (dataset, transforms, collate, pinning)")
     @argument("--shapes", action="store_true", help="record operator input shapes (adds overhead)")
     @argument("--flops", action="store_true", help="record the profiler's FLOP counts and shapes, for "
               "achieved TFLOP/s and MFU (adds overhead)")
@@ -239,7 +241,7 @@ def _capture_options(args) -> CaptureOptions:
             label=args.label or "", skip=args.skip, steps=args.steps, all_steps=args.all_steps,
             max_seconds=args.max_seconds, interval_ms=args.interval_ms, nvml=not args.no_nvml,
             shapes=args.shapes, stack=args.stack, memory=args.memory, save=args.save,
-            flops=args.flops, top_ops=args.top_ops)
+            flops=args.flops, top_ops=args.top_ops, loader_stages=not args.no_loader_stages)
     except CaptureError as exc:
         raise UsageError(f"%gpuprofile: {exc}") from None
 

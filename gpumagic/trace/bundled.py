@@ -40,6 +40,8 @@ def attach_bundle(trace: Trace, bundle: Any) -> None:
         trace.meta["machine"] = _machine(trace, trace.meta["machine"])
     if "label" in trace.meta and not isinstance(trace.meta["label"], str):
         trace.meta["label"] = str(trace.meta["label"])[:200]
+    if "loader_stages" in bundle:
+        _loader_stages(trace, bundle["loader_stages"])
     samples = bundle.get("samples") or {}
     if not isinstance(samples, dict):
         trace.notes.append("The gpumagic section's samples are not an object; they were ignored.")
@@ -131,3 +133,32 @@ def _numbers(values: Any) -> np.ndarray | None:
     if arr.dtype.kind not in "iuf" or (arr.dtype.kind == "f" and not np.all(np.isfinite(arr))):
         return None
     return arr
+
+
+#: Longest stage name kept (a qualified name; longer ones are cut).
+MAX_STAGE_NAME = 200
+#: Most stages read from a bundle (a pipeline has a handful; the rest would be noise).
+MAX_STAGES = 200
+
+
+def _loader_stages(trace: Trace, block: Any) -> None:
+    """The data-loader stage timings (``capture.stages``) into ``trace.meta["loader_stages"]``:
+    ``{"batches": int, "workers": int, "stages": [{"name", "where", "self_ns", "calls"}]}``, each
+    checked; the block is ignored with a note when it does not have that shape."""
+    ok = isinstance(block, dict) and _count(block.get("batches")) and _count(block.get("workers"), zero=True)
+    rows = block.get("stages") if ok else None
+    if not isinstance(rows, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("name"), str) and r.get("name")
+            and r.get("where") in ("main", "worker") and _count(r.get("self_ns"), zero=True)
+            and _count(r.get("calls"), zero=True) for r in rows):
+        trace.notes.append("The gpumagic section's loader_stages are not valid; they were ignored.")
+        return
+    trace.meta["loader_stages"] = {
+        "batches": block["batches"], "workers": block["workers"],
+        "stages": [{"name": r["name"][:MAX_STAGE_NAME], "where": r["where"], "self_ns": r["self_ns"],
+                    "calls": r["calls"]} for r in rows[:MAX_STAGES]]}
+
+
+def _count(value: Any, zero: bool = False) -> bool:
+    """A non-negative int (positive unless ``zero``) that fits int64."""
+    return type(value) is int and (0 if zero else 1) <= value < 1 << 63

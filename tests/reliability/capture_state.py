@@ -34,6 +34,25 @@ def leftovers() -> list[str]:
         problems.append("a capture session is still registered as active")
     if any(isinstance(getattr(h, "__self__", None), OptimizerStepHook) for h in _global_optimizer_post_hooks.values()):
         problems.append("gpumagic's optimizer step hook is still installed")
+    problems += stage_timer_leftovers()
+    return problems
+
+
+def stage_timer_leftovers() -> list[str]:
+    """The data-loader stage timers still installed in this process (gpumagic.capture.stages)."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data._utils import fetch, pin_memory
+
+    from gpumagic.capture import stages
+
+    problems = []
+    if stages._sink is not None:
+        problems.append("the loader-stage timers still record")
+    for cls in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
+        if hasattr(cls.__dict__.get("fetch"), "_gpumagic_original"):
+            problems.append(f"{cls.__name__}.fetch is still wrapped")
+    if hasattr(DataLoader.__dict__["_get_iterator"], "__wrapped__") or isinstance(pin_memory.pin_memory, stages.Timed):
+        problems.append("DataLoader._get_iterator or pin_memory is still wrapped")
     return problems
 
 

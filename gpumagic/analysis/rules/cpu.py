@@ -8,6 +8,8 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.hostcpu import host_cpu
 from gpumagic.analysis.loadergain import saturated_by, worker_gain
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
+from gpumagic.analysis.rules.cachefix import CACHE_CODE, CACHE_FIX
+from gpumagic.analysis.rules.stagefixes import stage_fixes, stage_sentence
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
 
@@ -19,18 +21,6 @@ MIN_SAMPLES = 3
 #: "While the loop waits": the data-loader wait (TensorBoard profiler plugin's 5 % data-loader
 #: threshold) or the GPU's host-wait idle time must reach this share of the window.
 WAIT_FRAC = 0.05
-CACHE_FIX = "Preprocess once and cache the tensors (random augmentations then repeat per sample)"
-CACHE_CODE = """
-from pathlib import Path
-
-cache_dir = Path.home() / ".cache" / "my_dataset"   # your cache folder: room for every sample's tensors
-cache_dir.mkdir(parents=True, exist_ok=True)
-cached = cache_dir / "preprocessed.pt"             # delete it when the data or the transforms change
-if not cached.exists():
-    xs, ys = zip(*(dataset[i] for i in range(len(dataset))))   # decode and transform once
-    torch.save((torch.stack(xs), torch.stack([torch.as_tensor(y) for y in ys])), cached)
-x, y = torch.load(cached)
-dataset = torch.utils.data.TensorDataset(x, y)"""
 DOC = "https://pytorch.org/vision/stable/generated/torchvision.io.decode_jpeg.html"
 
 
@@ -54,6 +44,9 @@ def host_cpu_saturated(ctx: Context, m: Metrics) -> Finding | None:
     waiting time within GPU idle time, an upper bound — or other processes — then workers would
     get a larger share of the cores, the gain is what they would recover (an estimate,
     ``analysis.loadergain``), and step times measured now will not hold when the load changes.
+    With the data pipeline's stages timed at capture (``metrics.host.loader_stages``) and a loop
+    that waits for data, it names the slowest stage and puts the fix that fits it first
+    (``rules.stagefixes``): with the cores full, a cheaper batch is what helps.
     False positives: a sampling period longer than the window."""
     h = host_cpu(ctx)
     if h.saturation is None or h.saturation < SATURATION or h.sample_count < MIN_SAMPLES:
@@ -137,6 +130,10 @@ x = torch.stack([augment(img) for img in imgs]).float().div_(255)
         do not say whose work filled the cores: if it was this process's, more DataLoader workers cannot help (no
         free core for them) and less CPU work per batch is what helps; if other processes', workers would get a
         larger share of the cores, and step times will change with their load."""
+    stages = host.loader_stages if iv.total(ctx.cat_union["dataloader"]) else None
+    if stages:  # the loop waits for data: the slowest stage is where less CPU work per batch helps most
+        numbers.update(slowest_stage=stages[0].name, slowest_stage_share=stages[0].share)
+        fixes[:0] = stage_fixes(stages, gpu)
     return finding(
         severity=severity_for(gain),
         title=title,
@@ -144,7 +141,7 @@ x = torch.stack([augment(img) for img in imgs]).float().div_(255)
         summary=f"Host CPU samples average {h.busy_cores:.2f} busy cores of {cores}, {pct(h.saturation)}, "
                 f"over {h.sample_count} samples; the loop waits for {pct(wait_frac)} of the window."
                 + (f" This process used {host['own_busy_cores']:.2f} cores, other processes {host['other_busy_cores']:.2f}."
-                   if who != "unknown" else ""),
+                   if who != "unknown" else "") + (" " + stage_sentence(stages) if stages else ""),
         numbers=numbers,
         windows=windows(*recover, "cpu", label="waiting while the CPU is saturated"),
         est_gain=gain, gain_method=method,

@@ -9,7 +9,9 @@ from gpumagic.analysis.hostload import COST_OPTIONS
 from gpumagic.analysis.loadergain import saturated_by, worker_gain
 from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
-from gpumagic.analysis.rules.cpu import CACHE_CODE, CACHE_FIX, SATURATION
+from gpumagic.analysis.rules.cachefix import CACHE_CODE, CACHE_FIX
+from gpumagic.analysis.rules.cpu import SATURATION
+from gpumagic.analysis.rules.stagefixes import stage_fixes, stage_sentence
 from gpumagic.report.metrics import HostMetrics, Metrics
 from gpumagic.report.model import Finding, Fix
 
@@ -39,6 +41,9 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     when it is mostly not CPU (I/O, sleeps), more workers than cores, saying why; for a plain
     trace, a count computed from the machine it runs on, saying it is an assumption.
     ``pin_memory`` only with a GPU; ``shuffle`` and ``TrainingArguments`` only when training.
+    With the pipeline's stages timed at capture (``metrics.host.loader_stages``), the finding names
+    the dominant stage with its share and adds the fix that fits it (``rules.stagefixes``); when
+    no core is free, that fix replaces the generic "cache the tensors".
     False positives: a loader slowed by I/O stalls that more workers cannot fix; an iterable
     dataset with one shard."""
     dl = ctx.cat_union["dataloader"]
@@ -47,7 +52,7 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         return None
     gain = exclusive = ctx.frac(iv.total(ctx.exclusive["dataloader"]))
     h = host_cpu(ctx)
-    numbers = {"dataloader_ms": m.host.dataloader_ms, "dataloader_frac": m.host.dataloader_frac,
+    numbers: dict[str, float | int | str | None] = {"dataloader_ms": m.host.dataloader_ms, "dataloader_frac": m.host.dataloader_frac,
                "gpu_idle_during_wait_frac": round(gain, 4), "threshold_frac": DATALOADER_FRAC}
     cpu_note = ""
     host, samples = m.host, m.samples
@@ -75,6 +80,12 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     if threads is not None:
         numbers["suggested_num_threads"] = threads
     loop = "training loop" if ctx.workload == "training" else "loop"
+    stages = host.loader_stages
+    if stages:
+        top = stages[0]
+        numbers.update(slowest_stage=top.name, slowest_stage_share=top.share,
+                       slowest_stage_ms_per_batch=top.ms_per_batch, slowest_stage_where=top.where)
+        advice += " " + stage_sentence(stages)
     return finding(
         severity=severity_for(gain), title=f"The {loop} waits for the data loader",
         why="""Each step asks the DataLoader for the next batch on the main Python thread. With few or
@@ -88,9 +99,18 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         numbers=numbers,
         windows=windows(dl[0], dl[1], "cpu", label="DataLoader wait"),
         est_gain=cap_by_critical_path(ctx, "dataloader-bound", gain), gain_method=method,
-        fixes=_fixes(ctx, h, workers, host, threads),
+        fixes=_with_stage_fixes(_fixes(ctx, h, workers, host, threads), stage_fixes(stages, ctx.device >= 0),
+                                _saturated(h, host)),
         doc_url=DOC,
     )
+
+
+def _with_stage_fixes(fixes: tuple[Fix, ...], staged: list[Fix], saturated: bool) -> tuple[Fix, ...]:
+    """The worker fixes, then those fitting the dominant stage; with no core free, the stage's fixes
+    replace the generic "cache the tensors" (they make each batch cheaper where its time goes)."""
+    if not staged:
+        return fixes
+    return tuple(staged) if saturated else (*fixes, *staged)
 
 
 def _intra_op_threads(h: HostCpu, host: HostMetrics, workers: int | None) -> int | None:

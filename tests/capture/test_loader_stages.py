@@ -1,0 +1,117 @@
+"""Issue 29: the data pipeline's stages timed in the main process and in the DataLoader's workers
+(gpumagic.capture.stages), into the bundle and ``metrics.host.loader_stages``.
+
+The slow transform sleeps :data:`loader_stage_data.SLOW_S` per sample, so its measured time has a
+floor no machine load can lower; the tests assert that floor and the order of the stages, never
+a duration's upper bound."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import loader_stage_data as lsd  # noqa: E402
+from reliability.capture_state import stage_timer_leftovers  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+import gpumagic  # noqa: E402
+from gpumagic.capture import CaptureOptions, CaptureSession  # noqa: E402
+from gpumagic.capture.stages import LoaderStages  # noqa: E402
+
+BATCH = 4
+
+
+def _rows(block):
+    return {(r["name"], r["where"]): r for r in block["stages"]}
+
+
+def _batches(loader, limit=None):
+    out = []
+    for i, batch in enumerate(loader):
+        out.append(batch)
+        if limit is not None and i + 1 >= limit:
+            break
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_slow_transform_is_named_first_and_results_do_not_change(workers):
+    ds = lsd.TransformedDataset(8)
+    items = list(ds.transform.transforms)
+    init = lsd.mark_worker if workers else None
+    plain = _batches(DataLoader(ds, batch_size=BATCH, num_workers=workers, worker_init_fn=init))
+    stages = LoaderStages()
+    stages.start()
+    try:
+        timed = _batches(DataLoader(ds, batch_size=BATCH, num_workers=workers, worker_init_fn=init))
+    finally:
+        block = stages.stop()
+    assert [b.tolist() for b in timed] == [b.tolist() for b in plain]  # same batches, the user's init ran
+    if workers:
+        assert all(b.min() >= 100 for b in timed)
+    where = "worker" if workers else "main"
+    rows = _rows(block)
+    assert block["batches"] == 2 and block["workers"] == workers
+    assert block["stages"][0]["name"] == "SlowTransform" and block["stages"][0]["where"] == where
+    assert rows[("SlowTransform", where)]["calls"] == 8
+    assert rows[("SlowTransform", where)]["self_ns"] >= 8 * lsd.SLOW_S * 1e9
+    for name in ("FastTransform", "TransformedDataset.__getitem__", "default_collate", "other"):
+        assert (name, where) in rows, name  # self time of each: __getitem__ without its transforms
+    assert rows[("TransformedDataset.__getitem__", where)]["calls"] == 8
+    assert rows[("default_collate", where)]["calls"] == rows[("other", where)]["calls"] == 2
+    # everything in the main process is put back
+    assert ds.transform.transforms == items and all(type(t) in (lsd.SlowTransform, lsd.FastTransform) for t in items)
+    assert "transform" not in vars(ds) or type(vars(ds)["transform"]) is lsd.Chain
+    assert stage_timer_leftovers() == []
+
+
+def test_workers_report_as_they_go_so_an_early_break_keeps_their_timings():
+    ds = lsd.TransformedDataset(64)
+    stages = LoaderStages()
+    stages.start()
+    try:
+        loader = DataLoader(ds, batch_size=BATCH, num_workers=2, persistent_workers=True)
+        _batches(loader, limit=2)  # break after two batches; the workers keep prefetching, unjoined
+        block = stages.stop()
+    finally:
+        stages.stop()
+        loader._iterator._shutdown_workers()
+    rows = _rows(block)
+    assert block["batches"] >= 2
+    assert rows[("SlowTransform", "worker")]["self_ns"] >= 2 * BATCH * lsd.SLOW_S * 1e9
+    assert stage_timer_leftovers() == []
+
+
+def test_a_profiled_loop_records_the_stages_in_the_bundle_and_analyze_reads_them(tmp_path):
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(lsd.TransformedDataset(16), batch_size=BATCH, num_workers=2)
+    path = tmp_path / "run.json.gz"
+    with gpumagic.profile(skip=0, steps=2, nvml=False, save=str(path)) as run:
+        for x in loader:
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    stages = run.report.metrics.host.loader_stages
+    assert stages[0].name == "SlowTransform" and stages[0].where == "worker"
+    assert sum(s.share for s in stages) == pytest.approx(1.0, abs=1e-3)
+    assert stages[0].ms_per_batch >= BATCH * lsd.SLOW_S * 1e3
+    assert [s.share for s in stages] == sorted((s.share for s in stages), reverse=True)
+    section = json.loads(gzip.decompress(path.read_bytes()))["gpumagic"]
+    assert section["capture"]["loader_stages"] is True and section["loader_stages"]["workers"] >= 1
+    again = gpumagic.analyze(str(path)).to_dict()["metrics"]["host"]["loader_stages"]
+    assert again == [s.to_dict() if hasattr(s, "to_dict") else {k: v for k, v in s.items()} for s in stages]
+    assert stage_timer_leftovers() == []
+
+
+def test_loader_stages_off_records_none():
+    session = CaptureSession(CaptureOptions(nvml=False, cpu=False, loader_stages=False))
+    session.start()
+    _batches(DataLoader(lsd.TransformedDataset(4), batch_size=BATCH))
+    run = session.finish()
+    assert run.report.metrics.host.loader_stages is None
+    assert '"loader_stages":{' not in run.bundle[:4000].decode("utf-8", "replace")

@@ -1,0 +1,116 @@
+"""Issue 29: ``metrics.host.loader_stages`` from a bundle's ``"loader_stages"`` block, and the
+``dataloader-bound`` finding naming the dominant stage with the fix that fits it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import test_diagnoses as td
+
+from gpumagic import analyze
+from gpumagic.analysis.loaderstages import kind
+from gpumagic.report.model import report_from_dict
+
+
+def stage_block(top: str, where: str = "worker") -> dict:
+    """A bundle's block: ``top`` takes 80 ms of 100 over 4 batches."""
+    rows = [(top, 80_000_000, 16), ("MyDataset.__getitem__", 12_000_000, 16), ("default_collate", 5_000_000, 4),
+            ("other", 3_000_000, 4)]
+    if top == "MyDataset.__getitem__":
+        rows = [(top, 80_000_000, 16), ("Normalize", 17_000_000, 16), ("other", 3_000_000, 4)]
+    return {"batches": 4, "workers": 2 if where == "worker" else 0,
+            "stages": [{"name": n, "where": where, "self_ns": ns, "calls": c} for n, ns, c in rows]}
+
+
+def bundle(tb, block) -> dict:
+    d = tb.to_dict()
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "machine": {}, "versions": {},
+                     "clock": {"anchor_epoch_ns": None}, "samples": {}, "loader_stages": block}
+    return d
+
+
+def loader_finding(report):
+    return next(f for f in report.findings if f.id == "dataloader-bound")
+
+
+def test_the_stages_are_typed_largest_first_and_their_shares_add_up_to_one():
+    r = analyze(bundle(td._loader_trace(True), stage_block("RandomResizedCrop")))
+    stages = r.metrics.host.loader_stages
+    assert [s.name for s in stages] == ["RandomResizedCrop", "MyDataset.__getitem__", "default_collate", "other"]
+    assert [s.ms_per_batch for s in stages] == [20.0, 3.0, 1.25, 0.75]  # self ns ÷ 4 batches
+    assert [s.share for s in stages] == [0.8, 0.12, 0.05, 0.03] and {s.where for s in stages} == {"worker"}
+    again = report_from_dict(r.to_dict())  # the JSON round trip keeps them
+    assert again.metrics.host.loader_stages == stages
+
+
+def test_a_plain_trace_has_no_stages():
+    assert analyze(td._loader_trace(True).to_dict()).metrics.host.loader_stages is None
+
+
+@pytest.mark.parametrize(("top", "expect", "gpu"), [
+    ("RandomResizedCrop", "augment on the GPU", True),
+    ("RandomResizedCrop", "a cheaper transform", False),
+    ("ImageFolder.load_image", "decode on the GPU", True),
+    ("default_loader", "preprocess once and cache", False),
+    ("MyDataset.__getitem__", "__getitems__", True),
+    ("my_collate", "make the whole batch", True),
+    ("pin_memory", "pin fewer bytes", True),
+])
+def test_the_finding_names_the_dominant_stage_and_a_fix_that_fits_it(top, expect, gpu):
+    r = analyze(bundle(td._loader_trace(True, gpu), stage_block(top)))
+    f = loader_finding(r)
+    assert f.evidence.numbers["slowest_stage"] == top and f.evidence.numbers["slowest_stage_share"] == 0.8
+    assert f"{top} takes the largest share of each batch, 80.0 %" in f.evidence.summary
+    staged = [fx for fx in f.fixes if "slowest stage" in fx.description]
+    assert staged and expect in staged[0].description and "source: https://" in staged[0].description
+    assert all("source: https://" in fx.description for fx in staged)
+    assert f.fixes[0].description.startswith("Load batches in worker processes")  # the workers fix stays first
+    if not gpu:
+        assert not any("cuda" in fx.code for fx in staged)
+
+
+def test_other_leading_says_so_and_adds_no_stage_fix():
+    block = stage_block("other")
+    block["stages"] = [{"name": "other", "where": "main", "self_ns": 90, "calls": 4},
+                       {"name": "default_collate", "where": "main", "self_ns": 10, "calls": 4}]
+    f = loader_finding(analyze(bundle(td._loader_trace(True), block)))
+    assert "outside every timed stage" in f.evidence.summary
+    assert not any("slowest stage" in fx.description for fx in f.fixes)
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda b: b.update(batches=0), lambda b: b.update(batches="4"), lambda b: b.pop("stages"),
+    lambda b: b["stages"][0].update(where="gpu"), lambda b: b["stages"][0].update(self_ns=-1),
+    lambda b: b["stages"][0].update(name=""), lambda b: b.update(stages={"a": 1}),
+])
+def test_a_bad_block_is_ignored_with_a_note(mutate):
+    block = copy.deepcopy(stage_block("Normalize"))
+    mutate(block)
+    r = analyze(bundle(td._loader_trace(True), block))
+    assert r.metrics.host.loader_stages is None
+    assert any("loader_stages are not valid" in n for n in r.notes)
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("other", "other"), ("pin_memory", "pin"), ("Subset.__getitem__", "dataset"), ("Stream.__iter__", "dataset"),
+    ("default_collate", "collate"), ("PILToTensor", "decode"), ("Loader.decode_jpeg", "decode"),
+    ("RandomHorizontalFlip", "transform"), ("Normalize", "transform"), ("read_file", "decode"),
+])
+def test_stage_kinds(name, expected):
+    assert kind(name) == expected
+
+
+def test_with_the_cores_saturated_the_stage_fix_comes_first():
+    d = bundle(td._loader_trace(True), stage_block("RandomResizedCrop"))
+    times = list(range(0, 40_001_000, 2_000_000))
+    d["gpumagic"]["machine"] = {"cpu_count": 2, "cpu_affinity": [0, 1], "cpu_quota_cores": None,
+                                "usable_cores": 2.0, "usable_cores_source": "affinity"}
+    d["gpumagic"]["samples"] = {"cpu": {"t_epoch_ns": times, "total": [95.0] * len(times),
+                                        "per_core": [[95.0] * 2] * len(times), "main": [100.0] * len(times),
+                                        "workers": [0.0] * len(times), "worker_count": [0] * len(times)}}
+    r = analyze(d)
+    f = next(f for f in r.findings if f.id == "host-cpu-saturated")
+    assert f.evidence.numbers["slowest_stage"] == "RandomResizedCrop"
+    assert "RandomResizedCrop takes the largest share" in f.evidence.summary
+    assert "slowest stage" in f.fixes[0].description
