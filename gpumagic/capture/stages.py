@@ -190,10 +190,12 @@ class Timed:
         if sink is None:
             return self.__wrapped__(*args, **kwargs)
         try:  # _Sink.call, inlined: this is the path every transform call takes
-            mine = sink._local.t
+            stack = sink._local.t.stack
         except AttributeError:
-            mine = sink._mine()
-        stack = mine.stack
+            stack = sink._mine().stack
+        if not stack:  # called outside a batch's fetch (the loop calling the dataset itself): not a stage
+            return self.__wrapped__(*args, **kwargs)
+        mine = sink._local.t
         stack.append(0)
         t0 = _now()
         try:
@@ -223,6 +225,21 @@ class Timed:
 
     def __repr__(self) -> str:
         return repr(self.__wrapped__)
+
+
+class _PinTimed(Timed):
+    """``pin_memory``: a stage of its own, outside the fetch (torch calls it after the batch is made)."""
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        sink = _sink
+        if sink is None:
+            return self.__wrapped__(*args, **kwargs)
+        return sink.call(self.stage, self.__wrapped__, args, kwargs)
+
+    def __reduce__(self) -> tuple:
+        return (_PinTimed, (self.__wrapped__, self.stage))
 
 
 class _Proxy:
@@ -398,7 +415,10 @@ def _wrap_methods(dataset: Any, u: _Undo) -> None:
                 continue
             seen.add(name)
             if inspect.isfunction(raw) and not inspect.isgeneratorfunction(raw):
-                u.setattr(dataset, name, Timed(getattr(dataset, name)))
+                try:
+                    u.setattr(dataset, name, Timed(getattr(dataset, name)))
+                except Exception:  # a dataset that refuses instance attributes keeps its methods untimed
+                    return
 
 
 # -- the fetchers -----------------------------------------------------------------------------------
@@ -427,7 +447,10 @@ def _timed_fetch(original: Any, undo: _Undo | None, touched: list | None) -> Any
         if sink is None:
             return original(self, possibly_batched_index)
         if not getattr(self, "_gpumagic_timed", False):
-            _prepare(self, undo, touched)
+            try:
+                _prepare(self, undo, touched)
+            except Exception:  # an object that refuses the timers: this fetcher's batches are timed whole ("other")
+                self._gpumagic_timed = True
         return sink.call(OTHER, original, (self, possibly_batched_index), {}, root=True)
 
     fetch._gpumagic_original = original  # type: ignore[attr-defined]
@@ -529,7 +552,7 @@ class LoaderStages:
 
         DataLoader._get_iterator = _get_iterator
         pin = self._pin = pin_module.pin_memory
-        pin_module.pin_memory = Timed(pin, "pin_memory")
+        pin_module.pin_memory = _PinTimed(pin, "pin_memory")
         _sink = self._sink
         self.started = True
 

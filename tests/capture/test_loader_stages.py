@@ -48,6 +48,7 @@ def test_the_slow_transform_is_named_first_and_results_do_not_change(workers):
     stages.start()
     try:
         timed = _batches(DataLoader(ds, batch_size=BATCH, num_workers=workers, worker_init_fn=init))
+        ds.transform(torch.zeros(3))  # the loop calling a transform itself, outside a fetch: not a stage
     finally:
         block = stages.stop()
     assert [b.tolist() for b in timed] == [b.tolist() for b in plain]  # same batches, the user's init ran

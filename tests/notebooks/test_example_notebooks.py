@@ -301,6 +301,11 @@ def test_data_loading_beyond_workers(run_notebook):
     assert "79 batches indexed on" in output_of(nb, "Xd, Yd = X.to(device)")  # 20,000 / 256, the last one partial
     assert output_of(nb, "shm = shutil.disk_usage").count("MiB in flight") == 2
     assert re.search(r"torch.stack collate: [\d.]+ ms \(\d+× faster\)", output_of(nb, "def python_collate(batch)"))
+    # which stage starves the GPU: the slow transform of the composed chain leads, without and with workers
+    stages = output_of(nb, "train_set = nbdata.AugmentedImages")
+    assert re.search(r"num_workers=0: [^\n]*\n  HeavyAugment +main ", stages), stages
+    assert re.search(r"num_workers=2: [^\n]*\n  HeavyAugment +worker ", stages), stages
+    assert stages.count("Flip ") == 2 and stages.count("default_collate ") == 2
 
 
 def test_torch_compile_in_practice(run_notebook):
