@@ -54,3 +54,23 @@ def mark_worker(worker_id: int) -> None:
     """A user's worker_init_fn: every sample a worker makes then carries 100 + its id."""
     global WORKER_MARK
     WORKER_MARK = 100.0 + worker_id
+
+
+class FrozenDataset(Dataset):
+    """A dataset that refuses every attribute change after it is made (a frozen object)."""
+
+    def __init__(self, n: int):
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "transform", Chain([FastTransform()]))
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __len__(self):
+        return self.n
+
+    def scale(self, x):
+        return x * 3
+
+    def __getitem__(self, i):
+        return self.scale(self.transform(torch.full((2,), float(i))))

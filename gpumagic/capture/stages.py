@@ -190,12 +190,12 @@ class Timed:
         if sink is None:
             return self.__wrapped__(*args, **kwargs)
         try:  # _Sink.call, inlined: this is the path every transform call takes
-            stack = sink._local.t.stack
+            mine = sink._local.t
         except AttributeError:
-            stack = sink._mine().stack
+            mine = sink._mine()
+        stack = mine.stack
         if not stack:  # called outside a batch's fetch (the loop calling the dataset itself): not a stage
             return self.__wrapped__(*args, **kwargs)
-        mine = sink._local.t
         stack.append(0)
         t0 = _now()
         try:
@@ -533,6 +533,7 @@ class LoaderStages:
         from torch.utils.data import DataLoader
         from torch.utils.data._utils import pin_memory as pin_module
 
+        self.started = True  # from here on, stop() puts back whatever was installed, also after a failure
         self.folder = tempfile.mkdtemp(prefix="gpumagic-stages-")
         self._sink = _Sink("main")
         self._patched = _patch_fetchers(self._undo, self._touched)
@@ -554,7 +555,6 @@ class LoaderStages:
         pin = self._pin = pin_module.pin_memory
         pin_module.pin_memory = _PinTimed(pin, "pin_memory")
         _sink = self._sink
-        self.started = True
 
     def stop(self) -> dict[str, Any] | None:
         """Read the totals (this process's and every worker report), put everything back and
@@ -567,6 +567,8 @@ class LoaderStages:
             _sink = None
         try:
             self.result = self._collect()
+        except Exception:  # a report that cannot be read loses the stages, never the capture
+            self.result = None
         finally:
             self._restore()
         return self.result

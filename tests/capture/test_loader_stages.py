@@ -116,3 +116,19 @@ def test_loader_stages_off_records_none():
     run = session.finish()
     assert run.report.metrics.host.loader_stages is None
     assert '"loader_stages":{' not in run.bundle[:4000].decode("utf-8", "replace")
+
+
+def test_a_dataset_that_refuses_the_timers_loads_as_before():
+    ds = lsd.FrozenDataset(8)
+    plain = _batches(DataLoader(ds, batch_size=BATCH))
+    stages = LoaderStages()
+    stages.start()
+    try:
+        timed = _batches(DataLoader(ds, batch_size=BATCH))
+    finally:
+        block = stages.stop()
+    assert [b.tolist() for b in timed] == [b.tolist() for b in plain]
+    rows = _rows(block)
+    assert ("FrozenDataset.__getitem__", "main") in rows and ("FastTransform", "main") in rows  # the list took timers
+    assert ("FrozenDataset.scale", "main") not in rows  # the methods could not be
+    assert stage_timer_leftovers() == [] and type(ds.transform.transforms[0]) is lsd.FastTransform
