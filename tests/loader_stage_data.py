@@ -74,3 +74,19 @@ class FrozenDataset(Dataset):
 
     def __getitem__(self, i):
         return self.scale(self.transform(torch.full((2,), float(i))))
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """An iterable dataset: its samples come from ``__iter__``, each through the slow transform."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.transform = SlowTransform()
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield self.transform(torch.full((2,), float(i)))
+
+
+def failing_init(worker_id: int) -> None:
+    raise ValueError(f"worker {worker_id} refuses to start")

@@ -132,3 +132,33 @@ def test_a_dataset_that_refuses_the_timers_loads_as_before():
     assert ("FrozenDataset.__getitem__", "main") in rows and ("FastTransform", "main") in rows  # the list took timers
     assert ("FrozenDataset.scale", "main") not in rows  # the methods could not be
     assert stage_timer_leftovers() == [] and type(ds.transform.transforms[0]) is lsd.FastTransform
+
+
+def test_an_iterable_dataset_is_timed_per_sample():
+    stages = LoaderStages()
+    stages.start()
+    try:
+        timed = _batches(DataLoader(lsd.Stream(4), batch_size=2))
+    finally:
+        block = stages.stop()
+    assert [b.tolist() for b in timed] == [[[0.0, 0.0], [2.0, 2.0]], [[4.0, 4.0], [6.0, 6.0]]]
+    rows = _rows(block)
+    assert block["batches"] == 2 and rows[("SlowTransform", "main")]["calls"] == 4
+    assert ("Stream.__iter__", "main") in rows  # the generator's own time, per next()
+
+
+def test_the_users_worker_init_fn_fails_as_without_the_timers():
+    def message():
+        with pytest.raises(ValueError) as info:
+            _batches(DataLoader(lsd.TransformedDataset(4), batch_size=BATCH, num_workers=1,
+                                worker_init_fn=lsd.failing_init))
+        return str(info.value).splitlines()[0]
+
+    plain = message()
+    stages = LoaderStages()
+    stages.start()
+    try:
+        timed = message()
+    finally:
+        stages.stop()
+    assert timed == plain and "ValueError" in plain
