@@ -290,6 +290,9 @@ def load_ipython_extension(ipython) -> None:
     from gpumagic.shells.monitor import MonitorMagics
 
     ipython.register_magics(MonitorMagics)
+    from gpumagic.shells.timeit_magic import TimeitMagics
+
+    ipython.register_magics(TimeitMagics)
 
 
 def unload_ipython_extension(ipython) -> None:
@@ -298,6 +301,9 @@ def unload_ipython_extension(ipython) -> None:
     for kind in ("line", "cell"):
         magics[kind].pop("gpuprofile", None)
     magics["line"].pop("gputune", None)
+    for kind in ("line", "cell"):
+        magics[kind].pop("gputimeit", None)
+    ipython.magics_manager.registry.pop("TimeitMagics", None)
     magics["line"].pop("gpumonitor", None)
     ipython.magics_manager.registry.pop("MonitorMagics", None)
     ipython.magics_manager.registry.pop("TunerMagics", None)
