@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
-from gpumagic.analysis import copysizes, critical_path, flops, operators, phases, segments
+from gpumagic.analysis import copysizes, critical_path, everystep, flops, operators, phases, segments
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
@@ -141,7 +141,8 @@ def _steps(ctx: Context) -> StepMetrics:
         outlier = bool(ratio is not None and ratio >= FIRST_STEP_OUTLIER_RATIO)
     return StepMetrics(count=len(ctx.step_bounds), names=list(ctx.step_names),
                        bounds_ns=[(s, e) for s, e in ctx.step_bounds], durations_ms=[round(x, 4) for x in d.tolist()],
-                       median_ms=median_ms, p90_ms=p90_ms, first_step_outlier=outlier, first_over_median=first_over)
+                       median_ms=median_ms, p90_ms=p90_ms, first_step_outlier=outlier, first_over_median=first_over,
+                       **everystep.fields(ctx))
 
 
 def _gpu(ctx: Context) -> GpuMetrics:
