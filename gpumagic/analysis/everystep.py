@@ -71,7 +71,7 @@ def read(block: Any, notes: list[str]) -> dict[str, Any] | None:
     steps, starts = _floats(block.get("step_ms")), _floats(block.get("start_ms"))
     recorded, profiled = block.get("recorded", []), block.get("profiled", 0)
     if (steps is None or starts is None or len(steps) != len(starts) or type(profiled) is not int or profiled < 0
-            or not isinstance(recorded, list) or not all(type(i) is int and 0 <= i for i in recorded)):
+            or not isinstance(recorded, list) or not all(type(i) is int and i >= 0 for i in recorded)):
         notes.append(bad)
         return None
     events = []

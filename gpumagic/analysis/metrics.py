@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
-from gpumagic.analysis import copysizes, critical_path, everystep, flops, operators, phases, segments
+from gpumagic.analysis import copysizes, critical_path, energy, everystep, flops, operators, phases, segments
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
@@ -154,7 +154,7 @@ def _gpu(ctx: Context) -> GpuMetrics:
     return GpuMetrics(primary_device=ctx.device if ctx.device >= 0 else None,
                       primary_name=info.name if info is not None and info.name else None,
                       busy_frac=round(ctx.frac(busy), 4) if ctx.device >= 0 else None,
-                      busy_ms=_ms(busy), per_device=per)
+                      busy_ms=_ms(busy), per_device=per, **energy.fields(ctx))
 
 
 def _breakdown(ctx: Context) -> BreakdownMetrics:

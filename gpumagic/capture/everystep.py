@@ -24,6 +24,7 @@ this step's hook, so that the profiler's own start and stop (inside the hook) ar
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import sys
 import threading
@@ -77,10 +78,8 @@ class StepTimer:
     def remove(self) -> None:
         """Undo :meth:`install` (idempotent); a wrapped attribute someone else replaced since is left alone."""
         if self._gc_owner is not None:
-            try:
+            with contextlib.suppress(ValueError):
                 self._gc_owner.remove(self._on_gc)
-            except ValueError:
-                pass
             self._gc_owner = None
         while self._patched:
             owner, name, original, wrapper = self._patched.pop()
@@ -89,10 +88,8 @@ class StepTimer:
         if self._dynamo is not None:
             for remove, cb in ((self._dynamo.remove_start_callback, self._on_compile_start),
                                (self._dynamo.remove_end_callback, self._on_compile_end)):
-                try:
+                with contextlib.suppress(ValueError):
                     remove(cb)
-                except ValueError:
-                    pass
             self._dynamo = None
 
     # ---------------------------------------------------------------------- the steps

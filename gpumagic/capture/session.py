@@ -21,8 +21,8 @@ from typing import Any
 from gpumagic.capture import bundle
 from gpumagic.capture.cpu import CpuSampler, ProcReader
 from gpumagic.capture.deadline import Deadline
-from gpumagic.capture.everystep import StepTimer
 from gpumagic.capture.errors import TORCH_INSTALL_HINT, CaptureError, OptionsError, ProfilerBusyError, TorchMissingError
+from gpumagic.capture.everystep import StepTimer
 from gpumagic.capture.interrupts import checkpoint, interrupts_held
 from gpumagic.capture.machine import machine_info, versions
 from gpumagic.capture.markers import nest_step_markers
