@@ -89,10 +89,10 @@ class PynvmlBackend:
         """The readings of one device; ``only`` limits them to these reader names (``util``, ``mem``,
         ``power_w``, ``sm_clock_mhz``, ``pcie_tx_kbps``, ``pcie_rx_kbps``, ``other_processes``,
         ``throttle_reasons``, ``energy_mj``). ``energy_mj`` is the total-energy counter
-        (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver was loaded). ``other_processes`` counts compute processes on the device other than
-        this one (``nvmlDeviceGetComputeRunningProcesses``); ``throttle_reasons`` is NVML's clock-event
-        bit mask (``nvmlDeviceGetCurrentClocksEventReasons``, called ``...ThrottleReasons`` before
-        driver 535)."""
+        (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver was loaded).
+        ``other_processes`` counts compute processes on the device other than this one
+        (``nvmlDeviceGetComputeRunningProcesses``); ``throttle_reasons`` is NVML's clock-event bit mask
+        (``nvmlDeviceGetCurrentClocksEventReasons``, called ``...ThrottleReasons`` before driver 535)."""
         nv = self._nv
         readers = {
             "util": lambda: nv.nvmlDeviceGetUtilizationRates(handle),
