@@ -12,6 +12,7 @@ import gc
 import json
 import time
 
+import everystep_blocks as blocks
 import pytest
 import torch
 from IPython.utils.capture import capture_output
@@ -117,13 +118,7 @@ def test_compilations_are_seen_through_dynamo_callbacks():
 
 # ---- the outlier rule on blocks built by hand (no clock involved) ---------------------------------
 
-def _block(steps, recorded=(1, 2), profiled=3, events=()):
-    starts, t = [], 0.0
-    for d in steps:
-        starts.append(t)
-        t += d + 0.01
-    return {"step_ms": list(steps), "start_ms": starts, "recorded": list(recorded), "profiled": profiled,
-            "events": list(events)}
+_block = blocks.block
 
 
 def _outliers(block):
@@ -191,17 +186,7 @@ def test_the_rule_in_a_report_from_a_bundle():
     assert r.to_dict()["metrics"]["steps"]["outliers"][0]["causes"][0]["kind"] == "gc"
 
 
-def with_every_step(block):
-    from tracebuilder import TraceBuilder
-
-    tb = TraceBuilder()
-    for i in range(3):
-        tb.step(i + 1, i * 10_000, 10_000)
-        tb.kernel("k", i * 10_000 + 100, 8_000, launch_ts=i * 10_000 + 50)
-    d = tb.to_dict()
-    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "machine": {}, "versions": {},
-                     "clock": {"anchor_epoch_ns": None}, "samples": {}, "every_step": block}
-    return d
+with_every_step = blocks.with_every_step
 
 
 # ---- energy, from a fake NVML --------------------------------------------------------------------

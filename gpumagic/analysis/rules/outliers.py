@@ -7,7 +7,7 @@ from collections import Counter
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.everystep import MIN_EXCESS_MS, MIN_RATIO, SPREAD_MADS
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
-from gpumagic.report.metrics import Metrics
+from gpumagic.report.metrics import Metrics, StepOutlier
 from gpumagic.report.model import Finding, Fix
 
 DOC = "https://docs.python.org/3/library/gc.html#gc.freeze"
@@ -19,6 +19,7 @@ import gc
 # After the model, optimizer and data are built, just before the training loop:
 gc.collect()  # collect what set-up left behind first
 gc.freeze()   # what is alive now is never scanned again: later collections walk only new objects
+frozen = gc.get_freeze_count()  # how many objects the collector now leaves alone
 """
 #: The idea of PyTorch's asynchronous checkpointing (tutorial "Asynchronous Saving with
 #: Distributed Checkpoint (DCP)", torch.distributed.checkpoint.async_save): copy the state off
@@ -27,8 +28,10 @@ SAVE_CODE = """
 import os
 import threading
 # Copy the weights to the CPU (fast), then write them on a thread while training goes on
+folder = os.path.expanduser("~/checkpoints")
+os.makedirs(folder, exist_ok=True)
 state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-saver = threading.Thread(target=torch.save, args=(state, os.path.expanduser("~/checkpoint.pt")))
+saver = threading.Thread(target=torch.save, args=(state, os.path.join(folder, "last.pt")))
 saver.start()
 # before the next save, and before the program ends: saver.join()
 """
@@ -36,8 +39,11 @@ saver.start()
 #: names why a compiled function compiles again: a guard failed, most often a changed shape.
 COMPILE_CODE = """
 # See why it recompiled: run with the environment variable TORCH_LOGS="recompiles".
-# A dimension that changes from batch to batch (the last, smaller batch; variable lengths):
-torch._dynamo.mark_dynamic(x, 0)  # compile once for any size of dimension 0
+# When a dimension changes from batch to batch (the last, smaller batch; variable lengths),
+# mark it dynamic before the first call, so that one graph serves every size:
+torch._dynamo.mark_dynamic(x, 0)
+# or compile for dynamic shapes from the start:
+model = torch.compile(model, dynamic=True)
 # or give the loader drop_last=True, or pad inputs to a few fixed lengths
 """
 EVAL_CODE = """
@@ -114,7 +120,7 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-def _told(o) -> str:
+def _told(o: StepOutlier) -> str:
     what = ", ".join(f"{_WORDS[c.kind]} {c.ms:.0f} ms of it" for c in o.causes[:2]) or "nothing seen"
     return f"step {o.index}: {o.ms:.0f} ms, {what}"
 
