@@ -25,7 +25,7 @@ from IPython.utils.process import arg_split
 
 from gpumagic.capture.timeit import DEFAULT_MAX_SECONDS, DEFAULT_WARMUP, DEVICES, measure
 from gpumagic.shells._names import output_name_problem
-from gpumagic.shells.magic import _valued_options, split_options
+from gpumagic.shells._options import _valued_options, split_options
 
 
 @magics_class
