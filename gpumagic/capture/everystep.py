@@ -25,6 +25,7 @@ this step's hook, so that the profiler's own start and stop (inside the hook) ar
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import sys
 import threading
@@ -58,6 +59,7 @@ class StepTimer:
         self._gc_owner: list | None = None
         self._patched: list[tuple[Any, str, Any, Any]] = []
         self._dynamo: Any = None
+        self._dynamo_tried = False
         self._compile_starts: dict[str, int] = {}
         self._eval_started: int | None = None
         self._train_depth = 0
@@ -72,6 +74,7 @@ class StepTimer:
         if torch is not None:
             self._wrap_save(torch)
             self._wrap_train(torch)
+        if "torch._dynamo" in sys.modules:  # never imported here: loading dynamo takes seconds
             self._watch_dynamo()
         return self
 
@@ -102,7 +105,7 @@ class StepTimer:
             self.starts_ns.append(self._resume - self._t0)
         else:
             self.dropped_steps += 1
-        if self._dynamo is None and "torch._dynamo" in sys.modules:
+        if not self._dynamo_tried and "torch._dynamo" in sys.modules:  # the cell started compiling
             self._watch_dynamo()
         return index
 
@@ -145,6 +148,7 @@ class StepTimer:
             return
         timer = self
 
+        @functools.wraps(original)
         def save(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter_ns()
             try:
@@ -152,8 +156,6 @@ class StepTimer:
             finally:
                 timer._event("torch.save", start, time.perf_counter_ns())
 
-        save.__wrapped__ = original  # type: ignore[attr-defined]
-        save.__doc__ = original.__doc__
         self._patch(torch, "save", original, save)
         serialization = sys.modules.get("torch.serialization")
         if serialization is not None and serialization.__dict__.get("save") is original:
@@ -166,6 +168,7 @@ class StepTimer:
             return
         timer = self
 
+        @functools.wraps(original)
         def train(module: Any, mode: bool = True) -> Any:
             timer._train_depth += 1
             try:
@@ -175,8 +178,6 @@ class StepTimer:
                 if timer._train_depth == 0:  # the outermost call: children switch inside it
                     timer._mode(bool(mode))
 
-        train.__wrapped__ = original  # type: ignore[attr-defined]
-        train.__doc__ = original.__doc__
         self._patch(module_cls, "train", original, train)
 
     def _mode(self, training: bool) -> None:
@@ -192,6 +193,7 @@ class StepTimer:
         self._patched.append((owner, name, original, wrapper))
 
     def _watch_dynamo(self) -> None:
+        self._dynamo_tried = True
         try:
             from torch._dynamo.callback import callback_handler
         except Exception:  # a torch without dynamo's callbacks

@@ -294,9 +294,14 @@ def measure(statement: str, fn: Callable[[], Any], *, max_seconds: float = DEFAU
     sides = [_Side(statement, fn)] + ([_Side(*other)] if other is not None else [])
     for side in sides:
         _warm_up(side, warmup, torch)
-    clock = clock or choose_clock(device, torch)  # after the warm-up, which is when CUDA starts
+    chosen = clock or choose_clock(device, torch)  # after the warm-up, which is when CUDA starts
     for side in sides:
-        _calibrate(side, clock)
+        _calibrate(side, chosen)
+    if clock is None and device == "auto" and isinstance(chosen, WallClock) and cuda_in_use(torch):
+        chosen = choose_clock(device, torch)  # without warm-up, CUDA started during the calibration
+        for side in sides:
+            _calibrate(side, chosen)
+    clock = chosen
     stopped = _repeat(sides, clock, started + max_seconds)
     if len(sides) == 1:
         return sides[0].result(clock.device, stopped)
