@@ -1,7 +1,9 @@
 """The gpumagic bundle: a Kineto JSON trace with one more top-level key, ``"gpumagic"``.
 
 ``"gpumagic": {"format": 1, "label", "notes", "capture", "machine", "versions", "clock":
-{"anchor_epoch_ns", "anchor_name"}, "samples": {"gpu": {field: [...]}, "cpu": {field: [...]}}}``
+{"anchor_epoch_ns", "anchor_name"}, "samples": {"gpu": {field: [...]}, "cpu": {field: [...]}},
+"every_step": {...}}`` — ``every_step`` is the step timer's block (``capture.everystep``: every
+optimizer step's duration and start, the recorded and profiled steps, the events beside them).
 
 ``machine`` includes the cores the run could use (``usable_cores``, ``cpu_affinity``,
 ``cpu_quota_cores``: see ``capture.machine.usable_cpus``), so that ``gpumagic analyze`` of a saved
