@@ -98,17 +98,20 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
         fixes.append(pytorch("Evaluation ran inside these steps: expected, but evaluate less often if it costs too "
                              "much", EVAL_CODE))
     if unexplained or not fixes:
+        target = max(unexplained or outliers, key=lambda o: o.ms)
         fixes.append(pytorch("Nothing gpumagic watches explains some of them: record such a step to see what it "
-                             "does (skip the steps before it)", RECORD_CODE.format(skip=max(unexplained or outliers, key=lambda o: o.ms).index)))
+                             "does (skip the steps before it)", RECORD_CODE.format(skip=target.index)))
     return finding(
         severity=severity_for(share), title=f"{len(outliers)} step(s) after the recorded ones took up to "
                                             f"{worst.over_median:.0f}× the median step",
-        why=f"""Every step of the cell was timed, not only the recorded ones: {len(outliers)} of them were
-        beyond the spread of the rest (more than {SPREAD_MADS:g} scaled median absolute deviations above the
-        median), at least {MIN_RATIO:g}× the median and {MIN_EXCESS_MS:g} ms longer. A pause that comes every
-        N steps — a full garbage collection, a checkpoint save, a recompilation, an evaluation — falls outside
-        a handful of recorded steps, yet costs the whole run its share.""",
-        summary=(f"Steps {steps} took up to {worst.ms:.1f} ms against a median of {median:.1f} ms; together "
+        why=f"""Every step of the cell was timed, not only the recorded ones: {len(outliers)} of them
+        {'was' if len(outliers) == 1 else 'were'} beyond the spread of the rest (more than {SPREAD_MADS:g}
+        scaled median absolute deviations above the median), at least {MIN_RATIO:g}× the median and
+        {MIN_EXCESS_MS:g} ms longer. A pause that comes every N steps — a full garbage collection, a
+        checkpoint save, a recompilation, an evaluation — falls outside a handful of recorded steps,
+        yet costs the whole run its share.""",
+        summary=(f"{'Step' if len(outliers) == 1 else 'Steps'} {steps} took up to {worst.ms:.1f} ms against a median "
+                 f"of {median:.1f} ms; together "
                  f"{excess:.0f} ms more than the median, {pct(share)} of the steps after recording. "
                  f"Coinciding: {seen} ({told})."),
         numbers={"outliers": len(outliers), "worst_ms": round(worst.ms, 4), "median_ms": round(median, 4),
