@@ -21,6 +21,11 @@ same tiny model and loader in scope, and checks that the ``transfer-bound`` pref
 every batch once, in order; fixes that need another process group or a package not installed
 (torch.distributed, torchvision) are listed as not run.
 
+With ``--timeit`` it checks ``%gputimeit``'s measurement on the GPU instead: a 4096² FP32 matmul
+timed by the host clock around the call (the launch) against ``capture.timeit.measure`` (CUDA
+events): the events must see at least 10× the launch time and agree with a synchronised wall
+clock within 20 %.
+
 It also checks that NVML samples were recorded for the device the trace shows and lie inside
 the recording, and that nothing (profiler, gpumagic thread) outlives a capture. Exit status: 0
 when every check passes (or when there is no CUDA device: nothing to check, said on stdout),
@@ -156,6 +161,8 @@ def _check_samples(name: str, run) -> list[str]:
     if "gpu_util" not in gpu or len(gpu["t_ns"]) < 2:
         return [f"{name}: no NVML samples recorded (notes: {run.report.notes})"]
     problems = []
+    if ("power_w" in gpu or "energy_mj" in gpu) and not (run.report.metrics.gpu.energy_j or 0) > 0:
+        problems.append(f"{name}: NVML power or energy was sampled, yet metrics.gpu.energy_j is {run.report.metrics.gpu.energy_j}")
     trace_devices = {int(d) for d in set(run.trace.events.device.tolist()) if d >= 0}
     sampled = {int(d) for d in gpu["device"].tolist()}
     if not trace_devices <= sampled:
@@ -164,6 +171,39 @@ def _check_samples(name: str, run) -> list[str]:
     t = gpu["t_ns"]
     if t.min() < -SAMPLE_SLACK_NS or t.max() > end_ns + SAMPLE_SLACK_NS:
         problems.append(f"{name}: samples span {t.min()}..{t.max()} ns, recording 0..{end_ns} ns: misaligned")
+    return problems
+
+
+def check_timing(torch) -> list[str]:
+    """``%gputimeit``'s clock on CUDA (issue 30): events time the work, not the launch."""
+    from gpumagic.capture.timeit import measure
+
+    g = torch.randn(4096, 4096, device="cuda")
+
+    def matmul():
+        g @ g
+
+    result = measure("g @ g", matmul, max_seconds=3.0)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    matmul()
+    launch = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    walls = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        matmul()
+        torch.cuda.synchronize()
+        walls.append(time.perf_counter() - t0)
+    wall = sorted(walls)[len(walls) // 2]
+    print(f"timeit: {result.line()}; launch {launch * 1e6:.0f} µs; synchronised wall clock {wall * 1e3:.3f} ms")
+    problems = []
+    if not result.device.startswith("cuda"):
+        problems.append(f"timeit: timed on {result.device}, not with CUDA events")
+    if not result.median_s or result.median_s < 10 * launch:
+        problems.append(f"timeit: median {result.median_s} s is not well above the launch ({launch} s)")
+    if result.median_s and abs(result.median_s - wall) > 0.2 * wall:
+        problems.append(f"timeit: events say {result.median_s} s, the synchronised wall clock {wall} s")
     return problems
 
 
@@ -234,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "artifacts" / "gpu_check", help="folder for the .json.gz bundles")
     parser.add_argument("--only", choices=sorted(WORKLOADS), action="append", help="run only this workload (repeatable)")
     parser.add_argument("--snippets", action="store_true", help="run the CUDA-only fix snippets instead of the workloads")
+    parser.add_argument("--timeit", action="store_true", help="check %%gputimeit's CUDA-event timing instead of the workloads")
     args = parser.parse_args(argv)
     try:
         import torch
@@ -250,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             print(f"FAIL {p}")
         print("gpu_check --snippets: " + ("all ran" if not problems else f"{len(problems)} failed"))
+        return 1 if problems else 0
+    if args.timeit:
+        problems = check_timing(torch)
+        for p in problems:
+            print(f"FAIL {p}")
+        print("gpu_check --timeit: " + ("passed" if not problems else f"{len(problems)} failed"))
         return 1 if problems else 0
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"gpu_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}")

@@ -14,13 +14,14 @@ from snippets_collect import known_roots
 
 #: Types whose methods fixes call on objects they made (a tensor, a model, a stream, a cache path...).
 def _method_types():
+    import threading
     from pathlib import Path
 
     import torch
     from torch.utils.data import DataLoader
 
     types = [torch.Tensor, torch.nn.Module, torch.nn.parallel.DistributedDataParallel, torch.optim.Optimizer,
-             torch.amp.GradScaler, DataLoader, Path, str, list, dict, tuple]
+             torch.amp.GradScaler, DataLoader, Path, str, list, dict, tuple, threading.Thread]
     types += [getattr(torch.cuda, n) for n in ("Stream", "Event", "CUDAGraph")]
     return types
 

@@ -12,6 +12,7 @@ from functools import lru_cache
 import test_compute as tc
 import test_diagnoses as td
 import test_loader_stages_analysis as tls
+from everystep_blocks import outlier_bundle
 from tracebuilder import DATA, TraceBuilder
 
 from gpumagic import analyze
@@ -118,6 +119,8 @@ def built_reports():
     yield "efficiency", analyze(tc.efficiency_trace(1e9).to_dict())
     yield "model-on-cpu", analyze(_model_on_cpu_trace().to_dict())
     yield "host-creation", analyze(_host_creation_trace().to_dict())
+    for kind in ("gc", "torch.save", "compile", "eval", None):
+        yield f"step-outliers-{kind}", analyze(outlier_bundle(kind))
     yield "custom-matmul", analyze(_matmul_trace((8, 0), "NVIDIA A100-SXM4-80GB", False, "my_fp32_gemm_kernel").to_dict())
 
 

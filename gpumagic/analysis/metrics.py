@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
-from gpumagic.analysis import copysizes, critical_path, flops, operators, phases, segments
+from gpumagic.analysis import copysizes, critical_path, energy, everystep, flops, operators, phases, segments
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
@@ -142,7 +142,8 @@ def _steps(ctx: Context) -> StepMetrics:
         outlier = bool(ratio is not None and ratio >= FIRST_STEP_OUTLIER_RATIO)
     return StepMetrics(count=len(ctx.step_bounds), names=list(ctx.step_names),
                        bounds_ns=[(s, e) for s, e in ctx.step_bounds], durations_ms=[round(x, 4) for x in d.tolist()],
-                       median_ms=median_ms, p90_ms=p90_ms, first_step_outlier=outlier, first_over_median=first_over)
+                       median_ms=median_ms, p90_ms=p90_ms, first_step_outlier=outlier, first_over_median=first_over,
+                       **everystep.fields(ctx))
 
 
 def _gpu(ctx: Context) -> GpuMetrics:
@@ -154,7 +155,7 @@ def _gpu(ctx: Context) -> GpuMetrics:
     return GpuMetrics(primary_device=ctx.device if ctx.device >= 0 else None,
                       primary_name=info.name if info is not None and info.name else None,
                       busy_frac=round(ctx.frac(busy), 4) if ctx.device >= 0 else None,
-                      busy_ms=_ms(busy), per_device=per)
+                      busy_ms=_ms(busy), per_device=per, **energy.fields(ctx))
 
 
 def _breakdown(ctx: Context) -> BreakdownMetrics:

@@ -1,7 +1,9 @@
 """The gpumagic bundle: a Kineto JSON trace with one more top-level key, ``"gpumagic"``.
 
 ``"gpumagic": {"format": 1, "label", "notes", "capture", "machine", "versions", "clock":
-{"anchor_epoch_ns", "anchor_name"}, "samples": {"gpu": {field: [...]}, "cpu": {field: [...]}}}``
+{"anchor_epoch_ns", "anchor_name"}, "samples": {"gpu": {field: [...]}, "cpu": {field: [...]}},
+"every_step": {...}}`` — ``every_step`` is the step timer's block (``capture.everystep``: every
+optimizer step's duration and start, the recorded and profiled steps, the events beside them).
 
 ``"loader_stages": {"batches", "workers", "stages": [{"name", "where", "self_ns", "calls"}]}``
 (present when a DataLoader was iterated while recording: :mod:`gpumagic.capture.stages`).

@@ -20,7 +20,7 @@ from gpumagic.capture.sampler import PeriodicSampler
 MAX_DEVICES = 8
 
 GPU_FIELDS = ("gpu_util", "mem_util", "mem_used_bytes", "mem_total_bytes", "power_w",
-              "sm_clock_mhz", "pcie_tx_kbps", "pcie_rx_kbps", "other_processes", "throttle_reasons")
+              "sm_clock_mhz", "pcie_tx_kbps", "pcie_rx_kbps", "other_processes", "throttle_reasons", "energy_mj")
 #: Bits of NVML's clock-event ("throttle") reasons that slow the clocks below what the work
 #: asks for (NVML API reference, group nvmlClocksEventReasons / nvmlClocksThrottleReasons):
 #: GpuIdle (0x1), ApplicationsClocksSetting (0x2) and SyncBoost (0x10) are not a slowdown of a
@@ -88,10 +88,11 @@ class PynvmlBackend:
     def read(self, handle: Any, only: Collection[str] | None = None) -> dict[str, float]:
         """The readings of one device; ``only`` limits them to these reader names (``util``, ``mem``,
         ``power_w``, ``sm_clock_mhz``, ``pcie_tx_kbps``, ``pcie_rx_kbps``, ``other_processes``,
-        ``throttle_reasons``). ``other_processes`` counts compute processes on the device other than
-        this one (``nvmlDeviceGetComputeRunningProcesses``); ``throttle_reasons`` is NVML's clock-event
-        bit mask (``nvmlDeviceGetCurrentClocksEventReasons``, called ``...ThrottleReasons`` before
-        driver 535)."""
+        ``throttle_reasons``, ``energy_mj``). ``energy_mj`` is the total-energy counter
+        (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver was loaded).
+        ``other_processes`` counts compute processes on the device other than this one
+        (``nvmlDeviceGetComputeRunningProcesses``); ``throttle_reasons`` is NVML's clock-event bit mask
+        (``nvmlDeviceGetCurrentClocksEventReasons``, called ``...ThrottleReasons`` before driver 535)."""
         nv = self._nv
         readers = {
             "util": lambda: nv.nvmlDeviceGetUtilizationRates(handle),
@@ -104,6 +105,8 @@ class PynvmlBackend:
                                            if p.pid != os.getpid()),
             "throttle_reasons": lambda: (getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
                                          or nv.nvmlDeviceGetCurrentClocksThrottleReasons)(handle),
+            # mJ since the driver was loaded (Volta and newer; NVML_ERROR_NOT_SUPPORTED before)
+            "energy_mj": lambda: nv.nvmlDeviceGetTotalEnergyConsumption(handle),
         }
         out: dict[str, float] = {}
         for key, reader in readers.items():

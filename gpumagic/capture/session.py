@@ -22,6 +22,7 @@ from gpumagic.capture import bundle
 from gpumagic.capture.cpu import CpuSampler, ProcReader
 from gpumagic.capture.deadline import Deadline
 from gpumagic.capture.errors import TORCH_INSTALL_HINT, CaptureError, OptionsError, ProfilerBusyError, TorchMissingError
+from gpumagic.capture.everystep import StepTimer
 from gpumagic.capture.interrupts import checkpoint, interrupts_held
 from gpumagic.capture.machine import machine_info, versions
 from gpumagic.capture.markers import nest_step_markers
@@ -65,6 +66,7 @@ class CaptureSession:
         self._proc_root = proc_root
         self._recorder: TorchRecorder | None = None
         self._hook: OptimizerStepHook | None = None
+        self._timer: StepTimer | None = None
         self._deadline: Deadline | None = None
         self._samplers: list[Any] = []
         self._nvml: NvmlBackend | None = None
@@ -120,6 +122,8 @@ class CaptureSession:
         self.state = "recording"
         if self.options.first_recorded_step == 0:
             self._recorder.begin_step(0)
+        self._timer = StepTimer()  # every step of the cell, timestamps only (removed at teardown)
+        self._timer.install()
         self._hook = OptimizerStepHook(self._on_step)
         self._hook.install()
         self._arm_deadline()
@@ -165,18 +169,28 @@ class CaptureSession:
     def _on_step(self, completed: int) -> None:
         """Optimizer step hook (on the capturing thread). Never raises into ``optimizer.step()``:
         a failure stops recording and is raised by :meth:`finish`."""
-        if self.state != "recording":
-            return
+        timer = self._timer
+        if timer is not None:
+            timer.step_end()
         try:
+            if self.state != "recording":
+                return
+            if timer is not None:
+                timer.mark_profiled(completed)  # the step that ends here ran under the profiler
             self._advance(completed)
         except Exception as exc:  # re-raised by finish(), after the user's code has run
             self._deferred_error = exc
             self.state = "stopped"
+        finally:
+            if timer is not None:
+                timer.resume()  # the profiler's start and stop above are no step's time
 
     def _advance(self, completed: int) -> None:
         if completed == 1 and self._deadline is not None:
             self._deadline.cancel()  # steps decide from now on, not the cap
         action = step_action(completed, self.options.first_recorded_step, self.options.last_recorded_step)
+        if action in (StepAction.ADVANCE, StepAction.STOP) and self._timer is not None:
+            self._timer.mark_recorded(completed - 1)  # ProfilerStep#(completed - 1) closes here
         if action in (StepAction.BEGIN, StepAction.ADVANCE):
             self._recorder.begin_step(completed)
         elif action is StepAction.STOP:
@@ -257,8 +271,8 @@ class CaptureSession:
         steps: list[tuple[str, Callable[[], None]]] = []
         if self._deadline is not None:
             steps.append(("cancel-deadline", self._deadline.cancel))
-        if self._hook is not None:
-            steps.append(("remove-hook", self._hook.remove))
+        if self._hook is not None or self._timer is not None:
+            steps.append(("remove-hook", self._remove_hooks))
         if self._recorder is not None:
             steps += [("end-step", self._recorder.end_step), ("stop-profiler", self._recorder.stop)]
         steps += [("stop-sampler", s.stop) for s in self._samplers]
@@ -267,6 +281,14 @@ class CaptureSession:
         if self._nvml is not None:
             steps.append(("shutdown-nvml", self._nvml.shutdown))
         return steps
+
+    def _remove_hooks(self) -> None:
+        try:
+            if self._hook is not None:
+                self._hook.remove()
+        finally:
+            if self._timer is not None:
+                self._timer.remove()
 
     def _add_outcome_notes(self, error: BaseException | None) -> None:
         opts, seen = self.options, (self._hook.completed if self._hook else 0)
@@ -298,6 +320,8 @@ class CaptureSession:
             label=self.options.label, notes=self.notes, capture=self._capture_facts(),
             machine=machine_info(self._nvml_driver), versions=versions(), anchor_epoch_ns=self._anchor_ns,
             samples=self._sample_columns(), loader_stages=self._stages.result if self._stages else None)
+        if self._timer is not None:
+            section["every_step"] = self._timer.section()
         self.run.bundle = bundle.splice(raw, section)
         checkpoint("analyse")
         self.run.report = _analyse(self.run.bundle, self.options.label, self.options.top_ops)

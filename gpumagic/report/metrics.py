@@ -138,6 +138,34 @@ class StepMetrics(Record, frozen=True):
     p90_ms: Annotated[float | None, _d("90th percentile of the step durations (ms); null without steps")]
     first_step_outlier: Annotated[bool, _d("the first step took at least twice the median of the others (warm-up in the window)")]
     first_over_median: Annotated[float | None, _d("first step ÷ median of the others (ratio); null with fewer than 3 steps")]
+    all_ms: Annotated[list[float] | None, _d("every optimizer step of the cell, recorded or not, in order: its duration "
+                                             "on the host (ms; gpumagic's own hook work left out); null without "
+                                             "gpumagic's step timer (a plain trace)")] = None
+    all_recorded: Annotated[list[int] | None, _d("indices into all_ms of the recorded steps (the ProfilerStep# markers)")] = None
+    all_profiled: Annotated[int | None, _d("how many leading steps of all_ms ran while the profiler recorded, "
+                                           "recorded or skipped (count); the outlier check judges only later steps")] = None
+    outliers: Annotated[list[StepOutlier] | None, _d("steps of all_ms beyond the spread of the rest, at least 2× "
+                                                     "their median and 20 ms longer (analysis/everystep.py)")] = None
+
+
+class StepCause(Record, frozen=True):
+    """Something gpumagic saw run during a step."""
+
+    kind: Annotated[str, _d("'gc' (a Python garbage collection), 'torch.save', 'compile' (torch.compile compiling "
+                            "or recompiling) or 'eval' (a module in evaluation mode: an evaluation loop)")]
+    ms: Annotated[float, _d("how long it ran inside the step (ms)")]
+    detail: Annotated[str, _d("what gpumagic knows of it (a collection's generation, a compile id)")]
+
+
+class StepOutlier(Record, frozen=True):
+    """A step of ``steps.all_ms`` much slower than the others."""
+
+    index: Annotated[int, _d("index into steps.all_ms")]
+    ms: Annotated[float, _d("its duration (ms)")]
+    over_median: Annotated[float, _d("its duration ÷ the median of the judged steps that are no outlier (ratio)")]
+    excess_ms: Annotated[float, _d("its duration minus that median (ms)")]
+    causes: Annotated[list[StepCause], _d("what ran during it, longest first; empty when nothing gpumagic "
+                                          "watches coincided")]
 
 
 # -- GPU -------------------------------------------------------------------------------------
@@ -163,6 +191,14 @@ class GpuMetrics(Record, frozen=True):
     busy_frac: Annotated[float | None, _d("share of the window the primary GPU was busy (0..1); null for a CPU-only trace")]
     busy_ms: Annotated[float, _d("primary GPU: union of kernel, memcpy and memset time over all its streams (ms)")]
     per_device: Annotated[list[GpuDeviceMetrics], _d("every GPU with work")]
+    energy_j: Annotated[float | None, _d("energy the primary GPU used over the window (J), from NVML: its total-energy "
+                                         "counter where the device has one, else the integral of its power samples; "
+                                         "null without NVML samples")] = None
+    energy_j_per_step: Annotated[float | None, _d("energy_j ÷ the recorded steps (J); null without steps or energy")] = None
+    idle_energy_frac: Annotated[float | None, _d("share of energy_j used while the GPU was idle (0..1): each sampling "
+                                                 "interval's energy split by the share of it the GPU was idle")] = None
+    energy_source: Annotated[str | None, _d("'counter' (nvmlDeviceGetTotalEnergyConsumption) or 'power' "
+                                            "(nvmlDeviceGetPowerUsage samples integrated); null without energy")] = None
 
 
 # -- breakdown -------------------------------------------------------------------------------

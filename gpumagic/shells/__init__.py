@@ -2,6 +2,7 @@
 
 - :mod:`.magic`: ``%%gpuprofile`` / ``%gpuprofile`` (``%load_ext gpumagic``);
 - :mod:`.tune_magic`: ``%gputune``;
+- :mod:`.timeit_magic`: ``%gputimeit`` / ``%%gputimeit``;
 - :mod:`.cli`: the ``gpumagic`` command line, a module per subcommand;
 - :mod:`.api`: ``gpumagic.profile()`` and ``gpumagic.Profiler`` for plain Python;
 - :mod:`.huggingface`: ``GpuProfileCallback`` for the Hugging Face ``Trainer`` (public path

@@ -24,8 +24,7 @@ from gpumagic.capture.options import DEFAULT_INTERVAL_MS, DEFAULT_MAX_SECONDS, D
 from gpumagic.capture.session import finish_after
 from gpumagic.errors import exception_text
 from gpumagic.shells._names import output_name_problem
-
-_QUOTES = "'\""
+from gpumagic.shells._options import _valued_options, split_options
 
 
 @magics_class
@@ -195,45 +194,6 @@ def split_last_expression(tree: ast.Module) -> tuple[ast.Module, ast.Expression 
     return tree, None
 
 
-def split_options(line: str, valued: set[str]) -> tuple[str, str]:
-    """Split ``%gpuprofile`` line text into its leading options and the statement after them.
-
-    The statement is returned exactly as typed (quotes and spacing kept). ``valued`` names the
-    options that take a value; ``--`` ends the options explicitly.
-    """
-    i, n = 0, len(line)
-    while True:
-        while i < n and line[i].isspace():
-            i += 1
-        if i >= n or line[i] != "-" or i + 1 >= n or not (line[i + 1].isalpha() or line[i + 1] == "-"):
-            return line[:i].strip(), line[i:]
-        end = _token_end(line, i)
-        token = line[i:end]
-        if token == "--":
-            return line[:i].strip(), line[end:].lstrip()
-        i = end
-        if token in valued:  # the value is the next token
-            while i < n and line[i].isspace():
-                i += 1
-            i = _token_end(line, i)
-
-
-def _token_end(line: str, i: int) -> int:
-    """Index just past the token starting at ``i`` (a quoted string counts as one token)."""
-    n = len(line)
-    while i < n and not line[i].isspace():
-        if line[i] in _QUOTES:
-            close = line.find(line[i], i + 1)
-            i = n if close < 0 else close + 1
-        else:
-            i += 1
-    return i
-
-
-def _valued_options(parser) -> set[str]:
-    return {s for a in parser._actions if a.option_strings and a.nargs != 0 for s in a.option_strings}
-
-
 def _capture_options(args) -> CaptureOptions:
     _save_not_over_history(args.save)
     try:
@@ -292,6 +252,9 @@ def load_ipython_extension(ipython) -> None:
     from gpumagic.shells.monitor import MonitorMagics
 
     ipython.register_magics(MonitorMagics)
+    from gpumagic.shells.timeit_magic import TimeitMagics
+
+    ipython.register_magics(TimeitMagics)
 
 
 def unload_ipython_extension(ipython) -> None:
@@ -300,6 +263,9 @@ def unload_ipython_extension(ipython) -> None:
     for kind in ("line", "cell"):
         magics[kind].pop("gpuprofile", None)
     magics["line"].pop("gputune", None)
+    for kind in ("line", "cell"):
+        magics[kind].pop("gputimeit", None)
+    ipython.magics_manager.registry.pop("TimeitMagics", None)
     magics["line"].pop("gpumonitor", None)
     ipython.magics_manager.registry.pop("MonitorMagics", None)
     ipython.magics_manager.registry.pop("TunerMagics", None)

@@ -20,7 +20,7 @@ CLOCK_ANCHOR = "gpumagic::clock_anchor"
 #: offset cannot overflow int64.
 EPOCH_LIMIT_NS = 1 << 62
 #: Top-level fields copied into ``Trace.meta`` as they are (plain JSON values).
-META_FIELDS = ("label", "capture", "machine", "versions")
+META_FIELDS = ("label", "capture", "machine", "versions", "every_step")
 
 
 def attach_bundle(trace: Trace, bundle: Any) -> None:

@@ -157,3 +157,33 @@ def spread(steps: Sequence[float] | None) -> dict[str, float | int | None]:
             "p10_ms": round(float(np.interp(0.1 * (x.size - 1), np.arange(x.size), s)), 4),
             "p90_ms": round(float(np.interp(0.9 * (x.size - 1), np.arange(x.size), s)), 4),
             "mad_frac": round(_median(np.abs(x - med)) / med, 4) if med > 0 else None}
+
+
+#: A ``%gputimeit`` measurement is tight once its 95 % interval is at most this wide relative to
+#: its centre: narrow enough to tell apart the smallest change the comparisons call a change
+#: (:data:`MIN_CHANGE`).
+TIGHT_WIDTH = MIN_CHANGE
+
+
+def median_interval(samples: Sequence[float], *, level: float = 0.95, resamples: int = RESAMPLES,
+                    seed: int = SEED) -> tuple[float, float] | None:
+    """The ``level`` percentile-bootstrap interval of the median of ``samples`` (the same
+    bootstrap as :func:`speedup_interval`), or None with fewer than :data:`MIN_STEPS` samples."""
+    x = clean(samples)
+    if x.size < MIN_STEPS:
+        return None
+    rng = np.random.default_rng(seed)
+    meds = np.sort(_medians(x[rng.integers(0, x.size, size=(resamples, x.size))]))
+    tail = (1 - level) / 2
+    return float(meds[math.floor(tail * (resamples - 1))]), float(meds[math.ceil((1 - tail) * (resamples - 1))])
+
+
+def median_of(samples: Sequence[float]) -> float | None:
+    """The median of the positive, finite values of ``samples`` (None when there are none)."""
+    x = clean(samples)
+    return _median(x) if x.size else None
+
+
+def is_tight(centre: float | None, interval: tuple[float, float] | None, width: float = TIGHT_WIDTH) -> bool:
+    """Whether ``interval`` is at most ``width`` wide relative to ``centre``."""
+    return bool(centre and interval is not None and (interval[1] - interval[0]) / centre <= width)

@@ -112,9 +112,9 @@ def run_notebook(tmp_path):
 # -- the committed files --------------------------------------------------------------------------
 
 
-def test_the_twelve_notebooks_are_found():
-    assert len(NAMES) == 12 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
-    assert NAMES[-1] == "12_huggingface_beyond_workers"
+def test_the_thirteen_notebooks_are_found():
+    assert len(NAMES) == 13 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
+    assert NAMES[-1] == "13_timing_a_gpu_correctly"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -341,3 +341,19 @@ def test_huggingface_beyond_workers(run_notebook):
     checks = output_of(nb, "for nan_inf_filter in (True, False):")
     assert "logging_nan_inf_filter default: True" in checks
     assert "logging_nan_inf_filter=True: 8 host-side tests" in checks and "logging_nan_inf_filter=False: 0 host-side" in checks
+
+
+def test_timing_a_gpu_correctly(run_notebook):
+    nb = run_notebook("13_timing_a_gpu_correctly")
+    check_gpu_cells(nb)
+    launch = re.search(r"timer around the launch: ([\d.]+) ms; until the work is done: ([\d.]+) ms",
+                       output_of(nb, "gpu = PretendGpu()"))
+    assert launch and float(launch.group(2)) >= 50.0 > float(launch.group(1))  # the work is queued, not done
+    assert "per call on cpu" in output_of(nb, "%gputimeit -o mm") or "per call on cuda" in output_of(nb, "%gputimeit -o mm")
+    assert re.search(r"first call \d+ ms, then \d+ µs per call", output_of(nb, "%gputimeit -o compiled"))
+    for fragment in ('--compare "(a @ a) @ a"', '--compare "torch.mm(a, a)"'):
+        text = output_of(nb, fragment)
+        assert re.search(r"A is [\d.]+× (faster|slower) than B|no clear difference between A and B", text), text
+    outliers = output_of(nb, "steps = run.metrics.steps")
+    assert "steps timed: 30 | recorded: [1, 2, 3, 4, 5] | under the profiler: 6" in outliers
+    assert re.search(r"step 20: \d+ ms", outliers) and re.search(r"step 24: \d+ ms, .*eval", outliers)

@@ -16,6 +16,7 @@ from gpumagic.analysis.rules.dataloader import dataloader_bound
 from gpumagic.analysis.rules.kernels import elementwise_bound, unfused_attention
 from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
 from gpumagic.analysis.rules.memory import memory_pressure
+from gpumagic.analysis.rules.outliers import step_outliers
 from gpumagic.analysis.rules.placement import model_on_cpu
 from gpumagic.analysis.rules.precision import mixed_precision_off
 from gpumagic.analysis.rules.sync import host_sync
@@ -29,7 +30,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     host_cpu_saturated, dataloader_bound, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
-    model_on_cpu,
+    model_on_cpu, step_outliers,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)

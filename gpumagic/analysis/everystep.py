@@ -1,0 +1,139 @@
+"""Every step of the cell (``steps.all_ms``) and the ones much slower than the rest (``steps.outliers``).
+
+The capture's step timer (:mod:`gpumagic.capture.everystep`) writes the bundle's ``every_step``
+block: each optimizer step's duration and start (ms from the timer's start), which steps were
+recorded, how many leading steps ran under the profiler, and the events it saw beside them
+(garbage collections, ``torch.save``, compilations, evaluation). The block comes from a file, so
+it is checked before use; a block that does not fit is left out with a note.
+
+An outlier is a judged step — not the first (warm-up), not one that ran under the profiler (its
+cost is the profiler's) — that is
+
+- beyond the spread of the rest: more than :data:`SPREAD_MADS` scaled median absolute deviations
+  above their median (the outlier rule Leys et al. recommend, "Detecting outliers: Do not use
+  standard deviation around the mean, use absolute deviation around the median", Journal of
+  Experimental Social Psychology 49, 2013; the MAD is scaled by 1.4826 to estimate a normal
+  standard deviation), *and*
+- at least :data:`MIN_RATIO` × that median, *and* at least :data:`MIN_EXCESS_MS` longer (the
+  issue's lines: a step twice as long by a millisecond is no pause worth a finding).
+
+"The rest" is the judged steps that are no candidate (a first pass with every judged step finds
+the candidates), so that several slow steps do not widen each other's spread.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from gpumagic.analysis.context import Context
+from gpumagic.report.metrics import StepCause, StepOutlier, as_record
+
+SPREAD_MADS = 3.0
+MAD_SCALE = 1.4826
+MIN_RATIO = 2.0
+MIN_EXCESS_MS = 20.0
+#: Fewer judged steps than this give no outlier check: a median and a spread of fewer mean little.
+MIN_JUDGED = 5
+#: At most this many outliers are listed (the longest).
+MAX_OUTLIERS = 50
+KINDS = ("gc", "torch.save", "compile", "eval")
+
+
+def fields(ctx: Context) -> dict[str, Any]:
+    """``StepMetrics`` fields ``all_ms``, ``all_recorded``, ``all_profiled``, ``outliers`` (empty
+    without an ``every_step`` block)."""
+    notes: list[str] = []
+    block = read(ctx.trace.meta.get("every_step"), notes)
+    ctx.trace.notes.extend(n for n in notes if n not in ctx.trace.notes)  # once, though a steady part is measured again
+    if block is None:
+        return {}
+    return {"all_ms": block["step_ms"], "all_recorded": block["recorded"], "all_profiled": block["profiled"],
+            "outliers": [as_record(o, StepOutlier) for o in outliers(block)]}
+
+
+def _floats(values: Any) -> list[float] | None:
+    if not isinstance(values, list) or not all(type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in values):
+        return None
+    return [float(v) for v in values]
+
+
+def read(block: Any, notes: list[str]) -> dict[str, Any] | None:
+    """The checked ``every_step`` block, or None (with a note when it is there but does not fit)."""
+    if block is None:
+        return None
+    bad = "The gpumagic section's every_step block is not valid; the steps after the recorded ones were ignored."
+    if not isinstance(block, dict):
+        notes.append(bad)
+        return None
+    steps, starts = _floats(block.get("step_ms")), _floats(block.get("start_ms"))
+    recorded, profiled = block.get("recorded", []), block.get("profiled", 0)
+    if (steps is None or starts is None or len(steps) != len(starts) or type(profiled) is not int or profiled < 0
+            or not isinstance(recorded, list) or not all(type(i) is int and i >= 0 for i in recorded)):
+        notes.append(bad)
+        return None
+    events = []
+    for e in block.get("events") or []:
+        if (isinstance(e, dict) and e.get("kind") in KINDS and _floats([e.get("start_ms"), e.get("dur_ms")])
+                is not None):
+            events.append({"kind": e["kind"], "start_ms": float(e["start_ms"]), "dur_ms": float(e["dur_ms"]),
+                           "detail": str(e.get("detail", ""))[:200]})
+    dropped = block.get("dropped_steps", 0)
+    if type(dropped) is int and dropped > 0:
+        notes.append(f"The step timer kept the first {len(steps):,} steps; {dropped:,} more ran.")
+    return {"step_ms": steps, "start_ms": starts, "recorded": sorted(set(recorded)), "profiled": profiled,
+            "events": events}
+
+
+def judged(block: dict[str, Any]) -> list[int]:
+    """Indices the outlier check judges: not the first step, none that ran under the profiler."""
+    skip = set(block["recorded"])
+    return [i for i in range(max(1, block["profiled"]), len(block["step_ms"])) if i not in skip]
+
+
+def _centre_spread(x: np.ndarray) -> tuple[float, float]:
+    med = float(np.median(x))
+    return med, MAD_SCALE * float(np.median(np.abs(x - med)))
+
+
+def _beyond(d: np.ndarray, med: float, spread: float) -> np.ndarray:
+    return (d > med + SPREAD_MADS * spread) & (d >= MIN_RATIO * med) & (d - med >= MIN_EXCESS_MS)
+
+
+def outliers(block: dict[str, Any]) -> list[dict[str, Any]]:
+    """The outliers of the block's judged steps, as ``StepOutlier`` dicts, longest first."""
+    idx = judged(block)
+    if len(idx) < MIN_JUDGED:
+        return []
+    d = np.asarray([block["step_ms"][i] for i in idx], dtype=np.float64)
+    candidate = _beyond(d, *_centre_spread(d))
+    rest = d[~candidate]
+    if rest.size < MIN_JUDGED:
+        return []
+    med, spread = _centre_spread(rest)
+    hits = np.flatnonzero(_beyond(d, med, spread))
+    hits = hits[np.argsort(-d[hits], kind="stable")][:MAX_OUTLIERS]
+    out = []
+    for h in hits.tolist():
+        i = idx[h]
+        start, dur = block["start_ms"][i], block["step_ms"][i]
+        out.append({"index": i, "ms": round(dur, 4), "over_median": round(dur / med, 3) if med > 0 else 0.0,
+                    "excess_ms": round(dur - med, 4), "causes": _causes(block["events"], start, start + dur)})
+    return out
+
+
+def _causes(events: list[dict[str, Any]], start: float, end: float) -> list[StepCause]:
+    out = []
+    for e in events:
+        overlap = min(end, e["start_ms"] + e["dur_ms"]) - max(start, e["start_ms"])
+        if overlap > 0 or (e["dur_ms"] == 0 and start <= e["start_ms"] <= end):
+            out.append(StepCause(kind=e["kind"], ms=round(max(overlap, 0.0), 4), detail=e["detail"]))
+    return sorted(out, key=lambda c: -c.ms)
+
+
+def judged_median_ms(block: dict[str, Any], outlier_indices: set[int]) -> float | None:
+    """Median of the judged steps that are no outlier (what ``over_median`` divides by)."""
+    rest = [block["step_ms"][i] for i in judged(block) if i not in outlier_indices]
+    return float(np.median(rest)) if rest else None

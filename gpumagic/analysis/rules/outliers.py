@@ -1,0 +1,131 @@
+"""``step-outliers``: some steps after the recorded ones were much slower than the rest."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.everystep import MIN_EXCESS_MS, MIN_RATIO, SPREAD_MADS
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
+from gpumagic.report.metrics import Metrics, StepOutlier
+from gpumagic.report.model import Finding, Fix
+
+DOC = "https://docs.python.org/3/library/gc.html#gc.freeze"
+#: Python docs, gc.freeze: objects alive at the call move to a permanent generation that later
+#: collections skip, so a full collection no longer walks every long-lived object (the model's
+#: modules, the dataset's index) each time it runs.
+GC_CODE = """
+import gc
+# After the model, optimizer and data are built, just before the training loop:
+gc.collect()  # collect what set-up left behind first
+gc.freeze()   # what is alive now is never scanned again: later collections walk only new objects
+frozen = gc.get_freeze_count()  # how many objects the collector now leaves alone
+"""
+#: The idea of PyTorch's asynchronous checkpointing (tutorial "Asynchronous Saving with
+#: Distributed Checkpoint (DCP)", torch.distributed.checkpoint.async_save): copy the state off
+#: the training path, then write it while training goes on. Here with a plain thread.
+SAVE_CODE = """
+import os
+import threading
+# Copy the weights to the CPU (fast), then write them on a thread while training goes on
+folder = os.path.expanduser("~/checkpoints")
+os.makedirs(folder, exist_ok=True)
+state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+saver = threading.Thread(target=torch.save, args=(state, os.path.join(folder, "last.pt")))
+saver.start()
+# before the next save, and before the program ends: saver.join()
+"""
+#: torch.compile's documentation ("Dynamic shapes"; troubleshooting: TORCH_LOGS="recompiles")
+#: names why a compiled function compiles again: a guard failed, most often a changed shape.
+COMPILE_CODE = """
+# See why it recompiled: run with the environment variable TORCH_LOGS="recompiles".
+# When a dimension changes from batch to batch (the last, smaller batch; variable lengths),
+# mark it dynamic before the first call, so that one graph serves every size:
+torch._dynamo.mark_dynamic(x, 0)
+# or compile for dynamic shapes from the start:
+model = torch.compile(model, dynamic=True)
+# or give the loader drop_last=True, or pad inputs to a few fixed lengths
+"""
+EVAL_CODE = """
+# An evaluation loop ran inside this step: it is not training time. Evaluate less often,
+# or on a fixed subset, e.g. with a step counter in the loop:
+eval_every = 500  # steps between evaluations
+"""
+RECORD_CODE = "%%gpuprofile --skip {skip} --steps 1"
+#: A cause explains an outlier when it ran for at least half of the step's excess over the median.
+EXPLAINED = 0.5
+_WORDS = {"gc": "a Python garbage collection", "torch.save": "torch.save", "compile": "a torch.compile compilation",
+          "eval": "an evaluation loop (a module in eval mode)"}
+
+
+@rule("step-outliers")
+def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: steps of ``steps.all_ms`` — every step of the cell, from the capture's step timer —
+    beyond the spread of the rest (median + 3 scaled MADs), at least 2× their median and 20 ms
+    longer; never the first step (warm-up) nor one that ran under the profiler
+    (:mod:`gpumagic.analysis.everystep`). Only a gpumagic capture has them. What coincided —
+    a garbage collection, ``torch.save``, a compilation, evaluation — names the fix; with
+    nothing seen, the fix is to record such a step. Gain: none inside the recorded window (the
+    outliers fall after it); the excess share of the steps after recording is given as a number.
+    False positives: a step that waits for something outside the process (a shared file
+    system, another job on the machine) is reported with no cause, which is what it is."""
+    outliers = m.steps.outliers
+    if not outliers:
+        return None
+    all_ms = m.steps.all_ms or []
+    after = sum(all_ms[(m.steps.all_profiled or 0):])
+    excess = sum(o.excess_ms for o in outliers)
+    share = excess / after if after > 0 else 0.0
+    kinds = Counter(c.kind for o in outliers for c in o.causes[:1])
+    worst = max(outliers, key=lambda o: o.ms)
+    median = worst.ms / worst.over_median if worst.over_median else 0.0
+    seen = "; ".join(f"{_WORDS[k]} in {n} of them" for k, n in kinds.most_common()) or "nothing gpumagic watches"
+    steps = ", ".join(str(o.index) for o in sorted(outliers, key=lambda o: o.index)[:12])
+    told = "; ".join(_told(o) for o in sorted(outliers, key=lambda o: -o.ms)[:3])
+    unexplained = [o for o in outliers if sum(c.ms for c in o.causes) < EXPLAINED * o.excess_ms]
+    explains = {c.kind for o in outliers for c in o.causes if c.ms >= EXPLAINED * o.excess_ms}
+    fixes: list[Fix] = []
+    if "gc" in explains:
+        fixes.append(pytorch("Garbage-collection pauses: freeze the long-lived objects once set-up is done, so that "
+                             "collections scan only new objects (Python docs, gc.freeze)", GC_CODE))
+    if "torch.save" in explains:
+        fixes.append(pytorch("Checkpoint saves block the loop: write them on a thread from a CPU copy, as PyTorch's "
+                             "asynchronous checkpointing does (torch.distributed.checkpoint.async_save)", SAVE_CODE))
+    if "compile" in explains:
+        fixes.append(pytorch("torch.compile compiled again during the run: find the guard that failed and mark the "
+                             "changing dimension dynamic", COMPILE_CODE))
+    if "eval" in explains:
+        fixes.append(pytorch("Evaluation ran inside these steps: expected, but evaluate less often if it costs too "
+                             "much", EVAL_CODE))
+    if unexplained or not fixes:
+        target = max(unexplained or outliers, key=lambda o: o.ms)
+        fixes.append(pytorch("Nothing gpumagic watches explains some of them: record such a step to see what it "
+                             "does (skip the steps before it)", RECORD_CODE.format(skip=target.index)))
+    return finding(
+        severity=severity_for(share), title=f"{len(outliers)} step(s) after the recorded ones took up to "
+                                            f"{worst.over_median:.0f}× the median step",
+        why=f"""Every step of the cell was timed, not only the recorded ones: {len(outliers)} of them
+        {'was' if len(outliers) == 1 else 'were'} beyond the spread of the rest (more than {SPREAD_MADS:g}
+        scaled median absolute deviations above the median), at least {MIN_RATIO:g}× the median and
+        {MIN_EXCESS_MS:g} ms longer. A pause that comes every N steps — a full garbage collection, a
+        checkpoint save, a recompilation, an evaluation — falls outside a handful of recorded steps,
+        yet costs the whole run its share.""",
+        summary=(f"{'Step' if len(outliers) == 1 else 'Steps'} {steps} took up to {worst.ms:.1f} ms against a median "
+                 f"of {median:.1f} ms; together "
+                 f"{excess:.0f} ms more than the median, {pct(share)} of the steps after recording. "
+                 f"Coinciding: {seen} ({told})."),
+        numbers={"outliers": len(outliers), "worst_ms": round(worst.ms, 4), "median_ms": round(median, 4),
+                 "excess_ms": round(excess, 4), "excess_frac_after_recording": round(share, 4),
+                 "worst_index": worst.index, **{f"with_{k.replace('.', '_')}": n for k, n in kinds.items()}},
+        est_gain=0.0, gain_method="none inside the recorded window (the outliers fall after it); "
+                                  "excess_frac_after_recording is their share of the later steps",
+        fixes=tuple(fixes), doc_url=DOC,
+    )
+
+
+def _told(o: StepOutlier) -> str:
+    what = ", ".join(f"{_WORDS[c.kind]} {c.ms:.0f} ms of it" for c in o.causes[:2]) or "nothing seen"
+    return f"step {o.index}: {o.ms:.0f} ms, {what}"
+
+
+__all__ = ["step_outliers"]

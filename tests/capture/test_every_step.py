@@ -1,0 +1,255 @@
+"""Every step of the cell (``metrics.steps.all_ms``), the ``step-outliers`` finding, and the GPU's energy
+(``metrics.gpu.energy_j_per_step``, ``idle_energy_frac``) from a fake NVML.
+
+The live tests never assume one diagnosis that load could change: a step that sleeps 200 ms is
+flagged whatever the machine does (the other steps would have to take over 100 ms to hide it), and
+other steps may be flagged too on a busy machine, which the assertions allow.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import time
+
+import everystep_blocks as blocks
+import pytest
+import torch
+from IPython.utils.capture import capture_output
+
+from gpumagic import analyze
+from gpumagic.analysis import everystep as es
+from gpumagic.capture import CaptureOptions, CaptureSession
+from gpumagic.capture.everystep import StepTimer
+from gpumagic.capture.nvml import FakeNvml
+
+CELL = """
+import time, os, torch
+model = torch.nn.Linear(16, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(30):
+    loss = model(torch.randn(8, 16)).pow(2).mean()
+    opt.zero_grad(); loss.backward()
+    if i == 20:
+        time.sleep(0.2)
+    if i == 24:
+        torch.save(model.state_dict(), os.path.join({folder!r}, "ckpt.pt"))
+        model.eval(); time.sleep(0.1); model.train()
+    opt.step()
+"""
+
+
+def test_a_cell_of_30_steps_flags_the_step_that_slept(shell, tmp_path):
+    with capture_output():
+        result = shell.run_cell("%%gpuprofile -o rep --quiet\n" + CELL.format(folder=str(tmp_path)))
+    assert result.success, result.error_in_exec
+    steps = shell.user_ns["rep"].metrics.steps
+    assert len(steps.all_ms) == 30  # every step, not only the five recorded
+    assert steps.all_recorded == [1, 2, 3, 4, 5] and steps.all_profiled == 6  # --skip 1 --steps 5
+    assert steps.all_ms[1:6] == pytest.approx(steps.durations_ms, rel=0.5, abs=5.0)  # the same steps, two clocks
+    assert steps.all_ms[20] >= 200.0
+    flagged = {o.index: o for o in steps.outliers}
+    assert 20 in flagged and 24 in flagged  # 200 ms and 100 ms over a step of a few ms
+    assert not set(flagged) & {0, 1, 2, 3, 4, 5}  # never the first step nor a profiled one
+    kinds = {c.kind for c in flagged[24].causes}
+    assert {"torch.save", "eval"} <= kinds
+    assert next(c for c in flagged[24].causes if c.kind == "eval").ms >= 100.0
+    f = shell.user_ns["rep"].finding("step-outliers")
+    assert f is not None and "step 20" in f.evidence.summary
+    fixes = " ".join(fx.description for fx in f.fixes)
+    assert "Evaluation ran inside" in fixes and "record such a step" in fixes  # 20 slept: nothing explains it
+    assert "%%gpuprofile --skip" in " ".join(fx.code for fx in f.fixes)
+
+
+def test_the_timer_puts_back_what_it_wrapped(train):
+    save, module_train, callbacks = torch.save, torch.nn.Module.train, list(gc.callbacks)
+    session = CaptureSession(CaptureOptions(nvml=False, cpu=False))
+    session.start()
+    assert torch.save is not save and torch.nn.Module.train is not module_train
+    train(3)
+    run = session.finish()
+    assert torch.save is save and torch.nn.Module.train is module_train and gc.callbacks == callbacks
+    block = json.loads(run.bundle)["gpumagic"]["every_step"]
+    assert len(block["step_ms"]) == len(block["start_ms"]) == 3
+
+
+def test_garbage_collections_of_a_millisecond_or_more_are_kept():
+    timer = StepTimer()
+    timer._on_gc("start", {"generation": 0})
+    timer._on_gc("stop", {"generation": 0, "collected": 3})  # microseconds: not kept
+    timer._on_gc("start", {"generation": 2})
+    time.sleep(0.002)
+    timer._on_gc("stop", {"generation": 2, "collected": 10})
+    assert [(e[0], e[3]) for e in timer.events] == [("gc", "generation 2, 10 objects collected")]
+    timer.install()
+    try:
+        junk = []
+        for _ in range(300_000):  # tracked objects a full collection must walk
+            a = []
+            a.append(a)
+            junk.append(a)
+        del junk
+        t0 = time.perf_counter_ns()
+        gc.collect()
+        took = time.perf_counter_ns() - t0
+    finally:
+        timer.remove()
+    if took < 2_000_000:
+        pytest.skip("this machine collected in under 2 ms")
+    assert any(e[0] == "gc" and "generation 2" in e[3] for e in timer.events[1:])
+
+
+def test_compilations_are_seen_through_dynamo_callbacks():
+    import torch._dynamo
+
+    timer = StepTimer().install()
+    try:
+        fn = torch.compile(lambda x: x * 2 + 1, backend="eager")
+        fn(torch.ones(3))
+        timer.step_end()
+    finally:
+        timer.remove()
+        torch._dynamo.reset()
+    assert [e[0] for e in timer.events].count("compile") >= 1
+    from torch._dynamo.callback import callback_handler
+
+    assert timer._on_compile_start not in callback_handler.start_callbacks
+
+
+# ---- the outlier rule on blocks built by hand (no clock involved) ---------------------------------
+
+_block = blocks.block
+
+
+def _outliers(block):
+    return es.outliers(es.read(block, []))
+
+
+def test_outlier_criteria_all_three_must_hold():
+    base = [10.0, 10.5, 9.5, 10.2, 9.8, 10.1, 9.9, 10.3, 9.7, 10.0] * 3
+    assert _outliers(_block(base)) == []
+    big = list(base)
+    big[15] = 40.0  # 4× the median, 30 ms longer, far beyond the spread
+    assert [o["index"] for o in _outliers(_block(big))] == [15]
+    short = list(base)
+    short[15] = 25.0  # 2.5×, beyond the spread, but only 15 ms longer: no pause worth a finding
+    assert _outliers(_block(short)) == []
+    tiny = [0.5] * 30
+    tiny[15] = 19.0  # 38×, yet under 20 ms longer
+    assert _outliers(_block(tiny)) == []
+    spread = [10.0, 60.0] * 15  # steps that vary this much: 70 ms is not beyond their spread
+    spread[15] = 70.0
+    assert _outliers(_block(spread)) == []
+
+
+def test_the_first_and_profiled_steps_are_never_flagged():
+    steps = [10.0] * 30
+    steps[0] = steps[2] = steps[4] = 500.0
+    assert _outliers(_block(steps, recorded=(1, 2), profiled=5)) == []
+    assert [o["index"] for o in _outliers(_block(steps, recorded=(), profiled=0))] == [2, 4]
+
+
+def test_several_outliers_do_not_hide_each_other():
+    steps = [10.0] * 60
+    for i in range(10, 60, 10):  # every 10th step: a periodic save
+        steps[i] = 300.0
+    assert [o["index"] for o in _outliers(_block(steps))] == [10, 20, 30, 40, 50]
+
+
+def test_causes_are_what_overlapped_the_step():
+    steps = [10.0] * 20
+    steps[12] = 200.0
+    block = _block(steps)
+    start = block["start_ms"][12]
+    block["events"] = [{"kind": "gc", "start_ms": start + 5, "dur_ms": 150.0, "detail": "generation 2"},
+                       {"kind": "torch.save", "start_ms": start - 50, "dur_ms": 10.0, "detail": ""}]
+    (o,) = _outliers(block)
+    assert [c.kind for c in o["causes"]] == ["gc"] and o["causes"][0].ms == pytest.approx(150.0)
+
+
+def test_a_malformed_block_is_left_out_with_a_note():
+    notes = []
+    assert es.read({"step_ms": [1.0, "x"], "start_ms": [0, 1]}, notes) is None and notes
+    assert es.read(None, notes) is None
+
+
+def test_the_rule_in_a_report_from_a_bundle():
+    steps = [10.0] * 30
+    steps[20] = 250.0
+    block = _block(steps)
+    block["events"] = [{"kind": "gc", "start_ms": block["start_ms"][20] + 1, "dur_ms": 230.0, "detail": "generation 2"}]
+    r = analyze(with_every_step(block))
+    assert r.metrics.steps.all_ms == steps and r.metrics.steps.outliers[0].index == 20
+    f = r.finding("step-outliers")
+    assert f is not None and "gc.freeze()" in "".join(fx.code for fx in f.fixes)
+    assert f.est_gain == 0.0  # the outliers are outside the recorded window
+    assert r.to_dict()["metrics"]["steps"]["outliers"][0]["causes"][0]["kind"] == "gc"
+
+
+with_every_step = blocks.with_every_step
+
+
+# ---- energy, from a fake NVML --------------------------------------------------------------------
+
+class CountingNvml(FakeNvml):
+    """A fake NVML whose energy counter grows by 25 J per read (250 W at 0.1 s a sample)."""
+
+    def __init__(self, counter=True):
+        super().__init__({"GPU-x": [{"gpu_util": 50, "power_w": 250.0}]})
+        self.counter = counter
+        self.mj = 1_000_000
+
+    def read(self, handle, only=None):
+        out = super().read(handle, only)
+        if self.counter:
+            self.mj += 25_000
+            out["energy_mj"] = self.mj
+        return out
+
+
+@pytest.mark.parametrize("counter", [True, False])
+def test_energy_from_a_fake_nvml(train, counter):
+    fake = CountingNvml(counter)
+    session = CaptureSession(CaptureOptions(interval_ms=10), nvml_backend=fake, nvml_devices=[(0, "x")])
+    session.start()
+    train(8)
+    run = session.finish()
+    gpu = run.report.metrics.gpu
+    assert gpu.energy_source == ("counter" if counter else "power")
+    assert gpu.energy_j > 0 and gpu.energy_j_per_step == pytest.approx(gpu.energy_j / run.report.metrics.steps.count,
+                                                                       rel=1e-3)
+    assert gpu.idle_energy_frac == 1.0  # no kernel ran (CPU torch): every joule was spent idle
+
+
+def test_energy_split_by_busy_time():
+    """A built trace: 3 steps of 10 ms, a kernel busy 8 ms of each; power constant at 200 W."""
+    from tracebuilder import TraceBuilder
+
+    tb = TraceBuilder()
+    for i in range(3):
+        tb.step(i + 1, i * 10_000, 10_000)
+        tb.kernel("k", i * 10_000 + 1_000, 8_000, launch_ts=i * 10_000 + 500)
+    d = tb.to_dict()
+    times = list(range(-5_000_000, 40_000_001, 5_000_000))  # every 5 ms, ns, around the 30 ms window
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "machine": {}, "versions": {},
+                     "clock": {"anchor_epoch_ns": None},
+                     "samples": {"gpu": {"t_epoch_ns": times, "device": [0] * len(times),
+                                         "power_w": [200.0] * len(times),
+                                         "energy_mj": [1e6 + 200.0 * (t + 5_000_000) / 1e6 for t in times]}}}
+    d["traceEvents"][0]["ts"] = 0  # the trace origin at 0: samples on the same clock
+    gpu = analyze(d).metrics.gpu
+    assert gpu.energy_source == "counter"
+    assert gpu.energy_j == pytest.approx(200.0 * 0.030, rel=1e-3)  # 200 W over the 30 ms window
+    assert gpu.energy_j_per_step == pytest.approx(2.0, rel=1e-3)
+    assert gpu.idle_energy_frac == pytest.approx(0.2, abs=1e-3)  # idle 2 ms of every 10
+
+
+def test_a_plain_trace_has_no_energy():
+    from tracebuilder import TraceBuilder
+
+    tb = TraceBuilder()
+    tb.step(1, 0, 10_000)
+    gpu = analyze(tb.to_dict()).metrics.gpu
+    assert gpu.energy_j is None and gpu.energy_j_per_step is None and gpu.idle_energy_frac is None
+    assert "energy_j" not in analyze(tb.to_dict()).to_dict()["metrics"]["gpu"] or \
+        analyze(tb.to_dict()).to_dict()["metrics"]["gpu"]["energy_j"] is None
