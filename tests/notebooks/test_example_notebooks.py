@@ -112,9 +112,9 @@ def run_notebook(tmp_path):
 # -- the committed files --------------------------------------------------------------------------
 
 
-def test_the_twelve_notebooks_are_found():
-    assert len(NAMES) == 12 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
-    assert NAMES[-1] == "12_huggingface_beyond_workers"
+def test_the_thirteen_notebooks_are_found():
+    assert len(NAMES) == 13 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
+    assert NAMES[-1] == "13_what_bounds_your_step"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -336,3 +336,15 @@ def test_huggingface_beyond_workers(run_notebook):
     checks = output_of(nb, "for nan_inf_filter in (True, False):")
     assert "logging_nan_inf_filter default: True" in checks
     assert "logging_nan_inf_filter=True: 8 host-side tests" in checks and "logging_nan_inf_filter=False: 0 host-side" in checks
+
+
+def test_what_bounds_your_step(run_notebook):
+    nb = run_notebook("13_what_bounds_your_step")
+    bounds = output_of(nb, "bounded by: {b.what}")
+    for label, bound in (("num_workers=0", "data loading"), ("GPU-bound", "GPU compute"),
+                         ("batch 1", "host Python and launches")):
+        line = next(x for x in bounds.splitlines() if label in x and "bounded by" in x)
+        assert f"bounded by: {bound}" in line, line
+    assert "FLOPs 4.407e+09 (gpumagic 4.407e+09); bytes 40,067,160 (gpumagic 40,067,160)" in output_of(nb, "M, K, N = 141")
+    assert "memory-bound" in output_of(nb, "M, K, N = 141")
+    assert "data ≥ 8 items × 2 ms: True" in output_of(nb, "median = live.metrics.phases.median_ms")
