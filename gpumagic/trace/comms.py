@@ -120,18 +120,48 @@ def read(trace, raw: bytes | bytearray) -> CommTable | None:
     records none (or its args cannot be read: sizes are then unknown, nothing else changes)."""
     if not wanted(raw):
         return None
-    try:
-        events = _decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    kept = [e for e in events if isinstance(e, _Ev) and _describes_message(e)]
+    kept = _in_pieces(raw)
+    if kept is None:
+        try:
+            kept = _keep(_decode(raw))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
     return _table(trace, kept) if kept else None
 
 
-def _decode(raw: bytes | bytearray) -> list:
+def _keep(events: list) -> list[_Ev]:
+    return [e for e in events if isinstance(e, _Ev) and _describes_message(e)]
+
+
+def _in_pieces(raw: bytes | bytearray) -> list[_Ev] | None:
+    """The events kept, from a large file decoded piece by piece (as the loader cuts it,
+    :mod:`gpumagic.trace.pieces`), so that only one piece's structs are alive at a time; None when
+    the file is small, or any piece does not decode (the caller then decodes it at once)."""
+    from gpumagic.trace import pieces
+
+    if len(raw) < pieces.ONE_PROCESS_MIN_BYTES or raw[_start(raw):_start(raw) + 1] != b"{":
+        return None
+    at = pieces.cuts(raw, max(2, len(raw) // pieces.PIECE_BYTES))
+    if not at:
+        return None
+    kept: list[_Ev] = []
+    try:
+        for i in range(len(at) + 1):
+            kept += _keep(_FILE.decode(pieces.piece(raw, at, i)).traceEvents or [])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return kept
+
+
+def _start(raw: bytes | bytearray) -> int:
     at = 0
     while at < len(raw) and raw[at:at + 1].isspace():
         at += 1
+    return at
+
+
+def _decode(raw: bytes | bytearray) -> list:
+    at = _start(raw)
     if raw[at:at + 1] == b"[":
         return _LIST.decode(raw)
     return _FILE.decode(raw).traceEvents or []

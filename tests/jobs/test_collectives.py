@@ -120,3 +120,25 @@ def test_json_and_text_carry_the_table(job):
     text = job.to_text()
     assert "COLLECTIVES ACROSS RANKS" in text and f"last: rank {STRAGGLER}" in text
     assert "Collectives across ranks" in job.to_html()
+
+
+def test_a_large_file_is_read_in_pieces_with_the_same_answer(monkeypatch):
+    """The message pass cuts a large file as the loader does (only one piece's structs alive at a
+    time): the same table as decoding it at once."""
+    from jobbuilder import A100
+
+    from gpumagic.trace import comms, pieces
+    from gpumagic.trace.files import read_bytes
+    from gpumagic.trace.kineto import from_bytes
+
+    raw = read_bytes(A100)
+    trace = from_bytes(raw, A100)
+    whole = comms.read(trace, raw)
+    monkeypatch.setattr(pieces, "ONE_PROCESS_MIN_BYTES", 1 << 20)
+    monkeypatch.setattr(pieces, "PIECE_BYTES", 4 << 20)
+    assert comms._in_pieces(raw) is not None  # it was cut
+    cut = comms.read(trace, raw)
+    assert whole is not None and cut is not None and len(cut) == len(whole) > 100
+    for field in ("kernel", "corr", "lane", "ts_ns", "dur_ns", "in_nelems", "group_size"):
+        assert (getattr(cut, field) == getattr(whole, field)).all(), field
+    assert cut.name == whole.name and cut.dims == whole.dims and cut.collective == whole.collective
