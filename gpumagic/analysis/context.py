@@ -181,6 +181,15 @@ class Context:
     def cpu_only(self) -> bool:
         return self.device < 0
 
+    @cached_property
+    def _host_names(self) -> np.ndarray:
+        return host_names(self.trace)
+
+    def host_name_ids(self, predicate) -> np.ndarray:
+        """``trace.name_ids(predicate)`` on the names host events carry (:func:`host_names`), False on
+        the others: for classes that are only ever applied to host events."""
+        return nm.classify(self.trace.names, predicate, self._host_names)
+
     def events_in_window(self, mask: np.ndarray) -> np.ndarray:
         ev = self.trace.events
         return mask & (ev.ts_ns < self.hi) & (ev.ts_ns + ev.dur_ns > self.lo)
@@ -190,20 +199,34 @@ class Context:
         return iv.clip(iv.union(ev.ts_ns[mask], ev.ts_ns[mask] + ev.dur_ns[mask]), self.lo, self.hi)
 
 
+def host_names(trace: Trace) -> np.ndarray:
+    """Which of ``trace.names`` some event other than a kernel, copy or memset carries: the
+    names a host class (a call, an operator, a frame, an annotation) can describe."""
+    ev = trace.events
+    used = np.zeros(len(trace.names), dtype=bool)
+    used[ev.name[~np.isin(ev.kind, np.array(GPU_KINDS, dtype=np.int8))]] = True
+    return used
+
+
 def _flags(trace: Trace) -> dict[str, np.ndarray]:
-    """Per distinct name, which classes it belongs to (evaluated once per name)."""
-    classifiers = {
+    """Per distinct name, which classes it belongs to (evaluated once per name). The classes of
+    host events are evaluated only on :func:`host_names` (False on names that only kernels,
+    copies and memsets carry): every use of them selects host events, and a trace's distinct
+    kernel names can be hundreds of thousands."""
+    everywhere = {"nccl": nm.is_nccl, "tensor_core": nm.is_tensor_core, "matmul": nm.is_matmul, "training": nm.is_training}
+    host = {
         "step": nm.is_step, "dataloader": nm.is_dataloader, "sync_call": nm.is_sync_call,
-        "sync_op": nm.SYNC_OPS.__contains__, "nccl": nm.is_nccl,
-        "tensor_core": nm.is_tensor_core, "matmul": nm.is_matmul, "alloc": nm.ALLOC_CALLS.__contains__,
+        "sync_op": nm.SYNC_OPS.__contains__, "alloc": nm.ALLOC_CALLS.__contains__,
         "init": nm.INIT_CALLS.__contains__, "compile": nm.is_compile,
-        "graph_launch": nm.is_graph_launch, "stream_wait": nm.is_stream_wait, "training": nm.is_training,
+        "graph_launch": nm.is_graph_launch, "stream_wait": nm.is_stream_wait,
         "capture_call": nm.is_capture_call, "begin_capture": nm.BEGIN_CAPTURE_CALLS.__contains__,
         "end_capture": nm.END_CAPTURE_CALLS.__contains__, "capture_frame": nm.is_capture_frame,
         "cold_call": nm.is_cold_call, "library_sync_op": nm.is_library_sync_op, "one_off": nm.is_one_off_frame,
         "engine": nm.is_engine, "comm_host": nm.is_comm_host,
     }
-    return {k: trace.name_ids(f) for k, f in classifiers.items()}
+    out = {k: trace.name_ids(f) for k, f in everywhere.items()}
+    among = host_names(trace)
+    return {**out, **{k: nm.classify(trace.names, f, among) for k, f in host.items()}}
 
 
 def build_context(trace: Trace, window: tuple[int, int] | None = None) -> Context:

@@ -428,7 +428,7 @@ def _pool(ctx: Context, sel: np.ndarray, cap: int | None) -> dict[str, Any]:
         return {"allocated_range_bytes": None, "pool": None}
     rng = int(mem.allocated[rec].max() - mem.allocated[rec].min())
     m = ctx.masks
-    mallocs = ctx.events_in_window(m["runtime"] & ctx.trace.name_ids(
+    mallocs = ctx.events_in_window(m["runtime"] & ctx.host_name_ids(
         lambda n: n in ("cudaMalloc", "cudaMallocAsync", "cuMemAlloc_v2", "cuMemCreate", "hipMalloc",
                         "hipMallocAsync", "hipExtMallocWithFlags"))[ctx.trace.events.name])
     return {"allocated_range_bytes": rng, "pool": bool(rng <= POOL_RANGE_FRAC * cap and not mallocs.any())}

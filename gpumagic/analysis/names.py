@@ -9,10 +9,15 @@ Time is linear in the names' total length, and bounded per name: a classifier lo
 :data:`MAX_NAME_CHARS` characters only (:func:`long_names_note` says when a trace had longer
 names), and the case-insensitive tables run as case-sensitive patterns over the lower-cased name
 (:func:`_folded`), which Python's ``re`` scans about ten times faster than ``re.IGNORECASE``.
+The kernel classes scan only the names that hold some text one of their alternatives requires
+(:func:`_kernel_candidates`: most kernel names hold none), and the classes of host calls, operators
+and frames are evaluated only on the names host events carry (``Context.host_name_ids``), so that
+hundreds of thousands of distinct kernel names cost little more than their joined text.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -104,7 +109,7 @@ COMM_HOST_RE = re.compile(r"(^record_param_comms$|^c10d::|^nccl:|deep_ep/buffer\
 
 
 def is_comm_host(name: str) -> bool:
-    return bool(COMM_HOST_RE.search(name))
+    return bool(COMM_HOST_RE.search(_head(name)))
 
 #: Kernel-name fragments that mean tensor-core (NVIDIA) or matrix-core (AMD) instructions, by source:
 #: - cuBLAS/cuDNN encode the MMA shape or precision (``h884``, ``s1688``, ``16816``, ``tf32``,
@@ -155,7 +160,7 @@ def _low(name: str) -> str:
 
 def long_names_note(names: Sequence[str]) -> str | None:
     """The report's note when some names were longer than :data:`MAX_NAME_CHARS` (else None)."""
-    n = sum(1 for x in names if len(x) > MAX_NAME_CHARS)
+    n = sum(1 for x in names if len(x) > MAX_NAME_CHARS) if max(map(len, names), default=0) > MAX_NAME_CHARS else 0
     if not n:
         return None
     return (f"{n} event name{'s' if n != 1 else ''} longer than {MAX_NAME_CHARS:,} characters (longer than any real "
@@ -313,32 +318,54 @@ class _Joined:
     """The names' joined text (as given and lower-cased), where each name starts, and the scans done."""
 
     def __init__(self, names: list[str]) -> None:
-        heads = [_head(n) for n in names]
+        long = max(map(len, names), default=0) > MAX_NAME_CHARS
+        heads = [_head(n) for n in names] if long else list(names)
         self.odd = [i for i, h in enumerate(heads) if "\n" in h]
         for i in self.odd:
             heads[i] = heads[i].replace("\n", " ")  # classified one by one below
+        self.heads = heads
         self.text = "\n".join(heads)
         lows = heads if self.text.isascii() else [h.lower() for h in heads]
         self.low = self.text.lower() if self.text.isascii() else "\n".join(lows)
-        self.starts = np.cumsum([0] + [len(h) + 1 for h in heads[:-1]]) if heads else np.zeros(0, np.int64)
-        self.low_starts = self.starts if lows is heads else np.cumsum([0] + [len(h) + 1 for h in lows[:-1]])
+        self.starts = _starts(heads)
+        self.low_starts = self.starts if lows is heads else _starts(lows)
         self.scans: dict[tuple[re.Pattern[str], bool], np.ndarray] = {}
+        self.kernel_candidates: np.ndarray | None = None  # names where some kernel class may match
 
 
-_cache: tuple[list[str], int, _Joined] | None = None
+def _starts(parts: list[str]) -> np.ndarray:
+    """Where each of ``parts`` starts in ``"\\n".join(parts)``."""
+    out = np.zeros(len(parts), dtype=np.int64)
+    if len(parts) > 1:
+        np.cumsum(np.fromiter(map(len, parts[:-1]), dtype=np.int64, count=len(parts) - 1) + 1, out=out[1:])
+    return out
+
+
+#: The joined texts of the last two name lists classified (a trace's names, and the names its
+#: host events carry: see ``Context.host_name_ids``), most recent last.
+_cache: list[tuple[list[str], int, _Joined]] = []
 _cache_lock = threading.Lock()
 
 
 def _joined(names: list[str]) -> _Joined:
-    """The joined text of ``names``, kept for the list analysed last (the classifiers of one trace share it)."""
-    global _cache
+    """The joined text of ``names``, kept for the two lists analysed last (the classifiers of one trace share it)."""
     with _cache_lock:
-        if _cache is not None and _cache[0] is names and _cache[1] == len(names):
-            return _cache[2]
+        for entry in _cache:
+            if entry[0] is names and entry[1] == len(names):
+                return entry[2]
     j = _Joined(names)
     with _cache_lock:
-        _cache = (names, len(names), j)
+        _cache[:] = [*_cache[-1:], (names, len(names), j)]
     return j
+
+
+def _find(text: str, starts: np.ndarray, pattern: re.Pattern[str], count: int) -> np.ndarray:
+    """Which of the ``count`` names joined in ``text`` (each starting at ``starts``) ``pattern`` matches."""
+    hit = np.zeros(count, dtype=bool)
+    found = [m.start() for m in pattern.finditer(text)]
+    if found:
+        hit[np.searchsorted(starts, found, side="right") - 1] = True
+    return hit
 
 
 def _scan(names: list[str], pattern: re.Pattern[str], low: bool) -> np.ndarray:
@@ -346,12 +373,141 @@ def _scan(names: list[str], pattern: re.Pattern[str], low: bool) -> np.ndarray:
     key = (pattern, low)
     hit = j.scans.get(key)
     if hit is None:
-        hit = np.zeros(len(names), dtype=bool)
-        found = [m.start() for m in pattern.finditer(j.low if low else j.text)]
-        if found:
-            hit[np.searchsorted(j.low_starts if low else j.starts, found, side="right") - 1] = True
+        if _KERNEL_CLASSES.get(pattern) is low:  # only the names that may match a kernel class can match it
+            hit = _scan_among(j, pattern, _kernel_candidates(j), low)
+        else:
+            hit = _find(j.low if low else j.text, j.low_starts if low else j.starts, pattern, len(names))
         j.scans[key] = hit
     return hit
+
+
+def _kernel_candidates(j: _Joined) -> np.ndarray:
+    """The names that may match a kernel class: those holding, for some alternative of some class,
+    the rarest two-letter piece of the text that alternative must contain (:data:`_KERNEL_LITERALS`).
+    A superset of the names each class matches; all names when some alternative needs no text or
+    the names are not ASCII."""
+    if j.kernel_candidates is None:
+        j.kernel_candidates = np.ones(len(j.heads), dtype=bool)
+        if _KERNEL_LITERALS is not None and j.low.isascii() and len(j.low) > 1:
+            b = np.frombuffer(j.low.encode("ascii"), dtype=np.uint8)
+            pairs = (b[:-1].astype(np.uint16) << 8) | b[1:]
+            # how rare each piece is, from about 2 million of them (bincount wants intp: 8 bytes a piece)
+            count = np.bincount(pairs[::max(1, pairs.size >> 21)].astype(np.intp), minlength=1 << 16)
+            wanted = np.zeros(1 << 16, dtype=bool)
+            for lit in _KERNEL_LITERALS:
+                codes = [(ord(x) << 8) | ord(y) for x, y in itertools.pairwise(lit)]
+                wanted[min(codes, key=count.__getitem__)] = True
+            at = np.flatnonzero(wanted[pairs])
+            j.kernel_candidates = np.zeros(len(j.heads), dtype=bool)
+            j.kernel_candidates[np.searchsorted(j.low_starts, at, side="right") - 1] = True
+    return j.kernel_candidates
+
+
+def _scan_among(j: _Joined, pattern: re.Pattern[str], among: np.ndarray, low: bool) -> np.ndarray:
+    """``pattern`` over the names (lower-cased when ``low``) where ``among`` holds; False elsewhere. The
+    names are joined with line breaks as in the full text, so anchors and look-behinds see the same."""
+    hit = np.zeros(len(j.heads), dtype=bool)
+    idx = np.flatnonzero(among)
+    if idx.size:
+        lows = [j.heads[i].lower() if low else j.heads[i] for i in idx.tolist()]
+        hit[idx] = _find("\n".join(lows), _starts(lows), pattern, idx.size)
+    return hit
+
+
+def _branches(pattern: str) -> list[str]:
+    """The top-level alternatives of ``pattern``: of ``(a|b|c)`` when one group spans it all, else of the pattern."""
+    def split(body: str) -> list[str] | None:
+        out, depth, cur, i = [], 0, "", 0
+        while i < len(body):
+            c = body[i]
+            if c == "\\":
+                cur, i = cur + body[i:i + 2], i + 2
+                continue
+            if c == "[":  # a character class: copied whole (a ``|`` or ``(`` inside means itself)
+                end = i + 1 + (body[i + 1:i + 2] == "^")
+                end += body[end:end + 1] == "]"
+                while end < len(body) and body[end] != "]":
+                    end += 1 + (body[end] == "\\")
+                if end >= len(body):
+                    return None
+                cur, i = cur + body[i:end + 1], end + 1
+                continue
+            depth += (c == "(") - (c == ")")
+            if depth < 0:
+                return None
+            if c == "|" and depth == 0:
+                out.append(cur)
+                cur = ""
+            else:
+                cur += c
+            i += 1
+        return [*out, cur] if depth == 0 else None
+
+    if pattern.startswith("(") and not pattern.startswith("(?") and pattern.endswith(")"):
+        inner = split(pattern[1:-1])
+        if inner is not None and all(split(b) is not None for b in inner):
+            return inner
+    return [pattern]
+
+
+def _required_text(branch: str) -> str | None:
+    """The longest run of plain characters that every match of ``branch`` (one alternative of a
+    pattern) contains, read outside its groups, classes and assertions; None when it has no run of
+    two characters or more."""
+    runs, cur, depth, i = [], "", 0, 0
+    while i < len(branch):
+        c = branch[i]
+        nxt = branch[i + 1:i + 2]
+        if c == "\\":
+            lit = branch[i + 1:i + 2]
+            step = 2
+            c = lit if lit and not lit.isalnum() else ""  # \. \( \#: the character itself; \d \w \b: not plain
+        else:
+            step = 1
+            if c in "()":
+                depth += 1 if c == "(" else -1
+                c = ""
+            elif c == "[":
+                end = i + 1 + (branch[i + 1:i + 2] == "^")
+                end += branch[end:end + 1] == "]"
+                while end < len(branch) and branch[end] != "]":
+                    end += 1 + (branch[end] == "\\")
+                step, c = end + 1 - i, ""
+            elif c in ".^$|*+?{}":
+                c = ""
+        nxt = branch[i + step:i + step + 1]
+        if nxt in ("?", "*", "{") or depth or not c:  # optional (or repeated from zero) or not plain text
+            runs.append(cur)
+            cur = ""
+        else:
+            cur += c
+        i += step
+    runs.append(cur)
+    best = max(runs, key=len)
+    return best if len(best) >= 2 else None
+
+
+_subsets: tuple[list[str], np.ndarray, list[str]] | None = None
+
+
+def classify(names: list[str], predicate: Callable[[str], object], among: np.ndarray) -> np.ndarray:
+    """``predicate`` over the ``names`` where ``among`` holds (all at once when it has a ``batch``
+    twin), False over the others. The subset of one ``names``/``among`` pair is kept, so that
+    several classifiers over it share one joined text."""
+    global _subsets
+    with _cache_lock:
+        kept = _subsets
+    if kept is not None and kept[0] is names and kept[1].shape == among.shape and np.array_equal(kept[1], among):
+        subset = kept[2]
+    else:
+        subset = [names[i] for i in np.flatnonzero(among).tolist()]
+        with _cache_lock:
+            _subsets = (names, among.copy(), subset)
+    out = np.zeros(len(names), dtype=bool)
+    batch = getattr(predicate, "batch", None)
+    hit = batch(subset) if batch is not None else np.fromiter((bool(predicate(n)) for n in subset), dtype=bool, count=len(subset))
+    out[among] = hit
+    return out
 
 
 def _whole(members: frozenset[str]) -> re.Pattern[str]:
@@ -391,7 +547,22 @@ _batch(is_training, lambda n: _scan(n, TRAINING_RE, False))
 _batch(is_fused_attention, lambda n: _scan(n, _FUSED_ATTENTION, True))
 _batch(is_softmax, lambda n: _scan(n, _SOFTMAX_LOW, True) & ~_scan(n, _FUSED_ATTENTION, True))
 _batch(is_elementwise, lambda n: _scan(n, _ELEMENTWISE, True) & ~_scan(n, _INDUCTOR_M, False) & ~_scan(n, _COLLECTIVE, True))
-_batch(is_compile, lambda n: np.fromiter((is_compile(x) for x in n), dtype=bool, count=len(n)))  # ".*": one by one
+#: The classes read from kernel names, scanned only over the names their union matches (most
+#: kernel names match none; a trace with hundreds of thousands of distinct names stays fast).
+#: Each with whether it reads the lower-cased names (the folded patterns) or the names as given.
+_KERNEL_CLASSES: dict[re.Pattern[str], bool] = {
+    **dict.fromkeys((_COLLECTIVE, _TENSOR_CORE, _MATMUL_M, _FUSED_ATTENTION, _ELEMENTWISE, _SOFTMAX_LOW), True),
+    TRAINING_RE: False, _INDUCTOR_M: False}
+_required = [_required_text(b) for p in sorted(_KERNEL_CLASSES, key=lambda p: p.pattern) for b in _branches(p.pattern)]
+#: The text each alternative of a kernel class must contain, lower-cased (a name holding it as given
+#: holds it lower-cased; None: some alternative needs none, so no name is skipped).
+_KERNEL_LITERALS: tuple[str, ...] | None = (None if None in _required
+                                             else tuple(sorted({x.lower() for x in _required if x})))
+#: The host classes' multi-line twins (``.`` and ``\w`` never cross a line break, so ``.*`` stays in its name).
+_COMPILE_M, _NOT_COMPILE_M = COMPILE_RE, NOT_COMPILE_RE
+_batch(is_compile, lambda n: _scan(n, _COMPILE_M, False) & ~_scan(n, _NOT_COMPILE_M, False))
+_COMM_HOST_M = re.compile(COMM_HOST_RE.pattern, re.M)
+_batch(is_comm_host, lambda n: _scan(n, _COMM_HOST_M, False))
 
 
 # --- What kind of window: start-up, graph capture, one-off host work (analysis.segments) ----
@@ -456,27 +627,40 @@ ENGINE_RE = re.compile(r"(^|/)(vllm|sglang|tensorrt_llm|text_generation_server|l
 
 
 def is_capture_call(name: str) -> bool:
-    return name in BEGIN_CAPTURE_CALLS or name in END_CAPTURE_CALLS or bool(GRAPH_INSTANTIATE_RE.match(name))
+    head = _head(name)
+    return head in BEGIN_CAPTURE_CALLS or head in END_CAPTURE_CALLS or bool(GRAPH_INSTANTIATE_RE.match(head))
 
 
 def is_capture_frame(name: str) -> bool:
-    return bool(CAPTURE_FRAME_RE.search(name))
+    return bool(CAPTURE_FRAME_RE.search(_head(name)))
 
 
 def is_cold_call(name: str) -> bool:
-    return bool(COLD_CALL_RE.match(name))
+    return bool(COLD_CALL_RE.match(_head(name)))
 
 
 def is_library_sync_op(name: str) -> bool:
-    return bool(LIBRARY_SYNC_OP_RE.search(name))
+    return bool(LIBRARY_SYNC_OP_RE.search(_head(name)))
 
 
 def is_one_off_frame(name: str) -> bool:
-    return bool(ONE_OFF_FRAME_RE.search(name))
+    return bool(ONE_OFF_FRAME_RE.search(_head(name)))
 
 
 def is_engine(name: str) -> bool:
-    return bool(ENGINE_RE.search(name))
+    return bool(ENGINE_RE.search(_head(name)))
+
+
+_CAPTURE_CALLS_M = _whole(BEGIN_CAPTURE_CALLS | END_CAPTURE_CALLS)
+_GRAPH_INSTANTIATE_M = re.compile(GRAPH_INSTANTIATE_RE.pattern, re.M)
+_batch(is_capture_call, lambda n: _scan(n, _CAPTURE_CALLS_M, False) | _scan(n, _GRAPH_INSTANTIATE_M, False))
+_CAPTURE_FRAME_M, _COLD_CALL_M, _LIBRARY_SYNC_OP_M, _ONE_OFF_FRAME_M, _ENGINE_M = (
+    re.compile(p.pattern, re.M) for p in (CAPTURE_FRAME_RE, COLD_CALL_RE, LIBRARY_SYNC_OP_RE, ONE_OFF_FRAME_RE, ENGINE_RE))
+_batch(is_capture_frame, lambda n: _scan(n, _CAPTURE_FRAME_M, False))
+_batch(is_cold_call, lambda n: _scan(n, _COLD_CALL_M, False))
+_batch(is_library_sync_op, lambda n: _scan(n, _LIBRARY_SYNC_OP_M, False))
+_batch(is_one_off_frame, lambda n: _scan(n, _ONE_OFF_FRAME_M, False))
+_batch(is_engine, lambda n: _scan(n, _ENGINE_M, False))
 
 
 #: The architecture a library kernel was built for, from its name: cuBLAS and cuDNN prefix
@@ -517,7 +701,11 @@ LIBRARY_MATMUL_RE = re.compile(
 
 
 def is_library_matmul(name: str) -> bool:
-    return bool(LIBRARY_MATMUL_RE.search(name))
+    return bool(LIBRARY_MATMUL_RE.search(_head(name)))
+
+
+_LIBRARY_MATMUL_M = re.compile(_folded(LIBRARY_MATMUL_RE).pattern, re.M)
+_batch(is_library_matmul, lambda n: _scan(n, _LIBRARY_MATMUL_M, True))
 
 
 #: Factory and random operators that build a tensor where they run (PyTorch "Tensor creation

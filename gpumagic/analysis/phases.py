@@ -58,12 +58,10 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
     ev, m, names = ctx.trace.events, ctx.masks, ctx.trace.names
     host = m["host"]
     annot = {p: np.zeros(len(names), bool) for p in PRIORITY}
-    for i, n in enumerate(names):
-        p = PHASE_ANNOTATIONS.get(n.lower())
-        if p:
-            annot[p][i] = True
-    opt_names = ctx.trace.name_ids(OPTIMIZER_RE.search)
-    bwd_names = ctx.trace.name_ids(BACKWARD_RE.search)
+    for i in np.flatnonzero(ctx.host_name_ids(lambda n: n.lower() in PHASE_ANNOTATIONS)).tolist():
+        annot[PHASE_ANNOTATIONS[names[i].lower()]][i] = True
+    opt_names = ctx.host_name_ids(OPTIMIZER_RE.search)  # every use below selects host events
+    bwd_names = ctx.host_name_ids(BACKWARD_RE.search)
     ann_rows = host & ((ev.kind == Kind.ANNOTATION) | (ev.kind == Kind.CPU_OP))
     data_rows = np.flatnonzero(host & (m["name_dataloader"] | (annot["data"][ev.name] & ann_rows)))
     opt_rows = np.flatnonzero(host & (opt_names[ev.name] | (annot["optimizer"][ev.name] & ann_rows)))

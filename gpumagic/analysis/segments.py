@@ -176,7 +176,7 @@ def graph_capture(ctx: Context) -> list[Piece]:
     begins = np.flatnonzero(m["name_begin_capture"] & m["runtime"] & win)
     ends = np.flatnonzero(m["name_end_capture"] & m["runtime"] & win)
     launches = np.sort(ctx.launch_ts[ctx.launch_ts >= 0]) if ctx.launch_ts is not None else np.zeros(0)
-    launch_call = m["runtime"] & ctx.trace.name_ids(lambda n: "Launch" in n and "Graph" not in n)[ev.name]
+    launch_call = m["runtime"] & ctx.host_name_ids(lambda n: "Launch" in n and "Graph" not in n)[ev.name]
     for b in begins.tolist():
         later = ends[(ev.lane[ends] == ev.lane[b]) & (ev.ts_ns[ends] >= ev.ts_ns[b])]
         e = int(ev.ts_ns[later[0]] + ev.dur_ns[later[0]]) if later.size else ctx.hi
@@ -330,7 +330,7 @@ def _first_calls(ctx: Context) -> list[Piece]:
 
 
 def _copy_call_mask(ctx: Context) -> np.ndarray:
-    flags = ctx.trace.name_ids(lambda n: "Memcpy" in n or "Memset" in n) if "copy_call" not in ctx.cache \
+    flags = ctx.host_name_ids(lambda n: "Memcpy" in n or "Memset" in n) if "copy_call" not in ctx.cache \
         else ctx.cache["copy_call"]
     ctx.cache["copy_call"] = flags
     return flags[ctx.trace.events.name]
@@ -367,7 +367,7 @@ def _library_sync_pieces(ctx: Context) -> list[Piece]:
     lib = np.flatnonzero(library_sync_rows(ctx) & _in_window(ctx))
     if lib.size == 0:
         return []
-    search = m["host"] & ~m["runtime"] & m["name_library_sync_op"] & ~ctx.trace.name_ids(
+    search = m["host"] & ~m["runtime"] & m["name_library_sync_op"] & ~ctx.host_name_ids(
         lambda n: "empty" in n)[ev.name]
     out: list[Piece] = []
     for lane in np.unique(ev.lane[lib]).tolist():

@@ -79,7 +79,13 @@ class CollectiveRank(msgspec.Struct, kw_only=True):
     wait_ms: Annotated[float | None, Meta(description="median time it waited for the last rank to arrive (ms)")]
     skew_ms: Annotated[float | None, Meta(description="median lateness of its arrival after the first rank's (ms)")]
     last_count: Annotated[int, Meta(description="calls in which it arrived last (count)")]
-    bus_gbps: Annotated[float | None, Meta(description="bus bandwidth (GB/s); null: the traces give no message sizes")]
+    bus_gbps: Annotated[float | None, Meta(description=(
+        "median bus bandwidth of its calls, nccl-tests' busbw: algbw × 2(n-1)/n for all-reduce, × (n-1)/n for "
+        "all-gather, reduce-scatter and all-to-all, × 1 for broadcast, reduce, send/receive (GB/s = 1e9 B/s); "
+        "null: the trace lacks the size or the group size"))]
+    alg_gbps: Annotated[float | None, Meta(description=(
+        "median algorithm bandwidth of its calls, message size over its kernel's duration, waiting included "
+        "(GB/s = 1e9 B/s); null: the trace lacks the size"))] = None
 
 
 class CollectiveRow(msgspec.Struct, kw_only=True):
@@ -88,7 +94,13 @@ class CollectiveRow(msgspec.Struct, kw_only=True):
     name: Annotated[str, Meta(description="the collective's kernel name")]
     group: Annotated[str, Meta(description="the group of peer ranks (their work fingerprint)")]
     count: Annotated[int, Meta(description="calls matched on every rank (count)")]
-    size_bytes: Annotated[int | None, Meta(description="message size (bytes); null: not recorded")]
+    size_bytes: Annotated[int | None, Meta(description=(
+        "message size, nccl-tests' S: the buffer of an all-reduce, broadcast, reduce or send/receive, the whole "
+        "array of an all-gather, reduce-scatter or all-to-all (bytes); null: not recorded, or different per rank"))]
+    collective: Annotated[str | None, Meta(description=(
+        "the collective (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, send_recv, "
+        "or the name the trace records); null: not recorded"))] = None
+    group_size: Annotated[int | None, Meta(description="ranks in the collective's process group (count); null: not recorded")] = None
     last_rank: Annotated[int | None, Meta(description="the rank that arrived last most often")]
     last_share: Annotated[float, Meta(description="share of the calls in which it was last (0..1)")]
     total_wait_ms: Annotated[float, Meta(description="wait of all ranks in it, summed (ms)")]

@@ -19,8 +19,10 @@ import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.errors import GpumagicError, TraceError
+from gpumagic.jobs.messages import Message, messages
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
+from gpumagic.trace.comms import CommTable
 from gpumagic.trace.model import GPU_KINDS
 
 #: Names of rank files that say which rank wrote them: ``rank3.json.gz``, ``rank-3``, ``rank_3``,
@@ -47,6 +49,9 @@ class StepCollectives:
     #: the part of each ``before_ns`` during which the GPU was busy (the rest it waited for the host);
     #: empty when not measured
     busy_before_ns: tuple[int, ...] = ()
+    #: each collective's message (:class:`~gpumagic.jobs.messages.Message`: kind, size, group size);
+    #: empty when the trace records none
+    messages: tuple[Message, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,19 +114,30 @@ def summarize(path: str) -> RankSummary:
     from gpumagic.analysis import analyze
 
     try:
-        report = analyze(_load(path))
+        trace, comms = _load(path)
+        report = analyze(trace)
     except GpumagicError as exc:
         return failed(path, str(exc))
-    return from_report(path, report)
+    return from_report(path, report, comms)
 
 
 def _load(path: str):
+    """The rank's trace and what it records about its collectives' messages (:mod:`gpumagic.trace.comms`)."""
     from gpumagic._atomic import local_path
-    from gpumagic.trace.kineto import from_bytes, load
+    from gpumagic.trace import comms
+    from gpumagic.trace.kineto import from_bytes
 
     local = local_path(path)  # the same resolution that keeps outputs off inputs (gpumagic._atomic)
+    raw = _read(path, local)
+    trace = from_bytes(raw, local if local is not None else path)
+    return trace, comms.read(trace, raw)  # before the analysis, so that the file's bytes are freed
+
+
+def _read(path: str, local):
+    from gpumagic.trace.files import read_bytes
+
     if local is not None:
-        return load(local)
+        return read_bytes(local)
     try:
         import fsspec
     except ImportError:
@@ -131,18 +147,19 @@ def _load(path: str):
             raw = fh.read()
     except (OSError, ValueError) as exc:  # fsspec raises FileNotFoundError/OSError; ValueError for unknown protocols
         raise TraceError(f"{path}: cannot read ({exc})") from None
-    return from_bytes(raw, path)
+    return raw
 
 
-def from_report(path: str, report) -> RankSummary:
-    """Reduce an analysed rank (a :class:`~gpumagic.report.model.Report` with its trace) to its summary."""
+def from_report(path: str, report, comms: CommTable | None = None) -> RankSummary:
+    """Reduce an analysed rank (a :class:`~gpumagic.report.model.Report` with its trace) to its summary;
+    ``comms``: what the file records about its collectives' messages (:func:`gpumagic.trace.comms.read`)."""
     m = report.metrics
     trace = report.trace
     dist = trace.meta.get("distributed") or {}
     rank, source = _rank(dist, path)
     device = m.gpu.primary_device
     info = trace.device_info(device) if device is not None and device >= 0 else None
-    steps, names = collectives(trace, m, device)
+    steps, names = collectives(trace, m, device, comms)
     comm = m.communication
     return RankSummary(
         path=path, rank=rank, rank_source=source,
@@ -190,7 +207,8 @@ def _launch_ts(trace, rows: np.ndarray) -> np.ndarray:
     return np.where(hit, ev.ts_ns[order[at]], ev.ts_ns[rows])
 
 
-def collectives(trace, metrics: Metrics, device: int | None) -> tuple[tuple[StepCollectives, ...], tuple[str, ...]]:
+def collectives(trace, metrics: Metrics, device: int | None,
+                comms: CommTable | None = None) -> tuple[tuple[StepCollectives, ...], tuple[str, ...]]:
     """Each step's collective kernels on the primary GPU; a kernel belongs to the step whose host
     span launched it (the GPU may run it after the host has moved on)."""
     steps = metrics.steps
@@ -203,6 +221,7 @@ def collectives(trace, metrics: Metrics, device: int | None) -> tuple[tuple[Step
     which = np.searchsorted(bounds[:, 0], launched, side="right") - 1
     inside = (which >= 0) & (launched < bounds[np.clip(which, 0, None), 1])
     rows, which = rows[inside], which[inside]
+    msgs = messages(trace, comms, rows) if comms is not None else None
     name_ids, local = np.unique(ev.name[rows], return_inverse=True)
     names = tuple(trace.names[i] for i in name_ids.tolist())
     out = []
@@ -221,7 +240,8 @@ def collectives(trace, metrics: Metrics, device: int | None) -> tuple[tuple[Step
         busy_before = iv.measure_in(busy, np.array(starts, dtype=np.int64), ts.astype(np.int64)) if starts else []
         out.append(StepCollectives(key=step_key(steps["names"][k], k), dur_ms=steps["durations_ms"][k],
                                    names=tuple(local[pick].tolist()), dur_ns=tuple(dur.tolist()), before_ns=tuple(before),
-                                   busy_before_ns=tuple(int(x) for x in busy_before)))
+                                   busy_before_ns=tuple(int(x) for x in busy_before),
+                                   messages=tuple(msgs[i] for i in pick.tolist()) if msgs is not None else ()))
     return tuple(out), names
 
 

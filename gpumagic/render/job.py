@@ -99,10 +99,33 @@ def _collectives_text(job: Job, width: int) -> list[str]:
     for c in job.collectives[:TEXT_COLLECTIVES]:
         lines.append(f"  {_clip(c['name'], max(30, width - 40))}  \u00d7{c['count']}  "
                      f"last: rank {c['last_rank']} ({100 * c['last_share']:.0f} %)")
-        lines.append(f"    {'rank':>6} {'duration':>10} {'wait':>10} {'skew':>10} {'last':>6}")
+        if _message(c):
+            lines.append(f"    {_message(c)}")
+        lines.append(f"    {'rank':>6} {'duration':>10} {'wait':>10} {'skew':>10} {'last':>6} {'bus GB/s':>9}")
         lines += [f"    {r['rank']:>6} {r['dur_ms']:>8.3f}ms {r['wait_ms']:>8.3f}ms {r['skew_ms']:>8.3f}ms {r['last_count']:>6}"
-                  for r in c["ranks"]]
+                  f" {_gbps(r.get('bus_gbps')):>9}" for r in c["ranks"]]
     return lines
+
+
+def _message(c: dict) -> str:
+    """``all_reduce, 1.47 MB, group of 8``: what the trace records about a collective's message."""
+    parts = [_clip(printable(c["collective"]), 60)] if c.get("collective") else []  # may be a name from the file
+    if c.get("size_bytes") is not None:
+        parts.append(_bytes(c["size_bytes"]))
+    if c.get("group_size"):
+        parts.append(f"group of {c['group_size']}")
+    return ", ".join(parts)
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def _gbps(v: float | None) -> str:
+    return "\u2013" if v is None else f"{v:.1f}"
 
 
 def _collectives_html(job: Job) -> str:
@@ -110,18 +133,22 @@ def _collectives_html(job: Job) -> str:
         return ""
     out = ['<h3>Collectives across ranks</h3><p class="gm-muted">Medians over the instances of each collective, matched '
            "by step and position. Wait: time inside the collective waiting for the last rank; skew: how long after the "
-           "first rank this one arrived. Message sizes are not recorded in these traces.</p>"]
+           "first rank this one arrived. Bus bandwidth: nccl-tests' busbw (message size over the rank's kernel "
+           "time, waiting included, times 2(n\u22121)/n for all-reduce, (n\u22121)/n for all-gather, reduce-scatter "
+           "and all-to-all); \u2013 where the trace records no message size or group size.</p>"]
     late = ' class="gm-straggler"'
     for c in job.collectives:
         rows = "".join(
             f'<tr{late if r["rank"] == c["last_rank"] else ""}><td class="gm-num">{r["rank"]}</td>'
             f'<td class="gm-num">{r["dur_ms"]:.3f} ms</td><td class="gm-num">{r["wait_ms"]:.3f} ms</td>'
-            f'<td class="gm-num">{r["skew_ms"]:.3f} ms</td><td class="gm-num">{r["last_count"]}</td></tr>'
+            f'<td class="gm-num">{r["skew_ms"]:.3f} ms</td><td class="gm-num">{r["last_count"]}</td>'
+            f'<td class="gm-num">{_gbps(r.get("bus_gbps"))}</td></tr>'
             for r in c["ranks"])
-        out.append(f'<p><code>{escape(c["name"][:120])}</code> \u00d7{c["count"]} \u2014 last to arrive: rank '
+        msg = f" ({escape(_message(c))})" if _message(c) else ""
+        out.append(f'<p><code>{escape(c["name"][:120])}</code>{msg} \u00d7{c["count"]} \u2014 last to arrive: rank '
                    f'{c["last_rank"]} ({100 * c["last_share"]:.0f} %)</p>'
                    '<div class="gm-scroll"><table class="gm-table"><thead><tr><th>rank</th><th>duration</th><th>wait</th>'
-                   f"<th>skew</th><th>arrived last</th></tr></thead><tbody>{rows}</tbody></table></div>")
+                   f"<th>skew</th><th>arrived last</th><th>bus GB/s</th></tr></thead><tbody>{rows}</tbody></table></div>")
     return "".join(out)
 
 

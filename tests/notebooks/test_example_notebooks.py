@@ -112,9 +112,9 @@ def run_notebook(tmp_path):
 # -- the committed files --------------------------------------------------------------------------
 
 
-def test_the_thirteen_notebooks_are_found():
-    assert len(NAMES) == 13 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
-    assert NAMES[-1] == "13_timing_a_gpu_correctly"
+def test_the_fourteen_notebooks_are_found():
+    assert len(NAMES) == 14 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
+    assert NAMES[-2:] == ["13_timing_a_gpu_correctly", "14_what_bounds_your_step"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -357,3 +357,13 @@ def test_timing_a_gpu_correctly(run_notebook):
     outliers = output_of(nb, "steps = run.metrics.steps")
     assert "steps timed: 30 | recorded: [1, 2, 3, 4, 5] | under the profiler: 6" in outliers
     assert re.search(r"step 20: \d+ ms", outliers) and re.search(r"step 24: \d+ ms, .*eval", outliers)
+def test_what_bounds_your_step(run_notebook):
+    nb = run_notebook("14_what_bounds_your_step")
+    bounds = output_of(nb, "bounded by: {b.what}")
+    for label, bound in (("num_workers=0", "data loading"), ("GPU-bound", "GPU compute"),
+                         ("batch 1", "host Python and launches")):
+        line = next(x for x in bounds.splitlines() if label in x and "bounded by" in x)
+        assert f"bounded by: {bound}" in line, line
+    assert "FLOPs 4.407e+09 (gpumagic 4.407e+09); bytes 40,067,160 (gpumagic 40,067,160)" in output_of(nb, "M, K, N = 141")
+    assert "memory-bound" in output_of(nb, "M, K, N = 141")
+    assert "data ≥ 8 items × 2 ms: True" in output_of(nb, "median = live.metrics.phases.median_ms")

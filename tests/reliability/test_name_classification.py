@@ -40,6 +40,15 @@ REFERENCE = {
     nm.is_elementwise: lambda n: (bool(nm.ELEMENTWISE_RE.search(n)) and not nm.INDUCTOR_FUSED_RE.match(n)
                                   and not nm.COLLECTIVE_RE.search(n)),
     nm.is_compile: lambda n: bool(nm.COMPILE_RE.search(n)) and not nm.NOT_COMPILE_RE.search(n),
+    nm.is_comm_host: lambda n: bool(nm.COMM_HOST_RE.search(n)),
+    nm.is_capture_call: lambda n: (n in nm.BEGIN_CAPTURE_CALLS or n in nm.END_CAPTURE_CALLS
+                                   or bool(nm.GRAPH_INSTANTIATE_RE.match(n))),
+    nm.is_capture_frame: lambda n: bool(nm.CAPTURE_FRAME_RE.search(n)),
+    nm.is_cold_call: lambda n: bool(nm.COLD_CALL_RE.match(n)),
+    nm.is_library_sync_op: lambda n: bool(nm.LIBRARY_SYNC_OP_RE.search(n)),
+    nm.is_one_off_frame: lambda n: bool(nm.ONE_OFF_FRAME_RE.search(n)),
+    nm.is_engine: lambda n: bool(nm.ENGINE_RE.search(n)),
+    nm.is_library_matmul: lambda n: bool(nm.LIBRARY_MATMUL_RE.search(n)),
 }
 
 #: Names at the edges of the rewrites: anchors, word boundaries, look-behinds, case, line breaks.
@@ -48,7 +57,12 @@ EDGES = ["Cijk_Ailk_Bljk", "xCijk_A", "a\nCijk_x", "bmm_kernel", "xbmm", "_bmm",
          "index_elementwise_kernel", "aindex_elementwise", "NCCLKERNEL_AllReduce", "FlashAttnFwd", "LAYERNORM",
          "ProfilerStep#12", "ProfilerStep#12\n", "x\nProfilerStep#3", "enumerate(DataLoader)#_Iter", "\nenumerate(DataLoader)",
          "cudaMemcpy", "cudaMemcpy\n", "triton_poi_fused_add_kernel", "triton_per_fused_softmax", "İNCCL",
-         "ﬀgemm", "\u212aernel_nccl", "convert_frame.py\n_compile", "torch/_inductor/x compile", "", "\n", "\n\n"]
+         "ﬀgemm", "\u212aernel_nccl", "convert_frame.py\n_compile", "torch/_inductor/x compile", "", "\n", "\n\n",
+         "record_param_comms", "xrecord_param_comms", "record_param_comms\n", "c10d::allreduce_", "a c10d::x", "nccl:all_reduce",
+         "cudaStreamBeginCapture", "cudaGraphInstantiateWithFlags", "xcudaGraphInstantiate", "capture_12_x", "a capture_1",
+         "torch/cuda/graphs.py(12): capture_begin", "cudaLaunchKernel", "cudaLaunchKernelx", "aten::empty", "aten::empty_",
+         "aten::cudnn_convolution", "vllm/worker.py", "avllm/", "execute_model_1", "ck_tile::x", "xck_", "void volta_sgemm_128x64_nn",
+         "Void Sgemm_x", "MATMUL_OGS", "Optimizer.step#AdamW.step", "triton_poi_fused_backward", "DGRAD", "a\nb_backward"]
 
 
 #: Traces whose names the others already hold (same models, same libraries), left out to keep the test quick.
@@ -102,3 +116,35 @@ def test_a_name_past_the_limit_is_classified_on_its_beginning_with_a_note():
     plain = TraceBuilder()
     busy_steps(plain, 6, 1000.0, 400.0)
     assert not any("characters" in n for n in analyze(plain.to_dict()).notes)
+
+
+def test_host_classes_are_read_on_the_names_host_events_carry():
+    """``Context``'s host classes (calls, operators, frames) are evaluated on the names that some
+    event other than a kernel, copy or memset carries, and are False on the others: every use of
+    them selects host events, and a trace can hold hundreds of thousands of distinct kernel names."""
+    from gpumagic.analysis.context import build_context, host_names
+
+    tb = TraceBuilder()
+    busy_steps(tb, 4, 1000.0, 400.0, kernel_name="capture_7")  # a kernel spelled like a host annotation
+    trace = load(tb.to_dict())
+    ctx = build_context(trace)
+    host = host_names(trace)
+    k = trace.names.index("capture_7")
+    assert not host[k] and not ctx.masks["name_capture_frame"][trace.events.name == k].any()
+    want = np.array([nm.is_capture_frame(n) for n in trace.names])
+    assert (ctx.host_name_ids(nm.is_capture_frame) == (want & host)).all()
+    for flag, classify in (("cold_call", nm.is_cold_call), ("step", nm.is_step), ("library_sync_op", nm.is_library_sync_op)):
+        assert (nm.classify(trace.names, classify, host)[host] == np.array([classify(n) for n in trace.names])[host]).all(), flag
+
+
+def test_kernel_classes_skip_only_names_without_their_text():
+    """The kernel classes run only over the names holding a piece of some alternative's required
+    text (the rarest two letters of it): every alternative has such text, and a name holding it
+    is scanned."""
+    assert nm._KERNEL_LITERALS is not None and all(len(x) >= 2 for x in nm._KERNEL_LITERALS)
+    names = [f"void distinct_kernel_{i}<float, {i % 7}>(float*, int)" for i in range(2000)]
+    names[500] = "void distinct_kernel_500<float>(Gemm*)"
+    names[1500] = "ncclKernel_AllReduce_RING_LL_Sum_float(x)"
+    assert nm.is_matmul.batch(names).nonzero()[0].tolist() == [500]
+    assert nm.is_nccl.batch(names).nonzero()[0].tolist() == [1500]
+    assert nm.is_training.batch(names).sum() == 0 and nm.is_tensor_core.batch(names).sum() == 0

@@ -205,11 +205,11 @@ def host_creation_share(ctx: Context, during: iv.Intervals) -> float:
     if not ctx.events_in_window(htod).any():
         return 0.0
     main = ev.lane == ctx.main_lane
-    made = np.flatnonzero(ctx.events_in_window(main & msk["cpu_op"] & ctx.trace.name_ids(
+    made = np.flatnonzero(ctx.events_in_window(main & msk["cpu_op"] & ctx.host_name_ids(
         nm.TENSOR_CREATION_OPS.__contains__)[ev.name]))
     if made.size == 0:
         return 0.0
-    launches = np.sort(ev.ts_ns[main & msk["runtime"] & ctx.trace.name_ids(lambda n: "Launch" in n)[ev.name]])
+    launches = np.sort(ev.ts_ns[main & msk["runtime"] & ctx.host_name_ids(lambda n: "Launch" in n)[ev.name]])
     s, e = ev.ts_ns[made], ev.ts_ns[made] + ev.dur_ns[made]
     on_cpu = np.searchsorted(launches, e) - np.searchsorted(launches, s) == 0
     return iv.total(iv.intersect(during, iv.union(s[on_cpu], e[on_cpu]))) / total

@@ -35,9 +35,9 @@ def model_on_cpu(ctx: Context, m: Metrics) -> Finding | None:
     if runtime == 0:
         return None
     kernels = int(np.count_nonzero(ctx.events_in_window(msk["kernel"])))
-    launches = int(np.count_nonzero(ctx.events_in_window(msk["runtime"] & ctx.trace.name_ids(
+    launches = int(np.count_nonzero(ctx.events_in_window(msk["runtime"] & ctx.host_name_ids(
         lambda n: "Launch" in n)[ev.name])))
-    aten = int(np.count_nonzero(ctx.events_in_window(msk["cpu_op"] & ctx.trace.name_ids(
+    aten = int(np.count_nonzero(ctx.events_in_window(msk["cpu_op"] & ctx.host_name_ids(
         lambda n: n.startswith("aten::"))[ev.name])))
     if kernels > HANDFUL or launches > HANDFUL or aten < MIN_CPU_OPS:
         return None

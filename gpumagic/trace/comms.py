@@ -1,0 +1,234 @@
+"""What a trace records about its collectives' messages, read in an optional pass.
+
+Two generations of PyTorch record it:
+
+- from about torch 2.1, the ``record_param_comms`` operator (torch/csrc/distributed/c10d,
+  ``RECORD_PARAM_COMMS``) carries ``args["Collective name"]``, ``"dtype"`` (c10's ScalarType
+  name: ``"Float"``, ``"BFloat16"``...), ``"In msg nelems"``, ``"Out msg nelems"`` and
+  ``"Group size"``; recent Kineto copies them onto the NCCL/RCCL kernel the operator launched
+  (libkineto's ``kCollectiveName``, ``kInMsgNelems``... "Collective function metadata populated
+  from CPU op to GPU kernel");
+- older traces recorded with ``record_shapes=True`` give the ``nccl:<collective>`` annotation
+  (ProcessGroupNCCL's profiling title) the input's ``args["Input Dims"]`` and ``"Input type"``,
+  and the ``c10d::<collective>_`` operator around it its output's and input's.
+
+The main loader keeps none of these args. :func:`read` decodes them only when the file holds
+them, into a small :class:`CommTable` (one row per such event); which kernel each row describes
+is worked out by the job analysis (:mod:`gpumagic.jobs.messages`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import msgspec
+import numpy as np
+
+from gpumagic.trace.columns import times_ok
+from gpumagic.trace.ops import _as_int
+
+#: The byte strings whose presence means the file records message sizes.
+NEW_MARKER = b'"In msg nelems"'
+OLD_MARKERS = (b'"nccl:', b'"Input Dims"')
+_ABSENT = msgspec.Raw(b"")
+
+
+class _Args(msgspec.Struct, frozen=True, gc=False, rename={
+        "coll": "Collective name", "in_n": "In msg nelems", "out_n": "Out msg nelems", "group": "Group size",
+        "dims": "Input Dims", "types": "Input type", "corr": "correlation"}):
+    """Raw JSON views, decoded further only for the events kept."""
+
+    coll: msgspec.Raw = _ABSENT
+    dtype: msgspec.Raw = _ABSENT
+    in_n: msgspec.Raw = _ABSENT
+    out_n: msgspec.Raw = _ABSENT
+    group: msgspec.Raw = _ABSENT
+    dims: msgspec.Raw = _ABSENT
+    types: msgspec.Raw = _ABSENT
+    corr: msgspec.Raw = _ABSENT
+
+
+_NO_ARGS = _Args()
+
+
+class _Ev(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    cat: str | None = None
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args = _NO_ARGS
+
+
+class _Other(msgspec.Struct, gc=False, tag_field="ph"):
+    """Every other phase: checked and skipped."""
+
+
+_SKIP = tuple(msgspec.defstruct(f"_CommSkip{ord(t)}", [], bases=(_Other,), tag=t, module=__name__)
+              for t in "iMsfBEIbneCtPONDVvRc(")
+_Event = Union.__getitem__((_Ev, *_SKIP))
+
+
+class _File(msgspec.Struct):
+    traceEvents: list[_Event] | None = None  # type: ignore[valid-type]
+
+
+_FILE = msgspec.json.Decoder(_File)
+_LIST = msgspec.json.Decoder(list[_Event])  # type: ignore[valid-type]
+_ANY = msgspec.json.Decoder()
+
+
+@dataclass
+class CommTable:
+    """Events that describe a collective's message, in file order.
+
+    ``kernel`` is True for a GPU kernel (then ``corr`` is its correlation id), False for a host
+    event (then ``lane`` indexes ``Trace.lanes``, -1 when unknown); times are ns on the trace's
+    clock. ``collective`` is ``args["Collective name"]`` or, for ``nccl:*`` annotations and
+    ``c10d::*`` operators, the name itself; ``in_nelems``, ``out_nelems``, ``group_size`` are -1
+    where not recorded; ``dtype`` is the recorded dtype name ("" when absent); ``dims`` and
+    ``types`` are ``Input Dims`` and ``Input type`` (empty when absent).
+    """
+
+    kernel: np.ndarray
+    corr: np.ndarray
+    lane: np.ndarray
+    ts_ns: np.ndarray
+    dur_ns: np.ndarray
+    name: list[str]
+    collective: list[str]
+    in_nelems: np.ndarray
+    out_nelems: np.ndarray
+    group_size: np.ndarray
+    dtype: list[str]
+    dims: list[list]
+    types: list[list]
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+
+def wanted(raw: bytes | bytearray) -> bool:
+    """Whether the file may record message sizes (a fast byte search)."""
+    return NEW_MARKER in raw or all(m in raw for m in OLD_MARKERS)
+
+
+def read(trace, raw: bytes | bytearray) -> CommTable | None:
+    """The collectives' message facts of the trace loaded from ``raw``; None when the file
+    records none (or its args cannot be read: sizes are then unknown, nothing else changes)."""
+    if not wanted(raw):
+        return None
+    kept = _in_pieces(raw)
+    if kept is None:
+        try:
+            kept = _keep(_decode(raw))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+    return _table(trace, kept) if kept else None
+
+
+def _keep(events: list) -> list[_Ev]:
+    return [e for e in events if isinstance(e, _Ev) and _describes_message(e)]
+
+
+def _in_pieces(raw: bytes | bytearray) -> list[_Ev] | None:
+    """The events kept, from a large file decoded piece by piece (as the loader cuts it,
+    :mod:`gpumagic.trace.pieces`), so that only one piece's structs are alive at a time; None when
+    the file is small, or any piece does not decode (the caller then decodes it at once)."""
+    from gpumagic.trace import pieces
+
+    if len(raw) < pieces.ONE_PROCESS_MIN_BYTES or raw[_start(raw):_start(raw) + 1] != b"{":
+        return None
+    at = pieces.cuts(raw, max(2, len(raw) // pieces.PIECE_BYTES))
+    if not at:
+        return None
+    kept: list[_Ev] = []
+    try:
+        for i in range(len(at) + 1):
+            kept += _keep(_FILE.decode(pieces.piece(raw, at, i)).traceEvents or [])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return kept
+
+
+def _start(raw: bytes | bytearray) -> int:
+    at = 0
+    while at < len(raw) and raw[at:at + 1].isspace():
+        at += 1
+    return at
+
+
+def _decode(raw: bytes | bytearray) -> list:
+    at = _start(raw)
+    if raw[at:at + 1] == b"[":
+        return _LIST.decode(raw)
+    return _FILE.decode(raw).traceEvents or []
+
+
+def _describes_message(e: _Ev) -> bool:
+    a = e.args
+    if len(a.in_n) or len(a.coll):
+        return True
+    n = e.name
+    return (n.startswith(("nccl:", "c10d::")) or n == "record_param_comms") and len(a.dims) > 0
+
+
+def _value(raw: msgspec.Raw):
+    if not len(raw):
+        return None
+    try:
+        return _ANY.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def _int(raw: msgspec.Raw) -> int:
+    """A count as Kineto writes it (a JSON number, sometimes a string of digits); -1 otherwise."""
+    v = _value(raw)
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v.strip())
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62 else -1
+
+
+def _text(raw: msgspec.Raw) -> str:
+    v = _value(raw)
+    return v if isinstance(v, str) else ""
+
+
+def _list(raw: msgspec.Raw) -> list:
+    v = _value(raw)
+    return v if isinstance(v, list) else []
+
+
+def _table(trace, kept: list[_Ev]) -> CommTable | None:
+    base = trace.meta.get("base_time_ns") or 0
+    if not isinstance(base, int) or abs(base) >= 1 << 62:  # as the loader (kineto._base_time_ns)
+        base = 0
+    t0_ns = trace.origin_ns - base
+    ts = np.fromiter((e.ts for e in kept), np.float64, len(kept))
+    dur = np.fromiter((e.dur for e in kept), np.float64, len(kept))
+    ok = times_ok(ts, dur)
+    if not ok.all():
+        kept, ts, dur = [e for e, k in zip(kept, ok.tolist()) if k], ts[ok], dur[ok]
+        if not kept:
+            return None
+    lanes = {(ln.pid, ln.tid): i for i, ln in enumerate(trace.lanes)}
+    is_kernel = np.array([(e.cat or "").lower() == "kernel" for e in kept], dtype=bool)
+    return CommTable(
+        kernel=is_kernel,
+        corr=np.array([_int(e.args.corr) if k else -1 for e, k in zip(kept, is_kernel.tolist())], dtype=np.int64),
+        lane=np.array([-1 if k else lanes.get((_as_int(e.pid), _as_int(e.tid)), -1) for e, k in zip(kept, is_kernel.tolist())],
+                      dtype=np.int64),
+        ts_ns=np.rint(ts * 1000.0 - t0_ns).astype(np.int64),
+        dur_ns=np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64),
+        name=[e.name for e in kept],
+        collective=[_text(e.args.coll) or e.name for e in kept],
+        in_nelems=np.array([_int(e.args.in_n) for e in kept], dtype=np.int64),
+        out_nelems=np.array([_int(e.args.out_n) for e in kept], dtype=np.int64),
+        group_size=np.array([_int(e.args.group) for e in kept], dtype=np.int64),
+        dtype=[_text(e.args.dtype) for e in kept],
+        dims=[_list(e.args.dims) for e in kept],
+        types=[_list(e.args.types) for e in kept],
+    )
