@@ -22,19 +22,19 @@ NOT_CAPTURED = ("not captured: profile with %%gpuprofile --memory (gpumagic.prof
 ALLOCATOR_CACHE = "allocator_cache"
 
 
-def categories_in_window(ctx: Context) -> dict[str, Any] | None:
-    """``{"names", "t_ns", "bytes"}`` of the memory profile's rows inside the window (the row in
-    force at the window's start first), or None without a memory profile."""
-    block = ctx.trace.meta.get("memory_categories")
+def categories_in_window(meta: dict[str, Any], lo: int, hi: int) -> dict[str, Any] | None:
+    """``{"names", "t_ns", "bytes"}`` of the memory profile's rows inside ``[lo, hi]`` (ns from
+    the trace origin; the row in force at ``lo`` first), or None without a memory profile."""
+    block = meta.get("memory_categories")
     if not isinstance(block, dict):
         return None
     t, rows = block["t_ns"], block["bytes"]
-    inside = (t >= ctx.lo) & (t <= ctx.hi)
-    before = np.flatnonzero(t < ctx.lo)
+    inside = (t >= lo) & (t <= hi)
+    before = np.flatnonzero(t < lo)
     keep = np.flatnonzero(inside)
     if before.size:
         keep = np.concatenate([before[-1:], keep])
-    times = np.maximum(t[keep], ctx.lo)
+    times = np.maximum(t[keep], lo)
     return {"names": list(block["categories"]), "t_ns": times, "bytes": rows[keep]}
 
 
@@ -43,7 +43,7 @@ def breakdown(ctx: Context) -> dict[str, Any]:
     block = ctx.trace.meta.get("memory_categories")
     if not isinstance(block, dict):
         return {"categories_missing": _missing(ctx)}
-    window = categories_in_window(ctx)
+    window = categories_in_window(ctx.trace.meta, ctx.lo, ctx.hi)
     if window is None or not len(window["t_ns"]):
         return {"categories_missing": "the memory profile has no moment inside the window",
                 "by_category_device": block["device"] or None}
