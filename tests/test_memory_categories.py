@@ -11,6 +11,7 @@ from tracebuilder import DATA
 
 import gpumagic
 from gpumagic.analysis.oom import FIT_MARGIN, largest_batch, parse_message
+from gpumagic.trace import load
 from gpumagic.trace.kineto import from_bytes
 
 torch = pytest.importorskip("torch")
@@ -96,7 +97,7 @@ def _recorded_block(origin_ns: int, lo: int, names=("parameter", "gradient", "ac
 
 def test_a_recorded_memory_profile_is_read_checked_and_windowed():
     path = os.path.join(DATA, "resnet50_v100_workers0.json.gz")
-    plain = from_bytes(gzip.open(path).read(), "x")
+    plain = load(path)
     report = gpumagic.analyze(path)
     lo = report.metrics.window.start_ns
     raw = _bundle_with(path, {"memory_categories": _recorded_block(plain.origin_ns, lo + 1000)})
@@ -137,12 +138,11 @@ def test_an_out_of_memory_error_gives_the_finding_and_is_reraised_unchanged(tmp_
     model, opt, x, y = _model()
     err = torch.OutOfMemoryError(CUDA_MESSAGE)
     saved = tmp_path / "oom.json.gz"
-    with pytest.raises(torch.OutOfMemoryError) as caught:
-        with gpumagic.profile(memory=True, batch_size=64, nvml=False, save=str(saved)) as run:
-            for i in range(3):
-                _step(model, opt, x, y)
-                if i == 1:
-                    raise err
+    with pytest.raises(torch.OutOfMemoryError) as caught, gpumagic.profile(memory=True, batch_size=64, nvml=False, save=str(saved)) as run:
+        for i in range(3):
+            _step(model, opt, x, y)
+            if i == 1:
+                raise err
     assert caught.value is err
     for report in (run.report, gpumagic.analyze(str(saved))):  # live, and from the saved bundle
         f = report.findings[0]
@@ -179,8 +179,8 @@ def test_without_memory_records_the_finding_still_comes_from_the_exception_alone
 
 
 def test_a_cell_raising_out_of_memory_reraises_the_same_exception(tmp_path):
-    from IPython.utils.capture import capture_output
     from ipyshell import ipython_shell
+    from IPython.utils.capture import capture_output
 
     with ipython_shell("gpumagic") as shell:
         shell.user_ns["oom_error"] = torch.OutOfMemoryError(CUDA_MESSAGE)
