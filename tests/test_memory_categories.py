@@ -56,6 +56,7 @@ def test_a_cpu_capture_with_memory_names_what_filled_it(tmp_path):
     state_bytes = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values())
     assert state_bytes > 2 * param_bytes and cats["optimizer_state"] == state_bytes
     assert cats["parameter"] >= param_bytes and cats["input"] >= x.numel() * 4
+    assert all(mem.at_peak[k] <= v for k, v in cats.items())
     assert 0 <= mem.by_category_peak_ms <= run.report.metrics.window.dur_ms
     top = mem.top_allocations
     assert top and [a.bytes for a in top] == sorted((a.bytes for a in top), reverse=True)
@@ -102,8 +103,10 @@ def test_a_recorded_memory_profile_is_read_checked_and_windowed():
     lo = report.metrics.window.start_ns
     raw = _bundle_with(path, {"memory_categories": _recorded_block(plain.origin_ns, lo + 1000)})
     mem = gpumagic.analyze(from_bytes(raw, "b")).metrics.memory
+    assert {k: v for k, v in mem.at_peak.items() if k != "allocator_cache"} == {
+        "parameter": 100, "gradient": 0, "activation": 700, "unknown": 5}  # adds up to the peak
     assert {k: v for k, v in mem.by_category.items() if k != "allocator_cache"} == {
-        "parameter": 100, "gradient": 0, "activation": 700, "unknown": 5}
+        "parameter": 100, "gradient": 100, "activation": 700, "unknown": 5}  # each one's own peak
     assert mem.by_category_peak_ms == pytest.approx(1.001, abs=1e-6)
     assert mem.top_allocations[0].frame == "train.py(12): step" and mem.top_allocations[0].at_ms == pytest.approx(1.001)
     bad = _recorded_block(plain.origin_ns, lo)

@@ -39,7 +39,9 @@ def categories_in_window(meta: dict[str, Any], lo: int, hi: int) -> dict[str, An
 
 
 def breakdown(ctx: Context) -> dict[str, Any]:
-    """The MemoryMetrics fields ``by_category`` … ``categories_missing`` (see report.metrics)."""
+    """The MemoryMetrics fields ``by_category``, ``at_peak`` … ``categories_missing`` (see
+    report.metrics): each category's own peak over the window, and what held the memory at the
+    window's peak of live bytes (which adds up to that peak)."""
     block = ctx.trace.meta.get("memory_categories")
     if not isinstance(block, dict):
         return {"categories_missing": _missing(ctx)}
@@ -52,20 +54,24 @@ def breakdown(ctx: Context) -> dict[str, Any]:
     at = int(np.argmax(totals))
     peak_t = int(window["t_ns"][at])
     sizes = [int(b) for b in rows[at]]
+    own = [int(b) for b in rows.max(axis=0)]  # the kept rows: each run's fullest moment
     top = None
     exact = block.get("peak_t_ns")
     if (exact is not None and ctx.lo <= exact <= ctx.hi and block.get("peak_bytes") is not None
             and sum(block["peak_bytes"]) >= int(totals[at])):  # the recording's exact peak is the window's
         peak_t, sizes = int(exact), list(block["peak_bytes"])
+        own = [max(a, b) for a, b in zip(own, block.get("category_peaks") or own, strict=True)]
         top = [TopAllocation(bytes=a["bytes"], category=a["category"] or "unknown", frame=a["frame"],
                              module=a["module"], op=a["op"],
                              at_ms=None if a["t_ns"] is None else round((a["t_ns"] - ctx.lo) / 1e6, 3))
                for a in block["top"]]
-    by_category = {n: s for n, s in zip(names, sizes, strict=True)}
+    at_peak = dict(zip(names, sizes, strict=True))
+    by_category = dict(zip(names, [max(a, b) for a, b in zip(own, sizes, strict=True)], strict=True))
     cache = _allocator_cache(ctx, peak_t)
     if cache is not None:
-        by_category[ALLOCATOR_CACHE] = cache
-    return {"by_category": by_category, "by_category_device": block["device"] or None,
+        at_peak[ALLOCATOR_CACHE] = cache
+        by_category[ALLOCATOR_CACHE] = max(cache, _allocator_cache_peak(ctx))
+    return {"by_category": by_category, "at_peak": at_peak, "by_category_device": block["device"] or None,
             "by_category_peak_ms": round((peak_t - ctx.lo) / 1e6, 3), "top_allocations": top}
 
 
@@ -76,6 +82,13 @@ def _missing(ctx: Context) -> str:
     if len(ctx.trace.memory):
         return ("the trace's allocator records carry totals only: " + NOT_CAPTURED.split(": ", 1)[1])
     return NOT_CAPTURED
+
+
+def _allocator_cache_peak(ctx: Context) -> int:
+    """The most reserved − allocated in the primary GPU's allocator records inside the window."""
+    mem = ctx.trace.memory
+    sel = ctx.memory_records() & (mem.ts_ns >= ctx.lo) & (mem.ts_ns <= ctx.hi) & (mem.reserved >= 0) & (mem.allocated >= 0)
+    return int(np.max(mem.reserved[sel] - mem.allocated[sel])) if sel.any() else 0
 
 
 def _allocator_cache(ctx: Context, t_ns: int) -> int | None:

@@ -99,7 +99,7 @@ def fit_for(metrics: Metrics | None, batch: int | None, *, needed_bytes: int | N
     if batch is None or metrics is None:
         return None
     mem = metrics.memory
-    cats = {k: v for k, v in (mem.by_category or {}).items() if k != "allocator_cache"}
+    cats = {k: v for k, v in (mem.at_peak or {}).items() if k != "allocator_cache"}
     peak = sum(cats.values()) if cats else mem.peak_allocated_bytes
     fixed = sum(cats.get(k, 0) for k in FIXED_CATEGORIES) if cats else 0
     peak = max(peak or 0, needed_bytes or 0)
@@ -126,7 +126,8 @@ def out_of_memory(meta: dict[str, Any], metrics: Metrics | None) -> Finding | No
     assert isinstance(error, dict)
     sizes = parse_message(error["message"])
     mem = metrics.memory if metrics is not None else None
-    cats = {k: v for k, v in ((mem.by_category if mem is not None else None) or {}).items()}
+    cats = dict((mem.by_category if mem is not None else None) or {})  # each category's own peak
+    held_at = dict((mem.at_peak if mem is not None else None) or {})
     capacity = sizes["capacity_bytes"] or (mem.capacity_bytes if mem is not None else None)
     unallocated = sizes["unallocated_reserved_bytes"]
     if unallocated is None and "allocator_cache" in cats:
@@ -139,10 +140,10 @@ def out_of_memory(meta: dict[str, Any], metrics: Metrics | None) -> Finding | No
     numbers: dict[str, float | int | str | None] = {
         **{k: v for k, v in sizes.items() if k != "reserved_bytes"},
         "capacity_bytes": capacity, "unallocated_reserved_bytes": unallocated,
-        **{f"{k}_bytes": v for k, v in cats.items()},
+        **{f"{k}_peak_bytes": v for k, v in cats.items()},
         "batch_size": batch, "largest_batch_estimate": fits, "null_because": "; ".join(missing),
     }
-    held = ", ".join(f"{k.replace('_', ' ')} {_size(v)}" for k, v in sorted(cats.items(), key=lambda kv: -kv[1]) if v)
+    held = ", ".join(f"{k.replace('_', ' ')} {_size(v)}" for k, v in sorted(held_at.items(), key=lambda kv: -kv[1]) if v)
     top = (mem.top_allocations or [])[:3] if mem is not None else []
     summary = (f"{error['type']}: the code asked for {_size(sizes['asked_bytes'])}"
                + (f" with {_size(sizes['free_bytes'])} free of {_size(capacity)}" if sizes["free_bytes"] is not None else "")
@@ -159,7 +160,8 @@ def out_of_memory(meta: dict[str, Any], metrics: Metrics | None) -> Finding | No
              "what was recorded up to it. Memory in a training step is parameters, their gradients, the optimizer's "
              "state (Adam keeps two values per parameter), the activations saved for the backward pass (they grow "
              "with the batch), temporaries, and the caching allocator's reserved but unused blocks. The fixes below "
-             "are ordered by how much each would free for this model, where the memory profile says so."),
+             "are ordered by how much each could free at most for this model (each category's own peak), where the "
+             "memory profile says so."),
         evidence=Evidence(summary=summary, numbers=numbers),
         est_gain=0.0, gain_method="not a speed finding: the step did not complete",
         fixes=_fixes(cats, sizes, unallocated, batch, fits), doc_url=DOC)

@@ -11,6 +11,7 @@ exported, so this module reads it on the stopped profiler and hands the bundle a
     {"device": "cuda:0", "categories": ["parameter", ...],
      "t_ns": [...], "bytes": [[...], ...],              # one row per kept moment, profiler clock
      "peak_t_ns": ..., "peak_bytes": [...],            # the moment of the most live bytes
+     "category_peaks": [...],                          # each category's own maximum
      "top": [{"bytes", "category", "frame", "module", "op", "t_ns"}, ...]}
 
 ``t_ns`` are on the profiler's clock, the clock of the trace's ``baseTimeNanoseconds`` + ``ts``
@@ -62,6 +63,7 @@ def category_block(prof: Any, device: str) -> dict[str, Any]:
     peak_total, peak_at = -1, -1
     first_t = next((e[0] for e in events if e[0] >= 0), 0)
     lo, hi = _steps_span(profile)
+    own_peaks = [0] * len(CATEGORIES)
     for n, (t, action, (key, version), nbytes) in enumerate(events):
         _apply(sizes, action, mpmod.Action, column, key, version, nbytes)
         t = first_t if t < 0 else t
@@ -70,18 +72,21 @@ def category_block(prof: Any, device: str) -> dict[str, Any]:
         else:
             times.append(t)
             rows.append(sizes.copy())
-        total = sum(sizes)
-        if total > peak_total and (lo is None or lo <= t <= hi):
-            peak_total, peak_at = total, n
+        if lo is None or lo <= t <= hi:
+            own_peaks = [max(a, b) for a, b in zip(own_peaks, sizes, strict=True)]
+            total = sum(sizes)
+            if total > peak_total:
+                peak_total, peak_at = total, n
     block: dict[str, Any] = {"device": str(dev), "categories": list(CATEGORIES)}
     block["t_ns"], block["bytes"] = _thin(times, rows, MAX_POINTS)
     if peak_at < 0:
-        block.update(peak_t_ns=None, peak_bytes=None, top=[])
+        block.update(peak_t_ns=None, peak_bytes=None, category_peaks=None, top=[])
         return block
     live = _live_at(events[:peak_at + 1], mpmod.Action)
     peak_t = events[peak_at][0]
     block["peak_t_ns"] = first_t if peak_t < 0 else peak_t
     block["peak_bytes"] = _sum_by_column(live, column)
+    block["category_peaks"] = own_peaks
     block["top"] = _top(profile, live, column, mpmod, TOP_ALLOCATIONS)
     return block
 

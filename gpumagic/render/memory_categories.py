@@ -1,6 +1,6 @@
 """What filled memory: the memory profile by category as a stacked chart over the step, a table of
-the categories at the peak and of the largest allocations then (``metrics.memory.by_category``,
-``top_allocations``). The Memory tab (HTML, widget) and the text view call these.
+the categories at the peak (``metrics.memory.at_peak``) with each one's own peak (``by_category``),
+and of the largest allocations then (``top_allocations``). The Memory tab (HTML, widget) and the text view call these.
 
 matplotlib's object-oriented API only, like :mod:`gpumagic.render.charts`.
 """
@@ -104,13 +104,16 @@ def categories_html(report: Report, png: bytes | None) -> str:
     if not mem.by_category:
         why = mem.categories_missing or "not recorded"
         return f'<h4>What filled memory</h4><p class="gm-muted">Memory by category: {escape(why)}.</p>'
-    total = sum(mem.by_category.values()) or 1
-    rows = "".join(f"<tr><td>{escape(_label(k))}</td><td>{fmt_bytes(v)}</td><td>{100 * v / total:.0f} %</td></tr>"
-                   for k, v in sorted(mem.by_category.items(), key=lambda kv: -kv[1]) if v)
-    out = [f"<h4>What filled memory</h4><p>At the peak, {fmt_ms(mem.by_category_peak_ms)} into the window "
-           f"({escape(mem.by_category_device or '')}; torch.profiler's memory profile):</p>"
-           f'<div class="gm-scroll"><table class="gm-table"><thead><tr><th>category</th><th>bytes</th><th>share</th>'
-           f"</tr></thead><tbody>{rows}</tbody></table></div>"]
+    at = mem.at_peak or {}
+    total = sum(v for k, v in at.items() if k != "allocator_cache") or 1
+    rows = "".join(f"<tr><td>{escape(_label(k))}</td><td>{fmt_bytes(at.get(k))}</td><td>{100 * at.get(k, 0) / total:.0f} %</td>"
+                   f"<td>{fmt_bytes(v)}</td></tr>"
+                   for k, v in sorted(mem.by_category.items(), key=lambda kv: -at.get(kv[0], 0)) if v)
+    out = [f"<h4>What filled memory</h4><p>At the peak of live bytes, {fmt_ms(mem.by_category_peak_ms)} into the "
+           f"window ({escape(mem.by_category_device or '')}; torch.profiler's memory profile), and each category's own "
+           "peak over the window:</p>"
+           '<div class="gm-scroll"><table class="gm-table"><thead><tr><th>category</th><th>at the peak</th>'
+           f"<th>share</th><th>own peak</th></tr></thead><tbody>{rows}</tbody></table></div>"]
     if mem.top_allocations:
         items = "".join(
             f"<tr><td>{fmt_bytes(a.bytes)}</td><td>{escape(_label(a.category))}</td>"
@@ -132,7 +135,9 @@ def categories_text(report: Report) -> list[str]:
         return []
     if not mem.by_category:  # why is in the JSON and the Memory tab; the text stays short
         return []
-    parts = ", ".join(f"{_label(k)} {fmt_bytes(v)}" for k, v in sorted(mem.by_category.items(), key=lambda kv: -kv[1]) if v)
+    at = mem.at_peak or {}
+    parts = ", ".join(f"{_label(k)} {fmt_bytes(at.get(k))} (own peak {fmt_bytes(v)})"
+                      for k, v in sorted(mem.by_category.items(), key=lambda kv: -at.get(kv[0], 0)) if v)
     lines = [f"BY CATEGORY at the peak ({fmt_ms(mem.by_category_peak_ms)} into the window): {parts}"]
     for a in (mem.top_allocations or [])[:3]:
         lines.append(f"  {fmt_bytes(a.bytes)} {_label(a.category)} from {a.frame or 'before the recording'}"

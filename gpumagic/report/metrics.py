@@ -312,12 +312,15 @@ class MemoryMetrics(Record, frozen=True, omit_defaults=True):
     pool: Annotated[bool | None, _d("memory held up front (allocated moved ≤ 5 % of the device, no driver allocation): "
                                     "a serving engine's pool, not pressure; null when unknown")] = None
     by_category: Annotated[dict[str, int] | None, _d(
-        "what filled memory at the window's peak of live bytes: category (parameter, optimizer_state, gradient, "
-        "activation, temporary, input, autograd_detail, unknown — torch.profiler's memory profile — and "
-        "allocator_cache, reserved − allocated then, with CUDA allocator records) -> bytes held (bytes); null "
-        "without a memory profile (see categories_missing)")] = None
+        "peak memory by category over the window: category (parameter, optimizer_state, gradient, activation, "
+        "temporary, input, autograd_detail, unknown — torch.profiler's memory profile — and allocator_cache, "
+        "reserved − allocated, with CUDA allocator records) -> that category's own peak (bytes); null without a "
+        "memory profile (see categories_missing)")] = None
+    at_peak: Annotated[dict[str, int] | None, _d(
+        "what held the memory at the window's peak of live bytes: the same categories -> bytes then (bytes; the "
+        "torch categories add up to that peak)")] = None
     by_category_device: Annotated[str | None, _d("the device by_category describes ('cuda:0', 'cpu')")] = None
-    by_category_peak_ms: Annotated[float | None, _d("when by_category was taken: the peak (ms after the window's start)")] = None
+    by_category_peak_ms: Annotated[float | None, _d("when at_peak was taken: the peak of live bytes (ms after the window's start)")] = None
     top_allocations: Annotated[list[TopAllocation] | None, _d(
         "the largest allocations live at that peak, largest first; null when the recording's peak lies outside "
         "the window or there is no memory profile")] = None

@@ -103,7 +103,8 @@ _TOP_TEXT = ("category", "frame", "module", "op")
 def _memory_categories(trace: Trace, block: Any) -> None:
     """``meta["memory_categories"]`` (written by capture.memcats), its times made trace-relative:
     ``categories`` (names), ``t_ns`` (1-D int64), ``bytes`` (2-D int64, one row per time, one
-    column per category), ``peak_t_ns``, ``peak_bytes`` (one per category), ``top`` (dicts)."""
+    column per category), ``peak_t_ns``, ``peak_bytes`` (one per category), ``category_peaks`` (each category's own
+    maximum, or None), ``top`` (dicts)."""
     def bad() -> None:
         trace.notes.append("The gpumagic section's memory categories are not valid; they were ignored.")
 
@@ -128,6 +129,9 @@ def _memory_categories(trace: Trace, block: Any) -> None:
     if has_peak and (peak_t is None or abs(peak_t) >= EPOCH_LIMIT_NS or peak is None
                      or peak.dtype.kind != "i" or peak.shape != (len(names),)):
         return bad()
+    own = _numbers(block.get("category_peaks")) if block.get("category_peaks") is not None else None
+    if own is not None and (own.dtype.kind != "i" or own.shape != (len(names),)):
+        return bad()
     top = block.get("top") or []
     if not isinstance(top, list) or not all(_top_ok(a) for a in top):
         return bad()
@@ -139,6 +143,7 @@ def _memory_categories(trace: Trace, block: Any) -> None:
         "bytes": rows.astype(np.int64),
         "peak_t_ns": peak_t - origin if peak_t is not None else None,
         "peak_bytes": [int(b) for b in peak] if has_peak and peak is not None else None,
+        "category_peaks": None if own is None else [int(b) for b in own],
         "top": [{"bytes": int(a["bytes"]), "t_ns": None if a.get("t_ns") is None else a["t_ns"] - origin,
                  **{k: (a.get(k) or None) and str(a[k])[:300] for k in _TOP_TEXT}} for a in top[:100]],
     }

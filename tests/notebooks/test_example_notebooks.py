@@ -112,9 +112,9 @@ def run_notebook(tmp_path):
 # -- the committed files --------------------------------------------------------------------------
 
 
-def test_the_twelve_notebooks_are_found():
-    assert len(NAMES) == 12 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
-    assert NAMES[-1] == "12_huggingface_beyond_workers"
+def test_the_thirteen_notebooks_are_found():
+    assert len(NAMES) == 13 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
+    assert NAMES[11] == "12_huggingface_beyond_workers" and NAMES[-1] == "13_what_filled_my_gpu"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -336,3 +336,19 @@ def test_huggingface_beyond_workers(run_notebook):
     checks = output_of(nb, "for nan_inf_filter in (True, False):")
     assert "logging_nan_inf_filter default: True" in checks
     assert "logging_nan_inf_filter=True: 8 host-side tests" in checks and "logging_nan_inf_filter=False: 0 host-side" in checks
+
+
+def test_what_filled_my_gpu(run_notebook):
+    nb = run_notebook("13_what_filled_my_gpu")
+    cats = output_of(nb, "mem = rep.metrics.memory")
+    profiled = re.search(r"optimizer_state +([\d.]+) MiB", cats)
+    counted = re.search(r"counted from opt.state: ([\d.]+) MiB", cats)
+    assert profiled and counted and profiled.group(1) == counted.group(1)  # the profile matches opt.state
+    grows = output_of(nb, "model4, opt4, x4, y4 = make(4096)")
+    ratio = float(re.search(r"activations at 4x the batch: ([\d.]+)x", grows).group(1))
+    assert 3.0 <= ratio <= 5.0  # activations grow with the batch, the optimizer state does not
+    oom = cell_with(nb, "raise OOM")
+    assert [o.ename for o in oom.outputs if o.output_type == "error"] == ["OutOfMemoryError"]
+    finding = output_of(nb, "f = rep_oom.findings[0]")
+    assert finding.startswith("out-of-memory") and "Largest batch estimated to fit" in finding
+    check_gpu_cells(nb)
