@@ -152,7 +152,7 @@ def out_of_memory(meta: dict[str, Any], metrics: Metrics | None) -> Finding | No
                + (f" At the recorded peak: {held}." if held else " What held the memory was not recorded (profile with --memory).")
                + ("".join(f" {_size(a.bytes)} {a.category} from {a.frame or 'before the recording'}"
                           + (f" ({a.op})" if a.op else "") + ";" for a in top).rstrip(";") + ("." if top else ""))
-               + (f" Largest batch estimated to fit with a {FIT_MARGIN:.0%} margin: {fits} (now {batch}; an estimate "
+               + (f" Largest batch estimated to fit with a {FIT_MARGIN * 100:.0f} % margin: {fits} (now {batch}; an estimate "
                   "that assumes activation memory grows in proportion to the batch)." if fits is not None else ""))
     return Finding(
         id=FINDING_ID, severity="high", title=f"Out of memory: asked for {_size(sizes['asked_bytes'])}",

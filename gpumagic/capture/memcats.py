@@ -60,12 +60,14 @@ def category_block(prof: Any, device: str) -> dict[str, Any]:
     times: list[int] = []
     rows: list[list[int]] = []
     sizes = [0] * len(CATEGORIES)
-    peak_total, peak_at = -1, -1
+    peak_total, peak_at, peak_sizes = -1, -1, sizes
     first_t = next((e[0] for e in events if e[0] >= 0), 0)
     lo, hi = _steps_span(profile)
     own_peaks = [0] * len(CATEGORIES)
     for n, (t, action, (key, version), nbytes) in enumerate(events):
         _apply(sizes, action, mpmod.Action, column, key, version, nbytes)
+        if n + 1 < len(events) and events[n + 1][0] == t:
+            continue  # a moment is the state after all of its events (as torch's timeline coalesces them)
         t = first_t if t < 0 else t
         if times and times[-1] == t:
             rows[-1] = sizes.copy()
@@ -76,17 +78,17 @@ def category_block(prof: Any, device: str) -> dict[str, Any]:
             own_peaks = [max(a, b) for a, b in zip(own_peaks, sizes, strict=True)]
             total = sum(sizes)
             if total > peak_total:
-                peak_total, peak_at = total, n
+                peak_total, peak_at, peak_sizes = total, n, sizes.copy()
     block: dict[str, Any] = {"device": str(dev), "categories": list(CATEGORIES)}
     block["t_ns"], block["bytes"] = _thin(times, rows, MAX_POINTS)
     if peak_at < 0:
         block.update(peak_t_ns=None, peak_bytes=None, category_peaks=None, top=[])
         return block
-    live = _live_at(events[:peak_at + 1], mpmod.Action)
     peak_t = events[peak_at][0]
     block["peak_t_ns"] = first_t if peak_t < 0 else peak_t
-    block["peak_bytes"] = _sum_by_column(live, column)
+    block["peak_bytes"] = peak_sizes
     block["category_peaks"] = own_peaks
+    live = _live_at(events[:peak_at + 1], mpmod)
     block["top"] = _top(profile, live, column, mpmod, TOP_ALLOCATIONS)
     return block
 
@@ -112,10 +114,14 @@ def _apply(sizes: list[int], action: Any, actions: Any, column: Any, key: Any, v
         sizes[column(key, version)] -= int(nbytes)
 
 
-def _live_at(events: list, actions: Any) -> dict[Any, list]:
-    """``{key: [version, bytes, created_t_ns or -1]}`` of the allocations live after ``events``."""
+def _live_at(events: list, mpmod: Any) -> dict[Any, list]:
+    """``{key: [version, bytes, created_t_ns or -1]}`` of the tensors live after ``events``
+    (allocations without a tensor id all share one ``Key(device)``: they are not listed)."""
+    actions = mpmod.Action
     live: dict[Any, list] = {}
     for t, action, (key, version), nbytes in events:
+        if not isinstance(key, mpmod.TensorKey):
+            continue
         if action in (actions.PREEXISTING, actions.CREATE):
             live[key] = [version, int(nbytes), t if action == actions.CREATE else -1]
         elif action == actions.INCREMENT_VERSION and key in live:
@@ -125,18 +131,11 @@ def _live_at(events: list, actions: Any) -> dict[Any, list]:
     return live
 
 
-def _sum_by_column(live: dict[Any, list], column: Any) -> list[int]:
-    out = [0] * len(CATEGORIES)
-    for key, (version, nbytes, _t) in live.items():
-        out[column(key, version)] += nbytes
-    return out
-
-
 def _top(profile: Any, live: dict[Any, list], column: Any, mpmod: Any, limit: int) -> list[dict[str, Any]]:
     """The ``limit`` largest live allocations, each with the Python frame (outside torch), the
     ``nn.Module`` and the operator that made it (None for one made before the recording)."""
     largest = sorted(live.items(), key=lambda kv: -kv[1][1])[:limit]
-    wanted = {key for key, _ in largest if isinstance(key, mpmod.TensorKey)}
+    wanted = {key for key, _ in largest}
     made: dict[Any, Any] = {}
     from torch._C._profiler import _EventType
 
