@@ -11,6 +11,7 @@ from gpumagic.analysis import segments, selfcheck
 from gpumagic.analysis.context import Context, build_context
 from gpumagic.analysis.gains import IDLE_TYPE, apportion
 from gpumagic.analysis.names import long_names_note
+from gpumagic.analysis.oom import out_of_memory
 from gpumagic.analysis.operators import TOP_OPERATORS
 from gpumagic.analysis.rules import CAUSE_RULES, RESIDUAL_RULE, STEADY_IDS, STEADY_RULES
 from gpumagic.report.metrics import Metrics
@@ -57,7 +58,8 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
     if ctx.window_source == "trace":
         notes.append("No ProfilerStep# markers: the window is the whole trace.")
     notes += filter(None, [long_names_note(trace.names)])  # names past MAX_NAME_CHARS: classified on a prefix
-    return Report(metrics=metrics, findings=sort_findings(findings), notes=notes, trace=trace,
+    oom = out_of_memory(trace.meta, metrics)  # from the code's error alone, after everything that may drop findings
+    return Report(metrics=metrics, findings=([oom] if oom else []) + sort_findings(findings), notes=notes, trace=trace,
                   label=label or str(trace.meta.get("label") or ""), combined_gain=combined)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
-from gpumagic.analysis import copysizes, critical_path, energy, everystep, flops, operators, phases, segments
+from gpumagic.analysis import copysizes, critical_path, energy, everystep, flops, memcats, operators, phases, segments
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import (
@@ -409,7 +409,8 @@ def _memory(ctx: Context) -> MemoryMetrics:
     pool = _pool(ctx, sel, cap)
     return MemoryMetrics(peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, capacity_bytes=cap,
                          peak_frac=frac, source=source, nvml_peak_used_bytes=nvml,
-                         allocated_range_bytes=pool["allocated_range_bytes"], pool=pool["pool"])
+                         allocated_range_bytes=pool["allocated_range_bytes"], pool=pool["pool"],
+                         **memcats.breakdown(ctx))
 
 
 #: A deliberate pool: allocated memory moves by at most 5 % of the device across the window's

@@ -45,9 +45,11 @@ SAVED_FILE_MODE = 0o644
 
 def make_section(*, label: str, notes: list[str], capture: dict[str, Any], machine: dict[str, Any],
                  versions: dict[str, str], anchor_epoch_ns: int | None,
-                 samples: dict[str, dict[str, list]], loader_stages: dict[str, Any] | None = None) -> dict[str, Any]:
+                 samples: dict[str, dict[str, list]], loader_stages: dict[str, Any] | None = None,
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``"gpumagic"`` block; ``samples`` blocks that are empty are left out, and
-    ``loader_stages`` when None."""
+    ``loader_stages`` when None. ``extra``: blocks added as they are (``error``: what the profiled
+    code raised; ``memory_categories``)."""
     section = {
         "format": BUNDLE_FORMAT,
         "label": label,
@@ -57,10 +59,33 @@ def make_section(*, label: str, notes: list[str], capture: dict[str, Any], machi
         "versions": versions,
         "clock": {"anchor_epoch_ns": anchor_epoch_ns, "anchor_name": CLOCK_ANCHOR},
         "samples": {k: v for k, v in samples.items() if v},
+        **(extra or {}),
     }
     if loader_stages is not None:
         section["loader_stages"] = loader_stages
     return section
+
+
+#: The longest error message kept in a bundle (an out-of-memory message is ~600 characters).
+ERROR_MESSAGE_CHARS = 4000
+
+
+def error_block(error: BaseException) -> dict[str, Any]:
+    """What the profiled code raised, as plain data: ``type`` (its class's name), ``types`` (the
+    names along its class's MRO, so ``torch.OutOfMemoryError`` is known without torch) and
+    ``message`` (``str(error)``, at most :data:`ERROR_MESSAGE_CHARS` characters)."""
+    try:
+        message = str(error)
+    except Exception:  # a broken __str__ is no reason to lose the bundle
+        message = ""
+    return {"type": type(error).__name__, "types": [c.__name__ for c in type(error).__mro__],
+            "message": message[:ERROR_MESSAGE_CHARS]}
+
+
+def shorten_block(block: dict[str, Any], cwd: str, home: str) -> dict[str, Any]:
+    """``block`` with its Python frames' paths shortened as :func:`shorten_paths` does."""
+    encoded = json.dumps(block, allow_nan=False, separators=(",", ":")).encode()
+    return json.loads(shorten_paths(encoded, cwd=cwd, home=home))
 
 
 def splice(kineto_json: bytes, section: dict[str, Any]) -> bytes:

@@ -45,6 +45,9 @@ class CaptureOptions:
     ``top_ops``: operators the report's Operators table lists (``metrics.operators.top``).
     ``loader_stages`` times each stage of a DataLoader iterated while recording, in the main process
     and in its workers (:mod:`gpumagic.capture.stages`); on by default.
+    ``batch_size``: the batch the code trains on, when known: the ``out-of-memory`` finding then
+    estimates the largest batch that would fit. ``memory`` also turns on shapes and stacks, which
+    torch's memory profile by category needs.
     """
 
     label: str = ""
@@ -62,12 +65,15 @@ class CaptureOptions:
     flops: bool = False
     top_ops: int = 20
     loader_stages: bool = True
+    batch_size: int | None = None
 
     def __post_init__(self) -> None:
         _check_int("skip", self.skip, 0)
         _check_int("steps", self.steps, 1)
         _check_int("interval_ms", self.interval_ms, MIN_INTERVAL_MS, MAX_INTERVAL_MS)
         _check_int("top_ops", self.top_ops, 0, MAX_COUNT)
+        if self.batch_size is not None:
+            _check_int("batch_size", self.batch_size, 1)
         if self.max_seconds is not None:
             ok = isinstance(self.max_seconds, (int, float)) and not isinstance(self.max_seconds, bool)
             if not ok or not math.isfinite(self.max_seconds) or not 0 < self.max_seconds <= MAX_SECONDS_LIMIT:
@@ -105,11 +111,12 @@ class CaptureOptions:
             "max_seconds": self.cap_seconds,
             "interval_ms": self.interval_ms,
             "nvml": self.nvml,
-            "record_shapes": self.shapes or self.flops,
+            "record_shapes": self.shapes or self.flops or self.memory,
             "with_flops": self.flops,
-            "with_stack": self.stack,
+            "with_stack": self.stack or self.memory,
             "profile_memory": self.memory,
             "loader_stages": self.loader_stages,
+            "batch_size": self.batch_size,
         }
 
 

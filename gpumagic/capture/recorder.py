@@ -104,6 +104,10 @@ class TorchRecorder:
         #: True once other code took the profiler over; nothing of ours is then exported.
         self.taken_over = False
         self._watch: TakeoverWatch | None = None
+        #: With ``memory``: torch's memory profile by category (:mod:`gpumagic.capture.memcats`),
+        #: read at :meth:`export`, or why it could not be (a note).
+        self.memory_categories: dict | None = None
+        self.memory_categories_error: str | None = None
 
     def _note_takeover(self) -> None:
         self.taken_over = True
@@ -116,8 +120,10 @@ class TorchRecorder:
         with tp.record_function("gpumagic::warmup"):  # first use costs ~1 ms: keep it off the anchor
             pass
         activities = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if self.cuda else [])
-        prof = tp.profile(activities=activities, record_shapes=self.options.shapes or self.options.flops,
-                          with_stack=self.options.stack, profile_memory=self.options.memory,
+        # torch's memory categories (capture.memcats) need shapes and stacks besides memory records
+        memory = self.options.memory
+        prof = tp.profile(activities=activities, record_shapes=self.options.shapes or self.options.flops or memory,
+                          with_stack=self.options.stack or memory, profile_memory=memory,
                           with_flops=self.options.flops)
         with profiler_warnings_hidden():
             prof.start()
@@ -193,12 +199,26 @@ class TorchRecorder:
         try:
             with profiler_warnings_hidden():
                 counts = _flop_counts(self._prof) if self.options.flops else {}
+                if self.options.memory:
+                    self._read_memory_categories()
                 self._prof.export_chrome_trace(path)
             raw = Path(path).read_bytes()
             return _with_flops(raw, counts) if counts else raw
         finally:
             os.unlink(path)
             self._prof = None
+
+
+    def _read_memory_categories(self) -> None:
+        import torch
+
+        from gpumagic.capture.memcats import category_block
+
+        device = f"cuda:{torch.cuda.current_device()}" if self.cuda else "cpu"
+        try:
+            self.memory_categories = category_block(self._prof, device)
+        except Exception as exc:  # a private torch API: a note, never the user's error
+            self.memory_categories_error = f"{type(exc).__name__}: {exc}"[:300]
 
 
 def _flop_counts(prof) -> dict[int, tuple[str, int]]:

@@ -77,6 +77,7 @@ class CaptureSession:
         self._partial_step: int | None = None
         self._deferred_error: BaseException | None = None
         self._stages: LoaderStages | None = None
+        self._error: BaseException | None = None
 
     @property
     def notes(self) -> list[str]:
@@ -237,6 +238,7 @@ class CaptureSession:
             err = self._deferred_error
             raise CaptureError(f"profiling failed while the code ran ({type(err).__name__}: {err})") from err
         self._add_outcome_notes(error)
+        self._error = error
         checkpoint("export")
         if self._recorder.taken_over:
             self.notes.insert(0, TAKEN_OVER_NOTE)
@@ -312,6 +314,9 @@ class CaptureSession:
 
     def _build(self, raw: bytes) -> None:
         checkpoint("build")
+        if self._recorder.memory_categories_error:
+            self.notes.append(f"Memory by category was not computed (torch's memory profiler failed: "
+                              f"{self._recorder.memory_categories_error}).")
         raw = bundle.scrub_identity(nest_step_markers(raw))
         raw = bundle.shorten_paths(raw, cwd=_cwd(), home=os.path.expanduser("~"))
         if self._partial_step is not None:
@@ -319,7 +324,8 @@ class CaptureSession:
         section = bundle.make_section(
             label=self.options.label, notes=self.notes, capture=self._capture_facts(),
             machine=machine_info(self._nvml_driver), versions=versions(), anchor_epoch_ns=self._anchor_ns,
-            samples=self._sample_columns(), loader_stages=self._stages.result if self._stages else None)
+            samples=self._sample_columns(), loader_stages=self._stages.result if self._stages else None,
+            extra=self._extra_blocks())
         if self._timer is not None:
             section["every_step"] = self._timer.section()
         self.run.bundle = bundle.splice(raw, section)
@@ -328,6 +334,17 @@ class CaptureSession:
         if self.options.save:
             checkpoint("save")
             self._save(self.options.save)
+
+    def _extra_blocks(self) -> dict[str, Any]:
+        """The memory categories (``--memory``) and the code's error, for the bundle."""
+        out: dict[str, Any] = {}
+        if self._error is not None:
+            out["error"] = bundle.error_block(self._error)
+        rec = self._recorder
+        if rec is not None and rec.memory_categories is not None:
+            out["memory_categories"] = bundle.shorten_block(rec.memory_categories, cwd=_cwd(),
+                                                            home=os.path.expanduser("~"))
+        return out
 
     def _save(self, path: str) -> None:
         """Save the bundle; a failure (full disk, folder gone) keeps the report and says why."""

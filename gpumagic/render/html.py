@@ -51,6 +51,7 @@ class Images:
 
     timeline_png: bytes | None = None
     memory_png: bytes | None = None
+    categories_png: bytes | None = None
 
 
 def render_images(report: Report) -> Images:
@@ -58,10 +59,12 @@ def render_images(report: Report) -> Images:
     if report.trace is None:
         return Images()
     from gpumagic.render.charts import memory_figure
+    from gpumagic.render.memory_categories import categories_png
     from gpumagic.render.timeline import figure_png, timeline_png
 
     mem = memory_figure(report)
-    return Images(timeline_png=timeline_png(report), memory_png=figure_png(mem) if mem is not None else None)
+    return Images(timeline_png=timeline_png(report), memory_png=figure_png(mem) if mem is not None else None,
+                  categories_png=categories_png(report))
 
 
 def report_html(report: Report, images: Images | None = None, *, live_token: str = "") -> str:
@@ -78,7 +81,7 @@ def report_html(report: Report, images: Images | None = None, *, live_token: str
         _section("Breakdown", breakdown_html(report), "breakdown"),
         _section("Kernels and copies", kernels_html(report), "kernels"),
         _section("Operators", operators_html(report), "operators"),
-        _section("Memory", memory_html(report, images.memory_png), "memory"),
+        _section("Memory", memory_html(report, images.memory_png, images.categories_png), "memory"),
         _section("Notes", notes_html(report), "notes"),
     ]
     return wrap("".join(sections), static=True, live_token=live_token)
@@ -269,7 +272,7 @@ def _copy_row(g: CopyGroupMetrics) -> str:
 # -- memory and notes -----------------------------------------------------------------------------
 
 
-def memory_html(report: Report, png: bytes | None) -> str:
+def memory_html(report: Report, png: bytes | None, categories_png: bytes | None = None) -> str:
     mem = None if report.metrics is None else report.metrics.memory
     cap = None if mem is None else mem.capacity_bytes
     peak = None if mem is None else (mem.peak_reserved_bytes or mem.peak_allocated_bytes or mem.nvml_peak_used_bytes)
@@ -295,6 +298,9 @@ def memory_html(report: Report, png: bytes | None) -> str:
             lines.append(f'<div class="gm-meter" title="peak / capacity"><span style="width:{min(frac, 1) * 100:.1f}%"></span></div>')
     if png is not None:
         lines.append(f'<img class="gm-figure gm-memory" alt="GPU memory over time" src="{png_data_uri(png)}">')
+    from gpumagic.render.memory_categories import categories_html
+
+    lines.append(categories_html(report, categories_png))
     return "".join(lines)
 
 

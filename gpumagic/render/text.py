@@ -236,12 +236,15 @@ def _kernels(report: Report, width: int) -> str:
 def _memory(report: Report, width: int) -> str:
     mem = None if report.metrics is None else report.metrics.memory
     peak = None if mem is None else (mem.peak_reserved_bytes or mem.peak_allocated_bytes or mem.nvml_peak_used_bytes)
+    from gpumagic.render.memory_categories import categories_text
+
+    extra = [x for line in categories_text(report) for x in wrap(line, width, subsequent="    ")]
     if mem is None or peak is None:
-        return "\n".join(wrap("MEMORY not recorded (no allocator records, no NVML samples)", width, subsequent="  "))
+        return "\n".join(wrap("MEMORY not recorded (no allocator records, no NVML samples)", width, subsequent="  ") + extra)
     return "\n".join(wrap(
         f"MEMORY peak {fmt_bytes(peak)} of {fmt_bytes(mem.capacity_bytes)} "
         f"({fmt_pct(mem.peak_frac)}; source: {mem.source})", width, subsequent="  "
-    ))
+    ) + extra)
 
 
 def _notes(report: Report, width: int) -> str:

@@ -321,6 +321,19 @@ class SyncMetrics(Record, frozen=True):
 # -- memory, communication, host -------------------------------------------------------------
 
 
+class TopAllocation(Record, frozen=True):
+    """One of the largest allocations live at the memory peak (torch.profiler's memory profile)."""
+
+    bytes: Annotated[int, _d("size of the allocation (bytes)")]
+    category: Annotated[str, _d("what it holds: one of the by_category names except allocator_cache")]
+    frame: Annotated[str | None, _d("the Python frame outside torch that made it ('train.py(12): step'); null when "
+                                    "made before the recording or not known")]
+    module: Annotated[str | None, _d("the innermost nn.Module it was made in ('Linear_0'); null when none")]
+    op: Annotated[str | None, _d("the innermost operator that made it ('aten::addmm'); null when none")]
+    at_ms: Annotated[float | None, _d("when it was made (ms after the window's start; negative before it); null "
+                                      "when made before the recording")]
+
+
 class MemoryMetrics(Record, frozen=True, omit_defaults=True):
     """The primary GPU's memory (its CUDA or HIP allocator records, else NVML samples)."""
 
@@ -334,6 +347,20 @@ class MemoryMetrics(Record, frozen=True, omit_defaults=True):
     allocated_range_bytes: Annotated[int | None, _d("max − min allocated over the window's allocator records (bytes)")] = None
     pool: Annotated[bool | None, _d("memory held up front (allocated moved ≤ 5 % of the device, no driver allocation): "
                                     "a serving engine's pool, not pressure; null when unknown")] = None
+    by_category: Annotated[dict[str, int] | None, _d(
+        "peak memory by category over the window: category (parameter, optimizer_state, gradient, activation, "
+        "temporary, input, autograd_detail, unknown — torch.profiler's memory profile — and allocator_cache, "
+        "reserved − allocated, with CUDA allocator records) -> that category's own peak (bytes); null without a "
+        "memory profile (see categories_missing)")] = None
+    at_peak: Annotated[dict[str, int] | None, _d(
+        "what held the memory at the window's peak of live bytes: the same categories -> bytes then (bytes; the "
+        "torch categories add up to that peak)")] = None
+    by_category_device: Annotated[str | None, _d("the device by_category describes ('cuda:0', 'cpu')")] = None
+    by_category_peak_ms: Annotated[float | None, _d("when at_peak was taken: the peak of live bytes (ms after the window's start)")] = None
+    top_allocations: Annotated[list[TopAllocation] | None, _d(
+        "the largest allocations live at that peak, largest first; null when the recording's peak lies outside "
+        "the window or there is no memory profile")] = None
+    categories_missing: Annotated[str | None, _d("why by_category is null (e.g. not captured with --memory)")] = None
 
 
 class CommunicationMetrics(Record, frozen=True):

@@ -83,8 +83,10 @@ class profile:
     Options: ``label``, ``skip`` (optimizer steps left out as warm-up, default 1), ``steps``
     (steps recorded, default 5), ``all_steps`` (record everything), ``max_seconds`` (cap while
     no optimizer step has run, default 5), ``interval_ms`` (NVML/CPU sampling, default 100),
-    ``nvml``, ``cpu`` (the samplers), ``shapes``, ``flops`` (FLOP counts, shapes too), ``stack``, ``memory``,
-    ``loader_stages`` (time the DataLoader's stages, default True), ``save`` (bundle path),
+    ``nvml``, ``cpu`` (the samplers), ``shapes``, ``flops`` (FLOP counts, shapes too), ``stack``, ``memory``
+    (allocations and memory by category; shapes and stacks too), ``loader_stages`` (time the
+    DataLoader's stages, default True), ``batch_size`` (for the ``out-of-memory`` finding's
+    largest-batch estimate), ``save`` (bundle path),
     ``display`` (None: only in a notebook).
     A decorated function keeps its return value; its latest run is ``func.last_run``.
     """

@@ -58,6 +58,7 @@ class _ProfileSteps:
         self.report: Report | None = None
         self._profiler = None
         self._start_at: int | None = None  # global step after which recording starts; None: not profiling
+        self._batch_size: int | None = None  # the TrainingArguments' per-device batch, for the capture
 
     @property
     def is_recording(self) -> bool:
@@ -67,6 +68,8 @@ class _ProfileSteps:
         self.close()
         self.run = self.report = None
         self._start_at = None
+        batch = getattr(args, "per_device_train_batch_size", None)
+        self._batch_size = batch if type(batch) is int and batch > 0 else None  # for the out-of-memory estimate
         if state.is_world_process_zero or self.all_ranks:
             self._start_at = state.global_step + self.skip
             if self.skip == 0:
@@ -93,7 +96,10 @@ class _ProfileSteps:
         from gpumagic.capture import CaptureError
         from gpumagic.shells.api import Profiler
 
-        profiler = Profiler(display=False, label=self.label, skip=0, steps=self.steps, **self.options)
+        options = dict(self.options)
+        if self._batch_size is not None:
+            options.setdefault("batch_size", self._batch_size)
+        profiler = Profiler(display=False, label=self.label, skip=0, steps=self.steps, **options)
         profiler.record = False  # _finish records the report with its TrainingArguments fixes
         try:
             profiler.start()

@@ -59,7 +59,8 @@ class GpuProfileMagics(Magics):
     @argument("--top-ops", type=int, default=20, metavar="N",
               help="operators listed in the report's Operators table, by GPU time (default 20)")
     @argument("--stack", action="store_true", help="record Python call stacks (adds overhead)")
-    @argument("--memory", action="store_true", help="record allocator events (adds overhead)")
+    @argument("--memory", action="store_true", help="record allocator events and memory by category (adds overhead)")
+    @argument("--batch-size", type=int, default=None, help="the batch size, for the out-of-memory finding's estimate")
     @argument("statement", nargs="*", help="line magic only: the statement to profile")
     @needs_local_scope
     @line_cell_magic
@@ -201,7 +202,8 @@ def _capture_options(args) -> CaptureOptions:
             label=args.label or "", skip=args.skip, steps=args.steps, all_steps=args.all_steps,
             max_seconds=args.max_seconds, interval_ms=args.interval_ms, nvml=not args.no_nvml,
             shapes=args.shapes, stack=args.stack, memory=args.memory, save=args.save,
-            flops=args.flops, top_ops=args.top_ops, loader_stages=not args.no_loader_stages)
+            flops=args.flops, top_ops=args.top_ops, loader_stages=not args.no_loader_stages,
+            batch_size=args.batch_size)
     except CaptureError as exc:
         raise UsageError(f"%gpuprofile: {exc}") from None
 

@@ -42,6 +42,10 @@ def attach_bundle(trace: Trace, bundle: Any) -> None:
         trace.meta["label"] = str(trace.meta["label"])[:200]
     if "loader_stages" in bundle:
         _loader_stages(trace, bundle["loader_stages"])
+    if "error" in bundle:
+        _error(trace, bundle["error"])
+    if "memory_categories" in bundle:
+        _memory_categories(trace, bundle["memory_categories"])
     samples = bundle.get("samples") or {}
     if not isinstance(samples, dict):
         trace.notes.append("The gpumagic section's samples are not an object; they were ignored.")
@@ -79,6 +83,78 @@ def _machine(trace: Trace, block: Any) -> dict[str, Any]:
     if dropped:
         trace.notes.append(f"The gpumagic section's machine facts {', '.join(dropped)} are not valid; they were ignored.")
     return out
+
+
+def _error(trace: Trace, block: Any) -> None:
+    """``meta["error"]``: ``{"type": str, "types": [str], "message": str}`` (capture.bundle.error_block)."""
+    ok = (isinstance(block, dict) and isinstance(block.get("type"), str) and isinstance(block.get("message"), str)
+          and isinstance(block.get("types", []), list) and all(isinstance(t, str) for t in block.get("types", [])))
+    if not ok:
+        trace.notes.append("The gpumagic section's error is not valid; it was ignored.")
+        return
+    trace.meta["error"] = {"type": block["type"][:200], "types": [t[:200] for t in block.get("types", [])][:64],
+                           "message": block["message"][:MAX_ERROR_CHARS]}
+
+
+#: The longest error message read from a bundle.
+MAX_ERROR_CHARS = 20_000
+#: Fields of one of the largest allocations at the peak: ``bytes`` (int), the rest text or null.
+_TOP_TEXT = ("category", "frame", "module", "op")
+
+
+def _memory_categories(trace: Trace, block: Any) -> None:
+    """``meta["memory_categories"]`` (written by capture.memcats), its times made trace-relative:
+    ``categories`` (names), ``t_ns`` (1-D int64), ``bytes`` (2-D int64, one row per time, one
+    column per category), ``peak_t_ns``, ``peak_bytes`` (one per category), ``category_peaks`` (each category's own
+    maximum, or None), ``top`` (dicts)."""
+    def bad() -> None:
+        trace.notes.append("The gpumagic section's memory categories are not valid; they were ignored.")
+
+    if not isinstance(block, dict):
+        return bad()
+    names = block.get("categories")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        return bad()
+    times: np.ndarray | None
+    rows: np.ndarray | None
+    if block.get("t_ns") == [] and block.get("bytes") == []:
+        times, rows = np.zeros(0, np.int64), np.zeros((0, len(names)), np.int64)
+    else:
+        times, rows = _numbers(block.get("t_ns")), _numbers(block.get("bytes"))
+    if times is None or rows is None or times.dtype.kind != "i" or rows.dtype.kind != "i":
+        return bad()
+    if times.ndim != 1 or rows.ndim != 2 or rows.shape != (len(times), len(names)) or not np.all(np.abs(times) < EPOCH_LIMIT_NS):
+        return bad()
+    raw_peak, peak = block.get("peak_t_ns"), _numbers(block.get("peak_bytes"))
+    peak_t = fit64(raw_peak)
+    has_peak = raw_peak is not None
+    if has_peak and (peak_t is None or abs(peak_t) >= EPOCH_LIMIT_NS or peak is None
+                     or peak.dtype.kind != "i" or peak.shape != (len(names),)):
+        return bad()
+    own = _numbers(block.get("category_peaks")) if block.get("category_peaks") is not None else None
+    if own is not None and (own.dtype.kind != "i" or own.shape != (len(names),)):
+        return bad()
+    top = block.get("top") or []
+    if not isinstance(top, list) or not all(_top_ok(a) for a in top):
+        return bad()
+    origin = trace.origin_ns
+    trace.meta["memory_categories"] = {
+        "device": str(block.get("device") or "")[:40],
+        "categories": [n[:40] for n in names],
+        "t_ns": times.astype(np.int64) - origin,
+        "bytes": rows.astype(np.int64),
+        "peak_t_ns": peak_t - origin if peak_t is not None else None,
+        "peak_bytes": [int(b) for b in peak] if has_peak and peak is not None else None,
+        "category_peaks": None if own is None else [int(b) for b in own],
+        "top": [{"bytes": int(a["bytes"]), "t_ns": None if a.get("t_ns") is None else a["t_ns"] - origin,
+                 **{k: (a.get(k) or None) and str(a[k])[:300] for k in _TOP_TEXT}} for a in top[:100]],
+    }
+
+
+def _top_ok(a: Any) -> bool:
+    return (isinstance(a, dict) and type(a.get("bytes")) is int and 0 <= a["bytes"] < EPOCH_LIMIT_NS
+            and (a.get("t_ns") is None or (type(a["t_ns"]) is int and abs(a["t_ns"]) < EPOCH_LIMIT_NS))
+            and all(a.get(k) is None or isinstance(a[k], str) for k in _TOP_TEXT))
 
 
 def _core_count(value: Any) -> bool:

@@ -171,7 +171,8 @@ def test_bad_options_are_usage_errors(shell, source, fragment):
 def test_help_documents_every_option():
     doc = GpuProfileMagics.gpuprofile.__doc__
     for option in ("--output", "--label", "--quiet", "--save", "--skip", "--steps", "--all", "--max-seconds",
-                   "--interval-ms", "--no-nvml", "--shapes", "--flops", "--stack", "--memory", "--top-ops"):
+                   "--interval-ms", "--no-nvml", "--shapes", "--flops", "--stack", "--memory", "--top-ops",
+                   "--batch-size"):
         assert option in doc
 
 

@@ -120,12 +120,36 @@ def test_launch_advice_names_the_compile_mode_and_skips_installed_defaults():
 def test_training_args_build_on_current_values():
     current = SimpleNamespace(dataloader_num_workers=2, dataloader_pin_memory=True, dataloader_persistent_workers=False,
                               per_device_train_batch_size=16)
-    out = huggingface_fixes(_report(_finding("dataloader-bound"), _finding("low-gpu-utilization")),
+    roomy = {"peak_allocated_bytes": 4 * 2**30, "capacity_bytes": 32 * 2**30}  # 4 GiB of 32 at batch 16
+    out = huggingface_fixes(_report(_finding("dataloader-bound"), _finding("low-gpu-utilization"), memory=roomy),
                             fields=OLD_FIELDS, training_args=current)
     dl, low = out.findings
     assert dl.fixes[0].code == "TrainingArguments(..., dataloader_num_workers=4, dataloader_persistent_workers=True)"
     assert "Already set: dataloader_pin_memory=True." in dl.fixes[0].description
     assert low.fixes[0].code == "TrainingArguments(..., per_device_train_batch_size=32)"
+    assert "a batch of 115 is estimated to fit" in low.fixes[0].description  # floor(0.9 * 32 / (4 / 16))
+
+
+def test_a_larger_batch_is_suggested_only_as_far_as_memory_allows():
+    current = SimpleNamespace(per_device_train_batch_size=16)
+    tight = {"peak_allocated_bytes": 20 * 2**30, "capacity_bytes": 32 * 2**30}  # 0.9 * 32 / (20 / 16) = 23.04
+    low = huggingface_fixes(_report(_finding("low-gpu-utilization"), memory=tight), fields=OLD_FIELDS,
+                            training_args=current).findings[0]
+    assert low.fixes[0].code == "TrainingArguments(..., per_device_train_batch_size=23)"
+    full = {"peak_allocated_bytes": 30 * 2**30, "capacity_bytes": 32 * 2**30}  # no room
+    for memory in (full, {"peak_allocated_bytes": None, "capacity_bytes": None}):  # no room; not recorded
+        f = huggingface_fixes(_report(_finding("low-gpu-utilization"), memory=memory), fields=OLD_FIELDS,
+                              training_args=current).findings[0]
+        assert "per_device_train_batch_size" not in "".join(x.code for x in f.fixes)
+    # cpu-bound keeps torch.compile and drops only the unchecked batch
+    cpu = huggingface_fixes(_report(_finding("cpu-bound"), memory=full), fields=OLD_FIELDS,
+                            training_args=current).findings[0]
+    assert cpu.fixes[0].code == "TrainingArguments(..., torch_compile=True)"
+    assert "no room for a larger batch" in cpu.fixes[0].description
+    # a rule's own static Trainer fix naming a batch size is not kept unchecked either
+    own = _finding("too-small-for-gpu")
+    own = dataclasses.replace(own, fixes=(Fix("huggingface", "own", "TrainingArguments(..., per_device_train_batch_size=64)"),))
+    assert huggingface_fixes(_report(own), fields=OLD_FIELDS).findings[0].fixes == ()
 
 
 def test_everything_already_set_says_so_in_the_code():

@@ -112,9 +112,10 @@ def run_notebook(tmp_path):
 # -- the committed files --------------------------------------------------------------------------
 
 
-def test_the_fourteen_notebooks_are_found():
-    assert len(NAMES) == 14 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
-    assert NAMES[-2:] == ["13_timing_a_gpu_correctly", "14_what_bounds_your_step"]
+def test_the_fifteen_notebooks_are_found():
+    assert len(NAMES) == 15 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
+    assert NAMES[11] == "12_huggingface_beyond_workers"
+    assert NAMES[12:] == ["13_timing_a_gpu_correctly", "14_what_bounds_your_step", "15_what_filled_my_gpu"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -357,6 +358,8 @@ def test_timing_a_gpu_correctly(run_notebook):
     outliers = output_of(nb, "steps = run.metrics.steps")
     assert "steps timed: 30 | recorded: [1, 2, 3, 4, 5] | under the profiler: 6" in outliers
     assert re.search(r"step 20: \d+ ms", outliers) and re.search(r"step 24: \d+ ms, .*eval", outliers)
+
+
 def test_what_bounds_your_step(run_notebook):
     nb = run_notebook("14_what_bounds_your_step")
     bounds = output_of(nb, "bounded by: {b.what}")
@@ -367,3 +370,18 @@ def test_what_bounds_your_step(run_notebook):
     assert "FLOPs 4.407e+09 (gpumagic 4.407e+09); bytes 40,067,160 (gpumagic 40,067,160)" in output_of(nb, "M, K, N = 141")
     assert "memory-bound" in output_of(nb, "M, K, N = 141")
     assert "data ≥ 8 items × 2 ms: True" in output_of(nb, "median = live.metrics.phases.median_ms")
+
+
+def test_what_filled_my_gpu(run_notebook):
+    nb = run_notebook("15_what_filled_my_gpu")
+    cats = output_of(nb, "mem = rep.metrics.memory")
+    profiled = re.search(r"optimizer_state +([\d.]+) MiB", cats)
+    counted = re.search(r"counted from opt.state: ([\d.]+) MiB", cats)
+    assert profiled and counted and profiled.group(1) == counted.group(1)  # the profile matches opt.state
+    grows = output_of(nb, "model4, opt4, x4, y4 = make(4096)")
+    ratio = float(re.search(r"activations at 4x the batch: ([\d.]+)x", grows).group(1))
+    assert 3.0 <= ratio <= 5.0  # activations grow with the batch, the optimizer state does not
+    assert "re-raised unchanged, the same object: True" in output_of(nb, "raise OOM")
+    finding = output_of(nb, "f = rep_oom.findings[0]")
+    assert finding.startswith("out-of-memory") and "Largest batch estimated to fit" in finding
+    check_gpu_cells(nb)

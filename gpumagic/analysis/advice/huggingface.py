@@ -22,6 +22,7 @@ table replaces where it has advice for a finding. The ``GpuProfileCallback`` tha
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -126,6 +127,21 @@ def _bigger_batch(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
                    "gradient_accumulation_steps")]
 
 
+def _out_of_memory(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    batch = _current(current, "per_device_train_batch_size", None)
+    steps = _current(current, "gradient_accumulation_steps", 1)
+    settings: dict[str, Any] = {"gradient_checkpointing": True}
+    if isinstance(batch, int) and batch > 1 and isinstance(steps, int) and steps >= 1:
+        fits = f.evidence.numbers.get("largest_batch_estimate")
+        smaller = fits if isinstance(fits, int) and 0 < fits < batch else batch // 2
+        settings.update(per_device_train_batch_size=smaller, gradient_accumulation_steps=steps * -(-batch // smaller))
+    if not cpu_only:
+        settings["bf16"] = True
+    return [Advice("Fit the step in memory: recompute activations, a smaller micro-batch with the same effective batch"
+                   + ("" if cpu_only else ", bf16 activations"), settings,
+                   CHECKPOINTING_COST + "; bf16 needs an Ampere or newer GPU (fp16=True before it)")]
+
+
 def _communication(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
     return [Advice("Let DDP all-reduce larger gradient buckets, overlapped with the backward pass",
                    {"ddp_bucket_cap_mb": 100},
@@ -149,6 +165,7 @@ ADVICE = {
     "launch-bound": _launch,
     "cpu-bound": _cpu,
     "memory-pressure": _memory,
+    "out-of-memory": _out_of_memory,
     "low-gpu-utilization": _bigger_batch,
     "communication-heavy": _communication,
     "host-sync": _host_sync,
@@ -245,7 +262,8 @@ def huggingface_fixes(report: Report, transformers_version: str | None = None, *
     schema = _schema(fields, transformers_version)
     notes = list(report.notes)
     cpu_only = report.metrics is not None and report.metrics.trace.cpu_only
-    findings = [_rephrase(f, schema, training_args, cpu_only) for f in report.findings]
+    largest = _largest_batch(report, training_args)
+    findings = [_rephrase(f, schema, training_args, cpu_only, largest) for f in report.findings]
     notes += _version_notes(schema, transformers_version, notes)
     notes += _checkpointing_note(report, training_args)
     return dataclasses.replace(report, findings=findings, notes=notes)
@@ -270,13 +288,16 @@ def _version_notes(schema: ArgsSchema, asked: str | None, existing: list[str]) -
     return [] if note in existing else [note]
 
 
-def _rephrase(f: Finding, schema: ArgsSchema, training_args: Any, cpu_only: bool) -> Finding:
+def _rephrase(f: Finding, schema: ArgsSchema, training_args: Any, cpu_only: bool, largest: int | None = None) -> Finding:
     """Trainer fixes first. A finding with no advice here (or none for this run) keeps the rule's
-    own Trainer fixes; advice whose settings this version entirely lacks is dropped."""
+    own Trainer fixes; advice whose settings this version entirely lacks is dropped. A larger
+    ``per_device_train_batch_size`` is suggested only up to ``largest`` (:func:`_largest_batch`)."""
     pytorch = tuple(x for x in f.fixes if x.flavor == "pytorch")
     advice = ADVICE[f.id](f, training_args, cpu_only) if f.id in ADVICE else []
+    advice = [a for a in (_batch_checked(a, training_args, largest) for a in advice) if a is not None]
     if not advice:
-        return dataclasses.replace(f, fixes=tuple(x for x in f.fixes if x.flavor == "huggingface") + pytorch)
+        own = tuple(x for x in f.fixes if x.flavor == "huggingface" and _batch_fits(x.code, largest))
+        return dataclasses.replace(f, fixes=own + pytorch)
     fixes = tuple(fx for fx in (_fix(a, schema, training_args) for a in advice) if fx is not None)
     return dataclasses.replace(f, fixes=fixes + pytorch)
 
@@ -304,6 +325,48 @@ def _fix(advice: Advice, schema: ArgsSchema, training_args: Any) -> Fix | None:
         text += f" Already set: {', '.join(already)}."
     code = arguments_code(kwargs) if kwargs else "# already set in your TrainingArguments: " + ", ".join(already)
     return Fix("huggingface", text, code)
+
+
+def _largest_batch(report: Report, training_args: Any) -> int | None:
+    """The largest per-device batch estimated to fit with a 10 % margin (:func:`gpumagic.analysis.oom.fit_for`),
+    or None when the report's memory cannot say (no allocator peak, no capacity, batch unknown)."""
+    from gpumagic.analysis.oom import fit_for
+
+    batch = _current(training_args, "per_device_train_batch_size", None)
+    return fit_for(report.metrics, batch if isinstance(batch, int) and batch > 0 else None)
+
+
+_BATCH_SETTING = re.compile(r"per_device_train_batch_size\s*=\s*(\d+)")
+
+
+def _batch_fits(code: str, largest: int | None) -> bool:
+    """Whether a rule's own Trainer fix may stay: it sets no batch size, or one the memory check
+    allows (the rule's static fixes are written without the run's memory; a batch it names is kept
+    only when at most ``largest``; a smaller batch with accumulation, as for memory, always)."""
+    hit = _BATCH_SETTING.search(code)
+    return hit is None or "gradient_accumulation_steps" in code or (largest is not None and int(hit.group(1)) <= largest)
+
+
+def _batch_checked(advice: Advice, training_args: Any, largest: int | None) -> Advice | None:
+    """``advice`` with a larger ``per_device_train_batch_size`` only where the memory check allows
+    it: capped at ``largest``, or left out (with the reason) when the check cannot be made or
+    leaves no room. None when nothing is left to suggest."""
+    batch = _current(training_args, "per_device_train_batch_size", None)
+    asked = advice.settings.get("per_device_train_batch_size")
+    if not isinstance(asked, int) or not isinstance(batch, int) or asked <= batch:
+        return advice
+    settings = dict(advice.settings)
+    if largest is not None and largest > batch:
+        settings["per_device_train_batch_size"] = min(asked, largest)
+        caveat = (f"{advice.caveat}; " if advice.caveat else "") + (
+            f"a batch of {largest} is estimated to fit with a 10 % margin (peak memory scaled with the batch)")
+        return dataclasses.replace(advice, settings=settings, caveat=caveat)
+    del settings["per_device_train_batch_size"]
+    why = ("GPU memory leaves no room for a larger batch (estimate with a 10 % margin)" if largest is not None
+           else "a larger batch is not suggested: whether it fits needs the peak memory (profile with memory=True)")
+    if not settings:
+        return None
+    return dataclasses.replace(advice, settings=settings, caveat=(f"{advice.caveat}; " if advice.caveat else "") + why)
 
 
 def arguments_code(kwargs: dict[str, Any], width: int = 88) -> str:
