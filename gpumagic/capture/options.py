@@ -43,6 +43,8 @@ class CaptureOptions:
     ``profile_memory``; they inflate host time and the trace, so they are off by default.
     ``flops`` turns on ``with_flops`` (the profiler's own FLOP counts) and, with it, shapes.
     ``top_ops``: operators the report's Operators table lists (``metrics.operators.top``).
+    ``modules`` wraps every ``nn.Module`` call in a range for ``metrics.modules``
+    (:mod:`gpumagic.capture.modules`); it slows module calls, so it is off by default.
     """
 
     label: str = ""
@@ -59,6 +61,7 @@ class CaptureOptions:
     save: str | None = None
     flops: bool = False
     top_ops: int = 20
+    modules: bool = False
 
     def __post_init__(self) -> None:
         _check_int("skip", self.skip, 0)
@@ -106,6 +109,7 @@ class CaptureOptions:
             "with_flops": self.flops,
             "with_stack": self.stack,
             "profile_memory": self.memory,
+            "modules": self.modules,
         }
 
 

@@ -21,10 +21,12 @@ from typing import Any
 from gpumagic.capture import bundle
 from gpumagic.capture.cpu import CpuSampler, ProcReader
 from gpumagic.capture.deadline import Deadline
+from gpumagic.capture.dynamo import DynamoWatch
 from gpumagic.capture.errors import TORCH_INSTALL_HINT, CaptureError, OptionsError, ProfilerBusyError, TorchMissingError
 from gpumagic.capture.interrupts import checkpoint, interrupts_held
 from gpumagic.capture.machine import machine_info, versions
 from gpumagic.capture.markers import nest_step_markers
+from gpumagic.capture.modules import ModuleRanges
 from gpumagic.capture.nvml import NvmlBackend, NvmlSampler, PynvmlBackend, open_sampler, torch_devices
 from gpumagic.capture.options import CaptureOptions
 from gpumagic.capture.recorder import TorchRecorder, profiler_active
@@ -51,10 +53,12 @@ def active_session() -> CaptureSession | None:
 
 class CaptureSession:
     """One capture. ``nvml_backend`` with ``nvml_devices`` (``(cuda_index, uuid)`` pairs, by
-    default the CUDA devices this process uses) and ``proc_root`` are injectable for tests."""
+    default the CUDA devices this process uses) and ``proc_root`` are injectable for tests.
+    ``namespace`` (the notebook's user namespace) names the outermost modules' paths with ``modules``."""
 
     def __init__(self, options: CaptureOptions | None = None, *, nvml_backend: NvmlBackend | None = None,
-                 nvml_devices: list[tuple[int, str]] | None = None, proc_root: str | os.PathLike = "/proc") -> None:
+                 nvml_devices: list[tuple[int, str]] | None = None, proc_root: str | os.PathLike = "/proc",
+                 namespace: dict[str, Any] | None = None) -> None:
         self.options = options or CaptureOptions()
         self.run = Run(options=self.options, label=self.options.label)
         self.state = "new"
@@ -73,6 +77,9 @@ class CaptureSession:
         self._recording_s: float | None = None
         self._partial_step: int | None = None
         self._deferred_error: BaseException | None = None
+        self._namespace = namespace
+        self._modules: ModuleRanges | None = None
+        self._dynamo: DynamoWatch | None = None
 
     @property
     def notes(self) -> list[str]:
@@ -114,6 +121,9 @@ class CaptureSession:
         self._recorder = TorchRecorder(self.options, cuda)
         self._anchor_ns = self._recorder.start()
         self._started_at = time.monotonic()
+        self._dynamo = DynamoWatch().start()
+        if self.options.modules:
+            self._modules = ModuleRanges(self._namespace).install()
         self.state = "recording"
         if self.options.first_recorded_step == 0:
             self._recorder.begin_step(0)
@@ -185,6 +195,8 @@ class CaptureSession:
         if self._recorder.open_step is not None:
             self._partial_step = self._recorder.open_step
             self._recorder.end_step()
+        if self._modules is not None:
+            self._modules.remove()  # its open ranges close while the profiler still records
         self._recorder.stop()
         self._recording_s = time.monotonic() - self._started_at
         for sampler in self._samplers:
@@ -243,6 +255,10 @@ class CaptureSession:
             steps.append(("cancel-deadline", self._deadline.cancel))
         if self._hook is not None:
             steps.append(("remove-hook", self._hook.remove))
+        if self._modules is not None:
+            steps.append(("remove-hook", self._modules.remove))
+        if self._dynamo is not None:
+            steps.append(("remove-hook", self._dynamo.stop))
         if self._recorder is not None:
             steps += [("end-step", self._recorder.end_step), ("stop-profiler", self._recorder.stop)]
         steps += [("stop-sampler", s.stop) for s in self._samplers]
@@ -304,6 +320,9 @@ class CaptureSession:
             "partial_step": self._partial_step,
             "recording_s": None if self._recording_s is None else round(self._recording_s, 6),
         })
+        compiled = self._dynamo.facts() if self._dynamo is not None else None
+        if compiled is not None:
+            facts["dynamo"] = compiled  # analysis/compile.py reads it
         return facts
 
     def _sample_columns(self) -> dict[str, dict[str, list]]:

@@ -84,7 +84,7 @@ class profile:
     (steps recorded, default 5), ``all_steps`` (record everything), ``max_seconds`` (cap while
     no optimizer step has run, default 5), ``interval_ms`` (NVML/CPU sampling, default 100),
     ``nvml``, ``cpu`` (the samplers), ``shapes``, ``flops`` (FLOP counts, shapes too), ``stack``, ``memory``,
-    ``save`` (bundle path),
+    ``modules`` (time per ``nn.Module``: ``metrics.modules``; slows module calls), ``save`` (bundle path),
     ``display`` (None: only in a notebook).
     A decorated function keeps its return value; its latest run is ``func.last_run``.
     """

@@ -59,6 +59,8 @@ class GpuProfileMagics(Magics):
               help="operators listed in the report's Operators table, by GPU time (default 20)")
     @argument("--stack", action="store_true", help="record Python call stacks (adds overhead)")
     @argument("--memory", action="store_true", help="record allocator events (adds overhead)")
+    @argument("--modules", action="store_true", help="time each nn.Module's forward and backward "
+              "(metrics.modules, the Modules tab; slows module calls)")
     @argument("statement", nargs="*", help="line magic only: the statement to profile")
     @needs_local_scope
     @line_cell_magic
@@ -73,7 +75,9 @@ class GpuProfileMagics(Magics):
         args, source = self._parse(line, cell)
         baseline = _baseline(args.compare)  # an unknown label fails before anything runs
         code = self._compile(source)
-        session = CaptureSession(_capture_options(args))
+        options = _capture_options(args)
+        names = {**self.shell.user_ns, **(local_ns or {})} if options.modules else None  # names the models' paths
+        session = CaptureSession(options, namespace=names)
         try:
             _start(session)  # inside the try: an interrupt just after it still finishes the session
             with profiled_window(args.label):  # shaded on the live monitor (%gpumonitor), if one runs
@@ -239,7 +243,7 @@ def _capture_options(args) -> CaptureOptions:
             label=args.label or "", skip=args.skip, steps=args.steps, all_steps=args.all_steps,
             max_seconds=args.max_seconds, interval_ms=args.interval_ms, nvml=not args.no_nvml,
             shapes=args.shapes, stack=args.stack, memory=args.memory, save=args.save,
-            flops=args.flops, top_ops=args.top_ops)
+            flops=args.flops, top_ops=args.top_ops, modules=args.modules)
     except CaptureError as exc:
         raise UsageError(f"%gpuprofile: {exc}") from None
 

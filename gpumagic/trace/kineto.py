@@ -101,10 +101,12 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
 
 
 def _with_ops(trace: Trace, raw: bytes | bytearray) -> Trace:
-    """Operators' shapes and FLOP counts, read in a second pass only when the file has them."""
-    from gpumagic.trace import ops
+    """Operators' shapes and FLOP counts, read in a second pass only when the file has them; the
+    same for forward→backward links when it holds module ranges."""
+    from gpumagic.trace import links, ops
 
     ops.attach(trace, raw)
+    links.attach(trace, raw)
     return trace
 
 

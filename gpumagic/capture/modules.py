@@ -1,0 +1,129 @@
+"""Module ranges: one ``record_function`` range per ``nn.Module`` call while recording (``--modules``).
+
+torch.profiler does not say which module an eager-mode operator ran in (``with_modules`` covers
+TorchScript only: torch/profiler/profiler.py, ``profile``'s docstring), so while recording every
+module call is wrapped in a range named ``gpumagic::module PATH (Type)``, from global forward
+hooks (``torch.nn.modules.module.register_module_forward_pre_hook`` and
+``register_module_forward_hook(always_call=True)``, which runs even when ``forward`` raises).
+The analysis (:mod:`gpumagic.analysis.modules`) reads forward time from these ranges and
+attributes backward time through the trace's own forward→backward links, not through the ranges.
+
+``PATH`` is the module's dotted name under the outermost module called (``named_modules()``),
+prefixed by the name of the variable that holds that module in ``namespace`` (the notebook's
+user namespace), else by its class name: ``model.encoder.layer.3.attention``. A module called
+inside another but not registered under it gets its caller's path and its class name.
+
+Cost: a global hook makes every module call take ``Module._call_impl``'s slow path, and each
+range costs a profiler event; ``benchmarks/bench_modules.py`` measures it, hence opt-in. While
+dynamo traces a compiled module the hooks do nothing (``torch.compiler.is_compiling()``), so they
+add no graph break; installing them can still make dynamo recompile a module compiled earlier,
+since it guards on global hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from typing import Any
+
+from gpumagic.trace.links import MODULE_PREFIX
+
+#: The prefix of every module range's name; the analysis parses ``PREFIX + "PATH (Type)"``.
+PREFIX = MODULE_PREFIX
+
+
+def range_name(path: str, type_name: str) -> str:
+    return f"{PREFIX}{path} ({type_name})"
+
+
+class ModuleRanges:
+    """Global forward hooks that open and close one range per module call (per thread)."""
+
+    def __init__(self, namespace: dict[str, Any] | None = None) -> None:
+        self._namespace = namespace or {}
+        self._paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._local = threading.local()
+        self._handles: list[Any] = []
+        self._open: list[list] = []  # every thread's stack, to close what is left at removal
+        self._lock = threading.Lock()
+
+    def install(self) -> ModuleRanges:
+        import torch
+        from torch.nn.modules import module as nn_module
+
+        self._torch = torch
+        self._handles = [nn_module.register_module_forward_pre_hook(self._pre),
+                         nn_module.register_module_forward_hook(self._post, always_call=True)]
+        return self
+
+    def remove(self) -> None:
+        """Remove the hooks and close every range still open (a forward interrupted by the end
+        of recording). Idempotent."""
+        while self._handles:
+            self._handles.pop().remove()
+        with self._lock:
+            stacks, self._open = self._open, []
+        for stack in stacks:
+            while stack:
+                _close(stack.pop()[1])
+
+    def _stack(self) -> list:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+            with self._lock:
+                self._open.append(stack)
+        return stack
+
+    def _pre(self, module, args) -> None:
+        if self._torch.compiler.is_compiling():
+            return
+        stack = self._stack()
+        path = self._path(module, stack)
+        rf = self._torch.autograd.profiler.record_function(range_name(path, type(module).__name__))
+        rf.__enter__()
+        stack.append((module, rf, path))
+
+    def _post(self, module, args, output) -> None:
+        if self._torch.compiler.is_compiling():
+            return
+        stack = self._stack()
+        if not any(entry[0] is module for entry in stack):
+            return  # entered before the hooks were installed
+        while stack:
+            entry = stack.pop()
+            _close(entry[1])
+            if entry[0] is module:
+                break
+
+    def _path(self, module, stack: list) -> str:
+        try:
+            known = self._paths.get(module)
+        except TypeError:  # not weak-referenceable: name it every time
+            known = None
+        if known is not None:
+            return known
+        if stack:
+            path = f"{stack[-1][2]}.{type(module).__name__}"
+            self._remember(module, path)
+            return path
+        root = self._root_name(module)
+        for name, sub in module.named_modules():
+            self._remember(sub, f"{root}.{name}" if name else root)
+        return root
+
+    def _remember(self, module, path: str) -> None:
+        with contextlib.suppress(TypeError):
+            self._paths.setdefault(module, path)
+
+    def _root_name(self, module) -> str:
+        for name, value in self._namespace.items():
+            if value is module and name.isidentifier() and not name.startswith("_"):
+                return name
+        return type(module).__name__
+
+
+def _close(rf) -> None:
+    with contextlib.suppress(Exception):  # the profiler already stopped: nothing left to close
+        rf.__exit__(None, None, None)
