@@ -9,8 +9,8 @@ The analysis (:mod:`gpumagic.analysis.modules`) reads forward time from these ra
 attributes backward time through the trace's own forward→backward links, not through the ranges.
 
 ``PATH`` is the module's dotted name under the outermost module called (``named_modules()``),
-prefixed by the name of the variable that holds that module in ``namespace`` (the notebook's
-user namespace), else by its class name: ``model.encoder.layer.3.attention``. A module called
+prefixed by the name of a variable that holds that module in the namespaces given (the notebook's
+user namespace, looked up at its first call), else by its class name: ``model.encoder.layer.3.attention``. A module called
 inside another but not registered under it gets its caller's path and its class name.
 
 Cost: a global hook makes every module call take ``Module._call_impl``'s slow path, and each
@@ -40,8 +40,8 @@ def range_name(path: str, type_name: str) -> str:
 class ModuleRanges:
     """Global forward hooks that open and close one range per module call (per thread)."""
 
-    def __init__(self, namespace: dict[str, Any] | None = None) -> None:
-        self._namespace = namespace or {}
+    def __init__(self, *namespaces: dict[str, Any] | None) -> None:
+        self._namespaces = [ns for ns in namespaces if ns]  # read when a root is first called, not copied
         self._paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._local = threading.local()
         self._handles: list[Any] = []
@@ -118,9 +118,10 @@ class ModuleRanges:
             self._paths.setdefault(module, path)
 
     def _root_name(self, module) -> str:
-        for name, value in self._namespace.items():
-            if value is module and name.isidentifier() and not name.startswith("_"):
-                return name
+        for ns in reversed(self._namespaces):  # the cell's locals first
+            for name, value in list(ns.items()):
+                if value is module and isinstance(name, str) and name.isidentifier() and not name.startswith("_"):
+                    return name
         return type(module).__name__
 
 

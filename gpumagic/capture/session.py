@@ -54,11 +54,12 @@ def active_session() -> CaptureSession | None:
 class CaptureSession:
     """One capture. ``nvml_backend`` with ``nvml_devices`` (``(cuda_index, uuid)`` pairs, by
     default the CUDA devices this process uses) and ``proc_root`` are injectable for tests.
-    ``namespace`` (the notebook's user namespace) names the outermost modules' paths with ``modules``."""
+    ``namespaces`` (the notebook's user namespace and the cell's locals) name the outermost modules'
+    paths with ``modules``."""
 
     def __init__(self, options: CaptureOptions | None = None, *, nvml_backend: NvmlBackend | None = None,
                  nvml_devices: list[tuple[int, str]] | None = None, proc_root: str | os.PathLike = "/proc",
-                 namespace: dict[str, Any] | None = None) -> None:
+                 namespaces: tuple[dict[str, Any] | None, ...] = ()) -> None:
         self.options = options or CaptureOptions()
         self.run = Run(options=self.options, label=self.options.label)
         self.state = "new"
@@ -77,7 +78,7 @@ class CaptureSession:
         self._recording_s: float | None = None
         self._partial_step: int | None = None
         self._deferred_error: BaseException | None = None
-        self._namespace = namespace
+        self._namespaces = namespaces
         self._modules: ModuleRanges | None = None
         self._dynamo: DynamoWatch | None = None
 
@@ -123,7 +124,7 @@ class CaptureSession:
         self._started_at = time.monotonic()
         self._dynamo = DynamoWatch().start()
         if self.options.modules:
-            self._modules = ModuleRanges(self._namespace).install()
+            self._modules = ModuleRanges(*self._namespaces).install()
         self.state = "recording"
         if self.options.first_recorded_step == 0:
             self._recorder.begin_step(0)

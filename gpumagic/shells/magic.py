@@ -75,9 +75,7 @@ class GpuProfileMagics(Magics):
         args, source = self._parse(line, cell)
         baseline = _baseline(args.compare)  # an unknown label fails before anything runs
         code = self._compile(source)
-        options = _capture_options(args)
-        names = {**self.shell.user_ns, **(local_ns or {})} if options.modules else None  # names the models' paths
-        session = CaptureSession(options, namespace=names)
+        session = CaptureSession(_capture_options(args), namespaces=(self.shell.user_ns, local_ns))  # names models
         try:
             _start(session)  # inside the try: an interrupt just after it still finishes the session
             with profiled_window(args.label):  # shaded on the live monitor (%gpumonitor), if one runs
