@@ -11,6 +11,7 @@ report, and one session at a time may be active in the process.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -322,8 +323,9 @@ class CaptureSession:
             "recording_s": None if self._recording_s is None else round(self._recording_s, 6),
         })
         compiled = self._dynamo.facts() if self._dynamo is not None else None
-        if compiled is not None:
-            facts["dynamo"] = compiled  # analysis/compile.py reads it
+        if compiled is not None:  # analysis/compile.py reads it; its source paths shortened as the trace's
+            shortened = bundle.shorten_paths(json.dumps(compiled).encode(), cwd=_cwd(), home=os.path.expanduser("~"))
+            facts["dynamo"] = json.loads(shortened)
         return facts
 
     def _sample_columns(self) -> dict[str, dict[str, list]]:

@@ -11,7 +11,7 @@ from gpumagic.report.model import Finding, Fix
 
 #: PyTorch's guides: "Working with Graph Breaks" (fullgraph=True, torch.compiler.disable,
 #: TORCH_LOGS="graph_breaks") and "Dealing with Recompilations" (dynamic=True, mark_dynamic,
-#: TORCH_LOGS="recompiles").
+#: TORCH_LOGS="recompiles"); the fixes name what they apply from each.
 GRAPH_BREAKS_DOC = "https://docs.pytorch.org/docs/stable/compile/programming_model.graph_breaks_index.html"
 RECOMPILES_DOC = "https://docs.pytorch.org/docs/stable/compile/programming_model.recompilation.html"
 #: At most this many reasons are quoted in a finding's summary.
@@ -21,17 +21,13 @@ FULLGRAPH_CODE = """
 # (torch.compile's docs); fix it, run again, until the model compiles as one graph.
 compiled = torch.compile(model, fullgraph=True)"""
 EXPLAIN_CODE = """
-# Every graph break at once, without stopping at the first: run one batch through explain()
+# Every graph break at once, without stopping at the first: run one batch through explain(),
+# which prints the graph count, the graph-break count and each break's reason and user stack
 explanation = torch._dynamo.explain(model)(x)
-print(explanation.graph_break_count, "graph breaks")
-for reason in explanation.break_reasons:
-    print(reason)"""
+print(explanation)"""
 DYNAMIC_CODE = """
 # Compile shape-generic code up front instead of recompiling when a size changes
 compiled = torch.compile(model, dynamic=True)"""
-RECOMPILE_LOG_CODE = """
-# Print each recompilation with the guard that failed (the same as TORCH_LOGS="recompiles")
-torch._logging.set_logs(recompiles=True)"""
 _SIZE_GUARD = re.compile(r"tensor '(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])?' size mismatch at index (?P<dim>\d+)")
 
 
@@ -99,9 +95,10 @@ def recompiles(ctx: Context, m: Metrics) -> Finding | None:
         fixes.append(pytorch(
             f"Dimension {dim} of {name} changes between calls: mark it dynamic before the first call, so that one "
             "compilation serves every size",
-            f"torch._dynamo.mark_dynamic({name}, {dim})  # {name}: the tensor the compiled code takes as {name}, before its first call"))
+            f"compiled = torch.compile(model)\n"
+            f"torch._dynamo.mark_dynamic({name}, {dim})  # {name}: the tensor the compiled code takes as {name}; "
+            "mark it before its first call"))
     fixes.append(pytorch("Compile shape-generic code from the start (torch.compile's dynamic=True)", DYNAMIC_CODE))
-    fixes.append(pytorch("See each recompilation and its failed guard as it happens", RECOMPILE_LOG_CODE))
     share = min(1.0, c.compile_ms * 1e6 / ctx.window_ns)
     return finding(
         severity=severity_for(share) if share > 0 else "low",
