@@ -41,8 +41,10 @@ EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
 def module_rows(ctx: Context) -> list[ModuleRow] | None:
     """One row per module path, largest (forward + backward host time) first; None without ranges."""
     tr, ev = ctx.trace, ctx.trace.events
-    parsed = {i: _RANGE_RE.match(n) for i, n in enumerate(tr.names) if n.startswith(MODULE_PREFIX)}
-    parsed = {i: m for i, m in parsed.items() if m is not None}
+    parsed: dict[int, re.Match[str]] = {}
+    for i, n in enumerate(tr.names):
+        if n.startswith(MODULE_PREFIX) and (match := _RANGE_RE.match(n)) is not None:
+            parsed[i] = match
     if not parsed:
         return None
     ids = np.fromiter(parsed, np.int64, len(parsed))
