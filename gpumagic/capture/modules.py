@@ -53,6 +53,10 @@ class ModuleRanges:
         from torch.nn.modules import module as nn_module
 
         self._torch = torch
+        # record_function: a user_annotation in the trace. torch's faster _RecordFunctionFast
+        # (~5 µs a range against ~27 µs) records a cpu_op, which the analysis would count as an
+        # operator (the Operators table, model-on-cpu's operator count).
+        self._range = torch.autograd.profiler.record_function
         self._handles = [nn_module.register_module_forward_pre_hook(self._pre),
                          nn_module.register_module_forward_hook(self._post, always_call=True)]
         return self
@@ -81,7 +85,7 @@ class ModuleRanges:
             return
         stack = self._stack()
         path = self._path(module, stack)
-        rf = self._torch.autograd.profiler.record_function(range_name(path, type(module).__name__))
+        rf = self._range(range_name(path, type(module).__name__))
         rf.__enter__()
         stack.append((module, rf, path))
 
