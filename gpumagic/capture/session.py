@@ -287,6 +287,9 @@ class CaptureSession:
         if opts.shapes or opts.stack or opts.memory or opts.flops:
             self.notes.append("Shapes, FLOPs, stacks or memory were recorded: they add host time per operator, so "
                               "launch- and CPU-bound findings may be overstated.")
+        if opts.modules:
+            self.notes.append("Module times were recorded (--modules): a range per module call adds host time, so "
+                              "launch- and CPU-bound findings may be overstated.")
 
     def _build(self, raw: bytes) -> None:
         checkpoint("build")
