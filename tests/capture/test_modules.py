@@ -24,10 +24,13 @@ def _global_hooks() -> int:
     return len(nn_module._global_forward_pre_hooks) + len(nn_module._global_forward_hooks)
 
 
-def _built_trace(tmp_path, with_flows: bool = True):
+ENGINE = 200  # the autograd engine's device thread, where CUDA backward nodes run
+
+
+def _built_trace(tmp_path, with_flows: bool = True, bwd_tid: int = 100):
     """One step: net (Sequential) holds net.0 (Linear: addmm + a kernel) and net.1 (ReLU); in the
-    backward, ReluBackward0 then AddmmBackward0 (which launches a kernel), each linked to its
-    forward operator by a fwdbwd flow."""
+    backward (on ``bwd_tid``), ReluBackward0 then AddmmBackward0 (which launches a kernel), each
+    linked to its forward operator by a fwdbwd flow."""
     tb = TraceBuilder()
     tb.step(1, 0, 1000)
     ann = "user_annotation"
@@ -37,21 +40,23 @@ def _built_trace(tmp_path, with_flows: bool = True):
     tb.kernel("gemm_fwd", 70, 30, launch_ts=60)
     tb.op(f"{MODULE_PREFIX}net.1 (ReLU)", 210, 180, cat=ann)
     tb.op("aten::relu", 250, 50)
-    tb.op("autograd::engine::evaluate_function: ReluBackward0", 500, 60)
-    tb.op("ReluBackward0", 502, 50)
-    tb.op("autograd::engine::evaluate_function: AddmmBackward0", 600, 120)
-    tb.op("AddmmBackward0", 601, 100)
-    tb.kernel("gemm_bwd", 620, 40, launch_ts=610)
+    tb.op("autograd::engine::evaluate_function: ReluBackward0", 500, 60, tid=bwd_tid)
+    tb.op("ReluBackward0", 502, 50, tid=bwd_tid)
+    tb.op("autograd::engine::evaluate_function: AddmmBackward0", 600, 120, tid=bwd_tid)
+    tb.op("AddmmBackward0", 601, 100, tid=bwd_tid)
+    tb.add(cat="cuda_runtime", name="cudaLaunchKernel", ts=610, dur=3, tid=bwd_tid, args={"correlation": 7})
+    tb.add(cat="kernel", name="gemm_bwd", ts=620, dur=40, pid=0, tid=7, args={"device": 0, "stream": 7, "correlation": 7})
     tb.op("Optimizer.step#SGD.step", 800, 100)
     if with_flows:
         for fid, (f, b) in enumerate(((50, 601), (250, 502)), start=1):
             tb.add(ph="s", id=fid, cat="fwdbwd", name="fwdbwd", ts=f)
-            tb.add(ph="f", id=fid, cat="fwdbwd", name="fwdbwd", ts=b, bp="e")
+            tb.add(ph="f", id=fid, cat="fwdbwd", name="fwdbwd", ts=b, bp="e", tid=bwd_tid)
     return tb.write(tmp_path / "t.json")
 
 
-def test_backward_time_follows_the_fwdbwd_links_into_each_module_and_its_parents(tmp_path):
-    rows = {r.path: r for r in gpumagic.analyze(_built_trace(tmp_path)).metrics.modules}
+@pytest.mark.parametrize("bwd_tid", [100, ENGINE], ids=["same-thread", "engine-thread"])
+def test_backward_time_follows_the_fwdbwd_links_into_each_module_and_its_parents(tmp_path, bwd_tid):
+    rows = {r.path: r for r in gpumagic.analyze(_built_trace(tmp_path, bwd_tid=bwd_tid)).metrics.modules}
     assert list(rows) == ["net", "net.0", "net.1"]  # largest first
     assert (rows["net.0"].forward_ms, rows["net.0"].backward_ms) == (0.18, 0.12)  # the evaluate_function span
     assert (rows["net.0"].forward_gpu_ms, rows["net.0"].backward_gpu_ms) == (0.03, 0.04)
@@ -144,3 +149,18 @@ def clean_modules():
     before = _global_hooks()
     yield
     assert _global_hooks() == before
+
+
+def test_the_live_widget_gets_a_modules_tab_only_with_module_times(tmp_path):
+    pytest.importorskip("ipywidgets")
+    from gpumagic.render.widget import TAB_TITLES, ReportWidget
+
+    with_modules = ReportWidget(gpumagic.analyze(_built_trace(tmp_path)))
+    plain = ReportWidget(gpumagic.analyze("example"))
+    try:
+        assert list(with_modules.tabs.titles) == [*TAB_TITLES[:4], "Modules", *TAB_TITLES[4:]]
+        assert "net.0" in with_modules.tabs.children[4].value
+        assert list(plain.tabs.titles) == list(TAB_TITLES)
+    finally:
+        with_modules.close()
+        plain.close()
