@@ -17,8 +17,8 @@ Over the ranges that start in the window, per ``PATH``:
   ``.grad`` (``AccumulateGrad``) has no forward operator and is not attributed; nor is backward
   work whose forward ran outside the window.
 
-``backward_ms`` is null when the trace has no links (loaded from a parsed dict); the GPU columns
-are null when the trace has no GPU activity.
+``backward_ms`` is null when the trace has no links (``Trace.links`` unset: a trace built in
+memory); the GPU columns are null when the trace has no GPU activity.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from gpumagic.report.metrics import ModuleRow, as_record
 from gpumagic.trace.links import MODULE_PREFIX
 from gpumagic.trace.model import Kind
 
-_RANGE_RE = re.compile("^" + re.escape(MODULE_PREFIX) + r"(?P<path>\S+) \((?P<type>[^()]*)\)$")
+_RANGE_RE = re.compile("^" + re.escape(MODULE_PREFIX) + r"(?P<path>.+) \((?P<type>[^()]*)\)$")
 #: The autograd engine's span around each backward node (torch/csrc/autograd/engine.cpp).
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
 

@@ -47,6 +47,14 @@ def attach(trace, raw: bytes | bytearray) -> None:
     trace.links = from_flows(trace, starts, ends)
 
 
+def attach_decoded(trace, events: list | None) -> None:
+    """The same for a trace decoded into structs (a parsed dict), whose flow arrows are at hand."""
+    if events and any(n.startswith(MODULE_PREFIX) for n in trace.names):
+        from gpumagic.trace.decode import flow_lists
+
+        trace.links = from_flows(trace, *flow_lists(events))
+
+
 def from_flows(trace, starts: list, ends: list) -> Links:
     """Pair the ``fwdbwd`` flow starts and ends by id, then find each end point's event."""
     base = trace.meta.get("base_time_ns") or 0

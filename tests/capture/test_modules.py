@@ -6,6 +6,7 @@ trained on CPU checks the capture end to end (structure only: no timing is assum
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -65,12 +66,15 @@ def test_backward_time_follows_the_fwdbwd_links_into_each_module_and_its_parents
     assert {r.type for r in rows.values()} == {"Sequential", "Linear", "ReLU"} and {r.calls for r in rows.values()} == {1}
 
 
-def test_without_links_backward_time_is_unknown_not_zero(tmp_path):
+def test_links_from_a_parsed_dict_and_none_without_flows(tmp_path):
     report = gpumagic.analyze(_built_trace(tmp_path, with_flows=False))
     assert [r.backward_ms for r in report.metrics.modules] == [0.0, 0.0, 0.0]  # links read, none found
-    parsed = json.loads((tmp_path / "t.json").read_text()) if _built_trace(tmp_path) else None
-    from_dict = gpumagic.analyze(parsed)  # a parsed dict: the second pass that reads links does not run
-    assert [r.backward_ms for r in from_dict.metrics.modules] == [None, None, None]
+    parsed = json.loads(Path(_built_trace(tmp_path)).read_text())
+    from_file = gpumagic.analyze(_built_trace(tmp_path)).metrics.modules
+    assert gpumagic.analyze(parsed).metrics.modules == from_file  # the dict's decoded flows give the same links
+    trace = gpumagic.load_trace(parsed)
+    trace.links = None  # a trace built in memory without them: backward time unknown, not zero
+    assert [r.backward_ms for r in gpumagic.analyze(trace).metrics.modules] == [None, None, None]
     assert "modules" not in gpumagic.analyze("example").to_dict()["metrics"]  # no ranges: no section
 
 
