@@ -6,7 +6,7 @@ import re
 
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
-from gpumagic.report.metrics import CompileReason, Metrics
+from gpumagic.report.metrics import CompileMetrics, CompileReason, Metrics
 from gpumagic.report.model import Finding, Fix
 
 #: PyTorch's guides: "Working with Graph Breaks" (fullgraph=True, torch.compiler.disable,
@@ -29,6 +29,12 @@ DYNAMIC_CODE = """
 # Compile shape-generic code up front instead of recompiling when a size changes
 compiled = torch.compile(model, dynamic=True)"""
 _SIZE_GUARD = re.compile(r"tensor '(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])?' size mismatch at index (?P<dim>\d+)")
+
+
+def _compile_time(c: CompileMetrics, share: float) -> str:
+    cell = f"; dynamo compiled for {c.cell_compile_ms:.0f} ms over the whole cell" if c.cell_compile_ms else ""
+    inside = f", compiling {pct(share)} of the recorded window" if share > 0 else ", none of it inside the recorded window"
+    return inside + cell
 
 
 def _where(r: CompileReason) -> str:
@@ -107,7 +113,7 @@ def recompiles(ctx: Context, m: Metrics) -> Finding | None:
         (sizes, dtypes, Python constants), and compiles again when a guard fails. Every recompilation
         costs compile time, and past torch._dynamo.config.recompile_limit the function falls back to
         eager; sizes that vary are the usual cause, fixed by marking them dynamic.""",
-        summary=f"{c.recompiles} recompilation(s) in the cell, compiling {pct(share)} of the window: {quoted}.",
+        summary=f"{c.recompiles} recompilation(s) in the cell{_compile_time(c, share)}: {quoted}.",
         numbers={"recompiles": c.recompiles, "compile_ms": c.compile_ms, "compile_frac": round(share, 4)},
         est_gain=share, gain_method="share of the window spent compiling (an upper bound)",
         fixes=tuple(fixes), doc_url=RECOMPILES_DOC,
