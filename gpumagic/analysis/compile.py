@@ -3,12 +3,14 @@
 The counts and reasons come from the bundle's ``capture.dynamo`` block, which the capture reads
 from dynamo's own counters and graph-break log before and after the cell
 (:mod:`gpumagic.capture.dynamo`); ``compile_ms`` is the window's ``compile`` segments
-(:mod:`gpumagic.analysis.segments`), so the two always agree. A trace without that block (not
+(:mod:`gpumagic.analysis.segments`), so the two always agree. With ``--modules``, the recompilation
+its global hooks cause (a guard on their number) is left out: it is gpumagic's, not the code's. A trace without that block (not
 recorded by gpumagic, or a cell that never compiled) has no ``metrics.compile``.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -16,17 +18,23 @@ from gpumagic.analysis import segments
 from gpumagic.analysis.context import Context
 from gpumagic.report.metrics import CompileMetrics, as_record
 
+#: A guard on the global module hooks, which ``--modules`` installs (capture/modules.py): dynamo
+#: recompiles a module compiled before the capture once they appear.
+_OUR_HOOKS = re.compile(r"_global_forward(_pre)?_hooks")
 #: Reasons listed per kind, most frequent first.
 MAX_REASONS = 20
 
 
 def metrics(ctx: Context) -> CompileMetrics | None:
-    facts = (ctx.trace.meta.get("capture") or {}).get("dynamo")
+    capture = ctx.trace.meta.get("capture") or {}
+    facts = capture.get("dynamo")
     if not isinstance(facts, dict):
         return None
     compile_ns = sum(s.dur_ns for s in segments.segments(ctx).items if s.kind == "compile")
     graph_breaks = _count(facts.get("graph_breaks"))
     recompiles = [r for r in facts.get("recompiles") or [] if isinstance(r, dict)]
+    if capture.get("modules") is True:  # --modules' own hooks: dynamo guards on their number
+        recompiles = [r for r in recompiles if not _OUR_HOOKS.search(str(r.get("reason", "")))]
     cell = facts.get("compile_ms")
     return as_record({
         "compile_ms": round(compile_ns / 1e6, 4),

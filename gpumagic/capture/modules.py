@@ -16,14 +16,17 @@ inside another but not registered under it gets its caller's path and its class 
 Cost: a global hook makes every module call take ``Module._call_impl``'s slow path, and each
 range costs a profiler event; ``benchmarks/bench_modules.py`` measures it, hence opt-in. While
 dynamo traces a compiled module the hooks do nothing (``torch.compiler.is_compiling()``), so they
-add no graph break; installing them can still make dynamo recompile a module compiled earlier,
-since it guards on global hooks.
+add no graph break, and a compiled module shows as one row (its ``OptimizedModule``): its
+submodules run inside the graph. Installing them makes dynamo recompile a module compiled
+earlier, since it guards on the number of global hooks; the analysis leaves that recompilation
+out of ``metrics.compile`` (it is gpumagic's, not the code's).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 import weakref
 from typing import Any
 
@@ -31,6 +34,10 @@ from gpumagic.trace.links import MODULE_PREFIX
 
 #: The prefix of every module range's name; the analysis parses ``PREFIX + "PATH (Type)"``.
 PREFIX = MODULE_PREFIX
+
+
+#: torch/_dynamo/eval_frame.py warns so when a torch.compile'd module is called with global hooks set.
+COMPILED_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
 
 
 def range_name(path: str, type_name: str) -> str:
@@ -47,18 +54,24 @@ class ModuleRanges:
         self._handles: list[Any] = []
         self._open: list[list] = []  # every thread's stack, to close what is left at removal
         self._lock = threading.Lock()
+        self._filter: tuple | None = None
 
     def install(self) -> ModuleRanges:
         import torch
         from torch.nn.modules import module as nn_module
 
         self._torch = torch
+        self._compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)  # torch >= 2.3
         # record_function: a user_annotation in the trace. torch's faster _RecordFunctionFast
         # (~5 µs a range against ~27 µs) records a cpu_op, which the analysis would count as an
         # operator (the Operators table, model-on-cpu's operator count).
         self._range = torch.autograd.profiler.record_function
         self._handles = [nn_module.register_module_forward_pre_hook(self._pre),
                          nn_module.register_module_forward_hook(self._post, always_call=True)]
+        # torch warns at each compiled module's call that global hooks fire for its OptimizedModule
+        # too: they are ours, and that row is what --modules shows of a compiled module
+        warnings.filterwarnings("ignore", message=COMPILED_HOOKS_WARNING, category=UserWarning)
+        self._filter = warnings.filters[0]
         return self
 
     def remove(self) -> None:
@@ -66,6 +79,13 @@ class ModuleRanges:
         of recording). Idempotent."""
         while self._handles:
             self._handles.pop().remove()
+        if self._filter is not None:
+            with contextlib.suppress(ValueError):  # the user reset the filters meanwhile
+                warnings.filters.remove(self._filter)
+                mutated = getattr(warnings, "_filters_mutated", None)  # what warnings.filterwarnings calls
+                if mutated is not None:
+                    mutated()
+            self._filter = None
         with self._lock:
             stacks, self._open = self._open, []
         for stack in stacks:
@@ -81,7 +101,7 @@ class ModuleRanges:
         return stack
 
     def _pre(self, module, args) -> None:
-        if self._torch.compiler.is_compiling():
+        if self._compiling():
             return
         stack = self._stack()
         path = self._path(module, stack)
@@ -90,7 +110,7 @@ class ModuleRanges:
         stack.append((module, rf, path))
 
     def _post(self, module, args, output) -> None:
-        if self._torch.compiler.is_compiling():
+        if self._compiling():
             return
         stack = self._stack()
         if not any(entry[0] is module for entry in stack):

@@ -168,3 +168,24 @@ def test_the_live_widget_gets_a_modules_tab_only_with_module_times(tmp_path):
     finally:
         with_modules.close()
         plain.close()
+
+
+def test_a_compiled_module_is_one_row_and_its_recompile_for_our_hooks_is_left_out(clean_modules, recwarn):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    compiled = torch.compile(model, backend="eager")
+    compiled(torch.randn(4, 8))  # compiled before the capture: the hooks then fail a guard
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    filters = list(__import__("warnings").filters)
+    with gpumagic.profile(modules=True, nvml=False, display=False, skip=1, steps=2) as run_:
+        for _ in range(4):
+            opt.zero_grad()
+            compiled(torch.randn(4, 8)).sum().backward()
+            opt.step()
+    assert list(__import__("warnings").filters) == filters  # our filter is gone again
+    assert not [w for w in recwarn if "global hooks" in str(w.message)]
+    assert [(r.type, r.calls) for r in run_.report.metrics.modules] == [("OptimizedModule", 2)]
+    c = run_.report.metrics.compile
+    assert c is None or (c.recompiles == 0 and c.graph_breaks == 0)  # the hooks' guard failure is not the code's
