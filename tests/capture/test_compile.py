@@ -110,3 +110,21 @@ def test_no_break_and_no_recompile_no_finding():
     plain = compiled_trace()
     del plain["gpumagic"]
     assert gpumagic.analyze(plain).metrics.compile is None  # not recorded by gpumagic: nothing to say
+
+
+def test_in_a_notebook_cell_the_break_names_the_cells_line(shell):
+    from capture.test_magic import run
+
+    cell = ("%%gpuprofile --quiet -o rep --no-nvml --max-seconds 60\n"
+            "import torch\n"
+            "def step(x):\n"
+            "    y = x * 2\n"
+            "    print('logging inside the compiled code')\n"
+            "    return y + 1\n"
+            "fn = torch.compile(step, backend='eager')\n"
+            "fn(torch.ones(3)); fn(torch.ones(3))\n")
+    result, _ = run(shell, cell)
+    assert result.success
+    c = shell.user_ns["rep"].metrics.compile
+    assert c.graph_breaks >= 1 and c.recompiles == 0
+    assert [r.line for r in c.break_reasons if r.file] == [4]  # the cell's 4th line: the print
