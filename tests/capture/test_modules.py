@@ -112,6 +112,24 @@ def test_a_small_sequential_trained_on_cpu(clean_modules):
     assert all(r.forward_gpu_ms is None for r in rows.values())  # CPU only
 
 
+def test_without_flow_arrows_the_sequence_numbers_give_the_same_links(clean_modules, tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gpumagic.profile(modules=True, nvml=False, display=False, skip=1, steps=2) as run_:
+        for _ in range(4):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+    doc = json.loads(run_.bundle)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "fwdbwd"]
+    (tmp_path / "noflows.json").write_text(json.dumps(doc))
+    with_flows = gpumagic.analyze(run_.trace)
+    without = gpumagic.analyze(str(tmp_path / "noflows.json"))
+    assert len(run_.trace.links) > 0 and len(without.trace.links) == len(run_.trace.links)
+    assert without.trace.links.fwd.tolist() == run_.trace.links.fwd.tolist()
+    assert [r.backward_ms for r in without.metrics.modules] == [r.backward_ms for r in with_flows.metrics.modules]
+
+
 def test_off_by_default_and_named_from_the_namespace(clean_modules):
     model = torch.nn.Sequential(torch.nn.Linear(4, 4))
     with gpumagic.profile(nvml=False, display=False, max_seconds=1) as run_:
