@@ -95,6 +95,7 @@ def test_the_rules_read_the_cells_counts_and_name_the_line():
                                                                    "actual 5", 2)]
     gb = next(f for f in report.findings if f.id == "graph-breaks")
     assert "train.py:12" in gb.evidence.summary and gb.est_gain == 0.0
+    assert "graph-breaks" in report.to_text() and "gain not estimated" in report.to_html()  # not "under 1 %"
     assert any("fullgraph=True" in fx.code for fx in gb.fixes) and any("explain" in fx.code for fx in gb.fixes)
     assert any("train.py:12" in fx.code for fx in gb.fixes)  # moving the call out names the line
     rc = next(f for f in report.findings if f.id == "recompiles")
