@@ -89,6 +89,21 @@ def _host_creation_trace():
     return tb
 
 
+def _compiled_trace():
+    """Issue 30: a cell whose compiled code broke its graph and recompiled on a new size."""
+    tb = TraceBuilder()
+    for i in range(3):
+        tb.step(i + 1, i * 40_000, 40_000)
+        tb.kernel("k", i * 40_000 + 100, 5_000)
+    tb.op("entire_frame_compile", 6_000, 30_000, cat="user_annotation")
+    d = tb.to_dict()
+    d["gpumagic"] = {"format": 1, "capture": {"dynamo": {
+        "graph_breaks": 1, "break_logs": [{"reason": "Failed to trace builtin operator", "file": "train.py", "line": 3}],
+        "recompiles": [{"reason": "tensor 'x' size mismatch at index 0. expected 4, actual 5", "file": "train.py",
+                        "line": 1}]}}}
+    return d
+
+
 def built_reports():
     """(label, Report) for the built traces."""
     yield "transfer-train", analyze(_transfer_trace(True).to_dict())
@@ -121,6 +136,7 @@ def built_reports():
     yield "host-creation", analyze(_host_creation_trace().to_dict())
     for kind in ("gc", "torch.save", "compile", "eval", None):
         yield f"step-outliers-{kind}", analyze(outlier_bundle(kind))
+    yield "compile", analyze(_compiled_trace())
     yield "custom-matmul", analyze(_matmul_trace((8, 0), "NVIDIA A100-SXM4-80GB", False, "my_fp32_gemm_kernel").to_dict())
 
 

@@ -40,8 +40,9 @@ SHARED_MIN_SHARE = 0.25
 #: NVML slowdown bits (a copy of ``capture.nvml.THROTTLE_BITS``: the analysis may not import capture).
 THROTTLE_BITS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
                  0x40: "hardware thermal slowdown", 0x80: "power brake"}
-#: Capture options that change what the profiler costs per operator (and so step times).
-COST_OPTIONS = ("record_shapes", "with_flops", "with_stack", "profile_memory")
+#: Capture options that change what the profiler costs per operator (and so step times);
+#: ``modules`` (time per nn.Module) adds a range per module call.
+COST_OPTIONS = ("record_shapes", "with_flops", "with_stack", "profile_memory", "modules")
 
 
 def _in_window(ctx: Context, block: dict) -> np.ndarray:

@@ -8,9 +8,21 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median, percentile
-from gpumagic.analysis import copysizes, critical_path, energy, everystep, flops, memcats, operators, phases, segments
+from gpumagic.analysis import (
+    copysizes,
+    critical_path,
+    energy,
+    everystep,
+    flops,
+    memcats,
+    modules,
+    operators,
+    phases,
+    segments,
+)
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
+from gpumagic.analysis.compile import metrics as compile_metrics
 from gpumagic.analysis.context import (
     BREAKDOWN_ORDER,
     GAP_CAUSES,
@@ -87,6 +99,8 @@ def compute(ctx: Context) -> Metrics:
         critical_path=as_record(critical_path_metrics(ctx), CriticalPathMetrics),
         operators=as_record(operators.metrics(ctx, ctx.cache.get("top_ops", operators.TOP_OPERATORS)), OperatorsMetrics),
         samples=None if ctx.trace.samples is None else _samples(ctx, ctx.trace.samples),
+        modules=modules.module_rows(ctx),
+        compile=compile_metrics(ctx),
     )
 
 

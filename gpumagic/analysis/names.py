@@ -77,9 +77,13 @@ STREAM_WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent", "hipS
 #: ``async_compile``, ``codecache`` (torch/_dynamo, torch/_inductor sources), Triton's compiler,
 #: cuDNN's algorithm search (``cudnnFind*``). Not ``TorchDynamo Cache Lookup``: that is the
 #: per-call guard check of an already compiled frame (torch/_dynamo/eval_frame), nor the
-#: ``Torch-Compiled Region``/``CompiledFunction`` spans that run compiled code.
+#: ``Torch-Compiled Region``/``CompiledFunction`` spans that run compiled code. Without ``--stack``
+#: a frame compilation is still in the trace as the ranges dynamo's ``dynamo_timed`` records around
+#: it: ``entire_frame_compile`` and ``_compile.compile_inner (dynamo_timed)``
+#: (torch/_dynamo/convert_frame.py, ``_compile``; torch/_dynamo/utils.py, ``dynamo_timed``).
 COMPILE_RE = re.compile(r"(convert_frame\.py.*_compile|compile_fx|async_compile|codecache|"
-                        r"torch/_inductor/.*compile|triton/compiler|autotune|cudnnFind|TorchDynamo(?! Cache Lookup))")
+                        r"torch/_inductor/.*compile|triton/compiler|autotune|cudnnFind|TorchDynamo(?! Cache Lookup)|"
+                        r"^entire_frame_compile$|^_compile\.compile_inner \(dynamo_timed\)$)")
 NOT_COMPILE_RE = re.compile(r"Cache Lookup|Torch-Compiled Region|CompiledFunction")
 
 #: Collective-communication kernels, with their sources:

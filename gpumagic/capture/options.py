@@ -48,6 +48,8 @@ class CaptureOptions:
     ``batch_size``: the batch the code trains on, when known: the ``out-of-memory`` finding then
     estimates the largest batch that would fit. ``memory`` also turns on shapes and stacks, which
     torch's memory profile by category needs.
+    ``modules`` wraps every ``nn.Module`` call in a range for ``metrics.modules``
+    (:mod:`gpumagic.capture.modules`); it slows module calls, so it is off by default.
     """
 
     label: str = ""
@@ -66,6 +68,7 @@ class CaptureOptions:
     top_ops: int = 20
     loader_stages: bool = True
     batch_size: int | None = None
+    modules: bool = False
 
     def __post_init__(self) -> None:
         _check_int("skip", self.skip, 0)
@@ -117,6 +120,7 @@ class CaptureOptions:
             "profile_memory": self.memory,
             "loader_stages": self.loader_stages,
             "batch_size": self.batch_size,
+            "modules": self.modules,
         }
 
 

@@ -11,6 +11,7 @@ report, and one session at a time may be active in the process.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -21,11 +22,13 @@ from typing import Any
 from gpumagic.capture import bundle
 from gpumagic.capture.cpu import CpuSampler, ProcReader
 from gpumagic.capture.deadline import Deadline
+from gpumagic.capture.dynamo import DynamoWatch
 from gpumagic.capture.errors import TORCH_INSTALL_HINT, CaptureError, OptionsError, ProfilerBusyError, TorchMissingError
 from gpumagic.capture.everystep import StepTimer
 from gpumagic.capture.interrupts import checkpoint, interrupts_held
 from gpumagic.capture.machine import machine_info, versions
 from gpumagic.capture.markers import nest_step_markers
+from gpumagic.capture.modules import ModuleRanges
 from gpumagic.capture.nvml import NvmlBackend, NvmlSampler, PynvmlBackend, open_sampler, torch_devices
 from gpumagic.capture.options import CaptureOptions
 from gpumagic.capture.recorder import TorchRecorder, profiler_active
@@ -53,10 +56,13 @@ def active_session() -> CaptureSession | None:
 
 class CaptureSession:
     """One capture. ``nvml_backend`` with ``nvml_devices`` (``(cuda_index, uuid)`` pairs, by
-    default the CUDA devices this process uses) and ``proc_root`` are injectable for tests."""
+    default the CUDA devices this process uses) and ``proc_root`` are injectable for tests.
+    ``namespaces`` (the notebook's user namespace and the cell's locals) name the outermost modules'
+    paths with ``modules``."""
 
     def __init__(self, options: CaptureOptions | None = None, *, nvml_backend: NvmlBackend | None = None,
-                 nvml_devices: list[tuple[int, str]] | None = None, proc_root: str | os.PathLike = "/proc") -> None:
+                 nvml_devices: list[tuple[int, str]] | None = None, proc_root: str | os.PathLike = "/proc",
+                 namespaces: tuple[dict[str, Any] | None, ...] = ()) -> None:
         self.options = options or CaptureOptions()
         self.run = Run(options=self.options, label=self.options.label)
         self.state = "new"
@@ -78,6 +84,9 @@ class CaptureSession:
         self._deferred_error: BaseException | None = None
         self._stages: LoaderStages | None = None
         self._error: BaseException | None = None
+        self._namespaces = namespaces
+        self._modules: ModuleRanges | None = None
+        self._dynamo: DynamoWatch | None = None
 
     @property
     def notes(self) -> list[str]:
@@ -120,6 +129,9 @@ class CaptureSession:
         self._recorder = TorchRecorder(self.options, cuda)
         self._anchor_ns = self._recorder.start()
         self._started_at = time.monotonic()
+        self._dynamo = DynamoWatch().start()
+        if self.options.modules:
+            self._modules = ModuleRanges(*self._namespaces).install()
         self.state = "recording"
         if self.options.first_recorded_step == 0:
             self._recorder.begin_step(0)
@@ -214,6 +226,8 @@ class CaptureSession:
         if self._recorder.open_step is not None:
             self._partial_step = self._recorder.open_step
             self._recorder.end_step()
+        if self._modules is not None:
+            self._modules.remove()  # its open ranges close while the profiler still records
         self._recorder.stop()
         self._recording_s = time.monotonic() - self._started_at
         for sampler in self._samplers:
@@ -275,6 +289,10 @@ class CaptureSession:
             steps.append(("cancel-deadline", self._deadline.cancel))
         if self._hook is not None or self._timer is not None:
             steps.append(("remove-hook", self._remove_hooks))
+        if self._modules is not None:
+            steps.append(("remove-hook", self._modules.remove))
+        if self._dynamo is not None:
+            steps.append(("remove-hook", self._dynamo.stop))
         if self._recorder is not None:
             steps += [("end-step", self._recorder.end_step), ("stop-profiler", self._recorder.stop)]
         steps += [("stop-sampler", s.stop) for s in self._samplers]
@@ -310,6 +328,9 @@ class CaptureSession:
                 self.notes.append(f"{sampler.name.upper()} sampling stopped early: {sampler.error}.")
         if opts.shapes or opts.stack or opts.memory or opts.flops:
             self.notes.append("Shapes, FLOPs, stacks or memory were recorded: they add host time per operator, so "
+                              "launch- and CPU-bound findings may be overstated.")
+        if opts.modules:
+            self.notes.append("Module times were recorded (--modules): a range per module call adds host time, so "
                               "launch- and CPU-bound findings may be overstated.")
 
     def _build(self, raw: bytes) -> None:
@@ -363,6 +384,10 @@ class CaptureSession:
             "partial_step": self._partial_step,
             "recording_s": None if self._recording_s is None else round(self._recording_s, 6),
         })
+        compiled = self._dynamo.facts() if self._dynamo is not None else None
+        if compiled is not None:  # analysis/compile.py reads it; its source paths shortened as the trace's
+            shortened = bundle.shorten_paths(json.dumps(compiled).encode(), cwd=_cwd(), home=os.path.expanduser("~"))
+            facts["dynamo"] = json.loads(shortened)
         return facts
 
     def _sample_columns(self) -> dict[str, dict[str, list]]:

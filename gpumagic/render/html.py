@@ -34,6 +34,7 @@ from gpumagic.render._format import (
     windows_text,
 )
 from gpumagic.render.breakdown import breakdown_html
+from gpumagic.render.modules import modules_html
 from gpumagic.render.operators import operators_html
 from gpumagic.render.page import document, png_data_uri, wrap
 from gpumagic.render.summary import NO_FINDINGS, header_facts, title_line, top_finding
@@ -81,6 +82,7 @@ def report_html(report: Report, images: Images | None = None, *, live_token: str
         _section("Breakdown", breakdown_html(report), "breakdown"),
         _section("Kernels and copies", kernels_html(report), "kernels"),
         _section("Operators", operators_html(report), "operators"),
+        *([_section("Modules", mods, "modules")] if (mods := modules_html(report)) else []),  # --modules only
         _section("Memory", memory_html(report, images.memory_png, images.categories_png), "memory"),
         _section("Notes", notes_html(report), "notes"),
     ]

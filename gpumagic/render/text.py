@@ -35,6 +35,7 @@ from gpumagic.render._format import (
     windows_text,
 )
 from gpumagic.render._width import resolve_width, shorten, wrap
+from gpumagic.render.modules import modules_text
 from gpumagic.render.operators import operators_text
 from gpumagic.render.summary import NO_FINDINGS, header_facts, title_line, top_finding
 from gpumagic.render.terminal import printable, printable_lines
@@ -64,6 +65,7 @@ def render_text(report: Report, width: int | None = None) -> str:
         _critical_path(report, width),
         _kernels(report, width),
         operators_text(report, width),
+        modules_text(report, width),
         _memory(report, width),
         _notes(report, width),
     ]

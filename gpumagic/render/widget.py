@@ -19,6 +19,7 @@ from gpumagic.render import html as h
 from gpumagic.render._format import fmt_gain, fmt_ms, severity_label
 from gpumagic.render.breakdown import breakdown_html
 from gpumagic.render.layout import step_label
+from gpumagic.render.modules import modules_html
 
 if TYPE_CHECKING:  # pragma: no cover
     import ipywidgets
@@ -81,7 +82,11 @@ class ReportWidget:
             w.HTML(value=h.wrap(h.memory_html(report, images.memory_png, images.categories_png), style=False, framed=False)),
             w.HTML(value=h.wrap(h.notes_html(report), style=False, framed=False)),
         ]
-        self.tabs = w.Tab(children=panels, titles=list(TAB_TITLES), selected_index=0)
+        titles = list(TAB_TITLES)
+        if mods := modules_html(report):  # the Modules tab, with --modules only
+            panels.insert(4, w.HTML(value=h.wrap(mods, style=False, framed=False)))
+            titles.insert(4, "Modules")
+        self.tabs = w.Tab(children=panels, titles=titles, selected_index=0)
         self.root = w.VBox([self.header, self.tabs], layout=w.Layout(width="100%"))
         self.root.add_class("gpumagic-widget")
         if live_token:

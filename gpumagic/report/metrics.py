@@ -624,6 +624,40 @@ class OperatorsMetrics(Record, frozen=True):
     device_name: Annotated[str | None, _d("the device the peaks are for")]
 
 
+class ModuleRow(Record, frozen=True):
+    """One ``nn.Module`` instance, its times totalled over the window (analysis/modules.py; ``--modules``)."""
+
+    path: Annotated[str, _d("dotted path, e.g. model.encoder.layer.3.attention (the tree is in the dots)")]
+    type: Annotated[str, _d("the module's class name")]
+    calls: Annotated[int, _d("forward calls in the window (count)")]
+    forward_ms: Annotated[float, _d("host time of its forward calls, children included (ms)")]
+    backward_ms: Annotated[float | None, _d("host time of the backward nodes its forward operators made, "
+                                            "by the trace's forward-backward links; null without links (ms)")]
+    forward_gpu_ms: Annotated[float | None, _d("GPU time launched by its forward calls; null without GPU activity (ms)")] = None
+    backward_gpu_ms: Annotated[float | None, _d("GPU time launched by those backward nodes; null without GPU activity (ms)")] = None
+
+
+class CompileReason(Record, frozen=True):
+    """One graph-break or recompilation reason and where in the code it happened."""
+
+    reason: Annotated[str, _d("dynamo's reason (a graph break's first line; a recompile's failed guard)")]
+    file: Annotated[str | None, _d("source file (the graph break's line; the recompiled function's file)")]
+    line: Annotated[int | None, _d("line in that file (the recompiled function's first line)")]
+    count: Annotated[int, _d("times it happened in the cell (count)")]
+
+
+class CompileMetrics(Record, frozen=True):
+    """What torch.compile did in the cell (analysis/compile.py), from dynamo's counters and logs."""
+
+    compile_ms: Annotated[float, _d("compiling inside the window: the window's compile segments (ms)")]
+    graph_breaks: Annotated[int, _d("graph breaks in the cell: the rise of dynamo's graph_break counter (count)")]
+    break_reasons: Annotated[list[CompileReason], _d("graph breaks by reason and source line, most frequent first")]
+    recompiles: Annotated[int, _d("recompilations in the cell: guard failures dynamo recorded (count)")]
+    recompile_reasons: Annotated[list[CompileReason], _d("recompilations by failed guard, most frequent first")]
+    cell_compile_ms: Annotated[float | None, _d("dynamo's own frame-compilation time over the whole cell, "
+                                                "recorded steps or not; null in traces without it (ms)")] = None
+
+
 # -- all of them -----------------------------------------------------------------------------
 
 
@@ -649,6 +683,9 @@ class Metrics(Record, frozen=True, omit_defaults=True):
     critical_path: Annotated[CriticalPathMetrics | None, _d("null only in reports from before gpumagic followed it")] = None
     operators: Annotated[OperatorsMetrics | None, _d("null only in reports from before gpumagic tabulated operators")] = None
     samples: Annotated[SampleMetrics | None, _d("present when NVML or CPU samples were recorded")] = None
+    modules: Annotated[list[ModuleRow] | None, _d("time per nn.Module instance, largest first; present with --modules")] = None
+    compile: Annotated[CompileMetrics | None, _d("torch.compile's graph breaks, recompiles and compile time; "
+                                                 "present when the cell compiled")] = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form (``samples`` absent when None)."""

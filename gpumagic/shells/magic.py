@@ -61,6 +61,8 @@ class GpuProfileMagics(Magics):
     @argument("--stack", action="store_true", help="record Python call stacks (adds overhead)")
     @argument("--memory", action="store_true", help="record allocator events and memory by category (adds overhead)")
     @argument("--batch-size", type=int, default=None, help="the batch size, for the out-of-memory finding's estimate")
+    @argument("--modules", action="store_true", help="time each nn.Module's forward and backward "
+              "(metrics.modules, the Modules tab; slows module calls)")
     @argument("statement", nargs="*", help="line magic only: the statement to profile")
     @needs_local_scope
     @line_cell_magic
@@ -75,7 +77,7 @@ class GpuProfileMagics(Magics):
         args, source = self._parse(line, cell)
         baseline = _baseline(args.compare)  # an unknown label fails before anything runs
         code = self._compile(source)
-        session = CaptureSession(_capture_options(args))
+        session = CaptureSession(_capture_options(args), namespaces=(self.shell.user_ns, local_ns))  # names models
         try:
             _start(session)  # inside the try: an interrupt just after it still finishes the session
             with profiled_window(args.label):  # shaded on the live monitor (%gpumonitor), if one runs
@@ -203,7 +205,7 @@ def _capture_options(args) -> CaptureOptions:
             max_seconds=args.max_seconds, interval_ms=args.interval_ms, nvml=not args.no_nvml,
             shapes=args.shapes, stack=args.stack, memory=args.memory, save=args.save,
             flops=args.flops, top_ops=args.top_ops, loader_stages=not args.no_loader_stages,
-            batch_size=args.batch_size)
+            batch_size=args.batch_size, modules=args.modules)
     except CaptureError as exc:
         raise UsageError(f"%gpuprofile: {exc}") from None
 

@@ -58,10 +58,11 @@ def load(source: str | os.PathLike | dict | schema.TraceFile, *, workers: int = 
             raise TraceError(f"<dict>: not a PyTorch profiler trace ({short(exc)})") from None
         except RecursionError:
             raise TraceError("<dict>: nested too deeply to be a profiler trace") from None
-        from gpumagic.trace import ops
+        from gpumagic.trace import links, ops
 
         trace = build(tf, [], "<dict>")
         ops.attach_dicts(trace, source.get("traceEvents"))
+        links.attach_decoded(trace, tf.traceEvents)
         return trace
     name = os.fspath(examples.resolve(source))  # "example": the bundled example, as on the CLI
     return from_bytes(read_bytes(name), name, workers=workers)
@@ -101,10 +102,12 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
 
 
 def _with_ops(trace: Trace, raw: bytes | bytearray) -> Trace:
-    """Operators' shapes and FLOP counts, read in a second pass only when the file has them."""
-    from gpumagic.trace import ops
+    """Operators' shapes and FLOP counts, read in a second pass only when the file has them; the
+    same for forward→backward links when it holds module ranges."""
+    from gpumagic.trace import links, ops
 
     ops.attach(trace, raw)
+    links.attach(trace, raw)
     return trace
 
 

@@ -172,6 +172,7 @@ class Trace:
     meta: dict = field(default_factory=dict)
     source: str = ""
     ops: Any = None  # gpumagic.trace.ops.OpTable when the file recorded shapes or FLOPs
+    links: Any = None  # gpumagic.trace.links.Links when the file holds module ranges (--modules)
 
     def name_ids(self, predicate) -> np.ndarray:
         """Boolean array over ``names``: which interned names satisfy ``predicate``. A predicate

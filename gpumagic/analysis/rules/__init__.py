@@ -10,6 +10,7 @@ from __future__ import annotations
 from gpumagic.analysis.rules.base import RULES, Rule
 from gpumagic.analysis.rules.chunks import small_transfers
 from gpumagic.analysis.rules.communication import communication_heavy
+from gpumagic.analysis.rules.compile import graph_breaks, recompiles
 from gpumagic.analysis.rules.compute import low_compute_efficiency, too_small_for_gpu
 from gpumagic.analysis.rules.cpu import host_cpu_saturated
 from gpumagic.analysis.rules.dataloader import dataloader_bound
@@ -30,7 +31,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     host_cpu_saturated, dataloader_bound, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
-    model_on_cpu, step_outliers,
+    model_on_cpu, step_outliers, graph_breaks, recompiles,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)

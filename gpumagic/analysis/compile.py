@@ -1,0 +1,71 @@
+"""``metrics.compile``: what torch.compile did in the cell (docs/metrics.md).
+
+The counts and reasons come from the bundle's ``capture.dynamo`` block, which the capture reads
+from dynamo's own counters and graph-break log before and after the cell
+(:mod:`gpumagic.capture.dynamo`); ``compile_ms`` is the window's ``compile`` segments
+(:mod:`gpumagic.analysis.segments`), so the two always agree. With ``--modules``, the recompilation
+its global hooks cause (a guard on their number) is left out: it is gpumagic's, not the code's. A trace without that block (not
+recorded by gpumagic, or a cell that never compiled) has no ``metrics.compile``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from gpumagic.analysis import segments
+from gpumagic.analysis.context import Context
+from gpumagic.report.metrics import CompileMetrics, as_record
+
+#: A guard on the global module hooks, which ``--modules`` installs (capture/modules.py): dynamo
+#: recompiles a module compiled before the capture once they appear.
+_OUR_HOOKS = re.compile(r"_global_forward(_pre)?_hooks")
+#: Reasons listed per kind, most frequent first.
+MAX_REASONS = 20
+
+
+def metrics(ctx: Context) -> CompileMetrics | None:
+    capture = ctx.trace.meta.get("capture") or {}
+    facts = capture.get("dynamo")
+    if not isinstance(facts, dict):
+        return None
+    compile_ns = sum(s.dur_ns for s in segments.segments(ctx).items if s.kind == "compile")
+    graph_breaks = _count(facts.get("graph_breaks"))
+    recompiles = [r for r in facts.get("recompiles") or [] if isinstance(r, dict)]
+    if capture.get("modules") is True:  # --modules' own hooks: dynamo guards on their number
+        recompiles = [r for r in recompiles if not _OUR_HOOKS.search(str(r.get("reason", "")))]
+    cell = facts.get("compile_ms")
+    return as_record({
+        "compile_ms": round(compile_ns / 1e6, 4),
+        "graph_breaks": graph_breaks,
+        "break_reasons": _break_reasons(facts),
+        "recompiles": len(recompiles),
+        "recompile_reasons": _grouped(recompiles),
+        "cell_compile_ms": float(cell) if isinstance(cell, (int, float)) and not isinstance(cell, bool) else None,
+    }, CompileMetrics)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _break_reasons(facts: dict[str, Any]) -> list[dict[str, Any]]:
+    """From the log (reason, file, line); a reason the counter has but the log does not (logging
+    was off in a child, or the cap was reached) is listed without a line."""
+    logged = [r for r in facts.get("break_logs") or [] if isinstance(r, dict)]
+    out = _grouped(logged)
+    counts = facts.get("break_counts") or {}
+    seen = {r["reason"].split(":", 1)[0] for r in out}
+    for text, n in counts.items() if isinstance(counts, dict) else ():
+        head = str(text).strip().splitlines()[0] if str(text).strip() else ""
+        if head and head not in seen and _count(n):
+            out.append({"reason": head, "file": None, "line": None, "count": _count(n)})
+    return out[:MAX_REASONS]
+
+
+def _grouped(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    counts = Counter((str(r.get("reason", "")), r.get("file") if isinstance(r.get("file"), str) else None,
+                      r.get("line") if isinstance(r.get("line"), int) else None) for r in items)
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][0]))
+    return [{"reason": k[0], "file": k[1], "line": k[2], "count": n} for k, n in ranked[:MAX_REASONS]]

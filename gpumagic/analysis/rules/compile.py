@@ -1,0 +1,120 @@
+"""``graph-breaks`` and ``recompiles``: what torch.compile did in the cell (``metrics.compile``)."""
+
+from __future__ import annotations
+
+import re
+
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
+from gpumagic.report.metrics import CompileMetrics, CompileReason, Metrics
+from gpumagic.report.model import Finding, Fix
+
+#: PyTorch's guides: "Working with Graph Breaks" (fullgraph=True, torch.compiler.disable,
+#: TORCH_LOGS="graph_breaks") and "Dealing with Recompilations" (dynamic=True, mark_dynamic,
+#: TORCH_LOGS="recompiles"); the fixes name what they apply from each.
+GRAPH_BREAKS_DOC = "https://docs.pytorch.org/docs/stable/compile/programming_model.graph_breaks_index.html"
+RECOMPILES_DOC = "https://docs.pytorch.org/docs/stable/compile/programming_model.recompilation.html"
+#: At most this many reasons are quoted in a finding's summary.
+QUOTED = 3
+FULLGRAPH_CODE = """
+# fullgraph=True makes torch.compile raise at the first graph break, with its reason and line
+# (torch.compile's docs); fix it, run again, until the model compiles as one graph.
+compiled = torch.compile(model, fullgraph=True)"""
+EXPLAIN_CODE = """
+# Every graph break at once, without stopping at the first: run one batch through explain(),
+# which prints the graph count, the graph-break count and each break's reason and user stack
+explanation = torch._dynamo.explain(model)(x)
+print(explanation)"""
+DYNAMIC_CODE = """
+# Compile shape-generic code up front instead of recompiling when a size changes
+compiled = torch.compile(model, dynamic=True)"""
+_SIZE_GUARD = re.compile(r"tensor '(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])?' size mismatch at index (?P<dim>\d+)")
+
+
+def _compile_time(c: CompileMetrics, share: float) -> str:
+    cell = f"; dynamo compiled for {c.cell_compile_ms:.0f} ms over the whole cell" if c.cell_compile_ms else ""
+    inside = f", compiling {pct(share)} of the recorded window" if share > 0 else ", none of it inside the recorded window"
+    return inside + cell
+
+
+def _where(r: CompileReason) -> str:
+    return f"{r.file}:{r.line}" if r.file and r.line is not None else (r.file or "unknown line")
+
+
+@rule("graph-breaks")
+def graph_breaks(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: dynamo's ``graph_break`` counter rose during the cell (``metrics.compile.graph_breaks``
+    ≥ 1; the capture reads the counter before and after, and the reasons with their lines from
+    dynamo's ``graph_breaks`` log). Every break splits the compiled code in two graphs with Python
+    in between: a fusion lost across it, a return to the interpreter, and one more frame to guard.
+    Gain: not estimated — what a break costs depends on what the graph around it would have
+    fused, which the trace does not show. False positives: a deliberate break
+    (``torch.compiler.disable`` around logging), which the fix list says is fine to keep."""
+    c = m.compile
+    if c is None or c.graph_breaks < 1:
+        return None
+    top = c.break_reasons[:QUOTED]
+    quoted = "; ".join(f"{_where(r)}: {r.reason} ({r.count}×)" for r in top) or "reasons not logged"
+    fixes: list[Fix] = [
+        pytorch("Find each break with fullgraph=True: compilation then fails at the first one, naming it",
+                FULLGRAPH_CODE),
+        pytorch("List every break, with its reason and user stack, with torch._dynamo.explain", EXPLAIN_CODE),
+    ]
+    if top and top[0].file:
+        fixes.append(pytorch(
+            "Move the call that breaks the graph out of the compiled code (print, .item(), NumPy, data-dependent "
+            "Python), or keep it eager on purpose with torch.compiler.disable: one break instead of many",
+            f"# {_where(top[0])}: {top[0].reason[:200]}\n"
+            "@torch.compiler.disable  # runs eagerly: the graph breaks once, here, and nowhere inside\n"
+            "def log_step(loss):\n    print(float(loss))"))
+    return finding(
+        severity="medium" if c.graph_breaks >= 2 else "low",
+        title=f"torch.compile broke the graph {c.graph_breaks} time(s)",
+        why="""A graph break is where TorchDynamo could not trace the code: it compiles the graph so far, runs
+        the rest in Python, and resumes in a new graph. Each break costs the fusions and launch savings
+        that one graph would have had, and adds a frame to guard and maybe recompile; PyTorch's guide
+        recommends checking for graph breaks first when torch.compile gives less speed-up than expected.""",
+        summary=f"{c.graph_breaks} graph break(s) in the cell: {quoted}.",
+        numbers={"graph_breaks": c.graph_breaks, "reasons": len(c.break_reasons), "compile_ms": c.compile_ms},
+        est_gain=0.0, gain_method="not estimated: the fusions a break prevents are not in the trace",
+        fixes=tuple(fixes), doc_url=GRAPH_BREAKS_DOC,
+    )
+
+
+@rule("recompiles")
+def recompiles(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: dynamo recompiled a function during the cell (``metrics.compile.recompiles`` ≥ 1: a
+    guard of the compiled code failed, recorded by dynamo in ``guard_failures``). Gain: the share
+    of the window spent compiling (``compile_ms``, the window's compile segments), an upper bound:
+    avoiding recompiles can save at most the compile time. False positives: the one recompilation
+    with which dynamo (``dynamic=None``, the default) turns a changed size dynamic — the finding
+    names it, and marking the dimension dynamic up front avoids it."""
+    c = m.compile
+    if c is None or c.recompiles < 1:
+        return None
+    top = c.recompile_reasons[:QUOTED]
+    quoted = "; ".join(f"{_where(r)}: {r.reason}" + (f" ({r.count}×)" if r.count > 1 else "") for r in top)
+    fixes: list[Fix] = []
+    size = next((g for g in (_SIZE_GUARD.search(r.reason) for r in c.recompile_reasons) if g), None)
+    if size is not None:
+        name, dim = size.group("name"), size.group("dim")
+        fixes.append(pytorch(
+            f"Dimension {dim} of {name} changes between calls: mark it dynamic before the first call, so that one "
+            "compilation serves every size",
+            f"compiled = torch.compile(model)\n"
+            f"torch._dynamo.mark_dynamic({name}, {dim})  # {name}: the tensor the compiled code takes as {name}; "
+            "mark it before its first call"))
+    fixes.append(pytorch("Compile shape-generic code from the start (torch.compile's dynamic=True)", DYNAMIC_CODE))
+    share = min(1.0, c.compile_ms * 1e6 / ctx.window_ns)
+    return finding(
+        severity=severity_for(share) if share > 0 else "low",
+        title=f"torch.compile recompiled {c.recompiles} time(s)",
+        why="""Compiled code is guarded: dynamo checks that the inputs still look as they did when it compiled
+        (sizes, dtypes, Python constants), and compiles again when a guard fails. Every recompilation
+        costs compile time, and past torch._dynamo.config.recompile_limit the function falls back to
+        eager; sizes that vary are the usual cause, fixed by marking them dynamic.""",
+        summary=f"{c.recompiles} recompilation(s) in the cell{_compile_time(c, share)}: {quoted}.",
+        numbers={"recompiles": c.recompiles, "compile_ms": c.compile_ms, "compile_frac": round(share, 4)},
+        est_gain=share, gain_method="share of the window spent compiling (an upper bound)",
+        fixes=tuple(fixes), doc_url=RECOMPILES_DOC,
+    )

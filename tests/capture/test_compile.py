@@ -1,0 +1,131 @@
+"""torch.compile diagnostics (issue 30): a function compiled with the eager backend, a deliberate
+graph break (``print``) and a recompilation (a new size), profiled on CPU; then the rules on
+built traces whose bundle carries the same facts."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+import pytest
+import torch
+from tracebuilder import TraceBuilder
+
+import gpumagic
+from gpumagic.capture.dynamo import GRAPH_BREAK_LOGGERS
+
+
+def _breaks_once(x):
+    y = x.sin()
+    print("a deliberate graph break")
+    return y.cos() + 1
+
+
+BREAK_LINE = inspect.getsourcelines(_breaks_once)[1] + 2
+DEF_LINE = inspect.getsourcelines(_breaks_once)[1]
+
+
+def _loggers():
+    return [(logging.getLogger(n).level, logging.getLogger(n).propagate, len(logging.getLogger(n).handlers))
+            for n in GRAPH_BREAK_LOGGERS]
+
+
+def test_graph_breaks_and_recompiles_of_a_cell_with_their_lines(capfd):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(_breaks_once, backend="eager")
+    before = _loggers()
+    with gpumagic.profile(nvml=False, display=False, max_seconds=60) as run:
+        compiled(torch.randn(4))
+        compiled(torch.randn(5))  # dimension 0 changes: a guard fails, dynamo recompiles
+    assert _loggers() == before
+    assert "Graph break" not in capfd.readouterr().err  # captured for the report, not printed
+    c = run.report.metrics.compile
+    assert c.graph_breaks >= 1 and c.recompiles >= 1
+    where = [(r.file, r.line) for r in c.break_reasons]
+    assert ("tests/capture/test_compile.py", BREAK_LINE) in where, where
+    top = c.break_reasons[0]
+    assert "print" in top.reason and sum(r.count for r in c.break_reasons if r.line == BREAK_LINE) >= 1
+    assert any("size mismatch at index 0" in r.reason and r.line == DEF_LINE for r in c.recompile_reasons)
+    segs = run.report.metrics.window.segments
+    assert c.compile_ms == pytest.approx(sum(s.dur_ms for s in segs if s.kind == "compile"), abs=1e-3)
+    assert c.compile_ms > 0 and c.cell_compile_ms > 0
+    assert {"graph-breaks", "recompiles"} <= set(run.report.finding_ids)
+    recompile = next(f for f in run.report.findings if f.id == "recompiles")
+    assert any("mark_dynamic(x, 0)" in fx.code for fx in recompile.fixes)
+
+
+def test_a_cell_that_compiles_nothing_has_no_compile_section():
+    with gpumagic.profile(nvml=False, display=False, max_seconds=1) as run:
+        torch.ones(3).add_(1)
+    assert run.report.metrics.compile is None
+    assert "compile" not in run.report.to_dict()["metrics"]
+
+
+# -- the rules, on built traces ------------------------------------------------------------------
+
+
+def compiled_trace(breaks: int = 3, recompiles: int = 2, compile_us: float = 30_000):
+    """Three 40 ms steps; the first spends ``compile_us`` in dynamo's frame compilation."""
+    tb = TraceBuilder()
+    for i in range(3):
+        t = i * 40_000
+        tb.step(i + 1, t, 40_000)
+        tb.kernel("k", t + 100, 5_000, launch_ts=t + 50)
+    tb.op("entire_frame_compile", 6_000, compile_us, cat="user_annotation")
+    d = tb.to_dict()
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {"dynamo": {
+        "graph_breaks": breaks,
+        "break_counts": {"Failed to trace builtin operator\n  Explanation: ...": breaks},
+        "break_logs": [{"reason": "Failed to trace builtin operator: Dynamo does not know how to trace `print`",
+                        "file": "train.py", "line": 12}] * breaks,
+        "recompiles": [{"reason": "tensor 'x' size mismatch at index 0. expected 4, actual 5", "file": "train.py",
+                        "line": 10}] * recompiles,
+        "compile_ms": compile_us / 1000.0 + 5.0}}}
+    return d
+
+
+def test_the_rules_read_the_cells_counts_and_name_the_line():
+    report = gpumagic.analyze(compiled_trace())
+    c = report.metrics.compile
+    assert (c.graph_breaks, c.recompiles, c.compile_ms, c.cell_compile_ms) == (3, 2, 30.0, 35.0)
+    assert [(r.file, r.line, r.count) for r in c.break_reasons] == [("train.py", 12, 3)]  # the counter's twin merged
+    assert [(r.reason, r.count) for r in c.recompile_reasons] == [("tensor 'x' size mismatch at index 0. expected 4, "
+                                                                   "actual 5", 2)]
+    gb = next(f for f in report.findings if f.id == "graph-breaks")
+    assert "train.py:12" in gb.evidence.summary and gb.est_gain == 0.0
+    assert "graph-breaks" in report.to_text() and "gain not estimated" in report.to_html()  # not "under 1 %"
+    assert any("fullgraph=True" in fx.code for fx in gb.fixes) and any("explain" in fx.code for fx in gb.fixes)
+    assert any("train.py:12" in fx.code for fx in gb.fixes)  # moving the call out names the line
+    rc = next(f for f in report.findings if f.id == "recompiles")
+    window_ms = report.metrics.window.dur_ms
+    assert rc.est_gain == pytest.approx(30.0 / window_ms, abs=1e-3)  # at most the compile time in the window
+    assert any("mark_dynamic(x, 0)" in fx.code for fx in rc.fixes) and any("dynamic=True" in fx.code for fx in rc.fixes)
+
+
+def test_no_break_and_no_recompile_no_finding():
+    report = gpumagic.analyze(compiled_trace(breaks=0, recompiles=0))
+    assert report.metrics.compile.graph_breaks == 0
+    assert not {"graph-breaks", "recompiles"} & set(report.finding_ids)
+    plain = compiled_trace()
+    del plain["gpumagic"]
+    assert gpumagic.analyze(plain).metrics.compile is None  # not recorded by gpumagic: nothing to say
+
+
+def test_in_a_notebook_cell_the_break_names_the_cells_line(shell):
+    from capture.test_magic import run
+
+    cell = ("%%gpuprofile --quiet -o rep --no-nvml --max-seconds 60\n"
+            "import torch\n"
+            "def step(x):\n"
+            "    y = x * 2\n"
+            "    print('logging inside the compiled code')\n"
+            "    return y + 1\n"
+            "fn = torch.compile(step, backend='eager')\n"
+            "fn(torch.ones(3)); fn(torch.ones(3))\n")
+    result, _ = run(shell, cell)
+    assert result.success
+    c = shell.user_ns["rep"].metrics.compile
+    assert c.graph_breaks >= 1 and c.recompiles == 0
+    assert [r.line for r in c.break_reasons if r.file] == [4]  # the cell's 4th line: the print
