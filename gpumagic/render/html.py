@@ -47,21 +47,23 @@ PAGEABLE_MARK = "\u26a0\ufe0f"
 
 @dataclass(frozen=True)
 class Images:
-    """The figures embedded in the HTML, as PNG bytes (``None`` where there is none to draw)."""
+    """The figures embedded in the HTML (``None`` where there is none to draw): the memory curve
+    as PNG bytes; ``timeline_png`` is accepted for callers that pass one, but the page draws the
+    timeline as inline SVG (:mod:`gpumagic.render.timeline_svg`) whenever the report has a trace."""
 
     timeline_png: bytes | None = None
     memory_png: bytes | None = None
 
 
 def render_images(report: Report) -> Images:
-    """Draw the overview timeline and the memory curve (both need ``report.trace``)."""
+    """Draw the memory curve (needs ``report.trace``); the timeline is SVG, drawn with the page."""
     if report.trace is None:
         return Images()
     from gpumagic.render.charts import memory_figure
-    from gpumagic.render.timeline import figure_png, timeline_png
+    from gpumagic.render.timeline import figure_png
 
     mem = memory_figure(report)
-    return Images(timeline_png=timeline_png(report), memory_png=figure_png(mem) if mem is not None else None)
+    return Images(memory_png=figure_png(mem) if mem is not None else None)
 
 
 def report_html(report: Report, images: Images | None = None, *, live_token: str = "") -> str:
@@ -125,16 +127,37 @@ def header_html(report: Report) -> str:
 
 
 def checklist_html(report: Report) -> str:
-    """One ``<details>`` per finding (the first one open), in the report's order."""
+    """One ``<details>`` per finding (the first one open), in the report's order; under the open
+    first one, how many more findings wait below it."""
     if not report.findings:
         return f'<p class="gm-muted">{escape(NO_FINDINGS)}</p>'
     origin = timeline_origin_ns(report)
-    return "".join(
-        f'<details class="gm-finding gm-sev-{escape(f.severity)}"{" open" if i == 0 else ""}>'
-        f"<summary>{finding_summary_html(f)}</summary>"
-        f'<div class="gm-finding-body">{finding_body_html(f, origin)}</div></details>'
-        for i, f in enumerate(report.findings)
-    )
+    anchor = _chart_anchor(report)
+    items = []
+    for i, f in enumerate(report.findings):
+        items.append(
+            f'<details class="gm-finding gm-sev-{escape(f.severity)}"{" open" if i == 0 else ""}>'
+            f"<summary>{finding_summary_html(f)}</summary>"
+            f'<div class="gm-finding-body">{finding_body_html(f, origin, anchor)}</div></details>'
+        )
+        if i == 0 and len(report.findings) > 1:
+            n = len(report.findings) - 1
+            items.append(f'<p class="gm-more-findings">{more_findings_text(n)}</p>')
+    return "".join(items)
+
+
+def more_findings_text(n: int) -> str:
+    """``'3 more findings below'`` (closed: click one to open it)."""
+    return f"{n} more finding{'s' if n != 1 else ''} below (click a title to open it)"
+
+
+def _chart_anchor(report: Report) -> str:
+    """The id of the report's timeline chart, or ``''`` when there is none to link to."""
+    if report.trace is None:
+        return ""
+    from gpumagic.render.timeline_svg import chart_id
+
+    return chart_id(report)
 
 
 def finding_summary_html(f: Finding) -> str:
@@ -144,34 +167,71 @@ def finding_summary_html(f: Finding) -> str:
     )
 
 
-def finding_body_html(f: Finding, origin_ns: int = 0) -> str:
-    """Evidence (summary, numbers, windows), why, estimated gain, fixes as code, and a link."""
-    chips = "".join(
-        f'<span class="gm-chip">{escape(label)}: <b>{escape(value)}</b></span>' for label, value in evidence_items(f.evidence.numbers)
-    )
+#: Evidence numbers shown before the "more" disclosure.
+MAX_SHOWN_NUMBERS = 3
+
+
+def finding_body_html(f: Finding, origin_ns: int = 0, anchor: str = "") -> str:
+    """Evidence (summary, at most :data:`MAX_SHOWN_NUMBERS` numbers and the windows, the rest behind
+    a "more" disclosure), why, estimated gain, the fixes as code, diagnostic snippets (labelled,
+    after the fixes), and a link. ``anchor``: the id of the timeline chart the windows link into
+    (:func:`gpumagic.render.timeline_svg.chart_id`); without it they are plain text."""
+    items = evidence_items(f.evidence.numbers)
+    chips = [f'<span class="gm-chip">{escape(label)}: <b>{escape(value)}</b></span>' for label, value in items]
+    shown, rest = chips[:MAX_SHOWN_NUMBERS], chips[MAX_SHOWN_NUMBERS:]
+    more = (f'<details class="gm-more"><summary>{len(rest)} more number{"s" if len(rest) != 1 else ""}</summary>'
+            f'<div class="gm-chips">{"".join(rest)}</div></details>') if rest else ""
+    fixes = [fix for fix in f.fixes if not is_diagnostic(fix)]
+    diagnostics = [fix for fix in f.fixes if is_diagnostic(fix)]
     parts = [
         f'<p><span class="gm-label">Evidence:</span> {escape(f.evidence.summary)}</p>',
-        f'<div class="gm-chips">{chips}</div>' if chips else "",
-        _windows_html(f, origin_ns),
+        f'<div class="gm-chips">{"".join(shown)}</div>' if shown else "",
+        _windows_html(f, origin_ns, anchor),
+        more,
         f'<p><span class="gm-label">Why it matters:</span> {escape(f.why)}</p>',
         f'<p><span class="gm-label">Estimated gain:</span> {escape(fmt_gain_detail(f.est_gain, f.gain_method)[0])}'
         f' <span class="gm-muted">({escape(f.gain_method)})</span></p>',
-        "".join(_fix_html(fix) for fix in f.fixes),
+        "".join(_fix_html(fix) for fix in fixes),
+        "".join(_fix_html(fix, "Diagnostic") for fix in diagnostics),
         _doc_link(f.doc_url),
     ]
     return "".join(parts)
 
 
-def _windows_html(f: Finding, origin_ns: int) -> str:
+#: A fix whose description starts with one of these verbs finds the cause rather than changing
+#: the code: it is shown after the fixes, labelled "Diagnostic".
+DIAGNOSTIC_VERBS = ("find", "measure", "check", "look", "inspect", "time", "record", "profile", "confirm")
+
+
+def is_diagnostic(fix) -> bool:
+    """Whether ``fix`` is a diagnostic snippet (it says how to find the cause) rather than a change:
+    its description starts with a verb of :data:`DIAGNOSTIC_VERBS` (``'Or'`` and a lead-in ending
+    in a colon skipped, as in ``'The GPU had work queued: find what it waited for'``)."""
+    text = fix.description.strip()
+    head = text.split(":", 1)[1] if ":" in text.split(".", 1)[0] else text
+    words = head.strip().lower().split()
+    if words[:1] == ["or"]:
+        words = words[1:]
+    return bool(words) and words[0].strip(",;") in DIAGNOSTIC_VERBS
+
+
+def _windows_html(f: Finding, origin_ns: int, anchor: str = "") -> str:
+    if not f.evidence.windows:
+        return ""
+    if anchor:
+        from gpumagic.render.timeline_svg import windows_links_html
+
+        return f'<p class="gm-windows"><span class="gm-label">Where on the timeline:</span> {windows_links_html(f, anchor, origin_ns)}</p>'
     text = windows_text(f, origin_ns)
     return f'<p class="gm-muted">Where on the timeline: {escape(text)}</p>' if text else ""
 
 
-def _fix_html(fix) -> str:
+def _fix_html(fix, kind: str = "Fix") -> str:
     flavor = FIX_FLAVOR_LABEL.get(fix.flavor, fix.flavor)
+    cls = "gm-code" + (" gm-diagnostic" if kind != "Fix" else "")
     return (
-        f'<p><span class="gm-label">Fix ({escape(flavor)}):</span> {escape(fix.description)}</p>'
-        f'<pre class="gm-code"><code>{escape(fix.code)}</code></pre>'
+        f'<p><span class="gm-label">{kind} ({escape(flavor)}):</span> {escape(fix.description)}</p>'
+        f'<pre class="{cls}"><code>{escape(fix.code)}</code></pre>'
     )
 
 
@@ -184,10 +244,22 @@ def _doc_link(url: str) -> str:
 # -- timeline -------------------------------------------------------------------------------------
 
 
-def timeline_html(report: Report, png: bytes | None) -> str:
-    if png is None:
-        return '<p class="gm-muted">No timeline: this report holds no trace (it was rebuilt from JSON).</p>'
-    return f'<img class="gm-figure gm-timeline" alt="{escape(TIMELINE_ALT)}" src="{png_data_uri(png)}">' + timeline_caption()
+def timeline_html(report: Report, png: bytes | None = None) -> str:
+    """The timeline as inline SVG with its caption (``png``, if given, is only used when the report
+    holds no trace to draw from)."""
+    if report.trace is None:
+        if png is None:
+            return '<p class="gm-muted">No timeline: this report holds no trace (it was rebuilt from JSON).</p>'
+        return f'<img class="gm-figure gm-timeline" alt="{escape(TIMELINE_ALT)}" src="{png_data_uri(png)}">' + timeline_caption()
+    from gpumagic.render.timeline_svg import timeline_svg
+
+    chart = timeline_svg(report)
+    return svg_block(chart.svg) + chart.legend + timeline_caption(chart.caption())
+
+
+def svg_block(svg: str) -> str:
+    """An SVG chart in its width container (lets CSS thin out labels in a narrow output)."""
+    return f'<div class="gm-tl-wrap">{svg}</div>'
 
 
 #: The timeline image's text alternative (static page and widget alike).
@@ -195,14 +267,15 @@ TIMELINE_ALT = ("Timeline of the recorded steps: a lane per host thread and per 
                 "dashed lines, GPU idle gaps shaded by cause")
 
 
-def timeline_caption() -> str:
-    """How to read the timeline; the colours are named by the legend above the figure, which
-    lists only what this trace holds."""
+def timeline_caption(aggregated: str = "") -> str:
+    """How to read the timeline (``aggregated``: what was merged, from the chart)."""
     return (
-        '<p class="gm-muted">Lanes from the top: the main thread, other host threads and DataLoader workers, then one '
-        "lane per GPU stream; colours as in the legend above the figure. Darker means busier: events closer than a "
-        "pixel are merged. Shaded columns: GPU idle gaps, by cause. Dashed lines: step boundaries. A highlighted "
-        "finding is outlined and hatched.</p>"
+        '<p class="gm-muted">Lanes from the top: the step phases, the main thread, other host threads and DataLoader '
+        "workers, then one lane per GPU stream, each named above its bar. Categories differ in colour and in band: "
+        "kernels fill a lane, copies its lower half, memsets a thin strip at the bottom, NCCL its upper half, a "
+        "data-loader wait the lower two thirds. Shaded columns: GPU idle gaps, by cause. Dashed lines: step "
+        "boundaries. A finding's window, when its link is followed, is outlined. Hover a bar for its name. "
+        f"{escape(aggregated)}</p>"
     )
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import base64
 from html import escape
 
+from gpumagic.render.chart_css import SVG_DARK_VARS, SVG_LIGHT_VARS, svg_css
+
 #: Colours as custom properties: light values first (JupyterLab's ``--jp-*`` variables where they
 #: exist, so a theme's own text and background win), then the dark set, applied under JupyterLab's
 #: dark themes (``body[data-jp-theme-light="false"]``) and, in a saved page, under the browser's
@@ -24,12 +26,12 @@ from html import escape
 LIGHT_VARS = (
     "--gm-fg:var(--jp-content-font-color1,#1f2328);--gm-bg:var(--jp-layout-color0,#fff);--gm-muted:#57606a;"
     "--gm-card:#f6f8fa;--gm-border:#d0d7de;--gm-link:#0969da;--gm-good:#1a7f37;--gm-bad:#cf222e;--gm-top:#fff8c5;"
-    "--gm-high:#cf222e;--gm-medium:#bf8700;--gm-low:#0969da;--gm-meter:#8250df"
+    "--gm-high:#cf222e;--gm-medium:#bf8700;--gm-low:#0969da;--gm-meter:#8250df;" + SVG_LIGHT_VARS
 )
 DARK_VARS = (
     "--gm-fg:var(--jp-content-font-color1,#e6edf3);--gm-bg:var(--jp-layout-color0,#0d1117);--gm-muted:#9da7b3;"
     "--gm-card:#161b22;--gm-border:#3d444d;--gm-link:#58a6ff;--gm-good:#3fb950;--gm-bad:#ff7b72;--gm-top:#2b2611;"
-    "--gm-high:#f85149;--gm-medium:#d29922;--gm-low:#58a6ff;--gm-meter:#a371f7"
+    "--gm-high:#f85149;--gm-medium:#d29922;--gm-low:#58a6ff;--gm-meter:#a371f7;" + SVG_DARK_VARS
 )
 
 CSS = (
@@ -98,7 +100,12 @@ CSS = (
 .gpumagic-report .gm-better,.gpumagic-report table.gm-table td.gm-better{color:var(--gm-good);font-weight:600}
 .gpumagic-report .gm-worse,.gpumagic-report table.gm-table td.gm-worse{color:var(--gm-bad);font-weight:600}
 .gpumagic-report .gm-group{font-weight:600;padding-right:10px;white-space:nowrap}
+.gpumagic-report .gm-windows a.gm-win{display:inline-block;max-width:100%;margin:0 12px 2px 0}
+.gpumagic-report details.gm-more>summary{cursor:pointer;color:var(--gm-link);font-size:13px;margin:2px 0}
+.gpumagic-report .gm-more-findings{color:var(--gm-muted);font-size:13px;margin:2px 0 8px 4px}
+.gpumagic-report pre.gm-code.gm-diagnostic{border-style:dashed}
 """
+    + svg_css()
 ).strip()
 #: Dark colours for a saved page, from the reader's ``prefers-color-scheme`` (a notebook follows
 #: its own theme instead, through ``data-jp-theme-light``).
