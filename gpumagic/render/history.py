@@ -93,8 +93,8 @@ def html_document(history: History) -> str:
 
 
 def figure(history: History) -> Figure | None:
-    """Median step time (left axis) and GPU busy (right axis) per run, as a matplotlib Figure;
-    None when no run recorded a median step or GPU busy."""
+    """Median step time (left axis) and GPU busy (right axis, only when a run recorded it) per
+    run, as a matplotlib Figure; None when no run recorded a median step or GPU busy."""
     runs = history.runs
     steps = [r.median_step_ms for r in runs]
     busy = [None if r.gpu_busy_frac is None else 100 * r.gpu_busy_frac for r in runs]
@@ -108,19 +108,22 @@ def figure(history: History) -> Figure | None:
     ax.plot(xs, [float("nan") if v is None else v for v in steps], marker="o", color=BLUE, label="median step (ms)")
     ax.set_ylabel("median step (ms), lower is better", color=BLUE, fontsize=8)
     ax.set_ylim(bottom=0)
-    ax2 = ax.twinx()
-    ax2.plot(xs, [float("nan") if v is None else v for v in busy], marker="s", linestyle="--", color=ORANGE,
-             label="GPU busy (%)")
-    ax2.set_ylabel("GPU busy (%), higher is better", color=ORANGE, fontsize=8)
-    ax2.set_ylim(0, 105)
+    axes = [ax]
+    if any(v is not None for v in busy):  # no GPU-busy axis without a GPU run to put on it
+        ax2 = ax.twinx()
+        ax2.plot(xs, [float("nan") if v is None else v for v in busy], marker="s", linestyle="--", color=ORANGE,
+                 label="GPU busy (%)")
+        ax2.set_ylabel("GPU busy (%), higher is better", color=ORANGE, fontsize=8)
+        ax2.set_ylim(0, 105)
+        axes.append(ax2)
     ax.set_xticks(xs, [f"{r.ref}\n{_cut(r.label, 12)}" if r.label else r.ref for r in runs], fontsize=7)
     if len(xs) > 20:  # too many to name each: every n-th one
         for i, label in enumerate(ax.get_xticklabels()):
             label.set_visible(i % (len(xs) // 20 + 1) == 0)
     ax.set_title("Runs of the tuning session", fontsize=10)
-    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    handles = [h for a in axes for h in a.get_legend_handles_labels()[0]]
     ax.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="upper right", frameon=False)
-    for a in (ax, ax2):
+    for a in axes:
         a.tick_params(labelsize=7)
         a.spines["top"].set_visible(False)
     return fig

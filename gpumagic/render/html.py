@@ -258,8 +258,12 @@ def timeline_html(report: Report, png: bytes | None = None) -> str:
 
 
 def svg_block(svg: str) -> str:
-    """An SVG chart in its width container (lets CSS thin out labels in a narrow output)."""
-    return f'<div class="gm-tl-wrap">{svg}</div>'
+    """An SVG chart in its width container (lets CSS thin out labels in a narrow output), and a
+    text alternative that the page's CSS hides: where a sanitiser drops ``<svg>`` (and with it
+    ``<style>`` and classes, as GitHub's notebook view does), the text is what remains."""
+    return (f'<div class="gm-tl-wrap">{svg}</div>'
+            f'<p class="gm-tl-fallback">[timeline: {escape(TIMELINE_ALT)}; open the notebook in Jupyter or the '
+            "exported HTML to see it]</p>")
 
 
 #: The timeline image's text alternative (static page and widget alike).
@@ -294,7 +298,7 @@ def kernels_html(report: Report) -> str:
         "of matmul/convolution time.</p>"
     )
     rows = "".join(
-        f"<tr><td class=\"gm-num\">{i}</td><td title=\"{escape(t.name)}\"><code>{escape(short_kernel_name(t.name))}</code></td>"
+        f"<tr><td class=\"gm-num\">{i}</td><td class=\"gm-kname\" title=\"{escape(t.name)}\"><code>{kernel_name_html(t.name)}</code></td>"
         f"<td class=\"gm-num\">{fmt_number(t.count)}</td><td class=\"gm-num\">{fmt_ms(t.total_ms)}</td>"
         f"<td class=\"gm-num\">{fmt_pct(t.total_ms / total if total else None, 1)}</td>"
         f"<td class=\"gm-num\">{fmt_us(t.mean_us)}</td><td>{_yes_no(t.tensor_core)}</td></tr>"
@@ -306,6 +310,20 @@ def kernels_html(report: Report) -> str:
         f"<tbody>{rows}</tbody></table></div>"
     )
     return line + table + copies_html(report)
+
+
+#: Where a shortened kernel name may break: after a scope, a comma, an opening bracket or an underscore.
+_BREAK_AFTER = ("::", ",", "<", "(", "_")
+
+
+def kernel_name_html(name: str) -> str:
+    """The shortened name (the full one is the cell's title), escaped, with ``<wbr>`` break points
+    after scopes, commas, brackets and underscores, so a narrow table wraps it at those points
+    instead of every few letters."""
+    text = escape(short_kernel_name(name))
+    for token in _BREAK_AFTER:
+        text = text.replace(escape(token), escape(token) + "<wbr>")
+    return text
 
 
 def _yes_no(flag: object) -> str:

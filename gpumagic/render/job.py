@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from gpumagic.render._format import MISSING, fmt_gain, fmt_ms, fmt_pct, severity_label
 from gpumagic.render.html import finding_body_html
-from gpumagic.render.page import wrap
+from gpumagic.render.page import document, wrap
 from gpumagic.render.palette import BLUE, PALE_GREY, PURPLE, VERMILLION
 from gpumagic.render.terminal import printable, printable_lines
 
@@ -158,9 +158,19 @@ def render_text(job: Job, width: int | None = None) -> str:
 
 # -- HTML -----------------------------------------------------------------------------------------
 
-EXTRA_CSS = (".gpumagic-report .gm-straggler td{background:#fff1ee}"
+#: The chart's text in the theme's colour; the ranks' table stacked (one card per rank, each cell
+#: labelled with its column) in an output narrower than 640 px, so the page never scrolls sideways.
+EXTRA_CSS = (".gpumagic-report .gm-straggler td{background:var(--gm-top)}"
              ".gpumagic-report svg.gm-rank-chart{display:block;max-width:900px;height:auto}"
-             ".gpumagic-report svg.gm-rank-chart text{font:12px system-ui,sans-serif;fill:#1f2328}")
+             ".gpumagic-report svg.gm-rank-chart text{font:12px system-ui,sans-serif;fill:var(--gm-fg)}"
+             ".gpumagic-report .gm-jobtable{container-type:inline-size}"
+             "@container (max-width:640px){.gpumagic-report table.gm-stack thead{display:none}"
+             ".gpumagic-report table.gm-stack,.gpumagic-report table.gm-stack tbody,.gpumagic-report table.gm-stack tr,"
+             ".gpumagic-report table.gm-stack td{display:block;width:100%}"
+             ".gpumagic-report table.gm-stack tr{margin:0 0 8px;border:1px solid var(--gm-border);border-radius:6px}"
+             ".gpumagic-report table.gm-stack td{border:0;text-align:left !important;white-space:normal !important}"
+             ".gpumagic-report table.gm-stack td::before{content:attr(data-label) \": \";font-weight:600;"
+             "color:var(--gm-muted)}}")
 
 
 def rank_chart_svg(job: Job) -> str:
@@ -217,10 +227,11 @@ def _table_html(job: Job) -> str:
     for r in job.ranks:
         cells = rank_row(r, job.stragglers)
         cls = ' class="gm-straggler"' if r.rank in job.stragglers else ""
-        tds = "".join(f'<td class="gm-num">{escape(c)}</td>' if i in (0, 2, 3, 4, 5, 6) else f"<td>{escape(c)}</td>"
-                      for i, c in enumerate(cells))
+        tds = "".join(f'<td class="gm-num" data-label="{escape(COLUMNS[i])}">{escape(c)}</td>' if i in (0, 2, 3, 4, 5, 6)
+                      else f'<td data-label="{escape(COLUMNS[i])}">{escape(c)}</td>' for i, c in enumerate(cells))
         body.append(f'<tr{cls} title="{escape(printable(r.path), quote=True)}">{tds}</tr>')
-    return f'<table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return (f'<div class="gm-jobtable"><table class="gm-table gm-stack"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
 
 
 def _findings_html(job: Job) -> str:
@@ -256,6 +267,4 @@ def render_fragment(job: Job) -> str:
 
 def html_document(job: Job) -> str:
     """A complete self-contained HTML page."""
-    return ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f"<title>{escape(title(job))}</title>\n</head>\n<body style=\"margin:0;padding:24px;background:#f6f8fa\">\n"
-            f"{render_fragment(job)}\n</body>\n</html>\n")
+    return document(title(job), render_fragment(job))

@@ -85,6 +85,8 @@ CSS = (
 .gpumagic-report table.gm-table th{background:var(--gm-card);font-weight:600}
 .gpumagic-report table.gm-table td.gm-num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 .gpumagic-report table.gm-table td code{overflow-wrap:anywhere}
+.gpumagic-report table.gm-table td.gm-kname{min-width:14em}
+.gpumagic-report table.gm-table td.gm-kname code{overflow-wrap:normal;word-break:normal}
 .gpumagic-report .gm-bars{margin:6px 0}
 .gpumagic-report .gm-bar-row{display:flex;align-items:center;gap:8px;margin:2px 0}
 .gpumagic-report .gm-bar-label{flex:0 0 64px;font-size:12.5px;color:var(--gm-muted);text-align:right}
@@ -104,6 +106,7 @@ CSS = (
 .gpumagic-report details.gm-more>summary{cursor:pointer;color:var(--gm-link);font-size:13px;margin:2px 0}
 .gpumagic-report .gm-more-findings{color:var(--gm-muted);font-size:13px;margin:2px 0 8px 4px}
 .gpumagic-report pre.gm-code.gm-diagnostic{border-style:dashed}
+.gpumagic-report .gm-tl-fallback{display:none}
 """
     + svg_css()
 ).strip()
