@@ -17,7 +17,7 @@ def svg_css() -> str:
         "k": "--gm-c-kernel", "n": "--gm-c-comm", "c": "--gm-c-copy", "s": "--gm-c-memset", "o": "--gm-c-cpu",
         "d": "--gm-c-loader", "y": "--gm-c-sync", "pd": "--gm-c-loader", "pf": "--gm-c-fwd", "pb": "--gm-c-bwd",
         "po": "--gm-c-opt", "px": "--gm-c-other", "iw": "--gm-c-idlewait", "il": "--gm-c-idlelaunch", "io": "--gm-c-other",
-        "m": "--gm-c-mem",
+        "m": "--gm-c-mem", "cap": "--gm-c-cap",
     }
     rules = "".join(f".gpumagic-report .gm-f-{k}{{fill:var({v})}}.gpumagic-report .gm-l-{k}{{stroke:var({v})}}"
                     f".gpumagic-report .gm-t-{k}{{fill:var({v})}}" for k, v in fills.items())
@@ -31,6 +31,8 @@ def svg_css() -> str:
         ".gpumagic-report svg.gm-tl .gm-tl-grid{stroke:var(--gm-border);vector-effect:non-scaling-stroke}"
         ".gpumagic-report svg.gm-tl polyline{fill:none;stroke-width:1.6;vector-effect:non-scaling-stroke}"
         ".gpumagic-report svg.gm-tl .gm-idle{fill-opacity:.28}"
+        ".gpumagic-report svg.gm-tl .gm-dashed{stroke-dasharray:6 4}"
+        ".gpumagic-report svg.gm-chart line.gm-dashed{stroke-width:1.4;vector-effect:non-scaling-stroke}"
         ".gpumagic-report svg.gm-tl .gm-hit{fill:transparent}"
         ".gpumagic-report svg.gm-tl .gm-hit:hover{stroke:var(--gm-fg);vector-effect:non-scaling-stroke}"
         ".gpumagic-report .gm-hl{fill:var(--gm-hl-fill);stroke:var(--gm-fg);stroke-width:2;"
@@ -52,12 +54,12 @@ SVG_LIGHT_VARS = (
     f"--gm-c-kernel:{palette.BLUE};--gm-c-comm:{palette.PURPLE};--gm-c-copy:{palette.GREEN};--gm-c-memset:{palette.SKY};"
     f"--gm-c-cpu:{palette.GREY};--gm-c-loader:{palette.ORANGE};--gm-c-sync:{palette.VERMILLION};--gm-c-fwd:#332288;"
     f"--gm-c-bwd:#DDCC77;--gm-c-opt:#999933;--gm-c-other:{palette.LIGHT_GREY};--gm-c-idlewait:{palette.WINE};"
-    f"--gm-c-idlelaunch:{palette.TEAL};--gm-c-mem:{palette.PURPLE};--gm-hl-fill:rgba(240,228,66,.35)"
+    f"--gm-c-idlelaunch:{palette.TEAL};--gm-c-mem:{palette.PURPLE};--gm-c-cap:{palette.VERMILLION};--gm-hl-fill:rgba(240,228,66,.35)"
 )
 SVG_DARK_VARS = (
     "--gm-c-kernel:#3d9be0;--gm-c-comm:#e08fc0;--gm-c-copy:#2fc79a;--gm-c-memset:#8fd0f5;--gm-c-cpu:#a6a6a6;"
     "--gm-c-loader:#f0b020;--gm-c-sync:#ff7a33;--gm-c-fwd:#8877dd;--gm-c-bwd:#e6d88f;--gm-c-opt:#c2c257;"
-    "--gm-c-other:#6e7681;--gm-c-idlewait:#d45a93;--gm-c-idlelaunch:#5cc4b3;--gm-c-mem:#e08fc0;"
+    "--gm-c-other:#6e7681;--gm-c-idlewait:#d45a93;--gm-c-idlelaunch:#5cc4b3;--gm-c-mem:#e08fc0;--gm-c-cap:#ff7a33;"
     "--gm-hl-fill:rgba(240,228,66,.28)"
 )
 

@@ -47,23 +47,19 @@ PAGEABLE_MARK = "\u26a0\ufe0f"
 
 @dataclass(frozen=True)
 class Images:
-    """The figures embedded in the HTML (``None`` where there is none to draw): the memory curve
-    as PNG bytes; ``timeline_png`` is accepted for callers that pass one, but the page draws the
-    timeline as inline SVG (:mod:`gpumagic.render.timeline_svg`) whenever the report has a trace."""
+    """PNG figures for a report that holds no trace to draw from (``None`` where there is none):
+    whenever the report has its trace, the page draws the timeline and the memory curve as inline
+    SVG (:mod:`gpumagic.render.timeline_svg`, :func:`gpumagic.render.charts.memory_svg`) instead."""
 
     timeline_png: bytes | None = None
     memory_png: bytes | None = None
 
 
 def render_images(report: Report) -> Images:
-    """Draw the memory curve (needs ``report.trace``); the timeline is SVG, drawn with the page."""
-    if report.trace is None:
-        return Images()
-    from gpumagic.render.charts import memory_figure
-    from gpumagic.render.timeline import figure_png
-
-    mem = memory_figure(report)
-    return Images(memory_png=figure_png(mem) if mem is not None else None)
+    """No PNG is needed any more: the timeline and the memory curve are inline SVG, drawn with the
+    page from ``report.trace`` (the matplotlib figures stay available: ``Report.timeline``,
+    :func:`gpumagic.render.charts.memory_figure`)."""
+    return Images()
 
 
 def report_html(report: Report, images: Images | None = None, *, live_token: str = "") -> str:
@@ -257,13 +253,13 @@ def timeline_html(report: Report, png: bytes | None = None) -> str:
     return svg_block(chart.svg) + chart.legend + timeline_caption(chart.caption())
 
 
-def svg_block(svg: str) -> str:
+def svg_block(svg: str, alt: str = "") -> str:
     """An SVG chart in its width container (lets CSS thin out labels in a narrow output), and a
     text alternative that the page's CSS hides: where a sanitiser drops ``<svg>`` (and with it
     ``<style>`` and classes, as GitHub's notebook view does), the text is what remains."""
     return (f'<div class="gm-tl-wrap">{svg}</div>'
-            f'<p class="gm-tl-fallback">[timeline: {escape(TIMELINE_ALT)}; open the notebook in Jupyter or the '
-            "exported HTML to see it]</p>")
+            f'<p class="gm-tl-fallback">[{"chart" if alt else "timeline"}: {escape(alt or TIMELINE_ALT)}; open the '
+            "notebook in Jupyter or the exported HTML to see it]</p>")
 
 
 #: The timeline image's text alternative (static page and widget alike).
@@ -384,9 +380,20 @@ def memory_html(report: Report, png: bytes | None) -> str:
         )
         if frac is not None:
             lines.append(f'<div class="gm-meter" title="peak / capacity"><span style="width:{min(frac, 1) * 100:.1f}%"></span></div>')
-    if png is not None:
+    svg = _memory_svg(report)
+    if svg is not None:
+        lines.append(svg_block(svg, "GPU memory over time"))
+    elif png is not None:
         lines.append(f'<img class="gm-figure gm-memory" alt="GPU memory over time" src="{png_data_uri(png)}">')
     return "".join(lines)
+
+
+def _memory_svg(report: Report) -> str | None:
+    if report.trace is None:
+        return None
+    from gpumagic.render.charts import memory_svg
+
+    return memory_svg(report)
 
 
 #: How to get allocator data when a report has none.

@@ -444,6 +444,19 @@ class _Drawer:
         return f'<ul class="gm-tl-legend">{"".join(out)}</ul>' if out else ""
 
 
+def axis_ticks(start: float, end: float, n: int = 5) -> list[tuple[float, str]]:
+    """Round ticks between ``start`` and ``end`` with their text (``'1,500'``, ``'0.25'``)."""
+    step = _nice_step((end - start) / n)
+    first = float(np.ceil(start / step) * step)
+    out = []
+    k = 0
+    while first + k * step <= end + 1e-9 * max(abs(end), 1):
+        t = first + k * step
+        out.append((t, _tick_text(t, step)))
+        k += 1
+    return out
+
+
 def _nice_step(raw: float) -> float:
     if raw <= 0:
         return 1.0

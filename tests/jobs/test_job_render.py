@@ -132,3 +132,12 @@ def test_straggler_wording_host_side_or_gpu_side(straggler_busy, host_side):
     f = straggler_finding([s], 100.0).finding
     assert ("host-side" in f.evidence.summary) is host_side
     assert ("more GPU-side work" in f.evidence.summary) is not host_side
+
+
+def test_html_follows_the_dark_scheme_and_stacks_the_rank_table_when_narrow(job):
+    page = job.to_html()
+    assert "@media (prefers-color-scheme:dark)" in page  # the saved page follows the reader's scheme
+    assert "svg.gm-rank-chart text{font:12px system-ui,sans-serif;fill:var(--gm-fg)}" in page  # chart text in the theme
+    assert "#1f2328}" not in page.split("svg.gm-rank-chart text", 1)[1][:80]
+    # each cell says its column, for the stacked (one card per rank) layout under 640 px
+    assert page.count('data-label="step med"') == len(job.ranks) and "@container (max-width:640px)" in page
