@@ -13,7 +13,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from gpumagic.render._format import MISSING, fmt_ms, fmt_pct
-from gpumagic.render.page import document, wrap
+from gpumagic.render.page import chart_block, document, wrap
 from gpumagic.render.palette import BLUE, ORANGE
 from gpumagic.render.terminal import printable, printable_lines
 
@@ -88,7 +88,6 @@ def charts_svg(history: History) -> str:
     named by their id and label, so two runs sharing a label stay apart."""
     import numpy as np
 
-    from gpumagic.render.html import svg_block
     from gpumagic.render.svg_chart import Line, line_chart_svg
 
     runs = history.runs
@@ -100,12 +99,12 @@ def charts_svg(history: History) -> str:
     x_range = (-0.5, len(runs) - 0.5)
     out = []
     if np.isfinite(steps).any():
-        out.append(svg_block(line_chart_svg(
+        out.append(chart_block(line_chart_svg(
             "median step time per run", [Line("median step", xs, steps, "k", marker=True)], x_range=x_range,
             y_unit="median step, ms (lower is better)", y_fmt=lambda v: f"{v:,g} ms", x_ticks=ticks, x_label="runs, oldest first"),
             "median step time per run"))
     if np.isfinite(busy).any():
-        out.append(svg_block(line_chart_svg(
+        out.append(chart_block(line_chart_svg(
             "GPU busy per run", [Line("GPU busy", xs, busy, "d", marker=True, dashed=True)], x_range=x_range,
             y_unit="GPU busy, % of the window (higher is better)", y_fmt=lambda v: f"{v:g} %", x_ticks=ticks,
             x_label="runs, oldest first", y_top=100.0), "GPU busy per run"))

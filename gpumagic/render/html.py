@@ -35,7 +35,7 @@ from gpumagic.render._format import (
 )
 from gpumagic.render.breakdown import breakdown_html
 from gpumagic.render.operators import operators_html
-from gpumagic.render.page import document, png_data_uri, wrap
+from gpumagic.render.page import chart_block, document, png_data_uri, wrap
 from gpumagic.render.summary import NO_FINDINGS, header_facts, title_line, top_finding
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -254,12 +254,8 @@ def timeline_html(report: Report, png: bytes | None = None) -> str:
 
 
 def svg_block(svg: str, alt: str = "") -> str:
-    """An SVG chart in its width container (lets CSS thin out labels in a narrow output), and a
-    text alternative that the page's CSS hides: where a sanitiser drops ``<svg>`` (and with it
-    ``<style>`` and classes, as GitHub's notebook view does), the text is what remains."""
-    return (f'<div class="gm-tl-wrap">{svg}</div>'
-            f'<p class="gm-tl-fallback">[{"chart" if alt else "timeline"}: {escape(alt or TIMELINE_ALT)}; open the '
-            "notebook in Jupyter or the exported HTML to see it]</p>")
+    """:func:`gpumagic.render.page.chart_block` with the timeline's text alternative by default."""
+    return chart_block(svg, alt or TIMELINE_ALT, "chart" if alt else "timeline")
 
 
 #: The timeline image's text alternative (static page and widget alike).

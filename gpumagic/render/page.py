@@ -169,5 +169,14 @@ def swap_css(token: str) -> str:
     return "".join(rules)
 
 
+def chart_block(svg: str, alt: str, kind: str = "chart") -> str:
+    """An SVG chart in its width container (lets CSS thin out labels in a narrow output), and a
+    text alternative that the page's CSS hides: where a sanitiser drops ``<svg>`` (and with it
+    ``<style>`` and classes, as GitHub's notebook view does), the text is what remains."""
+    return (f'<div class="gm-tl-wrap">{svg}</div>'
+            f'<p class="gm-tl-fallback">[{escape(kind)}: {escape(alt)}; open the notebook in Jupyter or the '
+            "exported HTML to see it]</p>")
+
+
 def png_data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
