@@ -250,7 +250,13 @@ def timeline_html(report: Report, png: bytes | None = None) -> str:
     from gpumagic.render.timeline_svg import timeline_svg
 
     chart = timeline_svg(report)
-    return svg_block(chart.svg) + chart.legend + timeline_caption(chart.caption())
+    return chart_html(chart) + timeline_caption(chart.caption())
+
+
+def chart_html(chart) -> str:
+    """The chart of a :class:`~gpumagic.render.timeline_svg.SvgTimeline`: its title (what is in
+    view), the SVG and its key."""
+    return f'<p class="gm-tl-title">{escape(chart.view.title)}</p>' + svg_block(chart.svg) + chart.legend
 
 
 def svg_block(svg: str, alt: str = "") -> str:

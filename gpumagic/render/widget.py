@@ -237,7 +237,7 @@ class ReportWidget:
         self.timeline_status.value = "drawing\u2026"
         chart = timeline_svg(report, window_ns=self.view_ns, highlight=finding or None)
         self.chart = chart
-        self.timeline_image.value = h.wrap(h.svg_block(chart.svg) + chart.legend, style=False, framed=False)
+        self.timeline_image.value = h.wrap(h.chart_html(chart), style=False, framed=False)
         self.caption.value = h.wrap(h.timeline_caption(chart.caption()), style=False, framed=False)
         self.timeline_status.value = _highlight_note(report, finding)
 
