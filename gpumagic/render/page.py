@@ -50,7 +50,8 @@ CSS = (
 .gpumagic-report a{color:var(--gm-link)}
 .gpumagic-report .gm-muted{color:var(--gm-muted)}
 .gpumagic-report .gm-facts{display:flex;flex-wrap:wrap;gap:10px;margin:6px 0 10px}
-.gpumagic-report .gm-fact{flex:1 1 120px;min-width:min-content;max-width:100%;border:1px solid var(--gm-border);border-radius:6px;padding:6px 12px;
+.gpumagic-report .gm-fact{flex:1 1 120px;min-width:min-content;max-width:100%;border:1px solid var(--gm-border);border-radius:6px;
+ padding:6px 12px;
  background:var(--gm-card)}
 .gpumagic-report .gm-fact-label{font-size:12px;color:var(--gm-muted);text-transform:uppercase;letter-spacing:.04em}
 .gpumagic-report .gm-fact-value{font-size:20px;font-weight:600;overflow-wrap:normal;word-break:normal}
