@@ -17,8 +17,9 @@ The same lanes, layers, idle gaps, step marks and finding windows as the matplot
 - **Fast and small whatever the trace.** Events closer than a pixel (at :data:`PLOT_PX`) are
   merged (darker = busier, in :data:`OPACITY_LEVELS` steps), no lane layer draws more than
   :data:`MAX_RECTS_PER_LAYER` rectangles and the whole chart at most :data:`MAX_RECTS`; the
-  caption says how many events were drawn as how many rectangles. Rectangles that are one single
-  event carry a hover title (name, duration, stream, category), up to :data:`MAX_TITLED`.
+  caption says how many events were drawn as how many rectangles. While a chart draws at most
+  :data:`MAX_TITLED` rectangles (a zoomed view), each carries a hover title: its longest event's
+  name, duration, lane (stream) and category, and how many more events it merges.
 - **Findings.** Every finding's windows (at most :data:`MAX_WINDOWS_PER_FINDING`) are drawn as
   outlined, hatched bands with an ``id``: a link to ``#<id>`` (the checklist's window links)
   scrolls to the timeline and shows that band (CSS ``:target``); ``highlight`` shows one
@@ -255,26 +256,29 @@ class _Drawer:
 
     def _titles(self, idx: np.ndarray, s: np.ndarray, e: np.ndarray, row: LaneRow, category: str, y: float, h: float,
                 cls: str) -> str:
-        """Transparent hover targets naming each rectangle that is one single event."""
-        if self.titled >= MAX_TITLED or s.size > MAX_TITLED:
+        """Transparent hover targets over the rectangles (while at most :data:`MAX_TITLED` in all):
+        each names its longest event (for host ops, the outermost), with its duration, lane and
+        category, and how many more events it merges."""
+        if self.titled + s.size > MAX_TITLED:
             return ""
         ev = self.trace.events
         starts = ev.ts_ns[idx]
         order = np.argsort(starts, kind="stable")
         idx, starts = idx[order], starts[order]
         first = np.searchsorted(starts, s, side="left")
+        first[:1] = 0  # events that began before the view (clipped to its start) are in the first rectangle
         last = np.searchsorted(starts, e, side="left")
         out = []
         for a, b, lo, hi in zip(s, e, first, last):
-            if hi - lo != 1 or self.titled >= MAX_TITLED:
-                continue
-            j = int(idx[lo])
+            group = idx[int(lo):max(int(hi), int(lo) + 1)]
+            j = int(group[np.argmax(ev.dur_ns[group])])
             name = self.trace.names[int(ev.name[j])]
-            text = f"{name} \u00b7 {_fmt_ns(float(ev.dur_ns[j]))} \u00b7 {row.label} \u00b7 {category}"
+            more = f" (+{group.size - 1} more event{'s' if group.size > 2 else ''} merged)" if group.size > 1 else ""
+            text = f"{name} \u00b7 {_fmt_ns(float(ev.dur_ns[j]))} \u00b7 {row.label} \u00b7 {category}{more}"
             x0, x1 = self.x(a), self.x(b)
             out.append(f'<rect class="gm-hit" x="{_f(float(x0))}" y="{_f(y)}" width="{_f(max(float(x1 - x0), 0.2))}" '
                        f'height="{_f(h)}"><title>{escape(text)}</title></rect>')
-            self.titled += 1
+        self.titled += len(out)
         return "".join(out)
 
     def _phases(self) -> str:
