@@ -178,6 +178,7 @@ class _Drawer:
         self.events = 0
         self.titled = 0
         self.used_classes: dict[str, str] = {}
+        self.series_keys: dict[str, str] = {}  # sampled curves' key: label -> colour class
         self.lane_top = TOP_PX + STEP_LABEL_PX
         self.bars_h = len(rows) * (LANE_LABEL_PX + LANE_BAR_PX + LANE_GAP_PX)
 
@@ -416,7 +417,7 @@ class _Drawer:
                 ok = np.isfinite(v)
                 if not ok.any():
                     continue
-                xs = self.x(t[ok])
+                xs = np.clip(self.x(t[ok]), 0, VB_W)  # a sample just outside the view holds the line to its edge
                 ys = SERIES_PX - np.clip(v[ok] / vmax, 0, 1) * (SERIES_PX - 4)
                 pts = " ".join(f"{_f(a)},{_f(b)}" for a, b in zip(xs, ys))
                 paths.append(f'<polyline class="gm-l-{cls}" points="{pts}"><title>{escape(label)}</title></polyline>')
@@ -426,9 +427,10 @@ class _Drawer:
                      f'preserveAspectRatio="none">'
                      f'<line class="gm-tl-grid" x1="0" x2="{VB_W}" y1="{SERIES_PX}" y2="{SERIES_PX}"/>'
                      f'<line class="gm-tl-grid" x1="0" x2="{VB_W}" y1="4" y2="4"/>{"".join(paths)}</svg>')
-            names = " ".join(f'<tspan class="gm-t-{cls}">\u25ac</tspan> {escape(label)}' for label, _, cls in s.lines)
-            out.append(f'<text class="gm-tl-lane" x="2" y="{_f(y + 12)}">{escape(s.title)} (0\u2013{escape(s.vmax_text)}): '
-                       f"{names}</text>{inner}")
+            for label, _, cls in s.lines:
+                self.series_keys.setdefault(f"{label} ({s.unit})", cls)
+            out.append(f'<text class="gm-tl-lane" x="2" y="{_f(y + 12)}">{escape(s.title)} (0\u2013{escape(s.vmax_text)})</text>'
+                       f"{inner}")
             y += 16 + SERIES_PX
         return "".join(out), int(y - top)
 
@@ -445,6 +447,9 @@ class _Drawer:
             else:
                 swatch = f'<rect class="gm-f-{cls}" x="0" y="{_f(1 + top * 12)}" width="16" height="{_f(h * 12)}"/>'
             out.append(f'<li><svg class="gm-tl-key" width="16" height="14" aria-hidden="true">{swatch}</svg>{escape(label)}</li>')
+        for label, cls in self.series_keys.items():
+            out.append(f'<li><svg class="gm-tl-key" width="18" height="14" aria-hidden="true"><line class="gm-l-{cls}" x1="0" '
+                       f'x2="18" y1="7" y2="7" stroke-width="2.5"/></svg>{escape(label)}</li>')
         return f'<ul class="gm-tl-legend">{"".join(out)}</ul>' if out else ""
 
 
@@ -489,6 +494,7 @@ class _Series:
     lines: tuple[tuple[str, np.ndarray, str], ...]  # (label, values in the panel's unit, class)
     vmax: float
     vmax_text: str
+    unit: str = "%"
 
 
 def _series(trace: Trace) -> list[_Series]:
@@ -504,12 +510,12 @@ def _series(trace: Trace) -> list[_Series]:
         t, keep = _gpu_rows(gpu, trace)
         lines = []
         if "gpu_util" in gpu:
-            lines.append(("GPU utilisation %", np.asarray(gpu["gpu_util"], float)[keep], "k"))
+            lines.append(("GPU utilisation", np.asarray(gpu["gpu_util"], float)[keep], "k"))
         if "mem_used_bytes" in gpu and "mem_total_bytes" in gpu:
             used, total = np.asarray(gpu["mem_used_bytes"], float)[keep], np.asarray(gpu["mem_total_bytes"], float)[keep]
-            lines.append(("GPU memory used, % of capacity", 100 * used / np.maximum(total, 1), "m"))
+            lines.append(("GPU memory used, of capacity", 100 * used / np.maximum(total, 1), "m"))
         if lines and t.size:
-            out.append(_Series("GPU (NVML), %", t, tuple(lines), 100.0, "100 %"))
+            out.append(_Series("GPU (NVML), %", t, tuple(lines), 100.0, "100 %", "%"))
     if "t_ns" in cpu and "total" in cpu and len(cpu["t_ns"]):
         per_core = np.asarray(cpu.get("per_core", np.zeros((0, 0))))
         n = int(per_core.shape[1]) if per_core.ndim == 2 and per_core.shape[1] else 0
@@ -520,10 +526,10 @@ def _series(trace: Trace) -> list[_Series]:
                 lines.append(("this process", np.asarray(cpu["main"], float) / 100, "k"))
             if "workers" in cpu:
                 lines.append(("data-loader workers", np.asarray(cpu["workers"], float) / 100, "d"))
-            out.append(_Series(f"host CPU, cores busy of {n}", t, tuple(lines), float(n), f"{n} cores"))
+            out.append(_Series(f"host CPU, cores busy of {n}", t, tuple(lines), float(n), f"{n} cores", "cores busy"))
         else:  # cores unknown: only the share of all cores, on its own axis
             out.append(_Series("host CPU, % of all cores", t, (("host, all cores", np.asarray(cpu["total"], float), "o"),),
-                               100.0, "100 %"))
+                               100.0, "100 %", "% of all cores"))
     return out
 
 

@@ -19,6 +19,7 @@ import time
 import pytest
 from browser_helpers import (
     ARTIFACTS,
+    CLIPPED_JS,
     SERVER_START_S,
     TIMELINE_TEXT_JS,
     VISIBLE_REPORTS_JS,
@@ -148,6 +149,16 @@ def test_live_widget_shows_checklist_and_timeline(lab, page):
     page.wait_for_function(changed, arg=before, timeout=60_000)
     _scroll_into_view(page, widget.locator("svg.gm-tl"))
     page.screenshot(path=str(ARTIFACTS / "jupyterlab_timeline.png"))
+    # JupyterLab's default 800 px window with the file browser open: an output about 370 px wide
+    page.set_viewport_size({"width": 800, "height": 1000})
+    page.wait_for_timeout(800)
+    output_px = widget.evaluate("w => w.getBoundingClientRect().width")
+    narrow = page.evaluate(TIMELINE_TEXT_JS)
+    clipped = page.evaluate(CLIPPED_JS, ".gpumagic-widget")
+    page.screenshot(path=str(ARTIFACTS / "jupyterlab_timeline_800.png"))
+    page.set_viewport_size(VIEWPORT)
+    assert output_px < 600 and narrow and min(t["px"] for t in narrow) >= 10, (output_px, narrow[:5])
+    assert all(t["inside"] for t in narrow) and clipped == [], clipped
 
     exported = root / "exported.html"
     deadline = time.monotonic() + 30

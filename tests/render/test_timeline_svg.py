@@ -89,9 +89,10 @@ def test_cpu_samples_are_drawn_in_cores_on_one_axis():
     t_ns = np.arange(0, 3_000_000, 100_000, dtype=np.int64)
     trace.samples = Samples(gpu={}, cpu={"t_ns": t_ns, "total": np.full(t_ns.size, 50.0), "main": np.full(t_ns.size, 100.0),
                                          "per_core": np.full((t_ns.size, 8), 50.0)})
-    svg = timeline_svg(gpumagic.analyze(trace)).svg
-    assert "host CPU, cores busy of 8 (0\u20138 cores)" in svg and "host, all 8 cores" in svg
-    assert "% of one core" not in svg  # no second unit on the same axis
+    chart = timeline_svg(gpumagic.analyze(trace))
+    assert "host CPU, cores busy of 8 (0\u20138 cores)" in chart.svg
+    assert "host, all 8 cores (cores busy)" in chart.legend and "this process (cores busy)" in chart.legend
+    assert "% of one core" not in chart.svg + chart.legend  # no second unit on the same axis
 
 
 def test_a_report_without_a_trace_has_no_svg():
