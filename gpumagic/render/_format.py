@@ -158,7 +158,8 @@ def _last_top_level_scope(s: str) -> int:
 
 #: Words written the way people read them in a label (``gpu`` -> ``GPU``).
 _LABEL_WORDS = {"gpu": "GPU", "cpu": "CPU", "nccl": "NCCL", "util": "utilisation", "comm": "communication",
-                "gbps": "GB/s", "frac": "share", "dataloader": "data-loader", "pct": "%", "us": "µs", "ms": "ms"}
+                "gbps": "GB/s", "frac": "share",
+                "mfu": "MFU", "tflops": "TFLOP/s", "dataloader": "data-loader", "pct": "%", "us": "µs", "ms": "ms"}
 #: Labels that the word rule above would phrase badly.
 _LABEL_OVERRIDE = {
     "compute_capability": "compute capability",
@@ -202,10 +203,25 @@ def evidence_label(key: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+#: Evidence keys that are shares (0..1) without a ``_frac`` suffix.
+_SHARE_KEYS = ("mfu", "cpu_saturation", "cpu_busy_share_of_wait")
+
+
 def evidence_value(key: str, value: float | int | str | None) -> str:
-    """An evidence number with its unit, read from the key's suffix (``_frac`` -> ``'33.4 %'``)."""
+    """An evidence number with its unit, read from the key's suffix (``_frac`` -> ``'33.4 %'``,
+    ``_cores`` -> ``'3.5 cores'``, a ``ratio`` -> ``'7.96×'``, ``_samples`` -> ``'40 samples'``)."""
     if isinstance(value, (str, bool)) or _bad(value):
         return fmt_number(value)
+    if key in _SHARE_KEYS or key.endswith("_saturation"):
+        return fmt_pct(value, 1)
+    if key.endswith("_cores"):
+        return f"{value:,.1f} cores".replace(".0 cores", " cores")
+    if key.endswith("tflops"):
+        return f"{value:,.2f} TFLOP/s"
+    if key.endswith("_samples"):
+        return f"{fmt_number(value)} samples"
+    if "ratio" in key:
+        return f"{value:.2f}\u00d7"
     if key == "compute_capability":
         return f"{float(value):.1f}"
     if key == "first_over_median":
@@ -226,8 +242,23 @@ def evidence_value(key: str, value: float | int | str | None) -> str:
 
 
 def evidence_items(numbers: dict) -> list[tuple[str, str]]:
-    """``(label, formatted value)`` for each evidence number, in the finding's order."""
-    return [(evidence_label(str(k)), evidence_value(str(k), v)) for k, v in numbers.items()]
+    """``(label, formatted value)`` for each evidence number, in the finding's order. A threshold
+    is shown in the unit of the number it bounds: ``threshold_mfu`` in MFU's, a bare ``threshold``
+    in the first number's (the rule's measured value comes first)."""
+    keys = [str(k) for k in numbers]
+    out = []
+    for k, v in numbers.items():
+        key = str(k)
+        bound = ""
+        if key == "threshold" and keys[0] != key:
+            bound = keys[0]
+        elif key.startswith("threshold_") and "_" + key[len("threshold_"):] not in _UNIT_SUFFIXES:
+            bound = key[len("threshold_"):]
+        if bound:
+            out.append((f"Threshold ({evidence_label(bound)})", evidence_value(bound, v)))
+        else:
+            out.append((evidence_label(key), evidence_value(key, v)))
+    return out
 
 
 def fmt_span_ms(start_ms: float, end_ms: float) -> str:

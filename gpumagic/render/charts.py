@@ -91,3 +91,35 @@ def memory_figure(report: Report, width_in: float = FIG_WIDTH_IN, dpi: int = DPI
     ax.legend(loc="upper right", fontsize=FONT_LEGEND, frameon=False, ncol=2, borderaxespad=0.1)
     ax.set_title("GPU memory over time", fontsize=FONT_TITLE - 1, fontweight="bold")
     return fig
+
+
+def memory_svg(report: Report) -> str | None:
+    """:func:`memory_figure` as inline SVG in the page's theme (:mod:`gpumagic.render.svg_chart`), or
+    None. The scale is the curve's own (GiB or MiB, whichever its peak reads in); the capacity is
+    drawn when it lies within twice the peak, and otherwise named in the key as off the scale."""
+    from gpumagic.render._format import fmt_bytes
+    from gpumagic.render.svg_chart import Line, line_chart_svg
+    from gpumagic.render.timeline_svg import axis_ticks
+
+    series = memory_series(report)
+    if series is None:
+        return None
+    source, t_ns, nbytes = series
+    origin = 0 if report.metrics is None else report.metrics.window.start_ns
+    t, y = envelope(t_ns, nbytes)
+    x = (np.asarray(t, np.float64) - origin) / 1e6
+    peak = float(np.max(y)) if len(y) else 0.0
+    unit, div = ("GiB", float(GIB)) if peak >= GIB else ("MiB", float(2**20))
+    capacity = None if report.metrics is None else report.metrics.memory.capacity_bytes
+    hlines = []
+    label = source
+    if capacity and capacity <= 2 * max(peak, 1):
+        hlines.append((capacity / div, f"device capacity {fmt_bytes(capacity)}", "cap"))
+    elif capacity:
+        label += f" (device capacity {fmt_bytes(capacity)}, off the scale)"
+    x_range = (float(x.min()), float(x.max()) if x.max() > x.min() else float(x.min()) + 1)
+    return line_chart_svg(
+        "GPU memory over time", [Line(label, x, np.asarray(y, np.float64) / div, "m", steps=True)], x_range=x_range,
+        y_unit=f"GPU memory, {unit}", y_fmt=lambda v: f"{v:,g} {unit}", x_ticks=axis_ticks(*x_range),
+        x_label=f"ms since {origin_label(report)}", hlines=hlines,
+    )

@@ -203,12 +203,14 @@ DIRECTION_WORD = {"better": "\u25b2 better", "worse": "\u25bc worse"}
 
 
 def _html_table(title: str, data: dict[str, Any], rows: list[tuple[str, ...]]) -> str:
-    head = (f"<tr><th>{escape(title)}</th><th>{escape(data['before']['label'])}</th>"
-            f"<th>{escape(data['after']['label'])}</th><th>change</th></tr>")
+    """Name, then the change (what a reader looks for, so that a narrow output never scrolls it
+    out of view), then the two runs' values."""
+    head = (f"<tr><th>{escape(title)}</th><th>change</th><th>{escape(data['before']['label'])}</th>"
+            f"<th>{escape(data['after']['label'])}</th></tr>")
     body = "".join(
-        f'<tr><td>{escape(n)}</td><td class="gm-num">{escape(x)}</td><td class="gm-num">{escape(y)}</td>'
-        f'<td class="gm-num{" gm-" + css if css else ""}">{escape(c)}'
-        f'{" · " + DIRECTION_WORD[css] if css in DIRECTION_WORD else ""}</td></tr>'
+        f'<tr><td>{escape(n)}</td><td class="gm-num{" gm-" + css if css else ""}">{escape(c)}'
+        f'{" · " + DIRECTION_WORD[css] if css in DIRECTION_WORD else ""}</td>'
+        f'<td class="gm-num">{escape(x)}</td><td class="gm-num">{escape(y)}</td></tr>'
         for n, x, y, c, css in rows)
     return f'<div class="gm-scroll"><table class="gm-table"><thead>{head}</thead><tbody>{body}</tbody></table></div>'
 

@@ -1,5 +1,6 @@
 """Views of the run history (:class:`~gpumagic.tuning.history.History`, ``gpumagic.history()``):
-a table (text or HTML) and a chart of median step time and GPU busy over the runs.
+a table (text or HTML) and charts of median step time and GPU busy over the runs (inline SVG in
+the HTML, one chart per unit; :func:`figure` keeps the matplotlib version).
 
 The chart is the tuning session at a glance: one point per run, in the order they ran, the
 median step on the left axis (lower is better) and GPU busy on the right (higher is better).
@@ -12,7 +13,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from gpumagic.render._format import MISSING, fmt_ms, fmt_pct
-from gpumagic.render.page import document, png_data_uri, wrap
+from gpumagic.render.page import chart_block, document, wrap
 from gpumagic.render.palette import BLUE, ORANGE
 from gpumagic.render.terminal import printable, printable_lines
 
@@ -73,18 +74,41 @@ def render_html(history: History) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in TABLE_HEADER)
     body = "".join("<tr>" + "".join(f'<td{" class=gm-num" if i in (4, 5) else ""}>{escape(c)}</td>' for i, c in enumerate(r))
                    + "</tr>" for r in table(history))
-    fig = figure(history)
-    plot = ""
-    if fig is not None:
-        from gpumagic.render.timeline import figure_png
-
-        plot = (f'<img class="gm-figure" style="max-width:720px" alt="median step time and GPU busy per run" '
-                f'src="{png_data_uri(figure_png(fig))}">')
+    plot = charts_svg(history)
     where = escape(printable(history.where or "memory"))
     inner = (f"<h2>Run history</h2><p>{len(history.runs)} run(s) in <code>{where}</code>. Name a run by label, "
              f"<code>LABEL@N</code> or id in <code>--compare</code> and <code>gpumagic.compare()</code>.</p>{plot}"
-             f'<table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+             f'<div class="gm-scroll"><table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
     return wrap(inner, static=True)
+
+
+def charts_svg(history: History) -> str:
+    """Median step per run and, when any run recorded it, GPU busy per run: two inline SVG charts
+    in the page's theme, each with one unit on its axis (no empty GPU axis for CPU runs). Runs are
+    named by their id and label, so two runs sharing a label stay apart."""
+    import numpy as np
+
+    from gpumagic.render.svg_chart import Line, line_chart_svg
+
+    runs = history.runs
+    steps = np.array([np.nan if r.median_step_ms is None else r.median_step_ms for r in runs], np.float64)
+    busy = np.array([np.nan if r.gpu_busy_frac is None else 100 * r.gpu_busy_frac for r in runs], np.float64)
+    xs = np.arange(len(runs), dtype=np.float64)
+    every = len(runs) // 12 + 1  # too many to name each: every n-th one
+    ticks = [(float(i), f"{r.ref} {_cut(printable(r.label), 12)}".strip()) for i, r in enumerate(runs) if i % every == 0]
+    x_range = (-0.5, len(runs) - 0.5)
+    out = []
+    if np.isfinite(steps).any():
+        out.append(chart_block(line_chart_svg(
+            "median step time per run", [Line("median step", xs, steps, "k", marker=True)], x_range=x_range,
+            y_unit="median step, ms (lower is better)", y_fmt=lambda v: f"{v:,g} ms", x_ticks=ticks, x_label="runs, oldest first"),
+            "median step time per run"))
+    if np.isfinite(busy).any():
+        out.append(chart_block(line_chart_svg(
+            "GPU busy per run", [Line("GPU busy", xs, busy, "d", marker=True, dashed=True)], x_range=x_range,
+            y_unit="GPU busy, % of the window (higher is better)", y_fmt=lambda v: f"{v:g} %", x_ticks=ticks,
+            x_label="runs, oldest first", y_top=100.0), "GPU busy per run"))
+    return "".join(out)
 
 
 def html_document(history: History) -> str:
@@ -93,8 +117,8 @@ def html_document(history: History) -> str:
 
 
 def figure(history: History) -> Figure | None:
-    """Median step time (left axis) and GPU busy (right axis) per run, as a matplotlib Figure;
-    None when no run recorded a median step or GPU busy."""
+    """Median step time (left axis) and GPU busy (right axis, only when a run recorded it) per
+    run, as a matplotlib Figure; None when no run recorded a median step or GPU busy."""
     runs = history.runs
     steps = [r.median_step_ms for r in runs]
     busy = [None if r.gpu_busy_frac is None else 100 * r.gpu_busy_frac for r in runs]
@@ -108,19 +132,22 @@ def figure(history: History) -> Figure | None:
     ax.plot(xs, [float("nan") if v is None else v for v in steps], marker="o", color=BLUE, label="median step (ms)")
     ax.set_ylabel("median step (ms), lower is better", color=BLUE, fontsize=8)
     ax.set_ylim(bottom=0)
-    ax2 = ax.twinx()
-    ax2.plot(xs, [float("nan") if v is None else v for v in busy], marker="s", linestyle="--", color=ORANGE,
-             label="GPU busy (%)")
-    ax2.set_ylabel("GPU busy (%), higher is better", color=ORANGE, fontsize=8)
-    ax2.set_ylim(0, 105)
+    axes = [ax]
+    if any(v is not None for v in busy):  # no GPU-busy axis without a GPU run to put on it
+        ax2 = ax.twinx()
+        ax2.plot(xs, [float("nan") if v is None else v for v in busy], marker="s", linestyle="--", color=ORANGE,
+                 label="GPU busy (%)")
+        ax2.set_ylabel("GPU busy (%), higher is better", color=ORANGE, fontsize=8)
+        ax2.set_ylim(0, 105)
+        axes.append(ax2)
     ax.set_xticks(xs, [f"{r.ref}\n{_cut(r.label, 12)}" if r.label else r.ref for r in runs], fontsize=7)
     if len(xs) > 20:  # too many to name each: every n-th one
         for i, label in enumerate(ax.get_xticklabels()):
             label.set_visible(i % (len(xs) // 20 + 1) == 0)
     ax.set_title("Runs of the tuning session", fontsize=10)
-    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    handles = [h for a in axes for h in a.get_legend_handles_labels()[0]]
     ax.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="upper right", frameon=False)
-    for a in (ax, ax2):
+    for a in axes:
         a.tick_params(labelsize=7)
         a.spines["top"].set_visible(False)
     return fig

@@ -36,7 +36,7 @@ from gpumagic.render._format import (
 from gpumagic.render.breakdown import breakdown_html
 from gpumagic.render.modules import modules_html
 from gpumagic.render.operators import operators_html
-from gpumagic.render.page import document, png_data_uri, wrap
+from gpumagic.render.page import chart_block, document, png_data_uri, wrap
 from gpumagic.render.summary import NO_FINDINGS, header_facts, title_line, top_finding
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,7 +48,9 @@ PAGEABLE_MARK = "\u26a0\ufe0f"
 
 @dataclass(frozen=True)
 class Images:
-    """The figures embedded in the HTML, as PNG bytes (``None`` where there is none to draw)."""
+    """PNG figures for a report that holds no trace to draw from (``None`` where there is none):
+    whenever the report has its trace, the page draws the timeline and the memory curve as inline
+    SVG (:mod:`gpumagic.render.timeline_svg`, :func:`gpumagic.render.charts.memory_svg`) instead."""
 
     timeline_png: bytes | None = None
     memory_png: bytes | None = None
@@ -56,16 +58,15 @@ class Images:
 
 
 def render_images(report: Report) -> Images:
-    """Draw the overview timeline and the memory curve (both need ``report.trace``)."""
+    """The timeline and the memory curve are inline SVG, drawn with the page from ``report.trace``
+    (the matplotlib figures stay available: ``Report.timeline``,
+    :func:`gpumagic.render.charts.memory_figure`); only the memory-by-category chart is still a
+    PNG (it needs the report's memory profile)."""
     if report.trace is None:
         return Images()
-    from gpumagic.render.charts import memory_figure
     from gpumagic.render.memory_categories import categories_png
-    from gpumagic.render.timeline import figure_png, timeline_png
 
-    mem = memory_figure(report)
-    return Images(timeline_png=timeline_png(report), memory_png=figure_png(mem) if mem is not None else None,
-                  categories_png=categories_png(report))
+    return Images(categories_png=categories_png(report))
 
 
 def report_html(report: Report, images: Images | None = None, *, live_token: str = "") -> str:
@@ -130,16 +131,37 @@ def header_html(report: Report) -> str:
 
 
 def checklist_html(report: Report) -> str:
-    """One ``<details>`` per finding (the first one open), in the report's order."""
+    """One ``<details>`` per finding (the first one open), in the report's order; under the open
+    first one, how many more findings wait below it."""
     if not report.findings:
         return f'<p class="gm-muted">{escape(NO_FINDINGS)}</p>'
     origin = timeline_origin_ns(report)
-    return "".join(
-        f'<details class="gm-finding gm-sev-{escape(f.severity)}"{" open" if i == 0 else ""}>'
-        f"<summary>{finding_summary_html(f)}</summary>"
-        f'<div class="gm-finding-body">{finding_body_html(f, origin)}</div></details>'
-        for i, f in enumerate(report.findings)
-    )
+    anchor = _chart_anchor(report)
+    items = []
+    for i, f in enumerate(report.findings):
+        items.append(
+            f'<details class="gm-finding gm-sev-{escape(f.severity)}"{" open" if i == 0 else ""}>'
+            f"<summary>{finding_summary_html(f)}</summary>"
+            f'<div class="gm-finding-body">{finding_body_html(f, origin, anchor)}</div></details>'
+        )
+        if i == 0 and len(report.findings) > 1:
+            n = len(report.findings) - 1
+            items.append(f'<p class="gm-more-findings">{more_findings_text(n)}</p>')
+    return "".join(items)
+
+
+def more_findings_text(n: int) -> str:
+    """``'3 more findings below'`` (closed: click one to open it)."""
+    return f"{n} more finding{'s' if n != 1 else ''} below (click a title to open it)"
+
+
+def _chart_anchor(report: Report) -> str:
+    """The id of the report's timeline chart, or ``''`` when there is none to link to."""
+    if report.trace is None:
+        return ""
+    from gpumagic.render.timeline_svg import chart_id
+
+    return chart_id(report)
 
 
 def finding_summary_html(f: Finding) -> str:
@@ -149,34 +171,71 @@ def finding_summary_html(f: Finding) -> str:
     )
 
 
-def finding_body_html(f: Finding, origin_ns: int = 0) -> str:
-    """Evidence (summary, numbers, windows), why, estimated gain, fixes as code, and a link."""
-    chips = "".join(
-        f'<span class="gm-chip">{escape(label)}: <b>{escape(value)}</b></span>' for label, value in evidence_items(f.evidence.numbers)
-    )
+#: Evidence numbers shown before the "more" disclosure.
+MAX_SHOWN_NUMBERS = 3
+
+
+def finding_body_html(f: Finding, origin_ns: int = 0, anchor: str = "") -> str:
+    """Evidence (summary, at most :data:`MAX_SHOWN_NUMBERS` numbers and the windows, the rest behind
+    a "more" disclosure), why, estimated gain, the fixes as code, diagnostic snippets (labelled,
+    after the fixes), and a link. ``anchor``: the id of the timeline chart the windows link into
+    (:func:`gpumagic.render.timeline_svg.chart_id`); without it they are plain text."""
+    items = evidence_items(f.evidence.numbers)
+    chips = [f'<span class="gm-chip">{escape(label)}: <b>{escape(value)}</b></span>' for label, value in items]
+    shown, rest = chips[:MAX_SHOWN_NUMBERS], chips[MAX_SHOWN_NUMBERS:]
+    more = (f'<details class="gm-more"><summary>{len(rest)} more number{"s" if len(rest) != 1 else ""}</summary>'
+            f'<div class="gm-chips">{"".join(rest)}</div></details>') if rest else ""
+    fixes = [fix for fix in f.fixes if not is_diagnostic(fix)]
+    diagnostics = [fix for fix in f.fixes if is_diagnostic(fix)]
     parts = [
         f'<p><span class="gm-label">Evidence:</span> {escape(f.evidence.summary)}</p>',
-        f'<div class="gm-chips">{chips}</div>' if chips else "",
-        _windows_html(f, origin_ns),
+        f'<div class="gm-chips">{"".join(shown)}</div>' if shown else "",
+        _windows_html(f, origin_ns, anchor),
+        more,
         f'<p><span class="gm-label">Why it matters:</span> {escape(f.why)}</p>',
         f'<p><span class="gm-label">Estimated gain:</span> {escape(fmt_gain_detail(f.est_gain, f.gain_method)[0])}'
         f' <span class="gm-muted">({escape(f.gain_method)})</span></p>',
-        "".join(_fix_html(fix) for fix in f.fixes),
+        "".join(_fix_html(fix) for fix in fixes),
+        "".join(_fix_html(fix, "Diagnostic") for fix in diagnostics),
         _doc_link(f.doc_url),
     ]
     return "".join(parts)
 
 
-def _windows_html(f: Finding, origin_ns: int) -> str:
+#: A fix whose description starts with one of these verbs finds the cause rather than changing
+#: the code: it is shown after the fixes, labelled "Diagnostic".
+DIAGNOSTIC_VERBS = ("find", "measure", "check", "look", "inspect", "time", "record", "profile", "confirm")
+
+
+def is_diagnostic(fix) -> bool:
+    """Whether ``fix`` is a diagnostic snippet (it says how to find the cause) rather than a change:
+    its description starts with a verb of :data:`DIAGNOSTIC_VERBS` (``'Or'`` and a lead-in ending
+    in a colon skipped, as in ``'The GPU had work queued: find what it waited for'``)."""
+    text = fix.description.strip()
+    head = text.split(":", 1)[1] if ":" in text.split(".", 1)[0] else text
+    words = head.strip().lower().split()
+    if words[:1] == ["or"]:
+        words = words[1:]
+    return bool(words) and words[0].strip(",;") in DIAGNOSTIC_VERBS
+
+
+def _windows_html(f: Finding, origin_ns: int, anchor: str = "") -> str:
+    if not f.evidence.windows:
+        return ""
+    if anchor:
+        from gpumagic.render.timeline_svg import windows_links_html
+
+        return f'<p class="gm-windows"><span class="gm-label">Where on the timeline:</span> {windows_links_html(f, anchor, origin_ns)}</p>'
     text = windows_text(f, origin_ns)
     return f'<p class="gm-muted">Where on the timeline: {escape(text)}</p>' if text else ""
 
 
-def _fix_html(fix) -> str:
+def _fix_html(fix, kind: str = "Fix") -> str:
     flavor = FIX_FLAVOR_LABEL.get(fix.flavor, fix.flavor)
+    cls = "gm-code" + (" gm-diagnostic" if kind != "Fix" else "")
     return (
-        f'<p><span class="gm-label">Fix ({escape(flavor)}):</span> {escape(fix.description)}</p>'
-        f'<pre class="gm-code"><code>{escape(fix.code)}</code></pre>'
+        f'<p><span class="gm-label">{kind} ({escape(flavor)}):</span> {escape(fix.description)}</p>'
+        f'<pre class="{cls}"><code>{escape(fix.code)}</code></pre>'
     )
 
 
@@ -189,10 +248,28 @@ def _doc_link(url: str) -> str:
 # -- timeline -------------------------------------------------------------------------------------
 
 
-def timeline_html(report: Report, png: bytes | None) -> str:
-    if png is None:
-        return '<p class="gm-muted">No timeline: this report holds no trace (it was rebuilt from JSON).</p>'
-    return f'<img class="gm-figure gm-timeline" alt="{escape(TIMELINE_ALT)}" src="{png_data_uri(png)}">' + timeline_caption()
+def timeline_html(report: Report, png: bytes | None = None) -> str:
+    """The timeline as inline SVG with its caption (``png``, if given, is only used when the report
+    holds no trace to draw from)."""
+    if report.trace is None:
+        if png is None:
+            return '<p class="gm-muted">No timeline: this report holds no trace (it was rebuilt from JSON).</p>'
+        return f'<img class="gm-figure gm-timeline" alt="{escape(TIMELINE_ALT)}" src="{png_data_uri(png)}">' + timeline_caption()
+    from gpumagic.render.timeline_svg import timeline_svg
+
+    chart = timeline_svg(report)
+    return chart_html(chart) + timeline_caption(chart.caption())
+
+
+def chart_html(chart) -> str:
+    """The chart of a :class:`~gpumagic.render.timeline_svg.SvgTimeline`: its title (what is in
+    view), the SVG and its key."""
+    return f'<p class="gm-tl-title">{escape(chart.view.title)}</p>' + svg_block(chart.svg) + chart.legend
+
+
+def svg_block(svg: str, alt: str = "") -> str:
+    """:func:`gpumagic.render.page.chart_block` with the timeline's text alternative by default."""
+    return chart_block(svg, alt or TIMELINE_ALT, "chart" if alt else "timeline")
 
 
 #: The timeline image's text alternative (static page and widget alike).
@@ -200,14 +277,15 @@ TIMELINE_ALT = ("Timeline of the recorded steps: a lane per host thread and per 
                 "dashed lines, GPU idle gaps shaded by cause")
 
 
-def timeline_caption() -> str:
-    """How to read the timeline; the colours are named by the legend above the figure, which
-    lists only what this trace holds."""
+def timeline_caption(aggregated: str = "") -> str:
+    """How to read the timeline (``aggregated``: what was merged, from the chart)."""
     return (
-        '<p class="gm-muted">Lanes from the top: the main thread, other host threads and DataLoader workers, then one '
-        "lane per GPU stream; colours as in the legend above the figure. Darker means busier: events closer than a "
-        "pixel are merged. Shaded columns: GPU idle gaps, by cause. Dashed lines: step boundaries. A highlighted "
-        "finding is outlined and hatched.</p>"
+        '<p class="gm-muted">Lanes from the top: the step phases, the main thread, other host threads and DataLoader '
+        "workers, then one lane per GPU stream, each named above its bar. Categories differ in colour and in band: "
+        "kernels fill a lane, copies its lower half, memsets a thin strip at the bottom, NCCL its upper half, a "
+        "data-loader wait the lower two thirds. Shaded columns: GPU idle gaps, by cause. Dashed lines: step "
+        "boundaries. A finding's window, when its link is followed, is outlined. Hover a bar for its name. "
+        f"{escape(aggregated)}</p>"
     )
 
 
@@ -226,7 +304,7 @@ def kernels_html(report: Report) -> str:
         "of matmul/convolution time.</p>"
     )
     rows = "".join(
-        f"<tr><td class=\"gm-num\">{i}</td><td title=\"{escape(t.name)}\"><code>{escape(short_kernel_name(t.name))}</code></td>"
+        f"<tr><td class=\"gm-num\">{i}</td><td class=\"gm-kname\" title=\"{escape(t.name)}\"><code>{kernel_name_html(t.name)}</code></td>"
         f"<td class=\"gm-num\">{fmt_number(t.count)}</td><td class=\"gm-num\">{fmt_ms(t.total_ms)}</td>"
         f"<td class=\"gm-num\">{fmt_pct(t.total_ms / total if total else None, 1)}</td>"
         f"<td class=\"gm-num\">{fmt_us(t.mean_us)}</td><td>{_yes_no(t.tensor_core)}</td></tr>"
@@ -238,6 +316,20 @@ def kernels_html(report: Report) -> str:
         f"<tbody>{rows}</tbody></table></div>"
     )
     return line + table + copies_html(report)
+
+
+#: Where a shortened kernel name may break: after a scope, a comma, an opening bracket or an underscore.
+_BREAK_AFTER = ("::", ",", "<", "(", "_")
+
+
+def kernel_name_html(name: str) -> str:
+    """The shortened name (the full one is the cell's title), escaped, with ``<wbr>`` break points
+    after scopes, commas, brackets and underscores, so a narrow table wraps it at those points
+    instead of every few letters."""
+    text = escape(short_kernel_name(name))
+    for token in _BREAK_AFTER:
+        text = text.replace(escape(token), escape(token) + "<wbr>")
+    return text
 
 
 def _yes_no(flag: object) -> str:
@@ -298,12 +390,23 @@ def memory_html(report: Report, png: bytes | None, categories_png: bytes | None 
         )
         if frac is not None:
             lines.append(f'<div class="gm-meter" title="peak / capacity"><span style="width:{min(frac, 1) * 100:.1f}%"></span></div>')
-    if png is not None:
+    svg = _memory_svg(report)
+    if svg is not None:
+        lines.append(svg_block(svg, "GPU memory over time"))
+    elif png is not None:
         lines.append(f'<img class="gm-figure gm-memory" alt="GPU memory over time" src="{png_data_uri(png)}">')
     from gpumagic.render.memory_categories import categories_html
 
     lines.append(categories_html(report, categories_png))
     return "".join(lines)
+
+
+def _memory_svg(report: Report) -> str | None:
+    if report.trace is None:
+        return None
+    from gpumagic.render.charts import memory_svg
+
+    return memory_svg(report)
 
 
 #: How to get allocator data when a report has none.

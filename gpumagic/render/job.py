@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from gpumagic.render._format import MISSING, fmt_gain, fmt_ms, fmt_pct, severity_label
 from gpumagic.render.html import finding_body_html
-from gpumagic.render.page import wrap
+from gpumagic.render.page import document, wrap
 from gpumagic.render.palette import BLUE, PALE_GREY, PURPLE, VERMILLION
 from gpumagic.render.terminal import printable, printable_lines
 
@@ -185,48 +185,63 @@ def render_text(job: Job, width: int | None = None) -> str:
 
 # -- HTML -----------------------------------------------------------------------------------------
 
-EXTRA_CSS = (".gpumagic-report .gm-straggler td{background:#fff1ee}"
-             ".gpumagic-report svg.gm-rank-chart{display:block;max-width:900px;height:auto}"
-             ".gpumagic-report svg.gm-rank-chart text{font:12px system-ui,sans-serif;fill:#1f2328}")
+#: The chart's text in the theme's colour; the ranks' table stacked (one card per rank, each cell
+#: labelled with its column) in an output narrower than 640 px, so the page never scrolls sideways.
+EXTRA_CSS = (".gpumagic-report .gm-straggler td{background:var(--gm-top)}"
+             ".gpumagic-report .gm-rank-chart{max-width:900px;font-size:12px;color:var(--gm-fg)}"
+             ".gpumagic-report .gm-rank-row{display:flex;align-items:center;gap:8px;min-height:14px}"
+             ".gpumagic-report .gm-rank-label{flex:0 0 64px;text-align:right;white-space:nowrap}"
+             ".gpumagic-report svg.gm-rank-bar{flex:1 1 auto;min-width:0;height:10px}"
+             ".gpumagic-report .gm-rank-value{flex:0 0 auto;min-width:64px;font-variant-numeric:tabular-nums}"
+             ".gpumagic-report .gm-jobtable{container-type:inline-size}"
+             "@container (max-width:640px){.gpumagic-report table.gm-stack thead{display:none}"
+             ".gpumagic-report table.gm-stack,.gpumagic-report table.gm-stack tbody,.gpumagic-report table.gm-stack tr,"
+             ".gpumagic-report table.gm-stack td{display:block;width:100%}"
+             ".gpumagic-report table.gm-stack tr{margin:0 0 8px;border:1px solid var(--gm-border);border-radius:6px}"
+             ".gpumagic-report table.gm-stack td{border:0;text-align:left !important;white-space:normal !important}"
+             ".gpumagic-report table.gm-stack td::before{content:attr(data-label) \": \";font-weight:600;"
+             "color:var(--gm-muted)}}")
 
 
 def rank_chart_svg(job: Job) -> str:
-    """One horizontal bar per rank: the median step, its exposed communication in purple; a
-    straggler's bar in vermillion; a failed rank as a grey stub."""
+    """One horizontal bar per rank: the median step, its exposed communication in purple (and
+    hatched: told apart without colour); a straggler's bar in vermillion and named "straggler";
+    a failed rank as a grey stub. HTML rows (label, bar, value), so the text keeps its size at any
+    width and its colour follows the theme; each bar is a small SVG stretched to its cell."""
     ranks = job.ranks
     longest = max((r.step_median_ms or 0.0 for r in ranks), default=0.0) or 1.0
     labelled = len(ranks) <= LABELLED_RANKS
-    row_h, left, bar_w = (16 if labelled else 4), 70, 640
-    height = row_h * len(ranks) + 40
-    parts = [f'<svg class="gm-rank-chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {left + bar_w + 90} {height}" '
-             f'role="img" aria-label="median step time per rank">']
-    for i, r in enumerate(ranks):
-        y = 4 + i * row_h
-        h = max(row_h - 3, 2)
+    rows = []
+    for r in ranks:
         straggler = r.rank in job.stragglers
-        if labelled or straggler or not r.ok:
-            name = f"rank {'?' if r.rank is None else r.rank}"
-            parts.append(f'<text x="{left - 6}" y="{y + h - 2}" text-anchor="end">{escape(name)}</text>')
+        name = f"rank {'?' if r.rank is None else r.rank}"
+        label = name if labelled or straggler or not r.ok else ""
+        label_html = f'<span class="gm-rank-label">{escape(label)}</span>'
         if not r.ok:
-            error = escape(printable(r.error or ""))
-            parts.append(f'<rect x="{left}" y="{y}" width="6" height="{h}" fill="{PALE_GREY}"><title>{error}</title></rect>')
+            error = escape(printable(r.error or ""), quote=True)
+            rows.append(f'<div class="gm-rank-row" title="{name}: {error}">{label_html}<svg class="gm-rank-bar" '
+                        f'preserveAspectRatio="none" viewBox="0 0 1000 10"><rect x="0" y="0" width="8" height="10" '
+                        f'fill="{PALE_GREY}"/></svg><span class="gm-rank-value">failed</span></div>')
             continue
-        w = bar_w * (r.step_median_ms or 0.0) / longest
-        comm = min(w, bar_w * (r.comm_exposed_ms or 0.0) / max(len(r.steps), 1) / longest) if r.steps else 0.0
-        tip = escape(f"rank {r.rank}: median step {fmt_ms(r.step_median_ms)}, exposed communication "
-                     f"{fmt_ms(r.comm_exposed_ms)} in the window" + (" (straggler)" if straggler else ""))
-        parts.append(f'<g><title>{tip}</title><rect x="{left}" y="{y}" width="{w - comm:.1f}" height="{h}" '
-                     f'fill="{VERMILLION if straggler else BLUE}"/>'
-                     f'<rect x="{left + w - comm:.1f}" y="{y}" width="{comm:.1f}" height="{h}" fill="{PURPLE}"/></g>')
-        if labelled:
-            parts.append(f'<text x="{left + w + 4:.1f}" y="{y + h - 2}">{escape(fmt_ms(r.step_median_ms))}</text>')
-    y = height - 12
-    parts.append(f'<rect x="{left}" y="{y - 9}" width="10" height="10" fill="{BLUE}"/><text x="{left + 14}" y="{y}">step (median)</text>'
-                 f'<rect x="{left + 120}" y="{y - 9}" width="10" height="10" fill="{PURPLE}"/>'
-                 f'<text x="{left + 134}" y="{y}">exposed communication per step</text>'
-                 f'<rect x="{left + 370}" y="{y - 9}" width="10" height="10" fill="{VERMILLION}"/>'
-                 f'<text x="{left + 384}" y="{y}">straggler</text></svg>')
-    return "".join(parts)
+        w = 1000 * (r.step_median_ms or 0.0) / longest
+        comm = min(w, 1000 * (r.comm_exposed_ms or 0.0) / max(len(r.steps), 1) / longest) if r.steps else 0.0
+        tip = escape(f"{name}: median step {fmt_ms(r.step_median_ms)}, exposed communication "
+                     f"{fmt_ms(r.comm_exposed_ms)} in the window" + (" (straggler)" if straggler else ""), quote=True)
+        value = fmt_ms(r.step_median_ms) + (" \u00b7 straggler" if straggler else "") if labelled or straggler else ""
+        rows.append(f'<div class="gm-rank-row{" gm-rank-straggler" if straggler else ""}" title="{tip}">{label_html}'
+                    f'<svg class="gm-rank-bar" preserveAspectRatio="none" viewBox="0 0 1000 10">'
+                    f'<rect x="0" y="0" width="{w - comm:.1f}" height="10" fill="{VERMILLION if straggler else BLUE}"/>'
+                    f'<rect x="{w - comm:.1f}" y="0" width="{comm:.1f}" height="10" fill="{PURPLE}"/>'
+                    f'<rect x="{w - comm:.1f}" y="0" width="{comm:.1f}" height="10" fill="url(#gm-rank-hatch)"/></svg>'
+                    f'<span class="gm-rank-value">{escape(value)}</span></div>')
+    key = "".join(f'<li><span class="gm-swatch" style="background:{c}"></span>{escape(t)}</li>'
+                  for c, t in ((BLUE, "step (median)"), (PURPLE, "exposed communication per step (hatched)"),
+                               (VERMILLION, "straggler")))
+    hatch = ('<svg width="0" height="0" aria-hidden="true" style="position:absolute"><defs><pattern id="gm-rank-hatch" '
+             'width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="2" height="6" '
+             'fill="rgba(255,255,255,.55)"/></pattern></defs></svg>')
+    return (f'<div class="gm-rank-chart" role="img" aria-label="median step time per rank">{hatch}{"".join(rows)}'
+            f'<ul class="gm-tl-legend">{key}</ul></div>')
 
 
 def _tiles(job: Job) -> str:
@@ -244,10 +259,11 @@ def _table_html(job: Job) -> str:
     for r in job.ranks:
         cells = rank_row(r, job.stragglers)
         cls = ' class="gm-straggler"' if r.rank in job.stragglers else ""
-        tds = "".join(f'<td class="gm-num">{escape(c)}</td>' if i in (0, 2, 3, 4, 5, 6) else f"<td>{escape(c)}</td>"
-                      for i, c in enumerate(cells))
+        tds = "".join(f'<td class="gm-num" data-label="{escape(COLUMNS[i])}">{escape(c)}</td>' if i in (0, 2, 3, 4, 5, 6)
+                      else f'<td data-label="{escape(COLUMNS[i])}">{escape(c)}</td>' for i, c in enumerate(cells))
         body.append(f'<tr{cls} title="{escape(printable(r.path), quote=True)}">{tds}</tr>')
-    return f'<table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return (f'<div class="gm-jobtable"><table class="gm-table gm-stack"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
 
 
 def _findings_html(job: Job) -> str:
@@ -283,6 +299,4 @@ def render_fragment(job: Job) -> str:
 
 def html_document(job: Job) -> str:
     """A complete self-contained HTML page."""
-    return ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f"<title>{escape(title(job))}</title>\n</head>\n<body style=\"margin:0;padding:24px;background:#f6f8fa\">\n"
-            f"{render_fragment(job)}\n</body>\n</html>\n")
+    return document(title(job), render_fragment(job))

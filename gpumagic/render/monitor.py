@@ -125,6 +125,25 @@ def core_bars_svg(per_core: list[float]) -> str:
     return f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img">{bars}</svg>'
 
 
+def unit_label(s: dict[str, Any], cores: int = 0) -> str:
+    """What a series' number is of: ``'GPU util %'``, ``'CPU % of all 16 cores'``, ``'% of one core'``."""
+    unit, name = s["unit"], s["name"]
+    if unit == "%" and name == "utilisation":
+        return "GPU util %"
+    if unit == "%" and name.startswith("CPU (all"):
+        return f"% of all {cores} cores" if cores else "% of all cores"
+    if unit == "% of a core":
+        return "% of one core (100 = one core busy)"
+    if unit == "bytes":
+        return "bytes" + (f", scale to {fmt_bytes(s['max'])}" if s.get("max") else "")
+    return unit
+
+
+#: The monitor's table: sparklines on the rows' middle line, labels in the theme's colours.
+MONITOR_CSS = (".gm-monitor table{border-collapse:collapse}.gm-monitor td{vertical-align:middle;padding:1px 8px 1px 0;"
+               "line-height:16px}.gm-monitor td svg{display:block}.gm-monitor .gm-unit{opacity:.85;font-size:11px}")
+
+
 def render_html(snapshot: dict[str, Any]) -> str:
     """The monitor as one HTML fragment: a row per quantity (group, name, sparkline, current value)."""
     span = snapshot["span_s"]
@@ -134,19 +153,22 @@ def render_html(snapshot: dict[str, Any]) -> str:
     for s in snapshot["series"]:
         spark = sparkline_svg(columns, s["values"], s["max"], marks,
                               ORANGE if s["group"] != "process" and not s["group"].startswith("GPU") else BLUE)
-        rows.append(f"<tr><td>{escape(s['group'])}</td><td>{escape(s['name'])}</td><td>{spark}</td>"
+        rows.append(f"<tr><td>{escape(s['group'])}</td><td>{escape(s['name'])} "
+                    f'<span class="gm-unit">({escape(unit_label(s, len(snapshot["per_core"])))})</span></td><td>{spark}</td>'
                     f'<td style="text-align:right">{escape(fmt_value(current(s), s["unit"]))}</td></tr>')
     if snapshot["per_core"]:
         n = len(snapshot["per_core"])
-        rows.append(f"<tr><td>host</td><td>per core ({n}, busiest first)</td><td>{core_bars_svg(snapshot['per_core'])}</td>"
-                    f'<td style="text-align:right">{sum(v >= 50 for v in snapshot["per_core"])} ≥ 50 %</td></tr>')
+        busy = sum(v >= 50 for v in snapshot["per_core"])
+        rows.append(f'<tr><td>host</td><td>per core <span class="gm-unit">(% busy, {n} cores, busiest first)</span></td>'
+                    f"<td>{core_bars_svg(snapshot['per_core'])}</td>"
+                    f'<td style="text-align:right">{busy} of {n} cores at least half busy</td></tr>')
     state = "live" if snapshot["running"] else "stopped"
     minutes = f"{span / 60:g} min" if span >= 60 else f"{span:g} s"
     notes = "".join(f"<li>{escape(n)}</li>" for n in snapshot["notes"])
-    return ('<div class="gm-monitor" style="font:12px system-ui,sans-serif">'
+    return (f'<div class="gm-monitor" style="font:12px system-ui,sans-serif"><style>{MONITOR_CSS}</style>'
             f"<div><b>gpumagic monitor</b> ({state}; last {minutes}, one sample every {snapshot['interval_s'] * 1000:g} ms; "
             f"shaded: profiled cells)</div>"
-            f'<table style="border-collapse:collapse">{"".join(rows)}</table>'
+            f'<table>{"".join(rows)}</table>'
             + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import base64
 from html import escape
 
+from gpumagic.render.chart_css import SVG_DARK_VARS, SVG_LIGHT_VARS, svg_css
+
 #: Colours as custom properties: light values first (JupyterLab's ``--jp-*`` variables where they
 #: exist, so a theme's own text and background win), then the dark set, applied under JupyterLab's
 #: dark themes (``body[data-jp-theme-light="false"]``) and, in a saved page, under the browser's
@@ -24,12 +26,12 @@ from html import escape
 LIGHT_VARS = (
     "--gm-fg:var(--jp-content-font-color1,#1f2328);--gm-bg:var(--jp-layout-color0,#fff);--gm-muted:#57606a;"
     "--gm-card:#f6f8fa;--gm-border:#d0d7de;--gm-link:#0969da;--gm-good:#1a7f37;--gm-bad:#cf222e;--gm-top:#fff8c5;"
-    "--gm-high:#cf222e;--gm-medium:#bf8700;--gm-low:#0969da;--gm-meter:#8250df"
+    "--gm-high:#cf222e;--gm-medium:#bf8700;--gm-low:#0969da;--gm-meter:#8250df;" + SVG_LIGHT_VARS
 )
 DARK_VARS = (
     "--gm-fg:var(--jp-content-font-color1,#e6edf3);--gm-bg:var(--jp-layout-color0,#0d1117);--gm-muted:#9da7b3;"
     "--gm-card:#161b22;--gm-border:#3d444d;--gm-link:#58a6ff;--gm-good:#3fb950;--gm-bad:#ff7b72;--gm-top:#2b2611;"
-    "--gm-high:#f85149;--gm-medium:#d29922;--gm-low:#58a6ff;--gm-meter:#a371f7"
+    "--gm-high:#f85149;--gm-medium:#d29922;--gm-low:#58a6ff;--gm-meter:#a371f7;" + SVG_DARK_VARS
 )
 
 CSS = (
@@ -48,10 +50,12 @@ CSS = (
 .gpumagic-report a{color:var(--gm-link)}
 .gpumagic-report .gm-muted{color:var(--gm-muted)}
 .gpumagic-report .gm-facts{display:flex;flex-wrap:wrap;gap:10px;margin:6px 0 10px}
-.gpumagic-report .gm-fact{flex:1 1 120px;min-width:0;border:1px solid var(--gm-border);border-radius:6px;padding:6px 12px;
+.gpumagic-report .gm-fact{flex:1 1 120px;min-width:min-content;max-width:100%;border:1px solid var(--gm-border);border-radius:6px;
+ padding:6px 12px;
  background:var(--gm-card)}
 .gpumagic-report .gm-fact-label{font-size:12px;color:var(--gm-muted);text-transform:uppercase;letter-spacing:.04em}
-.gpumagic-report .gm-fact-value{font-size:20px;font-weight:600}
+.gpumagic-report .gm-fact-value{font-size:20px;font-weight:600;overflow-wrap:normal;word-break:normal}
+.gpumagic-report .gm-tl-title{font-weight:600;margin:2px 0 0}
 .gpumagic-report .gm-top{border:1px solid var(--gm-border);border-left:6px solid var(--gm-muted);border-radius:6px;padding:8px 12px;
  background:var(--gm-top);font-size:15px}
 .gpumagic-report .gm-finding.gm-sev-high,.gpumagic-report .gm-top.gm-sev-high{border-left-color:var(--gm-high)}
@@ -83,6 +87,8 @@ CSS = (
 .gpumagic-report table.gm-table th{background:var(--gm-card);font-weight:600}
 .gpumagic-report table.gm-table td.gm-num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 .gpumagic-report table.gm-table td code{overflow-wrap:anywhere}
+.gpumagic-report table.gm-table td.gm-kname{min-width:14em}
+.gpumagic-report table.gm-table td.gm-kname code{overflow-wrap:normal;word-break:normal}
 .gpumagic-report .gm-bars{margin:6px 0}
 .gpumagic-report .gm-bar-row{display:flex;align-items:center;gap:8px;margin:2px 0}
 .gpumagic-report .gm-bar-label{flex:0 0 64px;font-size:12.5px;color:var(--gm-muted);text-align:right}
@@ -98,7 +104,13 @@ CSS = (
 .gpumagic-report .gm-better,.gpumagic-report table.gm-table td.gm-better{color:var(--gm-good);font-weight:600}
 .gpumagic-report .gm-worse,.gpumagic-report table.gm-table td.gm-worse{color:var(--gm-bad);font-weight:600}
 .gpumagic-report .gm-group{font-weight:600;padding-right:10px;white-space:nowrap}
+.gpumagic-report .gm-windows a.gm-win{display:inline-block;max-width:100%;margin:0 12px 2px 0}
+.gpumagic-report details.gm-more>summary{cursor:pointer;color:var(--gm-link);font-size:13px;margin:2px 0}
+.gpumagic-report .gm-more-findings{color:var(--gm-muted);font-size:13px;margin:2px 0 8px 4px}
+.gpumagic-report pre.gm-code.gm-diagnostic{border-style:dashed}
+.gpumagic-report .gm-tl-fallback{display:none}
 """
+    + svg_css()
 ).strip()
 #: Dark colours for a saved page, from the reader's ``prefers-color-scheme`` (a notebook follows
 #: its own theme instead, through ``data-jp-theme-light``).
@@ -157,6 +169,15 @@ def swap_css(token: str) -> str:
         rules.append(f"{static}+.{child}:not(:has({live})){{display:none}}")
         rules.append(f"{static}:has(+.{child} {live}){{display:none}}")
     return "".join(rules)
+
+
+def chart_block(svg: str, alt: str, kind: str = "chart") -> str:
+    """An SVG chart in its width container (lets CSS thin out labels in a narrow output), and a
+    text alternative that the page's CSS hides: where a sanitiser drops ``<svg>`` (and with it
+    ``<style>`` and classes, as GitHub's notebook view does), the text is what remains."""
+    return (f'<div class="gm-tl-wrap">{svg}</div>'
+            f'<p class="gm-tl-fallback">[{escape(kind)}: {escape(alt)}; open the notebook in Jupyter or the '
+            "exported HTML to see it]</p>")
 
 
 def png_data_uri(png: bytes) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
-from gpumagic.render.page import document, png_data_uri, wrap
+from gpumagic.render.page import document, wrap
 from gpumagic.render.palette import BLUE, GREY, ORANGE
 from gpumagic.render.terminal import printable, printable_lines
 
@@ -76,14 +76,31 @@ def render_html(result: TuneResult) -> str:
                    + "</tr>" for r in table(result))
     warn = "".join(f'<div class="gm-top gm-sev-medium">{escape(w)}</div>' for w in result.warnings)
     notes = "".join(f"<li>{escape(n)}</li>" for n in result.notes)
-    plot = ""
-    if result.best is not None:
-        plot = f'<img class="gm-figure" style="max-width:640px" alt="batches per second by setting" src="{png_data_uri(png(result))}">'
+    plot = bars_html(result) if result.best is not None else ""
     code = f'<h4>Recommended</h4><pre class="gm-code"><code>{escape(result.code)}</code></pre>' if result.code else ""
     inner = (f"<h2>DataLoader tuning</h2><p>{escape(_summary(result))}</p>{warn}"
              f'<div class="gm-scroll"><table class="gm-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
              f"{plot}{code}" + (f"<ul>{notes}</ul>" if notes else ""))
     return wrap(inner, static=True)
+
+
+def bars_html(result: TuneResult) -> str:
+    """Batches per second by setting as HTML bars in the theme (text at its size at any width; the
+    best setting marked "best" as well as coloured, a failed one says why); :func:`figure` and
+    :func:`png` keep the matplotlib version."""
+    top = max((r.batches_per_s or 0 for r in result.rows), default=0) or 1
+    rows = []
+    for r in result.rows:
+        best = r is result.best
+        value = r.batches_per_s or 0
+        colour = ORANGE if best else (BLUE if value else GREY)
+        text = f"{value:,.1f} batches/s" + (" \u00b7 best" if best else "") if value else str(r.status)
+        rows.append(f'<div class="gm-bar-row"><span class="gm-bar-label gm-tune-label">{escape(r.config.label)}</span>'
+                    f'<span class="gm-bar"><span class="gm-seg" style="width:{100 * value / top:.1f}%;background:{colour}"></span>'
+                    f'</span><span class="gm-bar-total gm-tune-total">{escape(text)}</span></div>')
+    return ('<h4>Batches per second by setting (higher is better)</h4>'
+            '<style>.gpumagic-report .gm-tune-label{flex-basis:110px}.gpumagic-report .gm-tune-total{flex-basis:auto;'
+            f'min-width:80px}}</style><div class="gm-bars" role="img" aria-label="batches per second by setting">{"".join(rows)}</div>')
 
 
 def html_document(result: TuneResult) -> str:

@@ -2,8 +2,14 @@
 Memory · Notes).
 
 The sections are the HTML renderer's own fragments, so the live and the static views agree.
-The Timeline tab re-draws its PNG in the kernel when the user picks a step to zoom or a finding
-to highlight. ipywidgets is imported here only; nothing else in gpumagic needs it.
+The Timeline tab is the static report's inline SVG (:mod:`gpumagic.render.timeline_svg`), redrawn
+in the kernel for the range in view: zoom in/out and pan with the buttons, zoom to a step, and
+pick a finding to highlight it: its time windows become buttons that zoom to each window
+(Nsight-style). Hovering a bar shows its name, duration, stream and category (SVG titles).
+Plain ipywidgets and SVG rather than anywidget: no new dependency and no front-end code to
+keep working across JupyterLab, Notebook 7, VS Code and Colab; the price is that zoom and pan
+are buttons (a round trip to the kernel, milliseconds for the SVG), not wheel and drag.
+ipywidgets is imported here only; nothing else in gpumagic needs it.
 
 A widget holds its report (the timeline is redrawn from the trace) until :meth:`ReportWidget.close`,
 which closes every ipywidgets model of the tree (layouts and styles included) and lets the report
@@ -32,6 +38,11 @@ ALL_STEPS = -1
 NO_HIGHLIGHT = ""
 #: Widest the timeline image is shown (its natural width at 100 dpi).
 TIMELINE_MAX_WIDTH = "1300px"
+#: One zoom step (the range in view shrinks or grows by this factor) and one pan step (share of it).
+ZOOM_FACTOR = 2.0
+PAN_SHARE = 0.5
+#: A window is shown with this share of its length as margin on each side.
+WINDOW_MARGIN = 0.5
 #: Styles for the ipywidgets parts, scoped to the report's root: tab names never truncated (they
 #: wrap onto a second row in a narrow output instead), panels that may shrink below their
 #: content's width (code blocks and tables scroll inside their own boxes), a severity stripe on
@@ -64,7 +75,9 @@ class ReportWidget:
     """The widget tree of one report; ``root`` is what a notebook displays.
 
     Named parts (``header``, ``tabs``, ``checklist``, ``step_select``, ``finding_select``,
-    ``timeline_image``, ``timeline_status``) are kept for tests and for callers that embed pieces.
+    ``zoom_buttons``, ``window_buttons``, ``timeline_image`` (the SVG chart's HTML), ``chart`` (the
+    last :class:`~gpumagic.render.timeline_svg.SvgTimeline` drawn), ``timeline_status``) are kept
+    for tests and for callers that embed pieces.
     """
 
     def __init__(self, report: Report | None, images: h.Images | None = None, *, live_token: str = "") -> None:
@@ -72,7 +85,7 @@ class ReportWidget:
         self.report = report
         images = h.render_images(report) if images is None else images
         self.header = w.HTML(value=h.wrap(f"<style>{WIDGET_CSS}</style>" + h.header_html(report)))
-        self.checklist = _checklist(w, report)
+        self.checklist = _checklist(w, report, self.show_finding)
         timeline = self._timeline_tab(w, images.timeline_png)
         panels = [
             self.checklist,
@@ -104,44 +117,141 @@ class ReportWidget:
         for dd in (self.step_select, self.finding_select):
             if dd is not None:
                 dd.unobserve_all()
+        for button in getattr(self, "zoom_buttons", {}).values():
+            button._click_handlers.callbacks.clear()
         _close_tree(self.root)
         self.report = None
 
     # -- timeline tab -----------------------------------------------------------------------------
 
-    def _timeline_tab(self, w, png: bytes | None):
-        if png is None:
+    def _timeline_tab(self, w, png: bytes | None = None):
+        self.window_buttons = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
+        self.view_ns: tuple[int, int] | None = None
+        if self.report is None or self.report.trace is None:
             self.step_select = self.finding_select = self.timeline_image = None
-            self.timeline_status = w.HTML(value=h.wrap(h.timeline_html(self.report, None), style=False, framed=False))
+            self.timeline_status = w.HTML(value=h.wrap(h.timeline_html(self.report, png), style=False, framed=False))
             return w.VBox([self.timeline_status])
+        from gpumagic.render.layout import plan_view
+
+        full = plan_view(self.report, None)
+        self.full_ns = (full.start_ns, full.end_ns)
         # layout and style given at construction: replacing them later would orphan open models
         self.step_select = w.Dropdown(options=step_options(self.report), value=ALL_STEPS, description="Zoom to",
                                       layout=_dropdown_layout(w), style={"description_width": "70px"})
         self.finding_select = w.Dropdown(options=finding_options(self.report), value=NO_HIGHLIGHT, description="Highlight",
                                          layout=_dropdown_layout(w), style={"description_width": "70px"})
-        self.timeline_png = png
-        self.timeline_image = w.HTML(value=_image_html(png))
+        self.zoom_buttons = {
+            name: w.Button(description=text, tooltip=tip, layout=w.Layout(width="auto"))
+            for name, text, tip in (("in", "+ zoom in", "Zoom in (half the range)"),
+                                    ("out", "\u2212 zoom out", "Zoom out (twice the range)"),
+                                    ("left", "\u25c0 earlier", "Pan to earlier times"),
+                                    ("right", "later \u25b6", "Pan to later times"),
+                                    ("reset", "whole window", "Show the whole analysis window"))
+        }
+        for name, button in self.zoom_buttons.items():
+            button.on_click(lambda _b, name=name: self.zoom(name))
+        self.timeline_image = w.HTML(value="")
         self.timeline_status = w.HTML(value="", layout=w.Layout(flex="1 1 220px"))
-        self.step_select.observe(self._redraw, names="value")
-        self.finding_select.observe(self._redraw, names="value")
-        caption = w.HTML(value=h.wrap(_caption(), style=False, framed=False))
+        self.step_select.observe(self._on_step, names="value")
+        self.finding_select.observe(self._on_finding, names="value")
+        self.caption = w.HTML(value="")
         controls = w.HBox([self.step_select, self.finding_select, self.timeline_status], layout=w.Layout(flex_flow="row wrap"))
-        return w.VBox([controls, self.timeline_image, caption])
+        zoom = w.HBox(list(self.zoom_buttons.values()), layout=w.Layout(flex_flow="row wrap"))
+        self._redraw()
+        return w.VBox([controls, zoom, self.window_buttons, self.timeline_image, self.caption])
+
+    # -- interactions (each redraws the SVG in the kernel) ------------------------------------------
+
+    def zoom(self, action: str) -> None:
+        """``'in'``, ``'out'``, ``'left'``, ``'right'`` or ``'reset'`` the range in view."""
+        lo, hi = self.full_ns
+        s, e = self.view_ns or self.full_ns
+        span = max(e - s, 1)
+        mid = (s + e) / 2
+        if action == "reset":
+            self.view_ns = None
+        else:
+            if action == "in":
+                span = max(span / ZOOM_FACTOR, 1000)
+            elif action == "out":
+                span = min(span * ZOOM_FACTOR, hi - lo)
+            elif action in ("left", "right"):
+                mid += (-1 if action == "left" else 1) * span * PAN_SHARE
+            else:
+                raise ValueError(f"unknown zoom action {action!r}: in, out, left, right or reset")
+            self.view_ns = _clamp(mid - span / 2, mid + span / 2, lo, hi)
+        self._redraw()
+
+    def show_finding(self, finding_id: str) -> None:
+        """Open the Timeline tab with ``finding_id`` highlighted and zoomed to its first window."""
+        if self.finding_select is None:
+            return
+        self.finding_select.value = finding_id
+        self.zoom_to_window(0)
+        self.tabs.selected_index = TAB_TITLES.index("Timeline")
+
+    def zoom_to_window(self, index: int) -> None:
+        """Zoom to the ``index``-th time window of the highlighted finding."""
+        f = self.report.finding(self.finding_select.value) if self.report is not None and self.finding_select.value else None
+        if f is None or not 0 <= index < len(f.evidence.windows):
+            return
+        win = f.evidence.windows[index]
+        margin = max((win.end_ns - win.start_ns) * WINDOW_MARGIN, 1000)
+        self.view_ns = _clamp(win.start_ns - margin, win.end_ns + margin, *self.full_ns)
+        self._redraw()
+
+    def _on_step(self, _change=None) -> None:
+        step = self.step_select.value
+        if step == ALL_STEPS:
+            self.view_ns = None
+        else:
+            from gpumagic.render.layout import plan_view
+
+            v = plan_view(self.report, step)
+            self.view_ns = (v.start_ns, v.end_ns)
+        self._redraw()
+
+    def _on_finding(self, _change=None) -> None:
+        self._window_buttons()
+        self._redraw()
+
+    def _window_buttons(self) -> None:
+        from gpumagic.render._format import window_text
+        from gpumagic.render.timeline_svg import MAX_WINDOWS_PER_FINDING
+
+        w = _ipywidgets()
+        for old in self.window_buttons.children:
+            _close_tree(old)
+        f = self.report.finding(self.finding_select.value) if self.report is not None and self.finding_select.value else None
+        buttons = []
+        origin = h.timeline_origin_ns(self.report) if self.report is not None else 0
+        for k, win in enumerate([] if f is None else f.evidence.windows[:MAX_WINDOWS_PER_FINDING]):
+            b = w.Button(description=window_text(win, origin), tooltip="Zoom to this window", layout=w.Layout(width="auto"))
+            b.on_click(lambda _b, k=k: self.zoom_to_window(k))
+            buttons.append(b)
+        self.window_buttons.children = buttons
 
     def _redraw(self, _change=None) -> None:
-        """Re-draw the timeline for the selected step and finding (runs in the kernel)."""
-        from gpumagic.render.timeline import TimelineOptions, timeline_png
+        """Re-draw the timeline for the range in view and the selected finding (runs in the kernel)."""
+        from gpumagic.render.timeline_svg import timeline_svg
 
         report = self.report
         if report is None:  # closed: the view is gone, nothing to draw for
             return
-        step = self.step_select.value
         finding = self.finding_select.value
-        options = TimelineOptions(step=None if step == ALL_STEPS else step, finding=finding or None)
         self.timeline_status.value = "drawing\u2026"
-        self.timeline_png = timeline_png(report, options)
-        self.timeline_image.value = _image_html(self.timeline_png)
+        chart = timeline_svg(report, window_ns=self.view_ns, highlight=finding or None)
+        self.chart = chart
+        self.timeline_image.value = h.wrap(h.chart_html(chart), style=False, framed=False)
+        self.caption.value = h.wrap(h.timeline_caption(chart.caption()), style=False, framed=False)
         self.timeline_status.value = _highlight_note(report, finding)
+
+
+def _clamp(s: float, e: float, lo: int, hi: int) -> tuple[int, int]:
+    """``(s, e)`` moved inside ``[lo, hi]``, keeping its length where it fits."""
+    span = min(e - s, hi - lo)
+    s = min(max(s, lo), hi - span)
+    return int(s), int(s + span)
 
 
 def build_widget(report: Report, images: h.Images | None = None, *, live_token: str = "") -> ReportWidget:
@@ -151,12 +261,6 @@ def build_widget(report: Report, images: h.Images | None = None, *, live_token: 
 
 def _dropdown_layout(w):
     return w.Layout(width="auto", min_width="min(260px, 100%)")
-
-
-def _image_html(png: bytes) -> str:
-    """The timeline as an ``<img>`` with its text alternative (ipywidgets' Image has no alt)."""
-    return h.wrap(f'<img class="gm-figure gm-timeline" alt="{escape(h.TIMELINE_ALT)}" src="{h.png_data_uri(png)}">',
-                  style=False, framed=False)
 
 
 def _close_tree(widget) -> None:
@@ -170,13 +274,23 @@ def _close_tree(widget) -> None:
     widget.close()
 
 
-def _checklist(w, report: Report) -> ipywidgets.Widget:
+def _checklist(w, report: Report, show=None) -> ipywidgets.Widget:
+    """An accordion of the findings; ``show(finding_id)`` (the widget's), when given, backs a
+    "Show on the timeline" button under each finding that has time windows."""
     if not report.findings:
         return w.HTML(value=h.wrap(h.checklist_html(report), style=False, framed=False))
     origin = h.timeline_origin_ns(report)
-    items = [w.HTML(value=h.wrap(f'<div class="gm-finding-body gm-finding gm-sev-{escape(f.severity)}">'
-                                 f"{h.finding_body_html(f, origin)}</div>", style=False, framed=False))
-             for f in report.findings]
+    items = []
+    for f in report.findings:
+        body = w.HTML(value=h.wrap(f'<div class="gm-finding-body gm-finding gm-sev-{escape(f.severity)}">'
+                                   f"{h.finding_body_html(f, origin)}</div>", style=False, framed=False))
+        if show is None or not f.evidence.windows or report.trace is None:
+            items.append(body)
+            continue
+        button = w.Button(description="Show on the timeline", tooltip="Open the Timeline tab with this finding highlighted",
+                          layout=w.Layout(width="auto"))
+        button.on_click(lambda _b, fid=f.id: show(fid))
+        items.append(w.VBox([body, button]))
     titles = [finding_title(f) for f in report.findings]
     return w.Accordion(children=items, titles=titles, selected_index=0)
 
@@ -215,7 +329,7 @@ def _highlight_note(report: Report, finding_id: str) -> str:
     if not f.evidence.windows:
         return "<i>this finding has no time windows to show</i>"
     n = len(f.evidence.windows)
-    return f"<i>{n} window{'s' if n != 1 else ''} outlined and hatched</i>"
+    return f"<i>{n} window{'s' if n != 1 else ''} outlined; the buttons below zoom to each</i>"
 
 
 def _caption() -> str:

@@ -183,7 +183,10 @@ def test_history_displays_a_table_and_a_chart(three_runs):
     assert len(h) == 3 and [r.ref for r in h.runs] == ["r1", "r2", "r3"]
     bundle = h._repr_mimebundle_()
     assert bundle["text/plain"] == h.to_text() and "r2" in bundle["text/plain"]
-    assert '<img class="gm-figure"' in bundle["text/html"] and "mixed-precision-off" in bundle["text/html"]
+    html = bundle["text/html"]
+    assert html.count('<svg class="gm-tl gm-chart"') == 2 and "mixed-precision-off" in html  # median step, GPU busy
+    assert "median step, ms (lower is better)" in html and "GPU busy, % of the window" in html
+    assert all(f">{r.ref}" in html for r in h.runs)  # each run is named on the chart's axis by its id
     fig = h.figure()
     ax, ax2 = fig.axes
     assert list(ax.lines[0].get_ydata()) == [176.761, 126.5825, pytest.approx(4.4, abs=0.05)]

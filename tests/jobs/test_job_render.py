@@ -83,7 +83,7 @@ def test_text(job):
 def test_html_is_self_contained_with_a_per_rank_chart(job):
     page = job.to_html()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    assert page.count('<svg class="gm-rank-chart"') == 1 and page.count("<title>rank ") >= 4
+    assert page.count('<div class="gm-rank-chart"') == 1 and page.count('title="rank ') >= 4
     assert "<script" not in page and not re.search(r"""(src|href)=["']?https?:""", page.replace('href="https://pytorch.org', ""))
     assert 'class="gm-straggler"' in page and "no such file" in page
 
@@ -108,7 +108,7 @@ def test_a_large_job_labels_only_stragglers_and_failures():
     from gpumagic.render.job import rank_chart_svg
 
     svg = rank_chart_svg(build(ranks))
-    assert svg.count('text-anchor="end">rank ') == 1 and 'text-anchor="end">rank 100<' in svg
+    assert svg.count('class="gm-rank-label">rank ') == 1 and 'class="gm-rank-label">rank 100<' in svg
 
 
 @pytest.mark.parametrize(("straggler_busy", "host_side"), [(200_000, True), (500_000, False)])
@@ -132,3 +132,11 @@ def test_straggler_wording_host_side_or_gpu_side(straggler_busy, host_side):
     f = straggler_finding([s], 100.0).finding
     assert ("host-side" in f.evidence.summary) is host_side
     assert ("more GPU-side work" in f.evidence.summary) is not host_side
+
+
+def test_html_follows_the_dark_scheme_and_stacks_the_rank_table_when_narrow(job):
+    page = job.to_html()
+    assert "@media (prefers-color-scheme:dark)" in page  # the saved page follows the reader's scheme
+    assert ".gm-rank-chart{max-width:900px;font-size:12px;color:var(--gm-fg)}" in page  # chart text in the theme
+    # each cell says its column, for the stacked (one card per rank) layout under 640 px
+    assert page.count('data-label="step med"') == len(job.ranks) and "@container (max-width:640px)" in page

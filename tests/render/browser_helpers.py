@@ -209,8 +209,9 @@ CLIPPED_JS = """(sel) => {
   return out.slice(0, 10);
 }"""
 
-#: WCAG 2 contrast of every text element of the report against the colour behind it (the first
-#: ancestor with an opaque background, alpha composited), from getComputedStyle.
+#: WCAG 2 contrast of every text element of the report (HTML and SVG ``<text>``, whose colour is
+#: its ``fill``) against the colour behind it (the first ancestor with an opaque background, alpha
+#: composited), from getComputedStyle.
 CONTRAST_JS = """(sel) => {
   const parse = c => { const m = c.match(/rgba?\\(([^)]+)\\)/); if (!m) return null;
     const p = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number); return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; };
@@ -228,11 +229,25 @@ CONTRAST_JS = """(sel) => {
       if (!el.checkVisibility()) continue;
       const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
       if (!own) continue;
-      const bg = background(el); const fg = over(parse(getComputedStyle(el).color), bg);
+      // SVG text is painted with its fill, HTML text with its colour
+      const paint = el instanceof SVGElement ? getComputedStyle(el).fill : getComputedStyle(el).color;
+      const bg = background(el); const fg = over(parse(paint), bg);
       const [a, b] = [lum(fg), lum(bg)].sort((x, y) => y - x);
       results.push({ratio: (a + 0.05) / (b + 0.05), text: el.textContent.trim().slice(0, 40), tag: el.tagName,
-                    color: getComputedStyle(el).color, bg: 'rgb(' + bg.slice(0, 3).map(Math.round).join(',') + ')'});
+                    color: paint, bg: 'rgb(' + bg.slice(0, 3).map(Math.round).join(',') + ')'});
     }
   }
   return results;
 }"""
+
+
+#: The timeline chart's text as a person sees it: each ``<text>``'s computed font size and whether
+#: its box lies inside the chart horizontally (a lane label cut on the left would start before it).
+TIMELINE_TEXT_JS = """() => [...document.querySelectorAll('svg.gm-tl')].filter(s => s.checkVisibility()).flatMap(svg => {
+  const box = svg.getBoundingClientRect();
+  return [...svg.querySelectorAll('text')].filter(t => t.checkVisibility()).map(t => {
+    const r = t.getBoundingClientRect();
+    return {text: t.textContent.slice(0, 40), cls: t.getAttribute('class') || '', px: parseFloat(getComputedStyle(t).fontSize),
+            inside: r.left >= box.left - 1 && r.right <= box.right + 1};
+  });
+})"""

@@ -2,8 +2,8 @@
 
 A notebook runs ``%load_ext gpumagic`` and ``%%gpuprofile`` on a small CPU training loop whose
 data loader is slow; the test asserts that the live widget shows the checklist and, in its
-Timeline tab, the timeline image, that the static report is hidden under it, and that zooming
-to a step redraws the image through the kernel. It also opens the exported HTML file.
+Timeline tab, the SVG timeline with labels of at least 10 px, that the static report is hidden
+under it, and that zooming to a step and the zoom-in button redraw it through the kernel. It also opens the exported HTML file.
 Screenshots go to ``$GPUMAGIC_TEST_ARTIFACTS`` (default: ``gpumagic-test-artifacts`` in the temporary folder).
 
 Needs: ``/usr/bin/chromium`` (``apt-get install chromium``), ``pip install jupyterlab playwright``
@@ -17,7 +17,16 @@ import shutil
 import time
 
 import pytest
-from browser_helpers import ARTIFACTS, SERVER_START_S, VISIBLE_REPORTS_JS, chromium, jupyter_server, skip_unless_ready
+from browser_helpers import (
+    ARTIFACTS,
+    CLIPPED_JS,
+    SERVER_START_S,
+    TIMELINE_TEXT_JS,
+    VISIBLE_REPORTS_JS,
+    chromium,
+    jupyter_server,
+    skip_unless_ready,
+)
 from nb_helpers import notebook
 from render_helpers import analysed
 
@@ -126,15 +135,30 @@ def test_live_widget_shows_checklist_and_timeline(lab, page):
     page.screenshot(path=str(ARTIFACTS / "jupyterlab_checklist.png"))
 
     widget.get_by_role("tab", name="Timeline").click()
-    image = widget.locator("img.gm-timeline")
-    image.wait_for(state="visible", timeout=10_000)
-    assert image.evaluate("img => img.complete && img.naturalWidth") >= 1000
-    before = image.get_attribute("src")
+    chart = widget.locator("svg.gm-tl")
+    chart.wait_for(state="visible", timeout=10_000)
+    sizes = page.evaluate(TIMELINE_TEXT_JS)
+    assert sizes and min(t["px"] for t in sizes) >= 10 and all(t["inside"] for t in sizes), sizes[:5]
+    changed = ("label => { const s = document.querySelector('.gpumagic-widget svg.gm-tl');"
+               " return s && s.getAttribute('aria-label') !== label; }")
+    before = chart.get_attribute("aria-label")
     widget.locator("select").first.select_option(index=2)  # zoom to the second recorded step
-    page.wait_for_function("src => { const i = document.querySelector('.gpumagic-widget img.gm-timeline');"
-                           " return i && i.getAttribute('src') !== src; }", arg=before, timeout=60_000)
-    _scroll_into_view(page, image)
+    page.wait_for_function(changed, arg=before, timeout=60_000)
+    before = widget.locator("svg.gm-tl").get_attribute("aria-label")
+    widget.get_by_role("button", name="+ zoom in").click()  # the kernel redraws half the range
+    page.wait_for_function(changed, arg=before, timeout=60_000)
+    _scroll_into_view(page, widget.locator("svg.gm-tl"))
     page.screenshot(path=str(ARTIFACTS / "jupyterlab_timeline.png"))
+    # JupyterLab's default 800 px window with the file browser open: an output about 370 px wide
+    page.set_viewport_size({"width": 800, "height": 1000})
+    page.wait_for_timeout(800)
+    output_px = widget.evaluate("w => w.getBoundingClientRect().width")
+    narrow = page.evaluate(TIMELINE_TEXT_JS)
+    clipped = page.evaluate(CLIPPED_JS, ".gpumagic-widget")
+    page.screenshot(path=str(ARTIFACTS / "jupyterlab_timeline_800.png"))
+    page.set_viewport_size(VIEWPORT)
+    assert output_px < 600 and narrow and min(t["px"] for t in narrow) >= 10, (output_px, narrow[:5])
+    assert all(t["inside"] for t in narrow) and clipped == [], clipped
 
     exported = root / "exported.html"
     deadline = time.monotonic() + 30
@@ -150,7 +174,6 @@ def test_exported_html_renders_on_its_own(page, tmp_path):
     path = save_html(analysed("resnet50_v100_workers0"), tmp_path / "report.html")
     page.goto(path.as_uri())
     page.get_by_role("heading", name="Checklist — what to change, biggest gain first").wait_for(state="visible")
-    timeline = page.locator("img.gm-timeline")
-    assert timeline.evaluate("img => img.complete && img.naturalWidth") >= 1000
+    assert page.locator("svg.gm-tl text.gm-tl-lane").count() >= 3  # the vector timeline, labelled
     assert page.locator("details.gm-finding[open]").count() == 1
     page.screenshot(path=str(ARTIFACTS / "exported_report.png"), full_page=True)

@@ -16,7 +16,7 @@ Screenshots: ``$GPUMAGIC_TEST_ARTIFACTS/layout_<page>_<theme>_<width>.png``.
 from __future__ import annotations
 
 import pytest
-from browser_helpers import ARTIFACTS, CLIPPED_JS, CONTRAST_JS, chromium, skip_unless_ready
+from browser_helpers import ARTIFACTS, CLIPPED_JS, CONTRAST_JS, TIMELINE_TEXT_JS, chromium, skip_unless_ready
 from render_helpers import analysed
 
 pytestmark = pytest.mark.browser
@@ -30,6 +30,8 @@ WIDTHS = (360, 800, 1400)
 THEMES = ("light", "dark")
 #: WCAG 2 AA for body text.
 MIN_CONTRAST = 4.5
+#: Smallest computed font size of the timeline's labels at 100 % zoom (issue 26).
+MIN_TIMELINE_FONT_PX = 10
 
 
 def _comparison():
@@ -147,3 +149,37 @@ def test_severity_stripes_are_coloured_in_the_rendered_page(browser, pages, wher
         page.close()
     assert [c for cls, c in stripes if "gm-sev-high" in cls] and all(c == red for cls, c in stripes if "gm-sev-high" in cls)
     assert len({c for _, c in stripes}) > 1  # high, medium and low differ: not one grey for all
+
+
+@pytest.mark.parametrize("where", ["document", "notebook"])
+def test_timeline_labels_read_at_every_width_and_a_window_link_highlights_its_band(browser, pages, where):
+    """The vector timeline at 360/800/1,400 px in both themes: every label (lanes, ticks, steps)
+    at least 10 px and inside the chart (no lane label cut), the page not scrolling sideways; then
+    a click on a finding's window link scrolls to the chart and shows that window's band."""
+    for theme in THEMES:
+        for width in WIDTHS:
+            page = _open(browser, pages, where, "report", theme, width)
+            try:
+                texts = page.evaluate(TIMELINE_TEXT_JS)
+                sideways = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+                link = page.locator("a.gm-win").first
+                target = link.get_attribute("href")[1:]
+                band = page.locator(f"[id='{target}']")
+                hidden = band.evaluate("e => getComputedStyle(e).opacity")
+                link.click()
+                page.wait_for_function("id => location.hash === '#' + id", arg=target)
+                shown = band.evaluate("e => getComputedStyle(e).opacity")
+                in_view = band.evaluate("e => { const r = e.getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight; }")
+                if width == 360:
+                    page.screenshot(path=str(ARTIFACTS / f"timeline_{where}_{theme}_{width}.png"))
+            finally:
+                page.close()
+            lanes = [t for t in texts if "gm-tl-lane" in t["cls"]]
+            assert lanes and any(t["text"].startswith("GPU0") for t in lanes), texts[:5]
+            small = [t for t in texts if t["px"] < MIN_TIMELINE_FONT_PX]
+            assert small == [], f"{where}, {theme}, {width} px: labels under {MIN_TIMELINE_FONT_PX} px: {small[:4]}"
+            cut = [t["text"] for t in texts if not t["inside"]]
+            assert cut == [], f"{where}, {theme}, {width} px: labels cut by the chart's edge: {cut[:4]}"
+            if where == "document":
+                assert sideways <= 0, f"{theme}, {width} px: the page scrolls sideways by {sideways} px"
+            assert (hidden, shown) == ("0", "1") and in_view, f"{where}, {theme}, {width} px: the window link did not show its band"

@@ -28,6 +28,7 @@ from browser_helpers import (
     ARTIFACTS,
     CLIPPED_JS,
     CONTRAST_JS,
+    TIMELINE_TEXT_JS,
     VISIBLE_REPORTS_JS,
     WIDGET_ERROR_JS,
     chromium,
@@ -119,10 +120,11 @@ def _live(page, url: str, path: str, shot: str) -> None:
     widget.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / f"{shot}_live_{WIDTH}.png"))
     widget.get_by_role("tab", name="Timeline").click()
-    image = widget.locator("img.gm-timeline")
-    image.wait_for(state="visible", timeout=10_000)
-    assert image.get_attribute("alt").startswith("Timeline of the recorded steps")
-    assert image.evaluate("img => img.complete && img.naturalWidth") >= 1000
+    chart = widget.locator("svg.gm-tl")
+    chart.wait_for(state="visible", timeout=10_000)
+    assert chart.get_attribute("aria-label").startswith("Timeline")
+    texts = page.evaluate(TIMELINE_TEXT_JS)
+    assert texts and min(t["px"] for t in texts) >= 10 and all(t["inside"] for t in texts), texts[:5]
     widget.get_by_role("tab", name="Checklist").click()
     if shot == "jupyterlab":
         _dark_theme_contrast(page, widget)
@@ -134,6 +136,10 @@ def _dark_theme_contrast(page, widget) -> None:
     page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
     _settle(page, 1500)
     results = page.evaluate(CONTRAST_JS, ".gpumagic-widget")
+    widget.get_by_role("tab", name="Timeline").click()  # the SVG's labels follow the theme too
+    _settle(page, 500)
+    results += page.evaluate(CONTRAST_JS, ".gpumagic-widget")
+    widget.get_by_role("tab", name="Checklist").click()
     background = widget.locator(".gpumagic-report").first.evaluate("e => getComputedStyle(e).backgroundColor")
     widget.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / f"jupyterlab_live_dark_{WIDTH}.png"))

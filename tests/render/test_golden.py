@@ -8,7 +8,8 @@ from gpumagic.render.html import Images, html_document
 from gpumagic.render.text import render_text
 
 TEXT_WIDTH = 100
-#: Stand-ins for the PNG figures: their bytes depend on the matplotlib and FreeType versions.
+#: Stand-ins for the PNG figures: their bytes depend on the matplotlib and FreeType versions (the
+#: timeline is SVG drawn from the trace, not from these: it is in the golden page as drawn).
 PLACEHOLDER_TIMELINE = b"timeline placeholder"
 PLACEHOLDER_MEMORY = b"memory placeholder"
 

@@ -26,10 +26,10 @@ def test_header_gives_the_five_facts(loader_report):
 
 def test_first_finding_is_open_and_fixes_are_code_blocks(loader_report):
     html = report_html(loader_report, Images())
-    details = re.findall(r"<details[^>]*>", html)
+    details = re.findall(r'<details class="gm-finding[^>]*>', html)
     assert len(details) == len(loader_report.findings)
     assert details[0].endswith(" open>") and not any(d.endswith(" open>") for d in details[1:])
-    assert html.count('<pre class="gm-code">') == sum(len(f.fixes) for f in loader_report.findings)
+    assert html.count('<pre class="gm-code') == sum(len(f.fixes) for f in loader_report.findings)
     assert "Fix (Hugging Face Trainer):" in html and "Fix (PyTorch):" in html
 
 
@@ -41,7 +41,8 @@ def test_the_export_is_self_contained_and_small_enough(tmp_path):
     assert html.startswith("<!DOCTYPE html>")
     assert "<script" not in html and "<link" not in html and "@import" not in html
     sources = re.findall(r'src="([^"]*)"', html)
-    assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert all(s.startswith("data:image/png;base64,") for s in sources)
+    assert '<svg class="gm-tl"' in html and "events drawn as" in html  # the vector timeline says what it merged
 
 
 def test_user_text_is_escaped():
@@ -117,3 +118,46 @@ def test_severity_stripe_rules_beat_the_card_border():
     card = re.search(r"\.gpumagic-report details\.gm-finding\{[^}]*border-left:6px solid var\(--gm-muted\)", CSS)
     stripe = re.search(r"\.gpumagic-report \.gm-finding\.gm-sev-high[^{]*\{border-left-color:var\(--gm-high\)\}", CSS)
     assert card and stripe  # (0,2,1) for the card, (0,3,0) for the stripe: the stripe wins
+
+
+def test_the_timeline_is_inline_svg_with_text_labels_and_window_links():
+    report = analysed("resnet50_v100_workers0")
+    html = report_html(report, Images())
+    timeline = html[html.index('<section class="gm-section gm-timeline">'):html.index('<section class="gm-section gm-breakdown">')]
+    assert "<img" not in timeline and '<svg class="gm-tl"' in timeline
+    labels = re.findall(r'<text class="gm-tl-lane"[^>]*>([^<]*)</text>', timeline)
+    assert "main thread" in labels and any(lab.startswith("GPU0 \u00b7 stream") for lab in labels)
+    # every window link points at a band drawn in the chart
+    targets = re.findall(r'<a class="gm-win" href="#([^"]+)">', html)
+    assert targets and all(f'id="{t}"' in timeline for t in targets)
+
+
+def test_evidence_shows_three_numbers_then_a_more_disclosure_and_says_more_findings_wait(loader_report):
+    html = report_html(loader_report, Images())
+    first = loader_report.findings[0]
+    body = html[html.index(first.title):]
+    body = body[:body.index("</details>", body.index('<details class="gm-more">') if '<details class="gm-more">' in body else 0)]
+    shown = body[:body.index('<details class="gm-more">')] if '<details class="gm-more">' in body else body
+    assert shown.count('class="gm-chip"') <= 3
+    if len(first.evidence.numbers) > 3:
+        assert f"{len(first.evidence.numbers) - 3} more number" in html
+    n = len(loader_report.findings) - 1
+    assert f"{n} more finding{'s' if n != 1 else ''} below" in html
+
+
+def test_thresholds_take_the_unit_of_the_number_they_bound():
+    from gpumagic.render._format import evidence_items
+
+    items = dict(evidence_items({"cpu_saturation": 0.97, "busy_cores": 3.5, "samples_count": 4, "threshold": 0.9}))
+    assert items["CPU saturation"] == "97.0 %" and items["Threshold (CPU saturation)"] == "90.0 %"
+    assert items["Busy cores"] == "3.5 cores"
+    assert dict(evidence_items({"mfu": 0.04, "threshold_mfu": 0.1}))["Threshold (MFU)"] == "10.0 %"
+
+
+def test_diagnostic_snippets_come_after_the_fixes_and_say_so():
+    from gpumagic.render.html import finding_body_html
+
+    f = Finding(id="x", severity="low", title="t", why="w", evidence=Evidence(summary="s"), est_gain=0.1, gain_method="m",
+                fixes=(Fix("pytorch", "Find what the GPU waited for", "print(1)"), Fix("pytorch", "Use pinned memory", "x=1")), doc_url="")
+    html = finding_body_html(f)
+    assert html.index("Fix (PyTorch):</span> Use pinned") < html.index("Diagnostic (PyTorch):</span> Find what")

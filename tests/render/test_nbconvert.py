@@ -92,7 +92,7 @@ def test_a_github_like_renderer_shows_the_report_as_plain_markup(live_outputs, s
     assert "<style" not in page and "<script" not in page and "class=" not in page
     text = _visible_text(page)
     assert small_report.findings[0].title in text and "Checklist" in text
-    assert "[image: Timeline of the recorded steps" in page  # a dropped data: image leaves its alt text
+    assert "[timeline: Timeline of the recorded steps" in page  # a dropped <svg> leaves its text alternative
     assert mb.LIVE_NOTE in text  # the widget output falls back to one line, not a second report
 
 

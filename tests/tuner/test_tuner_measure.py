@@ -103,7 +103,8 @@ def test_result_renders(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     bundle = result._repr_mimebundle_()
     assert set(bundle) == {"text/plain", "text/html"}
-    assert "data:image/png;base64," in bundle["text/html"] and "<script" not in bundle["text/html"]
+    assert 'aria-label="batches per second by setting"' in bundle["text/html"] and "<script" not in bundle["text/html"]
+    assert "batches/s \u00b7 best" in bundle["text/html"]  # the best setting is named, not only coloured
     d = result.to_dict()
     assert d["best"]["num_workers"] == result.best.config.num_workers
     assert [r["status"] for r in d["rows"]] == ["ok", "ok"]

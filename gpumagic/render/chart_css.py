@@ -1,0 +1,66 @@
+"""The CSS of the SVG charts (the timeline, the memory curve): classes and per-theme colours.
+
+Kept apart from the drawing code so that :mod:`gpumagic.render.page` can put it in every page's
+style without importing numpy. Colours are custom properties: :data:`SVG_LIGHT_VARS` by default,
+:data:`SVG_DARK_VARS` under JupyterLab's dark theme and a saved page's ``prefers-color-scheme:
+dark`` (page.py applies them with the rest of the page's colours).
+"""
+
+from __future__ import annotations
+
+from gpumagic.render import palette
+
+
+def svg_css() -> str:
+    """The charts' CSS: ``gm-f-X`` fills, ``gm-l-X`` lines and ``gm-t-X`` key marks of category ``X``."""
+    fills = {
+        "k": "--gm-c-kernel", "n": "--gm-c-comm", "c": "--gm-c-copy", "s": "--gm-c-memset", "o": "--gm-c-cpu",
+        "d": "--gm-c-loader", "y": "--gm-c-sync", "pd": "--gm-c-loader", "pf": "--gm-c-fwd", "pb": "--gm-c-bwd",
+        "po": "--gm-c-opt", "px": "--gm-c-other", "iw": "--gm-c-idlewait", "il": "--gm-c-idlelaunch", "io": "--gm-c-other",
+        "m": "--gm-c-mem", "cap": "--gm-c-cap",
+    }
+    rules = "".join(f".gpumagic-report .gm-f-{k}{{fill:var({v})}}.gpumagic-report .gm-l-{k}{{stroke:var({v})}}"
+                    f".gpumagic-report .gm-t-{k}{{fill:var({v})}}" for k, v in fills.items())
+    return (
+        ".gpumagic-report .gm-tl-wrap{container-type:inline-size;width:100%;max-width:1400px;margin:4px 0}"
+        ".gpumagic-report svg.gm-tl{display:block;overflow:visible;font-family:inherit}"
+        ".gpumagic-report svg.gm-tl text{font-size:12px;fill:var(--gm-fg)}"
+        ".gpumagic-report svg.gm-tl .gm-tl-steplabel,.gpumagic-report svg.gm-tl .gm-tl-axislabel{fill:var(--gm-muted)}"
+        ".gpumagic-report svg.gm-tl .gm-tl-step{stroke:var(--gm-muted);stroke-dasharray:4 3;vector-effect:non-scaling-stroke}"
+        ".gpumagic-report svg.gm-tl .gm-tl-axis,.gpumagic-report svg.gm-tl .gm-tl-tick{stroke:var(--gm-muted)}"
+        ".gpumagic-report svg.gm-tl .gm-tl-grid{stroke:var(--gm-border);vector-effect:non-scaling-stroke}"
+        ".gpumagic-report svg.gm-tl polyline{fill:none;stroke-width:1.6;vector-effect:non-scaling-stroke}"
+        ".gpumagic-report svg.gm-tl .gm-idle{fill-opacity:.28}"
+        ".gpumagic-report svg.gm-tl .gm-dashed{stroke-dasharray:6 4}"
+        ".gpumagic-report svg.gm-chart line.gm-dashed{stroke-width:1.4;vector-effect:non-scaling-stroke}"
+        ".gpumagic-report svg.gm-tl .gm-hit{fill:transparent}"
+        ".gpumagic-report svg.gm-tl .gm-hit:hover{stroke:var(--gm-fg);vector-effect:non-scaling-stroke}"
+        ".gpumagic-report .gm-hl{fill:var(--gm-hl-fill);stroke:var(--gm-fg);stroke-width:2;"
+        "vector-effect:non-scaling-stroke;opacity:0}"
+        ".gpumagic-report .gm-hl.gm-hl-on,.gpumagic-report svg.gm-tl .gm-hl:target{opacity:1}"
+        ".gpumagic-report svg.gm-tl .gm-hl:target{stroke-width:3}"
+        ".gpumagic-report ul.gm-tl-legend{list-style:none;display:flex;flex-wrap:wrap;gap:2px 16px;padding:0;margin:6px 0;"
+        "font-size:13px}"
+        ".gpumagic-report ul.gm-tl-legend li{display:flex;align-items:center;gap:6px}"
+        ".gpumagic-report ul.gm-tl-legend svg{display:inline-block;flex:0 0 auto}"
+        "@container (max-width:620px){.gpumagic-report svg.gm-tl .gm-odd{display:none}}"
+        + rules
+    )
+
+
+#: The chart's colours, light and dark: Okabe-Ito (and Paul Tol's muted hues) on light, lighter
+#: tints of the same hues on dark, so that a bar stands out from either background.
+SVG_LIGHT_VARS = (
+    f"--gm-c-kernel:{palette.BLUE};--gm-c-comm:{palette.PURPLE};--gm-c-copy:{palette.GREEN};--gm-c-memset:{palette.SKY};"
+    f"--gm-c-cpu:{palette.GREY};--gm-c-loader:{palette.ORANGE};--gm-c-sync:{palette.VERMILLION};--gm-c-fwd:#332288;"
+    f"--gm-c-bwd:#DDCC77;--gm-c-opt:#999933;--gm-c-other:{palette.LIGHT_GREY};--gm-c-idlewait:{palette.WINE};"
+    f"--gm-c-idlelaunch:{palette.TEAL};--gm-c-mem:{palette.PURPLE};--gm-c-cap:{palette.VERMILLION};--gm-hl-fill:rgba(240,228,66,.35)"
+)
+SVG_DARK_VARS = (
+    "--gm-c-kernel:#3d9be0;--gm-c-comm:#e08fc0;--gm-c-copy:#2fc79a;--gm-c-memset:#8fd0f5;--gm-c-cpu:#a6a6a6;"
+    "--gm-c-loader:#f0b020;--gm-c-sync:#ff7a33;--gm-c-fwd:#8877dd;--gm-c-bwd:#e6d88f;--gm-c-opt:#c2c257;"
+    "--gm-c-other:#6e7681;--gm-c-idlewait:#d45a93;--gm-c-idlelaunch:#5cc4b3;--gm-c-mem:#e08fc0;--gm-c-cap:#ff7a33;"
+    "--gm-hl-fill:rgba(240,228,66,.28)"
+)
+
+
