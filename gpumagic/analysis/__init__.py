@@ -37,8 +37,11 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
     steady, steady_m, seg_notes = _steady_part(ctx, metrics)
     findings: list[Finding] = []
     empty = selfcheck.is_empty(ctx)
+    unjudged = selfcheck.host_rules_unjudged(ctx)  # counter mode, no host events: a note says so
     for rule in () if empty else CAUSE_RULES:
-        if rule not in STEADY_RULES:
+        if getattr(rule, "finding_id", "") in unjudged:
+            f = None
+        elif rule not in STEADY_RULES:
             f = rule(ctx, metrics)
         elif steady is None or steady_m is None:
             f = None
