@@ -7,6 +7,7 @@ import numpy as np
 from gpumagic.analysis import devices
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.gpubound import CAP_SHARE, bounding_ns
 from gpumagic.analysis.metrics import kernel_mask
 from gpumagic.analysis.operators import least_efficient
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
@@ -63,6 +64,13 @@ def low_compute_efficiency(ctx: Context, m: Metrics) -> Finding | None:
     if c.mfu_lower_bound:  # the FLOPs miss some matmul work: a low lower bound proves nothing
         return None
     gain = busy * (1 - c.mfu / MFU_LOW)
+    method = "busy share × (1 − MFU / 10 %): the GPU time saved if MFU rose to the threshold"
+    rows = np.flatnonzero(kernel_mask(ctx) & ~ctx.masks["name_nccl"])
+    bound = ctx.frac(bounding_ns(ctx, rows))  # the host sets the pace: faster kernels save only where they bound
+    if bound < CAP_SHARE * busy:
+        gain = min(gain, bound * (1 - c.mfu / MFU_LOW))
+        method += (f"; capped at the compute-kernel time that can bound the steps ({pct(bound)} of the window, "
+                   "analysis.gpubound): after the rest the GPU waited for the host's next launch")
     top = m.kernels.top[:3]
     top_text = "; ".join(f"{k.name[:60]} {k.total_ms:.1f} ms" for k in top)
     op = least_efficient(m, MFU_LOW)  # the operator behind it, with its own numbers (metrics.operators)
@@ -86,7 +94,7 @@ def low_compute_efficiency(ctx: Context, m: Metrics) -> Finding | None:
                  "dtype": c.dtype, "gpu_busy_frac": busy, "threshold_mfu": MFU_LOW,
                  **({} if op is None else {"operator": op.name, "operator_tflops": op.tflops,
                                            "operator_frac_of_peak": op.frac_of_peak})},
-        est_gain=gain, gain_method="busy share × (1 − MFU / 10 %): the GPU time saved if MFU rose to the threshold",
+        est_gain=gain, gain_method=method,
         fixes=_efficiency_fixes(c, is_training(ctx)),
         doc_url=MFU_DOC,
     )

@@ -7,6 +7,7 @@ import numpy as np
 from gpumagic._arrays import median
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.gpubound import gpu_time_gain
 from gpumagic.analysis.metrics import kernel_mask
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.compute import is_training
@@ -109,7 +110,8 @@ def unfused_attention(ctx: Context, m: Metrics) -> Finding | None:
     p_ns = float(ev.dur_ns[pieces].sum())
     if p_ns / k_ns < ATTENTION_MIN_SHARE:
         return None
-    gain = ctx.frac(p_ns) * (1 - 1 / FUSED_ATTENTION_SPEEDUP)
+    gain, method = gpu_time_gain(ctx, pieces, 1 - 1 / FUSED_ATTENTION_SPEEDUP,
+                                 "time of the unfused attention kernels × (1 − 1/2), a fused kernel ≥ 2× faster")
     steps = max(len(ctx.step_bounds), 1)
     return finding(
         severity=severity_for(gain),
@@ -124,7 +126,7 @@ def unfused_attention(ctx: Context, m: Metrics) -> Finding | None:
         numbers={"attention_softmax_count": count, "attention_ms": round(p_ns / 1e6, 4),
                  "attention_kernel_frac": round(p_ns / k_ns, 4), "fused_attention_kernels": fused},
         windows=windows(ev.ts_ns[pieces], ev.ts_ns[pieces] + ev.dur_ns[pieces], "gpu", ctx.device, "attention piece"),
-        est_gain=gain, gain_method="time of the unfused attention kernels × (1 − 1/2), a fused kernel ≥ 2× faster",
+        est_gain=gain, gain_method=method,
         fixes=(
             pytorch("Call the fused kernel: scaled_dot_product_attention picks flash / memory-efficient / cuDNN "
                     "(pass your scale: without it SDPA uses 1/√d; a boolean attn_mask is True where attention is "
@@ -158,7 +160,8 @@ def elementwise_bound(ctx: Context, m: Metrics) -> Finding | None:
     share = e_ns / k_ns
     if share < ELEMENTWISE_SHARE:
         return None
-    gain = ctx.frac(e_ns) * (1 - 1 / FUSION_SPEEDUP)
+    gain, method = gpu_time_gain(ctx, e_rows, 1 - 1 / FUSION_SPEEDUP,
+                                 "elementwise kernel time × (1 − 1/2), the fusion speed-up")
     training = is_training(ctx)
     optimizer = training and any("multi_tensor_apply" in ctx.trace.names[n] or "Adam" in ctx.trace.names[n]
                                  for n in np.unique(ev.name[e_rows]).tolist())
@@ -177,7 +180,7 @@ def elementwise_bound(ctx: Context, m: Metrics) -> Finding | None:
         numbers={"elementwise_ms": round(e_ns / 1e6, 4), "elementwise_kernel_frac": round(share, 4),
                  "elementwise_kernels": int(e_rows.size), "median_us": round(med_us, 3),
                  "threshold_frac": ELEMENTWISE_SHARE},
-        est_gain=gain, gain_method="elementwise kernel time × (1 − 1/2), the fusion speed-up",
+        est_gain=gain, gain_method=method,
         fixes=_fusion_fixes(optimizer, training),
         doc_url=COMPILE_DOC,
     )
