@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from gpumagic.render import html as h
 from gpumagic.render._format import fmt_gain, fmt_ms, severity_label
 from gpumagic.render.breakdown import breakdown_html
+from gpumagic.render.conditions import conditions_html
 from gpumagic.render.layout import step_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,7 +80,7 @@ class ReportWidget:
             w.HTML(value=h.wrap(breakdown_html(report), style=False, framed=False)),
             w.HTML(value=h.wrap(h.kernels_html(report), style=False, framed=False)),
             w.HTML(value=h.wrap(h.memory_html(report, images.memory_png), style=False, framed=False)),
-            w.HTML(value=h.wrap(h.notes_html(report), style=False, framed=False)),
+            w.HTML(value=h.wrap(h.notes_html(report) + conditions_html(report), style=False, framed=False)),
         ]
         self.tabs = w.Tab(children=panels, titles=list(TAB_TITLES), selected_index=0)
         self.root = w.VBox([self.header, self.tabs], layout=w.Layout(width="100%"))
