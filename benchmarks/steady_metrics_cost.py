@@ -2,9 +2,10 @@
 
 ``analysis.analyze`` computes the metrics of the whole window, and, when the window is not all
 steady, builds a context for its longest steady stretch and computes its metrics again for the
-steady-state rules (``analysis._steady_part``). This times, interleaved over rounds, the whole
-``analyze`` and the steady part's context + metrics alone, on the largest non-steady traces of
-tests/data, and prints their ratio. Run: ``python benchmarks/steady_metrics_cost.py [rounds]``.
+steady-state rules (``analysis._steady_part``), reusing the whole window's trace-level facts
+(``build_context(..., like=ctx)``: name classes, masks, launch links, steps). This times,
+interleaved over rounds, the whole ``analyze``, the steady part's context + metrics as analyze
+builds them, and the same without the reuse, on the non-steady traces of tests/data. Run: ``python benchmarks/steady_metrics_cost.py [rounds]``.
 """
 
 from __future__ import annotations
@@ -32,17 +33,21 @@ def main(rounds: int) -> None:
         seg = segments.segments(ctx)
         if seg.all_steady or seg.steady_span is None:
             continue
-        whole, second = [], []
-        for _ in range(rounds):  # interleaved: A B A B
+        whole, second, fresh = [], [], []
+        for _ in range(rounds):  # interleaved: A B C A B C
             t0 = time.perf_counter()
             analyze(trace)
             whole.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            _metrics.compute(build_context(trace, window=seg.steady_span))
+            _metrics.compute(build_context(trace, window=seg.steady_span, like=ctx))
             second.append(time.perf_counter() - t0)
-        w, s = statistics.median(whole), statistics.median(second)
-        print(f"{name}: {trace.meta.get('event_count', len(trace.events))} events, analyze {w * 1e3:.1f} ms, "
-              f"steady part's context + metrics {s * 1e3:.1f} ms ({100 * s / w:.0f} % of analyze)")
+            t0 = time.perf_counter()
+            _metrics.compute(build_context(trace, window=seg.steady_span))
+            fresh.append(time.perf_counter() - t0)
+        w, s, f = (statistics.median(x) for x in (whole, second, fresh))
+        print(f"{name}: {trace.meta.get('event_count', len(trace.events))} events, analyze {w * 1e3:.1f} ms; "
+              f"steady part's context + metrics {s * 1e3:.1f} ms ({100 * s / w:.0f} % of analyze), "
+              f"{f * 1e3:.1f} ms without reusing the trace's facts ({s / f:.2f}×)")
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ def _steady_part(ctx: Context, metrics: Metrics) -> tuple[Context | None, Metric
                        sorted(seg.share(segments.SEGMENT_KINDS[1:]).items(), key=lambda kv: -kv[1]))
     if seg.steady_span is None:
         return None, None, [f"No steady part in the window ({shares} of it): {names} were not judged."]
-    sub = build_context(ctx.trace, window=seg.steady_span)
+    sub = build_context(ctx.trace, window=seg.steady_span, like=ctx)  # the trace's own facts reused
     sub.cache["top_ops"] = ctx.cache.get("top_ops", TOP_OPERATORS)
     a, b = ((sub.lo - ctx.lo) / 1e6, (sub.hi - ctx.lo) / 1e6)
     return sub, _metrics.compute(sub), [
