@@ -48,9 +48,12 @@ def slack_runs(ctx: Context) -> iv.Intervals:
         j = np.searchsorted(run_e, ends)
         ok = (j < run_e.size) & (run_e[np.minimum(j, run_e.size - 1)] == ends)
         keep[j[ok]] = True
-        for i in np.flatnonzero(keep).tolist():  # blocked on the GPU when it finished: it bounds the host
-            if np.any((cs < run_e[i]) & (ce + LAUNCH_LATENCY_MAX_NS >= run_e[i])):
-                keep[i] = False
+        # a host call spanning the run's end (start < end <= call end + launch delay) was blocked on
+        # it: that run bounds the host
+        bs, be = iv.union(cs, ce + LAUNCH_LATENCY_MAX_NS)
+        k = np.searchsorted(bs, run_e, side="left") - 1
+        blocked = (k >= 0) & (be[np.maximum(k, 0)] >= run_e) if bs.size else np.zeros(run_e.size, bool)
+        keep &= ~blocked
         out = (run_s[keep], run_e[keep])
     ctx.cache["slack_runs"] = out
     return out
