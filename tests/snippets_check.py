@@ -81,6 +81,12 @@ def check(code: str) -> tuple[list[str], list[str]]:
     roots = known_roots()
     imported, missing = _imports(tree)
     roots.update(imported)
+    for node in ast.walk(tree):  # ``llm = LLM(...)`` with LLM from a module not installed: llm is unchecked too
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            chain = _chain(node.value.func) if isinstance(node.value.func, ast.Attribute) else (
+                [node.value.func.id] if isinstance(node.value.func, ast.Name) else None)
+            if chain and chain[0] in roots and roots[chain[0]] is None:
+                roots.update({t.id: None for t in node.targets if isinstance(t, ast.Name)})
     problems: list[str] = []
     resolved: dict[int, object] = {}
     for node in ast.walk(tree):
@@ -160,6 +166,8 @@ def needs_cuda(code: str) -> bool:
     if magics:
         return True
     tree = ast.parse(body)
+    if _imports(tree)[1]:  # imports a package not installed here (a serving engine: vLLM)
+        return True
     for node in ast.walk(tree):
         chain = _chain(node) if isinstance(node, ast.Attribute) else None
         if chain and (chain[:2] == ["torch", "cuda"] or chain[0] in ("triton", "tl", "torchvision", "dist", "AutoModel")):

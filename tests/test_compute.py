@@ -419,6 +419,8 @@ def elementwise_trace(elem_us, gemm_us, step_us=10_000):
         tb.kernel("ampere_sgemm_128x64_nn", t + 100, gemm_us, launch_ts=t + 10)
         tb.kernel("void at::native::vectorized_elementwise_kernel<4, GeluFunctor>", t + 110 + gemm_us, elem_us,
                   launch_ts=t + 20)
+        # the host waits for the step's kernels (a GPU-bound step: they bound it, analysis.gpubound)
+        tb.runtime("cudaDeviceSynchronize", t + 30, 80 + gemm_us + elem_us)
     return tb
 
 

@@ -114,3 +114,44 @@ def test_unrecognised_communication_is_noted():
     tb = TraceBuilder()
     busy_steps(tb, 3, 10_000, 9_000)
     assert not any("undercounted" in n for n in analyze(tb).notes)
+
+
+def _counter_steps(tb, dataloader_us=0.0, launches=100):
+    for s in range(5):
+        t0 = s * 20_000
+        tb.step(s + 1, t0, 20_000)
+        if dataloader_us:
+            tb.dataloader(t0, dataloader_us)
+        for i in range(launches):
+            t = t0 + 8_100 + i * 100
+            tb.runtime("cudaLaunchKernel", t, 5)
+            tb.add(cat="cuda_profiler_range", name="k", ts=t + 10, dur=50, args={"device": 0})
+        for i in range(60):
+            tb.op("aten::add", t0 + 100 + i * 130, 120)
+
+
+def test_host_rules_are_not_run_on_a_counter_mode_trace():
+    """Counter mode does not time kernels: a data-loader wait cannot be set against GPU idle time,
+    nor can a few timed kernels say the model stayed on the CPU. Both rules fire on the same host
+    side without the counter events, so the gate, not the data, keeps them silent."""
+    for dataloader_us, launches, rule_id in ((8_000.0, 100, "dataloader-bound"), (0.0, 1, "model-on-cpu")):
+        tb = TraceBuilder()
+        _counter_steps(tb, dataloader_us, launches)
+        r = analyze(tb)
+        assert rule_id not in r.finding_ids
+        note = next(n for n in r.notes if n.startswith("Counter-mode trace"))
+        assert rule_id in note and "were not run" in note
+        plain = TraceBuilder()  # the same host side, without the counter events: the rule judges it
+        plain.events = [e for e in tb.events if e["cat"] != "cuda_profiler_range"]
+        assert rule_id in analyze(plain).finding_ids
+
+
+def test_a_trace_without_host_events_says_the_host_rules_were_not_run():
+    tb = TraceBuilder()
+    for i in range(300):  # kernels only, no launch calls, no operators: the host side was not recorded
+        tb.add(cat="kernel", name="k_elementwise", ts=100 + i * 30, dur=4, pid=0, tid=7,
+               args={"device": 0, "stream": 7, "correlation": 5000 + i})
+    r = analyze(tb)
+    assert any(n.startswith("No host event in the trace") and "launch-bound" in n for n in r.notes)
+    assert not set(r.finding_ids) & {"launch-bound", "too-small-for-gpu", "cpu-bound"}
+    assert "low-gpu-utilization" in r.finding_ids  # the GPU side is still judged

@@ -8,6 +8,7 @@ from typing import Any
 
 from gpumagic.analysis import metrics as _metrics
 from gpumagic.analysis import segments, selfcheck
+from gpumagic.analysis.advice.serving import for_serving
 from gpumagic.analysis.context import Context, build_context
 from gpumagic.analysis.gains import IDLE_TYPE, apportion
 from gpumagic.analysis.names import long_names_note
@@ -38,8 +39,11 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
     steady, steady_m, seg_notes = _steady_part(ctx, metrics)
     findings: list[Finding] = []
     empty = selfcheck.is_empty(ctx)
+    unjudged = selfcheck.host_rules_unjudged(ctx)  # counter mode, no host events: a note says so
     for rule in () if empty else CAUSE_RULES:
-        if rule not in STEADY_RULES:
+        if getattr(rule, "finding_id", "") in unjudged:
+            f = None
+        elif rule not in STEADY_RULES:
             f = rule(ctx, metrics)
         elif steady is None or steady_m is None:
             f = None
@@ -53,6 +57,8 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
     if low is not None:
         findings.append(low)
     findings, combined = apportion(ctx, findings, steady=steady)
+    if ctx.workload == "serving":  # a serving engine: its arguments, not training-loop code (advice/serving.py)
+        findings = for_serving(findings)
     checks = selfcheck.notes(ctx, model_on_cpu=any(f.id == "model-on-cpu" for f in findings))
     notes = list(trace.notes) + checks + ([] if empty else seg_notes)
     if ctx.window_source == "trace":
@@ -74,7 +80,7 @@ def _steady_part(ctx: Context, metrics: Metrics) -> tuple[Context | None, Metric
                        sorted(seg.share(segments.SEGMENT_KINDS[1:]).items(), key=lambda kv: -kv[1]))
     if seg.steady_span is None:
         return None, None, [f"No steady part in the window ({shares} of it): {names} were not judged."]
-    sub = build_context(ctx.trace, window=seg.steady_span)
+    sub = build_context(ctx.trace, window=seg.steady_span, like=ctx)  # the trace's own facts reused
     sub.cache["top_ops"] = ctx.cache.get("top_ops", TOP_OPERATORS)
     a, b = ((sub.lo - ctx.lo) / 1e6, (sub.hi - ctx.lo) / 1e6)
     return sub, _metrics.compute(sub), [

@@ -229,10 +229,9 @@ def _flags(trace: Trace) -> dict[str, np.ndarray]:
     return {**out, **{k: nm.classify(trace.names, f, among) for k, f in host.items()}}
 
 
-def build_context(trace: Trace, window: tuple[int, int] | None = None) -> Context:
-    """The context of the whole window, or of ``window`` (ns, a part of it: the steady part the
-    steady-state rules judge, ``analysis.segments``): the steps wholly inside it, else the
-    span itself."""
+def _trace_facts(trace: Trace) -> tuple[Any, ...]:
+    """What a context needs that does not depend on its window: per-name classes, the event
+    masks, each GPU event's launch (row and time), every step's bounds and name, the main thread."""
     ev = trace.events
     flags = _flags(trace)
     by_name = {k: v[ev.name] for k, v in flags.items()}
@@ -255,6 +254,20 @@ def build_context(trace: Trace, window: tuple[int, int] | None = None) -> Contex
     launch_row = _launch_rows(trace, masks)
     launch_ts = np.where(launch_row >= 0, ev.ts_ns[np.maximum(launch_row, 0)], -1)
     step_bounds, step_names = _steps(trace, steps, masks, launch_ts)
+    return flags, masks, launch_row, launch_ts, step_bounds, step_names, _main_lane(trace, steps, masks)
+
+
+def build_context(trace: Trace, window: tuple[int, int] | None = None, like: Context | None = None) -> Context:
+    """The context of the whole window, or of ``window`` (ns, a part of it: the steady part the
+    steady-state rules judge, ``analysis.segments``): the steps wholly inside it, else the
+    span itself. ``like``: the whole window's context of the same trace, whose facts that do not
+    depend on the window (name classes, masks, launch links, steps, main thread) are reused."""
+    ev = trace.events
+    if like is not None and like.trace is trace and "trace_facts" in like.cache:
+        flags, masks, launch_row, launch_ts, all_bounds, all_names, main_lane = like.cache["trace_facts"]
+    else:
+        flags, masks, launch_row, launch_ts, all_bounds, all_names, main_lane = _trace_facts(trace)
+    step_bounds, step_names = list(all_bounds), list(all_names)
     if window is not None:
         inside = [i for i, (s, e) in enumerate(step_bounds) if s >= window[0] and e <= window[1]]
         step_bounds, step_names = [step_bounds[i] for i in inside], [step_names[i] for i in inside]
@@ -267,9 +280,9 @@ def build_context(trace: Trace, window: tuple[int, int] | None = None) -> Contex
         hi = int((ev.ts_ns + ev.dur_ns).max()) if len(ev) else 1
         source = "trace"
     hi = max(hi, lo + 1)
-    main_lane = _main_lane(trace, steps, masks)
     ctx = Context(trace, lo, hi, source, step_bounds, step_names, main_lane, -1, iv.empty(), [], Gaps.empty(),
                   {}, {}, {}, flags, masks, launch_ts, launch_row)
+    ctx.cache["trace_facts"] = (flags, masks, launch_row, launch_ts, all_bounds, all_names, main_lane)
     ctx.gpu_lanes = frozenset({main_lane, *ev.lane[launch_row[launch_row >= 0]].tolist()}) - {-1}
     _gpu_facts(ctx)
     _breakdown(ctx)

@@ -94,7 +94,9 @@ def _loader_cpu_bound(ctx: Context, cpu: dict[str, Any], t: np.ndarray, workers:
     ``num_workers=0``, else the workers) are CPU-bound when they used at least half of the CPU
     they could get — a core each, or what other processes left of the usable cores — so a
     loader starved of CPU by other work still counts as CPU-bound, and a sleeping one does not.
-    Else from how much of the wait main-thread operators (not Python frames) cover; unknown
+    With schedstat's run-queue wait recorded, the share is of the time the threads were not
+    waiting for a core (:func:`_compute_share`): a thread that sleeps and then waits for a core
+    behind busy neighbours wanted only its run time. Else from how much of the wait main-thread operators (not Python frames) cover; unknown
     when neither says."""
     waits = ctx.cat_union["dataloader"]
     if iv.total(waits) == 0:
@@ -107,9 +109,12 @@ def _loader_cpu_bound(ctx: Context, cpu: dict[str, Any], t: np.ndarray, workers:
             procs = workers or 1
             demand_key = "workers_demand" if workers else "main_demand"
             if demand_key in cpu and (np.asarray(cpu[demand_key]) >= 0).all():
-                # what the loading threads wanted (running + waiting for a core): exact
                 wanted = np.asarray(cpu[demand_key], dtype=np.float64)[order][1:] / 100 / procs
-                return bool(np.average(np.minimum(wanted, 1.0), weights=weight) >= LOADER_CPU_SHARE), "samples"
+                share = np.minimum(wanted, 1.0)
+                wait_key = "workers_wait" if workers else "main_wait"
+                if wait_key in cpu and (np.asarray(cpu[wait_key]) >= 0).all():
+                    share = _compute_share(wanted, np.asarray(cpu[wait_key], dtype=np.float64)[order][1:] / 100 / procs)
+                return bool(np.average(share, weights=weight) >= LOADER_CPU_SHARE), "samples"
             loading = np.asarray(cpu["workers" if workers else "main"], dtype=np.float64)[order][1:] / 100
             could = np.full(loading.size, float(procs))
             if busy is not None and usable:
@@ -126,6 +131,21 @@ def _loader_cpu_bound(ctx: Context, cpu: dict[str, Any], t: np.ndarray, workers:
     if covered >= LOADER_CPU_SHARE:
         return True, "main-thread ops"
     return None, ""
+
+
+def _compute_share(wanted: np.ndarray, waited: np.ndarray) -> np.ndarray:
+    """Per sample, the share of the time a loading thread was not waiting for a core that it
+    spent on a core: ran ÷ (ran + slept), with ran = wanted − waited (schedstat's run and
+    run-queue times, per thread) and slept = 1 − wanted. A CPU-bound thread starved by other
+    processes never sleeps (share ≈ 1, however little it ran); an I/O-like one that sleeps and,
+    woken, waits behind busy neighbours for a core, mostly slept (share ≈ its run time over its
+    sleep). Recorded beside four spinning neighbour processes on 2 cores (tests/data/
+    loader_samples_busy_neighbours.json): a loader sleeping 10 ms per item ran 1.5 % of a core and
+    waited 65 % for one, so run + wait (0.67 of a core) called it CPU-bound; this share is 0.05
+    for it and 0.76 for a loader that computes without sleeping."""
+    ran = np.clip(wanted - waited, 0.0, 1.0)
+    share: np.ndarray = np.minimum(ran / np.maximum(1.0 - np.minimum(waited, 1.0), 1e-9), 1.0)
+    return share
 
 
 def suggested_workers(h: HostCpu) -> int | None:

@@ -23,6 +23,13 @@ OTHER_ACCELERATOR_CATEGORIES = frozenset({"mtia_runtime", "mtia_ccp_events", "mt
 #: "(Almost) nothing recorded": no GPU event and fewer than this many operator or runtime events
 #: (annotations, Python frames and step markers alone are the profiler's frame, not work).
 EMPTY_MAX_EVENTS = 1
+#: Rules whose signal sets host time against GPU activity (the GPU idle while the host loads data,
+#: runs Python, launches, syncs; kernels too short for their launches; no kernels at all). A
+#: counter-mode trace does not time its kernels, and a trace with no host event records nothing
+#: of the host side: these rules are not run on either (:func:`host_rules_unjudged`), and a note
+#: says so.
+HOST_RULE_IDS = ("dataloader-bound", "host-cpu-saturated", "cpu-bound", "launch-bound", "host-sync",
+                 "too-small-for-gpu", "model-on-cpu")
 #: GPU events whose correlation id matches no launch call in the trace, as a share of them: above
 #: this, the trace lost its launching side (a cut or a merge of partial files).
 UNLINKED_FRAC = 0.10
@@ -39,6 +46,23 @@ def is_empty(ctx: Context) -> bool:
     if ctx.events_in_window(m["gpu"]).any():
         return False
     return int(np.count_nonzero(ctx.events_in_window(m["cpu_op"] | m["runtime"]))) < EMPTY_MAX_EVENTS
+
+
+def is_counter_mode(ctx: Context) -> bool:
+    """The trace holds CUPTI range-profiler (counter) events: kernels are counted, not timed."""
+    return bool(categories(ctx) & COUNTER_CATEGORIES)
+
+
+def has_host_events(ctx: Context) -> bool:
+    """Any operator, runtime call or Python frame recorded on the host in the window."""
+    m = ctx.masks
+    return bool(ctx.events_in_window(m["host"] & (m["cpu_op"] | m["runtime"] | m["python"])).any())
+
+
+def host_rules_unjudged(ctx: Context) -> frozenset[str]:
+    """The ids of :data:`HOST_RULE_IDS` when the trace cannot support them (counter mode, or no
+    host event at all), else none."""
+    return frozenset(HOST_RULE_IDS) if is_counter_mode(ctx) or not has_host_events(ctx) else frozenset()
 
 
 def gpu_runtime_calls(ctx: Context) -> int:
@@ -60,7 +84,11 @@ def notes(ctx: Context, model_on_cpu: bool) -> list[str]:
     if cats & COUNTER_CATEGORIES:
         out.append("Counter-mode trace (CUPTI range profiler: cuda_profiler_range events): kernels are counted, "
                    "not timed as activities, so GPU busy time, idle gaps and kernel findings are not judged; runtime "
-                   "calls and context creation are.")
+                   "calls and context creation are. Nor are the rules that set host time against GPU activity: "
+                   f"{', '.join(HOST_RULE_IDS)} were not run.")
+    elif not has_host_events(ctx):
+        out.append("No host event in the trace (no operator, runtime call or Python frame): the host side was not "
+                   f"recorded, so {', '.join(HOST_RULE_IDS)} were not run.")
     other = sorted(cats & OTHER_ACCELERATOR_CATEGORIES)
     if other:
         out.append(f"The trace records a non-GPU accelerator ({', '.join(other)} events): gpumagic judges CUDA "

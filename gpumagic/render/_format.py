@@ -90,9 +90,15 @@ def fmt_gain(est_gain: float | None, method: str = "") -> str:
     """A finding's estimated gain, phrased as what it is: ``"up to 33 % of step time"`` for an
     upper bound, ``"about 33 % of step time (estimate)"`` when its ``gain_method`` says it is an
     estimate from a model (it starts with "estimate"); ``"gain not estimated"`` when the method
-    says the trace cannot bound it (it starts with "not estimated": ``graph-breaks``)."""
-    if _bad(est_gain) or method.startswith("not estimated"):
-        return "gain unknown" if _bad(est_gain) else "gain not estimated"
+    says the trace cannot bound it (it starts with "not estimated": ``graph-breaks``);
+    ``"no speed gain estimated"`` for a finding that claims none (``model-on-cpu``,
+    ``memory-pressure``: the method starts with "not" and the gain is 0)."""
+    if _bad(est_gain):
+        return "gain unknown"
+    if method.startswith("not estimated"):
+        return "gain not estimated"
+    if method.startswith("not ") and est_gain == 0:
+        return "no speed gain estimated"
     if est_gain < 0.005:
         return "under 1 % of step time"
     if method.startswith("estimate"):

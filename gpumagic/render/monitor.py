@@ -144,6 +144,30 @@ MONITOR_CSS = (".gm-monitor table{border-collapse:collapse}.gm-monitor td{vertic
                "line-height:16px}.gm-monitor td svg{display:block}.gm-monitor .gm-unit{opacity:.85;font-size:11px}")
 
 
+#: The other processes' load is the mean over this many latest samples (one sample can catch a burst).
+SHARED_SAMPLES = 10
+
+
+def shared_machine_line(snapshot: dict[str, Any]) -> str:
+    """"shared machine: other processes use 1.6 of 2 cores" over the latest samples, when they use
+    enough to matter (``analysis.hostload``'s line: ≥ 0.5 core and ≥ ¼ of the cores); else ""."""
+    from gpumagic.analysis.hostload import SHARED_MIN_CORES, SHARED_MIN_SHARE
+
+    by = {(s["group"], s["name"]): s["values"] for s in snapshot["series"]}
+    total, cores = by.get(("host", "CPU (all cores)")), len(snapshot["per_core"])
+    if not total or not cores:
+        return ""
+    own = [sum(v or 0.0 for v in vs) for vs in zip(by.get(("process", "CPU (this process)"), [None] * len(total)),
+                                                     by.get(("process", "CPU (DataLoader workers)"), [None] * len(total)))]
+    other = [t / 100 * cores - o / 100 for t, o in zip(total, own) if t is not None][-SHARED_SAMPLES:]
+    if not other:
+        return ""
+    mean = max(0.0, sum(other) / len(other))
+    if mean < SHARED_MIN_CORES or mean < SHARED_MIN_SHARE * cores:
+        return ""
+    return f"shared machine: other processes use {mean:.1f} of {cores} cores"
+
+
 def render_html(snapshot: dict[str, Any]) -> str:
     """The monitor as one HTML fragment: a row per quantity (group, name, sparkline, current value)."""
     span = snapshot["span_s"]
@@ -168,6 +192,7 @@ def render_html(snapshot: dict[str, Any]) -> str:
     return (f'<div class="gm-monitor" style="font:12px system-ui,sans-serif"><style>{MONITOR_CSS}</style>'
             f"<div><b>gpumagic monitor</b> ({state}; last {minutes}, one sample every {snapshot['interval_s'] * 1000:g} ms; "
             f"shaded: profiled cells)</div>"
+            + (f"<div><b>{escape(shared)}</b></div>" if (shared := shared_machine_line(snapshot)) else "") +
             f'<table>{"".join(rows)}</table>'
             + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
 

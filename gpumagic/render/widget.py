@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from gpumagic.render import html as h
 from gpumagic.render._format import fmt_gain, fmt_ms, severity_label
 from gpumagic.render.breakdown import breakdown_html
+from gpumagic.render.conditions import conditions_html
 from gpumagic.render.layout import step_label
 from gpumagic.render.modules import modules_html
 
@@ -93,7 +94,7 @@ class ReportWidget:
             w.HTML(value=h.wrap(breakdown_html(report), style=False, framed=False)),
             w.HTML(value=h.wrap(h.kernels_html(report), style=False, framed=False)),
             w.HTML(value=h.wrap(h.memory_html(report, images.memory_png, images.categories_png), style=False, framed=False)),
-            w.HTML(value=h.wrap(h.notes_html(report), style=False, framed=False)),
+            w.HTML(value=h.wrap(h.notes_html(report) + conditions_html(report), style=False, framed=False)),
         ]
         titles = list(TAB_TITLES)
         if mods := modules_html(report):  # the Modules tab, with --modules only

@@ -4,6 +4,7 @@
 
     %gputune train_dataset --batch-size 64
     %gputune train_loader --workers 0,2,4,8 --seconds 1 -o tuned
+    %gputune train_dataset --rounds 4      # more interleaved rounds (ABAB...): tighter intervals on a busy machine
 
 All the work is :func:`gpumagic.capture.dataloader.tune_dataloader`; this parses the line, evaluates the
 expression in the user's namespace, and displays the result.
@@ -17,7 +18,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class, needs_local_scope
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from gpumagic.capture.dataloader import DEFAULT_MAX_BATCHES, DEFAULT_SECONDS_PER_CONFIG
+from gpumagic.capture.dataloader import DEFAULT_MAX_BATCHES, DEFAULT_ROUNDS, DEFAULT_SECONDS_PER_CONFIG
 from gpumagic.errors import exception_text
 
 
@@ -36,6 +37,9 @@ class TunerMagics(Magics):
               help=f"time read per setting (default {DEFAULT_SECONDS_PER_CONFIG:g})")
     @argument("--max-batches", type=int, default=DEFAULT_MAX_BATCHES, metavar="N",
               help=f"batches read per setting at most (default {DEFAULT_MAX_BATCHES})")
+    @argument("--rounds", type=int, default=DEFAULT_ROUNDS, metavar="N",
+              help=f"interleaved rounds over the grid (ABAB; default {DEFAULT_ROUNDS}): --seconds and --max-batches "
+                   "are shared out among them")
     @argument("--quiet", action="store_true", help="do not display the result")
     @argument("expression", nargs="+", help="a Dataset or DataLoader (any Python expression)")
     @needs_local_scope
@@ -60,7 +64,7 @@ class TunerMagics(Magics):
             result = tune_dataloader(
                 target, num_workers=_int_list("--workers", args.workers), pin_memory=_pins(args.pin_memory),
                 prefetch_factor=_int_list("--prefetch", args.prefetch), batch_size=args.batch_size,
-                max_seconds_per_config=args.seconds, max_batches=args.max_batches)
+                max_seconds_per_config=args.seconds, max_batches=args.max_batches, rounds=args.rounds)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"%gputune: {exc}") from None
         if args.output:

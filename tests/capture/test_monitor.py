@@ -195,3 +195,23 @@ def test_a_profiled_cell_is_marked_on_the_monitor(shell, stop_monitor):
     with capture_output():
         shell.run_cell("%%gpuprofile --quiet --no-nvml\nraise ValueError('x')\n")
     assert len(mon.snapshot()["marks"]) == 2 and mon.snapshot()["marks"][1][1] is not None  # closed after an error too
+
+
+def _host_snapshot(total_pct: float, own_pct: float, cores: int = 2) -> dict:
+    n = 12
+    return {"span_s": 60.0, "interval_s": 0.5, "t_s": [-0.5 * (n - 1 - i) for i in range(n)], "marks": [], "notes": [],
+            "running": True, "per_core": [total_pct] * cores,
+            "series": [{"group": "host", "name": "CPU (all cores)", "unit": "%", "values": [total_pct] * n, "max": 100},
+                       {"group": "process", "name": "CPU (this process)", "unit": "% of a core",
+                        "values": [own_pct] * n, "max": None},
+                       {"group": "process", "name": "CPU (DataLoader workers)", "unit": "% of a core",
+                        "values": [0.0] * n, "max": None}]}
+
+
+@pytest.mark.parametrize(("total_pct", "own_pct", "shown"), [(100.0, 40.0, True), (60.0, 100.0, False)])
+def test_the_monitor_says_when_other_processes_share_the_machine(total_pct, own_pct, shown):
+    """2 cores all busy while this process uses 0.4 of one: others use 1.6 — said in the header;
+    the process itself filling 1 of 1.2 busy cores is not a shared machine."""
+    html = view.render_html(_host_snapshot(total_pct, own_pct))
+    assert ("shared machine: other processes use 1.6 of 2 cores" in html) is shown
+    assert ("shared machine" in html) is shown

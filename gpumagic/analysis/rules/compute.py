@@ -7,6 +7,7 @@ import numpy as np
 from gpumagic.analysis import devices
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.gpubound import CAP_SHARE, bounding_ns
 from gpumagic.analysis.metrics import kernel_mask
 from gpumagic.analysis.operators import least_efficient
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
@@ -53,7 +54,7 @@ def low_compute_efficiency(ctx: Context, m: Metrics) -> Finding | None:
     operators over the window ÷ the device's dense peak for their dtype) while the GPU is busy.
     Threshold: GPU busy ≥ 50 % and MFU < 10 %. Needs FLOPs (``--shapes`` or ``--flops``) and a
     device the peak table names; silent otherwise. Gain: the busy time that raising MFU to the
-    threshold would save, busy × (1 − MFU/10 %). False positives: workloads whose real work is not
+    threshold would save, busy × (1 − MFU/10 %): an estimate (a higher MFU saves more). False positives: workloads whose real work is not
     matmuls (embedding lookups, sorting, sparse or memory-bound models): MFU measures only matmul
     and convolution FLOPs. Withheld when the counted FLOPs cover under 90 % of the matmul-family
     kernel time (``compute.flops_coverage``: graph replays, kernels without a launching operator)."""
@@ -63,6 +64,14 @@ def low_compute_efficiency(ctx: Context, m: Metrics) -> Finding | None:
     if c.mfu_lower_bound:  # the FLOPs miss some matmul work: a low lower bound proves nothing
         return None
     gain = busy * (1 - c.mfu / MFU_LOW)
+    method = ("estimate: busy share × (1 − MFU / 10 %), the GPU time saved if the same FLOPs ran at the "
+              "threshold's 10 % of peak (a higher MFU saves more)")
+    rows = np.flatnonzero(kernel_mask(ctx) & ~ctx.masks["name_nccl"])
+    bound = ctx.frac(bounding_ns(ctx, rows))  # the host sets the pace: faster kernels save only where they bound
+    if bound < CAP_SHARE * busy:
+        gain = min(gain, bound * (1 - c.mfu / MFU_LOW))
+        method += (f"; capped at the compute-kernel time that can bound the steps ({pct(bound)} of the window, "
+                   "analysis.gpubound): after the rest the GPU waited for the host's next launch")
     top = m.kernels.top[:3]
     top_text = "; ".join(f"{k.name[:60]} {k.total_ms:.1f} ms" for k in top)
     op = least_efficient(m, MFU_LOW)  # the operator behind it, with its own numbers (metrics.operators)
@@ -86,7 +95,7 @@ def low_compute_efficiency(ctx: Context, m: Metrics) -> Finding | None:
                  "dtype": c.dtype, "gpu_busy_frac": busy, "threshold_mfu": MFU_LOW,
                  **({} if op is None else {"operator": op.name, "operator_tflops": op.tflops,
                                            "operator_frac_of_peak": op.frac_of_peak})},
-        est_gain=gain, gain_method="busy share × (1 − MFU / 10 %): the GPU time saved if MFU rose to the threshold",
+        est_gain=gain, gain_method=method,
         fixes=_efficiency_fixes(c, is_training(ctx)),
         doc_url=MFU_DOC,
     )
@@ -120,8 +129,8 @@ def too_small_for_gpu(ctx: Context, m: Metrics) -> Finding | None:
     the step, ≥ 90 % of kernels under 20 µs — so launches, copies and syncs cost more than the
     kernels; and the CPU could do the same arithmetic within the step time: FLOPs per step (or,
     without recorded shapes, the most the kernels could have done: kernel time × the device's
-    highest peak) ≤ 100 GFLOP/s × step time. Gain: the GPU-idle share of the step less the
-    CPU compute the work would cost. Without recorded FLOPs (the default capture), the kernels'
+    highest peak) ≤ 100 GFLOP/s × step time. Gain, an estimate: the GPU-idle share of the step
+    less the CPU compute the work would cost at that assumed rate. Without recorded FLOPs (the default capture), the kernels'
     durations decide: when ≥ half the kernel time is in kernels ending within 5 µs (the
     launch-latency floor), the work is too small whatever the GPU's peak; the gain is then the
     GPU-idle share. It may fire beside ``launch-bound``. False positives: a latency-bound service
@@ -163,7 +172,8 @@ def too_small_for_gpu(ctx: Context, m: Metrics) -> Finding | None:
         numbers={"kernel_ms_per_step": round(kernel_ms, 4), "step_ms": round(step_s * 1e3, 4), "gpu_busy_frac": busy,
                  "short_kernel_frac": round(short, 4), "gflops_per_step": round(flops / 1e9, 4),
                  "flops_known": known, "cpu_estimate_ms": round(cpu_s * 1e3, 4), "cpu_ref_gflops": CPU_REF_GFLOPS},
-        est_gain=gain, gain_method="GPU idle share of the step less the CPU time the same FLOPs would take",
+        est_gain=gain, gain_method=f"estimate: GPU idle share of the step less the CPU time the same FLOPs would "
+                                   f"take, assuming a CPU at {CPU_REF_GFLOPS:g} GFLOP/s",
         fixes=(
             pytorch("Give the GPU more work per launch: batch samples (or requests) together, vectorise loops "
                     "over samples into one tensor operation",

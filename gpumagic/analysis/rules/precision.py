@@ -7,6 +7,7 @@ import numpy as np
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.devices import peak_tflops
+from gpumagic.analysis.gpubound import bounding_ns
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
@@ -125,7 +126,10 @@ def critical_matmul_ns(ctx: Context) -> int | None:
     GPU work had already been launched before it ended (the queue was ahead of the GPU, so a
     shorter kernel starts the next one sooner), and the last one in the window. A kernel after
     which the GPU waits for the host's next launch is not: shortening it only lengthens the
-    wait (a launch- or CPU-bound step). ``None`` without GPU work."""
+    wait (a launch- or CPU-bound step). And never more than the matmul kernels' time that can
+    bound the steps (``gpubound.bounding_ns``): kernels queued ahead of the GPU still save
+    nothing when the run they belong to ends in a wait for the host's next launch. ``None``
+    without GPU work."""
     ev, msk = ctx.trace.events, ctx.masks
     on = np.flatnonzero(ctx.events_in_window(msk["gpu"]) & (ev.device == ctx.device))
     if on.size == 0:
@@ -134,7 +138,7 @@ def critical_matmul_ns(ctx: Context) -> int | None:
     nxt = np.append(ctx.launch_ts[on[1:]], -1)
     critical = (nxt < end) | (np.arange(on.size) == on.size - 1)  # unknown launch (-1): kept
     mm = msk["kernel"][on] & msk["name_matmul"][on]
-    return int(ev.dur_ns[on[critical & mm]].sum())
+    return min(int(ev.dur_ns[on[critical & mm]].sum()), bounding_ns(ctx, on[mm]))
 
 
 def tf32_fix() -> Fix:
