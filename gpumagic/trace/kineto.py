@@ -85,6 +85,12 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
         pieces = _pieces.decode_in_pieces(raw, workers)
     if pieces is not None:
         header, parts = pieces
+        if all(p.ops is not None for p in parts) and not any(_lacks_correlation(p) for p in parts):
+            # nothing reads the text again (no second pass for flows or shapes): let it go before
+            # the columns are assembled; at 1 GB the text is most of the memory (the caller keeps
+            # no reference: gpumagic analyze hands it over)
+            del raw
+            return _with_ops(_assemble(header, parts, [], source, _no_flows), b"", parts)
         return _with_ops(_assemble(header, parts, [], source, lambda: flows_from_bytes(raw)), raw, parts)
     tf, notes = decode(raw, source)
     if tf.traceEvents is None:
@@ -100,6 +106,16 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
         flows = lambda: flows_from_bytes(raw)  # noqa: E731
     del tf  # free the structs before the columns are assembled
     return _with_ops(_assemble(header, parts, notes, source, flows), raw, parts)
+
+
+def _lacks_correlation(part: Part) -> bool:
+    """Whether some GPU event of ``part`` has no correlation id (then :func:`_assemble` links it by
+    the flow arrows, read from the text in a second pass)."""
+    return bool(np.any(np.isin(part.kind, np.array(GPU_KINDS, dtype=np.int8)) & (part.corr < 0)))
+
+
+def _no_flows() -> tuple[list, list]:
+    raise AssertionError("flows are read only when a GPU event lacks a correlation id")  # see from_bytes
 
 
 def _with_ops(trace: Trace, raw: bytes | bytearray, parts: list[Part]) -> Trace:
