@@ -5,9 +5,16 @@ of sizes per input, ``[]`` for non-tensors), ``args["Input type"]`` (``"float"``
 ``"c10::BFloat16"``...) and, from torch 2.1 on, ``args["Concrete Inputs"]`` (the values of
 scalar and list inputs as strings, e.g. a convolution's ``"[2, 2]"`` stride);
 ``with_flops=True`` adds ``args["flops"]`` to the operators it knows a formula for (PyTorch's
-``torch/csrc/profiler/util.cpp``, ``computeFlops``). The main loader skips all of these
-(:mod:`.schema` declares none of them) so that loading stays fast; :func:`attach` reads them
-only when the file holds them, into a small :class:`OpTable` on ``Trace.ops``.
+``torch/csrc/profiler/util.cpp``, ``computeFlops``). They end up in a small :class:`OpTable` on
+``Trace.ops``, made one of two ways, with the same result:
+
+- :func:`from_parts` (loading from bytes): the typed decode keeps each event's shapes as raw
+  text (:class:`~gpumagic.trace.schema.OpArgs`, no parsing beyond finding its end), and
+  :func:`~gpumagic.trace.columns.extract` decodes the operators' only, piece by piece (in the
+  decoding workers, for a file decoded in pieces): no second pass over the text;
+- :func:`attach`: a second decode of the whole text, only when the file holds them, for the
+  decodes that could not read them on the way (the lenient event-by-event path, a repaired
+  text); :func:`attach_dicts` for a trace given as a parsed dict.
 """
 
 from __future__ import annotations
