@@ -16,7 +16,12 @@ resident memory (VmHWM from /proc, polled) of the largest process of the tree, n
 of processes. The claim checked: peak memory per process stays that of one rank's analysis, however
 many ranks the job has. Linux only (it reads /proc).
 
-Run: ``python benchmarks/job_speed.py [--ranks 32] [--rounds 3] [--dir DIR]``.
+Also printed: the 1-minute load average during the runs (the figures of a busy machine are not an
+idle one's: read the ratios, of interleaved runs), the parent process's own CPU seconds (what of
+the job serialises on it: reading the workers' summaries, building the job view) and whether the
+job reports are identical across the contenders.
+
+Run: ``python benchmarks/job_speed.py [--ranks 32] [--rounds 3] [--source a100|v100|mi300] [--no-cluster] [--dir DIR]``.
 """
 
 from __future__ import annotations
@@ -60,7 +65,11 @@ else:
     t = time.perf_counter()
     job = analyze_job(files, jobs=int(mode))
     wall = time.perf_counter() - t
-print(json.dumps({"wall_s": wall, "start_s": start_s,
+import hashlib, os, resource
+me = resource.getrusage(resource.RUSAGE_SELF)  # the parent alone (all its threads), not its workers
+print(json.dumps({"wall_s": wall, "start_s": start_s, "parent_cpu_s": me.ru_utime + me.ru_stime,
+                  "answer": hashlib.sha256(job.to_json().encode()).hexdigest()[:16] if job else None,
+                  "load": os.getloadavg()[0],
                   "stragglers": job.stragglers if job else None, "ranks": len(job.analysed) if job else 1}))
 """
 
@@ -114,14 +123,20 @@ def measure(mode: str, folder: str) -> dict:
     return result
 
 
-def build(folder: str, ranks: int) -> None:
+#: The real rank traces a job can be built from (tests/data): rank size is the other axis of scaling.
+SOURCES = {"a100": "a100_training_rank0.json.gz",  # 109k events, 26 MB of JSON
+           "v100": "v100_large_216k_events.json.gz",  # 216k events, 54 MB
+           "mi300": "mi300_falconsai_infer.json.gz"}  # 5k events, 1.4 MB (AMD)
+
+
+def build(folder: str, ranks: int, source: str = SOURCES["a100"]) -> None:
     if len([n for n in os.listdir(folder) if n.startswith("rank")]) == ranks:
         return
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from jobbuilder import build_job
+    from jobbuilder import DATA, build_job
 
     t = time.perf_counter()
-    build_job(folder, ranks=ranks, straggler=5, delay_us=2000)
+    build_job(folder, ranks=ranks, source=os.path.join(DATA, source), straggler=5, delay_us=2000)
     print(f"built {ranks} rank traces in {folder} in {time.perf_counter() - t:.0f} s")
 
 
@@ -129,31 +144,45 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "gpumagic-job-bench"))
+    ap.add_argument("--dir", default=None, help="job folder (default: a folder in the temp dir, per --ranks/--source)")
+    ap.add_argument("--source", default="a100", choices=sorted(SOURCES), help="the real rank trace repeated")
+    ap.add_argument("--no-cluster", action="store_true", help="skip the Dask LocalCluster")
     args = ap.parse_args()
+    args.dir = args.dir or os.path.join(tempfile.gettempdir(), f"gpumagic-job-bench-{args.source}-{args.ranks}")
     os.makedirs(args.dir, exist_ok=True)
-    build(args.dir, args.ranks)
+    build(args.dir, args.ranks, SOURCES[args.source])
     subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "gpumagic")], check=True)
     modes = {"1 process": "1", "2 processes": "2", "LocalCluster (2 workers)": "cluster", "one rank alone": "one"}
+    if args.no_cluster:
+        del modes["LocalCluster (2 workers)"]
     runs: dict[str, list[dict]] = {k: [] for k in modes}
-    for _ in range(args.rounds):
-        for name, mode in modes.items():
-            runs[name].append(measure(mode, args.dir))
+    start_load = os.getloadavg()[0]
+    for r in range(args.rounds):
+        for name in (list(modes) if r % 2 == 0 else list(reversed(modes))):
+            runs[name].append(measure(modes[name], args.dir))
     size = sum(os.path.getsize(os.path.join(args.dir, n)) for n in os.listdir(args.dir))
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"job: {args.ranks} ranks, {size / 1e6:.0f} MB gzip on disk; {args.rounds} rounds; {os.cpu_count()} cores "
-          f"(load average at the end: {load})")
-    print(f"{'contender':26s} {'analysis (median)':>18s} {'vs 1 process':>13s} {'peak RSS, largest process':>26s} {'processes':>10s}")
+    loads = [x["load"] for rs in runs.values() for x in rs]
+    print(f"job: {args.ranks} ranks, {size / 1e6:.0f} MB gzip on disk; {args.rounds} rounds; {os.cpu_count()} cores; "
+          f"1-minute load average {start_load:.1f} at the start, {min(loads):.1f}-{max(loads):.1f} during the runs"
+          + (" (UNDER LOAD: not an idle machine; the ratios are of interleaved runs)" if max(loads) > 0.5 else ""))
+    print(f"{'contender':26s} {'analysis (median)':>18s} {'vs 1 process':>13s} {'peak RSS, largest process':>26s} "
+          f"{'processes':>10s} {'parent CPU':>11s}")
     base = statistics.median(r["wall_s"] for r in runs["1 process"])
     one_rank_peak = max(r["peak_bytes"] for r in runs["one rank alone"])
     for name, rs in runs.items():
         wall = statistics.median(r["wall_s"] for r in rs)
         peak = max(r["peak_bytes"] for r in rs)
         extra = f"  (+ cluster start {statistics.median(r['start_s'] for r in rs):.1f} s)" if modes[name] == "cluster" else ""
+        parent = statistics.median(r["parent_cpu_s"] for r in rs)
         print(f"{name:26s} {wall:16.2f} s {base / wall:12.2f}x {peak / 1e6:20.0f} MB ({peak / one_rank_peak:.2f}x one rank)"
-              f" {max(r['processes'] for r in rs):6d}{extra}")
+              f" {max(r['processes'] for r in rs):6d} {parent:9.2f} s{extra}")
     named = {tuple(r["stragglers"]) for name, rs in runs.items() if name != "one rank alone" for r in rs}
     print(f"stragglers named: {sorted(named)} (injected: rank 5)")
+    answers = {r["answer"] for name, rs in runs.items() if name != "one rank alone" for r in rs}
+    print(f"job reports (JSON, sha256): {'identical' if len(answers) == 1 else 'DIFFERENT'} across "
+          f"{', '.join(n for n in modes if n != 'one rank alone')} ({len(answers)} distinct)")
+    print("parent CPU: user+sys seconds of the parent process alone (its pool's threads included, its workers "
+          "not): what of the job serialises on it")
 
 
 if __name__ == "__main__":

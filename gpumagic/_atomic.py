@@ -22,7 +22,6 @@ import os
 import stat
 import tempfile
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -56,7 +55,9 @@ def local_path(p: str | os.PathLike) -> str | None:
         parts = urllib.parse.urlsplit(text)
         if parts.netloc not in ("", "localhost"):
             return None
-        return urllib.request.url2pathname(parts.path)
+        from urllib.request import url2pathname  # here: it imports http.client & co. (15 ms)
+
+        return url2pathname(parts.path)
     if "://" in text:
         return None
     return os.path.expanduser(text)

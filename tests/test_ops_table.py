@@ -72,3 +72,29 @@ def test_decoding_in_pieces_gives_the_same_table():
     assert len(one.ops) == len(two.ops) == 23622
     assert (one.ops.ts_ns == two.ops.ts_ns).all() and (one.ops.lane == two.ops.lane).all()
     assert one.ops.dims == two.ops.dims and one.ops.name == two.ops.name
+
+
+def test_the_same_pass_and_the_second_pass_make_the_same_table():
+    """Shapes read with the events (schema.OpArgs, Part.ops) equal those of a second decode of
+    the text (ops.attach, kept for the lenient and repaired paths)."""
+    from gpumagic.trace import ops
+    from gpumagic.trace.files import read_bytes
+
+    raw = read_bytes(os.path.join(DATA, "a100_training_rank0.json.gz"))
+    trace = from_bytes(raw)
+    one = trace.ops
+    ops.attach(trace, raw)
+    two = trace.ops
+    assert one is not two and len(one) == len(two) == 24015
+    assert one.name == two.name and one.dims == two.dims and one.types == two.types and one.concrete == two.concrete
+    for column in ("lane", "ts_ns", "dur_ns", "flops"):
+        assert (getattr(one, column) == getattr(two, column)).all()
+
+
+def test_a_repaired_text_goes_to_the_second_pass_as_before():
+    """A text that needed repair (a trailing comma) keeps the former answer: its shapes come from
+    the second pass over the original text, which cannot read it, so no table and one note."""
+    text = json.dumps(shaped_trace().to_dict())
+    trace = from_bytes((text[:-2] + ",]}").encode())
+    assert any("repaired" in n for n in trace.notes)
+    assert trace.ops is None and any("shapes could not be read" in n for n in trace.notes)

@@ -187,19 +187,22 @@ class _Ops:
         n = len(table)
         self.end = table.ts_ns + table.dur_ns
         order = np.lexsort((-table.dur_ns, table.ts_ns, table.lane))
-        self.parent = np.full(n, -1, dtype=np.int64)
+        parent = [-1] * n
         self.children: dict[int, list[int]] = defaultdict(list)
         stack: list[int] = []
         lane = None
+        # Python lists, not numpy scalars, in the loop: 5-10x faster per operator, same values
+        lanes, starts, end = table.lane.tolist(), table.ts_ns.tolist(), self.end.tolist()
         for i in order.tolist():
-            if table.lane[i] != lane:
-                stack, lane = [], table.lane[i]
-            while stack and self.end[stack[-1]] <= table.ts_ns[i]:
+            if lanes[i] != lane:
+                stack, lane = [], lanes[i]
+            while stack and end[stack[-1]] <= starts[i]:
                 stack.pop()
-            if stack and self.end[i] <= self.end[stack[-1]]:
-                self.parent[i] = stack[-1]
+            if stack and end[i] <= end[stack[-1]]:
+                parent[i] = stack[-1]
                 self.children[stack[-1]].append(i)
             stack.append(i)
+        self.parent = np.array(parent, dtype=np.int64)
 
     def descendants(self, i: int):
         todo = list(self.children.get(i, ()))

@@ -31,7 +31,7 @@ from gpumagic.errors import TraceError
 from gpumagic.trace import schema
 from gpumagic.trace.bundled import attach_bundle
 from gpumagic.trace.columns import REPAIR_NOTES, TS_LIMIT_US, Part, as_int, column, extract, fit64
-from gpumagic.trace.decode import decode, flow_lists, flows_from_bytes, short
+from gpumagic.trace.decode import REPAIRED_NOTE, decode, flow_lists, flows_from_bytes, short
 from gpumagic.trace.files import display_name, read_bytes
 from gpumagic.trace.model import GPU_KINDS, DeviceInfo, EventTable, Kind, Lane, MemoryTable, Trace
 
@@ -85,12 +85,23 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
     if workers > 1 or len(raw) >= _pieces.ONE_PROCESS_MIN_BYTES:
         pieces = _pieces.decode_in_pieces(raw, workers)
     if pieces is not None:
+        from gpumagic.trace import links
+
         header, parts = pieces
-        return _with_ops(_assemble(header, parts, [], source, lambda: flows_from_bytes(raw)), raw)
+        if (all(p.ops is not None for p in parts) and not any(_lacks_correlation(p) for p in parts)
+                and links.MODULE_PREFIX.encode() not in raw):
+            # nothing reads the text again (no second pass for flows or shapes): let it go before
+            # the columns are assembled; at 1 GB the text is most of the memory (the caller keeps
+            # no reference: gpumagic analyze hands it over)
+            del raw
+            return _with_ops(_assemble(header, parts, [], source, _no_flows), b"", parts)
+        return _with_ops(_assemble(header, parts, [], source, lambda: flows_from_bytes(raw)), raw, parts)
     tf, notes = decode(raw, source)
     if tf.traceEvents is None:
         raise TraceError(f"{source}: not a PyTorch profiler trace (no traceEvents)")
-    parts = [extract(tf.traceEvents)]
+    # the typed decode read the operators' shapes too; a lenient or repaired decode leaves them
+    # to the second pass over the original text (as before: the same answer either way)
+    parts = [extract(tf.traceEvents, with_ops=isinstance(tf, schema.FastTraceFile) and REPAIRED_NOTE not in notes)]
     header = schema.header_of(tf)
     if isinstance(tf, schema.TraceFile):  # the lenient path decoded everything, flows included
         decoded_flows = flow_lists(tf.traceEvents)
@@ -98,15 +109,29 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
     else:
         flows = lambda: flows_from_bytes(raw)  # noqa: E731
     del tf  # free the structs before the columns are assembled
-    return _with_ops(_assemble(header, parts, notes, source, flows), raw)
+    return _with_ops(_assemble(header, parts, notes, source, flows), raw, parts)
 
 
-def _with_ops(trace: Trace, raw: bytes | bytearray) -> Trace:
-    """Operators' shapes and FLOP counts, read in a second pass only when the file has them; the
-    same for forward→backward links when it holds module ranges."""
+def _lacks_correlation(part: Part) -> bool:
+    """Whether some GPU event of ``part`` has no correlation id (then :func:`_assemble` links it by
+    the flow arrows, read from the text in a second pass)."""
+    return bool(np.any(np.isin(part.kind, np.array(GPU_KINDS, dtype=np.int8)) & (part.corr < 0)))
+
+
+def _no_flows() -> tuple[list, list]:
+    raise AssertionError("flows are read only when a GPU event lacks a correlation id")  # see from_bytes
+
+
+def _with_ops(trace: Trace, raw: bytes | bytearray, parts: list[Part]) -> Trace:
+    """Operators' shapes and FLOP counts: from the parts when the typed decode read them, else
+    in a second pass over the text, only when the file has them; forward→backward links, from
+    the text, when it holds module ranges."""
     from gpumagic.trace import links, ops
 
-    ops.attach(trace, raw)
+    if all(p.ops is not None for p in parts):
+        ops.from_parts(trace, parts)
+    else:
+        ops.attach(trace, raw)
     links.attach(trace, raw)
     return trace
 

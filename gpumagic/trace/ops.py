@@ -5,9 +5,16 @@ of sizes per input, ``[]`` for non-tensors), ``args["Input type"]`` (``"float"``
 ``"c10::BFloat16"``...) and, from torch 2.1 on, ``args["Concrete Inputs"]`` (the values of
 scalar and list inputs as strings, e.g. a convolution's ``"[2, 2]"`` stride);
 ``with_flops=True`` adds ``args["flops"]`` to the operators it knows a formula for (PyTorch's
-``torch/csrc/profiler/util.cpp``, ``computeFlops``). The main loader skips all of these
-(:mod:`.schema` declares none of them) so that loading stays fast; :func:`attach` reads them
-only when the file holds them, into a small :class:`OpTable` on ``Trace.ops``.
+``torch/csrc/profiler/util.cpp``, ``computeFlops``). They end up in a small :class:`OpTable` on
+``Trace.ops``, made one of two ways, with the same result:
+
+- :func:`from_parts` (loading from bytes): the typed decode keeps each event's shapes as raw
+  text (:class:`~gpumagic.trace.schema.OpArgs`, no parsing beyond finding its end), and
+  :func:`~gpumagic.trace.columns.extract` decodes the operators' only, piece by piece (in the
+  decoding workers, for a file decoded in pieces): no second pass over the text;
+- :func:`attach`: a second decode of the whole text, only when the file holds them, for the
+  decodes that could not read them on the way (the lenient event-by-event path, a repaired
+  text); :func:`attach_dicts` for a trace given as a parsed dict.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any, Union
 import msgspec
 import numpy as np
 
-from gpumagic.trace.columns import times_ok
+from gpumagic.trace.columns import Part, json_column, pick, times_ok
 
 #: The byte strings whose presence means the file recorded shapes or FLOPs (a fast search
 #: decides whether the second pass is needed at all).
@@ -69,7 +76,6 @@ class _File(msgspec.Struct):
 
 _FILE = msgspec.json.Decoder(_File)
 _LIST = msgspec.json.Decoder(list[_Event])  # type: ignore[valid-type]
-_ANY = msgspec.json.Decoder()
 
 
 @dataclass
@@ -135,53 +141,79 @@ def _decode(raw: bytes | bytearray) -> list:
     return _FILE.decode(raw).traceEvents or []
 
 
+def from_parts(trace, parts: list[Part]) -> None:
+    """Set ``trace.ops`` from what :func:`~gpumagic.trace.columns.extract` read of the
+    operators in the same pass as the events (``Part.ops`` of each part, in file order): the
+    same table as :func:`attach` makes from a second pass over the text."""
+    cols = [p.ops for p in parts]
+    if not any(c is not None and c.row.size for c in cols):
+        return
+    names: list[str] = []
+    keys: list = []
+    dims: list[list] = []
+    types: list[list] = []
+    concrete: list[list | None] = []
+    ts, dur, flops = [], [], []
+    for p, c in zip(parts, cols):
+        if c is None or not c.row.size:
+            continue
+        rows = c.row
+        names += [p.names[i] for i in p.name[rows].tolist()]
+        keys += [p.lane_keys[i] for i in p.lane[rows].tolist()]
+        ts.append(p.ts[rows])
+        dur.append(p.dur[rows])
+        flops.append(c.flops)
+        dims += c.dims
+        types += c.types
+        concrete += c.concrete
+    trace.ops = _build(trace, names, keys, np.concatenate(ts), np.concatenate(dur), np.concatenate(flops),
+                       dims, types, concrete)
+
+
 def _table(trace, ops: list[_Op], raw_json: bool = True) -> OpTable | None:
     ops = [o for o in ops if o.cat in OP_CATEGORIES and (_present(o.args.dims) or o.args.flops >= 0)]
     if not ops:
         return None
+    ts = np.fromiter((o.ts for o in ops), np.float64, len(ops))
+    dur = np.fromiter((o.dur for o in ops), np.float64, len(ops))
+    ok = times_ok(ts, dur)  # the same bounds as the events' columns: no inf, no 1e308
+    if not ok.all():
+        ops, ts, dur = [o for o, keep in zip(ops, ok.tolist()) if keep], ts[ok], dur[ok]
+        if not ops:
+            return None
+    column = json_column if raw_json else _value_column
+    return _build(trace, [o.name for o in ops], [(o.pid, o.tid) for o in ops], ts, dur,
+                  np.fromiter((o.args.flops for o in ops), np.float64, len(ops)),
+                  column([o.args.dims for o in ops], []), column([o.args.types for o in ops], []),
+                  column([o.args.concrete for o in ops], None))
+
+
+def _build(trace, names: list[str], keys: list, ts: np.ndarray, dur: np.ndarray, flops: np.ndarray,
+           dims: list, types: list, concrete: list) -> OpTable:
+    """The table of operators given in file order (times as written, µs), sorted by start."""
     lanes = {(ln.pid, ln.tid): i for i, ln in enumerate(trace.lanes)}
     base = trace.meta.get("base_time_ns") or 0
     if not isinstance(base, int) or abs(base) >= 1 << 62:  # the loader ignored it too (kineto._base_time_ns)
         base = 0
     t0_ns = trace.origin_ns - base  # the loader's origin, in ns on the file's clock
-    ts = np.fromiter((o.ts for o in ops), np.float64, len(ops))
-    dur = np.fromiter((o.dur for o in ops), np.float64, len(ops))
-    ok = times_ok(ts, dur)  # the same bounds as the events' columns: no inf, no 1e308
-    if not ok.all():
-        ops, ts = [o for o, keep in zip(ops, ok.tolist()) if keep], ts[ok]
-        if not ops:
-            return None
     order = np.argsort(ts, kind="stable")
-    ops = [ops[i] for i in order.tolist()]
-    column = _json_column if raw_json else _value_column
+    ix = order.tolist()
     return OpTable(
-        name=[o.name for o in ops],
-        lane=_lanes(ops, lanes),
+        name=pick(names, order),
+        lane=_lanes(pick(keys, order), lanes),
         ts_ns=np.rint(ts[order] * 1000.0 - t0_ns).astype(np.int64),
-        dur_ns=np.maximum(np.rint(np.fromiter((o.dur for o in ops), np.float64, len(ops)) * 1000.0), 0).astype(np.int64),
-        flops=np.fromiter((o.args.flops for o in ops), np.float64, len(ops)),
-        dims=column([o.args.dims for o in ops], []),
-        types=column([o.args.types for o in ops], []),
-        concrete=column([o.args.concrete for o in ops], None),
+        dur_ns=np.maximum(np.rint(dur[order] * 1000.0), 0).astype(np.int64),
+        flops=flops[order],
+        dims=[dims[i] for i in ix],
+        types=[types[i] for i in ix],
+        concrete=[concrete[i] for i in ix],
     )
 
 
-def _lanes(ops: list[_Op], lanes: dict) -> np.ndarray:
+def _lanes(keys: list, lanes: dict) -> np.ndarray:
     """Each operator's row in ``Trace.lanes`` (ids spelled as the loader spells them)."""
-    keys = [(o.pid, o.tid) for o in ops]
     index = {k: lanes.get((_as_int(k[0]), _as_int(k[1])), -1) for k in set(keys)}
     return np.fromiter(map(index.__getitem__, keys), np.int32, len(keys))
-
-
-def _json_column(raws: list, default) -> list:
-    """Decode many raw JSON values at once (one decoder call over ``[v1,v2,...]``); a value that
-    is absent or not a list becomes ``default``."""
-    text = b"[" + b",".join(bytes(r) if len(r) else b"null" for r in raws) + b"]"
-    try:
-        values = _ANY.decode(text)
-    except msgspec.DecodeError:
-        return [_safe(_ANY.decode, r, default) for r in raws]
-    return [v if isinstance(v, list) else default for v in values]
 
 
 def _value_column(values: list, default) -> list:
@@ -190,16 +222,6 @@ def _value_column(values: list, default) -> list:
 
 def _present(value) -> bool:
     return value is not None and (not isinstance(value, msgspec.Raw) or len(value) > 0)
-
-
-def _safe(load, value, default):
-    if not _present(value):
-        return default
-    try:
-        out = load(value)
-    except (msgspec.DecodeError, TypeError):
-        return default
-    return out if isinstance(out, list) else default
 
 
 _DIGITS = re.compile(r"-?\d+")

@@ -159,13 +159,18 @@ def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[schema.
             else:
                 tf = schema.FAST_DECODER.decode(text)
                 if i == 0 and not last and not _events_end_at_the_end(text):
+                    del tf  # its raw views into ``text`` (see below)
                     return None
+            if tf.traceEvents is None:
+                return None
+            header = schema.header_of(tf) if isinstance(tf, schema.FastTraceFile) else schema.Header()
+            # the operators' raw shapes are views into ``text``: read them, and free the structs,
+            # before the text is released (a view cannot be released while one is alive)
+            part = extract(tf.traceEvents, with_ops=True)
+            del tf
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
-    if tf.traceEvents is None:
-        return None
-    header = schema.header_of(tf) if isinstance(tf, schema.FastTraceFile) else schema.Header()
-    return header, extract(tf.traceEvents)
+    return header, part
 
 
 def _events_end_at_the_end(text: bytes | bytearray | memoryview) -> bool:

@@ -60,6 +60,41 @@ class Complete(_Event, tag="X"):
     args: Args = NO_ARGS
 
 
+#: An absent raw value (no such key in the event's args).
+RAW_ABSENT = msgspec.Raw(b"")
+
+
+class OpArgs(Args, frozen=True, gc=False, rename={
+    "nbytes": "bytes",
+    "mem_bytes": "Bytes",
+    "total_allocated": "Total Allocated",
+    "total_reserved": "Total Reserved",
+    "device_id": "Device Id",
+    "device_type": "Device Type",
+    "dims": "Input Dims",
+    "types": "Input type",
+    "concrete": "Concrete Inputs",
+}):
+    """:class:`Args` plus what ``record_shapes``/``with_flops`` add to operators (see
+    :mod:`.ops`), read in the same pass as everything else when loading from bytes. The shapes
+    are kept as :class:`msgspec.Raw` (a view into the text): only operators' are decoded
+    further, by :func:`.columns.extract`."""
+
+    dims: msgspec.Raw = RAW_ABSENT
+    types: msgspec.Raw = RAW_ABSENT
+    concrete: msgspec.Raw = RAW_ABSENT
+    flops: float = -1.0
+
+
+NO_OP_ARGS = OpArgs()
+
+
+class FastComplete(Complete, tag="X"):
+    """A duration event as loading from bytes decodes it: with operators' shapes as raw text."""
+
+    args: OpArgs = NO_OP_ARGS
+
+
 class Instant(_Event, tag="i"):
     """An instant event; ``[memory]`` records carry the allocator's totals in ``args``."""
 
@@ -120,7 +155,7 @@ def _union(*kept: type[msgspec.Struct]) -> Any:
 Event = _union(Complete, Instant, Metadata, FlowStart, FlowEnd)
 #: What loading from bytes decodes first: flow arrows are only needed when a trace lacks
 #: ``correlation`` args (then :data:`FlowEvent` is decoded in a second pass), so skip their bodies.
-FastEvent = _union(Complete, Instant, Metadata)
+FastEvent = _union(FastComplete, Instant, Metadata)
 #: The second pass: flow arrows only.
 FlowEvent = _union(FlowStart, FlowEnd)
 

@@ -113,7 +113,9 @@ def host_frame(ctx: Context, start: int, end: int) -> str:
                           & (ev.ts_ns < end) & (ev.ts_ns + ev.dur_ns > start))
     if cand.size:
         cover = np.minimum(ev.ts_ns[cand] + ev.dur_ns[cand], end) - np.maximum(ev.ts_ns[cand], start)
-        info = np.array([nm.is_informative_frame(ctx.trace.names[n]) for n in ev.name[cand]], dtype=bool)
+        # one test per distinct name, not per event (a capture window has 100k+ frames)
+        names, per_row = np.unique(ev.name[cand], return_inverse=True)
+        info = np.array([nm.is_informative_frame(ctx.trace.names[n]) for n in names.tolist()], dtype=bool)[per_row.ravel()]
         ok = info & (cover >= FRAME_MIN_COVER * max(end - start, 1))
         if ok.any():
             best = cand[ok][int(np.argmin(ev.dur_ns[cand[ok]]))]

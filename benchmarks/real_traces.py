@@ -1,0 +1,216 @@
+"""``gpumagic analyze`` against a bare typed decode and HolisticTraceAnalysis, on every real trace.
+
+Every real trace in ``tests/data`` (the shared NVIDIA and AMD ones; or the files given), and
+larger inputs built by repeating a real trace's events end to end (timestamps shifted by the
+trace's span, correlation/flow ids made unique: ``analyze_speed.repeat_trace``; no event is
+synthesised). Each contender is a whole process (interpreter start-up included), the
+contenders alternated round by round so that the machine's noise hits all of them alike:
+
+- ``gpumagic``: ``python -m gpumagic analyze FILE --format json -o /dev/null`` (default ``-j``);
+- ``typed decode``: gunzip + a msgspec decode of each event's ``ph name cat ts dur pid tid``
+  (``analyze_speed.TYPED_DECODE``), nothing else;
+- ``start-up``: ``python -c "import numpy, msgspec"``, the floor under any numpy-based
+  analysis of a small file (printed so that the ratio on a tiny trace can be read);
+- ``HTA``: HolisticTraceAnalysis's ``TraceAnalysis`` load + temporal breakdown + idle-time
+  breakdown (``analyze_speed.HTA``), when ``hta`` is importable;
+- ``HTA critical path``: ``TraceAnalysis`` load + ``critical_path_analysis`` over all the
+  ``ProfilerStep`` instances (the whole trace when it has none, as gpumagic's window); its own
+  seconds in ``critical_path_analysis`` are printed beside gpumagic's seconds in
+  ``metrics.critical_path`` (``--critical-path``, on by default when ``hta`` is importable).
+
+Every figure is printed with the 1-minute load average beside it: on a shared machine the
+absolute times are not a quiet machine's; the ratios, of interleaved runs, are the figures to read.
+Each process's CPU seconds (user + system, with every process it forked) are printed too: under
+load they vary less than the wall clock. gpumagic forks piece decoders for a file of 16 MB or more
+(two cores here), so its wall time can be below its CPU time.
+Targets (issue 28): gpumagic ≤ 1.5× the typed decode, and ≥ 10× faster than HTA, on every file.
+Run: ``python benchmarks/real_traces.py [--rounds 3] [--no-hta] [--repeat-rounds 1] [FILES...]``
+(HTA: ``pip install -e .[benchmark]``, which pins HolisticTraceAnalysis 0.5 and pandas < 3:
+HTA 0.5's critical path calls a pandas API that pandas 3 removed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import importlib.util
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from analyze_speed import HTA, TYPED_DECODE, json_size, repeat_trace  # noqa: E402
+
+DATA = os.path.join(HERE, "..", "tests", "data")
+
+#: (source trace, copies): the larger inputs, each a real trace's events repeated end to end.
+REPEATS = (("mi300_vllm_decode_fullgraph_capture.json.gz", 4),  # AMD MI300X, ~109 MB
+           ("mi300_falconsai_infer.json.gz", 40),  # AMD MI300X, one ProfilerStep repeated: ~57 MB
+           ("v100_large_216k_events.json.gz", 2))  # NVIDIA V100, ~107 MB
+
+HTA_CP = """
+import sys, time, warnings, logging
+warnings.filterwarnings("ignore")
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+rank = sorted(a.t.traces)[0]
+steps = [n for n in a.t.symbol_table.sym_table if isinstance(n, str) and n.startswith("ProfilerStep#")]
+# all the steps, as gpumagic's window; a trace without steps: the whole trace (annotation "")
+annotation, instance = ("ProfilerStep", (0, len(steps) - 1) if len(steps) > 1 else 0) if steps else ("", 0)
+t = time.perf_counter()
+graph, ok = a.critical_path_analysis(rank=rank, annotation=annotation, instance_id=instance)
+print(time.perf_counter() - t if ok else "nan")
+"""
+
+GPUMAGIC_CP = """
+import sys, time
+from gpumagic.analysis.context import build_context
+from gpumagic.analysis.metrics import critical_path_metrics
+from gpumagic.trace import load
+ctx = build_context(load(sys.argv[1]))
+t = time.perf_counter()
+critical_path_metrics(ctx)
+print(time.perf_counter() - t)
+"""
+
+
+def load_avg() -> str:
+    return f"load {os.getloadavg()[0]:.1f}"
+
+
+def timed(cmd: list[str]) -> tuple[float | None, float, str]:
+    """(wall seconds of the whole process, its CPU seconds with every process it forked, its last
+    line of standard output); None on failure."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    if p.returncode:
+        return None, cpu, p.stderr.strip().splitlines()[-1][:160] if p.stderr.strip() else f"exit {p.returncode}"
+    lines = p.stdout.strip().splitlines()
+    return wall, cpu, lines[-1] if lines else ""
+
+
+def contenders(py: str, trace: str, tmp: str, hta: bool, critical: bool) -> dict[str, list[str]]:
+    out = {"gpumagic": [py, "-m", "gpumagic", "analyze", trace, "--format", "json", "-o", os.devnull],
+           "typed decode": [py, "-c", TYPED_DECODE, trace],
+           "start-up": [py, "-c", "import numpy, msgspec"]}
+    if hta:
+        folder = os.path.join(tmp, "hta-" + os.path.basename(trace).split(".")[0])
+        os.makedirs(folder, exist_ok=True)
+        dst = os.path.join(folder, "rank-0.json.gz")
+        if not os.path.exists(dst):
+            shutil.copy(trace, dst)
+        out["HTA"] = [py, "-c", HTA, folder]
+        if critical:
+            out["HTA critical path"] = [py, "-c", HTA_CP, folder]
+    if critical:
+        out["gpumagic critical path"] = [py, "-c", GPUMAGIC_CP, trace]
+    return out
+
+
+def bench(trace: str, rounds: int, tmp: str, py: str, hta: bool, critical: bool, title: str = "") -> dict:
+    cmds = contenders(py, trace, tmp, hta, critical)
+    walls: dict[str, list[float]] = {k: [] for k in cmds}
+    cpus: dict[str, list[float]] = {k: [] for k in cmds}
+    inner: dict[str, list[float]] = {k: [] for k in cmds}
+    errors: dict[str, str] = {}
+    loads = []
+    for r in range(rounds):
+        order = list(cmds) if r % 2 == 0 else list(reversed(cmds))
+        for name in order:
+            wall, cpu, last = timed(cmds[name])
+            if wall is None:
+                errors[name] = last
+                continue
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+            with contextlib.suppress(ValueError):  # the child's own seconds, when it prints them
+                inner[name].append(float(last))
+        loads.append(os.getloadavg()[0])
+    med = {k: statistics.median(v) for k, v in walls.items() if v}
+    cpu = {k: statistics.median(v) for k, v in cpus.items() if v}
+    mb = json_size(trace) / 1e6
+    g, d = med.get("gpumagic"), med.get("typed decode")
+    line = f"{title or os.path.basename(trace):44s} {mb:7.1f} MB"
+    if g and d:
+        line += (f"  gpumagic {g:6.2f} s  decode {d:6.2f} s  start-up {med.get('start-up', float('nan')):4.2f} s"
+                 f"  gpumagic/decode {g / d:5.2f}x wall, {cpu['gpumagic'] / cpu['typed decode']:5.2f}x CPU"
+                 f" ({cpu['gpumagic']:.2f} / {cpu['typed decode']:.2f} s; start-up {cpu.get('start-up', float('nan')):.2f} s)")
+    if "HTA" in med and g:
+        line += f"  HTA {med['HTA']:6.1f} s  HTA/gpumagic {med['HTA'] / g:5.1f}x"
+    elif hta:
+        line += f"  HTA failed: {errors.get('HTA', '?')}"
+    line += f"  [{rounds} rounds, load {min(loads):.1f}-{max(loads):.1f}]"
+    print(line, flush=True)
+    if critical:
+        gi = [x for x in inner.get("gpumagic critical path", []) if x == x]
+        hi = [x for x in inner.get("HTA critical path", []) if x == x]
+        cp = "    critical path: gpumagic metrics.critical_path "
+        cp += f"{statistics.median(gi) * 1000:7.1f} ms" if gi else "-"
+        if hi:
+            h = statistics.median(hi)
+            cp += f"  HTA critical_path_analysis {h:7.2f} s  ratio {h / statistics.median(gi):6.0f}x" if gi else ""
+            whole = med["HTA critical path"]
+            cp += f"  (whole processes: HTA load+cp {whole:6.1f} s vs gpumagic analyze {g:5.2f} s = {whole / g:5.1f}x)"
+        elif hta:
+            cp += f"  HTA critical path: {errors.get('HTA critical path', 'no annotation to analyse')}"
+        print(cp, flush=True)
+    return {"gpumagic": g, "decode": d, "hta": med.get("HTA"), "errors": errors,
+            "cpu": cpu.get("gpumagic", 0) / cpu["typed decode"] if cpu.get("typed decode") else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="*")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeat-rounds", type=int, default=1, help="rounds on the larger, repeated inputs")
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--no-critical-path", action="store_true")
+    ap.add_argument("--no-repeats", action="store_true")
+    args = ap.parse_args()
+    py = sys.executable
+    subprocess.run([py, "-m", "compileall", "-q", os.path.join(HERE, "..", "gpumagic")], check=True)
+    hta = not args.no_hta and importlib.util.find_spec("hta") is not None
+    if not args.no_hta and not hta:
+        print("HTA not installed (pip install -e .[benchmark]): HTA columns skipped")
+    critical = not args.no_critical_path
+    files = args.files or sorted(glob.glob(os.path.join(DATA, "*.json.gz")), key=os.path.getsize)
+    print(f"{os.cpu_count()} cores, {load_avg()} at the start (a shared machine: absolute times are under load; "
+          f"read the ratios of interleaved runs)")
+    tmp = tempfile.mkdtemp(prefix="gpumagic-real-")
+    results = {}
+    try:
+        for f in files:
+            results[os.path.basename(f)] = bench(f, args.rounds, tmp, py, hta, critical)
+        if not args.no_repeats and not args.files:
+            for src, copies in REPEATS:
+                dst = os.path.join(tmp, src.replace(".json.gz", f"_x{copies}.json.gz"))
+                events, _ = repeat_trace(os.path.join(DATA, src), copies, dst)
+                title = f"{src.split('.')[0]} x{copies} ({events:,} ev)"
+                results[title] = bench(dst, args.repeat_rounds, tmp, py, hta, critical, title)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ratios = [r["gpumagic"] / r["decode"] for r in results.values() if r["gpumagic"] and r["decode"]]
+    hta_x = [r["hta"] / r["gpumagic"] for r in results.values() if r["hta"] and r["gpumagic"]]
+    cpu_ratios = [r["cpu"] for r in results.values() if r["cpu"]]
+    print(f"\ngpumagic / typed decode: {min(ratios):.2f}x to {max(ratios):.2f}x wall, {min(cpu_ratios):.2f}x to "
+          f"{max(cpu_ratios):.2f}x CPU (target <= 1.5 on every file)")
+    if hta_x:
+        print(f"HTA / gpumagic: {min(hta_x):.1f}x to {max(hta_x):.1f}x (target >= 10 on every file); "
+              f"HTA failed on {sum(1 for r in results.values() if 'HTA' in r['errors'])} file(s)")
+    print(f"{load_avg()} at the end")
+
+
+if __name__ == "__main__":
+    main()
