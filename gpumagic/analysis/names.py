@@ -563,7 +563,7 @@ _required = [_required_text(b) for p in sorted(_KERNEL_CLASSES, key=lambda p: p.
 _KERNEL_LITERALS: tuple[str, ...] | None = (None if None in _required
                                              else tuple(sorted({x.lower() for x in _required if x})))
 #: The host classes' multi-line twins (``.`` and ``\w`` never cross a line break, so ``.*`` stays in its name).
-_COMPILE_M, _NOT_COMPILE_M = COMPILE_RE, NOT_COMPILE_RE
+_COMPILE_M, _NOT_COMPILE_M = re.compile(COMPILE_RE.pattern, re.M), NOT_COMPILE_RE  # anchors: per name
 _batch(is_compile, lambda n: _scan(n, _COMPILE_M, False) & ~_scan(n, _NOT_COMPILE_M, False))
 _COMM_HOST_M = re.compile(COMM_HOST_RE.pattern, re.M)
 _batch(is_comm_host, lambda n: _scan(n, _COMM_HOST_M, False))

@@ -62,7 +62,8 @@ EDGES = ["Cijk_Ailk_Bljk", "xCijk_A", "a\nCijk_x", "bmm_kernel", "xbmm", "_bmm",
          "cudaStreamBeginCapture", "cudaGraphInstantiateWithFlags", "xcudaGraphInstantiate", "capture_12_x", "a capture_1",
          "torch/cuda/graphs.py(12): capture_begin", "cudaLaunchKernel", "cudaLaunchKernelx", "aten::empty", "aten::empty_",
          "aten::cudnn_convolution", "vllm/worker.py", "avllm/", "execute_model_1", "ck_tile::x", "xck_", "void volta_sgemm_128x64_nn",
-         "Void Sgemm_x", "MATMUL_OGS", "Optimizer.step#AdamW.step", "triton_poi_fused_backward", "DGRAD", "a\nb_backward"]
+         "Void Sgemm_x", "MATMUL_OGS", "Optimizer.step#AdamW.step", "triton_poi_fused_backward", "DGRAD", "a\nb_backward",
+         "entire_frame_compile", "xentire_frame_compile", "_compile.compile_inner (dynamo_timed)"]
 
 
 #: Traces whose names the others already hold (same models, same libraries), left out to keep the test quick.
