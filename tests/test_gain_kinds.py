@@ -83,7 +83,10 @@ def _check(report, where):
         elif kind in ("upper bound", "none"):
             assert not estimate, (where, f.id, f.gain_method)
         if kind == "none":
-            assert f.est_gain == 0.0 and fmt_gain(f.est_gain, f.gain_method) == "no speed gain estimated", (where, f.id)
+            # "no speed gain estimated": the finding claims none (memory-pressure); "gain not
+            # estimated": the trace cannot bound it (model-on-cpu, graph-breaks)
+            words = fmt_gain(f.est_gain, f.gain_method)
+            assert f.est_gain == 0.0 and words in ("no speed gain estimated", "gain not estimated"), (where, f.id)
         words = fmt_gain(f.est_gain, f.gain_method)
         if f.est_gain >= 0.005:
             assert words.startswith("about") is estimate and words.startswith("up to") is not estimate, (where, f.id)

@@ -26,14 +26,14 @@ MAX_REASONS = 20
 
 
 def metrics(ctx: Context) -> CompileMetrics | None:
-    capture = ctx.trace.meta.get("capture") or {}
-    facts = capture.get("dynamo")
+    capture = ctx.trace.meta.get("capture")
+    facts = capture.get("dynamo") if isinstance(capture, dict) else None
     if not isinstance(facts, dict):
         return None
     compile_ns = sum(s.dur_ns for s in segments.segments(ctx).items if s.kind == "compile")
     graph_breaks = _count(facts.get("graph_breaks"))
     recompiles = [r for r in facts.get("recompiles") or [] if isinstance(r, dict)]
-    if capture.get("modules") is True:  # --modules' own hooks: dynamo guards on their number
+    if isinstance(capture, dict) and capture.get("modules") is True:  # --modules' own hooks: dynamo guards on their number
         recompiles = [r for r in recompiles if not _OUR_HOOKS.search(str(r.get("reason", "")))]
     cell = facts.get("compile_ms")
     return as_record({

@@ -74,7 +74,8 @@ GAIN_KINDS: dict[str, str] = {
     "memory-pressure": "none", "communication-heavy": "upper bound", "warmup-in-window": "upper bound",
     "small-transfers": "upper bound", "too-small-for-gpu": "either", "low-compute-efficiency": "estimate",
     "unfused-attention": "estimate", "elementwise-bound": "estimate", "model-on-cpu": "none",
-    "low-gpu-utilization": "upper bound",
+    "low-gpu-utilization": "upper bound", "step-outliers": "none", "graph-breaks": "none",
+    "recompiles": "upper bound",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

@@ -118,8 +118,9 @@ def _efficiency_fixes(c: ComputeMetrics, training: bool) -> tuple[Fix, ...]:
     ]
     if training:  # bf16 only where the peak table gives the device bf16 tensor cores (Ampere on), else fp16
         low = "bf16" if peak and peak.tflops.get("bf16") else "fp16"
-        fixes.append(huggingface("Through TrainingArguments", f"TrainingArguments(..., {low}=True, torch_compile=True, "
-                                                              "per_device_train_batch_size=64)"))
+        # no batch size here: a larger per_device_train_batch_size only with the memory check of the
+        # Hugging Face advice (analysis.advice.huggingface), which knows what the run's memory allows
+        fixes.append(huggingface("Through TrainingArguments", f"TrainingArguments(..., {low}=True, torch_compile=True)"))
     return tuple(fixes)
 
 

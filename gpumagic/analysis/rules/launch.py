@@ -163,7 +163,7 @@ def cpu_bound(ctx: Context, m: Metrics) -> Finding | None:
         where = where or "CPU-side tensor creation"
     if ctx.workload == "training" and creation < CREATION_SHARE:
         fixes.append(huggingface("Through TrainingArguments",
-                                 "TrainingArguments(..., torch_compile=True, per_device_train_batch_size=64)"))
+                                 "TrainingArguments(..., torch_compile=True)"))
     return finding(
         severity=severity_for(gain),
         title=f"GPU idle while the host is in {where}" if where else "Host-side Python and operators keep the GPU waiting",
