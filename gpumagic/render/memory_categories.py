@@ -134,7 +134,7 @@ def categories_svg(report: Report) -> str | None:
     x_range = (0.0, max(float(w.dur_ms), float(x.max()), 1e-3))
     bands = [Band(_label(n), SVG_CLASS.get(n, "mu"), rows[:, names.index(n)] / scale) for n in order]
     peak_ms = report.metrics.memory.by_category_peak_ms
-    marks = [] if peak_ms is None else [(peak_ms, f"peak, {fmt_ms(peak_ms)}")]
+    marks = [] if peak_ms is None else [(peak_ms, f"peak of live bytes, {fmt_ms(peak_ms)} into the window")]
     device = report.metrics.memory.by_category_device or "device"
     return stacked_chart_svg(
         f"What filled memory ({device}), by category, over the window", x, bands, x_range=x_range,
@@ -181,7 +181,7 @@ def categories_html(report: Report) -> str:
 #: How to read the chart (under it).
 CHART_CAPTION = ("Live bytes by category, stacked with parameters at the bottom; the key lists the bands from the "
                  "top down, every other band is striped, and a band is named inside itself where it is tall enough. "
-                 "Dotted line: the peak of live bytes. Hover a band for its own peak.")
+                 "Dashed line: the peak of live bytes. Hover a band for its own peak.")
 #: The chart's text alternative.
 CHART_ALT = ("Live memory by category over the window, stacked with parameters at the bottom, with the peak "
              "marked; the table above gives the numbers")

@@ -166,7 +166,8 @@ def stacked_chart_svg(title: str, x: np.ndarray, bands: Sequence[Band], *, x_ran
     text at any width, the page's colours). Bands are told apart without colour: every other one is
     striped, each band's top edge is a line in the text colour, each band is named inside itself
     where it is tall enough, and the key lists them top to bottom as they are stacked. ``marks``:
-    ``(x, label)`` dotted vertical lines (the peak), labelled above the plot."""
+    ``(x, label)`` dashed vertical lines (the peak), named in the key (a label above the plot would
+    collide with the top tick's at a narrow width)."""
     x0, x1 = x_range
     span = (x1 - x0) or 1.0
     xs = np.asarray(x, np.float64)
@@ -215,9 +216,6 @@ def stacked_chart_svg(title: str, x: np.ndarray, bands: Sequence[Band], *, x_ran
         frac = (mx - x0) / span
         inner.append(f'<line class="gm-tl-step" x1="{_f(frac * VB_W)}" x2="{_f(frac * VB_W)}" y1="0" y2="{PLOT_PX}">'
                      f"<title>{escape(text)}</title></line>")
-        anchor = "start" if frac < 0.1 else ("end" if frac > 0.9 else "middle")
-        labels.append(f'<text class="gm-tl-steplabel" x="{_pct(frac)}" y="{TOP_PX - 4}" text-anchor="{anchor}">'
-                      f"{escape(text)}</text>")
     ylabels = "".join(f'<text class="gm-tl-ticklabel" x="2" y="{_f(TOP_PX + float(yy(t)) - 3)}">{escape(y_fmt(t))}</text>'
                       for t in ticks[1:])
     xt = []
@@ -229,6 +227,8 @@ def stacked_chart_svg(title: str, x: np.ndarray, bands: Sequence[Band], *, x_ran
                   f"{escape(text)}</text>")
     height = TOP_PX + PLOT_PX + AXIS_PX
     keys = "".join(_band_key(b.cls, b.label, k % 2 == 1) for k, b in reversed(list(enumerate(bands))))
+    keys += "".join(f'<li><svg class="gm-tl-key" width="14" height="12" aria-hidden="true"><line x1="7" x2="7" y1="0" '
+                    f'y2="12" stroke="currentColor" stroke-width="1.5" stroke-dasharray="3 2"/></svg>{escape(text)}</li>' for _, text in marks)
     return (
         f'<svg class="gm-tl gm-chart gm-stacked" xmlns="http://www.w3.org/2000/svg" width="100%" height="{height}" role="img" '
         f'aria-label="{escape(title)}">'
@@ -237,7 +237,7 @@ def stacked_chart_svg(title: str, x: np.ndarray, bands: Sequence[Band], *, x_ran
         f'{"".join(inner)}</svg>{ylabels}{"".join(labels)}{"".join(xt)}'
         f'<line class="gm-tl-axis" x1="0" x2="100%" y1="{TOP_PX + PLOT_PX}" y2="{TOP_PX + PLOT_PX}"/>'
         f'<text class="gm-tl-axislabel" x="100%" y="{TOP_PX + PLOT_PX + 32}" text-anchor="end">{escape(x_label)}</text></svg>'
-        f'<ul class="gm-tl-legend" aria-label="stacked from the top down">{keys}</ul>'
+        f'<ul class="gm-tl-legend" aria-label="key: the bands from the top of the stack down, then the marks">{keys}</ul>'
     )
 
 
