@@ -9,7 +9,7 @@ import pytest
 from tracebuilder import DATA
 
 from gpumagic.analysis import analyze
-from gpumagic.analysis.explain import ELIDED, UnknownFindingError, explain, finding_ids
+from gpumagic.analysis.explain import ELIDED, LATE_FINDINGS, UnknownFindingError, explain, finding_ids
 
 TRACES = ("resnet50_v100_workers0.json.gz", "a100_training_rank0.json.gz", "h100_bert_small_inference.json.gz")
 
@@ -23,7 +23,8 @@ def matches(template: str, text: str) -> bool:
 @pytest.mark.parametrize("finding_id", finding_ids())
 def test_every_finding_is_explained_from_its_rule(finding_id):
     e = explain(finding_id)
-    assert e["id"] == finding_id and e["rule"].startswith("gpumagic.analysis.rules.")
+    home = LATE_FINDINGS[finding_id].replace(":", ".") if finding_id in LATE_FINDINGS else "gpumagic.analysis.rules."
+    assert e["id"] == finding_id and e["rule"].startswith(home)
     assert finding_id in e["summary"]
     assert e["signal"] and e["false_positives"] and e["why"] and e["docstring"].startswith("Signal:")
     assert e["sources"] and all(s.startswith("https://") for s in e["sources"])
@@ -59,3 +60,33 @@ def test_the_explanation_says_what_the_reports_say(name):
 def test_an_unknown_id_names_the_known_ones():
     with pytest.raises(UnknownFindingError, match=r"'gpu-too-slow'.*host-sync"):
         explain("gpu-too-slow")
+
+
+def test_out_of_memory_is_explained_from_the_function_that_adds_it():
+    """``out-of-memory`` is no rule (it is added after the analysis, from the code's error): it is
+    explained from ``analysis.oom``, and what it says is what a report of an out-of-memory error says."""
+    import gzip
+    import json
+
+    from test_memory_categories import CUDA_MESSAGE
+
+    from gpumagic.trace.kineto import from_bytes
+
+    assert "out-of-memory" in finding_ids()
+    e = explain("out-of-memory")
+    assert e["rule"] == "gpumagic.analysis.oom.out_of_memory" and "FIT_MARGIN" in {t["name"] for t in e["thresholds"]}
+    assert "no speed gain" in e["gain"] and "estimate" in e["false_positives"]
+    # a cache that holds more than was asked, so that every fix applies (expandable segments too)
+    fragmented = CUDA_MESSAGE.replace("11.41 MiB is reserved by PyTorch but unallocated",
+                                      "2.00 GiB is reserved by PyTorch but unallocated")
+    with gzip.open(os.path.join(DATA, "resnet50_v100_workers0.json.gz")) as f:
+        doc = json.load(f)
+    doc["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {"batch_size": 32},
+                       "error": {"type": "OutOfMemoryError", "types": ["OutOfMemoryError", "RuntimeError"],
+                                 "message": fragmented}}
+    report = analyze(from_bytes(json.dumps(doc).encode(), "oom"))
+    f = report.finding("out-of-memory")
+    assert f is not None and matches(e["why"], f.why) and len(f.fixes) == len(e["fixes"])
+    for fix in f.fixes:
+        assert any(x["flavor"] == fix.flavor and matches(x["description"], " ".join(fix.description.split()))
+                   and matches(x["code"], fix.code.strip("\n")) for x in e["fixes"]), fix.description

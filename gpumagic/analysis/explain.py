@@ -19,7 +19,11 @@ and a documentation link. :func:`explain` reads those pieces from the rule's sou
   from the trace as ``…``), in the order they appear in its source, ``pytorch`` and ``huggingface``;
 - ``sources``: the documentation links the rule cites.
 
-The finding ids and their rules are looked up by name (``host-sync`` is ``host_sync``).
+The finding ids and their rules are looked up by name (``host-sync`` is ``host_sync``). A finding
+that is no rule over the trace but is added after the analysis (:data:`LATE_FINDINGS`:
+``out-of-memory``, from the code's error alone) is explained the same way from the function that
+makes it, whose ``Finding(...)`` call and ``Fix(flavor, description, code)`` calls are read like a
+rule's ``finding(...)`` and ``pytorch(...)``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ SECTIONS = {"Signal": "signal", "Threshold": "threshold", "Gain": "gain", "False
 _SECTION = re.compile(r"(?:^|(?<=[.)\]]\s))(" + "|".join(SECTIONS) + r"):\s*")
 _URL = re.compile(r"https?://[^\s)\"'>]+")
 _FIX_HELPERS = ("pytorch", "huggingface")
+#: Findings added after the analysis, not by a rule: finding id → the function that makes it
+#: (``"module:function"``, imported on use; see :func:`gpumagic.analysis.analyze`).
+LATE_FINDINGS = {"out-of-memory": "gpumagic.analysis.oom:out_of_memory"}
 
 
 class UnknownFindingError(LookupError):
@@ -50,16 +57,20 @@ def finding_ids() -> tuple[str, ...]:
     """Every finding id the analysis can report."""
     from gpumagic.analysis.rules import FINDING_IDS
 
-    return tuple(FINDING_IDS)
+    return (*FINDING_IDS, *LATE_FINDINGS)
 
 
 def rule_for(finding_id: str) -> Any:
-    """The rule function that reports ``finding_id``."""
+    """The rule function that reports ``finding_id`` (for a finding of :data:`LATE_FINDINGS`, the
+    function that makes it)."""
     from gpumagic.analysis import rules
 
     if finding_id not in finding_ids():
         known = ", ".join(sorted(finding_ids()))
         raise UnknownFindingError(f"no finding is called {finding_id!r}; the finding ids are: {known}")
+    if finding_id in LATE_FINDINGS:
+        module, _, function = LATE_FINDINGS[finding_id].partition(":")
+        return getattr(importlib.import_module(module), function)
     name = finding_id.replace("-", "_")
     for fn in (*rules.CAUSE_RULES, rules.low_gpu_utilization):
         if fn.__name__ == name:
@@ -129,9 +140,10 @@ def _function_tree(fn: FunctionType) -> ast.FunctionDef:
 
 
 def _finding_call(tree: ast.FunctionDef) -> dict[str, ast.expr]:
-    """The keyword arguments of the rule's ``finding(...)`` call."""
+    """The keyword arguments of the rule's ``finding(...)`` call (or ``Finding(...)``, for a
+    finding made outside the rules)."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "finding":
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("finding", "Finding"):
             return {k.arg: k.value for k in node.keywords if k.arg}
     return {}
 
@@ -199,8 +211,9 @@ def _comment_above(module: ModuleType, name: str) -> str:
 
 
 def _fixes(module: ModuleType, tree: ast.FunctionDef) -> list[dict[str, str]]:
-    """The ``pytorch(description, code)`` and ``huggingface(...)`` calls in a function, and the
-    module-level fixes it names (``TRAINING_FIX``), in source order."""
+    """The ``pytorch(description, code)`` and ``huggingface(...)`` calls in a function, its
+    ``Fix("pytorch", description, code)`` calls, and the module-level fixes it names
+    (``TRAINING_FIX``), in source order."""
     from gpumagic.report.model import Fix
 
     found: list[tuple[tuple[int, int], dict[str, str]]] = []
@@ -210,6 +223,11 @@ def _fixes(module: ModuleType, tree: ast.FunctionDef) -> list[dict[str, str]]:
             found.append(((node.lineno, node.col_offset), {
                 "flavor": node.func.id, "description": _prose(module, node.args[0]),
                 "code": _text(module, node.args[1]).strip("\n")}))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Fix"
+              and len(node.args) >= 3 and isinstance(node.args[0], ast.Constant) and node.args[0].value in _FIX_HELPERS):
+            found.append(((node.lineno, node.col_offset), {
+                "flavor": str(node.args[0].value), "description": _prose(module, node.args[1]),
+                "code": _text(module, node.args[2]).strip("\n")}))
         elif isinstance(node, ast.Name) and isinstance(fix := getattr(module, node.id, None), Fix):
             found.append(((node.lineno, node.col_offset), {
                 "flavor": fix.flavor, "description": " ".join(fix.description.split()), "code": fix.code.strip("\n")}))
@@ -249,4 +267,4 @@ def _sources(module: ModuleType, call: dict[str, ast.expr], thresholds: list[dic
     return [s for i, s in enumerate(found) if s and s != ELIDED and s not in found[:i]]
 
 
-__all__ = ["UnknownFindingError", "explain", "finding_ids", "rule_for"]
+__all__ = ["LATE_FINDINGS", "UnknownFindingError", "explain", "finding_ids", "rule_for"]

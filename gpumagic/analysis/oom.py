@@ -119,7 +119,19 @@ def _size(n: int | None) -> str:
 
 
 def out_of_memory(meta: dict[str, Any], metrics: Metrics | None) -> Finding | None:
-    """The finding for the bundle's error block, or None when it is not an out-of-memory error."""
+    """Signal: the profiled code raised an out-of-memory error, kept in the bundle's ``error``
+    block — ``OutOfMemoryError`` in the exception class's MRO, or a RuntimeError with an
+    allocator's "out of memory" message (torch before 1.13). The bytes asked, the device's
+    capacity, the free, allocated and reserved-but-unallocated bytes are read from the message;
+    what held the memory comes from the memory profile by category (``--memory``), and the
+    largest batch estimated to fit from the batch size the capture was told (``--batch-size``).
+    Threshold: none: every such error is reported, on any device, with or without memory records
+    (any other error, or none, gives no finding: None);
+    the largest-batch estimate keeps FIT_MARGIN of the device free. Gain: no speed gain is
+    claimed (the step did not complete); each fix names how much it could free at most, from each
+    category's own peak, and the fixes come in that order. False positives: none for the finding;
+    the largest-batch estimate assumes that the memory beyond parameters, gradients and optimizer
+    state grows in proportion to the batch, so it is called an estimate."""
     error = meta.get("error")
     if not is_out_of_memory(error):
         return None

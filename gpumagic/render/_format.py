@@ -317,3 +317,19 @@ def path_shares(report: Report) -> tuple[CriticalPathMetrics, dict[str, float], 
         return None
     frac = dict(cp.frac.items())
     return (cp, frac, dict(cp.ms.items())) if any(frac.values()) else None
+
+
+#: What a loader stage's ``where`` means, as the views name it.
+STAGE_WHERE_LABEL = {"main": "main process", "worker": "DataLoader workers"}
+#: How the stages' times are to be read (text and HTML alike).
+STAGES_NOTE = ("Self time per batch (time in the stages a stage calls not counted), summed over the processes "
+               "that ran it: with workers, time spent in parallel, not the time the loop waited.")
+
+
+def loader_stage_rows(report: Report) -> list[tuple[str, str, str, float, str]]:
+    """``metrics.host.loader_stages`` as ``(name, time per batch, share, share 0..1, where)``
+    strings, largest first; empty when the capture timed no stage (a plain trace)."""
+    host = None if report.metrics is None else report.metrics.host
+    stages = None if host is None else host.loader_stages
+    return [(s.name, fmt_ms(s.ms_per_batch), fmt_pct(s.share, 1), s.share, STAGE_WHERE_LABEL.get(s.where, s.where))
+            for s in stages or ()]

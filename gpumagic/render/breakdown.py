@@ -11,7 +11,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from gpumagic.render import palette
-from gpumagic.render._format import fmt_ms, fmt_pct, path_shares, phase_medians
+from gpumagic.render._format import STAGES_NOTE, fmt_ms, fmt_pct, loader_stage_rows, path_shares, phase_medians
 from gpumagic.render.layout import step_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,6 +38,7 @@ def breakdown_html(report: Report) -> str:
         f'<div class="gm-bars">{bars}</div>'
         f"{_legend_table(m, order)}"
         f"{phases_html(report)}"
+        f"{loader_stages_html(report)}"
         f"{critical_path_html(report)}"
         f"{idle_html(report)}"
     )
@@ -121,6 +122,28 @@ def phases_html(report: Report) -> str:
         f'<span class="gm-bar">{segs}</span><span class="gm-bar-total">{fmt_ms(total)}</span></div></div>'
         '<div class="gm-scroll"><table class="gm-table gm-legend"><thead><tr><th>phase</th><th>median</th><th>share</th>'
         + ("<th>GPU time it launched</th>" if gpu else "") + f"</tr></thead><tbody>{rows}</tbody></table></div>"
+    )
+
+
+def loader_stages_html(report: Report) -> str:
+    """Where a batch's loading time goes (``metrics.host.loader_stages``): one row per stage, largest
+    first, with a bar of its share; empty when the capture timed no stage."""
+    rows = loader_stage_rows(report)
+    if not rows:
+        return ""
+    body = "".join(
+        f'<tr><td class="gm-kname"><code>{escape(name)}</code></td><td>{escape(where)}</td>'
+        f'<td class="gm-num">{ms}</td><td class="gm-num">{pct}</td>'
+        f'<td style="min-width:8em;width:30%"><span class="gm-bar"><span class="gm-seg" style="width:{100 * min(max(frac, 0.0), 1.0):.3f}%;'
+        f'background:{palette.PHASE_COLOR["data"]}"></span></span></td></tr>'
+        for name, ms, pct, frac, where in rows
+    )
+    return (
+        "<h4>Data pipeline stages (where a batch's loading time goes)</h4>"
+        f'<p class="gm-muted">{escape(STAGES_NOTE)}</p>'
+        '<div class="gm-scroll"><table class="gm-table gm-legend gm-stages"><thead><tr><th>stage</th><th>where</th>'
+        '<th>time per batch</th><th>share of the stages</th><th aria-hidden="true"></th></tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
     )
 
 

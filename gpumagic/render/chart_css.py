@@ -18,6 +18,9 @@ def svg_css() -> str:
         "d": "--gm-c-loader", "y": "--gm-c-sync", "pd": "--gm-c-loader", "pf": "--gm-c-fwd", "pb": "--gm-c-bwd",
         "po": "--gm-c-opt", "px": "--gm-c-other", "iw": "--gm-c-idlewait", "il": "--gm-c-idlelaunch", "io": "--gm-c-other",
         "m": "--gm-c-mem", "cap": "--gm-c-cap",
+        # memory by category (gpumagic.render.memory_categories)
+        "mp": "--gm-c-mparam", "mo": "--gm-c-mopt", "mg": "--gm-c-mgrad", "ma": "--gm-c-mact", "mt": "--gm-c-mtemp",
+        "mi": "--gm-c-minput", "md": "--gm-c-mautograd", "mu": "--gm-c-other",
     }
     rules = "".join(f".gpumagic-report .gm-f-{k}{{fill:var({v})}}.gpumagic-report .gm-l-{k}{{stroke:var({v})}}"
                     f".gpumagic-report .gm-t-{k}{{fill:var({v})}}" for k, v in fills.items())
@@ -43,6 +46,13 @@ def svg_css() -> str:
         "font-size:13px}"
         ".gpumagic-report ul.gm-tl-legend li{display:flex;align-items:center;gap:6px}"
         ".gpumagic-report ul.gm-tl-legend svg{display:inline-block;flex:0 0 auto}"
+        # stacked areas: the band edges in the text colour, every other band striped in the background's,
+        # direct labels haloed in the background colour so they read over any fill
+        ".gpumagic-report svg.gm-tl .gm-stack-edge{stroke:var(--gm-fg);stroke-width:1}"
+        ".gpumagic-report svg.gm-tl .gm-stripe{fill:var(--gm-bg);fill-opacity:.55}"
+        ".gpumagic-report svg.gm-tl .gm-stack-key{stroke:var(--gm-fg);stroke-width:1}"
+        ".gpumagic-report svg.gm-tl text.gm-stack-label{paint-order:stroke;stroke:var(--gm-bg);stroke-width:3px;"
+        "stroke-linejoin:round}"
         "@container (max-width:620px){.gpumagic-report svg.gm-tl .gm-odd{display:none}}"
         + rules
     )
@@ -54,13 +64,17 @@ SVG_LIGHT_VARS = (
     f"--gm-c-kernel:{palette.BLUE};--gm-c-comm:{palette.PURPLE};--gm-c-copy:{palette.GREEN};--gm-c-memset:{palette.SKY};"
     f"--gm-c-cpu:{palette.GREY};--gm-c-loader:{palette.ORANGE};--gm-c-sync:{palette.VERMILLION};--gm-c-fwd:#332288;"
     f"--gm-c-bwd:#DDCC77;--gm-c-opt:#999933;--gm-c-other:{palette.LIGHT_GREY};--gm-c-idlewait:{palette.WINE};"
-    f"--gm-c-idlelaunch:{palette.TEAL};--gm-c-mem:{palette.PURPLE};--gm-c-cap:{palette.VERMILLION};--gm-hl-fill:rgba(240,228,66,.35)"
+    f"--gm-c-idlelaunch:{palette.TEAL};--gm-c-mem:{palette.PURPLE};--gm-c-cap:{palette.VERMILLION};--gm-hl-fill:rgba(240,228,66,.35);"
+    f"--gm-c-mparam:{palette.GREEN};--gm-c-mopt:{palette.ORANGE};--gm-c-mgrad:{palette.BLUE};--gm-c-mact:{palette.VERMILLION};"
+    f"--gm-c-mtemp:{palette.PURPLE};--gm-c-minput:{palette.DARK_GREY};--gm-c-mautograd:{palette.SKY}"
 )
 SVG_DARK_VARS = (
     "--gm-c-kernel:#3d9be0;--gm-c-comm:#e08fc0;--gm-c-copy:#2fc79a;--gm-c-memset:#8fd0f5;--gm-c-cpu:#a6a6a6;"
     "--gm-c-loader:#f0b020;--gm-c-sync:#ff7a33;--gm-c-fwd:#8877dd;--gm-c-bwd:#e6d88f;--gm-c-opt:#c2c257;"
     "--gm-c-other:#6e7681;--gm-c-idlewait:#d45a93;--gm-c-idlelaunch:#5cc4b3;--gm-c-mem:#e08fc0;--gm-c-cap:#ff7a33;"
-    "--gm-hl-fill:rgba(240,228,66,.28)"
+    "--gm-hl-fill:rgba(240,228,66,.28);"
+    "--gm-c-mparam:#2fc79a;--gm-c-mopt:#f0b020;--gm-c-mgrad:#3d9be0;--gm-c-mact:#ff7a33;--gm-c-mtemp:#e08fc0;"
+    "--gm-c-minput:#a6a6a6;--gm-c-mautograd:#8fd0f5"
 )
 
 

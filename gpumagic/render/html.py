@@ -1,4 +1,4 @@
-"""The report as self-contained HTML: no script, no network, figures embedded as PNG data URIs.
+"""The report as self-contained HTML: no script, no network, charts as inline SVG (PNG data URIs only for a report rebuilt without its trace).
 
 :func:`report_html` gives the fragment used as the ``text/html`` of a notebook output (it
 survives nbconvert, GitHub's notebook view, VS Code and Colab); :func:`html_document` wraps it
@@ -49,24 +49,21 @@ PAGEABLE_MARK = "\u26a0\ufe0f"
 @dataclass(frozen=True)
 class Images:
     """PNG figures for a report that holds no trace to draw from (``None`` where there is none):
-    whenever the report has its trace, the page draws the timeline and the memory curve as inline
-    SVG (:mod:`gpumagic.render.timeline_svg`, :func:`gpumagic.render.charts.memory_svg`) instead."""
+    whenever the report has its trace, the page draws the timeline, the memory curve and the memory
+    by category as inline SVG (:mod:`gpumagic.render.timeline_svg`,
+    :func:`gpumagic.render.charts.memory_svg`, :func:`gpumagic.render.memory_categories.categories_svg`)
+    instead."""
 
     timeline_png: bytes | None = None
     memory_png: bytes | None = None
-    categories_png: bytes | None = None
 
 
 def render_images(report: Report) -> Images:
-    """The timeline and the memory curve are inline SVG, drawn with the page from ``report.trace``
-    (the matplotlib figures stay available: ``Report.timeline``,
-    :func:`gpumagic.render.charts.memory_figure`); only the memory-by-category chart is still a
-    PNG (it needs the report's memory profile)."""
-    if report.trace is None:
-        return Images()
-    from gpumagic.render.memory_categories import categories_png
-
-    return Images(categories_png=categories_png(report))
+    """No PNG: every chart is inline SVG, drawn with the page from ``report.trace`` (the matplotlib
+    figures stay available: ``Report.timeline``, :func:`gpumagic.render.charts.memory_figure`,
+    :func:`gpumagic.render.memory_categories.categories_figure`). Kept so that callers may still pass
+    PNGs for a report without its trace."""
+    return Images()
 
 
 def report_html(report: Report, images: Images | None = None, *, live_token: str = "") -> str:
@@ -84,7 +81,7 @@ def report_html(report: Report, images: Images | None = None, *, live_token: str
         _section("Kernels and copies", kernels_html(report), "kernels"),
         _section("Operators", operators_html(report), "operators"),
         *([_section("Modules", mods, "modules")] if (mods := modules_html(report)) else []),  # --modules only
-        _section("Memory", memory_html(report, images.memory_png, images.categories_png), "memory"),
+        _section("Memory", memory_html(report, images.memory_png), "memory"),
         _section("Notes", notes_html(report), "notes"),
     ]
     return wrap("".join(sections), static=True, live_token=live_token)
@@ -366,7 +363,7 @@ def _copy_row(g: CopyGroupMetrics) -> str:
 # -- memory and notes -----------------------------------------------------------------------------
 
 
-def memory_html(report: Report, png: bytes | None, categories_png: bytes | None = None) -> str:
+def memory_html(report: Report, png: bytes | None) -> str:
     mem = None if report.metrics is None else report.metrics.memory
     cap = None if mem is None else mem.capacity_bytes
     peak = None if mem is None else (mem.peak_reserved_bytes or mem.peak_allocated_bytes or mem.nvml_peak_used_bytes)
@@ -397,7 +394,7 @@ def memory_html(report: Report, png: bytes | None, categories_png: bytes | None 
         lines.append(f'<img class="gm-figure gm-memory" alt="GPU memory over time" src="{png_data_uri(png)}">')
     from gpumagic.render.memory_categories import categories_html
 
-    lines.append(categories_html(report, categories_png))
+    lines.append(categories_html(report))
     return "".join(lines)
 
 

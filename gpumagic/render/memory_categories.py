@@ -2,7 +2,9 @@
 the categories at the peak (``metrics.memory.at_peak``) with each one's own peak (``by_category``),
 and of the largest allocations then (``top_allocations``). The Memory tab (HTML, widget) and the text view call these.
 
-matplotlib's object-oriented API only, like :mod:`gpumagic.render.charts`.
+The page draws the chart as inline SVG in its theme (:func:`categories_svg`, with
+:func:`gpumagic.render.svg_chart.stacked_chart_svg`); :func:`categories_figure` is the same chart as
+a matplotlib figure (its object-oriented API only, like :mod:`gpumagic.render.charts`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,15 @@ COLORS = {
     "activation": palette.VERMILLION, "temporary": palette.PURPLE, "input": palette.DARK_GREY,
     "autograd_detail": palette.SKY, "unknown": palette.LIGHT_GREY,
 }
+#: The SVG chart's colour class per category (:mod:`gpumagic.render.chart_css`, light and dark).
+SVG_CLASS = {
+    "parameter": "mp", "optimizer_state": "mo", "gradient": "mg", "activation": "ma", "temporary": "mt",
+    "input": "mi", "autograd_detail": "md", "unknown": "mu",
+}
 UNITS = ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))
+#: Moments drawn at most (about one per pixel column); a longer profile keeps, per bucket of time,
+#: the moment with the most live bytes, so that the peak survives.
+MAX_MOMENTS = 1200
 
 
 def _label(name: str) -> str:
@@ -58,7 +68,7 @@ def categories_figure(report: Report, width_in: float = FIG_WIDTH_IN, dpi: int =
     if series is None or report.metrics is None:
         return None
     t_ns, names, rows = series
-    order = [n for n in COLORS if n in names] + [n for n in names if n not in COLORS]
+    order = _order(names)
     cols = [names.index(n) for n in order]
     top = float(rows.sum(axis=1).max()) or 1.0
     scale, unit = next(u for u in UNITS if top >= u[0])
@@ -85,19 +95,56 @@ def categories_figure(report: Report, width_in: float = FIG_WIDTH_IN, dpi: int =
     return fig
 
 
-def categories_png(report: Report) -> bytes | None:
-    fig = categories_figure(report)
-    if fig is None:
+def _order(names: list[str]) -> list[str]:
+    """Stacking order, bottom to top: what stays (parameters, optimizer state), then what the step makes."""
+    return [n for n in COLORS if n in names] + [n for n in names if n not in COLORS]
+
+
+def thin(t_ns: np.ndarray, rows: np.ndarray, max_moments: int = MAX_MOMENTS) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``max_moments`` rows: per bucket of time, the one with the most live bytes."""
+    if len(t_ns) <= max_moments:
+        return t_ns, rows
+    edges = np.linspace(float(t_ns[0]), float(t_ns[-1]), max_moments + 1)
+    bucket = np.clip(np.searchsorted(edges, t_ns, side="right") - 1, 0, max_moments - 1)
+    totals = rows.sum(axis=1)
+    best = np.full(max_moments, -1)
+    for i in np.argsort(totals, kind="stable"):  # the largest total of each bucket is written last
+        best[bucket[i]] = i
+    keep = np.sort(best[best >= 0])
+    return t_ns[keep], rows[keep]
+
+
+def categories_svg(report: Report) -> str | None:
+    """Live bytes by category over the window, stacked (bottom to top: :data:`COLORS`' order),
+    with the peak marked, as inline SVG in the page's theme; None without a memory profile. One
+    unit on the y axis (GiB, MiB, KiB or bytes, whichever the peak reads in), ms on the x axis."""
+    from gpumagic.render.svg_chart import Band, stacked_chart_svg
+    from gpumagic.render.timeline_svg import axis_ticks
+
+    series = categories_series(report)
+    if series is None or report.metrics is None:
         return None
-    from gpumagic.render.timeline import figure_png
+    t_ns, names, rows = series
+    t_ns, rows = thin(np.asarray(t_ns), np.asarray(rows))
+    order = _order(names)
+    total = float(rows.sum(axis=1).max()) or 1.0
+    scale, unit = next(u for u in UNITS if total >= u[0])
+    w = report.metrics.window
+    x = (np.asarray(t_ns, np.float64) - w.start_ns) / 1e6
+    x_range = (0.0, max(float(w.dur_ms), float(x.max()), 1e-3))
+    bands = [Band(_label(n), SVG_CLASS.get(n, "mu"), rows[:, names.index(n)] / scale) for n in order]
+    peak_ms = report.metrics.memory.by_category_peak_ms
+    marks = [] if peak_ms is None else [(peak_ms, f"peak of live bytes, {fmt_ms(peak_ms)} into the window")]
+    device = report.metrics.memory.by_category_device or "device"
+    return stacked_chart_svg(
+        f"What filled memory ({device}), by category, over the window", x, bands, x_range=x_range,
+        y_unit=f"live memory ({device}), {unit}", y_fmt=lambda v: f"{v:,g} {unit}", x_ticks=axis_ticks(*x_range),
+        x_label=f"ms since {origin_label(report)}", marks=marks,
+    )
 
-    return figure_png(fig)
 
-
-def categories_html(report: Report, png: bytes | None) -> str:
+def categories_html(report: Report) -> str:
     """The categories at the peak, the largest allocations then, and the chart; or why missing."""
-    from gpumagic.render.page import png_data_uri
-
     mem = None if report.metrics is None else report.metrics.memory
     if mem is None:
         return ""
@@ -122,10 +169,22 @@ def categories_html(report: Report, png: bytes | None) -> str:
         out.append('<p>Largest allocations live at the peak:</p><div class="gm-scroll"><table class="gm-table"><thead>'
                    "<tr><th>bytes</th><th>category</th><th>made by</th><th>module</th><th>operator</th></tr></thead>"
                    f"<tbody>{items}</tbody></table></div>")
-    if png is not None:
-        out.append(f'<img class="gm-figure gm-memory-categories" alt="memory by category over the step" '
-                   f'src="{png_data_uri(png)}">')
+    svg = categories_svg(report)
+    if svg is not None:
+        from gpumagic.render.page import chart_block
+
+        out.append('<div class="gm-memory-categories">' + chart_block(svg, CHART_ALT, "chart") + "</div>"
+                   f'<p class="gm-muted">{escape(CHART_CAPTION)}</p>')
     return "".join(out)
+
+
+#: How to read the chart (under it).
+CHART_CAPTION = ("Live bytes by category, stacked with parameters at the bottom; the key lists the bands from the "
+                 "top down, every other band is striped, and a band is named inside itself where it is tall enough. "
+                 "Dashed line: the peak of live bytes. Hover a band for its own peak.")
+#: The chart's text alternative.
+CHART_ALT = ("Live memory by category over the window, stacked with parameters at the bottom, with the peak "
+             "marked; the table above gives the numbers")
 
 
 def categories_text(report: Report) -> list[str]:

@@ -20,6 +20,7 @@ from gpumagic.render._format import (
     FIX_FLAVOR_LABEL,
     MISSING,
     SEVERITY_BADGE,
+    STAGES_NOTE,
     evidence_items,
     fmt_bytes,
     fmt_gain,
@@ -28,6 +29,7 @@ from gpumagic.render._format import (
     fmt_number,
     fmt_pct,
     fmt_us,
+    loader_stage_rows,
     path_shares,
     phase_medians,
     short_kernel_name,
@@ -62,6 +64,7 @@ def render_text(report: Report, width: int | None = None) -> str:
         _checklist(report, width),
         _breakdown(report, width),
         _phases(report, width),
+        _loader_stages(report, width),
         _critical_path(report, width),
         _kernels(report, width),
         operators_text(report, width),
@@ -174,6 +177,23 @@ def _phases(report: Report, width: int) -> str:
             on_gpu = f"  GPU {fmt_ms(gpu.get(p))}" if gpu else ""
             label = shorten(palette.PHASE_LABEL.get(p, p), label_w - 1)
             lines.append(f"  {label:<{label_w}}{fmt_ms(ms):>9} {fmt_pct(ms / total, 1):>7}  {bar:<{bar_chars}}{on_gpu}")
+    return "\n".join(lines)
+
+
+def _loader_stages(report: Report, width: int) -> str:
+    """Where a batch's loading time goes (``metrics.host.loader_stages``), when the capture timed it."""
+    rows = loader_stage_rows(report)
+    if not rows:
+        return ""
+    lines = wrap("DATA PIPELINE STAGES (where a batch's loading time goes)", width, subsequent="  ")
+    lines += wrap(STAGES_NOTE, width, "  ", "  ")
+    where_w = max(len(r[4]) for r in rows) + 2
+    label_w = max(12, min(40, width - ROW_FIXED - where_w - 4))
+    bar_chars = max(1, min(BAR_CHARS, width - ROW_FIXED - label_w - where_w))
+    for name, ms, pct, frac, where in rows:
+        bar = "\u2588" * round(frac * bar_chars) or "\u258f"
+        label = shorten(printable(name), label_w - 1)
+        lines.append(f"  {label:<{label_w}}{where:<{where_w}}{ms:>9} {pct:>7}  {bar}")
     return "\n".join(lines)
 
 

@@ -93,7 +93,7 @@ class ReportWidget:
             timeline,
             w.HTML(value=h.wrap(breakdown_html(report), style=False, framed=False)),
             w.HTML(value=h.wrap(h.kernels_html(report), style=False, framed=False)),
-            w.HTML(value=h.wrap(h.memory_html(report, images.memory_png, images.categories_png), style=False, framed=False)),
+            w.HTML(value=h.wrap(h.memory_html(report, images.memory_png), style=False, framed=False)),
             w.HTML(value=h.wrap(h.notes_html(report) + conditions_html(report), style=False, framed=False)),
         ]
         titles = list(TAB_TITLES)
