@@ -46,7 +46,8 @@ class CaptureOptions:
     ``loader_stages`` times each stage of a DataLoader iterated while recording, in the main process
     and in its workers (:mod:`gpumagic.capture.stages`); on by default.
     ``batch_size``: the batch the code trains on, when known: the ``out-of-memory`` finding then
-    estimates the largest batch that would fit. ``memory`` also turns on shapes and stacks, which
+    estimates the largest batch that would fit, and ``metrics.gpu.energy_j_per_sample`` is the energy
+    per step ÷ it. ``memory`` also turns on shapes and stacks, which
     torch's memory profile by category needs.
     ``modules`` wraps every ``nn.Module`` call in a range for ``metrics.modules``
     (:mod:`gpumagic.capture.modules`); it slows module calls, so it is off by default.

@@ -69,7 +69,7 @@ class _ProfileSteps:
         self.run = self.report = None
         self._start_at = None
         batch = getattr(args, "per_device_train_batch_size", None)
-        self._batch_size = batch if type(batch) is int and batch > 0 else None  # for the out-of-memory estimate
+        self._batch_size = batch if type(batch) is int and batch > 0 else None  # out-of-memory estimate, energy per sample
         if state.is_world_process_zero or self.all_ranks:
             self._start_at = state.global_step + self.skip
             if self.skip == 0:

@@ -60,7 +60,8 @@ class GpuProfileMagics(Magics):
               help="operators listed in the report's Operators table, by GPU time (default 20)")
     @argument("--stack", action="store_true", help="record Python call stacks (adds overhead)")
     @argument("--memory", action="store_true", help="record allocator events and memory by category (adds overhead)")
-    @argument("--batch-size", type=int, default=None, help="the batch size, for the out-of-memory finding's estimate")
+    @argument("--batch-size", type=int, default=None, help="the batch size, for the out-of-memory finding's estimate "
+              "and the energy per sample")
     @argument("--modules", action="store_true", help="time each nn.Module's forward and backward "
               "(metrics.modules, the Modules tab; slows module calls)")
     @argument("statement", nargs="*", help="line magic only: the statement to profile")
