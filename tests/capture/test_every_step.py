@@ -258,7 +258,10 @@ def test_energy_split_by_busy_time():
     assert gpu.idle_energy_frac == pytest.approx(0.2, abs=1e-3)  # idle 2 ms of every 10
     assert gpu.energy_j_per_sample is None
     d["gpumagic"]["capture"] = {"batch_size": 8}
-    assert analyze(d).metrics.gpu.energy_j_per_sample == pytest.approx(2.0 / 8, rel=1e-3)
+    report = analyze(d)
+    assert report.metrics.gpu.energy_j_per_sample == pytest.approx(2.0 / 8, rel=1e-3)
+    shown = "Energy 6 J, 2 J/step, 0.25 J/sample, 20 % idle"  # the header, text and HTML
+    assert shown in report.to_text(width=120).replace("\n ", " ") and "0.25 J/sample" in report.to_html()
 
 
 def test_a_plain_trace_has_no_energy():
@@ -268,5 +271,6 @@ def test_a_plain_trace_has_no_energy():
     tb.step(1, 0, 10_000)
     gpu = analyze(tb.to_dict()).metrics.gpu
     assert gpu.energy_j is None and gpu.energy_j_per_step is None and gpu.idle_energy_frac is None
+    assert "J/step" not in analyze(tb.to_dict()).to_text()
     assert "energy_j" not in analyze(tb.to_dict()).to_dict()["metrics"]["gpu"] or \
         analyze(tb.to_dict()).to_dict()["metrics"]["gpu"]["energy_j"] is None
