@@ -262,6 +262,8 @@ def test_energy_split_by_busy_time():
     assert report.metrics.gpu.energy_j_per_sample == pytest.approx(2.0 / 8, rel=1e-3)
     shown = "Energy 6 J, 2 J/step, 0.25 J/sample, 20 % idle"  # the header, text and HTML
     assert shown in report.to_text(width=120).replace("\n ", " ") and "0.25 J/sample" in report.to_html()
+    d["gpumagic"]["capture"] = {"batch_size": 8, "accumulation_steps": 2}  # 16 samples per optimizer step
+    assert analyze(d).metrics.gpu.energy_j_per_sample == pytest.approx(2.0 / 16, rel=1e-3)
 
 
 def test_a_plain_trace_has_no_energy():
