@@ -10,6 +10,7 @@ Public API::
     gpumagic.Profiler(...)                          # start()/stop() across cells
     gpumagic.history() -> History                   # the run history: table + chart
     gpumagic.monitor(interval_ms=1000)              # live GPU/CPU sparklines (also %gpumonitor)
+    gpumagic.TimeitResult                           # what %gputimeit -o NAME stores (for isinstance, annotations)
     %load_ext gpumagic  ->  %%gpuprofile, %gpuprofile
 
 Importing gpumagic registers nothing and imports neither numpy, torch nor IPython; those load
@@ -36,11 +37,12 @@ _LAZY = {
     "tune_dataloader": "gpumagic.capture.dataloader",
     "history": "gpumagic.tuning.runs",
     "monitor": "gpumagic.shells.monitor",
+    "TimeitResult": "gpumagic.capture.timeit",
 }
 
 __all__ = [
-    "Evidence", "Finding", "Fix", "GpumagicError", "Profiler", "Report", "Trace", "TraceError", "Window",
-    "__version__", "analyze", "analyze_job", "compare", "history", "load_ipython_extension", "load_trace", "monitor",
+    "Evidence", "Finding", "Fix", "GpumagicError", "Profiler", "Report", "TimeitResult", "Trace", "TraceError",
+    "Window", "__version__", "analyze", "analyze_job", "compare", "history", "load_ipython_extension", "load_trace", "monitor",
     "profile",
     "tune_dataloader", "unload_ipython_extension",
 ]

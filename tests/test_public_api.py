@@ -8,8 +8,8 @@ import pytest
 import gpumagic
 
 PUBLIC = {
-    "Evidence", "Finding", "Fix", "GpumagicError", "Profiler", "Report", "Trace", "TraceError", "Window",
-    "__version__", "analyze", "analyze_job", "compare", "history", "load_ipython_extension", "load_trace", "monitor",
+    "Evidence", "Finding", "Fix", "GpumagicError", "Profiler", "Report", "TimeitResult", "Trace", "TraceError",
+    "Window", "__version__", "analyze", "analyze_job", "compare", "history", "load_ipython_extension", "load_trace", "monitor",
     "profile",
     "tune_dataloader", "unload_ipython_extension",
 }
@@ -39,6 +39,20 @@ def test_gpumagic_compare_stays_the_function():
 
     importlib.import_module("gpumagic.tuning.comparison")
     assert callable(gpumagic.compare)
+
+
+def test_timeit_result_is_the_class_gputimeit_stores():
+    """``gpumagic.TimeitResult`` resolves lazily to the class ``%gputimeit -o`` stores, and naming it
+    loads neither torch nor IPython."""
+    code = ("import sys, gpumagic; from gpumagic.capture.timeit import TimeitResult; "
+            "assert gpumagic.TimeitResult is TimeitResult; "
+            "print(sorted(m for m in ('torch', 'IPython', 'ipywidgets', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    from gpumagic.capture.timeit import measure
+
+    result = measure("sum(range(10))", lambda: sum(range(10)), max_seconds=0.2)
+    assert isinstance(result, gpumagic.TimeitResult) and result.device == "cpu"
 
 
 def test_version_is_the_installed_metadata_and_the_cli_prints_it():

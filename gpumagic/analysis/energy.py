@@ -15,6 +15,12 @@ during which the GPU ran a kernel, copy or memset (``ctx.busy``): an estimate, s
 more while busy than while idle within one interval, which makes ``idle_energy_frac`` an upper
 bound on the idle share when both are in one interval and exact when the intervals are all busy
 or all idle.
+
+Energy per training sample is the energy per step ÷ the samples of one optimizer step on the
+primary GPU: the batch size the capture was told (``capture.batch_size``: ``--batch-size``,
+``batch_size=``, the Trainer's per-device batch) × the batches it accumulates
+(``capture.accumulation_steps``, default 1; the Trainer's ``gradient_accumulation_steps``). The
+trace alone holds neither.
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.oom import batch_size
 
 
 def fields(ctx: Context) -> dict[str, Any]:
-    """``GpuMetrics`` fields ``energy_j``, ``energy_j_per_step``, ``idle_energy_frac``,
-    ``energy_source`` (empty without NVML samples that give energy)."""
+    """``GpuMetrics`` fields ``energy_j``, ``energy_j_per_step``, ``energy_j_per_sample``,
+    ``idle_energy_frac``, ``energy_source`` (empty without NVML samples that give energy)."""
     s = ctx.trace.samples
     block = {} if s is None else s.gpu
     if "t_ns" not in block or "device" not in block:
@@ -74,5 +81,11 @@ def fields(ctx: Context) -> dict[str, Any]:
     held = inside > 0
     idle[held] = 1.0 - np.minimum(busy[held] / inside[held], 1.0)
     steps = len(ctx.step_bounds)
+    batch = batch_size(ctx.trace.meta)
+    if batch is not None:  # one optimizer step accumulates the gradients of this many batches
+        capture = ctx.trace.meta.get("capture")
+        k = capture.get("accumulation_steps", 1) if isinstance(capture, dict) else 1
+        batch = batch * k if type(k) is int and k >= 1 else None
     return {"energy_j": round(total, 4), "energy_j_per_step": round(total / steps, 4) if steps else None,
+            "energy_j_per_sample": round(total / steps / batch, 6) if steps and batch else None,
             "idle_energy_frac": round(float((energy * idle).sum()) / total, 4), "energy_source": source}

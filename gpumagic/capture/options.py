@@ -46,7 +46,9 @@ class CaptureOptions:
     ``loader_stages`` times each stage of a DataLoader iterated while recording, in the main process
     and in its workers (:mod:`gpumagic.capture.stages`); on by default.
     ``batch_size``: the batch the code trains on, when known: the ``out-of-memory`` finding then
-    estimates the largest batch that would fit. ``memory`` also turns on shapes and stacks, which
+    estimates the largest batch that would fit, and ``metrics.gpu.energy_j_per_sample`` is the energy
+    per step ÷ (it × ``accumulation_steps``, the batches whose gradients one optimizer step
+    accumulates; default 1). ``memory`` also turns on shapes and stacks, which
     torch's memory profile by category needs.
     ``modules`` wraps every ``nn.Module`` call in a range for ``metrics.modules``
     (:mod:`gpumagic.capture.modules`); it slows module calls, so it is off by default.
@@ -68,6 +70,7 @@ class CaptureOptions:
     top_ops: int = 20
     loader_stages: bool = True
     batch_size: int | None = None
+    accumulation_steps: int = 1
     modules: bool = False
 
     def __post_init__(self) -> None:
@@ -77,6 +80,7 @@ class CaptureOptions:
         _check_int("top_ops", self.top_ops, 0, MAX_COUNT)
         if self.batch_size is not None:
             _check_int("batch_size", self.batch_size, 1)
+        _check_int("accumulation_steps", self.accumulation_steps, 1)
         if self.max_seconds is not None:
             ok = isinstance(self.max_seconds, (int, float)) and not isinstance(self.max_seconds, bool)
             if not ok or not math.isfinite(self.max_seconds) or not 0 < self.max_seconds <= MAX_SECONDS_LIMIT:
@@ -120,6 +124,7 @@ class CaptureOptions:
             "profile_memory": self.memory,
             "loader_stages": self.loader_stages,
             "batch_size": self.batch_size,
+            "accumulation_steps": self.accumulation_steps,
             "modules": self.modules,
         }
 

@@ -34,6 +34,7 @@ from gpumagic.render._format import (
     windows_text,
 )
 from gpumagic.render.breakdown import breakdown_html
+from gpumagic.render.compile_notes import compile_html
 from gpumagic.render.modules import modules_html
 from gpumagic.render.operators import operators_html
 from gpumagic.render.page import chart_block, document, png_data_uri, wrap
@@ -422,7 +423,8 @@ def notes_html(report: Report) -> str:
         f"{fmt_number(None if t is None else t.events)} events"
         f" \u00b7 devices: {escape(devices)}</p>"
     )
+    compiled = compile_html(report)
     if not report.notes:
-        return "<p>Nothing to note: the capture was complete and the trace well formed.</p>" + facts
+        return "<p>Nothing to note: the capture was complete and the trace well formed.</p>" + compiled + facts
     items = "".join(f"<li>{escape(n)}</li>" for n in report.notes)
-    return f"<ul>{items}</ul>{facts}"
+    return f"<ul>{items}</ul>{compiled}{facts}"

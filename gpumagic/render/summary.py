@@ -56,6 +56,9 @@ def header_facts(report: Report) -> list[Fact]:
     shared = shared_machine_fact(m)
     if shared is not None:
         facts.append(shared)
+    energy = energy_fact(m)
+    if energy is not None:
+        facts.append(energy)
     bound = None if m is None or m.critical_path is None else m.critical_path.bound
     if bound is not None and bound.frac:
         facts.append(Fact("Bounded by", f"{bound.what}, {fmt_pct(bound.frac, 0)}",
@@ -83,6 +86,25 @@ def shared_machine_fact(m: Metrics | None) -> Fact | None:
     return Fact("Shared machine:", f"other processes used {m.host.other_busy_cores:.1f} of {m.host.usable_cores:g} cores",
                 "mean busy cores of other processes over the window: step times measured now will not hold "
                 "when their load changes")
+
+
+def energy_fact(m: Metrics | None) -> Fact | None:
+    """"Energy 6 J, 2 J/step, 0.25 J/sample, 20 % idle", with NVML energy
+    (``metrics.gpu.energy_j``, :mod:`gpumagic.analysis.energy`); per sample with a batch size."""
+    gpu = None if m is None else m.gpu
+    if gpu is None or gpu.energy_j is None:
+        return None
+    parts = [f"{gpu.energy_j:.3g} J"]
+    if gpu.energy_j_per_step is not None:
+        parts.append(f"{gpu.energy_j_per_step:.3g} J/step")
+    if gpu.energy_j_per_sample is not None:
+        parts.append(f"{gpu.energy_j_per_sample:.3g} J/sample")
+    if gpu.idle_energy_frac is not None:
+        parts.append(f"{fmt_pct(gpu.idle_energy_frac)} idle")
+    source = {"counter": "its total-energy counter", "power": "its power samples"}.get(gpu.energy_source or "", "NVML")
+    return Fact("Energy", ", ".join(parts),
+                f"the main GPU's energy over the window, from {source} (NVML); per sample: per step \u00f7 the "
+                "batch size given (--batch-size); idle: the share used while no kernel, copy or memset ran")
 
 
 def _window_hint(m: Metrics | None) -> str:

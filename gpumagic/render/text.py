@@ -37,6 +37,7 @@ from gpumagic.render._format import (
     windows_text,
 )
 from gpumagic.render._width import resolve_width, shorten, wrap
+from gpumagic.render.compile_notes import compile_text
 from gpumagic.render.modules import modules_text
 from gpumagic.render.operators import operators_text
 from gpumagic.render.summary import NO_FINDINGS, header_facts, title_line, top_finding
@@ -270,9 +271,10 @@ def _memory(report: Report, width: int) -> str:
 
 
 def _notes(report: Report, width: int) -> str:
-    if not report.notes:
+    compiled = compile_text(report, width)
+    if not report.notes and not compiled:
         return ""
     lines = ["NOTES"]
     for n in report.notes:
         lines += wrap(printable(n), width, "  - ", "    ")
-    return "\n".join(lines)
+    return "\n".join(lines + compiled)

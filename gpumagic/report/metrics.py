@@ -195,6 +195,10 @@ class GpuMetrics(Record, frozen=True):
                                          "counter where the device has one, else the integral of its power samples; "
                                          "null without NVML samples")] = None
     energy_j_per_step: Annotated[float | None, _d("energy_j ÷ the recorded steps (J); null without steps or energy")] = None
+    energy_j_per_sample: Annotated[float | None, _d("energy_j_per_step ÷ (the batch size the capture was told, "
+                                                    "capture.batch_size, × capture.accumulation_steps, batches per "
+                                                    "optimizer step) (J per training sample); null without a batch "
+                                                    "size, steps or energy")] = None
     idle_energy_frac: Annotated[float | None, _d("share of energy_j used while the GPU was idle (0..1): each sampling "
                                                  "interval's energy split by the share of it the GPU was idle")] = None
     energy_source: Annotated[str | None, _d("'counter' (nvmlDeviceGetTotalEnergyConsumption) or 'power' "

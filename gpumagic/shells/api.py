@@ -86,7 +86,8 @@ class profile:
     ``nvml``, ``cpu`` (the samplers), ``shapes``, ``flops`` (FLOP counts, shapes too), ``stack``, ``memory``
     (allocations and memory by category; shapes and stacks too), ``loader_stages`` (time the
     DataLoader's stages, default True), ``batch_size`` (for the ``out-of-memory`` finding's
-    largest-batch estimate), ``modules`` (time per ``nn.Module``: ``metrics.modules``; slows module
+    largest-batch estimate and ``metrics.gpu.energy_j_per_sample``), ``accumulation_steps``
+    (batches per optimizer step, default 1, for the energy per sample), ``modules`` (time per ``nn.Module``: ``metrics.modules``; slows module
     calls), ``save`` (bundle path),
     ``display`` (None: only in a notebook).
     A decorated function keeps its return value; its latest run is ``func.last_run``.

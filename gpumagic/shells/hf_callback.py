@@ -59,6 +59,7 @@ class _ProfileSteps:
         self._profiler = None
         self._start_at: int | None = None  # global step after which recording starts; None: not profiling
         self._batch_size: int | None = None  # the TrainingArguments' per-device batch, for the capture
+        self._accumulation = 1  # its gradient_accumulation_steps: batches per optimizer step
 
     @property
     def is_recording(self) -> bool:
@@ -69,7 +70,9 @@ class _ProfileSteps:
         self.run = self.report = None
         self._start_at = None
         batch = getattr(args, "per_device_train_batch_size", None)
-        self._batch_size = batch if type(batch) is int and batch > 0 else None  # for the out-of-memory estimate
+        self._batch_size = batch if type(batch) is int and batch > 0 else None  # out-of-memory estimate, energy per sample
+        accumulation = getattr(args, "gradient_accumulation_steps", 1)
+        self._accumulation = accumulation if type(accumulation) is int and accumulation > 0 else 1
         if state.is_world_process_zero or self.all_ranks:
             self._start_at = state.global_step + self.skip
             if self.skip == 0:
@@ -99,6 +102,7 @@ class _ProfileSteps:
         options = dict(self.options)
         if self._batch_size is not None:
             options.setdefault("batch_size", self._batch_size)
+            options.setdefault("accumulation_steps", self._accumulation)
         profiler = Profiler(display=False, label=self.label, skip=0, steps=self.steps, **options)
         profiler.record = False  # _finish records the report with its TrainingArguments fixes
         try:

@@ -60,7 +60,10 @@ class GpuProfileMagics(Magics):
               help="operators listed in the report's Operators table, by GPU time (default 20)")
     @argument("--stack", action="store_true", help="record Python call stacks (adds overhead)")
     @argument("--memory", action="store_true", help="record allocator events and memory by category (adds overhead)")
-    @argument("--batch-size", type=int, default=None, help="the batch size, for the out-of-memory finding's estimate")
+    @argument("--batch-size", type=int, default=None, help="the batch size, for the out-of-memory finding's estimate "
+              "and the energy per sample")
+    @argument("--accumulation-steps", type=int, default=1, help="batches per optimizer step (gradient "
+              "accumulation), for the energy per sample (default 1)")
     @argument("--modules", action="store_true", help="time each nn.Module's forward and backward "
               "(metrics.modules, the Modules tab; slows module calls)")
     @argument("statement", nargs="*", help="line magic only: the statement to profile")
@@ -205,7 +208,7 @@ def _capture_options(args) -> CaptureOptions:
             max_seconds=args.max_seconds, interval_ms=args.interval_ms, nvml=not args.no_nvml,
             shapes=args.shapes, stack=args.stack, memory=args.memory, save=args.save,
             flops=args.flops, top_ops=args.top_ops, loader_stages=not args.no_loader_stages,
-            batch_size=args.batch_size, modules=args.modules)
+            batch_size=args.batch_size, accumulation_steps=args.accumulation_steps, modules=args.modules)
     except CaptureError as exc:
         raise UsageError(f"%gpuprofile: {exc}") from None
 

@@ -129,3 +129,21 @@ def test_in_a_notebook_cell_the_break_names_the_cells_line(shell):
     c = shell.user_ns["rep"].metrics.compile
     assert c.graph_breaks >= 1 and c.recompiles == 0
     assert [r.line for r in c.break_reasons if r.file] == [4]  # the cell's 4th line: the print
+
+
+def test_the_notes_list_what_torch_compile_did():
+    """The report's Notes (text and HTML) carry metrics.compile: compile time in the window and
+    over the cell, the counts, and each reason with its line."""
+    report = gpumagic.analyze(compiled_trace())
+    text = report.to_text(width=100)
+    notes = text[text.index("NOTES"):]
+    assert "torch.compile: compiling 30.0 ms in the window (35.0 ms over the cell); 3 graph breaks; 2 recompiles" \
+        in notes.replace("\n    ", " ")
+    assert "graph break ×3: Failed to trace builtin operator" in notes and "(train.py:12)" in notes
+    assert "recompile ×2: tensor 'x' size mismatch at index 0. expected 4, actual 5 (train.py:10)" in notes
+    html = report.to_html()
+    block = html[html.index('class="gm-compile"'):]
+    assert "3 graph breaks; 2 recompiles" in block and "train.py:12" in block and "size mismatch" in block
+    plain = compiled_trace()
+    del plain["gpumagic"]
+    assert "torch.compile:" not in gpumagic.analyze(plain).to_text() and "gm-compile" not in gpumagic.analyze(plain).to_html()

@@ -219,6 +219,20 @@ def test_energy_from_a_fake_nvml(train, counter):
     assert gpu.energy_j > 0 and gpu.energy_j_per_step == pytest.approx(gpu.energy_j / run.report.metrics.steps.count,
                                                                        rel=1e-3)
     assert gpu.idle_energy_frac == 1.0  # no kernel ran (CPU torch): every joule was spent idle
+    assert gpu.energy_j_per_sample is None  # no batch size told
+
+
+def test_energy_per_sample_from_the_batch_size_told(train):
+    fake = CountingNvml(True)
+    session = CaptureSession(CaptureOptions(interval_ms=10, batch_size=4), nvml_backend=fake,
+                             nvml_devices=[(0, "x")])
+    session.start()
+    train(8)
+    run = session.finish()
+    gpu = run.report.metrics.gpu
+    assert gpu.energy_j_per_step > 0
+    assert gpu.energy_j_per_sample == pytest.approx(gpu.energy_j_per_step / 4, rel=1e-3)
+    assert run.report.to_dict()["metrics"]["gpu"]["energy_j_per_sample"] == gpu.energy_j_per_sample
 
 
 def test_energy_split_by_busy_time():
@@ -242,6 +256,14 @@ def test_energy_split_by_busy_time():
     assert gpu.energy_j == pytest.approx(200.0 * 0.030, rel=1e-3)  # 200 W over the 30 ms window
     assert gpu.energy_j_per_step == pytest.approx(2.0, rel=1e-3)
     assert gpu.idle_energy_frac == pytest.approx(0.2, abs=1e-3)  # idle 2 ms of every 10
+    assert gpu.energy_j_per_sample is None
+    d["gpumagic"]["capture"] = {"batch_size": 8}
+    report = analyze(d)
+    assert report.metrics.gpu.energy_j_per_sample == pytest.approx(2.0 / 8, rel=1e-3)
+    shown = "Energy 6 J, 2 J/step, 0.25 J/sample, 20 % idle"  # the header, text and HTML
+    assert shown in report.to_text(width=120).replace("\n ", " ") and "0.25 J/sample" in report.to_html()
+    d["gpumagic"]["capture"] = {"batch_size": 8, "accumulation_steps": 2}  # 16 samples per optimizer step
+    assert analyze(d).metrics.gpu.energy_j_per_sample == pytest.approx(2.0 / 16, rel=1e-3)
 
 
 def test_a_plain_trace_has_no_energy():
@@ -251,5 +273,6 @@ def test_a_plain_trace_has_no_energy():
     tb.step(1, 0, 10_000)
     gpu = analyze(tb.to_dict()).metrics.gpu
     assert gpu.energy_j is None and gpu.energy_j_per_step is None and gpu.idle_energy_frac is None
+    assert "J/step" not in analyze(tb.to_dict()).to_text()
     assert "energy_j" not in analyze(tb.to_dict()).to_dict()["metrics"]["gpu"] or \
         analyze(tb.to_dict()).to_dict()["metrics"]["gpu"]["energy_j"] is None

@@ -16,6 +16,7 @@ from gpumagic.capture.steps import StepAction, marker_name, step_action
 @pytest.mark.parametrize("kwargs, fragment", [
     ({"skip": -1}, "skip must be an integer >= 0"),
     ({"steps": 0}, "steps must be an integer >= 1"),
+    ({"accumulation_steps": 0}, "accumulation_steps must be an integer >= 1"),
     ({"steps": 2.5}, "steps must be an integer"),
     ({"skip": True}, "skip must be an integer"),
     ({"interval_ms": 5}, "interval_ms must be an integer >= 10"),
@@ -48,6 +49,8 @@ def test_describe_reports_the_effective_window():
     assert (d["skip"], d["steps"], d["record_shapes"], d["with_stack"]) == (2, 3, True, False)
     d = CaptureOptions(flops=True).describe()
     assert (d["record_shapes"], d["with_flops"]) == (True, True)  # FLOP counts need the shapes
+    d = CaptureOptions(batch_size=8, accumulation_steps=4).describe()
+    assert (d["batch_size"], d["accumulation_steps"]) == (8, 4)  # what the energy per sample reads
 
 
 def test_default_window_actions():
@@ -72,3 +75,13 @@ def test_window_opens_once_records_count_steps_and_stops_once(first, count, extr
 
 def test_marker_names_are_torchs():
     assert marker_name(3) == "ProfilerStep#3"
+
+
+def test_the_magic_passes_batch_size_and_accumulation_steps_to_the_capture():
+    from IPython.core.magic_arguments import parse_argstring
+
+    from gpumagic.shells.magic import GpuProfileMagics, _capture_options
+
+    options = _capture_options(parse_argstring(GpuProfileMagics.gpuprofile, "--batch-size 8 --accumulation-steps 4"))
+    assert (options.batch_size, options.accumulation_steps) == (8, 4)
+    assert _capture_options(parse_argstring(GpuProfileMagics.gpuprofile, "")).accumulation_steps == 1

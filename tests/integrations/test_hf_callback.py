@@ -46,8 +46,10 @@ def test_records_steps_after_warmup_and_phrases_fixes_as_training_arguments(Call
 
 def test_skip_zero_records_from_the_start(Callback, make_trainer):
     callback = Callback(skip=0, steps=2, display=False)
-    make_trainer(callback, max_steps=4, item_s=0).train()
+    make_trainer(callback, max_steps=4, item_s=0, gradient_accumulation_steps=2).train()
     assert callback.report.metrics["steps"]["count"] == 2
+    # the Trainer's batch and accumulation reach the capture (out-of-memory estimate, energy per sample)
+    assert (callback.run.options.batch_size, callback.run.options.accumulation_steps) == (8, 2)
 
 
 def test_training_shorter_than_asked_ends_the_recording(Callback, make_trainer):

@@ -230,3 +230,35 @@ def test_issue14_findings_have_trainer_settings():
     out = huggingface_fixes(_report(_finding("small-transfers"), _finding("elementwise-bound")), fields=OLD_FIELDS)
     assert "dataloader_pin_memory=True" in out.finding("small-transfers").fixes[0].code
     assert "torch_compile=True" in out.finding("elementwise-bound").fixes[0].code
+
+
+def test_step_outliers_from_saves_and_evaluations_become_save_and_eval_steps(tmp_path):
+    """A step stalled by a checkpoint save or an evaluation: save_steps / eval_steps doubled, and the
+    settings pasted into the installed transformers' TrainingArguments pass its own checks (with
+    load_best_model_at_end, save_steps must stay a multiple of eval_steps)."""
+    from everystep_blocks import outlier_bundle
+
+    transformers = pytest.importorskip("transformers")
+
+    def args(**kw):
+        return transformers.TrainingArguments(output_dir=str(tmp_path), report_to="none", **kw)
+
+    saved = gpumagic.analyze(outlier_bundle("torch.save"))
+    assert saved.finding("step-outliers").evidence.numbers["explained_by_torch_save"] == 1
+    f = huggingface_fixes(saved, training_args=args(save_strategy="steps", save_steps=250)).finding("step-outliers")
+    assert f.fixes[0].flavor == "huggingface" and f.fixes[0].code == "TrainingArguments(..., save_steps=500)"
+    assert "save_only_model=True" in f.fixes[0].description
+    assert [x.flavor for x in f.fixes[1:]] == ["pytorch"]  # the threaded save stays for a plain loop
+    best = dict(eval_strategy="steps", eval_steps=100, save_strategy="steps", save_steps=300, load_best_model_at_end=True)
+    f = huggingface_fixes(gpumagic.analyze(outlier_bundle("eval")), training_args=args(**best)).finding("step-outliers")
+    assert f.fixes[0].code == "TrainingArguments(..., eval_steps=200, save_steps=600)"
+    args(**{**best, "eval_steps": 200, "save_steps": 600})  # accepted: 600 is a multiple of 200
+    plain = dict(eval_strategy="steps", eval_steps=0.1)
+    f = huggingface_fixes(gpumagic.analyze(outlier_bundle("eval")), training_args=args(**plain)).finding("step-outliers")
+    assert f.fixes[0].code == "TrainingArguments(..., eval_steps=0.2)"
+    for kind, kw in (("eval", {"eval_strategy": "epoch"}), ("torch.save", {"save_strategy": "epoch"}),
+                     ("gc", {"save_strategy": "steps", "save_steps": 250})):
+        f = huggingface_fixes(gpumagic.analyze(outlier_bundle(kind)), training_args=args(**kw)).finding("step-outliers")
+        assert [x.flavor for x in f.fixes] == ["pytorch"] * len(f.fixes)  # no interval to change, or no save
+    f = huggingface_fixes(saved).finding("step-outliers")  # without the run's arguments: nothing to double
+    assert all(x.flavor == "pytorch" for x in f.fixes)

@@ -157,6 +157,50 @@ def _host_sync(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
                    ".item() every step too")]
 
 
+def _step_outliers(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    """Saves and evaluations that stalled steps, made half as often: the Trainer saves a checkpoint
+    every ``save_steps`` and evaluates every ``eval_steps`` optimizer steps when the strategy is
+    ``"steps"`` (TrainingArguments docs, "Checkpointing & Saving", "Evaluation"); a number below 1
+    is a share of the total steps. ``load_best_model_at_end=True`` needs ``save_steps`` a multiple
+    of ``eval_steps`` (unless ``save_strategy="best"``): doubling both keeps it. Nothing without the run's arguments, or with an
+    ``"epoch"``/``"best"`` strategy (the interval is not a number to change)."""
+    numbers = f.evidence.numbers
+    saves, evals = numbers.get("explained_by_torch_save"), numbers.get("explained_by_eval")
+    save_every = _doubled(current, "save_strategy", "save_steps")
+    eval_every = _doubled(current, "eval_strategy", "eval_steps")
+    save_strategy = _current(current, "save_strategy", None)
+    load_best = (_current(current, "load_best_model_at_end", False) is True
+                 and getattr(save_strategy, "value", save_strategy) != "best")  # "best" needs no multiple
+    out = []
+    if saves and save_every is not None:
+        out.append(Advice(f"Checkpoint saves stalled {saves} of these steps: save half as often (save_steps counts "
+                          "optimizer steps)", {"save_steps": save_every},
+                          "a crash then loses up to twice as many steps; save_only_model=True writes a smaller "
+                          "checkpoint (no optimizer, scheduler or RNG state), but training cannot resume from it"))
+    if evals and eval_every is not None and (not load_best or save_every is not None):
+        settings: dict[str, Any] = {"eval_steps": eval_every}
+        if load_best:
+            settings["save_steps"] = save_every  # load_best_model_at_end: save_steps a multiple of eval_steps
+        out.append(Advice(f"Evaluation ran inside {evals} of these steps: evaluate half as often (eval_steps counts "
+                          "optimizer steps)", settings,
+                          "the evaluation metrics come half as often; a smaller eval_dataset (a fixed subset) "
+                          "shortens each evaluation" + ("; save_steps doubles with it, as load_best_model_at_end "
+                                                        "needs it a multiple of eval_steps" if load_best else "")))
+    return out
+
+
+def _doubled(current: Any, strategy: str, steps: str) -> int | float | None:
+    """Twice the run's ``steps`` interval where ``strategy`` is ``"steps"``: an integer number of
+    steps, or a share of the run below 1 (None when doubling would reach the whole run)."""
+    chosen = _current(current, strategy, None)
+    value = _current(current, steps, None)
+    if getattr(chosen, "value", chosen) != "steps" or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if value >= 1 and value == int(value):
+        return 2 * int(value)
+    return 2 * value if 0 < value < 0.5 else None
+
+
 ADVICE = {
     "dataloader-bound": _dataloader,
     "pageable-memcpy": _pinned,
@@ -173,6 +217,7 @@ ADVICE = {
     "elementwise-bound": _launch,
     "low-compute-efficiency": _bigger_batch,
     "too-small-for-gpu": _bigger_batch,
+    "step-outliers": _step_outliers,
 }
 
 

@@ -83,7 +83,8 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     steps = ", ".join(str(o.index) for o in sorted(outliers, key=lambda o: o.index)[:12])
     told = "; ".join(_told(o) for o in sorted(outliers, key=lambda o: -o.ms)[:3])
     unexplained = [o for o in outliers if sum(c.ms for c in o.causes) < EXPLAINED * o.excess_ms]
-    explains = {c.kind for o in outliers for c in o.causes if c.ms >= EXPLAINED * o.excess_ms}
+    explained = Counter(k for o in outliers for k in {c.kind for c in o.causes if c.ms >= EXPLAINED * o.excess_ms})
+    explains = set(explained)
     fixes: list[Fix] = []
     if "gc" in explains:
         fixes.append(pytorch("Garbage-collection pauses: freeze the long-lived objects once set-up is done, so that "
@@ -116,7 +117,8 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
                  f"Coinciding: {seen} ({told})."),
         numbers={"outliers": len(outliers), "worst_ms": round(worst.ms, 4), "median_ms": round(median, 4),
                  "excess_ms": round(excess, 4), "excess_frac_after_recording": round(share, 4),
-                 "worst_index": worst.index, **{f"with_{k.replace('.', '_')}": n for k, n in kinds.items()}},
+                 "worst_index": worst.index, **{f"with_{k.replace('.', '_')}": n for k, n in kinds.items()},
+                 **{f"explained_by_{k.replace('.', '_')}": n for k, n in explained.items()}},
         est_gain=0.0, gain_method="none inside the recorded window (the outliers fall after it); "
                                   "excess_frac_after_recording is their share of the later steps",
         fixes=tuple(fixes), doc_url=DOC,
