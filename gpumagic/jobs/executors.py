@@ -190,8 +190,9 @@ def run_dask(paths: Sequence[str], client, progress: Progress | None = None, *,
 
     A worker that dies costs at most the rank it was on: the scheduler gives its tasks to the
     other workers, a task that comes back as ``KilledWorker`` (it was on workers that died
-    ``distributed.scheduler.allowed-failures`` times, perhaps only queued there) is run once more,
-    and only a rank that fails again is reported with that error. A cluster with no worker at the start, or whose workers all
+    ``distributed.scheduler.allowed-failures`` times, perhaps only queued there) is run once more
+    when the others are done, alone on the cluster, one such rank at a time, and only a rank that
+    fails again is reported with that error. A cluster with no worker at the start, or whose workers all
     died, is waited on for ``wait_s`` seconds (default :func:`dask_wait_s`), then a
     :class:`~gpumagic.errors.GpumagicError` names the scheduler and the wait.
     """
@@ -205,41 +206,44 @@ def run_dask(paths: Sequence[str], client, progress: Progress | None = None, *,
         raise GpumagicError(f"the Dask scheduler at {address} has no worker: waited {wait_s:g} s for one "
                             f"({type(exc).__name__}); start workers (dask worker {address}) or set {DASK_WAIT_ENV}") from None
     targets = [for_workers(p) for p in paths]
-    futures = client.map(summarize, targets, pure=False)
-    index = {f.key: i for i, f in enumerate(futures)}
     results: dict[int, RankSummary] = {}
-    retried: set[int] = set()
-    pending = dask_completed(futures)
-    no_worker_since: float | None = None
-    try:
-        while not pending.is_empty():
-            batch = pending.next_batch(block=False) if pending.has_ready() else []
-            if not batch:
-                no_worker_since = _still_no_worker(client, no_worker_since, wait_s, address, len(paths) - len(results))
-                time.sleep(_POLL_S)
-                continue
-            no_worker_since = None
-            for fut in batch:
-                i = index[fut.key]
-                error = fut.exception() if fut.status == "error" else None
-                if error is not None and type(error).__name__ == "KilledWorker" and i not in retried:
-                    # a rank only queued on a worker that another rank killed is charged with that death
-                    # too (the scheduler counts every task the worker held): run it once more on its own;
-                    # a rank that kills a second worker is the one reported
-                    retried.add(i)
-                    again = client.submit(summarize, targets[i], pure=False)
-                    index[again.key] = i
-                    pending.add(again)
-                elif error is not None:  # the worker raised or died: say so for this rank, keep the others
-                    results[i] = crashed(paths[i], error)
-                else:
-                    results[i] = fut.result()
-                fut.release()
-                _tick(progress, len(results), len(paths))
-    except BaseException:
-        with contextlib.suppress(Exception):
-            client.cancel(futures)
-        raise
+    suspects: list[int] = []  # ranks that came back KilledWorker: run again, one at a time
+
+    def drain(futures: list, index: dict, retry: bool) -> None:
+        pending = dask_completed(futures)
+        no_worker_since: float | None = None
+        try:
+            while not pending.is_empty():
+                batch = pending.next_batch(block=False) if pending.has_ready() else []
+                if not batch:
+                    no_worker_since = _still_no_worker(client, no_worker_since, wait_s, address, len(paths) - len(results))
+                    time.sleep(_POLL_S)
+                    continue
+                no_worker_since = None
+                for fut in batch:
+                    i = index[fut.key]
+                    error = fut.exception() if fut.status == "error" else None
+                    if error is not None and type(error).__name__ == "KilledWorker" and retry:
+                        # a rank only queued on a worker that another rank killed is charged with that
+                        # death too (the scheduler counts every task the worker held)
+                        suspects.append(i)
+                    elif error is not None:  # the worker raised or died: say so for this rank, keep the others
+                        results[i] = crashed(paths[i], error)
+                    else:
+                        results[i] = fut.result()
+                    fut.release()
+                    _tick(progress, len(results), len(paths))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                client.cancel(futures)
+            raise
+
+    futures = client.map(summarize, targets, pure=False)
+    drain(futures, {f.key: i for i, f in enumerate(futures)}, retry=True)
+    # each suspect alone on the cluster: only a rank that kills its worker by itself is reported
+    for i in sorted(suspects):
+        again = client.submit(summarize, targets[i], pure=False)
+        drain([again], {again.key: i}, retry=False)
     return [results[i] for i in range(len(paths))]
 
 
