@@ -40,9 +40,9 @@ class SharedLab:
         return path
 
     def lab_url(self, name: str, notebook: str) -> str:
-        """JupyterLab on ``name/notebook`` in a workspace of the module's own: no document another
-        module left open is restored beside it."""
-        return f"{self.url}/lab/workspaces/{name}/tree/{name}/{notebook}"
+        """JupyterLab on ``name/notebook`` in a workspace of that notebook's own: no document another
+        test left open is restored beside it (and made the current one)."""
+        return f"{self.url}/lab/workspaces/{name}-{notebook.rsplit('.', 1)[0]}/tree/{name}/{notebook}"
 
 
 @pytest.fixture(scope="session")
