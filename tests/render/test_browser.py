@@ -24,7 +24,7 @@ from browser_helpers import (
     TIMELINE_TEXT_JS,
     VISIBLE_REPORTS_JS,
     chromium,
-    jupyter_server,
+    shutdown_kernels,
     skip_unless_ready,
 )
 from nb_helpers import notebook
@@ -67,14 +67,12 @@ def _notebook() -> dict:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """A token-less JupyterLab on 127.0.0.1 serving a temp root holding the notebook."""
-    home = tmp_path_factory.mktemp("lab")
-    root = home / "root"
-    root.mkdir()
+def lab(shared_lab):
+    """The session's JupyterLab (conftest.py), with this module's notebook in a folder of its own."""
+    root = shared_lab.folder("browser")
     (root / "gpumagic_report.ipynb").write_text(json.dumps(_notebook()))
-    with jupyter_server(home, root) as url:
-        yield url, root
+    yield shared_lab.lab_url("browser", "gpumagic_report.ipynb"), root
+    shutdown_kernels(shared_lab.url)
 
 
 @pytest.fixture(autouse=True)
@@ -115,7 +113,7 @@ def test_live_widget_shows_checklist_and_timeline(lab, page):
     if not hasattr(Report, "_repr_mimebundle_"):
         pytest.skip("Report._repr_mimebundle_ is not wired to gpumagic.render.display yet")
     url, root = lab
-    page.goto(f"{url}/lab/tree/gpumagic_report.ipynb")
+    page.goto(url)
     _run_all_cells(page)
 
     widget = page.locator(".gpumagic-widget")

@@ -15,6 +15,8 @@ Screenshots: ``$GPUMAGIC_TEST_ARTIFACTS/layout_<page>_<theme>_<width>.png``.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from browser_helpers import ARTIFACTS, CLIPPED_JS, CONTRAST_JS, TIMELINE_TEXT_JS, chromium, skip_unless_ready
 from render_helpers import analysed
@@ -183,3 +185,56 @@ def test_timeline_labels_read_at_every_width_and_a_window_link_highlights_its_ba
             if where == "document":
                 assert sideways <= 0, f"{theme}, {width} px: the page scrolls sideways by {sideways} px"
             assert (hidden, shown) == ("0", "1") and in_view, f"{where}, {theme}, {width} px: the window link did not show its band"
+
+
+@pytest.fixture(scope="module")
+def job_page(tmp_path_factory):
+    """The job's self-contained HTML page (``Job.to_html``) of 4 A100 ranks with a straggler and a
+    missing rank, built from tests/data as tests/jobs/test_job_render.py builds it."""
+    from jobbuilder import DELAY_US, JITTER_US, STRAGGLER, build_job
+
+    from gpumagic.jobs import analyze_job
+
+    root = tmp_path_factory.mktemp("job")
+    paths = build_job(root / "ranks", ranks=4, straggler=STRAGGLER, delay_us=DELAY_US, jitter_us=JITTER_US)
+    job = analyze_job([*map(str, paths), str(root / "missing" / "rank4.json.gz")], jobs=1, label="nightly")
+    path = root / "job.html"
+    path.write_text(job.to_html(), encoding="utf-8")
+    return path, len(job.ranks)
+
+
+#: Per rank row of the job's table: the boxes of its cells, and whether the column headers show.
+JOB_TABLE_JS = """() => { const t = document.querySelector('table.gm-stack');
+  return {head: t.tHead.checkVisibility(), rows: [...t.tBodies[0].rows].map(tr => [...tr.cells].map(td => {
+    const r = td.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, label: getComputedStyle(td, '::before').content}; }))}; }"""
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_job_page_at_360_px_stacks_its_rank_table_and_reads(browser, job_page, theme):
+    """Issue 26 on the job's HTML page at 360 px: the per-rank table stacks (no column headers,
+    one card per rank, each cell under the one before it and labelled with its column), nothing
+    reaches past the report's edge, the page does not scroll sideways, every text is ≥ 4.5:1."""
+    path, ranks = job_page
+    page = browser.new_page(viewport={"width": 360, "height": 900}, color_scheme=theme)
+    try:
+        page.goto(path.as_uri())
+        page.locator(".gpumagic-report").first.wait_for(state="visible")
+        for details in page.locator("details").all():
+            details.evaluate("d => d.open = true")
+        table = page.evaluate(JOB_TABLE_JS)
+        clipped = page.evaluate(CLIPPED_JS, ".gpumagic-report")
+        sideways = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+        results = page.evaluate(CONTRAST_JS, ".gpumagic-report")
+        page.screenshot(path=str(ARTIFACTS / f"layout_job_{theme}_360.png"), full_page=True)
+    finally:
+        page.close()
+    assert not table["head"] and len(table["rows"]) == ranks, table
+    for cells in table["rows"]:
+        assert all(b["top"] >= a["bottom"] - 1 for a, b in itertools.pairwise(cells)), f"{theme}: a rank's cells side by side: {cells}"
+        assert all(c["label"] not in ("none", "normal", "") for c in cells), f"{theme}: a stacked cell does not name its column: {cells}"
+    assert clipped == [], f"job, {theme}, 360 px: {clipped}"
+    assert sideways <= 0, f"job, {theme}, 360 px: the page scrolls sideways by {sideways} px"
+    assert len(results) > 20
+    low = [r for r in results if r["ratio"] < MIN_CONTRAST]
+    assert low == [], f"job, {theme}: " + "; ".join(
+        f"{r['ratio']:.2f}:1 {r['tag']} {r['text']!r} ({r['color']} on {r['bg']})" for r in low[:8])
