@@ -20,11 +20,11 @@ is worked out by the job analysis (:mod:`gpumagic.jobs.messages`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import msgspec
 import numpy as np
 
+from gpumagic.trace import schema
 from gpumagic.trace.columns import times_ok
 from gpumagic.trace.ops import _as_int
 
@@ -62,13 +62,7 @@ class _Ev(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
     args: _Args = _NO_ARGS
 
 
-class _Other(msgspec.Struct, gc=False, tag_field="ph"):
-    """Every other phase: checked and skipped."""
-
-
-_SKIP = tuple(msgspec.defstruct(f"_CommSkip{ord(t)}", [], bases=(_Other,), tag=t, module=__name__)
-              for t in "iMsfBEIbneCtPONDVvRc(")
-_Event = Union.__getitem__((_Ev, *_SKIP))
+_Event = schema.event_union(_Ev)  # every other phase: checked and skipped
 
 
 class _File(msgspec.Struct):

@@ -15,11 +15,11 @@ rule (:func:`from_sequence_numbers`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import msgspec
 import numpy as np
 
+from gpumagic.trace import schema
 from gpumagic.trace.columns import as_int
 
 #: The name prefix of gpumagic's per-module ranges (``gpumagic::module PATH (Type)``).
@@ -87,13 +87,7 @@ class _SeqOp(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
     args: _SeqArgs = _NO_SEQ
 
 
-class _Other(msgspec.Struct, gc=False, tag_field="ph"):
-    """Every other phase: checked and skipped."""
-
-
-_SKIP = tuple(msgspec.defstruct(f"_SeqSkip{ord(t)}", [], bases=(_Other,), tag=t, module=__name__)
-              for t in "iMsfBEIbneCtPONDVvRc(")
-_SeqEvent = Union.__getitem__((_SeqOp, *_SKIP))
+_SeqEvent = schema.event_union(_SeqOp)  # every other phase: checked and skipped
 
 
 class _SeqFile(msgspec.Struct):

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import numpy as np
 
+from gpumagic.trace import schema
 from gpumagic.trace.columns import Part, json_column, pick, times_ok
 
 #: The byte strings whose presence means the file recorded shapes or FLOPs (a fast search
@@ -61,13 +62,7 @@ class _Op(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
     args: _OpArgs = _NO_ARGS
 
 
-class _Other(msgspec.Struct, gc=False, tag_field="ph"):
-    """Every other phase: checked and skipped."""
-
-
-_SKIP = tuple(msgspec.defstruct(f"_Skip{ord(t)}", [], bases=(_Other,), tag=t, module=__name__)
-              for t in "iMsfBEIbneCtPONDVvRc(")
-_Event = Union.__getitem__((_Op, *_SKIP))
+_Event = schema.event_union(_Op)  # every other phase: checked and skipped
 
 
 class _File(msgspec.Struct):

@@ -145,19 +145,21 @@ def _skipped(tag: str) -> type:
 _SKIPPED = {tag: _skipped(tag) for tag in "XiMsf" + _OTHER_PHASES}
 
 
-def _union(*kept: type[msgspec.Struct]) -> Any:
-    """The tagged union of ``kept`` and a field-less type for every other phase."""
+def event_union(*kept: type[msgspec.Struct]) -> Any:
+    """The tagged union of ``kept`` (structs tagged on ``ph``) and a field-less type for every other
+    phase: a decoder of it reads only the kept phases' fields (also :mod:`~gpumagic.trace.ops`,
+    :mod:`~gpumagic.trace.comms`, :mod:`~gpumagic.trace.links`)."""
     tags = {t.__struct_config__.tag for t in kept}
     return Union.__getitem__((*kept, *(t for tag, t in _SKIPPED.items() if tag not in tags)))
 
 
 #: Every event the analysis reads, flows included (``load`` of a dict or of these structs).
-Event = _union(Complete, Instant, Metadata, FlowStart, FlowEnd)
+Event = event_union(Complete, Instant, Metadata, FlowStart, FlowEnd)
 #: What loading from bytes decodes first: flow arrows are only needed when a trace lacks
 #: ``correlation`` args (then :data:`FlowEvent` is decoded in a second pass), so skip their bodies.
-FastEvent = _union(FastComplete, Instant, Metadata)
+FastEvent = event_union(FastComplete, Instant, Metadata)
 #: The second pass: flow arrows only.
-FlowEvent = _union(FlowStart, FlowEnd)
+FlowEvent = event_union(FlowStart, FlowEnd)
 
 
 class DeviceProperties(msgspec.Struct):
