@@ -17,6 +17,7 @@ from typing import Any
 from gpumagic.analysis import segments
 from gpumagic.analysis.context import Context
 from gpumagic.report.metrics import CompileMetrics, as_record
+from gpumagic.trace.model import meta_block
 
 #: A guard on the global module hooks, which ``--modules`` installs (capture/modules.py): dynamo
 #: recompiles a module compiled before the capture once they appear.
@@ -26,14 +27,14 @@ MAX_REASONS = 20
 
 
 def metrics(ctx: Context) -> CompileMetrics | None:
-    capture = ctx.trace.meta.get("capture")
-    facts = capture.get("dynamo") if isinstance(capture, dict) else None
+    capture = meta_block(ctx.trace.meta, "capture")
+    facts = capture.get("dynamo")
     if not isinstance(facts, dict):
         return None
     compile_ns = sum(s.dur_ns for s in segments.segments(ctx).items if s.kind == "compile")
     graph_breaks = _count(facts.get("graph_breaks"))
     recompiles = [r for r in facts.get("recompiles") or [] if isinstance(r, dict)]
-    if isinstance(capture, dict) and capture.get("modules") is True:  # --modules' own hooks: dynamo guards on their number
+    if capture.get("modules") is True:  # --modules' own hooks: dynamo guards on their number
         recompiles = [r for r in recompiles if not _OUR_HOOKS.search(str(r.get("reason", "")))]
     cell = facts.get("compile_ms")
     return as_record({

@@ -32,6 +32,7 @@ import numpy as np
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.oom import batch_size
+from gpumagic.trace.model import meta_block
 
 
 def fields(ctx: Context) -> dict[str, Any]:
@@ -83,8 +84,7 @@ def fields(ctx: Context) -> dict[str, Any]:
     steps = len(ctx.step_bounds)
     batch = batch_size(ctx.trace.meta)
     if batch is not None:  # one optimizer step accumulates the gradients of this many batches
-        capture = ctx.trace.meta.get("capture")
-        k = capture.get("accumulation_steps", 1) if isinstance(capture, dict) else 1
+        k = meta_block(ctx.trace.meta, "capture").get("accumulation_steps", 1)
         batch = batch * k if type(k) is int and k >= 1 else None
     return {"energy_j": round(total, 4), "energy_j_per_step": round(total / steps, 4) if steps else None,
             "energy_j_per_sample": round(total / steps / batch, 6) if steps and batch else None,

@@ -19,6 +19,7 @@ import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.trace.model import meta_block
 
 #: A data-loader wait is CPU work when the loading side (the main process with
 #: ``num_workers=0``, else the workers) uses at least half of the CPU it could get during it
@@ -46,7 +47,7 @@ def host_cpu(ctx: Context) -> HostCpu:
 
 
 def _host_cpu(ctx: Context) -> HostCpu:
-    machine = ctx.trace.meta.get("machine") or {}
+    machine = meta_block(ctx.trace.meta, "machine")
     usable = machine.get("usable_cores")
     source = machine.get("usable_cores_source") or ("unknown" if usable is None else "cpu_count")
     if usable is None and machine.get("cpu_count"):  # a bundle from before usable cores were recorded

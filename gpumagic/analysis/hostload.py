@@ -31,6 +31,7 @@ import numpy as np
 
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.hostcpu import host_cpu
+from gpumagic.trace.model import meta_block
 
 #: Other processes "matter" when they keep at least half a core busy and at least a quarter of
 #: the usable cores (our choice: below that a core is free most of the time, and a step time
@@ -65,7 +66,7 @@ def host_state(ctx: Context) -> dict[str, Any]:
     gpu = samples.gpu if samples is not None else {}
     sel = _in_window(ctx, cpu)
     h = host_cpu(ctx)
-    machine = _block(ctx, "machine")
+    machine = meta_block(ctx.trace.meta, "machine")
     main, workers = _mean_cores(cpu, "main", sel), _mean_cores(cpu, "workers", sel)
     own = None if main is None else round(main + (workers or 0.0), 3)
     thread = _mean_cores(cpu, "main_thread", sel)
@@ -134,17 +135,10 @@ def _gpu_state(ctx: Context, gpu: dict) -> dict[str, Any]:
     return out
 
 
-def _block(ctx: Context, key: str) -> dict[str, Any]:
-    """A block of the bundle's metadata, or ``{}`` when it is missing or not an object (a bundle
-    edited by hand or corrupted: what it cannot say is unknown, never a crash)."""
-    value = ctx.trace.meta.get(key)
-    return value if isinstance(value, dict) else {}
-
-
 def run_conditions(ctx: Context) -> dict[str, Any]:
     """``metrics.conditions``: library versions and the capture options that change what the
     profiler costs (from the bundle; None each in a plain trace)."""
-    versions, capture, machine = _block(ctx, "versions"), _block(ctx, "capture"), _block(ctx, "machine")
+    versions, capture, machine = (meta_block(ctx.trace.meta, k) for k in ("versions", "capture", "machine"))
     return {
         "torch": _text(versions.get("torch")),
         "cuda": _text(machine.get("cuda")),

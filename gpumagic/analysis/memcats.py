@@ -15,6 +15,7 @@ import numpy as np
 
 from gpumagic.analysis.context import Context
 from gpumagic.report.metrics import TopAllocation
+from gpumagic.trace.model import meta_block
 
 NOT_CAPTURED = ("not captured: profile with %%gpuprofile --memory (gpumagic.profile(memory=True)) for torch's "
                 "memory profile by category")
@@ -76,8 +77,7 @@ def breakdown(ctx: Context) -> dict[str, Any]:
 
 
 def _missing(ctx: Context) -> str:
-    capture = ctx.trace.meta.get("capture")
-    if isinstance(capture, dict) and capture.get("profile_memory"):
+    if meta_block(ctx.trace.meta, "capture").get("profile_memory"):
         return "torch's memory profiler gave no categories for this capture (see the notes)"
     if len(ctx.trace.memory):
         return ("the trace's allocator records carry totals only: " + NOT_CAPTURED.split(": ", 1)[1])

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Evidence, Finding, Fix
+from gpumagic.trace.model import meta_block
 
 FINDING_ID = "out-of-memory"
 DOC = "https://pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf"
@@ -86,8 +87,7 @@ def largest_batch(batch: int, peak_bytes: int, fixed_bytes: int, capacity_bytes:
 
 def batch_size(meta: dict[str, Any]) -> int | None:
     """The batch size the capture was told (``capture.batch_size``), else None."""
-    capture = meta.get("capture")
-    b = capture.get("batch_size") if isinstance(capture, dict) else None
+    b = meta_block(meta, "capture").get("batch_size")
     return b if type(b) is int and b > 0 else None
 
 

@@ -157,6 +157,14 @@ class Samples:
     cpu: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+def meta_block(meta: dict, key: str) -> dict:
+    """A block of a trace's bundle metadata (``capture``, ``machine``, ``versions``…), or ``{}``
+    when it is missing or not an object (a bundle edited by hand or corrupted: what it cannot say
+    is unknown, never a crash)."""
+    value = meta.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 @dataclass
 class Trace:
     """A profiler trace, ready for analysis. Build one with :func:`gpumagic.trace.load`."""
