@@ -25,8 +25,7 @@ import msgspec
 import numpy as np
 
 from gpumagic.trace import schema
-from gpumagic.trace.columns import times_ok
-from gpumagic.trace.ops import _as_int
+from gpumagic.trace.columns import as_int, times_ok
 
 #: The byte strings whose presence means the file records message sizes.
 NEW_MARKER = b'"In msg nelems"'
@@ -213,7 +212,7 @@ def _table(trace, kept: list[_Ev]) -> CommTable | None:
     return CommTable(
         kernel=is_kernel,
         corr=np.array([_int(e.args.corr) if k else -1 for e, k in zip(kept, is_kernel.tolist())], dtype=np.int64),
-        lane=np.array([-1 if k else lanes.get((_as_int(e.pid), _as_int(e.tid)), -1) for e, k in zip(kept, is_kernel.tolist())],
+        lane=np.array([-1 if k else lanes.get((as_int(e.pid), as_int(e.tid)), -1) for e, k in zip(kept, is_kernel.tolist())],
                       dtype=np.int64),
         ts_ns=np.rint(ts * 1000.0 - t0_ns).astype(np.int64),
         dur_ns=np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64),

@@ -19,7 +19,6 @@ scalar and list inputs as strings, e.g. a convolution's ``"[2, 2]"`` stride);
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +26,7 @@ import msgspec
 import numpy as np
 
 from gpumagic.trace import schema
-from gpumagic.trace.columns import Part, json_column, pick, times_ok
+from gpumagic.trace.columns import Part, as_int, json_column, pick, times_ok
 
 #: The byte strings whose presence means the file recorded shapes or FLOPs (a fast search
 #: decides whether the second pass is needed at all).
@@ -207,7 +206,7 @@ def _build(trace, names: list[str], keys: list, ts: np.ndarray, dur: np.ndarray,
 
 def _lanes(keys: list, lanes: dict) -> np.ndarray:
     """Each operator's row in ``Trace.lanes`` (ids spelled as the loader spells them)."""
-    index = {k: lanes.get((_as_int(k[0]), _as_int(k[1])), -1) for k in set(keys)}
+    index = {k: lanes.get((as_int(k[0]), as_int(k[1])), -1) for k in set(keys)}
     return np.fromiter(map(index.__getitem__, keys), np.int32, len(keys))
 
 
@@ -217,14 +216,3 @@ def _value_column(values: list, default) -> list:
 
 def _present(value) -> bool:
     return value is not None and (not isinstance(value, msgspec.Raw) or len(value) > 0)
-
-
-_DIGITS = re.compile(r"-?\d+")
-
-
-def _as_int(value: int | str) -> int:
-    """As the loader spells lanes: 25738 → 25738; "25738" → 25738; "stream 7" → 7."""
-    if isinstance(value, int):
-        return value
-    m = _DIGITS.search(str(value))
-    return int(m.group()) if m else -1
