@@ -78,7 +78,17 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext gpumagic``: register ``%%gpuprofile`` and ``%gpuprofile``."""
+    """``%load_ext gpumagic``: register ``%%gpuprofile`` and ``%gpuprofile``.
+
+    Warns first when this package is not the installed one (a folder named ``gpumagic`` earlier on
+    ``sys.path`` shadows it: :mod:`gpumagic._origin` names the folder and the fix)."""
+    from gpumagic._origin import shadowing_note
+
+    note = shadowing_note()
+    if note is not None:
+        import warnings
+
+        warnings.warn(note, UserWarning, stacklevel=2)
     import_module("gpumagic.shells.magic").load_ipython_extension(ipython)
 
 

@@ -97,3 +97,74 @@ def test_a_folder_named_gpumagic_in_the_working_folder_does_not_shadow_the_packa
     assert out.returncode == 0, out.stderr
     file, loaded = out.stdout.split()[-2:]  # the installed package (a regular one), not the folder
     assert Path(file).name == "__init__.py" and tmp_path not in Path(file).resolve().parents and loaded == "None"
+
+
+def test_a_copy_of_the_package_in_the_working_folder_is_named_with_the_fix(tmp_path):
+    """A folder named ``gpumagic`` *with* ``__init__.py`` in the folder Python starts in (a copied
+    or stale package) is imported instead of the installed one; ``%load_ext gpumagic`` says so,
+    naming that folder, the installed one and what to do, and still loads."""
+    import os
+    import shutil
+    import warnings
+    from importlib.metadata import PackageNotFoundError, distribution
+    from pathlib import Path
+
+    try:
+        distribution("gpumagic")
+    except PackageNotFoundError:
+        pytest.skip("gpumagic is not installed here (run from a source tree): nothing to be shadowed")
+    from gpumagic._origin import installed_folder, shadowing_note
+
+    installed = installed_folder()
+    assert installed is not None and shadowing_note() is None  # the installed package itself: quiet
+    source = Path(gpumagic.__file__).resolve().parent
+    shutil.copytree(source, tmp_path / "gpumagic", ignore=shutil.ignore_patterns("__pycache__", "*.json.gz"))
+    code = ("import warnings, gpumagic; from IPython.core.interactiveshell import InteractiveShell; "
+            "ip = InteractiveShell.instance(); warnings.simplefilter('always'); "
+            "ws = []\nwith warnings.catch_warnings(record=True) as ws: "
+            "ip.extension_manager.load_extension('gpumagic')\n"
+            "print(gpumagic.__file__); print([str(w.message) for w in ws]); print('gpuprofile' in ip.magics_manager.magics['cell'])")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    file, messages, registered = out.stdout.strip().splitlines()[-3:]
+    copy = str((tmp_path / "gpumagic").resolve())
+    assert Path(file).resolve().parent == Path(copy)  # the copy was imported, as Python's rules say
+    assert copy in messages and installed in messages and "Rename or remove" in messages
+    assert registered == "True"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert shadowing_note() is None  # in this process gpumagic is the installed one
+
+
+def test_the_installed_folder_is_read_from_a_regular_or_an_editable_install(tmp_path):
+    """A regular install's package folder comes from its files; an editable one's from the source
+    folder that ``direct_url.json`` names (PEP 610; a flat or a ``src`` layout); a URL that is not
+    a local folder says nothing."""
+    import json
+    from importlib import metadata
+    from pathlib import Path
+
+    from gpumagic._origin import installed_folder
+
+    class Dist(metadata.Distribution):
+        def __init__(self, root: Path, direct_url: dict | None):
+            self.root, self.direct_url = root, direct_url
+
+        def read_text(self, filename):
+            return json.dumps(self.direct_url) if filename == "direct_url.json" and self.direct_url else None
+
+        def locate_file(self, path):
+            return self.root / path
+
+    site = tmp_path / "site-packages"
+    (site / "gpumagic").mkdir(parents=True)
+    (site / "gpumagic" / "__init__.py").write_text("")
+    assert installed_folder(Dist(site, None)) == str(site.resolve() / "gpumagic")
+    src = tmp_path / "clone with space"
+    (src / "src" / "gpumagic").mkdir(parents=True)
+    (src / "src" / "gpumagic" / "__init__.py").write_text("")
+    editable = {"url": (src.resolve()).as_uri(), "dir_info": {"editable": True}}
+    assert installed_folder(Dist(site, editable)) == str(src.resolve() / "src" / "gpumagic")
+    remote = {"url": "https://example.org/gpumagic.tar.gz", "dir_info": {"editable": True}}
+    assert installed_folder(Dist(tmp_path / "nowhere", remote)) is None
