@@ -54,7 +54,7 @@ def test_the_explanation_says_what_the_reports_say(name):
         assert matches(e["why"], f.why), f.id
         for fix in f.fixes:
             assert any(x["flavor"] == fix.flavor and matches(x["description"], " ".join(fix.description.split()))
-                       for x in e["fixes"]), (f.id, fix.description)
+                       and x["diagnostic"] == fix.diagnostic for x in e["fixes"]), (f.id, fix.description)
 
 
 def test_an_unknown_id_names_the_known_ones():
@@ -90,3 +90,36 @@ def test_out_of_memory_is_explained_from_the_function_that_adds_it():
     for fix in f.fixes:
         assert any(x["flavor"] == fix.flavor and matches(x["description"], " ".join(fix.description.split()))
                    and matches(x["code"], fix.code.strip("\n")) for x in e["fixes"]), fix.description
+
+
+def test_diagnostic_snippets_are_marked_where_they_are_made_and_shown_after_the_changes():
+    """A fix that finds the cause (a profile to record, a measurement) is marked ``diagnostic``
+    where the rule makes it, not guessed from its wording: explain() reads the mark from the rule's
+    source, and the text and HTML views put such snippets after the changes, labelled."""
+    from gpumagic.render.html import finding_body_html
+    from gpumagic.render.text import render_text
+
+    graph = {x["description"]: x["diagnostic"] for x in explain("graph-breaks")["fixes"]}
+    assert graph["Find each break with fullgraph=True: compilation then fails at the first one, naming it"] is True
+    assert any(d.startswith("Move the call that breaks the graph") and not v for d, v in graph.items())
+    memory = explain("memory-pressure")["fixes"]
+    assert memory[0]["diagnostic"] and not any(x["diagnostic"] for x in memory[1:])  # "Confirm it" vs the changes
+    import dataclasses
+
+    from gpumagic.report.model import Fix
+
+    report = analyze(os.path.join(DATA, TRACES[0]))
+    f = report.findings[0]
+    probe = Fix("pytorch", "Confirm the cause with a probe", "print('probe')", diagnostic=True)
+    mixed = dataclasses.replace(f, fixes=(probe, *f.fixes))  # the diagnostic first: the views reorder it
+    body = finding_body_html(mixed)
+    assert max(body.index(escape_html(x.description)) for x in f.fixes) < body.index("Confirm the cause")
+    assert "Diagnostic (PyTorch):</span> Confirm the cause" in body
+    text = render_text(dataclasses.replace(report, findings=[mixed, *report.findings[1:]]), width=100)
+    assert text.index("Diagnostic (PyTorch): Confirm the cause") > max(text.index(x.description[:40]) for x in f.fixes)
+
+
+def escape_html(text: str) -> str:
+    from html import escape
+
+    return escape(text)

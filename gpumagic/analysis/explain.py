@@ -15,7 +15,7 @@ and a documentation link. :func:`explain` reads those pieces from the rule's sou
 - ``why``: the text a report shows under "Why it matters" (parts computed from the trace as ``…``);
 - ``thresholds``: every named number the rule reads (also through the helpers it calls), with
   its value and the comment above it that names its source;
-- ``fixes``: the fixes the rule can suggest (``flavor``, ``description``, ``code``; parts built
+- ``fixes``: the fixes the rule can suggest (``flavor``, ``description``, ``code``, ``diagnostic``; parts built
   from the trace as ``…``), in the order they appear in its source, ``pytorch`` and ``huggingface``;
 - ``sources``: the documentation links the rule cites.
 
@@ -210,28 +210,37 @@ def _comment_above(module: ModuleType, name: str) -> str:
     return ""
 
 
-def _fixes(module: ModuleType, tree: ast.FunctionDef) -> list[dict[str, str]]:
+def _fixes(module: ModuleType, tree: ast.FunctionDef) -> list[dict[str, Any]]:
     """The ``pytorch(description, code)`` and ``huggingface(...)`` calls in a function, its
     ``Fix("pytorch", description, code)`` calls, and the module-level fixes it names
     (``TRAINING_FIX``), in source order."""
     from gpumagic.report.model import Fix
 
-    found: list[tuple[tuple[int, int], dict[str, str]]] = []
+    found: list[tuple[tuple[int, int], dict[str, Any]]] = []
     for node in ast.walk(tree):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FIX_HELPERS
                 and len(node.args) >= 2):
             found.append(((node.lineno, node.col_offset), {
                 "flavor": node.func.id, "description": _prose(module, node.args[0]),
-                "code": _text(module, node.args[1]).strip("\n")}))
+                "code": _text(module, node.args[1]).strip("\n"), "diagnostic": _diagnostic(node, 2)}))
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Fix"
               and len(node.args) >= 3 and isinstance(node.args[0], ast.Constant) and node.args[0].value in _FIX_HELPERS):
             found.append(((node.lineno, node.col_offset), {
                 "flavor": str(node.args[0].value), "description": _prose(module, node.args[1]),
-                "code": _text(module, node.args[2]).strip("\n")}))
+                "code": _text(module, node.args[2]).strip("\n"), "diagnostic": _diagnostic(node, 3)}))
         elif isinstance(node, ast.Name) and isinstance(fix := getattr(module, node.id, None), Fix):
             found.append(((node.lineno, node.col_offset), {
-                "flavor": fix.flavor, "description": " ".join(fix.description.split()), "code": fix.code.strip("\n")}))
+                "flavor": fix.flavor, "description": " ".join(fix.description.split()), "code": fix.code.strip("\n"),
+                "diagnostic": fix.diagnostic}))
     return [f for _, f in sorted(found, key=lambda x: x[0])]
+
+
+def _diagnostic(call: ast.Call, position: int) -> bool:
+    """The ``diagnostic`` argument of a fix call, given by keyword or as argument ``position``
+    (literal ``True`` only: anything computed reads as a change)."""
+    value = next((k.value for k in call.keywords if k.arg == "diagnostic"),
+                 call.args[position] if len(call.args) > position else None)
+    return isinstance(value, ast.Constant) and value.value is True
 
 
 def _prose(module: ModuleType, node: ast.expr) -> str:

@@ -183,8 +183,8 @@ def finding_body_html(f: Finding, origin_ns: int = 0, anchor: str = "") -> str:
     shown, rest = chips[:MAX_SHOWN_NUMBERS], chips[MAX_SHOWN_NUMBERS:]
     more = (f'<details class="gm-more"><summary>{len(rest)} more number{"s" if len(rest) != 1 else ""}</summary>'
             f'<div class="gm-chips">{"".join(rest)}</div></details>') if rest else ""
-    fixes = [fix for fix in f.fixes if not is_diagnostic(fix)]
-    diagnostics = [fix for fix in f.fixes if is_diagnostic(fix)]
+    fixes = [fix for fix in f.fixes if not fix.diagnostic]
+    diagnostics = [fix for fix in f.fixes if fix.diagnostic]
     parts = [
         f'<p><span class="gm-label">Evidence:</span> {escape(f.evidence.summary)}</p>',
         f'<div class="gm-chips">{"".join(shown)}</div>' if shown else "",
@@ -198,23 +198,6 @@ def finding_body_html(f: Finding, origin_ns: int = 0, anchor: str = "") -> str:
         _doc_link(f.doc_url),
     ]
     return "".join(parts)
-
-
-#: A fix whose description starts with one of these verbs finds the cause rather than changing
-#: the code: it is shown after the fixes, labelled "Diagnostic".
-DIAGNOSTIC_VERBS = ("find", "measure", "check", "look", "inspect", "time", "record", "profile", "confirm")
-
-
-def is_diagnostic(fix) -> bool:
-    """Whether ``fix`` is a diagnostic snippet (it says how to find the cause) rather than a change:
-    its description starts with a verb of :data:`DIAGNOSTIC_VERBS` (``'Or'`` and a lead-in ending
-    in a colon skipped, as in ``'The GPU had work queued: find what it waited for'``)."""
-    text = fix.description.strip()
-    head = text.split(":", 1)[1] if ":" in text.split(".", 1)[0] else text
-    words = head.strip().lower().split()
-    if words[:1] == ["or"]:
-        words = words[1:]
-    return bool(words) and words[0].strip(",;") in DIAGNOSTIC_VERBS
 
 
 def _windows_html(f: Finding, origin_ns: int, anchor: str = "") -> str:

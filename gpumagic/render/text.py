@@ -115,8 +115,9 @@ def _finding(i: int, f: Finding, width: int, origin_ns: int) -> list[str]:
     if where:
         out += _para("Where:", where, width)
     out += _para("Why:", f.why, width)
-    for fix in f.fixes:
-        out += _para(f"Fix ({FIX_FLAVOR_LABEL.get(fix.flavor, fix.flavor)}):", fix.description, width)
+    for fix in sorted(f.fixes, key=lambda x: x.diagnostic):  # the changes, then the diagnostic snippets
+        kind = "Diagnostic" if fix.diagnostic else "Fix"
+        out += _para(f"{kind} ({FIX_FLAVOR_LABEL.get(fix.flavor, fix.flavor)}):", fix.description, width)
         out += [INDENT * 2 + line if line.strip() else "" for line in fix.code.splitlines()]
     if f.doc_url:
         out += wrap(f"Docs: {f.doc_url}", width, INDENT, INDENT + "  ")

@@ -53,11 +53,14 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Fix:
-    """A change to make. ``flavor`` is ``"pytorch"`` or ``"huggingface"`` (TrainingArguments)."""
+    """A change to make. ``flavor`` is ``"pytorch"`` or ``"huggingface"`` (TrainingArguments).
+    ``diagnostic``: the snippet finds or confirms the cause (a measurement, a profile to record)
+    rather than changing the code; views show it after the changes, labelled "Diagnostic"."""
 
     flavor: Literal["pytorch", "huggingface"]
     description: str
     code: str
+    diagnostic: bool = False
 
 
 @dataclass(frozen=True)

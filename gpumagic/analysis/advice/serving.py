@@ -49,7 +49,7 @@ llm = LLM(model=model_name)    # returns once the engine has loaded and captured
 llm.generate(prompts[:8])      # a few warm-up requests, not profiled
 llm.start_profile()
 outputs = llm.generate(prompts)
-llm.stop_profile()""")
+llm.stop_profile()""", diagnostic=True)
 _DTYPE = Fix("pytorch", "Serve in 16-bit: the engine's dtype argument (FP32 weights run FP32 matmuls only when "
              "float32 was asked for)",
              """# vLLM docs, "Engine Arguments" (--dtype): bfloat16 on Ampere and later, float16 before

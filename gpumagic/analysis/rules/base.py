@@ -52,12 +52,14 @@ def windows(starts: Any, ends: Any, lane: str, device: int = -1, label: str = ""
     return tuple(Window(int(starts[i]), int(ends[i]), lane, device, label) for i in keep.tolist())
 
 
-def pytorch(description: str, code: str) -> Fix:
-    return Fix("pytorch", description, code.strip("\n"))
+def pytorch(description: str, code: str, *, diagnostic: bool = False) -> Fix:
+    """A plain-PyTorch fix; ``diagnostic=True`` for a snippet that finds the cause instead of a change."""
+    return Fix("pytorch", description, code.strip("\n"), diagnostic)
 
 
-def huggingface(description: str, code: str) -> Fix:
-    return Fix("huggingface", description, code.strip("\n"))
+def huggingface(description: str, code: str, *, diagnostic: bool = False) -> Fix:
+    """A Hugging Face ``TrainingArguments`` fix; ``diagnostic`` as for :func:`pytorch`."""
+    return Fix("huggingface", description, code.strip("\n"), diagnostic)
 
 
 def finding(*, severity: Severity, title: str, why: str, summary: str, numbers: Mapping[str, float | int | str | None],

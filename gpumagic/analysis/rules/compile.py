@@ -57,8 +57,9 @@ def graph_breaks(ctx: Context, m: Metrics) -> Finding | None:
     quoted = "; ".join(f"{_where(r)}: {r.reason} ({r.count}×)" for r in top) or "reasons not logged"
     fixes: list[Fix] = [
         pytorch("Find each break with fullgraph=True: compilation then fails at the first one, naming it",
-                FULLGRAPH_CODE),
-        pytorch("List every break, with its reason and user stack, with torch._dynamo.explain", EXPLAIN_CODE),
+                FULLGRAPH_CODE, diagnostic=True),
+        pytorch("List every break, with its reason and user stack, with torch._dynamo.explain", EXPLAIN_CODE,
+                diagnostic=True),
     ]
     if top and top[0].file:
         fixes.append(pytorch(

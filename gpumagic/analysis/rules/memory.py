@@ -63,7 +63,7 @@ print("peak reserved GiB:", torch.cuda.max_memory_reserved() / 2**30)
 
 
 def _fixes(ctx: Context) -> tuple[Fix, ...]:
-    check = pytorch("Confirm it: allocator retries and peak allocated vs reserved", CHECK_CODE)
+    check = pytorch("Confirm it: allocator retries and peak allocated vs reserved", CHECK_CODE, diagnostic=True)
     return (check, *_shrink_fixes(ctx))
 
 

@@ -101,7 +101,7 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     if unexplained or not fixes:
         target = max(unexplained or outliers, key=lambda o: o.ms)
         fixes.append(pytorch("Nothing gpumagic watches explains some of them: record such a step to see what it "
-                             "does (skip the steps before it)", RECORD_CODE.format(skip=target.index)))
+                             "does (skip the steps before it)", RECORD_CODE.format(skip=target.index), diagnostic=True))
     return finding(
         severity=severity_for(share), title=f"{len(outliers)} step(s) after the recorded ones took up to "
                                             f"{worst.over_median:.0f}× the median step",

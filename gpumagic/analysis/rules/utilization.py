@@ -232,19 +232,20 @@ def _gap_fixes(ctx: Context, host_side: bool, where: str, warmup: bool = False) 
     if not _multi_process(ctx):  # one process: no rank to compare
         return (pytorch("The GPU had work queued: find what it waited for (an event on another stream, work "
                         "launched before the window). Record more steps, so that what the queue waited on is in "
-                        "the window", "%%gpuprofile --skip 1\n# or: torch.profiler.schedule(wait=1, warmup=1, active=5)"),)
+                        "the window", "%%gpuprofile --skip 1\n# or: torch.profiler.schedule(wait=1, warmup=1, active=5)",
+                        diagnostic=True),)
     job = pytorch("The GPU had work queued: find what it waited for. On a multi-GPU job a slower rank stalls "
                   "every collective: record every rank and let gpumagic's job analysis name it (straggler-rank: "
                   "the others wait inside their collectives, the straggler's are the shortest); on one GPU, "
                   "record more steps, so that the work the queue waited on is in the window",
-                  JOB_TRACES_CODE)
+                  JOB_TRACES_CODE, diagnostic=True)
     if ctx.workload != "training":
         return (job,)
     return (job,
             pytorch("Or time each rank's own work, with no collective in it (a step timed across its collectives "
                     "lasts the straggler's time on every rank, and a rank slow in its loader even looks fastest); "
                     "work only one rank does between steps shows in the job analysis, not here",
-                    STRAGGLER_PROBE_CODE))
+                    STRAGGLER_PROBE_CODE, diagnostic=True))
 
 
 def _idle_by_segment(ctx: Context) -> dict[str, int]:

@@ -52,7 +52,7 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
     fixes: list[Fix] = []
     if "graph_capture" in shares and serving:
         fixes.append(pytorch("A serving engine captures its graphs once at start-up: profile after capture, "
-                             "on requests being served", SERVING_CODE))
+                             "on requests being served", SERVING_CODE, diagnostic=True))
     if "cold_start" in shares or "one_off_host" in shares:
         fixes.append(pytorch("Nothing to fix in the code for context creation, lazy loading or imports: they "
                              "happen once. Start recording later, after a few steps", SKIP_CODE))
