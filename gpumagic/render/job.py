@@ -80,8 +80,9 @@ def _finding_text(jf: JobFinding, analysed: int, width: int) -> list[str]:
     lines = textwrap.wrap(f"{severity_label(f.severity)}  {f.title}{where} \u2014 {fmt_gain(f.est_gain, f.gain_method)}", width,
                           initial_indent="  ", subsequent_indent="      ")
     lines += textwrap.wrap(f.evidence.summary, width, initial_indent="      ", subsequent_indent="      ")
-    for fix in f.fixes[:1]:
-        lines += textwrap.wrap(f"Fix: {fix.description}", width, initial_indent="      ", subsequent_indent="           ")
+    for fix in sorted(f.fixes, key=lambda x: x.diagnostic)[:1]:  # the first change, else the first diagnostic
+        kind = "Diagnostic" if fix.diagnostic else "Fix"
+        lines += textwrap.wrap(f"{kind}: {fix.description}", width, initial_indent="      ", subsequent_indent="           ")
         lines += [f"        {x}" for x in fix.code.splitlines()]
     return lines
 

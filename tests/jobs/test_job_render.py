@@ -140,3 +140,29 @@ def test_html_follows_the_dark_scheme_and_stacks_the_rank_table_when_narrow(job)
     assert ".gm-rank-chart{max-width:900px;font-size:12px;color:var(--gm-fg)}" in page  # chart text in the theme
     # each cell says its column, for the stacked (one card per rank) layout under 640 px
     assert page.count('data-label="step med"') == len(job.ranks) and "@container (max-width:640px)" in page
+
+
+def test_the_job_text_shows_a_finding_s_first_change_before_a_diagnostic():
+    """A shared finding's one fix line in the job's text is its first change; a diagnostic snippet
+    (``Fix.diagnostic``, such as memory-pressure's "Confirm it") is shown only when there is no
+    change, and then labelled as one."""
+    from gpumagic.jobs.findings import JobFinding
+    from gpumagic.render.job import _finding_text
+    from gpumagic.report.model import Evidence, Finding, Fix
+
+    probe = Fix("pytorch", "Confirm it with the allocator's counters", "print(torch.cuda.memory_stats())", diagnostic=True)
+    change = Fix("pytorch", "Store less per batch", "batch_size //= 2")
+    f = Finding(id="memory-pressure", severity="medium", title="Memory near the limit", why="why",
+                evidence=Evidence(summary="peak 95 %", numbers={}, windows=()), est_gain=0.0,
+                gain_method="none", fixes=(probe, change), doc_url="")
+    text = "\n".join(_finding_text(JobFinding(finding=f, ranks=(0, 1), scope="common", evidence_rank=0), 2, 100))
+    assert "Fix: Store less per batch" in text and "Confirm it" not in text
+    only = "\n".join(_finding_text(JobFinding(finding=dataclasses_replace(f, fixes=(probe,)), ranks=(0, 1),
+                                              scope="common", evidence_rank=0), 2, 100))
+    assert "Diagnostic: Confirm it with the allocator's counters" in only
+
+
+def dataclasses_replace(obj, **changes):
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
