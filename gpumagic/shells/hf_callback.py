@@ -11,7 +11,10 @@
 
 The callback records from the end of optimizer step ``skip`` (after ``skip`` warm-up steps; with
 ``skip=0`` from the start of training) for ``steps`` optimizer steps, through
-:class:`gpumagic.Profiler`. If ``Trainer.train()`` raises while recording, the recording is
+:class:`gpumagic.Profiler`. If ``Trainer.train()`` raises while recording (the Trainer calls no
+callback then), the recording is closed when the notebook cell ends (IPython's ``post_run_cell``
+event, registered only while recording), with the error: its partial report, and for an
+out-of-memory error the ``out-of-memory`` finding, follow the traceback. Outside IPython it is
 closed at the next ``train()`` or by :meth:`GpuProfileCallback.close`.
 
 What the fixes say (the ``TrainingArguments`` advice per finding, checked against the installed
@@ -20,6 +23,7 @@ transformers) is analysis: :mod:`gpumagic.analysis.advice.huggingface`; this she
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -60,6 +64,7 @@ class _ProfileSteps:
         self._start_at: int | None = None  # global step after which recording starts; None: not profiling
         self._batch_size: int | None = None  # the TrainingArguments' per-device batch, for the capture
         self._accumulation = 1  # its gradient_accumulation_steps: batches per optimizer step
+        self._shell = None  # the IPython shell whose post_run_cell event closes a failed recording
 
     @property
     def is_recording(self) -> bool:
@@ -112,8 +117,28 @@ class _ProfileSteps:
             self._start_at = None
             return
         self._profiler = profiler
+        self._watch_cell()
+
+    def _watch_cell(self) -> None:
+        """In IPython, close the recording when the cell that runs ``train()`` fails."""
+        shell = _shell()
+        if shell is not None:
+            shell.events.register("post_run_cell", self._after_cell)
+            self._shell = shell
+
+    def _unwatch_cell(self) -> None:
+        shell, self._shell = self._shell, None
+        if shell is not None:
+            with contextlib.suppress(ValueError):  # already gone (the shell was reset)
+                shell.events.unregister("post_run_cell", self._after_cell)
+
+    def _after_cell(self, result: Any) -> None:
+        error = getattr(result, "error_in_exec", None)
+        if self._profiler is not None and isinstance(error, BaseException):
+            self._finish(None, error)  # train() raised: no on_train_end will come
 
     def _finish(self, training_args: Any, error: BaseException | None = None) -> None:
+        self._unwatch_cell()
         profiler, self._profiler = self._profiler, None
         self.run = profiler.stop(error)
         report = self.run.report
@@ -130,6 +155,15 @@ class _ProfileSteps:
             from IPython.display import display
 
             display(report)
+
+
+def _shell() -> Any:
+    """The running IPython shell, or ``None`` (IPython is not imported just to ask)."""
+    if "IPython" not in sys.modules:
+        return None
+    from IPython import get_ipython
+
+    return get_ipython()
 
 
 def _wants_display(display: bool | None) -> bool:

@@ -30,25 +30,27 @@ def hf():
 
 @pytest.fixture
 def make_trainer(hf, tmp_path):
-    """``make_trainer(callback, max_steps=6, item_s=0.004, fail_at=None)``: a Trainer on a tiny BERT."""
+    """``make_trainer(callback, max_steps=6, item_s=0.004, fail_at=None, error=None)``: a Trainer on a
+    tiny BERT whose dataset raises ``error`` (default a RuntimeError) from item ``fail_at`` on."""
     import torch
 
     class Tokens(torch.utils.data.Dataset):
-        def __init__(self, item_s: float, fail_at: int | None) -> None:
-            self.item_s, self.fail_at = item_s, fail_at
+        def __init__(self, item_s: float, fail_at: int | None, error: BaseException | None) -> None:
+            self.item_s, self.fail_at, self.error = item_s, fail_at, error
 
         def __len__(self) -> int:
             return 256
 
         def __getitem__(self, i: int):
             if self.fail_at is not None and i >= self.fail_at:
-                raise RuntimeError("the dataset broke")
+                raise self.error or RuntimeError("the dataset broke")
             time.sleep(self.item_s)  # a slow loader: the profile should find dataloader-bound
             g = torch.Generator().manual_seed(i)
             return {"input_ids": torch.randint(0, 100, (16,), generator=g),
                     "attention_mask": torch.ones(16, dtype=torch.long), "labels": torch.tensor(i % 2)}
 
-    def make(callback, max_steps: int = 6, item_s: float = 0.004, fail_at: int | None = None, **args):
+    def make(callback, max_steps: int = 6, item_s: float = 0.004, fail_at: int | None = None,
+             error: BaseException | None = None, **args):
         torch.manual_seed(0)
         config = hf.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37,
                                vocab_size=100)
@@ -56,7 +58,7 @@ def make_trainer(hf, tmp_path):
         training_args = hf.TrainingArguments(
             output_dir=str(tmp_path / "out"), max_steps=max_steps, per_device_train_batch_size=8, report_to=[],
             use_cpu=True, logging_steps=1000, save_strategy="no", disable_tqdm=True, **args)
-        return hf.Trainer(model=model, args=training_args, train_dataset=Tokens(item_s, fail_at),
+        return hf.Trainer(model=model, args=training_args, train_dataset=Tokens(item_s, fail_at, error),
                           callbacks=[callback] if callback is not None else [])
 
     return make

@@ -141,3 +141,37 @@ def test_the_readme_snippet_shows_the_report_once(Callback, make_trainer, hf, mo
         result.raise_error()
         report = ip.user_ns["cb"].report
     assert report is not None and shown == [report]
+
+
+def test_in_a_notebook_a_failed_train_is_closed_when_its_cell_ends_with_the_out_of_memory_finding(
+        Callback, make_trainer, hf, monkeypatch):
+    """``Trainer.train()`` that raises calls no callback; in IPython the recording is closed by the
+    cell's ``post_run_cell`` event with the very error, so an out-of-memory error gets its finding
+    (told the TrainingArguments' batch, for the largest-batch estimate) and no profiler is left running. The
+    cell fails exactly as without the callback, and the event is unregistered afterwards."""
+    import torch
+    from ipyshell import ipython_shell
+    from test_memory_categories import CUDA_MESSAGE
+
+    from gpumagic.shells import hf_callback as huggingface
+
+    shown = []
+    monkeypatch.setattr(huggingface, "_wants_display", lambda display: True)
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    callback = Callback(skip=0, steps=50)
+    error = torch.OutOfMemoryError(CUDA_MESSAGE)
+    trainer = make_trainer(callback, max_steps=20, item_s=0, fail_at=24, error=error)
+    with ipython_shell("gpumagic") as ip:
+        before = list(ip.events.callbacks["post_run_cell"])
+        ip.user_ns["trainer"] = trainer
+        result = ip.run_cell("trainer.train()")
+        assert result.error_in_exec is error  # the same object, as without the callback
+        assert not callback.is_recording
+        assert ip.events.callbacks["post_run_cell"] == before
+        ip.run_cell("1 + 1").raise_error()  # a later cell: nothing of the callback's runs
+    report = callback.report
+    assert report is not None and shown == [report]
+    oom = report.finding("out-of-memory")
+    assert oom is not None and any("this profile is partial" in n for n in report.notes)
+    assert oom.evidence.numbers["batch_size"] == 8  # per_device_train_batch_size, for the estimate
+    assert report.finding_ids[0] == "out-of-memory"
