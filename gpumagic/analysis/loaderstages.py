@@ -5,7 +5,10 @@ from the bundle by :mod:`gpumagic.trace.bundled`), and which fix fits the domina
 Each stage's time is its *self* wall-clock time, so the stages of a batch add up to the batch's
 fetch time and the shares add up to 1 (before rounding to 4 digits); ``other`` is the part of
 each fetch no stage covers. ``ms_per_batch`` is the stage's time over every process that ran it
-divided by the batches made: with workers, CPU time spent in parallel, not time the loop waited.
+divided by the batches it covers: with workers, CPU time spent in parallel, not time the loop
+waited. When the timers' own cost would be a noticeable share of a batch (microsecond-scale
+transforms), they time only some batches (``capture.stages.TARGET_SHARE``): a stage inside the
+fetch covers the timed batches, ``pin_memory`` every batch; shares are of the per-batch times.
 
 The timings cover every batch made while the capture recorded (workers also the batches they
 prefetched), not only the analysis window: they say where a batch's time goes, which does not
@@ -32,14 +35,14 @@ def loader_stages(ctx: Context) -> list[LoaderStage] | None:
     block: Any = ctx.trace.meta.get("loader_stages")
     if not isinstance(block, dict) or not block.get("batches"):
         return None
-    rows = [r for r in block["stages"] if r["self_ns"] > 0]
-    total = sum(r["self_ns"] for r in rows)
+    batches = block["batches"]
+    per_batch = [(r, r["self_ns"] / (r.get("batches") or batches)) for r in block["stages"] if r["self_ns"] > 0]
+    total = sum(ns for _, ns in per_batch)
     if not total:
         return None
-    batches = block["batches"]
-    rows.sort(key=lambda r: -r["self_ns"])
-    return [LoaderStage(name=r["name"], ms_per_batch=round(r["self_ns"] / batches / 1e6, 4),
-                        share=round(r["self_ns"] / total, 4), where=r["where"]) for r in rows]
+    per_batch.sort(key=lambda x: -x[1])
+    return [LoaderStage(name=r["name"], ms_per_batch=round(ns / 1e6, 4), share=round(ns / total, 4),
+                        where=r["where"]) for r, ns in per_batch]
 
 
 def kind(name: str) -> str:

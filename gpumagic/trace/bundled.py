@@ -219,20 +219,24 @@ MAX_STAGES = 200
 
 def _loader_stages(trace: Trace, block: Any) -> None:
     """The data-loader stage timings (``capture.stages``) into ``trace.meta["loader_stages"]``:
-    ``{"batches": int, "workers": int, "stages": [{"name", "where", "self_ns", "calls"}]}``, each
-    checked; the block is ignored with a note when it does not have that shape."""
+    ``{"batches": int, "fetched": int, "workers": int, "stages": [{"name", "where", "self_ns",
+    "calls", "batches"}]}``, each checked; the block is ignored with a note when it does not have
+    that shape. ``fetched`` and a row's ``batches`` (absent from bundles written before the timers
+    could sample) default to ``batches``."""
     ok = isinstance(block, dict) and _count(block.get("batches")) and _count(block.get("workers"), zero=True)
     rows = block.get("stages") if ok else None
     if not isinstance(rows, list) or not all(
             isinstance(r, dict) and isinstance(r.get("name"), str) and r.get("name")
             and r.get("where") in ("main", "worker") and _count(r.get("self_ns"), zero=True)
-            and _count(r.get("calls"), zero=True) for r in rows):
+            and _count(r.get("calls"), zero=True) and _count(r.get("batches", block["batches"]))
+            for r in rows) or not _count(block.get("fetched", block.get("batches"))):
         trace.notes.append("The gpumagic section's loader_stages are not valid; they were ignored.")
         return
     trace.meta["loader_stages"] = {
-        "batches": block["batches"], "workers": block["workers"],
+        "batches": block["batches"], "fetched": max(block.get("fetched", 0), block["batches"]),
+        "workers": block["workers"],
         "stages": [{"name": r["name"][:MAX_STAGE_NAME], "where": r["where"], "self_ns": r["self_ns"],
-                    "calls": r["calls"]} for r in rows[:MAX_STAGES]]}
+                    "calls": r["calls"], "batches": r.get("batches", block["batches"])} for r in rows[:MAX_STAGES]]}
 
 
 def _count(value: Any, zero: bool = False) -> bool:

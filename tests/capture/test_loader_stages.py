@@ -162,3 +162,81 @@ def test_the_users_worker_init_fn_fails_as_without_the_timers():
     finally:
         stages.stop()
     assert timed == plain and "ValueError" in plain
+
+
+def test_when_the_timers_would_cost_a_noticeable_share_they_time_only_some_batches(monkeypatch):
+    """A timer whose own cost is a large share of a batch (here made so by declaring each timed
+    call to cost a second, so that no clock decides the test) times the first MIN_TIMED batches
+    and then one in MAX_EVERY; the batches are unchanged, a fetch stage's time is per timed batch,
+    and pin_memory (timed on every batch, outside the fetch) is per batch made."""
+    import test_diagnoses as td
+    from test_loader_stages_analysis import bundle
+
+    from gpumagic.capture import stages as st
+
+    monkeypatch.setattr(st, "timer_cost_ns", lambda: 10**9)
+    ds = lsd.TransformedDataset(40)
+    ds.transform = lsd.Chain([lsd.FastTransform(), lsd.FastTransform()])  # microseconds per sample
+    plain = _batches(DataLoader(ds, batch_size=1))
+    stages = LoaderStages()
+    stages.start()
+    try:
+        timed = _batches(DataLoader(ds, batch_size=1, pin_memory=True))
+    finally:
+        block = stages.stop()
+    assert [b.tolist() for b in timed] == [b.tolist() for b in plain]
+    # batches 1 and 2 timed (MIN_TIMED), then one in MAX_EVERY: 18 and 34 of 40
+    assert block["fetched"] == 40 and block["batches"] == st.MIN_TIMED + 2 == 4
+    rows = _rows(block)
+    get = rows[("TransformedDataset.__getitem__", "main")]
+    assert get["calls"] == 4 and get["batches"] == 4  # one sample per timed batch, none from the untimed ones
+    pin = rows.get(("pin_memory", "main"))
+    if pin is not None:  # torch pins only where an accelerator is available
+        assert pin["calls"] == 40 and pin["batches"] == 40
+    report = gpumagic.analyze(bundle(td._loader_trace(True), block))
+    listed = {s.name: s for s in report.metrics.host.loader_stages}
+    assert listed["TransformedDataset.__getitem__"].ms_per_batch == pytest.approx(get["self_ns"] / 4 / 1e6, abs=1e-4)
+    assert sum(s.share for s in listed.values()) == pytest.approx(1, abs=1e-3)
+
+
+def test_a_cheap_timer_times_every_batch(monkeypatch):
+    from gpumagic.capture import stages as st
+
+    monkeypatch.setattr(st, "timer_cost_ns", lambda: 1)
+    stages = LoaderStages()
+    stages.start()
+    try:
+        ds = lsd.TransformedDataset(12)
+        ds.transform = lsd.Chain([lsd.FastTransform()])
+        _batches(DataLoader(ds, batch_size=2))
+    finally:
+        block = stages.stop()
+    assert block["fetched"] == block["batches"] == 6
+
+
+def test_the_timer_cost_is_measured_once_and_positive():
+    from gpumagic.capture.stages import timer_cost_ns
+
+    first = timer_cost_ns()
+    assert type(first) is int and first >= 1 and timer_cost_ns() == first
+
+
+def test_per_batch_times_follow_each_stage_s_own_batches_and_old_bundles_still_read():
+    """The analysis divides each stage by the batches its time covers, and shares are of those
+    per-batch times; a bundle from before sampling (no ``fetched``, no row ``batches``) reads as
+    every stage covering every batch."""
+    import test_diagnoses as td
+    from test_loader_stages_analysis import bundle
+
+    def report(block):
+        return {s.name: s for s in gpumagic.analyze(bundle(td._loader_trace(True), block)).metrics.host.loader_stages}
+
+    sampled = report({"batches": 2, "fetched": 8, "workers": 0, "stages": [
+        {"name": "Decode", "where": "main", "self_ns": 6_000_000, "calls": 2, "batches": 2},
+        {"name": "pin_memory", "where": "main", "self_ns": 8_000_000, "calls": 8, "batches": 8}]})
+    assert sampled["Decode"].ms_per_batch == 3.0 and sampled["pin_memory"].ms_per_batch == 1.0
+    assert sampled["Decode"].share == 0.75 and sampled["pin_memory"].share == 0.25
+    old = report({"batches": 2, "workers": 0, "stages": [
+        {"name": "Decode", "where": "main", "self_ns": 6_000_000, "calls": 2},
+        {"name": "pin_memory", "where": "main", "self_ns": 2_000_000, "calls": 2}]})
+    assert old["Decode"].ms_per_batch == 3.0 and old["pin_memory"].share == 0.25
