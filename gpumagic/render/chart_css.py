@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from gpumagic.render import palette
 
+#: Chart widths (px) at which the timeline's step and tick labels appear or give way: a label
+#: drawn with class ``gm-wN`` is hidden in a chart narrower than N px, one with ``gm-nN`` (a
+#: shortened lane label) from N px on (:func:`gpumagic.render.timeline_svg.place_labels` picks N).
+LABEL_BREAKPOINTS = (240, 280, 320, 360, 420, 480, 560, 640, 720, 820, 940, 1080, 1240, 1400)
+
 
 def svg_css() -> str:
     """The charts' CSS: ``gm-f-X`` fills, ``gm-l-X`` lines and ``gm-t-X`` key marks of category ``X``."""
@@ -54,6 +59,9 @@ def svg_css() -> str:
         ".gpumagic-report svg.gm-tl text.gm-stack-label{paint-order:stroke;stroke:var(--gm-bg);stroke-width:3px;"
         "stroke-linejoin:round}"
         "@container (max-width:620px){.gpumagic-report svg.gm-tl .gm-odd{display:none}}"
+        + "".join(f"@container (max-width:{bp - 0.02:.2f}px){{.gpumagic-report svg.gm-tl .gm-w{bp}{{display:none}}}}"
+                  f"@container (min-width:{bp}px){{.gpumagic-report svg.gm-tl .gm-n{bp}{{display:none}}}}"
+                  for bp in LABEL_BREAKPOINTS)
         + rules
     )
 
