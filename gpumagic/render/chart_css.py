@@ -76,13 +76,16 @@ SVG_LIGHT_VARS = (
     f"--gm-c-mparam:{palette.GREEN};--gm-c-mopt:{palette.ORANGE};--gm-c-mgrad:{palette.BLUE};--gm-c-mact:{palette.VERMILLION};"
     f"--gm-c-mtemp:{palette.PURPLE};--gm-c-minput:{palette.DARK_GREY};--gm-c-mautograd:{palette.SKY}"
 )
+_T = palette.DARK_TINT
 SVG_DARK_VARS = (
-    "--gm-c-kernel:#3d9be0;--gm-c-comm:#e08fc0;--gm-c-copy:#2fc79a;--gm-c-memset:#8fd0f5;--gm-c-cpu:#a6a6a6;"
-    "--gm-c-loader:#f0b020;--gm-c-sync:#ff7a33;--gm-c-fwd:#8877dd;--gm-c-bwd:#e6d88f;--gm-c-opt:#c2c257;"
-    "--gm-c-other:#6e7681;--gm-c-idlewait:#d45a93;--gm-c-idlelaunch:#5cc4b3;--gm-c-mem:#e08fc0;--gm-c-cap:#ff7a33;"
+    f"--gm-c-kernel:{_T[palette.BLUE]};--gm-c-comm:{_T[palette.PURPLE]};--gm-c-copy:{_T[palette.GREEN]};"
+    f"--gm-c-memset:{_T[palette.SKY]};--gm-c-cpu:{_T[palette.GREY]};"
+    f"--gm-c-loader:{_T[palette.ORANGE]};--gm-c-sync:{_T[palette.VERMILLION]};--gm-c-fwd:{_T['#332288']};"
+    f"--gm-c-bwd:{_T['#DDCC77']};--gm-c-opt:{_T['#999933']};"
+    f"--gm-c-other:{_T[palette.LIGHT_GREY]};--gm-c-idlewait:{_T[palette.WINE]};--gm-c-idlelaunch:{_T[palette.TEAL]};"
+    f"--gm-c-mem:{_T[palette.PURPLE]};--gm-c-cap:{_T[palette.VERMILLION]};"
     "--gm-hl-fill:rgba(240,228,66,.28);"
-    "--gm-c-mparam:#2fc79a;--gm-c-mopt:#f0b020;--gm-c-mgrad:#3d9be0;--gm-c-mact:#ff7a33;--gm-c-mtemp:#e08fc0;"
-    "--gm-c-minput:#a6a6a6;--gm-c-mautograd:#8fd0f5"
+    f"--gm-c-mparam:{_T[palette.GREEN]};--gm-c-mopt:{_T[palette.ORANGE]};--gm-c-mgrad:{_T[palette.BLUE]};"
+    f"--gm-c-mact:{_T[palette.VERMILLION]};--gm-c-mtemp:{_T[palette.PURPLE]};"
+    f"--gm-c-minput:{_T[palette.GREY]};--gm-c-mautograd:{_T[palette.SKY]}"
 )
-
-
