@@ -13,7 +13,7 @@ from gpumagic.render import palette
 #: Chart widths (px) at which the timeline's step and tick labels appear or give way: a label
 #: drawn with class ``gm-wN`` is hidden in a chart narrower than N px, one with ``gm-nN`` (a
 #: shortened lane label) from N px on (:func:`gpumagic.render.timeline_svg.place_labels` picks N).
-LABEL_BREAKPOINTS = (240, 280, 320, 360, 420, 480, 560, 640, 720, 820, 940, 1080, 1240, 1400)
+LABEL_BREAKPOINTS = (200, 240, 280, 320, 360, 420, 480, 560, 640, 720, 820, 940, 1080, 1240, 1400)
 
 
 def svg_css() -> str:

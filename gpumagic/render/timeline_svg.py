@@ -71,7 +71,8 @@ MIN_HIGHLIGHT_FRAC = 0.004
 MAX_STEP_LABELS = 12
 #: The narrowest chart the labels are laid out for, px: from this width on, every step, tick and
 #: lane label lies inside the chart and no two labels of a row overlap (a narrower chart hides
-#: the step and tick labels). 240 px is less than JupyterLab's narrowest output in practice.
+#: the step and tick labels). 200 px: the chart in a 244 px output (JupyterLab's narrowest in practice) is
+#: about 230 px wide.
 MIN_CHART_PX = LABEL_BREAKPOINTS[0]
 #: Font size of the chart's text (chart_css.py) and the least space between two labels, px.
 FONT_PX = 12

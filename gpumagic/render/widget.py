@@ -64,7 +64,7 @@ WIDGET_CSS = (
     "{color:var(--jp-ui-font-color0,#000) !important}"
     ".gpumagic-widget .widget-dropdown{max-width:100%}"
     ".gpumagic-widget img.gm-figure{max-width:" + TIMELINE_MAX_WIDTH + "}"
-    ".gpumagic-widget .gm-zoom-hint{font-size:12.5px;color:var(--jp-ui-font-color0,#000)}"
+    ".gpumagic-widget .gm-zoom-hint{display:inline-block;line-height:1.4;font-size:12.5px;color:var(--jp-ui-font-color0,#000)}"
 )
 #: What the chart's own gestures do (shown with the zoomable chart only).
 ZOOM_HINT = "Wheel over the chart: zoom around the pointer \u00b7 drag: pan \u00b7 double click: the whole window"

@@ -122,7 +122,7 @@ def _row_boxes(svg: str, chart_px: float) -> dict[tuple[str, str], list[tuple[fl
     return rows
 
 
-WIDTHS = (240, 244, 300, 360, 500, 620, 800, 1100, 1400)
+WIDTHS = (200, 230, 244, 300, 360, 500, 620, 800, 1100, 1400)
 
 
 def _views(report):
