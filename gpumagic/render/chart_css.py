@@ -46,6 +46,10 @@ def svg_css() -> str:
         ".gpumagic-report .gm-hl{fill:var(--gm-hl-fill);stroke:var(--gm-fg);stroke-width:2;"
         "vector-effect:non-scaling-stroke;opacity:0}"
         ".gpumagic-report .gm-hl.gm-hl-on,.gpumagic-report svg.gm-tl .gm-hl:target{opacity:1}"
+        # a window band never hides the bars under it from the pointer (their hover names the event);
+        # a shown band answers on its outline with the finding's window
+        ".gpumagic-report svg.gm-tl .gm-hl{pointer-events:none}"
+        ".gpumagic-report svg.gm-tl .gm-hl.gm-hl-on,.gpumagic-report svg.gm-tl .gm-hl:target{pointer-events:stroke}"
         ".gpumagic-report svg.gm-tl .gm-hl:target{stroke-width:3}"
         ".gpumagic-report ul.gm-tl-legend{list-style:none;display:flex;flex-wrap:wrap;gap:2px 16px;padding:0;margin:6px 0;"
         "font-size:13px}"

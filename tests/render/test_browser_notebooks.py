@@ -384,6 +384,11 @@ def test_live_timeline_zooms_on_the_wheel_pans_on_a_drag_and_zooms_to_a_findings
     assert shown["hi"] - shown["lo"] < full / 2
     # the window with half its length as margin each side: the band is the middle half of the chart
     assert c["x"] - 1 <= b["x"] and b["x"] + b["width"] <= c["x"] + c["width"] + 1 and b["width"] >= 0.3 * c["width"], (b, c)
+    # hovering a bar inside the outlined window still names its event (the band lets the pointer through)
+    hover = page.evaluate("""([x, y]) => { const e = document.elementFromPoint(x, y);
+      const t = e && e.closest('.gm-zoom') && e.querySelector(':scope > title'); return t ? t.textContent : null; }""",
+                          [b["x"] + b["width"] / 2, b["y"] + b["height"] - 8])
+    assert hover and " \u00b7 main thread \u00b7 " in hover, hover  # name · duration · lane · category
     widget.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "jupyterlab_live_zoomed.png"))
     widget.locator("select").nth(1).select_option(label="nothing")
