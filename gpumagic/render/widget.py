@@ -382,8 +382,12 @@ def _highlight_note(report: Report, finding_id: str) -> str:
         return ""
     if not f.evidence.windows:
         return "<i>this finding has no time windows to show</i>"
+    from gpumagic.render.timeline_svg import MAX_WINDOWS_PER_FINDING
+
     n = len(f.evidence.windows)
-    return f"<i>{n} window{'s' if n != 1 else ''} outlined; the buttons below zoom to each</i>"
+    shown = min(n, MAX_WINDOWS_PER_FINDING)
+    of = f" of {n}" if shown < n else ""
+    return f"<i>{shown}{of} window{'s' if n != 1 else ''} outlined; the buttons below zoom to each</i>"
 
 
 def _caption() -> str:

@@ -53,6 +53,9 @@ def test_choosing_a_step_and_a_finding_redraws_the_timeline(view):
     view.finding_select.value = "dataloader-bound"
     assert "gm-hl gm-hl-on" in view.timeline_image.value and view.timeline_image.value.count("<svg class=\"gm-tl\"") == 1
     assert "outlined" in view.timeline_status.value and view.window_buttons.children
+    n = len(view.report.finding("dataloader-bound").evidence.windows)
+    shown = len(view.window_buttons.children)  # as many buttons as windows drawn, and the note says so
+    assert view.timeline_status.value.startswith(f"<i>{shown} of {n} windows" if shown < n else f"<i>{n} window")
     view.finding_select.value = "mixed-precision-off"  # a finding without time windows
     assert "no time windows" in view.timeline_status.value and not view.window_buttons.children
     view.step_select.value = ALL_STEPS
