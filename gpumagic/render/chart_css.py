@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from gpumagic.render import palette
 
+#: Chart widths (px) at which the timeline's step and tick labels appear or give way: a label
+#: drawn with class ``gm-wN`` is hidden in a chart narrower than N px, one with ``gm-nN`` (a
+#: shortened lane label) from N px on (:func:`gpumagic.render.timeline_svg.place_labels` picks N).
+LABEL_BREAKPOINTS = (200, 240, 280, 320, 360, 420, 480, 560, 640, 720, 820, 940, 1080, 1240, 1400)
+
 
 def svg_css() -> str:
     """The charts' CSS: ``gm-f-X`` fills, ``gm-l-X`` lines and ``gm-t-X`` key marks of category ``X``."""
@@ -41,6 +46,10 @@ def svg_css() -> str:
         ".gpumagic-report .gm-hl{fill:var(--gm-hl-fill);stroke:var(--gm-fg);stroke-width:2;"
         "vector-effect:non-scaling-stroke;opacity:0}"
         ".gpumagic-report .gm-hl.gm-hl-on,.gpumagic-report svg.gm-tl .gm-hl:target{opacity:1}"
+        # a window band never hides the bars under it from the pointer (their hover names the event);
+        # a shown band answers on its outline with the finding's window
+        ".gpumagic-report svg.gm-tl .gm-hl{pointer-events:none}"
+        ".gpumagic-report svg.gm-tl .gm-hl.gm-hl-on,.gpumagic-report svg.gm-tl .gm-hl:target{pointer-events:stroke}"
         ".gpumagic-report svg.gm-tl .gm-hl:target{stroke-width:3}"
         ".gpumagic-report ul.gm-tl-legend{list-style:none;display:flex;flex-wrap:wrap;gap:2px 16px;padding:0;margin:6px 0;"
         "font-size:13px}"
@@ -54,6 +63,9 @@ def svg_css() -> str:
         ".gpumagic-report svg.gm-tl text.gm-stack-label{paint-order:stroke;stroke:var(--gm-bg);stroke-width:3px;"
         "stroke-linejoin:round}"
         "@container (max-width:620px){.gpumagic-report svg.gm-tl .gm-odd{display:none}}"
+        + "".join(f"@container (max-width:{bp - 0.02:.2f}px){{.gpumagic-report svg.gm-tl .gm-w{bp}{{display:none}}}}"
+                  f"@container (min-width:{bp}px){{.gpumagic-report svg.gm-tl .gm-n{bp}{{display:none}}}}"
+                  for bp in LABEL_BREAKPOINTS)
         + rules
     )
 
@@ -68,13 +80,16 @@ SVG_LIGHT_VARS = (
     f"--gm-c-mparam:{palette.GREEN};--gm-c-mopt:{palette.ORANGE};--gm-c-mgrad:{palette.BLUE};--gm-c-mact:{palette.VERMILLION};"
     f"--gm-c-mtemp:{palette.PURPLE};--gm-c-minput:{palette.DARK_GREY};--gm-c-mautograd:{palette.SKY}"
 )
+_T = palette.DARK_TINT
 SVG_DARK_VARS = (
-    "--gm-c-kernel:#3d9be0;--gm-c-comm:#e08fc0;--gm-c-copy:#2fc79a;--gm-c-memset:#8fd0f5;--gm-c-cpu:#a6a6a6;"
-    "--gm-c-loader:#f0b020;--gm-c-sync:#ff7a33;--gm-c-fwd:#8877dd;--gm-c-bwd:#e6d88f;--gm-c-opt:#c2c257;"
-    "--gm-c-other:#6e7681;--gm-c-idlewait:#d45a93;--gm-c-idlelaunch:#5cc4b3;--gm-c-mem:#e08fc0;--gm-c-cap:#ff7a33;"
+    f"--gm-c-kernel:{_T[palette.BLUE]};--gm-c-comm:{_T[palette.PURPLE]};--gm-c-copy:{_T[palette.GREEN]};"
+    f"--gm-c-memset:{_T[palette.SKY]};--gm-c-cpu:{_T[palette.GREY]};"
+    f"--gm-c-loader:{_T[palette.ORANGE]};--gm-c-sync:{_T[palette.VERMILLION]};--gm-c-fwd:{_T['#332288']};"
+    f"--gm-c-bwd:{_T['#DDCC77']};--gm-c-opt:{_T['#999933']};"
+    f"--gm-c-other:{_T[palette.LIGHT_GREY]};--gm-c-idlewait:{_T[palette.WINE]};--gm-c-idlelaunch:{_T[palette.TEAL]};"
+    f"--gm-c-mem:{_T[palette.PURPLE]};--gm-c-cap:{_T[palette.VERMILLION]};"
     "--gm-hl-fill:rgba(240,228,66,.28);"
-    "--gm-c-mparam:#2fc79a;--gm-c-mopt:#f0b020;--gm-c-mgrad:#3d9be0;--gm-c-mact:#ff7a33;--gm-c-mtemp:#e08fc0;"
-    "--gm-c-minput:#a6a6a6;--gm-c-mautograd:#8fd0f5"
+    f"--gm-c-mparam:{_T[palette.GREEN]};--gm-c-mopt:{_T[palette.ORANGE]};--gm-c-mgrad:{_T[palette.BLUE]};"
+    f"--gm-c-mact:{_T[palette.VERMILLION]};--gm-c-mtemp:{_T[palette.PURPLE]};"
+    f"--gm-c-minput:{_T[palette.GREY]};--gm-c-mautograd:{_T[palette.SKY]}"
 )
-
-

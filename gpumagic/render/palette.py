@@ -76,3 +76,56 @@ HOST_SYNC = VERMILLION
 HIGHLIGHT = YELLOW
 HIGHLIGHT_EDGE = "#000000"
 HIGHLIGHT_HATCH = "////"
+
+# -- themes ---------------------------------------------------------------------------------------
+
+#: The same hues as lighter tints for a dark background (the SVG charts' dark set in
+#: chart_css.py and the matplotlib figure's ``theme="dark"``), so that a bar stands out on it.
+DARK_TINT = {
+    BLUE: "#3d9be0", PURPLE: "#e08fc0", GREEN: "#2fc79a", SKY: "#8fd0f5", GREY: "#a6a6a6", ORANGE: "#f0b020",
+    VERMILLION: "#ff7a33", "#332288": "#8877dd", "#DDCC77": "#e6d88f", "#999933": "#c2c257", LIGHT_GREY: "#6e7681",
+    PALE_GREY: "#6e7681", WINE: "#d45a93", TEAL: "#5cc4b3", DARK_GREY: "#8b949e",
+}
+
+
+class FigureTheme:
+    """A matplotlib figure's colours on one background: ``text`` and ``muted`` (secondary text:
+    step labels, axis labels) keep a WCAG contrast of at least 4.5:1 on ``background``
+    (:func:`contrast`); ``line`` draws axes and step marks, ``grid`` the sampled panels' grid,
+    ``edge`` a highlighted window's outline; :meth:`color` maps a palette colour to its tint."""
+
+    def __init__(self, name: str, background: str, text: str, muted: str, line: str, grid: str, edge: str,
+                 tints: dict[str, str]) -> None:
+        self.name, self.background, self.text, self.muted = name, background, text, muted
+        self.line, self.grid, self.edge, self._tints = line, grid, edge, tints
+
+    def color(self, c: str) -> str:
+        """``c`` (a palette colour) as drawn on this theme's background."""
+        return self._tints.get(c, self._tints.get(c.upper(), c))
+
+
+#: The page's light and dark text and background colours (gpumagic/render/page.py's defaults).
+FIGURE_THEMES = {
+    "light": FigureTheme("light", "#ffffff", "#1f2328", "#57606a", "#57606a", "#d0d7de", HIGHLIGHT_EDGE, {}),
+    "dark": FigureTheme("dark", "#0d1117", "#e6edf3", "#9da7b3", "#9da7b3", "#3d444d", "#ffffff", DARK_TINT),
+}
+
+
+def figure_theme(theme: str) -> FigureTheme:
+    """The :class:`FigureTheme` named ``theme`` (``'light'`` or ``'dark'``); ValueError otherwise."""
+    try:
+        return FIGURE_THEMES[theme]
+    except (KeyError, TypeError):
+        raise ValueError(f"theme must be 'light' or 'dark', not {theme!r}") from None
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG 2 contrast ratio of two ``#rrggbb`` colours (https://www.w3.org/TR/WCAG21/#dfn-contrast-ratio)."""
+
+    def luminance(c: str) -> float:
+        rgb = [int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        lin = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in rgb]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)

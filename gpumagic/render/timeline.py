@@ -14,6 +14,11 @@ was), so no lane draws more than :data:`MAX_RECTS_PER_LANE` rectangles whatever 
 
 Only matplotlib's object-oriented API is used (``Figure`` + ``FigureCanvasAgg``): no pyplot,
 no global state, safe to call from any thread and in tests.
+
+Theme: ``TimelineOptions(theme="dark")`` (``report.timeline(theme="dark")``) draws on the dark
+background of :data:`gpumagic.render.palette.FIGURE_THEMES` with the palette's lighter tints;
+the default ``"light"`` draws on white. Either way every text colour has a contrast of at least
+4.5:1 on the figure's background (tests/render/test_timeline.py measures it).
 """
 
 from __future__ import annotations
@@ -114,12 +119,14 @@ def downsample(start_ns: np.ndarray, end_ns: np.ndarray, res_ns: float, max_rect
 @dataclass(frozen=True)
 class TimelineOptions:
     """What to draw: ``step`` zooms to one step (index into ``metrics["steps"]``), ``finding``
-    highlights that finding's evidence windows."""
+    highlights that finding's evidence windows, ``theme`` is ``"light"`` (white background) or
+    ``"dark"``."""
 
     step: int | None = None
     finding: str | None = None
     width_in: float = FIG_WIDTH_IN
     dpi: int = DPI
+    theme: str = "light"
 
 
 def timeline_figure(report: Report, options: TimelineOptions | None = None) -> Figure:
@@ -131,26 +138,27 @@ def timeline_figure(report: Report, options: TimelineOptions | None = None) -> F
     from matplotlib.figure import Figure
 
     options = options or TimelineOptions()
+    th = palette.figure_theme(options.theme)
     trace = _require_trace(report)
     view = plan_view(report, options.step)
     rows = plan_rows(report, trace, view)
     series = _sample_series(trace, view)
     height = TOP_IN + BOTTOM_IN + _lanes_height(rows) + SAMPLE_HEIGHT_IN * len(series)
-    fig = Figure(figsize=(options.width_in, height), dpi=options.dpi)
+    fig = Figure(figsize=(options.width_in, height), dpi=options.dpi, facecolor=th.background)
     FigureCanvasAgg(fig)
     axes = _make_axes(fig, rows, series, options.width_in, height)
     plot_px = (options.width_in - LEFT_IN - RIGHT_IN) * options.dpi
     res_ns = (view.end_ns - view.start_ns) / max(plot_px, 1.0)
     finding = report.finding(options.finding) if options.finding else None
-    _draw_lanes(axes[0], trace, rows, view, res_ns)
-    _draw_phases(axes[0], report, rows, view)
-    _draw_idle_gaps(axes[0], report, rows, view)
+    _draw_lanes(axes[0], trace, rows, view, res_ns, th)
+    _draw_phases(axes[0], report, rows, view, th)
+    _draw_idle_gaps(axes[0], report, rows, view, th)
     for ax, s in zip(axes[1:], series):
-        _draw_series(ax, s, view)
-    _draw_steps(axes, report, view)
+        _draw_series(ax, s, view, th)
+    _draw_steps(axes, report, view, th)
     if finding is not None:
-        _draw_highlight(axes, finding, rows, view, res_ns)
-    _decorate(fig, axes, rows, view, finding)
+        _draw_highlight(axes, finding, rows, view, res_ns, th)
+    _decorate(fig, axes, rows, view, finding, th)
     return fig
 
 
@@ -193,7 +201,8 @@ def _lanes_height(rows: list[LaneRow]) -> float:
     return max(LANE_HEIGHT_IN * len(rows), MIN_LANES_HEIGHT_IN)
 
 
-def _decorate(fig: Figure, axes: list[Axes], rows: list[LaneRow], view: TimelineView, finding: Finding | None) -> None:
+def _decorate(fig: Figure, axes: list[Axes], rows: list[LaneRow], view: TimelineView, finding: Finding | None,
+              th: palette.FigureTheme = palette.FIGURE_THEMES["light"]) -> None:
     lanes_ax = axes[0]
     lanes_ax.set_yticks(range(len(rows)), [r.label for r in rows], fontsize=FONT_LANE)
     lanes_ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -204,17 +213,23 @@ def _decorate(fig: Figure, axes: list[Axes], rows: list[LaneRow], view: Timeline
     for ax in axes:
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
+        for side in ("left", "bottom"):
+            ax.spines[side].set_color(th.line)
+        ax.set_facecolor(th.background)
         ax.tick_params(axis="x", labelsize=FONT_TICK)
+        ax.tick_params(colors=th.line, labelcolor=th.text)
     for ax in axes[:-1]:
         ax.tick_params(axis="x", labelbottom=False)
-    axes[-1].set_xlabel(f"time since {view.origin_label} (ms)", fontsize=FONT_LANE)
+    axes[-1].set_xlabel(f"time since {view.origin_label} (ms)", fontsize=FONT_LANE, color=th.text)
     title = view.title if finding is None else f"{view.title} \u00b7 highlighted: {finding.title}"
-    fig.text(0.5, 1 - 0.12 / fig.get_figheight(), title, ha="center", va="top", fontsize=FONT_TITLE, fontweight="bold")
+    fig.text(0.5, 1 - 0.12 / fig.get_figheight(), title, ha="center", va="top", fontsize=FONT_TITLE, fontweight="bold",
+             color=th.text)
     handles = _legend_handles(lanes_ax)
     if handles:
         fig.legend(
             handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.38 / fig.get_figheight()),
             ncol=min(len(handles), 5), fontsize=FONT_LEGEND, frameon=False, handlelength=1.2, columnspacing=1.2,
+            labelcolor=th.text,
         )
 
 
@@ -239,7 +254,7 @@ def _ms(t_ns: float | np.ndarray, view: TimelineView) -> float | np.ndarray:
 # -- lanes ----------------------------------------------------------------------------------------
 
 
-def _draw_lanes(ax: Axes, trace: Trace, rows: list[LaneRow], view: TimelineView, res_ns: float) -> None:
+def _draw_lanes(ax: Axes, trace: Trace, rows: list[LaneRow], view: TimelineView, res_ns: float, th: palette.FigureTheme) -> None:
     ev = trace.events
     in_view = (ev.ts_ns < view.end_ns) & (ev.ts_ns + ev.dur_ns > view.start_ns)
     for y, row in enumerate(rows):
@@ -251,7 +266,7 @@ def _draw_lanes(ax: Axes, trace: Trace, rows: list[LaneRow], view: TimelineView,
             start = np.maximum(ev.ts_ns[idx], view.start_ns)
             end = np.minimum(ev.ts_ns[idx] + ev.dur_ns[idx], view.end_ns)
             rects = downsample(start, end, res_ns, budget)
-            _add_rects(ax, rects, y, view, layer.color, layer.label)
+            _add_rects(ax, rects, y, view, th.color(layer.color), layer.label)
 
 
 def _add_rects(ax: Axes, rects: Rects, y: float, view: TimelineView, color: str, label: str, half: float = 0.38) -> None:
@@ -269,7 +284,7 @@ def _add_rects(ax: Axes, rects: Rects, y: float, view: TimelineView, color: str,
     ax.add_collection(coll, autolim=False)
 
 
-def _draw_phases(ax: Axes, report: Report, rows: list[LaneRow], view: TimelineView) -> None:
+def _draw_phases(ax: Axes, report: Report, rows: list[LaneRow], view: TimelineView, th: palette.FigureTheme) -> None:
     """The ``step phases`` lane: each step's data / forward / backward / optimizer spans
     (``metrics.phases.spans_ns``); the rest of the step is ``other``, left blank."""
     from matplotlib.collections import PolyCollection
@@ -288,14 +303,14 @@ def _draw_phases(ax: Axes, report: Report, rows: list[LaneRow], view: TimelineVi
                 x0, x1 = _ms(max(s, view.start_ns), view), _ms(min(e, view.end_ns), view)
                 by_phase.setdefault(phase, []).append([(x0, y - half), (x0, y + half), (x1, y + half), (x1, y - half)])
     for phase, verts in by_phase.items():
-        color = palette.PHASE_COLOR.get(phase, palette.PALE_GREY)
+        color = th.color(palette.PHASE_COLOR.get(phase, palette.PALE_GREY))
         coll = PolyCollection(verts, facecolors=color, edgecolors="none", label=f"phase: {palette.PHASE_LABEL.get(phase, phase)}",
                               zorder=2)
         coll.legend_style = (color, "none")
         ax.add_collection(coll, autolim=False)
 
 
-def _draw_idle_gaps(ax: Axes, report: Report, rows: list[LaneRow], view: TimelineView) -> None:
+def _draw_idle_gaps(ax: Axes, report: Report, rows: list[LaneRow], view: TimelineView, th: palette.FigureTheme) -> None:
     from matplotlib.collections import PolyCollection
     from matplotlib.colors import to_rgba
 
@@ -312,13 +327,13 @@ def _draw_idle_gaps(ax: Axes, report: Report, rows: list[LaneRow], view: Timelin
         x0, x1 = _ms(max(g.start_ns, view.start_ns), view), _ms(min(g.end_ns, view.end_ns), view)
         by_cause.setdefault(cause, []).append([(x0, y0), (x0, y1), (x1, y1), (x1, y0)])
     for cause, verts in by_cause.items():
-        color = palette.IDLE_COLOR[cause]
+        color = th.color(palette.IDLE_COLOR[cause])
         coll = PolyCollection(verts, facecolors=color, edgecolors="none", alpha=IDLE_ALPHA, label=palette.IDLE_LABEL[cause], zorder=1)
         coll.legend_style = (to_rgba(color, IDLE_ALPHA), "none")
         ax.add_collection(coll, autolim=False)
 
 
-def _draw_steps(axes: list[Axes], report: Report, view: TimelineView) -> None:
+def _draw_steps(axes: list[Axes], report: Report, view: TimelineView, th: palette.FigureTheme) -> None:
     bounds = [] if report.metrics is None else report.metrics.steps.bounds_ns
     names = [] if report.metrics is None else report.metrics.steps.names
     visible = [(i, b) for i, b in enumerate(bounds) if b[1] > view.start_ns and b[0] < view.end_ns]
@@ -326,7 +341,7 @@ def _draw_steps(axes: list[Axes], report: Report, view: TimelineView) -> None:
     for ax in axes:
         for t in edges:
             if view.start_ns <= t <= view.end_ns:
-                ax.axvline(_ms(t, view), color="#555555", linestyle=(0, (4, 3)), linewidth=0.8, zorder=4)
+                ax.axvline(_ms(t, view), color=th.line, linestyle=(0, (4, 3)), linewidth=0.8, zorder=4)
     every = max(1, -(-len(visible) // MAX_STEP_LABELS))
     span = view.end_ns - view.start_ns
     for k, (i, (s, e)) in enumerate(visible):
@@ -336,10 +351,11 @@ def _draw_steps(axes: list[Axes], report: Report, view: TimelineView) -> None:
         mid = _ms((max(s, view.start_ns) + min(e, view.end_ns)) / 2, view)
         label = step_label(i, names)
         axes[0].annotate(label, (mid, 1), xycoords=("data", "axes fraction"), xytext=(0, 2), textcoords="offset points",
-                         ha="center", va="bottom", fontsize=FONT_STEP, color="#333333", annotation_clip=False, zorder=6)
+                         ha="center", va="bottom", fontsize=FONT_STEP, color=th.muted, annotation_clip=False, zorder=6)
 
 
-def _draw_highlight(axes: list[Axes], finding: Finding, rows: list[LaneRow], view: TimelineView, res_ns: float) -> None:
+def _draw_highlight(axes: list[Axes], finding: Finding, rows: list[LaneRow], view: TimelineView, res_ns: float,
+                    th: palette.FigureTheme) -> None:
     from matplotlib.collections import PolyCollection
 
     verts, spans = [], []
@@ -354,13 +370,13 @@ def _draw_highlight(axes: list[Axes], finding: Finding, rows: list[LaneRow], vie
         if not w.lane:
             spans.append((x0, x1))
     if verts:  # outline and hatch, no fill: visible over any colour, and the events stay readable
-        coll = PolyCollection(verts, facecolors="none", edgecolors=palette.HIGHLIGHT_EDGE, hatch=palette.HIGHLIGHT_HATCH,
+        coll = PolyCollection(verts, facecolors="none", edgecolors=th.edge, hatch=palette.HIGHLIGHT_HATCH,
                               linewidths=1.6, label=f"evidence: {finding.id}", zorder=5)
-        coll.legend_style = ("none", palette.HIGHLIGHT_EDGE)
+        coll.legend_style = ("none", th.edge)
         axes[0].add_collection(coll, autolim=False)
     for ax in axes[1:]:
         for x0, x1 in spans:
-            ax.axvspan(x0, x1, facecolor="none", edgecolor=palette.HIGHLIGHT_EDGE, hatch=palette.HIGHLIGHT_HATCH,
+            ax.axvspan(x0, x1, facecolor="none", edgecolor=th.edge, hatch=palette.HIGHLIGHT_HATCH,
                        linewidth=1.0, zorder=0)
 
 
@@ -429,11 +445,11 @@ def _gpu_rows(gpu: dict[str, np.ndarray], trace: Trace) -> tuple[np.ndarray, np.
     return t[keep], keep
 
 
-def _draw_series(ax: Axes, s: _Series, view: TimelineView) -> None:
+def _draw_series(ax: Axes, s: _Series, view: TimelineView, th: palette.FigureTheme) -> None:
     x = _ms(s.t_ns, view)
     top = 100.0
     for label, values, color in s.lines:
-        ax.plot(x, values, color=color, linewidth=1.6, label=label, drawstyle="steps-post", zorder=3)
+        ax.plot(x, values, color=th.color(color), linewidth=1.6, label=label, drawstyle="steps-post", zorder=3)
         if values.size:
             top = max(top, float(np.nanmax(values)))
     # a margin under 0 % and headroom over 100 %, so that a flat line at either end stays off the axes
@@ -441,7 +457,8 @@ def _draw_series(ax: Axes, s: _Series, view: TimelineView) -> None:
     from matplotlib.ticker import MaxNLocator
 
     ax.yaxis.set_major_locator(MaxNLocator(nbins=3, integer=True))
-    ax.set_ylabel(s.title, fontsize=FONT_TICK)
+    ax.set_ylabel(s.title, fontsize=FONT_TICK, color=th.text)
     ax.tick_params(axis="y", labelsize=FONT_TICK - 1)
-    ax.grid(axis="y", color="#eeeeee", linewidth=0.6)
-    ax.legend(loc="upper right", fontsize=FONT_LEGEND - 0.5, frameon=False, ncol=len(s.lines), borderaxespad=0.1)
+    ax.grid(axis="y", color=th.grid, linewidth=0.6)
+    ax.legend(loc="upper right", fontsize=FONT_LEGEND - 0.5, frameon=False, ncol=len(s.lines), borderaxespad=0.1,
+              labelcolor=th.text)

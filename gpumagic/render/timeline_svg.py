@@ -8,7 +8,11 @@ The same lanes, layers, idle gaps, step marks and finding windows as the matplot
   1400 px wide; positions along time are percentages. The bars sit in a nested ``<svg>`` whose
   viewBox is stretched to the width (``preserveAspectRatio="none"``): rectangles may be stretched,
   text never is. Each lane's label is written *above* its bar, from the left edge, so no label is
-  ever cut by a margin.
+  ever cut by a margin. Step and tick labels are placed by :func:`place_labels`: each is shifted
+  (``dx`` in pixels beside its ``x`` in percent) so that it lies inside the chart at any width
+  from :data:`MIN_CHART_PX`, and each carries the width below which it gives way to its
+  neighbours (CSS container queries, ``gm-wN``), so labels never overlap; a lane label too long
+  for the narrowest chart has a shortened twin there (``gm-nN``), its full text on hover.
 - **Theme.** Every colour is a CSS custom property of the page (:mod:`gpumagic.render.page`):
   JupyterLab's light or dark theme, or the reader's ``prefers-color-scheme`` in a saved page.
 - **Not by colour alone.** Each category has its own band shape in a lane (kernels fill the
@@ -33,12 +37,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from html import escape
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpumagic.render import palette
 from gpumagic.render._format import fmt_ms, fmt_number, fmt_us, window_text
+from gpumagic.render.chart_css import LABEL_BREAKPOINTS
 from gpumagic.render.layout import LaneRow, TimelineView, plan_rows, plan_view, step_label
 from gpumagic.render.timeline import MIN_LABELLED_STEP_SHARE, downsample
 
@@ -63,6 +69,14 @@ MAX_WINDOWS_PER_FINDING = 5
 MIN_HIGHLIGHT_FRAC = 0.004
 #: Step marks labelled at most (every k-th beyond it); at narrow widths every other is hidden.
 MAX_STEP_LABELS = 12
+#: The narrowest chart the labels are laid out for, px: from this width on, every step, tick and
+#: lane label lies inside the chart and no two labels of a row overlap (a narrower chart hides
+#: the step and tick labels). 200 px: the chart in a 244 px output (JupyterLab's narrowest in practice) is
+#: about 230 px wide.
+MIN_CHART_PX = LABEL_BREAKPOINTS[0]
+#: Font size of the chart's text (chart_css.py) and the least space between two labels, px.
+FONT_PX = 12
+LABEL_GAP_PX = 6
 #: Vertical geometry, pixels.
 TOP_PX = 8
 LANE_LABEL_PX = 16
@@ -200,10 +214,7 @@ class _Drawer:
         plot_bottom = self.lane_top + self.bars_h + series_h
         axis = self._axis(plot_bottom)
         height = plot_bottom + AXIS_PX + 4
-        labels = "".join(
-            f'<text class="gm-tl-lane" x="2" y="{_f(self.lane_top + self.bar_y(i) - 4)}">{escape(r.label)}</text>'
-            for i, r in enumerate(self.rows)
-        )
+        labels = "".join(lane_label(r.label, self.lane_top + self.bar_y(i) - 4) for i, r in enumerate(self.rows))
         inner = (f'<svg class="gm-tl-bars" x="0" y="{self.lane_top}" width="100%" height="{self.bars_h}" '
                  f'viewBox="0 0 {VB_W} {self.bars_h}" preserveAspectRatio="none">{bars}{steps_lines}{hl}</svg>')
         label = escape(f"{self.view.title}: {len(self.rows)} lanes ({', '.join(r.label for r in self.rows)})")
@@ -370,16 +381,14 @@ class _Drawer:
             for t in edges if view.start_ns <= t <= view.end_ns
         )
         every = max(1, -(-len(visible) // MAX_STEP_LABELS))
-        texts = []
+        marks = []
         for k, (i, (s, e)) in enumerate(visible):
             shown = min(e, view.end_ns) - max(s, view.start_ns)
             if k % every or shown < MIN_LABELLED_STEP_SHARE * self.span / 2:
                 continue
             mid = ((max(s, view.start_ns) + min(e, view.end_ns)) / 2 - view.start_ns) / self.span
-            odd = " gm-odd" if (k // every) % 2 else ""
-            texts.append(f'<text class="gm-tl-steplabel{odd}" x="{_pct(mid)}" y="{TOP_PX + STEP_LABEL_PX - 4}" '
-                         f'text-anchor="middle">{escape(step_label(i, names))}</text>')
-        return lines, "".join(texts)
+            marks.append((mid, step_label(i, names)))
+        return lines, _label_row(marks, "gm-tl-steplabel", TOP_PX + STEP_LABEL_PX - 4)
 
     def _axis(self, y: float) -> str:
         view = self.view
@@ -387,17 +396,16 @@ class _Drawer:
         step = _nice_step(span_ms / 5)
         first = np.ceil(start_ms / step) * step
         ticks = []
+        marks = []
         t = first
         k = 0
         while t <= start_ms + span_ms + 1e-9:
             frac = (t - start_ms) / span_ms if span_ms else 0.0
-            anchor = "start" if frac < 0.04 else ("end" if frac > 0.96 else "middle")
-            odd = " gm-odd" if k % 2 else ""
-            ticks.append(f'<line class="gm-tl-tick" x1="{_pct(frac)}" x2="{_pct(frac)}" y1="{_f(y)}" y2="{_f(y + 5)}"/>'
-                         f'<text class="gm-tl-ticklabel{odd}" x="{_pct(frac)}" y="{_f(y + 18)}" text-anchor="{anchor}">'
-                         f"{_tick_text(t, step)}</text>")
+            ticks.append(f'<line class="gm-tl-tick" x1="{_pct(frac)}" x2="{_pct(frac)}" y1="{_f(y)}" y2="{_f(y + 5)}"/>')
+            marks.append((frac, _tick_text(t, step)))
             t = first + (k + 1) * step
             k += 1
+        ticks.append(_label_row(marks, "gm-tl-ticklabel", y + 18))
         return (f'<line class="gm-tl-axis" x1="0" x2="100%" y1="{_f(y)}" y2="{_f(y)}"/>' + "".join(ticks)
                 + f'<text class="gm-tl-axislabel" x="100%" y="{_f(y + 32)}" text-anchor="end">ms since '
                 f"{escape(view.origin_label)}</text>")
@@ -429,8 +437,7 @@ class _Drawer:
                      f'<line class="gm-tl-grid" x1="0" x2="{VB_W}" y1="4" y2="4"/>{"".join(paths)}</svg>')
             for label, _, cls in s.lines:
                 self.series_keys.setdefault(f"{label} ({s.unit})", cls)
-            out.append(f'<text class="gm-tl-lane" x="2" y="{_f(y + 12)}">{escape(s.title)} (0\u2013{escape(s.vmax_text)})</text>'
-                       f"{inner}")
+            out.append(lane_label(f"{s.title} (0\u2013{s.vmax_text})", y + 12) + inner)
             y += 16 + SERIES_PX
         return "".join(out), int(y - top)
 
@@ -451,6 +458,103 @@ class _Drawer:
             out.append(f'<li><svg class="gm-tl-key" width="18" height="14" aria-hidden="true"><line class="gm-l-{cls}" x1="0" '
                        f'x2="18" y1="7" y2="7" stroke-width="2.5"/></svg>{escape(label)}</li>')
         return f'<ul class="gm-tl-legend">{"".join(out)}</ul>' if out else ""
+
+
+# -- labels that fit at any width -------------------------------------------------------------------
+
+#: Widths of characters in em, rounded up from DejaVu Sans (the widest of the fonts a page's
+#: ``system-ui`` resolves to on Linux, macOS and Windows), so that an estimate is never short.
+_NARROW = frozenset("ijlrtf.,:;'|!()[] \u00b7")
+_WIDE = frozenset("mwMW%\u2014@")
+
+
+def text_px(text: str, font_px: float = FONT_PX) -> float:
+    """An upper estimate of ``text``'s width in pixels at ``font_px``."""
+    em = 0.0
+    for ch in text:
+        if ch in _NARROW:
+            em += 0.42
+        elif ch in _WIDE:
+            em += 1.0
+        elif ch.isupper():
+            em += 0.78
+        else:
+            em += 0.66
+    return em * font_px
+
+
+@dataclass(frozen=True)
+class PlacedLabel:
+    """A label of a row: ``frac`` (its point, a share of the chart's width), ``dx`` (pixels from
+    that point to the label's left end), ``width`` (estimated, px) and ``min_px`` (the narrowest
+    chart that shows it, one of :data:`~gpumagic.render.chart_css.LABEL_BREAKPOINTS`)."""
+
+    frac: float
+    text: str
+    dx: float
+    width: float
+    min_px: int
+
+    def left(self, chart_px: float) -> float:
+        return self.frac * chart_px + self.dx
+
+
+def place_labels(marks: list[tuple[float, str]], min_chart_px: float = MIN_CHART_PX) -> list[PlacedLabel]:
+    """Labels centred on their points where they fit, for every chart width from ``min_chart_px``.
+
+    Each label is shifted to lie inside the chart at ``min_chart_px`` (and so at any wider
+    width: its left end moves right and its right end keeps its distance to the chart's right edge
+    or more). Labels give way in levels (every 4th kept longest, then every 2nd, then the rest):
+    a level's labels show from the narrowest breakpoint at which no two shown labels come closer
+    than :data:`LABEL_GAP_PX`; a label that would need a chart wider than the widest breakpoint is
+    dropped."""
+    placed = []
+    for frac, text in sorted(marks):
+        w = text_px(text) + 1  # a pixel more: the coordinates are written rounded
+        if w > min_chart_px:
+            continue
+        half = w / 2  # px left of the point: centred, unless that would cross an edge at the narrowest width
+        # (half a pixel inside the left edge: the coordinates are written rounded)
+        dx = -min(max(half, w - (1 - frac) * min_chart_px), max(frac * min_chart_px - 0.5, 0.0)) or 0.0  # never "-0"
+        placed.append((frac, text, dx, w))
+    need = 0.0
+    out: list[PlacedLabel] = []
+    for level in range(3):
+        shown = [(k, p) for k, p in enumerate(placed) if _level(k) <= level]
+        for (_, a), (_, b) in pairwise(shown):
+            room = b[0] - a[0]
+            # b's left end minus a's right end at width W: room * W + b.dx - (a.dx + a.w) >= gap
+            need = max(need, (a[2] + a[3] - b[2] + LABEL_GAP_PX) / room if room > 0 else float("inf"))
+        bp = next((b for b in LABEL_BREAKPOINTS if b >= need), None)
+        if bp is None:
+            break
+        out += [PlacedLabel(p[0], p[1], p[2], p[3], bp) for k, p in shown if _level(k) == level]
+    return sorted(out, key=lambda p: p.frac)
+
+
+def _level(k: int) -> int:
+    return 0 if k % 4 == 0 else (1 if k % 2 == 0 else 2)
+
+
+def _label_row(marks: list[tuple[float, str]], cls: str, y: float) -> str:
+    """The ``<text>`` elements of one row of labels (see :func:`place_labels`)."""
+    return "".join(f'<text class="{cls} gm-w{p.min_px}" x="{_pct(p.frac)}" dx="{_f(p.dx)}" y="{_f(y)}">{escape(p.text)}</text>'
+                   for p in place_labels(marks))
+
+
+def lane_label(text: str, y: float) -> str:
+    """A lane's (or a sampled panel's) label at the chart's left edge; when it would not fit the
+    narrowest chart, a shortened twin (full text on hover) stands in below its own width."""
+    full = f'<text class="gm-tl-lane" x="2" y="{_f(y)}">{escape(text)}</text>'
+    width = text_px(text) + 4
+    if width <= MIN_CHART_PX:
+        return full
+    bp = next((b for b in LABEL_BREAKPOINTS if b >= width), LABEL_BREAKPOINTS[-1])
+    short = text
+    while short and text_px(short + "\u2026") + 4 > MIN_CHART_PX:
+        short = short[:-1]
+    return (f'<text class="gm-tl-lane gm-w{bp}" x="2" y="{_f(y)}">{escape(text)}</text>'
+            f'<text class="gm-tl-lane gm-n{bp}" x="2" y="{_f(y)}">{escape(short.rstrip())}\u2026<title>{escape(text)}</title></text>')
 
 
 def axis_ticks(start: float, end: float, n: int = 5) -> list[tuple[float, str]]:

@@ -61,16 +61,16 @@ def lazy(target: str) -> Callable[..., Any]:
     return call
 
 
-def _report_timeline(report, step=None, finding=None):
+def _report_timeline(report, step=None, finding=None, theme="light"):
     from gpumagic.render.timeline import TimelineOptions, timeline_figure
 
-    return timeline_figure(report, TimelineOptions(step=step, finding=finding))
+    return timeline_figure(report, TimelineOptions(step=step, finding=finding, theme=theme))
 
 
-def _report_timeline_png(report, step=None, finding=None) -> bytes:
+def _report_timeline_png(report, step=None, finding=None, theme="light") -> bytes:
     from gpumagic.render.timeline import TimelineOptions, timeline_png
 
-    return timeline_png(report, TimelineOptions(step=step, finding=finding))
+    return timeline_png(report, TimelineOptions(step=step, finding=finding, theme=theme))
 
 
 for (_kind, _name), _target in VIEWS.items():

@@ -3,13 +3,15 @@ Memory · Notes).
 
 The sections are the HTML renderer's own fragments, so the live and the static views agree.
 The Timeline tab is the static report's inline SVG (:mod:`gpumagic.render.timeline_svg`), redrawn
-in the kernel for the range in view: zoom in/out and pan with the buttons, zoom to a step, and
-pick a finding to highlight it: its time windows become buttons that zoom to each window
-(Nsight-style). Hovering a bar shows its name, duration, stream and category (SVG titles).
-Plain ipywidgets and SVG rather than anywidget: no new dependency and no front-end code to
-keep working across JupyterLab, Notebook 7, VS Code and Colab; the price is that zoom and pan
-are buttons (a round trip to the kernel, milliseconds for the SVG), not wheel and drag.
-ipywidgets is imported here only; nothing else in gpumagic needs it.
+in the kernel for the range in view. With anywidget installed (a dependency) it sits in
+:mod:`gpumagic.render.timeline_zoom`'s widget: the wheel over the chart zooms around the cursor,
+a drag pans, a double click shows the whole window, at once in the browser and then re-drawn by
+the kernel for the new range, so detail appears as you zoom in. Buttons do the same (zoom in/out,
+pan, whole window), a dropdown zooms to a step, and picking a finding highlights it: its time
+windows become buttons that zoom to each window (Nsight-style). Hovering a bar shows its name,
+duration, stream and category (SVG titles). Without anywidget the chart is a plain HTML widget
+and the buttons are the only zoom. ipywidgets is imported here only; nothing else in gpumagic
+needs it.
 
 A widget holds its report (the timeline is redrawn from the trace) until :meth:`ReportWidget.close`,
 which closes every ipywidgets model of the tree (layouts and styles included) and lets the report
@@ -27,6 +29,7 @@ from gpumagic.render.breakdown import breakdown_html
 from gpumagic.render.conditions import conditions_html
 from gpumagic.render.layout import step_label
 from gpumagic.render.modules import modules_html
+from gpumagic.render.timeline_zoom import MIN_SPAN_NS
 
 if TYPE_CHECKING:  # pragma: no cover
     import ipywidgets
@@ -61,7 +64,10 @@ WIDGET_CSS = (
     "{color:var(--jp-ui-font-color0,#000) !important}"
     ".gpumagic-widget .widget-dropdown{max-width:100%}"
     ".gpumagic-widget img.gm-figure{max-width:" + TIMELINE_MAX_WIDTH + "}"
+    ".gpumagic-widget .gm-zoom-hint{display:inline-block;line-height:1.4;font-size:12.5px;color:var(--jp-ui-font-color0,#000)}"
 )
+#: What the chart's own gestures do (shown with the zoomable chart only).
+ZOOM_HINT = "Wheel over the chart: zoom around the pointer \u00b7 drag: pan \u00b7 double click: the whole window"
 
 
 def _ipywidgets():
@@ -76,9 +82,11 @@ class ReportWidget:
     """The widget tree of one report; ``root`` is what a notebook displays.
 
     Named parts (``header``, ``tabs``, ``checklist``, ``step_select``, ``finding_select``,
-    ``zoom_buttons``, ``window_buttons``, ``timeline_image`` (the SVG chart's HTML), ``chart`` (the
-    last :class:`~gpumagic.render.timeline_svg.SvgTimeline` drawn), ``timeline_status``) are kept
-    for tests and for callers that embed pieces.
+    ``zoom_buttons``, ``window_buttons``, ``timeline_image`` (the chart's widget: its ``value`` is
+    the SVG chart's HTML; a :mod:`~gpumagic.render.timeline_zoom` widget when anywidget is
+    installed, else an ``HTML`` widget), ``chart`` (the last
+    :class:`~gpumagic.render.timeline_svg.SvgTimeline` drawn), ``timeline_status``) are kept for
+    tests and for callers that embed pieces.
     """
 
     def __init__(self, report: Report | None, images: h.Images | None = None, *, live_token: str = "") -> None:
@@ -120,6 +128,8 @@ class ReportWidget:
                 dd.unobserve_all()
         for button in getattr(self, "zoom_buttons", {}).values():
             button._click_handlers.callbacks.clear()
+        if self.zoomable:
+            self.timeline_image.unobserve_all()
         _close_tree(self.root)
         self.report = None
 
@@ -128,6 +138,9 @@ class ReportWidget:
     def _timeline_tab(self, w, png: bytes | None = None):
         self.window_buttons = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
         self.view_ns: tuple[int, int] | None = None
+        self.zoomable = False
+        self.zoom_hint = None
+        self._answered = 0  # the zoomable chart's last request drawn
         if self.report is None or self.report.trace is None:
             self.step_select = self.finding_select = self.timeline_image = None
             self.timeline_status = w.HTML(value=h.wrap(h.timeline_html(self.report, png), style=False, framed=False))
@@ -151,13 +164,26 @@ class ReportWidget:
         }
         for name, button in self.zoom_buttons.items():
             button.on_click(lambda _b, name=name: self.zoom(name))
-        self.timeline_image = w.HTML(value="")
+        from gpumagic.render.timeline_zoom import zoomable_timeline_class
+
+        zoomable = zoomable_timeline_class()
+        self.zoomable = zoomable is not None
+        if zoomable is None:  # no anywidget: the buttons zoom
+            self.timeline_image = w.HTML(value="")
+        else:
+            self.timeline_image = zoomable(full_span=float(max(self.full_ns[1] - self.full_ns[0], 1)),
+                                           min_span=float(MIN_SPAN_NS), layout=w.Layout(width="100%"))
+            self.timeline_image.observe(self._on_request, names="request")
         self.timeline_status = w.HTML(value="", layout=w.Layout(flex="1 1 220px"))
         self.step_select.observe(self._on_step, names="value")
         self.finding_select.observe(self._on_finding, names="value")
         self.caption = w.HTML(value="")
         controls = w.HBox([self.step_select, self.finding_select, self.timeline_status], layout=w.Layout(flex_flow="row wrap"))
-        zoom = w.HBox(list(self.zoom_buttons.values()), layout=w.Layout(flex_flow="row wrap"))
+        zoom_parts = list(self.zoom_buttons.values())
+        self.zoom_hint = w.HTML(value=f'<span class="gm-zoom-hint">{escape(ZOOM_HINT)}</span>') if self.zoomable else None
+        if self.zoom_hint is not None:
+            zoom_parts.append(self.zoom_hint)
+        zoom = w.HBox(zoom_parts, layout=w.Layout(flex_flow="row wrap", align_items="center"))
         self._redraw()
         return w.VBox([controls, zoom, self.window_buttons, self.timeline_image, self.caption])
 
@@ -173,7 +199,7 @@ class ReportWidget:
             self.view_ns = None
         else:
             if action == "in":
-                span = max(span / ZOOM_FACTOR, 1000)
+                span = max(span / ZOOM_FACTOR, MIN_SPAN_NS)
             elif action == "out":
                 span = min(span * ZOOM_FACTOR, hi - lo)
             elif action in ("left", "right"):
@@ -182,6 +208,26 @@ class ReportWidget:
                 raise ValueError(f"unknown zoom action {action!r}: in, out, left, right or reset")
             self.view_ns = _clamp(mid - span / 2, mid + span / 2, lo, hi)
         self._redraw()
+
+    def zoom_to(self, start_ns: float, end_ns: float) -> None:
+        """Show the range ``start_ns``..``end_ns`` (trace clock), kept inside the analysis window and
+        at least :data:`~gpumagic.render.timeline_zoom.MIN_SPAN_NS` long (the whole window when
+        it covers it)."""
+        lo, hi = self.full_ns
+        span = max(end_ns - start_ns, MIN_SPAN_NS)
+        mid = (start_ns + end_ns) / 2
+        view = _clamp(mid - span / 2, mid + span / 2, lo, hi)
+        self.view_ns = None if view == (lo, hi) else view
+        self._redraw()
+
+    def _on_request(self, change) -> None:
+        """The zoomable chart's wheel or drag: ``[lo, hi, n]``, ns after the window's start."""
+        req = change["new"]
+        if self.report is None or len(req) != 3:
+            return
+        lo, hi, n = req
+        self._answered = max(self._answered, int(n))
+        self.zoom_to(self.full_ns[0] + lo, self.full_ns[0] + hi)
 
     def show_finding(self, finding_id: str) -> None:
         """Open the Timeline tab with ``finding_id`` highlighted and zoomed to its first window."""
@@ -243,7 +289,14 @@ class ReportWidget:
         self.timeline_status.value = "drawing\u2026"
         chart = timeline_svg(report, window_ns=self.view_ns, highlight=finding or None)
         self.chart = chart
-        self.timeline_image.value = h.wrap(h.chart_html(chart), style=False, framed=False)
+        markup = h.wrap(h.chart_html(chart), style=False, framed=False)
+        if self.zoomable:
+            from gpumagic.render.timeline_zoom import chart_markup
+
+            base = self.full_ns[0]
+            markup = chart_markup(markup, lo=chart.view.start_ns - base, hi=chart.view.end_ns - base,
+                                  origin=chart.view.origin_ns - base, answered=self._answered)
+        self.timeline_image.value = markup
         self.caption.value = h.wrap(h.timeline_caption(chart.caption()), style=False, framed=False)
         self.timeline_status.value = _highlight_note(report, finding)
 
@@ -329,8 +382,12 @@ def _highlight_note(report: Report, finding_id: str) -> str:
         return ""
     if not f.evidence.windows:
         return "<i>this finding has no time windows to show</i>"
+    from gpumagic.render.timeline_svg import MAX_WINDOWS_PER_FINDING
+
     n = len(f.evidence.windows)
-    return f"<i>{n} window{'s' if n != 1 else ''} outlined; the buttons below zoom to each</i>"
+    shown = min(n, MAX_WINDOWS_PER_FINDING)
+    of = f" of {n}" if shown < n else ""
+    return f"<i>{shown}{of} window{'s' if n != 1 else ''} outlined; the buttons below zoom to each</i>"
 
 
 def _caption() -> str:

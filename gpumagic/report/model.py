@@ -158,17 +158,18 @@ class Report(Viewable):
         text: str = view("report", "text")(self, width=width)
         return text
 
-    def timeline(self, step: int | None = None, finding: str | None = None) -> Any:
+    def timeline(self, step: int | None = None, finding: str | None = None, theme: str = "light") -> Any:
         """The timeline as a matplotlib ``Figure`` (object-oriented API, no pyplot state): lanes
         per host thread and GPU stream, idle gaps by cause, samples; ``step`` zooms to one step
-        (an index into ``metrics.steps``), ``finding`` highlights that finding's evidence.
+        (an index into ``metrics.steps``), ``finding`` highlights that finding's evidence,
+        ``theme`` is ``"light"`` (white background) or ``"dark"`` (for a dark notebook or slide).
         Save it with ``fig.savefig(path)``. Raises ValueError for a report without its trace
-        (one rebuilt from JSON)."""
-        return view("report", "timeline")(self, step=step, finding=finding)
+        (one rebuilt from JSON) or an unknown theme."""
+        return view("report", "timeline")(self, step=step, finding=finding, theme=theme)
 
-    def timeline_png(self, step: int | None = None, finding: str | None = None) -> bytes:
+    def timeline_png(self, step: int | None = None, finding: str | None = None, theme: str = "light") -> bytes:
         """:meth:`timeline` as PNG bytes, e.g. for ``IPython.display.Image``."""
-        png: bytes = view("report", "timeline_png")(self, step=step, finding=finding)
+        png: bytes = view("report", "timeline_png")(self, step=step, finding=finding, theme=theme)
         return png
 
     def widget(self) -> Any:

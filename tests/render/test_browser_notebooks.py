@@ -252,8 +252,9 @@ def test_github_like_renderer(browser, saved_from_lab, tmp_path):
 
 #: (theme, width of the widget's output) of the live widget, light first: the theme changes once,
 #: not per case. 360 px is issue 26's narrow output (JupyterLab's 800 px window with the file
-#: browser open gives about 370); the window is sized to give it.
-LIVE_CASES = [("light", 360), ("light", 1400), ("dark", 360), ("dark", 1400)]
+#: browser open gives about 370); the window is sized to give it. 244 px: where a review found
+#: "step 5" half outside the chart.
+LIVE_CASES = [("light", 244), ("light", 360), ("light", 1400), ("dark", 360), ("dark", 1400)]
 LAB_THEMES = {"light": "JupyterLab Light", "dark": "JupyterLab Dark"}
 
 
@@ -318,3 +319,78 @@ def test_live_widget_reads_at_each_width_and_theme(live_widget, theme, width):
     assert len(contrast) > 20  # the page really was measured
     low = [f"{r['ratio']:.2f}:1 {r['text']!r} ({r['color']} on {r['bg']})" for r in contrast if r["ratio"] < 4.5]
     assert low == [], f"{where}: low contrast: {low[:8]}"
+
+
+#: The zoomable chart's state in the page: the range the kernel drew (``data-lo``/``data-hi``, ns
+#: after the window's start), the request it answers, the axis' tick labels and the title.
+ZOOM_STATE_JS = """() => { const w = document.querySelector('.gm-zoom .gm-zoom-chart');
+  if (!w) return null;
+  return {lo: Number(w.dataset.lo), hi: Number(w.dataset.hi), answered: Number(w.dataset.answered),
+          ticks: [...w.querySelectorAll('.gm-tl-ticklabel')].map(t => t.textContent),
+          title: w.querySelector('.gm-tl-title').textContent}; }"""
+
+
+def _zoom_state_after(page, before: dict, answered: int) -> dict:
+    """The chart once the kernel has drawn the answer to request ``answered`` (the wheel's or the
+    drag's), or once a kernel-side redraw changed the range (a window button)."""
+    page.wait_for_function(
+        """([b, n]) => { const w = document.querySelector('.gm-zoom .gm-zoom-chart');
+          return !!w && Number(w.dataset.answered) >= n && (Number(w.dataset.lo) !== b.lo || Number(w.dataset.hi) !== b.hi); }""",
+        arg=[before, answered], timeout=30_000)
+    return page.evaluate(ZOOM_STATE_JS)
+
+
+def test_live_timeline_zooms_on_the_wheel_pans_on_a_drag_and_zooms_to_a_findings_window(live_widget):
+    """Issue 26's wheel/drag zoom in JupyterLab: anywidget's front end is loaded (the chart is its
+    view); a wheel over the chart zooms in around the pointer and the kernel re-draws the axis
+    for the new range; a drag pans to later times; a finding's window button zooms to that
+    window and outlines it."""
+    page = live_widget
+    _set_theme(page, "light")
+    page.set_viewport_size({"width": 1100, "height": 1000})
+    widget = page.locator(".gpumagic-widget")
+    widget.get_by_role("tab", name="Timeline").click()
+    widget.locator("svg.gm-tl").first.wait_for(state="visible", timeout=30_000)
+    assert widget.locator(".gm-zoom").count() == 1, "the chart is not anywidget's view: is its labextension loaded?"
+    chart = widget.locator(".gm-zoom svg.gm-tl")
+    start = page.evaluate(ZOOM_STATE_JS)
+    full = start["hi"] - start["lo"]
+    box = chart.bounding_box()
+    x, y = box["x"] + box["width"] * 0.75, box["y"] + 60
+    page.mouse.move(x, y)
+    page.mouse.wheel(0, -400)  # towards the reader: zoom in, around the pointer
+    zoomed = _zoom_state_after(page, start, 1)
+    span = zoomed["hi"] - zoomed["lo"]
+    assert span < full / 2 and zoomed["ticks"] != start["ticks"] and zoomed["title"] != start["title"], zoomed
+    pointer_t = start["lo"] + 0.75 * full  # the time under the pointer stays under it
+    assert abs(zoomed["lo"] + 0.75 * span - pointer_t) < 0.02 * full, (zoomed, pointer_t)
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x - 120, y, steps=6)
+    page.mouse.move(x - 240, y, steps=6)
+    page.mouse.up()
+    panned = _zoom_state_after(page, zoomed, 2)
+    assert panned["lo"] > zoomed["lo"] and abs((panned["hi"] - panned["lo"]) - span) <= 2, (zoomed, panned)
+    assert panned["ticks"] != zoomed["ticks"]
+    widget.locator("select").nth(1).select_option(label="\u2716 High \u00b7 The training loop waits for the data loader")
+    window_button = widget.locator(".widget-button", has_text=" ms").last  # the finding's last window
+    window_button.wait_for(state="visible", timeout=30_000)
+    before = page.evaluate(ZOOM_STATE_JS)
+    window_button.click()
+    shown = _zoom_state_after(page, before, 2)
+    band = widget.locator(".gm-zoom rect.gm-hl.gm-hl-on").first
+    band.wait_for(state="visible", timeout=10_000)
+    b, c = band.bounding_box(), chart.bounding_box()
+    assert shown["hi"] - shown["lo"] < full / 2
+    # the window with half its length as margin each side: the band is the middle half of the chart
+    assert c["x"] - 1 <= b["x"] and b["x"] + b["width"] <= c["x"] + c["width"] + 1 and b["width"] >= 0.3 * c["width"], (b, c)
+    # hovering a bar inside the outlined window still names its event (the band lets the pointer through)
+    hover = page.evaluate("""([x, y]) => { const e = document.elementFromPoint(x, y);
+      const t = e && e.closest('.gm-zoom') && e.querySelector(':scope > title'); return t ? t.textContent : null; }""",
+                          [b["x"] + b["width"] / 2, b["y"] + b["height"] - 8])
+    assert hover and " \u00b7 main thread \u00b7 " in hover, hover  # name · duration · lane · category
+    widget.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "jupyterlab_live_zoomed.png"))
+    widget.locator("select").nth(1).select_option(label="nothing")
+    widget.get_by_role("button", name="whole window").click()
+    widget.get_by_role("tab", name="Checklist").click()

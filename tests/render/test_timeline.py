@@ -143,6 +143,46 @@ def test_highlighting_a_finding_draws_its_windows(loader_report):
     assert finding.title in fig.texts[0].get_text()
 
 
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_figure_follows_its_theme_with_readable_text(loader_report, theme):
+    """Issue 26: the Figure is no white slab in a dark notebook. Every text drawn (title, lanes,
+    ticks, step labels, legends, axis labels) has a WCAG contrast of at least 4.5:1 on the
+    figure's background, and the bars use the theme's tints of the one palette."""
+    from matplotlib.colors import to_hex
+    from matplotlib.text import Text
+
+    from gpumagic.render import palette
+
+    th = palette.figure_theme(theme)
+    fig = loader_report.timeline(finding="dataloader-bound", theme=theme)
+    assert to_hex(fig.get_facecolor()) == th.background and all(to_hex(ax.get_facecolor()) == th.background for ax in fig.axes)
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    assert len(texts) > 20  # the figure really was measured
+    low = [(t.get_text(), to_hex(t.get_color())) for t in texts if palette.contrast(to_hex(t.get_color()), th.background) < 4.5]
+    assert low == []
+    kernels = next(c for c in fig.axes[0].collections if c.get_label() == "GPU kernels")
+    assert to_hex(kernels.get_facecolors()[0], keep_alpha=False) == th.color(palette.BLUE).lower()
+    png = figure_png(fig)
+    from io import BytesIO
+
+    from matplotlib.image import imread
+
+    corner = imread(BytesIO(png))[2, 2, :3]
+    assert to_hex(corner) == th.background  # the saved image's background, too
+
+
+def test_the_themes_text_colours_pass_wcag_aa_and_an_unknown_theme_is_refused(loader_report):
+    from gpumagic.render import palette
+
+    for th in palette.FIGURE_THEMES.values():
+        assert palette.contrast(th.text, th.background) >= 4.5 and palette.contrast(th.muted, th.background) >= 4.5
+        assert palette.contrast(th.edge, th.background) >= 3  # the highlight's outline (a graphic: WCAG's 3:1)
+    assert palette.FIGURE_THEMES["dark"].color(palette.BLUE) != palette.BLUE
+    assert palette.FIGURE_THEMES["light"].color(palette.BLUE) == palette.BLUE
+    with pytest.raises(ValueError, match="theme must be 'light' or 'dark'"):
+        loader_report.timeline(theme="solarized")
+
+
 def test_the_report_methods_draw_the_same_timeline(loader_report):
     fig = loader_report.timeline(step=1, finding="dataloader-bound")
     direct = timeline_figure(loader_report, TimelineOptions(step=1, finding="dataloader-bound"))

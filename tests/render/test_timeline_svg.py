@@ -2,6 +2,7 @@
 hover titles, one unit per sampled panel. The browser tests measure what a person sees."""
 
 import re
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -98,3 +99,84 @@ def test_cpu_samples_are_drawn_in_cores_on_one_axis():
 def test_a_report_without_a_trace_has_no_svg():
     with pytest.raises(ValueError, match="no trace"):
         timeline_svg(Report(metrics=None, findings=[], notes=[]))
+
+
+# -- labels at any width (issue 26: "step 5" sat partly outside a 244 px chart) ---------------------
+
+_ROW_LABEL = re.compile(r'<text class="(gm-tl-steplabel|gm-tl-ticklabel) gm-w(\d+)" x="([\d.]+)%" dx="(-?[\d.]+)" '
+                        r'y="([\d.]+)">([^<]*)</text>')
+_LANE_LABEL = re.compile(r'<text class="gm-tl-lane(?: gm-([wn])(\d+))?" x="2" y="[\d.]+">([^<]*)(?:<title>|</text>)')
+
+
+def _row_boxes(svg: str, chart_px: float) -> dict[tuple[str, str], list[tuple[float, float, str]]]:
+    """(row class, y) -> the boxes ``(left, right, text)`` of the labels a chart ``chart_px`` wide
+    shows, from the SVG's own geometry (``x`` in %, ``dx`` in px) and the width estimate."""
+    from gpumagic.render.timeline_svg import text_px
+
+    rows: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
+    for cls, min_px, x, dx, y, text in _ROW_LABEL.findall(svg):
+        if chart_px < int(min_px):
+            continue  # hidden by its container query
+        left = float(x) / 100 * chart_px + float(dx)
+        rows.setdefault((cls, y), []).append((left, left + text_px(text), text))
+    return rows
+
+
+WIDTHS = (200, 230, 244, 300, 360, 500, 620, 800, 1100, 1400)
+
+
+def _views(report):
+    """The whole window, each step, and windows that put a step's middle near either edge."""
+    yield None
+    bounds = report.metrics.steps.bounds_ns
+    for s, e in bounds:
+        yield (s, e)
+        yield (s + (e - s) // 2 - (e - s) // 40, s + (e - s) // 2 + 2 * (e - s))  # a step's middle at the left edge
+        yield (s - 2 * (e - s), s + (e - s) // 2 + (e - s) // 40)  # ... and at the right edge
+    full = (bounds[0][0], bounds[-1][1])
+    rng = np.random.default_rng(26)
+    for _ in range(12):
+        a, b = sorted(rng.integers(full[0], full[1], 2))
+        yield (int(a), int(max(b, a + 5000)))
+
+
+@pytest.mark.parametrize("fixture", ["resnet50_v100_workers0", "a100_training_rank0"])
+def test_step_tick_and_lane_labels_lie_inside_the_chart_and_never_overlap_at_any_width(fixture):
+    report = analysed(fixture)
+    seen_edge_step = False
+    for window in _views(report):
+        svg = timeline_svg(report, window_ns=window).svg
+        assert "gm-tl-steplabel" in svg or window is not None
+        for px in WIDTHS:
+            for (cls, _), boxes in _row_boxes(svg, px).items():
+                boxes.sort()
+                assert boxes, cls
+                for left, right, text in boxes:
+                    assert left >= -0.01 and right <= px + 0.01, (fixture, window, px, cls, text, left, right)
+                    seen_edge_step |= cls == "gm-tl-steplabel" and (left < 30 or right > px - 30) and px < 250
+                for (_, r1, t1), (l2, _, t2) in pairwise(boxes):
+                    assert l2 - r1 >= 5.9, (fixture, window, px, t1, t2)  # LABEL_GAP_PX apart
+            if px >= 300:  # wide enough for a step label and ticks: some are shown
+                rows = {cls for cls, _ in _row_boxes(svg, px)}
+                assert "gm-tl-ticklabel" in rows, (window, px)
+        from gpumagic.render.timeline_svg import text_px
+
+        for kind, min_px, text in _LANE_LABEL.findall(svg):
+            shown_from = int(min_px) if kind == "w" else 0
+            for px in WIDTHS:
+                visible = px >= shown_from if kind != "n" else px < int(min_px)
+                if visible:
+                    assert 2 + text_px(text) <= px, (text, px)
+    assert seen_edge_step  # the views really put a step label against an edge of a narrow chart
+
+
+def test_a_long_lane_label_has_a_shortened_twin_in_a_narrow_chart():
+    from gpumagic.render.timeline_svg import MIN_CHART_PX, lane_label, text_px
+
+    name = "GPU0 \u00b7 stream 84 \u00b7 NCCL all-reduce on the gradient buckets of the decoder"
+    markup = lane_label(name, 20)
+    (kf, bpf, full), (kn, bpn, short) = _LANE_LABEL.findall(markup)
+    assert (kf, kn) == ("w", "n") and bpf == bpn and full == name and int(bpf) >= text_px(name)
+    assert short.endswith("\u2026") and name.startswith(short[:-1]) and 2 + text_px(short) <= MIN_CHART_PX
+    assert f"<title>{name}</title>" in markup  # the full name on hover
+    assert lane_label("main thread", 20).count("<text") == 1

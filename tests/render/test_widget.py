@@ -1,5 +1,7 @@
 """The ipywidgets tree, its interactions, and the MIME bundle a notebook receives."""
 
+import re
+
 import ipywidgets as w
 import pytest
 
@@ -51,6 +53,9 @@ def test_choosing_a_step_and_a_finding_redraws_the_timeline(view):
     view.finding_select.value = "dataloader-bound"
     assert "gm-hl gm-hl-on" in view.timeline_image.value and view.timeline_image.value.count("<svg class=\"gm-tl\"") == 1
     assert "outlined" in view.timeline_status.value and view.window_buttons.children
+    n = len(view.report.finding("dataloader-bound").evidence.windows)
+    shown = len(view.window_buttons.children)  # as many buttons as windows drawn, and the note says so
+    assert view.timeline_status.value.startswith(f"<i>{shown} of {n} windows" if shown < n else f"<i>{n} window")
     view.finding_select.value = "mixed-precision-off"  # a finding without time windows
     assert "no time windows" in view.timeline_status.value and not view.window_buttons.children
     view.step_select.value = ALL_STEPS
@@ -77,6 +82,103 @@ def test_zoom_pan_and_window_buttons_change_the_range_in_view(view, loader_repor
     view.finding_select.value = NO_HIGHLIGHT
     view.tabs.selected_index = 0
     assert view.chart.view == full
+
+
+def _markup_range(value: str) -> tuple[float, float, int]:
+    m = re.search(r'<div class="gm-zoom-chart" data-lo="(-?\d+)" data-hi="(\d+)" data-origin="-?\d+" data-answered="(\d+)">', value)
+    assert m, value[:200]
+    return float(m[1]), float(m[2]), int(m[3])
+
+
+def test_the_chart_zooms_on_a_front_end_request_and_stays_in_sync_with_the_buttons(view, loader_report):
+    from gpumagic.render.timeline_zoom import ESM, zoomable_timeline_class
+
+    chart = view.timeline_image
+    assert view.zoomable and isinstance(chart, zoomable_timeline_class()) and chart._esm == ESM
+    lo, hi = view.full_ns
+    assert chart.full_span == hi - lo and _markup_range(chart.value)[:2] == (0, hi - lo)
+    assert "Wheel over the chart" in view.zoom_hint.value and view.zoom_hint in view.tabs.children[1].children[1].children
+    a, b = (hi - lo) * 0.25, (hi - lo) * 0.375
+    chart.request = [a, b, 1]  # what the module sets after a wheel or drag
+    shown = view.chart.view
+    assert (shown.start_ns, shown.end_ns) == (lo + int(a), lo + int(a) + int(b - a)) and view.view_ns == (shown.start_ns, shown.end_ns)
+    assert _markup_range(chart.value) == (shown.start_ns - lo, shown.end_ns - lo, 1)
+    ticks_full = re.findall(r'class="gm-tl-ticklabel[^"]*"[^>]*>([^<]*)<', timeline_svg_text(view, None))
+    ticks_zoomed = re.findall(r'class="gm-tl-ticklabel[^"]*"[^>]*>([^<]*)<', chart.value)
+    assert ticks_zoomed != ticks_full  # re-drawn for the new range, not stretched
+    view.zoom("in")  # the buttons go on from the range the wheel left
+    assert view.chart.view.end_ns - view.chart.view.start_ns == (shown.end_ns - shown.start_ns) // 2
+    chart.request = [-(hi - lo), 2.0 * (hi - lo), 2]  # past both ends: the whole window
+    assert view.view_ns is None and _markup_range(chart.value) == (0, hi - lo, 2)
+    chart.request = [10.0, 10.0, 3]  # a zero-length range: the narrowest allowed
+    assert view.chart.view.end_ns - view.chart.view.start_ns == 1000
+    view.zoom("reset")
+    assert _markup_range(chart.value)[2] == 3  # a kernel-side redraw answers no new request
+
+
+def timeline_svg_text(view, window):
+    from gpumagic.render.timeline_svg import timeline_svg
+
+    return timeline_svg(view.report, window_ns=window).svg
+
+
+def test_a_findings_window_zooms_to_it_and_highlights_it_in_the_zoomable_chart(loader_report):
+    v = build_widget(loader_report)
+    try:
+        v.show_finding("dataloader-bound")
+        win = loader_report.finding("dataloader-bound").evidence.windows[0]
+        lo = v.full_ns[0]
+        a, b, _ = _markup_range(v.timeline_image.value)
+        assert a <= win.start_ns - lo and win.end_ns - lo <= b and b - a < v.full_ns[1] - v.full_ns[0]
+        assert "gm-hl gm-hl-on" in v.timeline_image.value
+        v.window_buttons.children[-1].click()
+        last = loader_report.finding("dataloader-bound").evidence.windows[len(v.window_buttons.children) - 1]
+        a, b, _ = _markup_range(v.timeline_image.value)
+        assert a <= last.start_ns - lo and last.end_ns - lo <= b
+    finally:
+        v.close()
+
+
+def test_without_anywidget_the_timeline_falls_back_to_an_html_widget_and_buttons(monkeypatch, small_report):
+    import sys
+
+    from gpumagic.render import timeline_zoom
+
+    monkeypatch.setitem(sys.modules, "anywidget", None)  # `import anywidget` raises ImportError
+    timeline_zoom.zoomable_timeline_class.cache_clear()
+    try:
+        v = build_widget(small_report)
+        assert not v.zoomable and type(v.timeline_image) is w.HTML
+        assert '<svg class="gm-tl"' in v.timeline_image.value and "gm-zoom-chart" not in v.timeline_image.value
+        assert v.zoom_hint is None
+        full = v.chart.view
+        v.zoom("in")
+        assert v.chart.view.end_ns - v.chart.view.start_ns < full.end_ns - full.start_ns
+        v.close()
+    finally:
+        monkeypatch.delitem(sys.modules, "anywidget")
+        timeline_zoom.zoomable_timeline_class.cache_clear()
+    assert timeline_zoom.zoomable_timeline_class() is not None
+
+
+def test_closing_closes_every_child_widget_the_zoomable_chart_included(small_report):
+    v = build_widget(small_report)
+    chart = v.timeline_image
+    models = _all_models(v.root)
+    assert chart in models and chart.comm is not None
+    v.close()
+    assert chart.comm is None and all(m.comm is None for m in models) and v.report is None
+    assert not chart._trait_notifiers.get("request")  # no callback into the closed widget
+
+
+def _all_models(widget) -> list:
+    out = [widget]
+    for part in ("layout", "style"):
+        if getattr(widget, part, None) is not None:
+            out.append(getattr(widget, part))
+    for child in getattr(widget, "children", ()) or ():
+        out += _all_models(child)
+    return out
 
 
 def test_other_tabs_hold_the_html_sections(view):
