@@ -39,6 +39,7 @@ that outlive the session (``persistent_workers=True``) keep their pass-through w
 stop timing at their next report, when they find the folder gone. Persistent workers started
 before the session are not timed; nor is the sampler (it runs in the main process, outside a
 fetch). A timer costs about a microsecond per call (two clock reads and a few list operations);
+where that would exceed :data:`TARGET_SHARE` of a batch, only some batches are timed.
 ``benchmarks/loader_stages_overhead.py`` measures it on a loader's throughput.
 
 The totals go into the bundle (``"loader_stages"``: :meth:`LoaderStages.stop`); the analysis
