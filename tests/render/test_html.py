@@ -158,6 +158,9 @@ def test_diagnostic_snippets_come_after_the_fixes_and_say_so():
     from gpumagic.render.html import finding_body_html
 
     f = Finding(id="x", severity="low", title="t", why="w", evidence=Evidence(summary="s"), est_gain=0.1, gain_method="m",
-                fixes=(Fix("pytorch", "Find what the GPU waited for", "print(1)"), Fix("pytorch", "Use pinned memory", "x=1")), doc_url="")
+                fixes=(Fix("pytorch", "Find what the GPU waited for", "print(1)", diagnostic=True),
+                       Fix("pytorch", "Use pinned memory", "x=1"), Fix("pytorch", "Find a larger batch", "bs = 64")),
+                doc_url="")
     html = finding_body_html(f)
     assert html.index("Fix (PyTorch):</span> Use pinned") < html.index("Diagnostic (PyTorch):</span> Find what")
+    assert "Fix (PyTorch):</span> Find a larger batch" in html  # the rule's mark decides, not the wording
