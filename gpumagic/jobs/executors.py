@@ -128,8 +128,9 @@ WORKER_TOP_PAD = 64 << 20
 def _keep_freed_memory() -> bool:
     """In a pool worker (this package's own process, never the caller's): let glibc keep up to
     :data:`WORKER_TOP_PAD` of freed heap, so that each rank reuses the pages of the one before
-    instead of the kernel zeroing fresh ones. On the A100 rank this halved the page faults and cut
-    a rank's CPU time by about 10 % (sys time by half), with the same peak RSS
+    instead of the kernel zeroing fresh ones. On 16 A100 ranks in a pool of two this cut the
+    workers' page faults by 45 % and their system time by half (0.69 s to 0.37 s of about 6.4 s of
+    CPU: about 5 %), with the same peak RSS
     (``mallopt(3)``: ``M_TOP_PAD``). Elsewhere (not glibc) nothing is changed. Returns whether
     the setting was taken."""
     if not sys.platform.startswith("linux"):
