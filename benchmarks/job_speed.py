@@ -39,19 +39,37 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
 
 RUN = """
-import glob, json, sys, time
+import glob, json, os, pickle, sys, time
 mode, folder = sys.argv[1], sys.argv[2]
 files = sorted(glob.glob(folder + "/rank*.json.gz"))
-from gpumagic.jobs import analyze_job
+t_import = time.perf_counter()
+from gpumagic.jobs import analyze_job, executors, model
 from gpumagic.jobs.summary import summarize
+import_s = time.perf_counter() - t_import
+# the parent's phases: the executor (dispatch, waiting, each rank's arrival) and the job view
+marks = {}
+real_run_local, real_run_dask, real_build = executors.run_local, executors.run_dask, model.build
+def timed(key, fn):
+    def run(*args, **kwargs):
+        t, c = time.perf_counter(), time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            marks[key] = (time.perf_counter() - t, time.process_time() - c)
+    return run
+executors.run_local = timed("ranks", real_run_local)
+executors.run_dask = timed("ranks", real_run_dask)
+model.build = timed("job view", real_build)
+arrivals = []
+progress = lambda done, total: arrivals.append(time.perf_counter())
 if mode == "cluster":
     from distributed import Client, LocalCluster
     t = time.perf_counter()
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
     client = Client(cluster)
     start_s = time.perf_counter() - t
-    t = time.perf_counter()
-    job = analyze_job(files, client=client)
+    t = t_job = time.perf_counter()
+    job = analyze_job(files, client=client, progress=progress)
     wall = time.perf_counter() - t
     client.close(); cluster.close()
 elif mode == "one":
@@ -62,15 +80,24 @@ elif mode == "one":
     job = None
 else:
     start_s = 0.0
-    t = time.perf_counter()
-    job = analyze_job(files, jobs=int(mode))
+    t = t_job = time.perf_counter()
+    job = analyze_job(files, jobs=int(mode), progress=progress)
     wall = time.perf_counter() - t
-import hashlib, os, resource
+import hashlib, resource
 me = resource.getrusage(resource.RUSAGE_SELF)  # the parent alone (all its threads), not its workers
-print(json.dumps({"wall_s": wall, "start_s": start_s, "parent_cpu_s": me.ru_utime + me.ru_stime,
-                  "answer": hashlib.sha256(job.to_json().encode()).hexdigest()[:16] if job else None,
-                  "load": os.getloadavg()[0],
-                  "stragglers": job.stragglers if job else None, "ranks": len(job.analysed) if job else 1}))
+out = {"wall_s": wall, "start_s": start_s, "parent_cpu_s": me.ru_utime + me.ru_stime, "import_s": import_s,
+       "answer": hashlib.sha256(job.to_json().encode()).hexdigest()[:16] if job else None,
+       "load": os.getloadavg()[0],
+       "stragglers": job.stragglers if job else None, "ranks": len(job.analysed) if job else 1}
+if job is not None:
+    blobs = [pickle.dumps(r) for r in job.ranks]
+    t = time.perf_counter()
+    for b in blobs:
+        pickle.loads(b)
+    out.update(summary_bytes=sum(map(len, blobs)) / len(blobs), unpickle_all_s=time.perf_counter() - t,
+               phases={k: list(v) for k, v in marks.items()},
+               arrivals_s=[a - t_job for a in arrivals])  # each rank's arrival, from the job's start
+print(json.dumps(out))
 """
 
 
@@ -104,14 +131,35 @@ def _hwm(pid: int) -> int:
     return 0
 
 
+TICK_S = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of ``pid`` so far (all its threads); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) * TICK_S
+
+
 def measure(mode: str, folder: str) -> dict:
-    """Run one contender; its result plus the peak RSS of its largest process and how many it had."""
+    """Run one contender; its result plus the peak RSS of its largest process and how many it had,
+    and each child process's CPU seconds and lifetime (polled from /proc every 20 ms)."""
     proc = subprocess.Popen([sys.executable, "-c", RUN, mode, folder], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, env={**os.environ, "PYTHONPATH": os.path.abspath(ROOT)})
     peaks: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    seen: dict[int, list[float]] = {}
     while proc.poll() is None:
+        now = time.perf_counter()
         for pid in _descendants(proc.pid):
             peaks[pid] = max(peaks.get(pid, 0), _hwm(pid))
+            used = _cpu_s(pid)
+            if used is not None:
+                cpu[pid] = max(cpu.get(pid, 0.0), used)
+                seen.setdefault(pid, [now, now])[1] = now
         time.sleep(0.02)
     out = proc.stdout.read()
     if proc.returncode:
@@ -120,6 +168,9 @@ def measure(mode: str, folder: str) -> dict:
     busy = {pid: p for pid, p in peaks.items() if p > 0}
     result["peak_bytes"] = max(busy.values())
     result["processes"] = len(busy)
+    # the children that did work (a Dask nanny's worker, a pool worker; not a resource tracker)
+    result["children"] = sorted(([cpu[pid], seen[pid][1] - seen[pid][0]] for pid in cpu
+                                 if pid != proc.pid and cpu[pid] >= 0.2), reverse=True)
     return result
 
 
@@ -165,25 +216,63 @@ def main() -> None:
     print(f"job: {args.ranks} ranks, {size / 1e6:.0f} MB gzip on disk; {args.rounds} rounds; {os.cpu_count()} cores; "
           f"1-minute load average {start_load:.1f} at the start, {min(loads):.1f}-{max(loads):.1f} during the runs"
           + (" (UNDER LOAD: not an idle machine; the ratios are of interleaved runs)" if max(loads) > 0.5 else ""))
-    print(f"{'contender':26s} {'analysis (median)':>18s} {'vs 1 process':>13s} {'peak RSS, largest process':>26s} "
-          f"{'processes':>10s} {'parent CPU':>11s}")
-    base = statistics.median(r["wall_s"] for r in runs["1 process"])
+    print(report(runs, modes))
+
+
+def _job_cpu(r: dict) -> float:
+    """The parent's CPU seconds while the job ran: the executor's phase and the job view (imports and
+    a cluster's start left out)."""
+    phases = r.get("phases") or {}
+    return sum(v[1] for v in phases.values()) if phases else r["parent_cpu_s"]
+
+
+def report(runs: dict[str, list[dict]], modes: dict[str, str]) -> str:
+    """The table of contenders, then where each one's parent and workers spent their time."""
+    med = statistics.median
+    lines = [f"{'contender':26s} {'analysis':>9s} {'vs 1':>6s} {'parent CPU':>11s} {'workers CPU':>17s} "
+             f"{'idle estimate':>14s} {'peak RSS, largest process':>26s} {'procs':>5s}"]
+    base = med(r["wall_s"] for r in runs["1 process"])
+    one_cpu = med(_job_cpu(r) for r in runs["1 process"])  # one process: its CPU is its idle wall time
     one_rank_peak = max(r["peak_bytes"] for r in runs["one rank alone"])
     for name, rs in runs.items():
-        wall = statistics.median(r["wall_s"] for r in rs)
+        wall = med(r["wall_s"] for r in rs)
         peak = max(r["peak_bytes"] for r in rs)
-        extra = f"  (+ cluster start {statistics.median(r['start_s'] for r in rs):.1f} s)" if modes[name] == "cluster" else ""
-        parent = statistics.median(r["parent_cpu_s"] for r in rs)
-        print(f"{name:26s} {wall:16.2f} s {base / wall:12.2f}x {peak / 1e6:20.0f} MB ({peak / one_rank_peak:.2f}x one rank)"
-              f" {max(r['processes'] for r in rs):6d} {parent:9.2f} s{extra}")
+        parent = med(_job_cpu(r) for r in rs)
+        kids = [r["children"] for r in rs]
+        total = med(sum(c for c, _ in k) for k in kids)
+        largest = med(max((c for c, _ in k), default=0.0) for k in kids)
+        # on an idle machine with a core per worker: the busiest worker plus all of the parent's CPU
+        # (an upper bound: the parent's waiting overlaps the workers)
+        estimate = f"{one_cpu / (parent + largest):13.2f}x" if name != "one rank alone" else f"{'':14s}"
+        workers = f"{total:6.2f} s (max {largest:5.2f})" if total else f"{'-':>17s}"
+        extra = f"  (+ cluster start {med(r['start_s'] for r in rs):.1f} s)" if modes[name] == "cluster" else ""
+        lines.append(f"{name:26s} {wall:7.2f} s {base / wall:5.2f}x {parent:9.2f} s {workers} {estimate} "
+                     f"{peak / 1e6:10.0f} MB ({peak / one_rank_peak:.2f}x one rank) {max(r['processes'] for r in rs):5d}{extra}")
+    lines.append("")
+    lines.append("where the time goes (medians): the parent's executor phase and job view (wall / CPU), the ranks' "
+                 "arrivals, each worker's CPU and lifetime (the rest of its lifetime it waited: for a rank or a core)")
+    for name, rs in runs.items():
+        if name == "one rank alone":
+            continue
+        ph = {k: (med(r["phases"][k][0] for r in rs), med(r["phases"][k][1] for r in rs)) for k in rs[0]["phases"]}
+        arrivals = [r["arrivals_s"] for r in rs]
+        first, last = med(a[0] for a in arrivals), med(a[-1] for a in arrivals)
+        kids = rs[len(rs) // 2]["children"]
+        lines.append(f"  {name}: ranks {ph['ranks'][0]:.2f} s wall / {ph['ranks'][1]:.2f} s CPU, job view "
+                     f"{ph['job view'][0] * 1e3:.0f} ms / {ph['job view'][1] * 1e3:.0f} ms; first rank back at {first:.2f} s, "
+                     f"last at {last:.2f} s; summaries {med(r['summary_bytes'] for r in rs) / 1e3:.1f} kB each, all "
+                     f"unpickled in {med(r['unpickle_all_s'] for r in rs) * 1e3:.1f} ms"
+                     + ("; workers (CPU / lifetime): " + ", ".join(f"{c:.2f} / {t:.2f} s" for c, t in kids) if kids else ""))
     named = {tuple(r["stragglers"]) for name, rs in runs.items() if name != "one rank alone" for r in rs}
-    print(f"stragglers named: {sorted(named)} (injected: rank 5)")
+    lines.append(f"stragglers named: {sorted(named)} (injected: rank 5)")
     answers = {r["answer"] for name, rs in runs.items() if name != "one rank alone" for r in rs}
-    print(f"job reports (JSON, sha256): {'identical' if len(answers) == 1 else 'DIFFERENT'} across "
-          f"{', '.join(n for n in modes if n != 'one rank alone')} ({len(answers)} distinct)")
-    print("parent CPU: user+sys seconds of the parent process alone (its pool's threads included, its workers "
-          "not): what of the job serialises on it")
-
+    lines.append(f"job reports (JSON, sha256): {'identical' if len(answers) == 1 else 'DIFFERENT'} across "
+                 f"{', '.join(n for n in modes if n != 'one rank alone')} ({len(answers)} distinct)")
+    lines.append("parent CPU: user+sys seconds of the parent process alone (its threads, a LocalCluster's scheduler "
+                 "included; its workers not) from the job's start to its end: what of the job serialises on it. "
+                 "idle estimate: the 1-process CPU over (parent CPU + the busiest worker's CPU): the ratio an idle "
+                 "machine with a core per worker would show, from CPU times (an estimate, not a measurement)")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()

@@ -22,7 +22,11 @@ and printed as the median of those paired ratios with their spread. On a shared 
 wall clock is noisy; the minimum over rounds and the CPU time are the steadier figures. One
 intra-op thread by default (``--threads``): with several, a preempted OpenMP thread stalls the
 others and a busy neighbour dominates the measurement.
-Run: ``python benchmarks/overhead.py [--steps 300] [--rounds 7] [--threads 1]``.
+``--phases N`` then times, over N more ``gpumagic.profile()`` runs, each step gpumagic takes after
+the profiler's export, and what ``%%gpuprofile`` does next in a live kernel (the run history, the
+static report, the live view), each as a share of the bare loop: what is on the cell's path
+after the user's code.
+Run: ``python benchmarks/overhead.py [--steps 300] [--rounds 7] [--threads 1] [--phases 7]``.
 """
 
 from __future__ import annotations
@@ -124,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--phases", type=int, default=7, metavar="N",
+                        help="time the steps after the export over N more runs (0: skip)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     loop = make_workload()
@@ -144,7 +150,89 @@ def main(argv: list[str] | None = None) -> int:
     print(report(wall, cpu))
     print(paired(wall, "wall"))
     print(paired(cpu, "cpu"))
+    if args.phases:
+        print(phases(loop, args.steps, args.phases, statistics.median(wall["bare"])))
+    print(f"1-minute load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     return 0
+
+
+#: The steps after the export, as (label, module, attribute): each is wrapped with a timer.
+AFTER_EXPORT = [
+    ("torch export_chrome_trace", "gpumagic.capture.recorder", "TorchRecorder.export"),
+    ("nest step markers", "gpumagic.capture.session", "nest_step_markers"),
+    ("scrub host name, temp path", "gpumagic.capture.bundle", "scrub_identity"),
+    ("shorten paths", "gpumagic.capture.bundle", "shorten_paths"),
+    ("package versions", "gpumagic.capture.session", "versions"),
+    ("load + analyse the bundle", "gpumagic.capture.session", "_analyse"),
+]
+
+
+def phases(loop, steps: int, runs: int, bare_s: float) -> str:
+    """Median milliseconds of each step after the export (and of what %%gpuprofile adds), over ``runs``."""
+    import importlib
+
+    import gpumagic
+    from gpumagic.render.html import report_html
+    from gpumagic.render.widget import build_widget
+    from gpumagic.shells.api import record_run
+
+    times: dict[str, list[float]] = {}
+
+    def wrap(owner, attr: str, label: str):
+        real = getattr(owner, attr)
+
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                times.setdefault(label, []).append(time.perf_counter() - t)
+        setattr(owner, attr, timed)
+        return owner, attr, real
+
+    undo = []
+    for label, module, attr in AFTER_EXPORT:
+        owner = importlib.import_module(module)
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        undo.append(wrap(owner, name, label))
+    home = tempfile.mkdtemp(prefix="gpumagic-overhead-")  # a history of its own, never the user's
+    old_home = os.environ.get("GPUMAGIC_HOME")
+    os.environ["GPUMAGIC_HOME"] = home
+    try:
+        for _ in range(runs):
+            t = time.perf_counter()
+            with gpumagic.profile(display=False) as run:
+                loop(steps)
+            times.setdefault("(whole profiled block)", []).append(time.perf_counter() - t)
+            for label, step in [("%%gpuprofile: run history write", lambda: record_run(run, source="magic", warn=False)),
+                                ("%%gpuprofile: text report", run.report.to_text),
+                                ("%%gpuprofile: static HTML report", lambda: report_html(run.report, live_token="t")),
+                                ("%%gpuprofile: live view (widgets)", lambda: build_widget(run.report, live_token="t").close())]:
+                t = time.perf_counter()
+                step()
+                times.setdefault(label, []).append(time.perf_counter() - t)
+    finally:
+        for owner, attr, real in undo:
+            setattr(owner, attr, real)
+        if old_home is None:
+            os.environ.pop("GPUMAGIC_HOME", None)
+        else:
+            os.environ["GPUMAGIC_HOME"] = old_home
+        import shutil
+
+        shutil.rmtree(home, ignore_errors=True)
+    lines = [f"after the export, median of {runs} runs ({len(run.bundle) / 1e6:.2f} MB bundle; bare loop {bare_s:.2f} s):"]
+    after = 0.0
+    for label, values in times.items():
+        if label.startswith("("):
+            continue
+        ms = statistics.median(values) * 1e3
+        after += ms if label != "torch export_chrome_trace" else 0.0
+        lines.append(f"  {label:<36} {ms:8.1f} ms  {ms / 1e3 / bare_s:7.2%} of the bare loop")
+    lines.append(f"  {'gpumagic after the export, in all':<36} {after:8.1f} ms  {after / 1e3 / bare_s:7.2%} of the bare loop")
+    return "\n".join(lines)
 
 
 def paired(values: dict[str, list[float]], clock: str) -> str:

@@ -127,8 +127,32 @@ def shorten_paths(kineto_json: bytes, cwd: str, home: str) -> bytes:
         if not folder or folder == "/" or not os.path.isabs(folder):
             continue
         encoded = json.dumps(folder + "/")[1:-1].encode()  # as it appears inside a JSON string
-        kineto_json = re.sub(rb'(?<=["; ])' + re.escape(encoded), lambda _m, r=replacement: r, kineto_json)
+        kineto_json = _replace_after(kineto_json, encoded, replacement, _PATH_STARTS)
     return kineto_json
+
+
+#: The bytes a rewritten path may follow: a JSON string's opening quote, Kineto's ``;``, a space.
+_PATH_STARTS = frozenset(b'"; ')
+
+
+def _replace_after(data: bytes, needle: bytes, replacement: bytes, after: frozenset[int]) -> bytes:
+    """``data`` with each ``needle`` that follows one of the bytes ``after`` replaced, left to right
+    (what ``re.sub(rb'(?<=[...])' + re.escape(needle), ...)`` does), found by ``bytes.find``: a
+    trace without the folder in it is scanned once at memchr speed (the look-behind regex took
+    0.5 s for a 26 MB trace, the longest step after the export)."""
+    at = data.find(needle)
+    if at < 0:
+        return data
+    parts, start = [], 0
+    while at >= 0:
+        if at > 0 and data[at - 1] in after:
+            parts += (data[start:at], replacement)
+            start = at + len(needle)
+            at = data.find(needle, start)
+        else:
+            at = data.find(needle, at + 1)
+    parts.append(data[start:])
+    return b"".join(parts)
 
 
 def rename_partial_step(kineto_json: bytes, marker: str, step_index: int) -> bytes:

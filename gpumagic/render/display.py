@@ -7,6 +7,8 @@
    PNG, no script) and ``text/plain`` (the text render);
 2. in a live Jupyter kernel with ipywidgets, a second output right after it holding the
    ipywidgets view (``application/vnd.jupyter.widget-view+json``) and a one-line ``text/plain``.
+   The live view is built after the static report is published, so the report is on screen
+   while its widgets (the slower part: tens of milliseconds) are made.
 
 The static report never depends on saved widget state, so it shows wherever the notebook is
 opened: the same notebook after the kernel stopped, ``nbconvert`` (with or without the widget
@@ -87,8 +89,16 @@ def show(report: Report) -> None:
 
     images = render_images(report)
     token = secrets.token_hex(6)
-    view = build_widget(report, images, live_token=token)
+    # the static report first: it is on screen while the live view (the slower part) is built
     display({HTML_MIME: report_html(report, images, live_token=token), TEXT_MIME: report.to_text()}, raw=True)
+    try:
+        view = build_widget(report, images, live_token=token)
+    except Exception as exc:  # the static report is shown and stays: it stands alone (see the swap rules)
+        from gpumagic.errors import exception_text
+
+        print(f"gpumagic: warning: the interactive view was not built ({type(exc).__name__}: {exception_text(exc)}); "
+              "the static report above is complete", file=sys.stderr)
+        return
     display({WIDGET_MIME: view.root._repr_mimebundle_()[WIDGET_MIME], TEXT_MIME: LIVE_NOTE}, raw=True)
     keep_live(view)
 

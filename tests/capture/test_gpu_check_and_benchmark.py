@@ -48,8 +48,12 @@ def test_the_overhead_benchmark_runs_a_small_configuration(capsys):
     overhead = _load("benchmarks/overhead.py")
     threads = torch.get_num_threads()
     try:
-        assert overhead.main(["--steps", "8", "--rounds", "1"]) == 0
+        assert overhead.main(["--steps", "8", "--rounds", "1", "--phases", "1"]) == 0
     finally:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     assert all(mode in out for mode in ("bare", "gpumagic", "torch_all"))
+    phases = out.split("after the export, median of 1 runs", 1)[1]
+    for step, _module, _attr in overhead.AFTER_EXPORT:
+        assert step in phases
+    assert "%%gpuprofile: live view (widgets)" in phases and "gpumagic after the export, in all" in phases

@@ -68,3 +68,24 @@ def test_shorten_paths(raw, expected):
 def test_a_root_working_folder_or_home_shortens_nothing():
     raw = b'"name": "/srv/a.py(1): f"'
     assert shorten_paths(raw, cwd="/", home="/") == raw
+
+
+def test_shorten_paths_rewrites_what_the_look_behind_regex_rewrote():
+    """The find-based rewrite matches ``re.sub`` with a look-behind on every arrangement of
+    folders, separators and near-misses (overlaps, a folder at the very start, a prefix of it)."""
+    import re
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    folder = b"/h/a/"
+    pieces = st.sampled_from([folder, b"/h/a", b"/h/", b'"', b";", b" ", b"x", b"/", b"a/", b"/h/a/h/a/"])
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(pieces, max_size=12))
+    def check(parts):
+        raw = b"".join(parts)
+        regex = re.sub(rb'(?<=["; ])' + re.escape(folder), lambda _m: b"~/", raw)
+        assert shorten_paths(raw, cwd="/nowhere/else", home="/h/a") == regex
+
+    check()
