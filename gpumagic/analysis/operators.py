@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.analysis import devices, flops
 from gpumagic.analysis.context import Context
 from gpumagic.report.metrics import Metrics, OperatorRow
@@ -70,7 +71,7 @@ def enclosing_op(ctx: Context, rows: np.ndarray) -> np.ndarray:
     started = np.searchsorted(s_key, q, side="right")  # operators starting at or before the call
     open_at = started - np.searchsorted(ends_sorted, q, side="right")
     want = open_at - 1
-    for d in np.unique(want[want >= 0]).tolist():
+    for d in distinct(want[want >= 0]).tolist():
         at_d = np.flatnonzero(depth == d)
         sel = np.flatnonzero(want == d)
         k = np.searchsorted(at_d, started[sel], side="left") - 1
@@ -159,7 +160,8 @@ def metrics(ctx: Context, top: int = TOP_OPERATORS) -> dict[str, Any]:
 
     def tree():
         if not ops_tree:
-            ops_tree.extend((flops._Ops(shapes[0]), flops._backward_outputs(shapes[0])))
+            tree_of = flops._Ops.of(shapes[0])
+            ops_tree.extend((tree_of, tree_of.backward_outputs))
         return ops_tree
 
     memo: dict[tuple, tuple] = {}

@@ -164,7 +164,7 @@ def _op_columns(kind: np.ndarray, args: list) -> OpColumns:
     rows = np.flatnonzero(kind == int(Kind.CPU_OP))
     op_args = pick(args, rows)
     flops = column(map(_FLOPS, op_args), np.float64, len(op_args))
-    has = np.fromiter((len(d) > 0 for d in map(_DIMS, op_args)), bool, len(op_args)) | (flops >= 0)
+    has = (column(map(len, map(_DIMS, op_args)), np.int64, len(op_args)) > 0) | (flops >= 0)
     if not has.all():
         kept = np.flatnonzero(has)
         rows, flops, op_args = rows[kept], flops[kept], pick(op_args, kept)
@@ -177,17 +177,21 @@ _ANY = msgspec.json.Decoder()
 
 
 def json_column(raws: list, default) -> list:
-    """Decode many raw JSON values at once (one decoder call over ``[v1,v2,...]``); a value that
-    is absent or not a list becomes ``default``."""
+    """Decode many raw JSON values at once; a value that is absent or not a list becomes
+    ``default``. Each distinct text is decoded once (one decoder call over ``[v1,v2,...]``), and
+    rows holding the same text share its value: operators repeated step after step record the
+    same few shapes, and nothing changes the lists once read."""
     if not raws:
         return []
-    text = b"[" + b",".join(bytes(r) if len(r) else b"null" for r in raws) + b"]"
+    texts = list(map(bytes, raws))
+    distinct = list(dict.fromkeys(texts))
     try:
         with gc_paused():
-            values = _ANY.decode(text)
+            values = _ANY.decode(b"[" + b",".join([t or b"null" for t in distinct]) + b"]")
     except msgspec.DecodeError:
-        return [_safe_list(r, default) for r in raws]
-    return [v if isinstance(v, list) else default for v in values]
+        values = [_safe_list(t, default) for t in distinct]
+    value = {t: v if isinstance(v, list) else default for t, v in zip(distinct, values)}
+    return list(map(value.__getitem__, texts))
 
 
 @contextmanager

@@ -27,11 +27,20 @@ from gpumagic.shells.cli._output import INTERRUPTED_STATUS, PIPE_CLOSED_STATUS, 
 SUBCOMMANDS = (analyze, compare, runs, schema, mcp)
 
 
-def parser() -> argparse.ArgumentParser:
-    import gpumagic
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for (reading the package
+    metadata costs every other command tens of milliseconds)."""
 
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        import gpumagic
+
+        sys.stdout.write(f"gpumagic {gpumagic.__version__}\n")
+        parser.exit()
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpumagic", description="Why is my GPU waiting? Analyse PyTorch profiler traces.")
-    p.add_argument("--version", action="version", version=f"gpumagic {gpumagic.__version__}")
+    p.add_argument("--version", action=_Version, nargs=0, help="show program's version number and exit")
     sub = p.add_subparsers(dest="command", required=True)
     for command in SUBCOMMANDS:
         command.add_parser(sub)
