@@ -64,7 +64,13 @@ def run() -> None:
 
     Freeing every object of a large analysis one by one at exit takes longer than the output
     needs; everything is written and flushed by then, so the process ends at once.
+
+    numpy's OpenBLAS starts one thread per core when numpy is imported; gpumagic calls no BLAS
+    routine, and those threads cost every command about 40 ms of CPU (about half of a small
+    trace's whole run on two cores), so the command asks for one unless the user chose a number.
     """
+    if "numpy" not in sys.modules:  # too late once numpy is loaded
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         try:
             code = main()
