@@ -28,3 +28,11 @@ def test_median_of_nan_and_empty():
     assert math.isnan(median_of([1.0, float("nan"), 2.0]))
     assert math.isnan(median_of(np.array([], dtype=np.int64)))
     assert median_of([0.1, 0.2]) == float(np.median([0.1, 0.2]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 2**40), max_size=20))
+def test_fprod_is_numpys_prod(sizes):
+    from gpumagic.analysis.flops import fprod
+
+    assert fprod(sizes) == float(np.prod(sizes, dtype=np.float64))

@@ -119,14 +119,14 @@ def _bytes(name: str, dims: list, types: list) -> float | None:
         if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
             size = ELEMENT_BYTES.get(types[i] if i < len(types) else "")
             if size:
-                total += float(np.prod(d, dtype=np.float64)) * size
+                total += flops.fprod(d) * size
                 known = True
     out = _MM_OUT.get(name)
     if out is not None and known:
         a, b = flops._tensor(dims, out[0]), flops._tensor(dims, out[1])
         size = ELEMENT_BYTES.get(types[out[0]] if out[0] < len(types) else "")
         if a and b and size and len(a) == len(b) >= 2:
-            total += float(np.prod(a[:-1], dtype=np.float64)) * b[-1] * size
+            total += flops.fprod(a[:-1]) * b[-1] * size
     return total if known else None
 
 
