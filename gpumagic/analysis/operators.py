@@ -22,6 +22,7 @@ achieved TFLOP/s and TB/s, the device's peaks and where it sits on a roofline.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -101,7 +102,7 @@ def _match(ctx: Context, rows: np.ndarray, shapes) -> np.ndarray:
         return out
     t, keys, order = shapes
     ids = {n: i for i, n in enumerate(ctx.trace.names)}
-    t_name = np.fromiter((ids.get(n, -1) for n in t.name), np.int64, len(t.name))[order]
+    t_name = np.fromiter(map(ids.get, t.name, itertools.repeat(-1)), np.int64, len(t.name))[order]
     ev = ctx.trace.events
     q = (ev.lane[rows].astype(np.int64) + 1) * _BIG + ev.ts_ns[rows]
     want = ev.name[rows].astype(np.int64)
@@ -165,6 +166,14 @@ def metrics(ctx: Context, top: int = TOP_OPERATORS) -> dict[str, Any]:
         return ops_tree
 
     memo: dict[tuple, tuple] = {}
+    texts: dict[int, str] = {}  # str() of each shapes list, once per list (rows recording the same text share one)
+
+    def text(value) -> str:
+        got = texts.get(id(value))  # the table holds every value, so ids stay unique while this runs
+        if got is None:
+            got = texts[id(value)] = str(value)
+        return got
+
     groups: dict[tuple, dict[str, Any]] = {}
     # instances without recorded shapes: by name, vectorised (no FLOPs, no bytes)
     plain = match < 0
@@ -185,7 +194,7 @@ def metrics(ctx: Context, top: int = TOP_OPERATORS) -> dict[str, Any]:
         name = ctx.trace.names[ev.name[row]]
         i = int(match[j])
         t = shapes[0]
-        mk = (name, str(t.dims[i]), str(t.types[i]), str(t.concrete[i]))
+        mk = (name, text(t.dims[i]), text(t.types[i]), text(t.concrete[i]))
         if mk not in memo:  # same operator, shapes, dtypes and arguments: same work
             dims, types = t.dims[i], t.types[i] or []
             fs = None
