@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.trace import schema
 from gpumagic.trace.model import Kind
 
@@ -305,7 +306,12 @@ def _lane_keys(evs: list[schema.Complete]) -> tuple[dict, np.ndarray]:
     tid = tid.astype(np.int64)
     span = int(tid.max() - tid.min() + 1) if n else 1
     codes = (pid - (pid.min() if n else 0)) * span + (tid - (tid.min() if n else 0))
-    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    # np.unique(codes, return_index=True, return_inverse=True), the same arrays, without its
+    # stable argsort of every row: a trace has a few dozen lanes
+    distinct_codes = distinct(codes)
+    inverse = np.searchsorted(distinct_codes, codes)
+    first = np.full(distinct_codes.size, n, dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(n, dtype=np.int64))
     order = np.argsort(first)  # lanes numbered in first-seen order
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
