@@ -1,5 +1,6 @@
 """The operator tree (flops._Ops): the vectorised parents are the stack walk's, on nested,
-touching, empty and overlapping spans, and on the real fixtures' operators."""
+touching, empty and overlapping spans, and on the real fixtures' operators; and the shapes column
+(columns.json_column), decoded once per distinct text."""
 
 import os
 
@@ -76,3 +77,21 @@ def test_fixture_trees_are_the_walks():
                 walked.setdefault(int(tree.parent[i]), []).append(i)
         assert tree.children == walked
         assert flops._Ops.of(t) is flops._Ops.of(t)
+
+
+def test_json_column_decodes_each_distinct_text_once():
+    """The same values as decoding each raw text alone; equal texts share one list; absent,
+    non-list and (in a column with a broken value) malformed texts give the default."""
+    import msgspec
+
+    from gpumagic.trace.columns import json_column
+
+    raws = [msgspec.Raw(b"[[2, 3], []]"), msgspec.Raw(b""), msgspec.Raw(b"[[2, 3], []]"), msgspec.Raw(b"7"),
+            msgspec.Raw(b'["float"]')]
+    out = json_column(raws, [])
+    assert out == [[[2, 3], []], [], [[2, 3], []], [], ["float"]]
+    assert out[0] is out[2]
+    assert json_column(raws, None)[1] is None
+    broken = json_column([msgspec.Raw(b"[1, 2]"), msgspec.Raw(b"[1,"), msgspec.Raw(b"[1, 2]")], None)
+    assert broken == [[1, 2], None, [1, 2]]
+    assert json_column([], []) == []
