@@ -24,7 +24,9 @@ Each process's CPU seconds (user + system, with every process it forked) are pri
 load they vary less than the wall clock. gpumagic forks piece decoders for a file of 16 MB or more
 (two cores here), so its wall time can be below its CPU time.
 Targets (issue 28): gpumagic ≤ 1.5× the typed decode, and ≥ 10× faster than HTA, on every file.
-Run: ``python benchmarks/real_traces.py [--rounds 3] [--no-hta] [--repeat-rounds 1] [FILES...]``
+``--ref FOLDER`` adds another checkout's ``gpumagic`` (e.g. the previous commit's, from ``git
+archive``; compile it first) as one more contender, for a before/after of the CPU ratios.
+Run: ``python benchmarks/real_traces.py [--rounds 3] [--no-hta] [--repeat-rounds 1] [--ref FOLDER] [FILES...]``
 (HTA: ``pip install -e .[benchmark]``, which pins HolisticTraceAnalysis 0.5 and pandas < 3:
 HTA 0.5's critical path calls a pandas API that pandas 3 removed).
 """
@@ -101,10 +103,14 @@ def timed(cmd: list[str]) -> tuple[float | None, float, str]:
     return wall, cpu, lines[-1] if lines else ""
 
 
-def contenders(py: str, trace: str, tmp: str, hta: bool, critical: bool) -> dict[str, list[str]]:
+def contenders(py: str, trace: str, tmp: str, hta: bool, critical: bool, ref: str = "") -> dict[str, list[str]]:
     out = {"gpumagic": [py, "-m", "gpumagic", "analyze", trace, "--format", "json", "-o", os.devnull],
            "typed decode": [py, "-c", TYPED_DECODE, trace],
-           "start-up": [py, "-c", "import numpy, msgspec"]}
+           # the floor: the interpreter with numpy and msgspec, numpy's OpenBLAS held to one thread
+           # as the gpumagic command holds it (shells.cli.run)
+           "start-up": [py, "-c", "import os; os.environ.setdefault('OPENBLAS_NUM_THREADS', '1'); import numpy, msgspec"]}
+    if ref:
+        out["gpumagic ref"] = ["env", f"PYTHONPATH={ref}", *out["gpumagic"]]
     if hta:
         folder = os.path.join(tmp, "hta-" + os.path.basename(trace).split(".")[0])
         os.makedirs(folder, exist_ok=True)
@@ -119,8 +125,8 @@ def contenders(py: str, trace: str, tmp: str, hta: bool, critical: bool) -> dict
     return out
 
 
-def bench(trace: str, rounds: int, tmp: str, py: str, hta: bool, critical: bool, title: str = "") -> dict:
-    cmds = contenders(py, trace, tmp, hta, critical)
+def bench(trace: str, rounds: int, tmp: str, py: str, hta: bool, critical: bool, title: str = "", ref: str = "") -> dict:
+    cmds = contenders(py, trace, tmp, hta, critical, ref)
     walls: dict[str, list[float]] = {k: [] for k in cmds}
     cpus: dict[str, list[float]] = {k: [] for k in cmds}
     inner: dict[str, list[float]] = {k: [] for k in cmds}
@@ -147,6 +153,9 @@ def bench(trace: str, rounds: int, tmp: str, py: str, hta: bool, critical: bool,
         line += (f"  gpumagic {g:6.2f} s  decode {d:6.2f} s  start-up {med.get('start-up', float('nan')):4.2f} s"
                  f"  gpumagic/decode {g / d:5.2f}x wall, {cpu['gpumagic'] / cpu['typed decode']:5.2f}x CPU"
                  f" ({cpu['gpumagic']:.2f} / {cpu['typed decode']:.2f} s; start-up {cpu.get('start-up', float('nan')):.2f} s)")
+    if "gpumagic ref" in cpu and cpu.get("typed decode"):
+        line += (f"  ref {cpu['gpumagic ref']:.2f} s CPU = {cpu['gpumagic ref'] / cpu['typed decode']:5.2f}x decode"
+                 f" (this/ref {cpu['gpumagic'] / cpu['gpumagic ref']:.2f})")
     if "HTA" in med and g:
         line += f"  HTA {med['HTA']:6.1f} s  HTA/gpumagic {med['HTA'] / g:5.1f}x"
     elif hta:
@@ -178,6 +187,8 @@ def main() -> None:
     ap.add_argument("--no-hta", action="store_true")
     ap.add_argument("--no-critical-path", action="store_true")
     ap.add_argument("--no-repeats", action="store_true")
+    ap.add_argument("--ref", default="", help="also time another checkout's gpumagic (a folder holding gpumagic/, put "
+                                               "first on PYTHONPATH), alternated with this one: a before/after of CPU ratios")
     args = ap.parse_args()
     py = sys.executable
     subprocess.run([py, "-m", "compileall", "-q", os.path.join(HERE, "..", "gpumagic")], check=True)
@@ -192,13 +203,13 @@ def main() -> None:
     results = {}
     try:
         for f in files:
-            results[os.path.basename(f)] = bench(f, args.rounds, tmp, py, hta, critical)
+            results[os.path.basename(f)] = bench(f, args.rounds, tmp, py, hta, critical, ref=args.ref)
         if not args.no_repeats and not args.files:
             for src, copies in REPEATS:
                 dst = os.path.join(tmp, src.replace(".json.gz", f"_x{copies}.json.gz"))
                 events, _ = repeat_trace(os.path.join(DATA, src), copies, dst)
                 title = f"{src.split('.')[0]} x{copies} ({events:,} ev)"
-                results[title] = bench(dst, args.repeat_rounds, tmp, py, hta, critical, title)
+                results[title] = bench(dst, args.repeat_rounds, tmp, py, hta, critical, title, ref=args.ref)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     ratios = [r["gpumagic"] / r["decode"] for r in results.values() if r["gpumagic"] and r["decode"]]

@@ -36,3 +36,15 @@ def percentile(values: np.ndarray, q: float) -> float:
 
 def median(values: np.ndarray) -> float:
     return percentile(values, 50.0)
+
+
+def median_of(values) -> float:
+    """``float(np.median(values))``, the same number (numpy's own mean of the middle one or two
+    values of the sorted data; NaN when there are none, or when one is NaN), without the
+    ``numpy.ma`` import ``np.median`` makes on first use. :func:`median` interpolates instead,
+    which can differ from numpy's in the last bit."""
+    s = np.sort(np.asarray(values).ravel())
+    n = s.size
+    if n == 0 or (s.dtype.kind in "fc" and np.isnan(s[-1])):
+        return float("nan")
+    return float(np.mean(s[(n - 1) // 2:n // 2 + 1]))

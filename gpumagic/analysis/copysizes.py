@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from gpumagic._arrays import median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.report.metrics import SmallCopyDirection, SmallCopyMetrics
@@ -40,7 +41,7 @@ def small_copies(ctx: Context, groups: dict[tuple[str, str], dict[str, Any]]) ->
         sizes = ev.nbytes[idx]
         gpu = iv.clip(iv.union(ev.ts_ns[idx], ev.ts_ns[idx] + ev.dur_ns[idx]), ctx.lo, ctx.hi)
         calls = iv.clip(iv.union(*_call_spans(ctx, idx)), ctx.lo, ctx.hi)
-        row.update(idx=idx, count=int(idx.size), bytes=int(sizes.sum()), median_bytes=int(np.median(sizes)),
+        row.update(idx=idx, count=int(idx.size), bytes=int(sizes.sum()), median_bytes=int(median_of(sizes)),
                    max_bytes=int(sizes.max()), sizes=sizes, gpu_ns=iv.total(gpu), host_ns=iv.total(calls),
                    cost=iv.subtract(iv.merge(gpu, calls), iv.subtract(ctx.busy, gpu)))
     return out

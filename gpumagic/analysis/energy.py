@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.oom import batch_size
@@ -42,7 +43,7 @@ def fields(ctx: Context) -> dict[str, Any]:
     block = {} if s is None else s.gpu
     if "t_ns" not in block or "device" not in block:
         return {}
-    devices = np.unique(np.asarray(block["device"]))
+    devices = distinct(np.asarray(block["device"]))
     device = ctx.device if ctx.device >= 0 else (int(devices[0]) if devices.size == 1 else None)
     if device is None:
         return {}

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from gpumagic._arrays import median_of
 from gpumagic.analysis.context import Context
 from gpumagic.report.metrics import StepCause, StepOutlier, as_record
 
@@ -94,8 +95,8 @@ def judged(block: dict[str, Any]) -> list[int]:
 
 
 def _centre_spread(x: np.ndarray) -> tuple[float, float]:
-    med = float(np.median(x))
-    return med, MAD_SCALE * float(np.median(np.abs(x - med)))
+    med = median_of(x)
+    return med, MAD_SCALE * median_of(np.abs(x - med))
 
 
 def _beyond(d: np.ndarray, med: float, spread: float) -> np.ndarray:
@@ -136,4 +137,4 @@ def _causes(events: list[dict[str, Any]], start: float, end: float) -> list[Step
 def judged_median_ms(block: dict[str, Any], outlier_indices: set[int]) -> float | None:
     """Median of the judged steps that are no outlier (what ``over_median`` divides by)."""
     rest = [block["step_ms"][i] for i in judged(block) if i not in outlier_indices]
-    return float(np.median(rest)) if rest else None
+    return median_of(rest) if rest else None

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.analysis import devices
 from gpumagic.report.metrics import ComputeMetrics
 
@@ -77,7 +78,17 @@ def in_family(name: str) -> bool:
 
 
 def _numel(shape) -> int:
-    return int(np.prod(shape, dtype=np.float64)) if shape else 0
+    return int(fprod(shape)) if shape else 0
+
+
+def fprod(values) -> float:
+    """``float(np.prod(values, dtype=np.float64))`` for a short list of sizes, the same number
+    (numpy multiplies a reduction's float64 values one after another, as this loop does) at a
+    tenth of the cost: it runs for every operator instance whose FLOPs or bytes are counted."""
+    p = 1.0
+    for x in values:
+        p *= float(x)
+    return p
 
 
 def _tensor(dims, i) -> list[int] | None:
@@ -180,29 +191,53 @@ def _dtype(types: list) -> str | None:
 
 
 class _Ops:
-    """The operator table with each operator's parent (the enclosing operator on its thread)."""
+    """The operator table with each operator's parent (the enclosing operator on its thread).
+
+    Built once per table (:meth:`of`): the whole window's FLOPs, the steady part's and the
+    operators' table share it."""
 
     def __init__(self, table):
         self.t = table
-        n = len(table)
         self.end = table.ts_ns + table.dur_ns
         order = np.lexsort((-table.dur_ns, table.ts_ns, table.lane))
-        parent = [-1] * n
-        self.children: dict[int, list[int]] = defaultdict(list)
-        stack: list[int] = []
-        lane = None
-        # Python lists, not numpy scalars, in the loop: 5-10x faster per operator, same values
-        lanes, starts, end = table.lane.tolist(), table.ts_ns.tolist(), self.end.tolist()
+        parent = _nested_parents(table.lane[order], table.ts_ns[order], self.end[order], table.dur_ns[order])
+        if parent is None:  # operators that overlap without nesting: the stack walk decides
+            self.parent = _stack_parents(table.lane, table.ts_ns, self.end, order)
+        else:
+            self.parent = np.full(len(table), -1, dtype=np.int64)
+            self.parent[order] = np.where(parent >= 0, order[np.maximum(parent, 0)], -1)
+        # each operator's children in the walk's order (thread, start, longest first)
+        kids = order[self.parent[order] >= 0]
+        kids = kids[np.argsort(self.parent[kids], kind="stable")]
+        owners, first = np.unique(self.parent[kids], return_index=True)
+        bounds = [*first.tolist(), kids.size]
+        kid_list = kids.tolist()
+        self.children: dict[int, list[int]] = {
+            p: kid_list[a:b] for p, a, b in zip(owners.tolist(), bounds[:-1], bounds[1:])}
+        self.up: list[int] = self.parent.tolist()  # the parents as Python ints, for the walks below
+        # each operator's depth in its thread's tree (a root is 0): parents come first in the walk
+        depth = [0] * len(self.up)
+        up = self.up
         for i in order.tolist():
-            if lanes[i] != lane:
-                stack, lane = [], lanes[i]
-            while stack and end[stack[-1]] <= starts[i]:
-                stack.pop()
-            if stack and end[i] <= end[stack[-1]]:
-                parent[i] = stack[-1]
-                self.children[stack[-1]].append(i)
-            stack.append(i)
-        self.parent = np.array(parent, dtype=np.int64)
+            if up[i] >= 0:
+                depth[i] = depth[up[i]] + 1
+        self.depth = depth
+        self._bwd_out: dict[tuple, list[int]] | None = None
+
+    @property
+    def backward_outputs(self) -> dict[tuple, list[int]]:
+        """:func:`_backward_outputs` of the table, computed once."""
+        if self._bwd_out is None:
+            self._bwd_out = _backward_outputs(self.t)
+        return self._bwd_out
+
+    @classmethod
+    def of(cls, table) -> _Ops:
+        """The tree of ``table``, built on first use and kept with it."""
+        tree = table.__dict__.get("_ops_tree")
+        if tree is None:
+            tree = table.__dict__["_ops_tree"] = cls(table)
+        return tree
 
     def descendants(self, i: int):
         todo = list(self.children.get(i, ()))
@@ -211,13 +246,74 @@ class _Ops:
             yield j
             todo.extend(self.children.get(j, ()))
 
-    def has_family_ancestor(self, i: int, family: np.ndarray) -> bool:
-        p = self.parent[i]
+    def has_family_ancestor(self, i: int, family) -> bool:
+        up = self.up
+        p = up[i]
         while p >= 0:
             if family[p]:
                 return True
-            p = self.parent[p]
+            p = up[p]
         return False
+
+
+def _stack_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Each operator's parent by a walk over ``order`` (thread, start, longest first) with a
+    stack of the operators still open: the top one, when it ends no earlier than the operator.
+    Exact for any input, overlapping spans included; :func:`_nested_parents` is its fast twin."""
+    parent = [-1] * len(lane)
+    stack: list[int] = []
+    current = None
+    # Python lists, not numpy scalars, in the loop: 5-10x faster per operator, same values
+    lanes, starts, ends = lane.tolist(), start.tolist(), end.tolist()
+    for i in order.tolist():
+        if lanes[i] != current:
+            stack, current = [], lanes[i]
+        while stack and ends[stack[-1]] <= starts[i]:
+            stack.pop()
+        if stack and ends[i] <= ends[stack[-1]]:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return np.array(parent, dtype=np.int64)
+
+
+def _nested_parents(lane: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> np.ndarray | None:
+    """:func:`_stack_parents` vectorised, for operators given in walk order: the position of each
+    one's parent (-1 for none), or None when some spans overlap without nesting (then the walk
+    must decide). When every operator nests in the latest-started one still open at its start,
+    the open operators always form a chain, the stack walk's stack is that chain, and the parent
+    is the last earlier operator whose depth (the number of operators open at its start) is one
+    less; each of those conditions is checked here."""
+    n = lane.size
+    parent = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return parent
+    cut = np.flatnonzero(lane[1:] != lane[:-1]) + 1
+    for a, b in zip([0, *cut.tolist()], [*cut.tolist(), n]):
+        s, e, zero = start[a:b], end[a:b], dur[a:b] == 0
+        m = b - a
+        # earlier operators ended by each start: all that ended minus the later (or the same)
+        # empty operators at the same start, which sort last among their start
+        ended = np.searchsorted(np.sort(e), s, side="right")
+        same_end = np.searchsorted(s, s, side="right")
+        zeros = np.concatenate(([0], np.cumsum(zero)))
+        ended -= zeros[same_end] - zeros[np.arange(m)]
+        depth = np.arange(m) - ended
+        if depth.min() < 0:
+            return None
+        p = np.full(m, -1, dtype=np.int64)
+        for d in distinct(depth[depth > 0]).tolist():
+            at = np.flatnonzero(depth == d - 1)
+            sel = np.flatnonzero(depth == d)
+            k = np.searchsorted(at, sel, side="left") - 1
+            if (k < 0).any():
+                return None
+            p[sel] = at[k]
+        has = p >= 0
+        q = p[has]
+        if not ((e[q] > s[has]).all() and (e[has] <= e[q]).all()):
+            return None
+        parent[a:b] = np.where(has, p + a, -1)
+    return parent
 
 
 def count(table, lo: int, hi: int) -> dict[str, Any]:
@@ -225,57 +321,62 @@ def count(table, lo: int, hi: int) -> dict[str, Any]:
     out: dict[str, Any] = {"flops": 0.0, "by_dtype": defaultdict(float), "profiler": 0, "shapes": 0, "unresolved": 0, "units": []}
     if table is None or not len(table):
         return out
-    ops = _Ops(table)
+    ops = _Ops.of(table)
     names = table.name
-    family = np.fromiter((in_family(n) for n in names), bool, len(names))
+    of_name = {n: in_family(n) for n in set(names)}  # once per distinct name
+    family = np.fromiter(map(of_name.__getitem__, names), bool, len(names))
     has_flops = table.flops > 0
-    bwd_out = _backward_outputs(table)
+    bwd_out = ops.backward_outputs
+    # plain lists for the per-operator walks (a numpy element read costs ten times more)
+    family_l, has_l = family.tolist(), has_flops.tolist() if has_flops.any() else None
     for i in np.flatnonzero(family & (table.ts_ns >= lo) & (table.ts_ns < hi)).tolist():
-        if ops.has_family_ancestor(i, family):
+        if ops.has_family_ancestor(i, family_l):
             continue
-        flops, source = _unit_flops(ops, i, has_flops, bwd_out)
+        flops, source = _unit_flops(ops, i, has_l, bwd_out)
         if flops is None:
             out["unresolved"] += 1
             continue
         out["flops"] += flops
         out[source] += 1
         out["units"].append(i)
-        out["by_dtype"][_unit_dtype(ops, i, family) or "unknown"] += flops
+        out["by_dtype"][_unit_dtype(ops, i, family_l) or "unknown"] += flops
     return out
 
 
-def _unit_flops(ops: _Ops, i: int, has_flops: np.ndarray, bwd_out) -> tuple[float | None, str]:
+def _unit_flops(ops: _Ops, i: int, has_flops, bwd_out) -> tuple[float | None, str]:
     """The profiler's count where it has one (the outermost counted operators inside the unit),
-    else the count from shapes."""
+    else the count from shapes. ``has_flops``: per operator, whether the profiler counted it;
+    None when it counted none."""
     t = ops.t
-    if has_flops[i]:
-        return float(t.flops[i]), "profiler"
-    inner = [j for j in ops.descendants(i) if has_flops[j] and not _has_counted_ancestor(ops, j, i, has_flops)]
-    if inner:
-        return float(t.flops[inner].sum()), "profiler"
+    if has_flops is not None:
+        if has_flops[i]:
+            return float(t.flops[i]), "profiler"
+        inner = [j for j in ops.descendants(i) if has_flops[j] and not _has_counted_ancestor(ops, j, i, has_flops)]
+        if inner:
+            return float(t.flops[inner].sum()), "profiler"
     return shape_flops(ops, i, bwd_out), "shapes"
 
 
-def _has_counted_ancestor(ops: _Ops, j: int, stop: int, has_flops: np.ndarray) -> bool:
-    p = ops.parent[j]
+def _has_counted_ancestor(ops: _Ops, j: int, stop: int, has_flops) -> bool:
+    up = ops.up
+    p = up[j]
     while p >= 0 and p != stop:
         if has_flops[p]:
             return True
-        p = ops.parent[p]
+        p = up[p]
     return False
 
 
-def _unit_dtype(ops: _Ops, i: int, family: np.ndarray) -> str | None:
+def _unit_dtype(ops: _Ops, i: int, family) -> str | None:
     """The dtype the work ran in: the innermost family operator's inputs (autocast casts inside
     ``aten::linear``, so the ``addmm`` within it shows the reduced precision)."""
-    best, depth_best = _dtype(ops.t.types[i]), 0
+    types, depths = ops.t.types, ops.depth
+    best, depth_best = _dtype(types[i]), 0
     for j in ops.descendants(i):
-        if family[j] and _dtype(ops.t.types[j]):
-            depth, p = 0, j
-            while p != i and p >= 0:
-                depth, p = depth + 1, ops.parent[p]
+        if family[j] and _dtype(types[j]):
+            depth = depths[j] - depths[i]  # steps from j up to i
             if depth > depth_best:
-                best, depth_best = _dtype(ops.t.types[j]), depth
+                best, depth_best = _dtype(types[j]), depth
     return best
 
 
@@ -424,7 +525,7 @@ def coverage(ctx, c: dict) -> float | None:
     ok = by >= 0
     covered = np.zeros(k.size, dtype=bool)
     lt, ll = ev.ts_ns[np.maximum(by, 0)], ev.lane[np.maximum(by, 0)]
-    for lane in np.unique(table.lane[u]).tolist():
+    for lane in distinct(table.lane[u]).tolist():
         mine = u[table.lane[u] == lane]
         s, e = _union(table.ts_ns[mine], table.ts_ns[mine] + table.dur_ns[mine])
         j = np.searchsorted(s, lt, side="right") - 1

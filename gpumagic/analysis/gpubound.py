@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import LAUNCH_LATENCY_MAX_NS, Context
 from gpumagic.analysis.metrics import sync_costs
@@ -39,7 +40,7 @@ def slack_runs(ctx: Context) -> iv.Intervals:
         # host calls that were waiting on the GPU: the blocking syncs and long runtime calls
         costs = sync_costs(ctx)
         long_calls = np.flatnonzero(ctx.events_in_window(m["host"] & m["runtime"] & (ev.dur_ns > LAUNCH_LATENCY_MAX_NS)))
-        calls = np.union1d(costs.idx, long_calls)
+        calls = distinct(np.concatenate((costs.idx, long_calls), axis=None))  # np.union1d, without numpy.ma
         cs, ce = ev.ts_ns[calls], ev.ts_ns[calls] + ev.dur_ns[calls]
         run_s, run_e = ctx.busy
         late = g.host_ns > 0

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.analysis.context import Context
 from gpumagic.report.metrics import ModuleRow, as_record
 from gpumagic.trace.links import MODULE_PREFIX
@@ -92,7 +93,7 @@ def _inside(ts: np.ndarray, lanes: np.ndarray, weights: np.ndarray, starts: np.n
             range_lanes: np.ndarray) -> np.ndarray:
     """Per range: the sum of ``weights`` of the points (``ts`` on ``lanes``) in ``[start, end)`` on its lane."""
     out = np.zeros(starts.size, dtype=np.int64)
-    for ln in np.unique(range_lanes).tolist():
+    for ln in distinct(range_lanes).tolist():
         sel = lanes == ln
         if not sel.any():
             continue
@@ -140,7 +141,7 @@ def _evaluate_spans(ctx: Context, nodes: np.ndarray) -> tuple[np.ndarray, np.nda
         return s, e
     evals = np.flatnonzero(np.isin(ev.name, ids))
     node_lane = ev.lane[nodes]
-    for ln in np.unique(node_lane).tolist():
+    for ln in distinct(node_lane).tolist():
         on = evals[ev.lane[evals] == ln]
         if on.size == 0:
             continue

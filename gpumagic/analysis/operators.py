@@ -22,10 +22,12 @@ achieved TFLOP/s and TB/s, the device's peaks and where it sits on a roofline.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.analysis import devices, flops
 from gpumagic.analysis.context import Context
 from gpumagic.report.metrics import Metrics, OperatorRow
@@ -70,7 +72,7 @@ def enclosing_op(ctx: Context, rows: np.ndarray) -> np.ndarray:
     started = np.searchsorted(s_key, q, side="right")  # operators starting at or before the call
     open_at = started - np.searchsorted(ends_sorted, q, side="right")
     want = open_at - 1
-    for d in np.unique(want[want >= 0]).tolist():
+    for d in distinct(want[want >= 0]).tolist():
         at_d = np.flatnonzero(depth == d)
         sel = np.flatnonzero(want == d)
         k = np.searchsorted(at_d, started[sel], side="left") - 1
@@ -100,7 +102,7 @@ def _match(ctx: Context, rows: np.ndarray, shapes) -> np.ndarray:
         return out
     t, keys, order = shapes
     ids = {n: i for i, n in enumerate(ctx.trace.names)}
-    t_name = np.fromiter((ids.get(n, -1) for n in t.name), np.int64, len(t.name))[order]
+    t_name = np.fromiter(map(ids.get, t.name, itertools.repeat(-1)), np.int64, len(t.name))[order]
     ev = ctx.trace.events
     q = (ev.lane[rows].astype(np.int64) + 1) * _BIG + ev.ts_ns[rows]
     want = ev.name[rows].astype(np.int64)
@@ -118,14 +120,14 @@ def _bytes(name: str, dims: list, types: list) -> float | None:
         if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
             size = ELEMENT_BYTES.get(types[i] if i < len(types) else "")
             if size:
-                total += float(np.prod(d, dtype=np.float64)) * size
+                total += flops.fprod(d) * size
                 known = True
     out = _MM_OUT.get(name)
     if out is not None and known:
         a, b = flops._tensor(dims, out[0]), flops._tensor(dims, out[1])
         size = ELEMENT_BYTES.get(types[out[0]] if out[0] < len(types) else "")
         if a and b and size and len(a) == len(b) >= 2:
-            total += float(np.prod(a[:-1], dtype=np.float64)) * b[-1] * size
+            total += flops.fprod(a[:-1]) * b[-1] * size
     return total if known else None
 
 
@@ -159,10 +161,19 @@ def metrics(ctx: Context, top: int = TOP_OPERATORS) -> dict[str, Any]:
 
     def tree():
         if not ops_tree:
-            ops_tree.extend((flops._Ops(shapes[0]), flops._backward_outputs(shapes[0])))
+            tree_of = flops._Ops.of(shapes[0])
+            ops_tree.extend((tree_of, tree_of.backward_outputs))
         return ops_tree
 
     memo: dict[tuple, tuple] = {}
+    texts: dict[int, str] = {}  # str() of each shapes list, once per list (rows recording the same text share one)
+
+    def text(value) -> str:
+        got = texts.get(id(value))  # the table holds every value, so ids stay unique while this runs
+        if got is None:
+            got = texts[id(value)] = str(value)
+        return got
+
     groups: dict[tuple, dict[str, Any]] = {}
     # instances without recorded shapes: by name, vectorised (no FLOPs, no bytes)
     plain = match < 0
@@ -183,7 +194,7 @@ def metrics(ctx: Context, top: int = TOP_OPERATORS) -> dict[str, Any]:
         name = ctx.trace.names[ev.name[row]]
         i = int(match[j])
         t = shapes[0]
-        mk = (name, str(t.dims[i]), str(t.types[i]), str(t.concrete[i]))
+        mk = (name, text(t.dims[i]), text(t.types[i]), text(t.concrete[i]))
         if mk not in memo:  # same operator, shapes, dtypes and arguments: same work
             dims, types = t.dims[i], t.types[i] or []
             fs = None

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from gpumagic._arrays import distinct, median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.trace.model import Kind
@@ -65,7 +66,7 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
     ann_rows = host & ((ev.kind == Kind.ANNOTATION) | (ev.kind == Kind.CPU_OP))
     data_rows = np.flatnonzero(host & (m["name_dataloader"] | (annot["data"][ev.name] & ann_rows)))
     opt_rows = np.flatnonzero(host & (opt_names[ev.name] | (annot["optimizer"][ev.name] & ann_rows)))
-    engine_lanes = np.unique(ev.lane[host & bwd_names[ev.name] & (ev.lane != ctx.main_lane)])
+    engine_lanes = distinct(ev.lane[host & bwd_names[ev.name] & (ev.lane != ctx.main_lane)])
     bwd = host & (bwd_names[ev.name] | (annot["backward"][ev.name] & ann_rows)
                   | (np.isin(ev.lane, engine_lanes) & (ev.lane != ctx.main_lane) & ~m["name_step"]))
     bwd_rows = np.flatnonzero(bwd)
@@ -141,10 +142,10 @@ def metrics(ctx: Context) -> dict[str, Any] | None:
     spans = [{p: [[int(s), int(e)] for s, e in zip(*parts[p])] for p in PHASES if p != "other"} for parts in per]
     gpu = _gpu_per_step(ctx, per)
     out = {"order": list(PHASES), "per_step": per_step,
-           "median_ms": {p: round(float(np.median(cols[p])), 4) for p in PHASES}, "found": found,
+           "median_ms": {p: round(median_of(cols[p]), 4) for p in PHASES}, "found": found,
            "spans_ns": spans, "gpu_per_step": gpu, "gpu_median_ms": None}
     if gpu:
-        out["gpu_median_ms"] = {p: round(float(np.median([g[p] for g in gpu])), 4) for p in PHASES}
+        out["gpu_median_ms"] = {p: round(median_of([g[p] for g in gpu]), 4) for p in PHASES}
     return out
 
 

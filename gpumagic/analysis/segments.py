@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from gpumagic._arrays import distinct, median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import LONG_GAP_NS, Context
 
@@ -234,12 +235,12 @@ def _outlier_calls(ctx: Context) -> list[Piece]:
     cand_rows = cand_rows[_in_window(ctx)[cand_rows] & _driving(ctx)[cand_rows]]
     if cand_rows.size == 0:
         return []
-    overall = float(np.median(ev.dur_ns[rt]))
+    overall = median_of(ev.dur_ns[rt])
     first_of_kernel = _launches_first_kernel(ctx)
     out: list[Piece] = []
-    for n in np.unique(ev.name[cand_rows]).tolist():
+    for n in distinct(ev.name[cand_rows]).tolist():
         peers = ev.dur_ns[rt[ev.name[rt] == n]]
-        ref = float(np.median(peers)) if peers.size >= MIN_PEERS else overall
+        ref = median_of(peers) if peers.size >= MIN_PEERS else overall
         ref = max(ref, 1000.0)  # a 0-µs median (coarse clocks) compares with 1 µs
         rows = cand_rows[ev.name[cand_rows] == n]
         rows = rows[ev.dur_ns[rows] >= OUTLIER_RATIO * ref]
@@ -279,7 +280,7 @@ def _not_periodic(ctx: Context, rows: np.ndarray) -> np.ndarray:
     every step is the loop, not its start."""
     b = np.array(ctx.step_bounds, dtype=np.int64)
     k = np.searchsorted(b[:, 0], ctx.trace.events.ts_ns[rows], side="right") - 1
-    if np.unique(k[k >= 0]).size >= max(2, len(b) / 2):
+    if distinct(k[k >= 0]).size >= max(2, len(b) / 2):
         return rows[:0]
     return rows
 
@@ -323,7 +324,7 @@ def _first_calls(ctx: Context) -> list[Piece]:
         later = ev.dur_ns[same[1:]]
         if later.size < MIN_PEERS - 1 or own < FIRST_CALL_MIN_NS:
             continue
-        ref = max(float(np.median(later)), 1000.0)
+        ref = max(median_of(later), 1000.0)
         if own >= OUTLIER_RATIO * ref:
             out.append((s, e, f"first {_name(ctx, i)[:60]} on its thread {_ms(e - s)} (later calls: median {_ms(ref)})"))
     return out
@@ -347,7 +348,7 @@ def library_sync_rows(ctx: Context) -> np.ndarray:
     out = np.zeros(len(ev), dtype=bool)
     syncs = np.flatnonzero(m["name_sync_call"] & m["runtime"])
     owners = m["host"] & ~m["runtime"] & (m["name_library_sync_op"] | m["name_capture_frame"])
-    for lane in np.unique(ev.lane[syncs]).tolist() if syncs.size else []:
+    for lane in distinct(ev.lane[syncs]).tolist() if syncs.size else []:
         rows = np.flatnonzero(owners & (ev.lane == lane))
         if rows.size == 0:
             continue
@@ -370,7 +371,7 @@ def _library_sync_pieces(ctx: Context) -> list[Piece]:
     search = m["host"] & ~m["runtime"] & m["name_library_sync_op"] & ~ctx.host_name_ids(
         lambda n: "empty" in n)[ev.name]
     out: list[Piece] = []
-    for lane in np.unique(ev.lane[lib]).tolist():
+    for lane in distinct(ev.lane[lib]).tolist():
         rows = np.flatnonzero(search & (ev.lane == lane))
         if rows.size == 0:
             continue
@@ -378,7 +379,7 @@ def _library_sync_pieces(ctx: Context) -> list[Piece]:
         mine = lib[ev.lane[lib] == lane]
         k = np.searchsorted(s, ev.ts_ns[mine], side="right") - 1
         k = k[k >= 0]
-        for j in np.unique(k).tolist():
+        for j in distinct(k).tolist():
             n = int(np.count_nonzero(k == j))
             out.append((int(s[j]), int(e[j]), f"algorithm search: {n} blocking sync{'s' if n > 1 else ''} inside "
                                               f"a cuDNN/MIOpen operator (cudnn.benchmark)"))
@@ -399,7 +400,7 @@ def _first_step(ctx: Context) -> list[Piece]:
     if len(b) < 3:
         return []
     d = np.array([e - s for s, e in b], dtype=np.float64)
-    rest = float(np.median(d[1:]))
+    rest = median_of(d[1:])
     if rest <= 0 or d[0] < FIRST_STEP_RATIO * rest:
         return []
     return [(b[0][0], b[0][1], f"the first step takes {d[0] / rest:.1f}× the median of the others")]

@@ -7,6 +7,7 @@ metrics records are declared in :mod:`gpumagic.report.metrics`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -197,7 +198,7 @@ def report_from_dict(d: dict[str, Any]) -> Report:
     regression = d.get("regression")
     try:
         raw = d.get("metrics") or None
-        metrics = None if raw is None else msgspec.convert(_fill_missing(raw, _METRICS_INFO), Metrics)
+        metrics = None if raw is None else msgspec.convert(_fill_missing(raw, _metrics_info()), Metrics)
         findings = msgspec.convert(d.get("findings") or [], list[Finding])
     except msgspec.ValidationError as exc:
         raise ValueError(f"not a gpumagic report: {exc}") from None
@@ -207,7 +208,11 @@ def report_from_dict(d: dict[str, Any]) -> Report:
                   regression=regression if isinstance(regression, dict) else None)
 
 
-_METRICS_INFO = msgspec.inspect.type_info(Metrics)
+@functools.cache
+def _metrics_info() -> msgspec.inspect.Type:
+    """The type tree of :class:`Metrics`, built on first use (tens of milliseconds: not at import,
+    which every ``gpumagic analyze`` pays)."""
+    return msgspec.inspect.type_info(Metrics)
 
 
 def _fill_missing(value: Any, t: msgspec.inspect.Type) -> Any:

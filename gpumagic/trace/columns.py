@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.trace import schema
 from gpumagic.trace.model import Kind
 
@@ -164,7 +165,7 @@ def _op_columns(kind: np.ndarray, args: list) -> OpColumns:
     rows = np.flatnonzero(kind == int(Kind.CPU_OP))
     op_args = pick(args, rows)
     flops = column(map(_FLOPS, op_args), np.float64, len(op_args))
-    has = np.fromiter((len(d) > 0 for d in map(_DIMS, op_args)), bool, len(op_args)) | (flops >= 0)
+    has = (column(map(len, map(_DIMS, op_args)), np.int64, len(op_args)) > 0) | (flops >= 0)
     if not has.all():
         kept = np.flatnonzero(has)
         rows, flops, op_args = rows[kept], flops[kept], pick(op_args, kept)
@@ -177,17 +178,21 @@ _ANY = msgspec.json.Decoder()
 
 
 def json_column(raws: list, default) -> list:
-    """Decode many raw JSON values at once (one decoder call over ``[v1,v2,...]``); a value that
-    is absent or not a list becomes ``default``."""
+    """Decode many raw JSON values at once; a value that is absent or not a list becomes
+    ``default``. Each distinct text is decoded once (one decoder call over ``[v1,v2,...]``), and
+    rows holding the same text share its value: operators repeated step after step record the
+    same few shapes, and nothing changes the lists once read."""
     if not raws:
         return []
-    text = b"[" + b",".join(bytes(r) if len(r) else b"null" for r in raws) + b"]"
+    texts = list(map(bytes, raws))
+    distinct = list(dict.fromkeys(texts))
     try:
         with gc_paused():
-            values = _ANY.decode(text)
+            values = _ANY.decode(b"[" + b",".join([t or b"null" for t in distinct]) + b"]")
     except msgspec.DecodeError:
-        return [_safe_list(r, default) for r in raws]
-    return [v if isinstance(v, list) else default for v in values]
+        values = [_safe_list(t, default) for t in distinct]
+    value = {t: v if isinstance(v, list) else default for t, v in zip(distinct, values)}
+    return list(map(value.__getitem__, texts))
 
 
 @contextmanager
@@ -301,7 +306,12 @@ def _lane_keys(evs: list[schema.Complete]) -> tuple[dict, np.ndarray]:
     tid = tid.astype(np.int64)
     span = int(tid.max() - tid.min() + 1) if n else 1
     codes = (pid - (pid.min() if n else 0)) * span + (tid - (tid.min() if n else 0))
-    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    # np.unique(codes, return_index=True, return_inverse=True), the same arrays, without its
+    # stable argsort of every row: a trace has a few dozen lanes
+    distinct_codes = distinct(codes)
+    inverse = np.searchsorted(distinct_codes, codes)
+    first = np.full(distinct_codes.size, n, dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(n, dtype=np.int64))
     order = np.argsort(first)  # lanes numbered in first-seen order
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.trace import schema
 from gpumagic.trace.columns import as_int
 
@@ -119,7 +120,7 @@ def from_sequence_numbers(trace, ops: list) -> Links:
     ev = trace.events
     module_ids = np.fromiter((i for i, n in enumerate(trace.names) if n.startswith(MODULE_PREFIX)), np.int64)
     threads: dict[int, set[int]] = {}
-    for ln in np.unique(ev.lane[np.isin(ev.name, module_ids)]).tolist():
+    for ln in distinct(ev.lane[np.isin(ev.name, module_ids)]).tolist():
         threads.setdefault(trace.lanes[ln].pid, set()).add(trace.lanes[ln].tid)
     forward: dict[tuple[int, int], tuple[float, int, int]] = {}  # (pid, seq) -> latest (ts, pid, tid)
     nodes: dict[tuple[int, int, int], tuple[float, int, int]] = {}
@@ -180,7 +181,7 @@ def _rows(trace, points: list[tuple[int, int]]) -> np.ndarray:
         return out
     lane = np.fromiter((p[0] for p in points), np.int64, len(points))
     ts = np.fromiter((p[1] for p in points), np.int64, len(points))
-    for ln in np.unique(lane).tolist():
+    for ln in distinct(lane).tolist():
         rows = np.flatnonzero((ev.lane == ln) & (ev.device < 0))
         if rows.size == 0:
             continue

@@ -43,19 +43,17 @@ from gpumagic.errors import GpumagicError
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Report, report_from_dict
 from gpumagic.report.views import Viewable, view
+from gpumagic.tuning.home import DB_NAME, HOME_ENV, history_home, kept_files  # noqa: F401  # also this module's
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-#: Environment variable naming the folder that holds the history ("" turns storage off).
-HOME_ENV = "GPUMAGIC_HOME"
 #: Environment variable overriding how many runs are kept.
 KEEP_ENV = "GPUMAGIC_KEEP_RUNS"
 #: Runs kept by default: the newest 1,000 (a report's JSON is 10-100 kB, so ~10-100 MB at most).
 DEFAULT_KEEP = 1000
 #: The most runs ``GPUMAGIC_KEEP_RUNS`` may ask for (far inside SQLite's 64-bit integers).
 MAX_KEEP = 10**9
-DB_NAME = "history.sqlite3"
 #: ``PRAGMA application_id`` of a gpumagic history ("GPUm" in ASCII), so that another program's
 #: SQLite file is recognised as such and left alone.
 APPLICATION_ID = 0x47505564
@@ -158,21 +156,6 @@ class StoredRun:
         return {f.name: getattr(self, f.name) for f in fields(self)} | {"ref": self.ref, "when": self.when}
 
 
-def history_home() -> Path | None:
-    """The folder holding the history, or None when storage is off (``GPUMAGIC_HOME=""``)."""
-    value = os.environ.get(HOME_ENV)
-    if value is not None:
-        return Path(value).expanduser() if value.strip() else None
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("gpumagic", appauthor=False))
-
-
-def kept_files() -> list[str]:
-    """What no output may replace, whatever it read: the history database, when storage is on
-    (:mod:`gpumagic._atomic` protects its ``-wal``/``-shm``/``-journal`` side files with it)."""
-    home = history_home()
-    return [] if home is None else [str(home / DB_NAME)]
 
 
 def keep_from_env() -> int:

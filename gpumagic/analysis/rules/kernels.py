@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpumagic._arrays import median
+from gpumagic._arrays import distinct, median
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.gpubound import gpu_time_gain
@@ -81,7 +81,7 @@ def attention_pieces(ctx: Context) -> tuple[int, np.ndarray, int]:
     fused = int(ctx.trace.name_ids(nm.is_fused_attention)[ids].sum())
     matmul = ctx.name_flags["matmul"][ids] & ~ctx.trace.name_ids(nm.is_fused_attention)[ids]
     pieces, count = set(), 0
-    for stream in np.unique(ev.stream[rows]).tolist():
+    for stream in distinct(ev.stream[rows]).tolist():
         on = np.flatnonzero(ev.stream[rows] == stream)
         for p in np.flatnonzero(soft[on]).tolist():
             lo, hi = max(0, p - ATTENTION_NEIGHBOURS), min(on.size, p + ATTENTION_NEIGHBOURS + 1)
@@ -168,7 +168,7 @@ def elementwise_bound(ctx: Context, m: Metrics) -> Finding | None:
                                   "faster (Inductor measured 1.3–2× on whole models)"))
     training = is_training(ctx)
     optimizer = training and any("multi_tensor_apply" in ctx.trace.names[n] or "Adam" in ctx.trace.names[n]
-                                 for n in np.unique(ev.name[e_rows]).tolist())
+                                 for n in distinct(ev.name[e_rows]).tolist())
     med_us = float(median(ev.dur_ns[e_rows])) / 1000
     return finding(
         severity=severity_for(gain),

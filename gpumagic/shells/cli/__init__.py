@@ -27,11 +27,20 @@ from gpumagic.shells.cli._output import INTERRUPTED_STATUS, PIPE_CLOSED_STATUS, 
 SUBCOMMANDS = (analyze, compare, runs, schema, mcp)
 
 
-def parser() -> argparse.ArgumentParser:
-    import gpumagic
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for (reading the package
+    metadata costs every other command tens of milliseconds)."""
 
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        import gpumagic
+
+        sys.stdout.write(f"gpumagic {gpumagic.__version__}\n")
+        parser.exit()
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpumagic", description="Why is my GPU waiting? Analyse PyTorch profiler traces.")
-    p.add_argument("--version", action="version", version=f"gpumagic {gpumagic.__version__}")
+    p.add_argument("--version", action=_Version, nargs=0, help="show program's version number and exit")
     sub = p.add_subparsers(dest="command", required=True)
     for command in SUBCOMMANDS:
         command.add_parser(sub)
@@ -55,7 +64,13 @@ def run() -> None:
 
     Freeing every object of a large analysis one by one at exit takes longer than the output
     needs; everything is written and flushed by then, so the process ends at once.
+
+    numpy's OpenBLAS starts one thread per core when numpy is imported; gpumagic calls no BLAS
+    routine, and those threads cost every command about 40 ms of CPU (about half of a small
+    trace's whole run on two cores), so the command asks for one unless the user chose a number.
     """
+    if "numpy" not in sys.modules:  # too late once numpy is loaded
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         try:
             code = main()

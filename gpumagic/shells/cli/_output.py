@@ -71,7 +71,7 @@ def error_line(exc: BaseException) -> str:
 def kept_files() -> list[str]:
     """What a user keeps that every ``-o`` must leave alone whatever the command read: the run
     history's database (its ``-wal``/``-shm``/``-journal`` side files follow in gpumagic._atomic)."""
-    from gpumagic.tuning.history import kept_files as history_files
+    from gpumagic.tuning.home import kept_files as history_files
 
     return history_files()
 
