@@ -116,9 +116,15 @@ def html_document(history: History) -> str:
     return document("gpumagic run history", render_html(history))
 
 
-def figure(history: History) -> Figure | None:
+def figure(history: History, theme: str = "light") -> Figure | None:
     """Median step time (left axis) and GPU busy (right axis, only when a run recorded it) per
-    run, as a matplotlib Figure; None when no run recorded a median step or GPU busy."""
+    run, as a matplotlib Figure drawn for ``theme`` (``'light'`` or ``'dark'``,
+    :func:`gpumagic.render.figure_colors.apply_theme`); None when no run recorded a median step
+    or GPU busy."""
+    from gpumagic.render.figure_colors import apply_theme
+    from gpumagic.render.palette import figure_theme
+
+    figure_theme(theme)  # an unknown theme fails before anything is drawn
     runs = history.runs
     steps = [r.median_step_ms for r in runs]
     busy = [None if r.gpu_busy_frac is None else 100 * r.gpu_busy_frac for r in runs]
@@ -130,14 +136,14 @@ def figure(history: History) -> Figure | None:
     fig = Figure(figsize=(7.2, 2.8), dpi=100, layout="constrained")
     ax = fig.add_subplot()
     ax.plot(xs, [float("nan") if v is None else v for v in steps], marker="o", color=BLUE, label="median step (ms)")
-    ax.set_ylabel("median step (ms), lower is better", color=BLUE, fontsize=8)
+    ax.set_ylabel("median step (ms), lower is better", fontsize=8)
     ax.set_ylim(bottom=0)
     axes = [ax]
     if any(v is not None for v in busy):  # no GPU-busy axis without a GPU run to put on it
         ax2 = ax.twinx()
         ax2.plot(xs, [float("nan") if v is None else v for v in busy], marker="s", linestyle="--", color=ORANGE,
                  label="GPU busy (%)")
-        ax2.set_ylabel("GPU busy (%), higher is better", color=ORANGE, fontsize=8)
+        ax2.set_ylabel("GPU busy (%), higher is better", fontsize=8)
         ax2.set_ylim(0, 105)
         axes.append(ax2)
     ax.set_xticks(xs, [f"{r.ref}\n{_cut(r.label, 12)}" if r.label else r.ref for r in runs], fontsize=7)
@@ -150,4 +156,4 @@ def figure(history: History) -> Figure | None:
     for a in axes:
         a.tick_params(labelsize=7)
         a.spines["top"].set_visible(False)
-    return fig
+    return apply_theme(fig, theme)

@@ -108,9 +108,15 @@ def html_document(result: TuneResult) -> str:
     return document("gpumagic DataLoader tuning", render_html(result))
 
 
-def figure(result: TuneResult):
-    """Batches per second by setting, as a matplotlib Figure (Agg; no pyplot)."""
+def figure(result: TuneResult, theme: str = "light"):
+    """Batches per second by setting, as a matplotlib Figure (Agg; no pyplot) drawn for
+    ``theme`` (``'light'`` or ``'dark'``, :func:`gpumagic.render.figure_colors.apply_theme`)."""
     from matplotlib.figure import Figure
+
+    from gpumagic.render.figure_colors import apply_theme
+    from gpumagic.render.palette import figure_theme
+
+    figure_theme(theme)  # an unknown theme fails before anything is drawn
 
     rows = result.rows
     best = result.best
@@ -127,16 +133,16 @@ def figure(result: TuneResult):
     ax.set_xlabel("batches per second (higher is better)")
     ax.set_title("DataLoader settings", fontsize=10)
     ax.spines[["top", "right"]].set_visible(False)
-    return fig
+    return apply_theme(fig, theme)
 
 
 
-def png(result: TuneResult) -> bytes:
+def png(result: TuneResult, theme: str = "light") -> bytes:
     """:func:`figure` as PNG bytes."""
     import io
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     buf = io.BytesIO()
-    FigureCanvasAgg(figure(result)).print_png(buf)
+    FigureCanvasAgg(figure(result, theme)).print_png(buf)
     return buf.getvalue()

@@ -448,9 +448,10 @@ class History(Viewable):
     def to_dict(self) -> dict[str, Any]:
         return {"where": self.where, "runs": [r.to_dict() for r in self.runs]}
 
-    def figure(self) -> Figure | None:
-        """Median step time (and GPU busy) over the runs; None when no run has steps."""
-        return view("history", "figure")(self)
+    def figure(self, theme: str = "light") -> Figure | None:
+        """Median step time (and GPU busy) over the runs, for ``theme`` (``'light'`` or
+        ``'dark'``); None when no run has steps."""
+        return view("history", "figure")(self, theme)
 
     def __len__(self) -> int:
         return len(self.runs)

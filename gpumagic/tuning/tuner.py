@@ -162,13 +162,14 @@ class TuneResult(Viewable):
                 "recommended_kwargs": self.recommended_kwargs,
                 "code": self.code, "warnings": list(self.warnings), "notes": list(self.notes), "elapsed_s": self.elapsed_s}
 
-    def figure(self):
-        """Batches per second by setting, as a matplotlib Figure (Agg; no pyplot)."""
-        return view("tune", "figure")(self)
+    def figure(self, theme: str = "light"):
+        """Batches per second by setting, as a matplotlib Figure (Agg; no pyplot), for ``theme``
+        (``'light'`` or ``'dark'``)."""
+        return view("tune", "figure")(self, theme)
 
-    def png(self) -> bytes:
+    def png(self, theme: str = "light") -> bytes:
         """:meth:`figure` as PNG bytes."""
-        return view("tune", "png")(self)
+        return view("tune", "png")(self, theme)
 
     def __repr__(self) -> str:
         best = self.best
