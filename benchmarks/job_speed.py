@@ -215,7 +215,10 @@ def main() -> None:
     loads = [x["load"] for rs in runs.values() for x in rs]
     print(f"job: {args.ranks} ranks, {size / 1e6:.0f} MB gzip on disk; {args.rounds} rounds; {os.cpu_count()} cores; "
           f"1-minute load average {start_load:.1f} at the start, {min(loads):.1f}-{max(loads):.1f} during the runs"
-          + (" (UNDER LOAD: not an idle machine; the ratios are of interleaved runs)" if max(loads) > 0.5 else ""))
+          + " (the runs' own processes count in it, up to one per core)"
+          # other jobs: load before the runs, or more than the runs' own processes account for
+          + (" (UNDER LOAD: not an idle machine; the ratios are of interleaved runs)"
+             if start_load > 0.5 or max(loads) > (os.cpu_count() or 1) + 0.5 else " (otherwise idle)"))
     print(report(runs, modes))
 
 
