@@ -20,7 +20,8 @@ def test_median_of_ints_is_numpys(values):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=64), min_size=1, max_size=30))
 def test_median_of_floats_is_numpys(values):
-    got, want = median_of(values), float(np.median(values))
+    with np.errstate(over="ignore"):  # the mean of two values near the float maximum overflows to inf, in both
+        got, want = median_of(values), float(np.median(values))
     assert got == want or (math.isnan(got) and math.isnan(want))
 
 

@@ -167,8 +167,10 @@ def test_the_users_worker_init_fn_fails_as_without_the_timers():
 def test_when_the_timers_would_cost_a_noticeable_share_they_time_only_some_batches(monkeypatch):
     """A timer whose own cost is a large share of a batch (here made so by declaring each timed
     call to cost a second, so that no clock decides the test) times the first MIN_TIMED batches
-    and then one in MAX_EVERY; the batches are unchanged, a fetch stage's time is per timed batch,
-    and pin_memory (timed on every batch, outside the fetch) is per batch made."""
+    and then one in MAX_EVERY; the batches are unchanged, and a fetch stage's time is per timed
+    batch (pin_memory's, timed on every batch outside the fetch, is per batch made: no pinning
+    happens without an accelerator, so that half is checked on a bundle block in
+    test_per_batch_times_follow_each_stage_s_own_batches_and_old_bundles_still_read)."""
     import test_diagnoses as td
     from test_loader_stages_analysis import bundle
 
@@ -181,7 +183,7 @@ def test_when_the_timers_would_cost_a_noticeable_share_they_time_only_some_batch
     stages = LoaderStages()
     stages.start()
     try:
-        timed = _batches(DataLoader(ds, batch_size=1, pin_memory=True))
+        timed = _batches(DataLoader(ds, batch_size=1))
     finally:
         block = stages.stop()
     assert [b.tolist() for b in timed] == [b.tolist() for b in plain]
@@ -190,9 +192,6 @@ def test_when_the_timers_would_cost_a_noticeable_share_they_time_only_some_batch
     rows = _rows(block)
     get = rows[("TransformedDataset.__getitem__", "main")]
     assert get["calls"] == 4 and get["batches"] == 4  # one sample per timed batch, none from the untimed ones
-    pin = rows.get(("pin_memory", "main"))
-    if pin is not None:  # torch pins only where an accelerator is available
-        assert pin["calls"] == 40 and pin["batches"] == 40
     report = gpumagic.analyze(bundle(td._loader_trace(True), block))
     listed = {s.name: s for s in report.metrics.host.loader_stages}
     assert listed["TransformedDataset.__getitem__"].ms_per_batch == pytest.approx(get["self_ns"] / 4 / 1e6, abs=1e-4)
