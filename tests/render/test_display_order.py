@@ -19,6 +19,7 @@ def events(monkeypatch):
     """What happens, in order: each bundle published and each widget build."""
     import IPython.display
 
+    mb.close_live_views()  # views another test of this worker left open are not this test's
     seen = []
     monkeypatch.setattr(mb, "_ipython_shell", lambda: _Shell())
     monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: seen.append(("display", tuple(sorted(obj)))))
