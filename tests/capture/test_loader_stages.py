@@ -7,6 +7,7 @@ a duration's upper bound."""
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 
@@ -152,7 +153,11 @@ def test_the_users_worker_init_fn_fails_as_without_the_timers():
         with pytest.raises(ValueError) as info:
             _batches(DataLoader(lsd.TransformedDataset(4), batch_size=BATCH, num_workers=1,
                                 worker_init_fn=lsd.failing_init))
-        return str(info.value).splitlines()[0]
+        text = str(info.value).splitlines()[0]
+        info.value.__traceback__ = None  # its frames hold the loader's iterator: let it shut its worker down now
+        del info
+        gc.collect()
+        return text
 
     plain = message()
     stages = LoaderStages()

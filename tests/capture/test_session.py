@@ -210,9 +210,12 @@ def test_fake_nvml_samples_reach_the_trace_aligned_with_it(train):
 def test_cpu_samples_are_recorded():
     def busy():
         t0 = time.monotonic()
+        i = 0
         while time.monotonic() - t0 < 0.8:  # ~40 sampling periods: robust on a loaded machine
-            torch.ones(256).mul_(2)
+            if i % 50 == 0:  # a traced op now and then; one every loop starves other threads of
+                torch.ones(256).mul_(2)  # the GIL (the op drops and retakes it, and the taker wins)
             sum(range(20_000))  # keep the CPU busy without flooding the trace
+            i += 1
 
     _, run = capture(busy, interval_ms=20, max_seconds=10)
     cpu = run.trace.samples.cpu
