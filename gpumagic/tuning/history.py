@@ -340,10 +340,11 @@ def _set_journal_mode(con: sqlite3.Connection, path: Path) -> str:
 
 def _check_schema(con: sqlite3.Connection, where: str) -> int:
     """The database's schema version; HistoryError when it is not ours or newer than this code."""
-    try:
-        app_id = con.execute("PRAGMA application_id").fetchone()[0]
-        version = con.execute("PRAGMA user_version").fetchone()[0]
-        tables = con.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]
+    try:  # one statement, so one read transaction: another process creating the schema between three
+        # separate reads would show its application id missing beside its tables ("not ours")
+        app_id, version, tables = con.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id()), "
+            "(SELECT user_version FROM pragma_user_version()), (SELECT COUNT(*) FROM sqlite_master)").fetchone()
     except sqlite3.DatabaseError as exc:
         raise _unusable(where, exc) from None
     if app_id != APPLICATION_ID and (app_id != 0 or tables or version):

@@ -234,3 +234,45 @@ def test_export_rows_carry_the_report(tmp_path, reports):
     (row,) = list(store.export_rows())
     assert row["ref"] == "r1" and row["label"] == "a" and row["report"]["findings"][0]["id"] == "dataloader-bound"
     json.dumps(row)
+
+
+def test_a_schema_created_by_another_process_while_we_read_it_is_never_taken_for_a_foreign_file(tmp_path):
+    """The check reads the application id, the schema version and the tables in one statement (one
+    read transaction). Three separate reads, with another process creating the schema between the
+    first and the others, saw no application id beside a schema version, and called the run
+    history "another program's SQLite database" (a two-kernel race, seen in CI)."""
+    import sqlite3
+
+    from gpumagic.tuning import history
+
+    path = tmp_path / "h.sqlite3"
+    sqlite3.connect(path).close()  # an empty database: what the first of two writers finds
+
+    class OtherProcessInBetween:
+        """A connection whose first statement, once read, is followed by another connection
+        creating the schema (the other writer's migration landing right then)."""
+
+        def __init__(self, con):
+            self.con, self.calls = con, 0
+
+        def execute(self, sql, *args):
+            cursor, owner = self.con.execute(sql, *args), self
+            owner.calls += 1
+
+            class Read:
+                def fetchone(self):
+                    row = cursor.fetchone()
+                    if owner.calls == 1:
+                        other = sqlite3.connect(path, isolation_level=None)
+                        history._migrate(other, str(path))
+                        other.close()
+                    return row
+
+            return Read()
+
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert history._check_schema(OtherProcessInBetween(con), str(path)) in (0, history.SCHEMA_VERSION)
+        assert history._check_schema(con, str(path)) == history.SCHEMA_VERSION  # and ours from now on
+    finally:
+        con.close()
