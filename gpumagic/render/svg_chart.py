@@ -67,18 +67,12 @@ def line_chart_svg(title: str, lines: Sequence[Line], *, x_range: tuple[float, f
     span = (x1 - x0) or 1.0
     finite = [float(np.nanmax(ln.y)) for ln in lines if ln.y.size and np.isfinite(ln.y).any()]
     top = y_top if y_top is not None else max(finite + [h[0] for h in hlines] + [0.0]) * 1.1
-    ticks = nice_ticks(top or 1.0)
-    ymax = ticks[-1] or 1.0
-
-    def yy(v: np.ndarray | float) -> np.ndarray:
-        return PLOT_PX - np.clip(np.asarray(v, dtype=np.float64) / ymax, 0, 1) * (PLOT_PX - 2)
+    ticks, yy = _y_scale(top)
 
     def xx(v: np.ndarray | float) -> np.ndarray:
         return (np.asarray(v, dtype=np.float64) - x0) / span * VB_W
 
-    inner = []
-    for t in ticks:
-        inner.append(f'<line class="gm-tl-grid" x1="0" x2="{VB_W}" y1="{_f(float(yy(t)))}" y2="{_f(float(yy(t)))}"/>')
+    inner = _grid(ticks, yy)
     for y, label, cls in hlines:
         inner.append(f'<line class="gm-l-{cls} gm-dashed" x1="0" x2="{VB_W}" y1="{_f(float(yy(y)))}" y2="{_f(float(yy(y)))}">'
                      f"<title>{escape(label)}</title></line>")
@@ -107,8 +101,35 @@ def line_chart_svg(title: str, lines: Sequence[Line], *, x_range: tuple[float, f
                 dots.append(f'<circle class="gm-f-{ln.cls}" cx="{_pct(float((ln.x[i] - x0) / span))}" '
                             f'cy="{_f(TOP_PX + float(ys[i]))}" r="3.5"><title>{escape(ln.label)}: {escape(y_fmt(float(ln.y[i])))}'
                             f"</title></circle>")
-    labels = "".join(f'<text class="gm-tl-ticklabel" x="2" y="{_f(TOP_PX + float(yy(t)) - 3)}">{escape(y_fmt(t))}</text>'
-                     for t in ticks[1:])
+    keys = [_key(ln.cls, ln.label, ln.dashed) for ln in lines] + [_key(cls, label, True) for _, label, cls in hlines]
+    return _frame("gm-tl gm-chart", title, y_unit, inner,
+                  _y_labels(ticks, yy, y_fmt) + "".join(dots) + _x_labels(x_ticks, x0, span), x_label,
+                  '<ul class="gm-tl-legend">', "".join(keys))
+
+
+def _y_scale(top: float) -> tuple[list[float], Callable[[np.ndarray | float], np.ndarray]]:
+    """The y axis's ticks (:func:`nice_ticks` up to ``top``) and the value → plot-pixel map."""
+    ticks = nice_ticks(top or 1.0)
+    ymax = ticks[-1] or 1.0
+
+    def yy(v: np.ndarray | float) -> np.ndarray:
+        return PLOT_PX - np.clip(np.asarray(v, dtype=np.float64) / ymax, 0, 1) * (PLOT_PX - 2)
+
+    return ticks, yy
+
+
+def _grid(ticks: Sequence[float], yy: Callable[[np.ndarray | float], np.ndarray]) -> list[str]:
+    return [f'<line class="gm-tl-grid" x1="0" x2="{VB_W}" y1="{_f(float(yy(t)))}" y2="{_f(float(yy(t)))}"/>' for t in ticks]
+
+
+def _y_labels(ticks: Sequence[float], yy: Callable[[np.ndarray | float], np.ndarray], y_fmt: Callable[[float], str]) -> str:
+    """The y ticks' labels, above their grid lines (none at zero)."""
+    return "".join(f'<text class="gm-tl-ticklabel" x="2" y="{_f(TOP_PX + float(yy(t)) - 3)}">{escape(y_fmt(t))}</text>'
+                   for t in ticks[1:])
+
+
+def _x_labels(x_ticks: Sequence[tuple[float, str]], x0: float, span: float) -> str:
+    """The x ticks' labels under the plot, anchored inward at the edges, every other one ``gm-odd``."""
     xt = []
     for k, (x, text) in enumerate(x_ticks):
         frac = (x - x0) / span
@@ -116,17 +137,23 @@ def line_chart_svg(title: str, lines: Sequence[Line], *, x_range: tuple[float, f
         odd = " gm-odd" if k % 2 else ""
         xt.append(f'<text class="gm-tl-ticklabel{odd}" x="{_pct(frac)}" y="{TOP_PX + PLOT_PX + 16}" text-anchor="{anchor}">'
                   f"{escape(text)}</text>")
+    return "".join(xt)
+
+
+def _frame(cls: str, title: str, y_unit: str, inner: Sequence[str], overlay: str, x_label: str, legend_open: str,
+           keys: str) -> str:
+    """The outer chart: the y unit, the stretched plot holding ``inner``, the ``overlay`` text
+    (tick labels, points) at its own 12 px, the x axis and its label, then the key as a list."""
     height = TOP_PX + PLOT_PX + AXIS_PX
-    keys = [_key(ln.cls, ln.label, ln.dashed) for ln in lines] + [_key(cls, label, True) for _, label, cls in hlines]
     return (
-        f'<svg class="gm-tl gm-chart" xmlns="http://www.w3.org/2000/svg" width="100%" height="{height}" role="img" '
+        f'<svg class="{cls}" xmlns="http://www.w3.org/2000/svg" width="100%" height="{height}" role="img" '
         f'aria-label="{escape(title)}">'
         f'<text class="gm-tl-lane" x="2" y="14">{escape(y_unit)}</text>'
         f'<svg x="0" y="{TOP_PX}" width="100%" height="{PLOT_PX}" viewBox="0 0 {VB_W} {PLOT_PX}" preserveAspectRatio="none">'
-        f'{"".join(inner)}</svg>{labels}{"".join(dots)}{"".join(xt)}'
+        f'{"".join(inner)}</svg>{overlay}'
         f'<line class="gm-tl-axis" x1="0" x2="100%" y1="{TOP_PX + PLOT_PX}" y2="{TOP_PX + PLOT_PX}"/>'
         f'<text class="gm-tl-axislabel" x="100%" y="{TOP_PX + PLOT_PX + 32}" text-anchor="end">{escape(x_label)}</text></svg>'
-        f'<ul class="gm-tl-legend">{"".join(keys)}</ul>'
+        f'{legend_open}{keys}</ul>'
     )
 
 
@@ -174,11 +201,7 @@ def stacked_chart_svg(title: str, x: np.ndarray, bands: Sequence[Band], *, x_ran
     bands = [b for b in bands if np.any(np.asarray(b.y) > 0)]  # an empty band has nothing to show or key
     tops = np.cumsum(np.vstack([np.asarray(b.y, np.float64) for b in bands]), axis=0) if bands else np.zeros((0, xs.size))
     top = float(tops[-1].max()) * 1.1 if tops.size else 0.0
-    ticks = nice_ticks(top or 1.0)
-    ymax = ticks[-1] or 1.0
-
-    def yy(v: np.ndarray | float) -> np.ndarray:
-        return PLOT_PX - np.clip(np.asarray(v, dtype=np.float64) / ymax, 0, 1) * (PLOT_PX - 2)
+    ticks, yy = _y_scale(top)
 
     # each value is held until the next x, and the last one to the end of the range
     ends = np.append(xs[1:], max(x1, float(xs[-1]) if xs.size else x1))
@@ -188,8 +211,7 @@ def stacked_chart_svg(title: str, x: np.ndarray, bands: Sequence[Band], *, x_ran
         vy = np.repeat(yy(values), 2)
         return [f"{_f(float(a))},{_f(float(b))}" for a, b in zip(vx, vy)]
 
-    inner = [_STRIPES]
-    inner += [f'<line class="gm-tl-grid" x1="0" x2="{VB_W}" y1="{_f(float(yy(t)))}" y2="{_f(float(yy(t)))}"/>' for t in ticks]
+    inner = [_STRIPES, *_grid(ticks, yy)]
     labels = []
     below = np.zeros(xs.size)
     for k, (band, upper) in enumerate(zip(bands, tops)):
@@ -216,29 +238,12 @@ def stacked_chart_svg(title: str, x: np.ndarray, bands: Sequence[Band], *, x_ran
         frac = (mx - x0) / span
         inner.append(f'<line class="gm-tl-step" x1="{_f(frac * VB_W)}" x2="{_f(frac * VB_W)}" y1="0" y2="{PLOT_PX}">'
                      f"<title>{escape(text)}</title></line>")
-    ylabels = "".join(f'<text class="gm-tl-ticklabel" x="2" y="{_f(TOP_PX + float(yy(t)) - 3)}">{escape(y_fmt(t))}</text>'
-                      for t in ticks[1:])
-    xt = []
-    for k, (xv, text) in enumerate(x_ticks):
-        frac = (xv - x0) / span
-        anchor = "start" if frac < 0.04 else ("end" if frac > 0.96 else "middle")
-        odd = " gm-odd" if k % 2 else ""
-        xt.append(f'<text class="gm-tl-ticklabel{odd}" x="{_pct(frac)}" y="{TOP_PX + PLOT_PX + 16}" text-anchor="{anchor}">'
-                  f"{escape(text)}</text>")
-    height = TOP_PX + PLOT_PX + AXIS_PX
     keys = "".join(_band_key(b.cls, b.label, k % 2 == 1) for k, b in reversed(list(enumerate(bands))))
     keys += "".join(f'<li><svg class="gm-tl-key" width="14" height="12" aria-hidden="true"><line x1="7" x2="7" y1="0" '
                     f'y2="12" stroke="currentColor" stroke-width="1.5" stroke-dasharray="3 2"/></svg>{escape(text)}</li>' for _, text in marks)
-    return (
-        f'<svg class="gm-tl gm-chart gm-stacked" xmlns="http://www.w3.org/2000/svg" width="100%" height="{height}" role="img" '
-        f'aria-label="{escape(title)}">'
-        f'<text class="gm-tl-lane" x="2" y="14">{escape(y_unit)}</text>'
-        f'<svg x="0" y="{TOP_PX}" width="100%" height="{PLOT_PX}" viewBox="0 0 {VB_W} {PLOT_PX}" preserveAspectRatio="none">'
-        f'{"".join(inner)}</svg>{ylabels}{"".join(labels)}{"".join(xt)}'
-        f'<line class="gm-tl-axis" x1="0" x2="100%" y1="{TOP_PX + PLOT_PX}" y2="{TOP_PX + PLOT_PX}"/>'
-        f'<text class="gm-tl-axislabel" x="100%" y="{TOP_PX + PLOT_PX + 32}" text-anchor="end">{escape(x_label)}</text></svg>'
-        f'<ul class="gm-tl-legend" aria-label="key: the bands from the top of the stack down, then the marks">{keys}</ul>'
-    )
+    return _frame("gm-tl gm-chart gm-stacked", title, y_unit, inner,
+                  _y_labels(ticks, yy, y_fmt) + "".join(labels) + _x_labels(x_ticks, x0, span), x_label,
+                  '<ul class="gm-tl-legend" aria-label="key: the bands from the top of the stack down, then the marks">', keys)
 
 
 def _band_key(cls: str, label: str, striped: bool) -> str:
