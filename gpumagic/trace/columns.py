@@ -185,13 +185,13 @@ def json_column(raws: list, default) -> list:
     if not raws:
         return []
     texts = list(map(bytes, raws))
-    distinct = list(dict.fromkeys(texts))
+    unique = list(dict.fromkeys(texts))
     try:
         with gc_paused():
-            values = _ANY.decode(b"[" + b",".join([t or b"null" for t in distinct]) + b"]")
+            values = _ANY.decode(b"[" + b",".join([t or b"null" for t in unique]) + b"]")
     except msgspec.DecodeError:
-        values = [_safe_list(t, default) for t in distinct]
-    value = {t: v if isinstance(v, list) else default for t, v in zip(distinct, values)}
+        values = [_safe_list(t, default) for t in unique]
+    value = {t: v if isinstance(v, list) else default for t, v in zip(unique, values)}
     return list(map(value.__getitem__, texts))
 
 

@@ -156,8 +156,6 @@ class StoredRun:
         return {f.name: getattr(self, f.name) for f in fields(self)} | {"ref": self.ref, "when": self.when}
 
 
-
-
 def keep_from_env() -> int:
     """How many runs to keep: ``GPUMAGIC_KEEP_RUNS`` (a whole number from 1 to :data:`MAX_KEEP`) or
     :data:`DEFAULT_KEEP`; a value that cannot be used gives one warning and the default."""
