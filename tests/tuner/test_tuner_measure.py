@@ -97,8 +97,10 @@ def test_result_renders(tmp_path):
     result = tune_dataloader(Sleepy(n=100, item_s=0.001), batch_size=4, num_workers=(0, 1), max_seconds_per_config=0.2)
     assert isinstance(result, TuneResult)
     text = result.to_text()
-    assert text.startswith("gpumagic DataLoader tuning\nBest: ")
-    assert "◀ best" in text and "Recommended:" in text
+    # one worker sleeps as long per batch as the main process does: whether the measured difference
+    # is a clear one depends on the machine, so either summary may come (see the next test for "Best")
+    assert text.startswith(("gpumagic DataLoader tuning\nBest: ", "gpumagic DataLoader tuning\nNo change: "))
+    assert "◀ best" in text and ("Recommended:" in text) == bool(result.code)
     png = result.png()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     bundle = result._repr_mimebundle_()
@@ -108,6 +110,22 @@ def test_result_renders(tmp_path):
     d = result.to_dict()
     assert d["best"]["num_workers"] == result.best.config.num_workers
     assert [r["status"] for r in d["rows"]] == ["ok", "ok"]
+
+
+def test_a_clearly_faster_setting_is_named_best_with_its_code():
+    """The text of a result whose two-worker setting is faster beyond doubt (every batch twice as
+    fast): "Best:", the table's mark, and the DataLoader arguments to use."""
+    from gpumagic.capture.dataloader import TuneConfig, TuneRow
+
+    rows = [TuneRow(TuneConfig(0, False), batches=20, seconds=0.2, batches_per_s=100.0,
+                    batch_s=[0.010 + 0.0001 * (k % 3) for k in range(20)]),
+            TuneRow(TuneConfig(2, False, True, 2), batches=40, seconds=0.2, batches_per_s=200.0,
+                    batch_s=[0.005 + 0.0001 * (k % 3) for k in range(40)])]
+    result = TuneResult(rows=rows, batch_size=4, elapsed_s=0.5)
+    text = result.to_text()
+    assert result.best is rows[1]
+    assert text.startswith("gpumagic DataLoader tuning\nBest: ")
+    assert "◀ best" in text and "Recommended:" in text and "num_workers=2" in text
 
 
 def test_workers_are_shut_down_when_interrupted(monkeypatch):
