@@ -179,9 +179,9 @@ def test_a_child_that_dies_while_sending_falls_back(monkeypatch, small_pieces):
     raw = read_bytes(os.path.join(DATA, "resnet50_v100_workers0.json.gz"))
     real, parent = pieces.decode_piece, os.getpid()
 
-    def dying(raw, at, i):
+    def dying(raw, at, i, decoders=None):
         if os.getpid() == parent:
-            return real(raw, at, i)
+            return real(raw, at, i, decoders)
         os._exit(9)  # a child, as if killed (out of memory) before it wrote its result
 
     monkeypatch.setattr(pieces, "decode_piece", dying)

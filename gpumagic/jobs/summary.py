@@ -124,13 +124,12 @@ def summarize(path: str) -> RankSummary:
 def _load(path: str):
     """The rank's trace and what it records about its collectives' messages (:mod:`gpumagic.trace.comms`)."""
     from gpumagic._atomic import local_path
-    from gpumagic.trace import comms
     from gpumagic.trace.kineto import from_bytes
 
     local = local_path(path)  # the same resolution that keeps outputs off inputs (gpumagic._atomic)
-    raw = _read(path, local)
-    trace = from_bytes(raw, local if local is not None else path)
-    return trace, comms.read(trace, raw)  # before the analysis, so that the file's bytes are freed
+    # the collectives' messages in the loader's own pass (no second decode of the file)
+    trace = from_bytes(_read(path, local), local if local is not None else path, comms=True)
+    return trace, trace.comms
 
 
 def _read(path: str, local):

@@ -80,6 +80,34 @@ class OpColumns:
 
 
 @dataclass
+class CommRows:
+    """The duration events of a part that describe a collective's message (see
+    :mod:`gpumagic.trace.comms`), in file order: ``row`` indexes the part's columns; the rest are
+    their args' raw JSON texts (``b""`` where absent), copied out of the decoded text."""
+
+    row: np.ndarray  # int64
+    coll: list[bytes]
+    dtype: list[bytes]
+    in_n: list[bytes]
+    out_n: list[bytes]
+    group: list[bytes]
+    dims: list[bytes]
+    types: list[bytes]
+
+
+#: The names of host events that describe a collective's message by their recorded shapes.
+COMM_NAME_PREFIXES = ("nccl:", "c10d::")
+COMM_OPERATOR = "record_param_comms"
+
+
+def describes_message(name: str, in_n: int, coll: int, dims: int) -> bool:
+    """Whether an event (its name; the lengths of its raw ``In msg nelems``, ``Collective name``
+    and ``Input Dims`` args) describes a collective's message: sizes on the event itself, or a
+    collective's host event with its recorded shapes."""
+    return bool(in_n or coll) or ((name.startswith(COMM_NAME_PREFIXES) or name == COMM_OPERATOR) and dims > 0)
+
+
+@dataclass
 class Part:
     """The columns that one run of events (a whole file, or one piece of it) contributes, in
     file order, before the trace-wide origin is known. Pickled between processes, so it holds
@@ -105,6 +133,9 @@ class Part:
     #: (``None`` when the events were not decoded with :class:`~schema.OpArgs`: then
     #: :func:`gpumagic.trace.ops.attach` reads them from the text in a second pass).
     ops: OpColumns | None = None
+    #: The events that describe a collective's message (:class:`CommRows`), read in the same
+    #: pass when the events were decoded with :class:`~schema.CommArgs`; else ``None``.
+    comms: CommRows | None = None
 
     @property
     def t_min(self) -> float:
@@ -112,13 +143,15 @@ class Part:
                    float(self.memory["ts"].min()) if self.memory["ts"].size else np.inf)
 
 
-def extract(events: list, with_ops: bool = False) -> Part:
+def extract(events: list, with_ops: bool = False, with_comms: bool = False) -> Part:
     """The columns of a list of decoded events (one pass per field, at C speed). ``with_ops``:
     the events were decoded as :data:`schema.FastEvent` (their duration events carry
-    :class:`~schema.OpArgs`), so the operators' shapes are read too (:attr:`Part.ops`)."""
+    :class:`~schema.OpArgs`), so the operators' shapes are read too (:attr:`Part.ops`);
+    ``with_comms``: as :data:`schema.CommEvent` (:class:`~schema.CommArgs`), so the events that
+    describe collectives' messages are kept too (:attr:`Part.comms`)."""
     repairs: dict[str, int] = {}
     by_type = by_phase(events)
-    complete = by_type.get(schema.FastComplete) or by_type.get(schema.Complete, [])
+    complete = by_type.get(schema.CommComplete) or by_type.get(schema.FastComplete) or by_type.get(schema.Complete, [])
     cats = list(map(_CAT, complete))
     # one code per category: its Kind, or -1 for the profiler's own spans ("Trace", ...), which
     # every Kineto trace has a few of and which are dropped here
@@ -139,6 +172,7 @@ def extract(events: list, with_ops: bool = False) -> Part:
     args = list(map(_ARGS, complete))
     memory = [e for e in by_type.get(schema.Instant, []) if e.name == "[memory]"]
     ops = _op_columns(kind, args) if with_ops else None
+    comms = _comm_rows(list(name_index), name_ids, args) if with_comms else None
     return Part(
         event_count=len(events),
         categories=set(code),  # every category seen, the skipped ones included (analysis.selfcheck)
@@ -157,7 +191,21 @@ def extract(events: list, with_ops: bool = False) -> Part:
         lane_names=_lane_names(by_type.get(schema.Metadata, [])),
         repairs=repairs,
         ops=ops,
+        comms=comms,
     )
+
+
+def _comm_rows(names: list[str], name_ids: np.ndarray, args: list) -> CommRows:
+    """The rows whose events describe a collective's message (:func:`describes_message`, at C
+    speed: lengths of raw texts, and the names tested once each)."""
+    n = len(args)
+    sized = (column(map(len, map(_IN_N, args)), np.int64, n) > 0) | (column(map(len, map(_COLL, args)), np.int64, n) > 0)
+    named = np.fromiter((describes_message(x, 0, 0, 1) for x in names), dtype=bool, count=len(names))
+    if named.any():
+        sized |= named[name_ids] & (column(map(len, map(_DIMS, args)), np.int64, n) > 0)
+    rows = np.flatnonzero(sized)
+    picked = pick(args, rows)
+    return CommRows(row=rows.astype(np.int64), **{f: [bytes(get(a)) for a in picked] for f, get in _COMM_FIELDS.items()})
 
 
 def _op_columns(kind: np.ndarray, args: list) -> OpColumns:
@@ -332,6 +380,8 @@ def _item(values, code):
 _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (attrgetter(a) for a in ("cat", "name", "pid", "tid", "ts", "dur", "args"))
 _CORR, _DEVICE, _STREAM, _NBYTES = (attrgetter(a) for a in ("correlation", "device", "stream", "nbytes"))
 _FLOPS, _DIMS, _TYPES, _CONCRETE = (attrgetter(a) for a in ("flops", "dims", "types", "concrete"))
+_IN_N, _COLL = attrgetter("in_n"), attrgetter("coll")
+_COMM_FIELDS = {f: attrgetter(f) for f in ("coll", "dtype", "in_n", "out_n", "group", "dims", "types")}
 
 _DIGITS = re.compile(r"-?\d+")
 

@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 
 from gpumagic.trace import schema
-from gpumagic.trace.columns import as_int, times_ok
+from gpumagic.trace.columns import as_int, describes_message, times_ok
 
 #: The byte strings whose presence means the file records message sizes.
 NEW_MARKER = b'"In msg nelems"'
@@ -126,6 +126,11 @@ def _keep(events: list) -> list[_Ev]:
     return [e for e in events if isinstance(e, _Ev) and _describes_message(e)]
 
 
+def _describes_message(e: _Ev) -> bool:
+    a = e.args
+    return describes_message(e.name, len(a.in_n), len(a.coll), len(a.dims))
+
+
 def _in_pieces(raw: bytes | bytearray) -> list[_Ev] | None:
     """The events kept, from a large file decoded piece by piece (as the loader cuts it,
     :mod:`gpumagic.trace.pieces`), so that only one piece's structs are alive at a time; None when
@@ -160,15 +165,7 @@ def _decode(raw: bytes | bytearray) -> list:
     return _FILE.decode(raw).traceEvents or []
 
 
-def _describes_message(e: _Ev) -> bool:
-    a = e.args
-    if len(a.in_n) or len(a.coll):
-        return True
-    n = e.name
-    return (n.startswith(("nccl:", "c10d::")) or n == "record_param_comms") and len(a.dims) > 0
-
-
-def _value(raw: msgspec.Raw):
+def _value(raw: msgspec.Raw | bytes):
     if not len(raw):
         return None
     try:
@@ -177,7 +174,7 @@ def _value(raw: msgspec.Raw):
         return None
 
 
-def _int(raw: msgspec.Raw) -> int:
+def _int(raw: msgspec.Raw | bytes) -> int:
     """A count as Kineto writes it (a JSON number, sometimes a string of digits); -1 otherwise."""
     v = _value(raw)
     if isinstance(v, str) and v.strip().isdigit():
@@ -185,21 +182,18 @@ def _int(raw: msgspec.Raw) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62 else -1
 
 
-def _text(raw: msgspec.Raw) -> str:
+def _text(raw: msgspec.Raw | bytes) -> str:
     v = _value(raw)
     return v if isinstance(v, str) else ""
 
 
-def _list(raw: msgspec.Raw) -> list:
+def _list(raw: msgspec.Raw | bytes) -> list:
     v = _value(raw)
     return v if isinstance(v, list) else []
 
 
 def _table(trace, kept: list[_Ev]) -> CommTable | None:
-    base = trace.meta.get("base_time_ns") or 0
-    if not isinstance(base, int) or abs(base) >= 1 << 62:  # as the loader (kineto._base_time_ns)
-        base = 0
-    t0_ns = trace.origin_ns - base
+    """The table of the events a second pass kept (:func:`read`)."""
     ts = np.fromiter((e.ts for e in kept), np.float64, len(kept))
     dur = np.fromiter((e.dur for e in kept), np.float64, len(kept))
     ok = times_ok(ts, dur)
@@ -207,21 +201,61 @@ def _table(trace, kept: list[_Ev]) -> CommTable | None:
         kept, ts, dur = [e for e, k in zip(kept, ok.tolist()) if k], ts[ok], dur[ok]
         if not kept:
             return None
+    args = [e.args for e in kept]
+    return _build(trace, kernel=np.array([(e.cat or "").lower() == "kernel" for e in kept], dtype=bool),
+                  corr=[_int(a.corr) for a in args], keys=[(e.pid, e.tid) for e in kept], ts=ts, dur=dur,
+                  names=[e.name for e in kept], coll=[a.coll for a in args], dtype=[a.dtype for a in args],
+                  in_n=[a.in_n for a in args], out_n=[a.out_n for a in args], group=[a.group for a in args],
+                  dims=[a.dims for a in args], types=[a.types for a in args])
+
+
+def from_parts(trace, parts: list) -> CommTable | None:
+    """The same table as :func:`read`, from what the loader's own pass kept of each part
+    (:attr:`~gpumagic.trace.columns.Part.comms`: the loader was asked for them); no second
+    decode of the text."""
+    from gpumagic.trace.model import Kind
+
+    cols = [(p, p.comms) for p in parts if p.comms is not None and p.comms.row.size]
+    if not cols:
+        return None
+
+    def gather(field: str) -> list:
+        return [v for _, c in cols for v in getattr(c, field)]
+
+    rows = [(p, c.row) for p, c in cols]
+    return _build(trace, kernel=np.concatenate([p.kind[r] == int(Kind.KERNEL) for p, r in rows]),
+                  corr=np.concatenate([p.corr[r] for p, r in rows]).tolist(),
+                  keys=[p.lane_keys[i] for p, r in rows for i in p.lane[r].tolist()],
+                  ts=np.concatenate([p.ts[r] for p, r in rows]), dur=np.concatenate([p.dur[r] for p, r in rows]),
+                  names=[p.names[i] for p, r in rows for i in p.name[r].tolist()],
+                  coll=gather("coll"), dtype=gather("dtype"), in_n=gather("in_n"), out_n=gather("out_n"),
+                  group=gather("group"), dims=gather("dims"), types=gather("types"))
+
+
+def _build(trace, *, kernel: np.ndarray, corr: list[int], keys: list, ts: np.ndarray, dur: np.ndarray,
+           names: list[str], coll: list, dtype: list, in_n: list, out_n: list, group: list, dims: list,
+           types: list) -> CommTable:
+    """The table, from one row per event: ``keys`` the (pid, tid) as written, ``ts``/``dur`` µs as
+    written, ``corr`` the correlation ids (-1 absent), the rest the args' raw JSON texts."""
+    base = trace.meta.get("base_time_ns") or 0
+    if not isinstance(base, int) or abs(base) >= 1 << 62:  # as the loader (kineto._base_time_ns)
+        base = 0
+    t0_ns = trace.origin_ns - base
     lanes = {(ln.pid, ln.tid): i for i, ln in enumerate(trace.lanes)}
-    is_kernel = np.array([(e.cat or "").lower() == "kernel" for e in kept], dtype=bool)
+    is_kernel = kernel.tolist()
     return CommTable(
-        kernel=is_kernel,
-        corr=np.array([_int(e.args.corr) if k else -1 for e, k in zip(kept, is_kernel.tolist())], dtype=np.int64),
-        lane=np.array([-1 if k else lanes.get((as_int(e.pid), as_int(e.tid)), -1) for e, k in zip(kept, is_kernel.tolist())],
+        kernel=kernel,
+        corr=np.array([c if k and 0 <= c < 1 << 62 else -1 for c, k in zip(corr, is_kernel)], dtype=np.int64),
+        lane=np.array([-1 if k else lanes.get((as_int(pid), as_int(tid)), -1) for (pid, tid), k in zip(keys, is_kernel)],
                       dtype=np.int64),
         ts_ns=np.rint(ts * 1000.0 - t0_ns).astype(np.int64),
         dur_ns=np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64),
-        name=[e.name for e in kept],
-        collective=[_text(e.args.coll) or e.name for e in kept],
-        in_nelems=np.array([_int(e.args.in_n) for e in kept], dtype=np.int64),
-        out_nelems=np.array([_int(e.args.out_n) for e in kept], dtype=np.int64),
-        group_size=np.array([_int(e.args.group) for e in kept], dtype=np.int64),
-        dtype=[_text(e.args.dtype) for e in kept],
-        dims=[_list(e.args.dims) for e in kept],
-        types=[_list(e.args.types) for e in kept],
+        name=names,
+        collective=[_text(c) or n for c, n in zip(coll, names)],
+        in_nelems=np.array([_int(v) for v in in_n], dtype=np.int64),
+        out_nelems=np.array([_int(v) for v in out_n], dtype=np.int64),
+        group_size=np.array([_int(v) for v in group], dtype=np.int64),
+        dtype=[_text(v) for v in dtype],
+        dims=[_list(v) for v in dims],
+        types=[_list(v) for v in types],
     )

@@ -21,7 +21,6 @@ from gpumagic.trace.columns import by_phase
 
 REPAIRED_NOTE = ("The trace was not strictly valid JSON (a known Kineto slip such as a trailing "
                  "comma or an unescaped backslash); it was repaired before reading.")
-FAST = (schema.FAST_DECODER, schema.FAST_EVENTS_DECODER)
 FLOWS = (schema.FLOW_DECODER, schema.FLOW_EVENTS_DECODER)
 
 _TRAILING_COMMA = re.compile(rb",(\s*[\]}])")
@@ -33,23 +32,26 @@ _CONTROL_TO_SPACE = bytes(32 if b < 32 and b not in (9, 10, 13) else b for b in 
 REPAIR_WINDOW = 1 << 20
 
 
-def decode(raw: bytes | bytearray, source: str = "<bytes>") -> tuple[schema.TraceFile | schema.FastTraceFile, list[str]]:
+def decode(raw: bytes | bytearray, source: str = "<bytes>",
+           decoders: schema.Decoders = schema.FAST) -> tuple[schema.TraceFile | schema.FastTraceFile, list[str]]:
     """Decode JSON bytes with the typed schema; repair Kineto's known JSON slips if needed.
 
-    Flow arrows' bodies are skipped (:class:`~schema.FastTraceFile`). A file whose values do not
+    Flow arrows' bodies are skipped (:class:`~schema.FastTraceFile`; ``decoders``
+    :data:`~schema.COMMS` reads the collectives' message args too). A file whose values do not
     fit the schema takes the lenient path, which returns a :class:`~schema.TraceFile` with every
     event, flows included. Raises :class:`TraceError` in one sentence.
     """
     try:
-        return _decode(raw, source)
+        return _decode(raw, source, decoders)
     except RecursionError:  # msgspec refuses nesting deeper than Python's recursion limit
         raise TraceError(f"{source}: the JSON is nested too deeply to be a profiler trace") from None
 
 
-def _decode(raw: bytes | bytearray, source: str) -> tuple[schema.TraceFile | schema.FastTraceFile, list[str]]:
+def _decode(raw: bytes | bytearray, source: str,
+            decoders: schema.Decoders) -> tuple[schema.TraceFile | schema.FastTraceFile, list[str]]:
     notes: list[str] = []
     try:
-        return decode_typed(raw, FAST), notes
+        return decode_typed(raw, decoders), notes
     except msgspec.ValidationError:
         return _decode_lenient(raw, source, notes), notes
     except msgspec.DecodeError as first_error:
@@ -58,7 +60,7 @@ def _decode(raw: bytes | bytearray, source: str) -> tuple[schema.TraceFile | sch
     if repaired is raw:
         raise TraceError(message)
     try:
-        tf = decode_typed(repaired, FAST)
+        tf = decode_typed(repaired, decoders)
     except msgspec.ValidationError:
         tf = _decode_lenient(repaired, source, notes)
     except msgspec.DecodeError:
@@ -68,7 +70,8 @@ def _decode(raw: bytes | bytearray, source: str) -> tuple[schema.TraceFile | sch
 
 
 def decode_typed(raw: bytes | bytearray | memoryview, decoders: tuple):
-    file_decoder, events_decoder = decoders
+    """``raw`` decoded by ``decoders[0]`` (a whole file) or, for a bare event array, ``decoders[1]``."""
+    file_decoder, events_decoder = decoders[0], decoders[1]
     if first_char(raw) == b"[":
         return file_decoder.type(traceEvents=events_decoder.decode(raw))
     return file_decoder.decode(raw)

@@ -68,7 +68,7 @@ def load(source: str | os.PathLike | dict | schema.TraceFile, *, workers: int = 
     return from_bytes(read_bytes(name), name, workers=workers)
 
 
-def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int = 1) -> Trace:
+def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int = 1, comms: bool = False) -> Trace:
     """Load a trace from its JSON bytes.
 
     A file of at least two pieces of :data:`~gpumagic.trace.pieces.MIN_PIECE_BYTES` is cut at
@@ -77,13 +77,18 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
     decoded side by side by forked processes, which send back columns. Any doubt about a cut
     (each is verified by decoding) falls back to decoding the whole file at once. The result is
     the same either way.
+
+    ``comms``: also read what the file records about its collectives' messages into
+    ``Trace.comms`` (a :class:`~gpumagic.trace.comms.CommTable`, or None when it records none),
+    in the same pass (what a job's rank needs; :mod:`gpumagic.jobs.summary`).
     """
     from gpumagic.trace import pieces as _pieces
 
     source = display_name(source)
+    decoders = schema.COMMS if comms else schema.FAST
     pieces = None
     if workers > 1 or len(raw) >= _pieces.ONE_PROCESS_MIN_BYTES:
-        pieces = _pieces.decode_in_pieces(raw, workers)
+        pieces = _pieces.decode_in_pieces(raw, workers, decoders)
     if pieces is not None:
         from gpumagic.trace import links
 
@@ -94,14 +99,15 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
             # the columns are assembled; at 1 GB the text is most of the memory (the caller keeps
             # no reference: gpumagic analyze hands it over)
             del raw
-            return _with_ops(_assemble(header, parts, [], source, _no_flows), b"", parts)
-        return _with_ops(_assemble(header, parts, [], source, lambda: flows_from_bytes(raw)), raw, parts)
-    tf, notes = decode(raw, source)
+            return _with_ops(_assemble(header, parts, [], source, _no_flows), b"", parts, comms)
+        return _with_ops(_assemble(header, parts, [], source, lambda: flows_from_bytes(raw)), raw, parts, comms)
+    tf, notes = decode(raw, source, decoders)
     if tf.traceEvents is None:
         raise TraceError(f"{source}: not a PyTorch profiler trace (no traceEvents)")
     # the typed decode read the operators' shapes too; a lenient or repaired decode leaves them
     # to the second pass over the original text (as before: the same answer either way)
-    parts = [extract(tf.traceEvents, with_ops=isinstance(tf, schema.FastTraceFile) and REPAIRED_NOTE not in notes)]
+    typed = isinstance(tf, schema.FastTraceFile) and REPAIRED_NOTE not in notes
+    parts = [extract(tf.traceEvents, with_ops=typed, with_comms=typed and comms)]
     header = schema.header_of(tf)
     if isinstance(tf, schema.TraceFile):  # the lenient path decoded everything, flows included
         decoded_flows = flow_lists(tf.traceEvents)
@@ -109,7 +115,7 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
     else:
         flows = lambda: flows_from_bytes(raw)  # noqa: E731
     del tf  # free the structs before the columns are assembled
-    return _with_ops(_assemble(header, parts, notes, source, flows), raw, parts)
+    return _with_ops(_assemble(header, parts, notes, source, flows), raw, parts, comms)
 
 
 def _lacks_correlation(part: Part) -> bool:
@@ -122,10 +128,11 @@ def _no_flows() -> tuple[list, list]:
     raise AssertionError("flows are read only when a GPU event lacks a correlation id")  # see from_bytes
 
 
-def _with_ops(trace: Trace, raw: bytes | bytearray, parts: list[Part]) -> Trace:
+def _with_ops(trace: Trace, raw: bytes | bytearray, parts: list[Part], comms: bool = False) -> Trace:
     """Operators' shapes and FLOP counts: from the parts when the typed decode read them, else
     in a second pass over the text, only when the file has them; forward→backward links, from
-    the text, when it holds module ranges."""
+    the text, when it holds module ranges; with ``comms``, the collectives' messages, likewise
+    from the parts or else from a second pass."""
     from gpumagic.trace import links, ops
 
     if all(p.ops is not None for p in parts):
@@ -133,6 +140,10 @@ def _with_ops(trace: Trace, raw: bytes | bytearray, parts: list[Part]) -> Trace:
     else:
         ops.attach(trace, raw)
     links.attach(trace, raw)
+    if comms:
+        from gpumagic.trace import comms as _comms
+
+        trace.comms = _comms.from_parts(trace, parts) if all(p.comms is not None for p in parts) else _comms.read(trace, raw)
     return trace
 
 

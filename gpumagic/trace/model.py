@@ -181,6 +181,7 @@ class Trace:
     source: str = ""
     ops: Any = None  # gpumagic.trace.ops.OpTable when the file recorded shapes or FLOPs
     links: Any = None  # gpumagic.trace.links.Links when the file holds module ranges (--modules)
+    comms: Any = None  # gpumagic.trace.comms.CommTable: loaded with comms=True, when the file records messages
 
     def name_ids(self, predicate) -> np.ndarray:
         """Boolean array over ``names``: which interned names satisfy ``predicate``. A predicate

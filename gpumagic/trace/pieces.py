@@ -142,22 +142,24 @@ def _piece_text(raw: bytes | bytearray, at: list[int], i: int) -> Iterator[bytes
             raw[pos:pos + len(old)] = old
 
 
-def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[schema.Header, Any] | None:
+def decode_piece(raw: bytes | bytearray, at: list[int], i: int,
+                 decoders: schema.Decoders | None = None) -> tuple[schema.Header, Any] | None:
     """(header fields, Part) of piece ``i``, or None when the piece does not decode as a piece of
-    the trace's ``traceEvents``."""
+    the trace's ``traceEvents``. ``decoders``: :data:`~schema.FAST` unless given."""
     import msgspec
 
     from gpumagic.trace import schema
     from gpumagic.trace.columns import extract
 
+    decoders = decoders or schema.FAST
     last = i == len(at)
     tf: schema.PieceTraceFile | schema.FastTraceFile
     try:
         with _piece_text(raw, at, i) as text:
             if 0 < i < len(at):
-                tf = schema.PIECE_DECODER.decode(text)
+                tf = decoders.piece.decode(text)
             else:
-                tf = schema.FAST_DECODER.decode(text)
+                tf = decoders.file.decode(text)
                 if i == 0 and not last and not _events_end_at_the_end(text):
                     del tf  # its raw views into ``text`` (see below)
                     return None
@@ -166,7 +168,7 @@ def decode_piece(raw: bytes | bytearray, at: list[int], i: int) -> tuple[schema.
             header = schema.header_of(tf) if isinstance(tf, schema.FastTraceFile) else schema.Header()
             # the operators' raw shapes are views into ``text``: read them, and free the structs,
             # before the text is released (a view cannot be released while one is alive)
-            part = extract(tf.traceEvents, with_ops=True)
+            part = extract(tf.traceEvents, with_ops=True, with_comms=decoders is schema.COMMS)
             del tf
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
@@ -187,22 +189,23 @@ def _events_end_at_the_end(text: bytes | bytearray | memoryview) -> bool:
     return start + len(events) == len(text) - 1
 
 
-def decode_run(raw: bytes | bytearray, at: list[int], run: range) -> list | None:
+def decode_run(raw: bytes | bytearray, at: list[int], run: range, decoders: schema.Decoders | None = None) -> list | None:
     """The (header, Part) of each piece in ``run``, one piece after another (each piece's structs
     are freed before the next is decoded), or None if one fails."""
     out = []
     for i in run:
-        result = decode_piece(raw, at, i)
+        result = decode_piece(raw, at, i, decoders)
         if result is None:
             return None
         out.append(result)
     return out
 
 
-def decode_in_pieces(raw: bytes | bytearray, workers: int) -> tuple[schema.Header, list] | None:
+def decode_in_pieces(raw: bytes | bytearray, workers: int,
+                     decoders: schema.Decoders | None = None) -> tuple[schema.Header, list] | None:
     """Decode ``raw`` in pieces, runs of them side by side in up to ``workers`` processes:
     (merged header, parts in file order), or None when the file is too small to cut, cannot
-    be cut, or a piece fails."""
+    be cut, or a piece fails. ``decoders``: :data:`~schema.FAST` unless given."""
     from gpumagic.trace.decode import first_char
 
     if workers < 2 or not hasattr(os, "fork"):
@@ -219,13 +222,13 @@ def decode_in_pieces(raw: bytes | bytearray, workers: int) -> tuple[schema.Heade
     try:
         try:
             for run in runs[1:]:
-                children.append(_fork(raw, at, run))
+                children.append(_fork(raw, at, run, decoders))
         except OSError:  # no process or pipe to spare (EAGAIN, ENOMEM, EMFILE): one process it is
             for pid, fd in children:
                 _stop(pid, fd)
             children = []
             runs = [range(count)]
-        results = decode_run(raw, at, runs[0])
+        results = decode_run(raw, at, runs[0], decoders)
         if results is None:
             return None
         while children:
@@ -243,7 +246,7 @@ def decode_in_pieces(raw: bytes | bytearray, workers: int) -> tuple[schema.Heade
     return _merge_headers([h for h, _ in results]), [p for _, p in results]
 
 
-def _fork(raw: bytes | bytearray, at: list[int], run: range) -> tuple[int, int]:
+def _fork(raw: bytes | bytearray, at: list[int], run: range, decoders: schema.Decoders | None = None) -> tuple[int, int]:
     r, w = os.pipe()
     try:
         pid = _fork_quietly()
@@ -255,7 +258,7 @@ def _fork(raw: bytes | bytearray, at: list[int], run: range) -> tuple[int, int]:
         code = 1
         try:
             os.close(r)
-            result = decode_run(raw, at, run)
+            result = decode_run(raw, at, run, decoders)
             payload = b"" if result is None else pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
             with os.fdopen(w, "wb") as out:
                 out.write(payload)

@@ -142,3 +142,58 @@ def test_a_large_file_is_read_in_pieces_with_the_same_answer(monkeypatch):
     for field in ("kernel", "corr", "lane", "ts_ns", "dur_ns", "in_nelems", "group_size"):
         assert (getattr(cut, field) == getattr(whole, field)).all(), field
     assert cut.name == whole.name and cut.dims == whole.dims and cut.collective == whole.collective
+
+
+def _same_table(a, b) -> None:
+    import dataclasses
+
+    import numpy as np
+
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        assert (np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y), f.name
+
+
+@pytest.mark.parametrize("name, rows", [("a100_training_rank0.json.gz", 300),  # sizes on record_param_comms
+                                         ("v100_resnet_ns_timestamps.json.gz", 40)])  # nccl: annotations' shapes
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_loaders_own_pass_reads_the_same_messages_as_a_second_pass(name, rows, workers, monkeypatch):
+    """``from_bytes(..., comms=True)`` keeps the events that describe messages while it decodes
+    (no second decode of the file): the same table as :func:`comms.read`'s pass over the text,
+    whole or cut into pieces, in this process or in forked ones."""
+    from jobbuilder import DATA
+
+    from gpumagic.trace import comms, pieces, schema
+    from gpumagic.trace.files import read_bytes
+    from gpumagic.trace.kineto import from_bytes
+
+    raw = read_bytes(f"{DATA}/{name}")
+    second = comms.read(from_bytes(raw, name), raw)
+    assert second is not None and len(second) > rows
+    monkeypatch.setattr(pieces, "ONE_PROCESS_MIN_BYTES", 1 << 20)
+    monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 256 << 10)
+    monkeypatch.setattr(pieces, "PIECE_BYTES", 1 << 20)
+    cut = pieces.decode_in_pieces(bytearray(raw), workers, schema.COMMS)
+    assert cut is not None and len(cut[1]) > 2 and all(p.comms is not None for p in cut[1])
+    for text in (raw, bytearray(raw)):
+        one_pass = from_bytes(text, name, workers=workers, comms=True).comms
+        _same_table(one_pass, second)
+
+
+def test_a_file_the_typed_pass_cannot_read_falls_back_to_the_second_pass(tmp_path):
+    """A trace with an arg of an unexpected type takes the lenient path, which keeps no message
+    rows: ``comms=True`` then reads them in the second pass, as before."""
+    from gpumagic.trace import comms
+    from gpumagic.trace.kineto import from_bytes
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+               "args": {"Collective name": "allreduce", "dtype": "Float", "In msg nelems": 1024, "Out msg nelems": 1024,
+                        "Group size": 8}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 20, "dur": 5,
+               "args": {"correlation": {"not": "an int"}}}]
+    raw = json.dumps({"traceEvents": events}).encode()
+    trace = from_bytes(raw, "t.json", comms=True)
+    assert trace.comms is not None and trace.comms.collective == ["allreduce"]
+    assert trace.comms.in_nelems.tolist() == [1024] and trace.comms.group_size.tolist() == [8]
+    _same_table(trace.comms, comms.read(trace, raw))
+    assert from_bytes(raw, "t.json").comms is None  # not asked for: not read
