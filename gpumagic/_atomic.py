@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
@@ -139,6 +138,8 @@ def write_atomic(path: str | os.PathLike, data: bytes | str, *, protect: Iterabl
         return _write_sink(target, payload)
     with contextlib.suppress(OSError):
         mode = stat.S_IMODE(os.stat(target).st_mode)
+    import tempfile  # here: a command writing to standard output or /dev/null never needs it
+
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:

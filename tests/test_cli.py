@@ -141,6 +141,19 @@ def test_saved_trace_analysis_imports_no_heavy_package():
     assert r.stdout.strip() == "[]"
 
 
+def test_json_to_standard_output_needs_neither_the_history_folder_nor_temporary_files():
+    """Standard output replaces no file: the command neither looks up the run history's folder
+    (platformdirs, which ``-o`` needs to protect the history) nor loads ``tempfile`` (which writing
+    a regular file through ``-o`` needs), so a small trace's start-up does not pay for them."""
+    code = ("import sys; before = set(sys.modules); from gpumagic.shells.cli import main; "
+            f"status = main(['analyze', {H100!r}, '--format', 'json']); "
+            "print(status, sorted({'platformdirs', 'tempfile'} & (set(sys.modules) - before)), file=sys.stderr)")
+    env = {k: v for k, v in os.environ.items() if k != "GPUMAGIC_HOME"}  # the default folder: platformdirs'
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert r.stderr.strip() == "0 []"
+    assert json.loads(r.stdout)["findings"]
+
+
 with open(H100, "rb") as _fh:
     import gzip as _gzip
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from gpumagic.analysis import metrics as _metrics
 from gpumagic.analysis import segments, selfcheck
-from gpumagic.analysis.advice.serving import for_serving
 from gpumagic.analysis.context import Context, build_context
 from gpumagic.analysis.gains import IDLE_TYPE, apportion
 from gpumagic.analysis.names import long_names_note
@@ -58,6 +57,8 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
         findings.append(low)
     findings, combined = apportion(ctx, findings, steady=steady)
     if ctx.workload == "serving":  # a serving engine: its arguments, not training-loop code (advice/serving.py)
+        from gpumagic.analysis.advice.serving import for_serving
+
         findings = for_serving(findings)
     checks = selfcheck.notes(ctx, model_on_cpu=any(f.id == "model-on-cpu" for f in findings))
     notes = list(trace.notes) + checks + ([] if empty else seg_notes)

@@ -13,6 +13,10 @@ The kernel classes scan only the names that hold some text one of their alternat
 (:func:`_kernel_candidates`: most kernel names hold none), and the classes of host calls, operators
 and frames are evaluated only on the names host events carry (``Context.host_name_ids``), so that
 hundreds of thousands of distinct kernel names cost little more than their joined text.
+
+The patterns that classifying a trace never runs are compiled on first use (:data:`_DEFERRED`):
+the one-name patterns whose all-names twins do the work, and the case-insensitive originals of
+the lower-cased tables. ``names.STEP_RE`` and the like read as compiled patterns all the same.
 """
 
 from __future__ import annotations
@@ -21,10 +25,45 @@ import itertools
 import re
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-STEP_RE = re.compile(r"^ProfilerStep#\d+$")
+#: Patterns compiled the first time they are read (as ``names.X_RE``, or by a one-name classifier),
+#: not at import: classifying a trace's names runs their twins instead (:func:`_batch`: the
+#: multi-line ``_X_M`` patterns and the lower-cased :func:`_folded` tables), so ``gpumagic analyze``
+#: does not pay for compiling them. Name -> (pattern, flags); each is declared with its type.
+_DEFERRED: dict[str, tuple[str, int]] = {}
+
+
+def _defer(name: str, pattern: str, flags: int = 0) -> None:
+    """Declare the module attribute ``name``: ``re.compile(pattern, flags)``, on first use."""
+    _DEFERRED[name] = (pattern, flags)
+
+
+def _text(name: str) -> str:
+    """The text of the deferred pattern ``name`` (for its twins: compiles nothing)."""
+    return _DEFERRED[name][0]
+
+
+def _compiled(name: str) -> re.Pattern[str]:
+    """The deferred pattern ``name``, compiled the first time it is asked for and kept as the module
+    attribute (two threads asking at once compile it twice, to equal patterns)."""
+    found: re.Pattern[str] | None = globals().get(name)
+    if found is None:
+        found = globals()[name] = re.compile(*_DEFERRED[name])
+    return found
+
+
+if not TYPE_CHECKING:  # hidden from mypy, which reads the declared attributes' types instead
+    def __getattr__(name: str) -> re.Pattern[str]:
+        if name in _DEFERRED:
+            return _compiled(name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+STEP_RE: re.Pattern[str]
+_defer("STEP_RE", r"^ProfilerStep#\d+$")
 #: Characters of a name that the classifiers read. Real kernel names, C++ templates spelled out
 #: included, run to a few thousand characters (cutlass/CUTLASS 3 kernel names are the longest we
 #: have seen, about 2,000); beyond this a name is classified on its beginning, with a note.
@@ -81,9 +120,10 @@ STREAM_WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent", "hipS
 #: a frame compilation is still in the trace as the ranges dynamo's ``dynamo_timed`` records around
 #: it: ``entire_frame_compile`` and ``_compile.compile_inner (dynamo_timed)``
 #: (torch/_dynamo/convert_frame.py, ``_compile``; torch/_dynamo/utils.py, ``dynamo_timed``).
-COMPILE_RE = re.compile(r"(convert_frame\.py.*_compile|compile_fx|async_compile|codecache|"
-                        r"torch/_inductor/.*compile|triton/compiler|autotune|cudnnFind|TorchDynamo(?! Cache Lookup)|"
-                        r"^entire_frame_compile$|^_compile\.compile_inner \(dynamo_timed\)$)")
+COMPILE_RE: re.Pattern[str]
+_defer("COMPILE_RE", r"(convert_frame\.py.*_compile|compile_fx|async_compile|codecache|"
+                     r"torch/_inductor/.*compile|triton/compiler|autotune|cudnnFind|TorchDynamo(?! Cache Lookup)|"
+                     r"^entire_frame_compile$|^_compile\.compile_inner \(dynamo_timed\)$)")
 NOT_COMPILE_RE = re.compile(r"Cache Lookup|Torch-Compiled Region|CompiledFunction")
 
 #: Collective-communication kernels, with their sources:
@@ -100,7 +140,9 @@ NOT_COMPILE_RE = re.compile(r"Cache Lookup|Torch-Compiled Region|CompiledFunctio
 #: - NVSHMEM device kernels (``nvshmem``/``nvshmemi_`` names, the library DeepEP's internode and
 #:   low-latency kernels are built on);
 #: - MSCCL / MSCCL++ (``msccl``, ``mscclpp``: Microsoft's collective libraries, also in RCCL).
-COLLECTIVE_RE = re.compile(
+COLLECTIVE_RE: re.Pattern[str]
+_defer(
+    "COLLECTIVE_RE",
     r"(nccl|rccl|multimem_all_reduce|multimem_all_gather|one_shot_all_reduce|two_shot_all_reduce|"
     r"custom_all_reduce|cross_device_reduce|allreduce_kernel|all_reduce_kernel|quickreduce|"
     r"reduce_scatter_kernel|all_gather_kernel|deep_ep::|dpsk::ep::|nvshmem|msccl)",
@@ -109,11 +151,12 @@ COLLECTIVE_RE = re.compile(
 #: Host-side signs that a program communicates (to tell when collective kernels may have been
 #: missed by name): PyTorch's ``record_param_comms`` and ``c10d::`` operators, ``nccl:*``
 #: annotations (torch.distributed's profiling), DeepEP's Python ``Buffer.dispatch``/``combine``.
-COMM_HOST_RE = re.compile(r"(^record_param_comms$|^c10d::|^nccl:|deep_ep/buffer\.py\(\d+\): (dispatch|combine))")
+COMM_HOST_RE: re.Pattern[str]
+_defer("COMM_HOST_RE", r"(^record_param_comms$|^c10d::|^nccl:|deep_ep/buffer\.py\(\d+\): (dispatch|combine))")
 
 
 def is_comm_host(name: str) -> bool:
-    return bool(COMM_HOST_RE.search(_head(name)))
+    return bool(_compiled("COMM_HOST_RE").search(_head(name)))
 
 #: Kernel-name fragments that mean tensor-core (NVIDIA) or matrix-core (AMD) instructions, by source:
 #: - cuBLAS/cuDNN encode the MMA shape or precision (``h884``, ``s1688``, ``16816``, ``tf32``,
@@ -125,7 +168,9 @@ def is_comm_host(name: str) -> bool:
 #: - AMD MFMA/xdlops: ``mfma``, ``xdlops``, MIOpen's implicit-GEMM ``gtcx`` (xdlops) kernels;
 #: - Triton attention kernels (``attn_fwd``, ``unified_attention``) are ``tl.dot`` in 16-bit,
 #:   which Triton lowers to MMA/MFMA (Triton fused-attention tutorial; vLLM triton_unified_attention).
-TENSOR_CORE_RE = re.compile(
+TENSOR_CORE_RE: re.Pattern[str]
+_defer(
+    "TENSOR_CORE_RE",
     r"(h884|h1688|s1688|h16816|s16816|i8816|i16832|884gemm|1688gemm|16816gemm|tensorop|wmma|hmma|"
     r"imma|gmma|wgmma|nvjet|tf32|bf16|fp16|f16f16|_f16_|e4m3|e5m2|fp8|flash|fmha|sm90_xmma|sm100_|"
     r"_MI\d+x\d+x\d+|mfma|xdlops|_gtcx|attn_fwd|attn_bwd|unified_attention)",
@@ -135,7 +180,9 @@ TENSOR_CORE_RE = re.compile(
 #: NVIDIA: cuBLAS/cutlass/cuDNN names (gemm, conv, wgrad/dgrad/fprop, nvjet, xmma);
 #: AMD: Tensile/hipBLASLt ``Cijk_`` (C[i,j] = Σ_k A·B, Tensile's kernel naming), rocBLAS/MIOpen
 #: ``igemm``/xdlops, Composable Kernel ``gemm``; Triton: ``_matmul*``, ``bmm``, ``attn_fwd``.
-MATMUL_RE = re.compile(
+MATMUL_RE: re.Pattern[str]
+_defer(
+    "MATMUL_RE",
     r"(gemm|gemv|conv|wgrad|dgrad|fprop|matmul|cutlass|nvjet|xmma|flash|fmha|attention|attn_fwd|attn_bwd|"
     r"winograd|implicit_convolve|cublas|mma|^Cijk_|xdlops|\bbmm|_bmm)",
     re.IGNORECASE,
@@ -173,7 +220,7 @@ def long_names_note(names: Sequence[str]) -> str | None:
 
 
 def is_step(name: str) -> bool:
-    return bool(STEP_RE.match(_head(name)))
+    return bool(_compiled("STEP_RE").match(_head(name)))
 
 
 def is_dataloader(name: str) -> bool:
@@ -198,12 +245,12 @@ def is_tensor_core(name: str) -> bool:
 
 def is_matmul(name: str) -> bool:
     low = _low(name)
-    return bool(_MATMUL.search(low)) and not _COLLECTIVE.search(low)
+    return bool(_compiled("_MATMUL").search(low)) and not _COLLECTIVE.search(low)
 
 
 def is_compile(name: str) -> bool:
     head = _head(name)
-    return bool(COMPILE_RE.search(head)) and not NOT_COMPILE_RE.search(head)
+    return bool(_compiled("COMPILE_RE").search(head)) and not NOT_COMPILE_RE.search(head)
 
 
 def is_graph_launch(name: str) -> bool:
@@ -246,14 +293,17 @@ def copy_kind(name: str) -> tuple[str, str]:
 #: cuDNN frontend traces), fused MHA (``fmha``), AMD Composable Kernel ``ck_fmha``/``fmha_fwd``
 #: and aiter ``mha_fwd``, Triton attention (``attn_fwd``/``attn_bwd`` in the TraceLens MI300X
 #: traces, vLLM's ``unified_attention``/``paged_attention``).
-FUSED_ATTENTION_RE = re.compile(
+FUSED_ATTENTION_RE: re.Pattern[str]
+_defer(
+    "FUSED_ATTENTION_RE",
     r"(flash_fwd|flash_bwd|flash_attn|FlashAttn|fmha|efficient_attention|mem_eff|native_sdpa|_sdpa_|"
     r"attn_fwd|attn_bwd|unified_attention|paged_attention|mha_fwd|mha_bwd)",
     re.IGNORECASE,
 )
 #: Softmax kernels: PyTorch's ``cunn_SoftMaxForward``/``softmax_warp_forward`` (aten/src/ATen/
 #: native/cuda/SoftMax.cu, PersistentSoftmax.cuh), MIOpen ``SoftmaxForward``, Triton ``*softmax*``.
-SOFTMAX_RE = re.compile(r"softmax", re.IGNORECASE)
+SOFTMAX_RE: re.Pattern[str]
+_defer("SOFTMAX_RE", r"softmax", re.IGNORECASE)
 #: Memory-bound elementwise, reduction and normalisation kernels, the work fusion collapses.
 #: PyTorch's TensorIterator kernels are ``elementwise_kernel``, ``vectorized_elementwise_kernel``,
 #: ``unrolled_elementwise_kernel`` and ``reduce_kernel`` (aten/src/ATen/native/cuda/Loops.cuh,
@@ -262,13 +312,16 @@ SOFTMAX_RE = re.compile(r"softmax", re.IGNORECASE)
 #: ``rms_norm``, ck_tile ``rmsnorm``; softmax; ``CatArrayBatchedCopy``. Triton kernels that
 #: Inductor generated (``triton_poi_``/``triton_red_``/``triton_per_``) are already fused and do
 #: not count.
-ELEMENTWISE_RE = re.compile(
+ELEMENTWISE_RE: re.Pattern[str]
+_defer(
+    "ELEMENTWISE_RE",
     r"(elementwise_kernel|reduce_kernel|multi_tensor_apply|\bbn_fw|\bbn_bw|batch_norm|layer_norm|LayerNorm|"
     r"group_norm|rms_?norm|softmax|CatArrayBatchedCopy|\bindex_elementwise|fill_kernel|"
     r"(?<![a-z])(add|mul|div|where|copy)_kernel)",
     re.IGNORECASE,
 )
-INDUCTOR_FUSED_RE = re.compile(r"^triton_(poi|red|per|tem)_")
+INDUCTOR_FUSED_RE: re.Pattern[str]
+_defer("INDUCTOR_FUSED_RE", r"^triton_(poi|red|per|tem)_")
 
 
 def is_fused_attention(name: str) -> bool:
@@ -282,32 +335,34 @@ def is_softmax(name: str) -> bool:
 
 def is_elementwise(name: str) -> bool:
     low = _low(name)
-    return bool(_ELEMENTWISE.search(low)) and not INDUCTOR_FUSED_RE.match(name) and not _COLLECTIVE.search(low)
+    return bool(_ELEMENTWISE.search(low)) and not _compiled("INDUCTOR_FUSED_RE").match(name) and not _COLLECTIVE.search(low)
 
 
-def _folded(pattern: re.Pattern[str], rewrites: tuple[tuple[str, str], ...] = ()) -> re.Pattern[str]:
-    """``pattern`` (``re.IGNORECASE``) as a case-sensitive pattern for lower-cased names: the same
-    matches, about ten times faster. ``rewrites`` move a branch's leading assertion (``\\b``, ``^``,
-    a look-behind) after its literal, which lets ``re`` skip ahead to the branches' first letters."""
-    text = pattern.pattern
+def _folded(name: str, rewrites: tuple[tuple[str, str], ...] = ()) -> tuple[str, int]:
+    """The deferred pattern ``name`` (``re.IGNORECASE``) as a case-sensitive pattern for lower-cased
+    names, text and flags: the same matches, about ten times faster. ``rewrites`` move a branch's
+    leading assertion (``\\b``, ``^``, a look-behind) after its literal, which lets ``re`` skip ahead
+    to the branches' first letters."""
+    text, flags = _DEFERRED[name]
     for old, new in rewrites:
         if old not in text:
             raise AssertionError(f"{old!r} is not in the pattern {text!r}")
         text = text.replace(old, new)
     if re.search(r"\\[DWSBAZP]", text):  # lower-casing would change their meaning
         raise AssertionError(f"cannot fold {text!r}")
-    return re.compile(text.lower(), pattern.flags & ~re.IGNORECASE)
+    return text.lower(), flags & ~re.IGNORECASE
 
 
-_COLLECTIVE = _folded(COLLECTIVE_RE)
-_TENSOR_CORE = _folded(TENSOR_CORE_RE)
-_MATMUL = _folded(MATMUL_RE, ((r"|^Cijk_|", r"|Cijk_(?<=^Cijk_)|"), (r"|\bbmm|", r"|bmm(?<!\wbmm)|")))
-_FUSED_ATTENTION = _folded(FUSED_ATTENTION_RE)
-_ELEMENTWISE = _folded(ELEMENTWISE_RE, (
+_COLLECTIVE = re.compile(*_folded("COLLECTIVE_RE"))
+_TENSOR_CORE = re.compile(*_folded("TENSOR_CORE_RE"))
+_MATMUL: re.Pattern[str]  # is_matmul's; the names of a trace are scanned with _MATMUL_M
+_defer("_MATMUL", *_folded("MATMUL_RE", ((r"|^Cijk_|", r"|Cijk_(?<=^Cijk_)|"), (r"|\bbmm|", r"|bmm(?<!\wbmm)|"))))
+_FUSED_ATTENTION = re.compile(*_folded("FUSED_ATTENTION_RE"))
+_ELEMENTWISE = re.compile(*_folded("ELEMENTWISE_RE", (
     (r"|\bbn_fw|\bbn_bw|", r"|bn_fw(?<!\wbn_fw)|bn_bw(?<!\wbn_bw)|"),
     (r"|\bindex_elementwise|", r"|index_elementwise(?<!\windex_elementwise)|"),
     (r"(?<![a-z])(add|mul|div|where|copy)_kernel",
-     "|".join(f"{k}_kernel(?<![a-z]{k}_kernel)" for k in ("add", "mul", "div", "where", "copy")))))
+     "|".join(f"{k}_kernel(?<![a-z]{k}_kernel)" for k in ("add", "mul", "div", "where", "copy"))))))
 
 
 # --- All names at once: one scan of their joined text per pattern ------------------------------
@@ -418,6 +473,14 @@ def _scan_among(j: _Joined, pattern: re.Pattern[str], among: np.ndarray, low: bo
     return hit
 
 
+#: The characters that give a branch structure (groups, classes, escapes): a branch holding none
+#: splits into itself, so :func:`_branches` need not check it.
+_GROUPING = frozenset("\\()[")
+#: The characters :func:`_required_text` does not read as plain text: a branch holding none of them
+#: is all plain, and contains itself whole.
+_NOT_PLAIN = frozenset("\\()[.^$|*+?{}")
+
+
 def _branches(pattern: str) -> list[str]:
     """The top-level alternatives of ``pattern``: of ``(a|b|c)`` when one group spans it all, else of the pattern."""
     def split(body: str) -> list[str] | None:
@@ -449,7 +512,7 @@ def _branches(pattern: str) -> list[str]:
 
     if pattern.startswith("(") and not pattern.startswith("(?") and pattern.endswith(")"):
         inner = split(pattern[1:-1])
-        if inner is not None and all(split(b) is not None for b in inner):
+        if inner is not None and all(split(b) is not None for b in inner if not _GROUPING.isdisjoint(b)):
             return inner
     return [pattern]
 
@@ -458,6 +521,8 @@ def _required_text(branch: str) -> str | None:
     """The longest run of plain characters that every match of ``branch`` (one alternative of a
     pattern) contains, read outside its groups, classes and assertions; None when it has no run of
     two characters or more."""
+    if _NOT_PLAIN.isdisjoint(branch):  # the loop below would keep every character
+        return branch if len(branch) >= 2 else None
     runs, cur, depth, i = [], "", 0, 0
     while i < len(branch):
         c = branch[i]
@@ -533,10 +598,10 @@ def _batch(scalar: Callable[[str], bool], combine: Callable[[list[str]], np.ndar
     return scalar
 
 
-_STEP_M = re.compile(STEP_RE.pattern, re.M)
+_STEP_M = re.compile(_text("STEP_RE"), re.M)
 _DATALOADER_M = re.compile("^" + re.escape(DATALOADER_PREFIX), re.M)
-_MATMUL_M = re.compile(_MATMUL.pattern, _MATMUL.flags | re.M)
-_INDUCTOR_M = re.compile(INDUCTOR_FUSED_RE.pattern, re.M)
+_MATMUL_M = re.compile(_text("_MATMUL"), _DEFERRED["_MATMUL"][1] | re.M)
+_INDUCTOR_M = re.compile(_text("INDUCTOR_FUSED_RE"), re.M)
 _SOFTMAX_LOW = re.compile("softmax")
 _batch(is_step, lambda n: _scan(n, _STEP_M, False))
 _batch(is_dataloader, lambda n: _scan(n, _DATALOADER_M, False))
@@ -563,9 +628,9 @@ _required = [_required_text(b) for p in sorted(_KERNEL_CLASSES, key=lambda p: p.
 _KERNEL_LITERALS: tuple[str, ...] | None = (None if None in _required
                                              else tuple(sorted({x.lower() for x in _required if x})))
 #: The host classes' multi-line twins (``.`` and ``\w`` never cross a line break, so ``.*`` stays in its name).
-_COMPILE_M, _NOT_COMPILE_M = re.compile(COMPILE_RE.pattern, re.M), NOT_COMPILE_RE  # anchors: per name
+_COMPILE_M, _NOT_COMPILE_M = re.compile(_text("COMPILE_RE"), re.M), NOT_COMPILE_RE  # anchors: per name
 _batch(is_compile, lambda n: _scan(n, _COMPILE_M, False) & ~_scan(n, _NOT_COMPILE_M, False))
-_COMM_HOST_M = re.compile(COMM_HOST_RE.pattern, re.M)
+_COMM_HOST_M = re.compile(_text("COMM_HOST_RE"), re.M)
 _batch(is_comm_host, lambda n: _scan(n, _COMM_HOST_M, False))
 
 
@@ -577,14 +642,17 @@ _batch(is_comm_host, lambda n: _scan(n, _COMM_HOST_M, False))
 BEGIN_CAPTURE_CALLS = frozenset({"cudaStreamBeginCapture", "cudaStreamBeginCapture_v2", "cuStreamBeginCapture",
                                  "cuStreamBeginCapture_v2", "hipStreamBeginCapture"})
 END_CAPTURE_CALLS = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture", "hipStreamEndCapture"})
-GRAPH_INSTANTIATE_RE = re.compile(r"^(cuda|cu|hip)GraphInstantiate")
+GRAPH_INSTANTIATE_RE: re.Pattern[str]
+_defer("GRAPH_INSTANTIATE_RE", r"^(cuda|cu|hip)GraphInstantiate")
 #: Host frames and annotations that record a graph: ``torch.cuda.graph``'s ``capture_begin`` /
 #: ``capture_end`` (torch/cuda/graphs.py), cudagraph-trees' recording (torch/_inductor/
 #: cudagraph_trees.py: ``CUDAGraphNode._record``, ``CUDAGraphTreeManager.record_function``),
 #: vLLM's capture loop (vllm/v1/worker/gpu_model_runner.py ``capture_model`` /
 #: ``_capture_cudagraphs``; its ``capture_<batch>_<mode>`` annotations) and SGLang's
 #: (sglang/srt/model_executor/cuda_graph_runner.py ``capture``).
-CAPTURE_FRAME_RE = re.compile(
+CAPTURE_FRAME_RE: re.Pattern[str]
+_defer(
+    "CAPTURE_FRAME_RE",
     r"(torch/cuda/graphs\.py\(\d+\): (capture_begin|capture_end)|"
     r"cudagraph_trees\.py\(\d+\): (_record|record_function)\b|"
     r"gpu_model_runner\.py\(\d+\): (capture_model|_capture_cudagraphs)|"
@@ -598,7 +666,9 @@ CAPTURE_FRAME_RE = re.compile(
 #: a kernel's module is loaded by its first launch), stream/event creation and library handle
 #: creation in the first cuBLAS/cuDNN/hipBLASLt call. A call only counts as start-up when it lasts
 #: orders of magnitude longer than its peers (``segments.OUTLIER_RATIO``).
-COLD_CALL_RE = re.compile(
+COLD_CALL_RE: re.Pattern[str]
+_defer(
+    "COLD_CALL_RE",
     r"^(cuda|cu|hip)(LaunchKernel|LaunchKernelExC?|LaunchCooperativeKernel|ModuleLaunchKernel|ExtModuleLaunchKernel|"
     r"ExtLaunchKernel|StreamCreate\w*|EventCreate\w*|DeviceGetStreamPriorityRange|Free|Malloc\w*|"
     r"ModuleLoad\w*|LibraryLoad\w*|GetDevice\w*|SetDevice|DeviceGetAttribute|FuncGetAttributes|"
@@ -610,7 +680,9 @@ COLD_CALL_RE = re.compile(
 #: events: aten/src/ATen/native/cudnn/Conv_v7.cpp), MIOpen's find step (``miopen_convolution``),
 #: and the caching allocator freeing cached blocks after a failed allocation
 #: (c10/cuda/CUDACachingAllocator.cpp ``synchronize_and_free_events``), inside the op that allocates.
-LIBRARY_SYNC_OP_RE = re.compile(
+LIBRARY_SYNC_OP_RE: re.Pattern[str]
+_defer(
+    "LIBRARY_SYNC_OP_RE",
     r"(^aten::cudnn_|^aten::miopen_|^Cudnn|^Miopen|cudnnFind|miopenFind|"
     r"^aten::(empty|empty_strided|empty_like|new_empty|new_empty_strided)$)"
 )
@@ -621,45 +693,49 @@ LIBRARY_SYNC_KIND = (("cudnn", "cuDNN's algorithm search (cudnn.benchmark)"),
 #: import machinery (``<frozen importlib._bootstrap>``), transformers' ``from_pretrained``,
 #: ``torch.load``/``load_state_dict`` (torch/serialization.py, torch/nn/modules/module.py),
 #: safetensors and huggingface_hub downloads.
-ONE_OFF_FRAME_RE = re.compile(
+ONE_OFF_FRAME_RE: re.Pattern[str]
+_defer(
+    "ONE_OFF_FRAME_RE",
     r"(<frozen importlib\._bootstrap|importlib/__init__\.py|\): _find_and_load|\): from_pretrained|"
     r"torch/serialization\.py|\): load_state_dict|safetensors|huggingface_hub/|\): _load_pretrained_model)"
 )
 #: Serving engines, from their own module paths and annotations (vLLM, SGLang, TensorRT-LLM,
 #: Hugging Face TGI, LMDeploy): the workload is serving.
-ENGINE_RE = re.compile(r"(^|/)(vllm|sglang|tensorrt_llm|text_generation_server|lmdeploy)/|^execute_model|^capture_\d+")
+ENGINE_RE: re.Pattern[str]
+_defer("ENGINE_RE", r"(^|/)(vllm|sglang|tensorrt_llm|text_generation_server|lmdeploy)/|^execute_model|^capture_\d+")
 
 
 def is_capture_call(name: str) -> bool:
     head = _head(name)
-    return head in BEGIN_CAPTURE_CALLS or head in END_CAPTURE_CALLS or bool(GRAPH_INSTANTIATE_RE.match(head))
+    return head in BEGIN_CAPTURE_CALLS or head in END_CAPTURE_CALLS or bool(_compiled("GRAPH_INSTANTIATE_RE").match(head))
 
 
 def is_capture_frame(name: str) -> bool:
-    return bool(CAPTURE_FRAME_RE.search(_head(name)))
+    return bool(_compiled("CAPTURE_FRAME_RE").search(_head(name)))
 
 
 def is_cold_call(name: str) -> bool:
-    return bool(COLD_CALL_RE.match(_head(name)))
+    return bool(_compiled("COLD_CALL_RE").match(_head(name)))
 
 
 def is_library_sync_op(name: str) -> bool:
-    return bool(LIBRARY_SYNC_OP_RE.search(_head(name)))
+    return bool(_compiled("LIBRARY_SYNC_OP_RE").search(_head(name)))
 
 
 def is_one_off_frame(name: str) -> bool:
-    return bool(ONE_OFF_FRAME_RE.search(_head(name)))
+    return bool(_compiled("ONE_OFF_FRAME_RE").search(_head(name)))
 
 
 def is_engine(name: str) -> bool:
-    return bool(ENGINE_RE.search(_head(name)))
+    return bool(_compiled("ENGINE_RE").search(_head(name)))
 
 
 _CAPTURE_CALLS_M = _whole(BEGIN_CAPTURE_CALLS | END_CAPTURE_CALLS)
-_GRAPH_INSTANTIATE_M = re.compile(GRAPH_INSTANTIATE_RE.pattern, re.M)
+_GRAPH_INSTANTIATE_M = re.compile(_text("GRAPH_INSTANTIATE_RE"), re.M)
 _batch(is_capture_call, lambda n: _scan(n, _CAPTURE_CALLS_M, False) | _scan(n, _GRAPH_INSTANTIATE_M, False))
 _CAPTURE_FRAME_M, _COLD_CALL_M, _LIBRARY_SYNC_OP_M, _ONE_OFF_FRAME_M, _ENGINE_M = (
-    re.compile(p.pattern, re.M) for p in (CAPTURE_FRAME_RE, COLD_CALL_RE, LIBRARY_SYNC_OP_RE, ONE_OFF_FRAME_RE, ENGINE_RE))
+    re.compile(_text(p), re.M) for p in ("CAPTURE_FRAME_RE", "COLD_CALL_RE", "LIBRARY_SYNC_OP_RE", "ONE_OFF_FRAME_RE",
+                                         "ENGINE_RE"))
 _batch(is_capture_frame, lambda n: _scan(n, _CAPTURE_FRAME_M, False))
 _batch(is_cold_call, lambda n: _scan(n, _COLD_CALL_M, False))
 _batch(is_library_sync_op, lambda n: _scan(n, _LIBRARY_SYNC_OP_M, False))
@@ -672,13 +748,14 @@ _batch(is_engine, lambda n: _scan(n, _ENGINE_M, False))
 #: ``ampere_sgemm_*``; CUTLASS-generated ones ``sm80_xmma_*``, ``sm90_xmma_*``). A kernel runs
 #: only on a GPU of its architecture or later, so the largest one seen is a lower bound on the
 #: device's compute capability — used only when the trace has no ``deviceProperties``.
-ARCH_PREFIX_RE = re.compile(r"^(?:void )?(?:cutlass::Kernel<cutlass_\d+_tensorop_)?(volta|turing|ampere|hopper|sm(\d{2,3}))_")
+ARCH_PREFIX_RE: re.Pattern[str]
+_defer("ARCH_PREFIX_RE", r"^(?:void )?(?:cutlass::Kernel<cutlass_\d+_tensorop_)?(volta|turing|ampere|hopper|sm(\d{2,3}))_")
 ARCH_CC = {"volta": (7, 0), "turing": (7, 5), "ampere": (8, 0), "hopper": (9, 0)}
 
 
 def kernel_arch(name: str) -> tuple[int, int] | None:
     """``"volta_sgemm_128x64_nn"`` → ``(7, 0)``; ``"sm90_xmma_gemm_..."`` → ``(9, 0)``; else ``None``."""
-    m = ARCH_PREFIX_RE.match(name)
+    m = _compiled("ARCH_PREFIX_RE").match(name)
     if not m:
         return None
     if m.group(2):
@@ -695,7 +772,9 @@ def kernel_arch(name: str) -> tuple[int, int] | None:
 #: Inductor (``triton_``, vLLM's ``_matmul_ogs``), fused attention, and cuBLAS's unprefixed
 #: kernels (``sgemm_*``, ``gemv2T_kernel``, ``gemmSN_*``, ``splitKreduce``). A matmul-named kernel outside this list
 #: is taken as hand-written: autocast does not change its dtype.
-LIBRARY_MATMUL_RE = re.compile(
+LIBRARY_MATMUL_RE: re.Pattern[str]
+_defer(
+    "LIBRARY_MATMUL_RE",
     r"(cublas|nvjet|cutlass|xmma|cudnn|implicit_convolve|winograd|fprop|dgrad|wgrad|^Cijk_|rocblas|hipblas|"
     r"igemm|miopen|^ck_|ck::|triton|^_matmul|matmul_ogs|flash|fmha|attn|attention|"
     r"^(void )?(volta|turing|ampere|hopper|maxwell|kepler|sm\d{2,3})_\w*(gemm|conv)|"
@@ -705,10 +784,10 @@ LIBRARY_MATMUL_RE = re.compile(
 
 
 def is_library_matmul(name: str) -> bool:
-    return bool(LIBRARY_MATMUL_RE.search(_head(name)))
+    return bool(_compiled("LIBRARY_MATMUL_RE").search(_head(name)))
 
 
-_LIBRARY_MATMUL_M = re.compile(_folded(LIBRARY_MATMUL_RE).pattern, re.M)
+_LIBRARY_MATMUL_M = re.compile(_folded("LIBRARY_MATMUL_RE")[0], re.M)
 _batch(is_library_matmul, lambda n: _scan(n, _LIBRARY_MATMUL_M, True))
 
 

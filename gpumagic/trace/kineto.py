@@ -29,7 +29,6 @@ from gpumagic import examples
 from gpumagic._arrays import distinct
 from gpumagic.errors import TraceError
 from gpumagic.trace import schema
-from gpumagic.trace.bundled import attach_bundle
 from gpumagic.trace.columns import REPAIR_NOTES, TS_LIMIT_US, Part, as_int, column, extract, fit64
 from gpumagic.trace.decode import REPAIRED_NOTE, decode, flow_lists, flows_from_bytes, short
 from gpumagic.trace.files import display_name, read_bytes
@@ -199,7 +198,9 @@ def _assemble(header, parts: list[Part], notes: list[str], source: str, flows) -
         meta=_meta(header, sum(p.event_count for p in parts), categories),
         source=source,
     )
-    if header.gpumagic is not None:
+    if header.gpumagic is not None:  # a gpumagic bundle (``--save``): its samples and capture notes
+        from gpumagic.trace.bundled import attach_bundle
+
         attach_bundle(trace, header.gpumagic)
     return trace
 

@@ -149,3 +149,35 @@ def test_kernel_classes_skip_only_names_without_their_text():
     assert nm.is_matmul.batch(names).nonzero()[0].tolist() == [500]
     assert nm.is_nccl.batch(names).nonzero()[0].tolist() == [1500]
     assert nm.is_training.batch(names).sum() == 0 and nm.is_tensor_core.batch(names).sum() == 0
+
+
+def test_deferred_patterns_read_as_the_compiled_tables():
+    """The patterns compiled on first use (``names._DEFERRED``) read as compiled patterns of their
+    declared text and flags, by attribute and by ``from ... import``; an unknown name is still an
+    AttributeError."""
+    import re
+
+    from gpumagic.analysis.names import COMPILE_RE
+
+    assert COMPILE_RE is nm.COMPILE_RE
+    for name, (text, flags) in nm._DEFERRED.items():
+        p = getattr(nm, name)
+        assert isinstance(p, re.Pattern) and p is getattr(nm, name)
+        assert (p.pattern, p.flags) == (text, re.compile(text, flags).flags), name
+    assert nm.COLLECTIVE_RE.flags & re.IGNORECASE and nm.is_step("ProfilerStep#3") and not nm.is_step("x\nProfilerStep#3")
+    with pytest.raises(AttributeError, match="no attribute 'NOPE_RE'"):
+        nm.NOPE_RE  # noqa: B018
+
+
+def test_analysing_a_trace_compiles_none_of_the_deferred_patterns():
+    """Classifying a trace's names runs the all-names twins only (multi-line, lower-cased), so the
+    one-name patterns and the case-insensitive originals stay uncompiled (``gpumagic analyze``'s
+    start-up: compiling them all took some milliseconds). The bundled example has device
+    properties, so the architecture-from-kernel-names pattern is not needed either."""
+    import subprocess
+    import sys
+
+    code = ("import gpumagic; from gpumagic.analysis import names as nm; gpumagic.analyze('example').to_json(); "
+            "print(sorted(k for k in nm._DEFERRED if k in vars(nm)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

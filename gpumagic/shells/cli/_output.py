@@ -80,10 +80,11 @@ def emit(produce: Callable[[], Any], fmt: str, output: str | None, what: str, pr
     """Write what ``produce()`` returns (a Report or Comparison) as ``fmt``: 0, or 2 with one
     line on stderr when the input is bad or the output cannot be written. ``protect`` lists the
     input files, which ``-o`` may never overwrite (the run history is always added, see
-    :func:`kept_files`); the target is checked before any work."""
-    protect = [p for p in protect if p != STDIN] + kept_files()
+    :func:`kept_files`: only with ``-o``, as standard output replaces no file); the target is
+    checked before any work."""
     try:
         if output is not None:
+            protect = [p for p in protect if p != STDIN] + kept_files()
             check_target(output, protect)
         write_output(render_as(produce(), fmt), output, protect)
     except GpumagicError as exc:
