@@ -260,6 +260,38 @@ def test_multi_member_gzip_and_trailing_padding(tmp_path):
     assert bytes(read_bytes(path)) == text
 
 
+@pytest.mark.parametrize("isize", [0, 1000, "real + 1", "real - 1"])
+def test_a_gzip_trailer_that_lies_about_the_size_reads_as_before(tmp_path, isize):
+    """The one-call inflation (``mutable=False``) trusts ISIZE only to size its output: when the
+    text is not of that size it falls back to inflating step by step, so the outcome is the
+    step-by-step one's (``mutable=True``)."""
+    text = json.dumps(base()).encode()
+    packed = bytearray(gzip.compress(text))
+    size = {"real + 1": len(text) + 1, "real - 1": len(text) - 1}.get(isize, isize)
+    packed[-4:] = size.to_bytes(4, "little")
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(bytes(packed))
+
+    def outcome(mutable: bool):
+        try:
+            return bytes(read_bytes(path, mutable=mutable))
+        except TraceError as exc:
+            return str(exc)
+
+    assert outcome(False) == outcome(True)  # (ISA-L and zlib check ISIZE: each is an error)
+
+
+def test_a_bomb_whose_trailer_claims_a_small_size_still_stops_at_the_cap(tmp_path, monkeypatch):
+    """The one-call inflation makes at most ISIZE + 1 bytes; a bomb claiming a small size is then
+    inflated step by step, and stopped by the cap as any other."""
+    packed = bytearray(nul_bomb(64 << 20))  # larger than one step: the cap acts before the trailer is read
+    packed[-4:] = (1000).to_bytes(4, "little")
+    path = tmp_path / "bomb.json.gz"
+    path.write_bytes(bytes(packed))
+    monkeypatch.setattr(files, "INFLATE_FREE_BYTES", 1 << 20)
+    one_line_error(lambda: read_bytes(path), "inflates to more than 100 times")
+
+
 def test_plain_zlib_inflates_the_same_when_isal_is_absent(monkeypatch, tmp_path):
     path = os.path.join(DATA, "h100_bert_small_inference.json.gz")
     fast = bytes(read_bytes(path))
