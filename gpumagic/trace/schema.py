@@ -13,15 +13,22 @@ from typing import Any, NamedTuple, Union
 
 import msgspec
 
-
-class Args(msgspec.Struct, frozen=True, gc=False, rename={
+#: The JSON keys of :class:`Args`' fields whose names differ, then :class:`OpArgs`' and
+#: :class:`CommArgs`' (a subclass gives its own, whole mapping).
+ARGS_KEYS = {
     "nbytes": "bytes",
     "mem_bytes": "Bytes",
     "total_allocated": "Total Allocated",
     "total_reserved": "Total Reserved",
     "device_id": "Device Id",
     "device_type": "Device Type",
-}):
+}
+OP_ARGS_KEYS = {**ARGS_KEYS, "dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}
+COMM_ARGS_KEYS = {**OP_ARGS_KEYS, "coll": "Collective name", "in_n": "In msg nelems", "out_n": "Out msg nelems",
+                  "group": "Group size"}
+
+
+class Args(msgspec.Struct, frozen=True, gc=False, rename=ARGS_KEYS):
     """The few ``args`` the analysis reads; -1 means absent. (``correlation`` links a launch to
     the kernel or copy it enqueued; operators' ``External id`` is not needed and not read.)"""
 
@@ -64,17 +71,7 @@ class Complete(_Event, tag="X"):
 RAW_ABSENT = msgspec.Raw(b"")
 
 
-class OpArgs(Args, frozen=True, gc=False, rename={
-    "nbytes": "bytes",
-    "mem_bytes": "Bytes",
-    "total_allocated": "Total Allocated",
-    "total_reserved": "Total Reserved",
-    "device_id": "Device Id",
-    "device_type": "Device Type",
-    "dims": "Input Dims",
-    "types": "Input type",
-    "concrete": "Concrete Inputs",
-}):
+class OpArgs(Args, frozen=True, gc=False, rename=OP_ARGS_KEYS):
     """:class:`Args` plus what ``record_shapes``/``with_flops`` add to operators (see
     :mod:`.ops`), read in the same pass as everything else when loading from bytes. The shapes
     are kept as :class:`msgspec.Raw` (a view into the text): only operators' are decoded
@@ -95,21 +92,7 @@ class FastComplete(Complete, tag="X"):
     args: OpArgs = NO_OP_ARGS
 
 
-class CommArgs(OpArgs, frozen=True, gc=False, rename={
-    "nbytes": "bytes",
-    "mem_bytes": "Bytes",
-    "total_allocated": "Total Allocated",
-    "total_reserved": "Total Reserved",
-    "device_id": "Device Id",
-    "device_type": "Device Type",
-    "dims": "Input Dims",
-    "types": "Input type",
-    "concrete": "Concrete Inputs",
-    "coll": "Collective name",
-    "in_n": "In msg nelems",
-    "out_n": "Out msg nelems",
-    "group": "Group size",
-}):
+class CommArgs(OpArgs, frozen=True, gc=False, rename=COMM_ARGS_KEYS):
     """:class:`OpArgs` plus what a collective's events record about its message (see
     :mod:`.comms`), as raw text: read in the same pass when a job's rank is loaded
     (``from_bytes(..., comms=True)``), instead of a second decode of the whole file. Not the
