@@ -100,11 +100,16 @@ COMM_NAME_PREFIXES = ("nccl:", "c10d::")
 COMM_OPERATOR = "record_param_comms"
 
 
+def is_comm_host_name(name: str) -> bool:
+    """Whether ``name`` is a collective's host event, whose recorded shapes describe its message."""
+    return name.startswith(COMM_NAME_PREFIXES) or name == COMM_OPERATOR
+
+
 def describes_message(name: str, in_n: int, coll: int, dims: int) -> bool:
     """Whether an event (its name; the lengths of its raw ``In msg nelems``, ``Collective name``
     and ``Input Dims`` args) describes a collective's message: sizes on the event itself, or a
     collective's host event with its recorded shapes."""
-    return bool(in_n or coll) or ((name.startswith(COMM_NAME_PREFIXES) or name == COMM_OPERATOR) and dims > 0)
+    return bool(in_n or coll) or (is_comm_host_name(name) and dims > 0)
 
 
 @dataclass
@@ -200,7 +205,7 @@ def _comm_rows(names: list[str], name_ids: np.ndarray, args: list) -> CommRows:
     speed: lengths of raw texts, and the names tested once each)."""
     n = len(args)
     sized = (column(map(len, map(_IN_N, args)), np.int64, n) > 0) | (column(map(len, map(_COLL, args)), np.int64, n) > 0)
-    named = np.fromiter((describes_message(x, 0, 0, 1) for x in names), dtype=bool, count=len(names))
+    named = np.fromiter(map(is_comm_host_name, names), dtype=bool, count=len(names))
     if named.any():
         sized |= named[name_ids] & (column(map(len, map(_DIMS, args)), np.int64, n) > 0)
     rows = np.flatnonzero(sized)

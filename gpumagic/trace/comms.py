@@ -34,9 +34,10 @@ _ABSENT = msgspec.Raw(b"")
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False, rename={
-        "coll": "Collective name", "in_n": "In msg nelems", "out_n": "Out msg nelems", "group": "Group size",
-        "dims": "Input Dims", "types": "Input type", "corr": "correlation"}):
-    """Raw JSON views, decoded further only for the events kept."""
+        **{f: schema.COMM_ARGS_KEYS[f] for f in ("coll", "in_n", "out_n", "group", "dims", "types")}, "corr": "correlation"}):
+    """Raw JSON views, decoded further only for the events kept: the keys of
+    :class:`~gpumagic.trace.schema.CommArgs`, every value raw (this pass is the fallback for a
+    file whose values the typed pass refused, ``correlation`` included)."""
 
     coll: msgspec.Raw = _ABSENT
     dtype: msgspec.Raw = _ABSENT
