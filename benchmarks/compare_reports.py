@@ -1,7 +1,8 @@
 """Are this checkout's reports the same as another version's? A guard for speed work.
 
 Runs ``python -m gpumagic analyze FILE --format json`` with a reference checkout's code
-(``--ref``, put first on ``PYTHONPATH``) and with this checkout's, on every trace in
+(``--ref``: run in that folder, and put first on ``PYTHONPATH``; the script checks which code
+each side imported) and with this checkout's, on every trace in
 ``tests/data`` (or the files given, e.g. larger inputs built with
 ``analyze_speed.repeat_trace``), and compares the two JSON reports value by value. No field of a
 report measures time or the machine today (the analysis is deterministic), so nothing is ignored
@@ -26,10 +27,22 @@ ROOT = os.path.dirname(HERE)
 DATA = os.path.join(ROOT, "tests", "data")
 
 
-def report(py: str, path_first: str, trace: str, fmt: str, extra: list[str]) -> str:
-    env = dict(os.environ, PYTHONPATH=path_first + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.run([py, "-m", "gpumagic", "analyze", trace, "--format", fmt, *extra],
-                       capture_output=True, text=True, env=env, cwd=ROOT)
+def checkout_run(py: str, checkout: str, args: list[str]) -> subprocess.CompletedProcess:
+    """``py ARGS`` importing ``checkout``'s gpumagic. It runs in that folder: ``python -m`` and
+    ``-c`` put the working directory first on ``sys.path``, before ``PYTHONPATH``, so from this
+    checkout's root every run would import this checkout's code whatever ``PYTHONPATH`` says."""
+    env = dict(os.environ, PYTHONPATH=checkout + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([py, *args], capture_output=True, text=True, env=env, cwd=checkout)
+
+
+def imported_from(py: str, checkout: str) -> str:
+    """The folder whose ``gpumagic`` package a run in ``checkout`` imports."""
+    p = checkout_run(py, checkout, ["-c", "import gpumagic, os; print(os.path.dirname(os.path.dirname(gpumagic.__file__)))"])
+    return os.path.realpath(p.stdout.strip()) if p.returncode == 0 else f"<exit {p.returncode}: {p.stderr.strip()[-200:]}>"
+
+
+def report(py: str, checkout: str, trace: str, fmt: str, extra: list[str]) -> str:
+    p = checkout_run(py, checkout, ["-m", "gpumagic", "analyze", trace, "--format", fmt, *extra])
     if p.returncode:
         return f"<exit {p.returncode}: {p.stderr.strip()[-300:]}>"
     return p.stdout
@@ -65,13 +78,19 @@ def main() -> None:
     ap.add_argument("--ignore", action="append", default=[], help="a key to leave out of the comparison (repeatable)")
     ap.add_argument("-j", "--jobs", default=None, help="passed on as -j to both")
     args = ap.parse_args()
-    files = args.files or sorted(glob.glob(os.path.join(DATA, "*.json.gz")), key=os.path.getsize)
+    files = [os.path.abspath(f) for f in args.files] or sorted(glob.glob(os.path.join(DATA, "*.json.gz")), key=os.path.getsize)
+    ref_root = os.path.abspath(args.ref)
+    # a comparison of a checkout with itself would pass whatever changed: make sure it is not one
+    sources = {"reference": imported_from(args.ref_python, ref_root), "this checkout": imported_from(sys.executable, ROOT)}
+    print(f"reference code: {sources['reference']}; this checkout's: {sources['this checkout']}")
+    if sources["reference"] != os.path.realpath(ref_root) or sources["this checkout"] != os.path.realpath(ROOT):
+        sys.exit(f"compare_reports: a run did not import the checkout it was meant to ({sources})")
     extra = ["-j", args.jobs] if args.jobs else []
     ignore = set(args.ignore)
     failed = 0
     for f in files:
         for fmt in args.format.split(","):
-            ref = report(args.ref_python, os.path.abspath(args.ref), f, fmt, extra)
+            ref = report(args.ref_python, ref_root, f, fmt, extra)
             new = report(sys.executable, ROOT, f, fmt, extra)
             if fmt == "json":
                 try:

@@ -186,7 +186,8 @@ def measure(mode: str, folder: str) -> dict:
     polled from /proc every :data:`POLL_S`)."""
     with tempfile.TemporaryDirectory() as stats:
         proc = subprocess.Popen([sys.executable, "-c", RUN, mode, folder], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True, env={**os.environ, "PYTHONPATH": os.path.abspath(ROOT), "JOB_BENCH_STATS": stats})
+                                text=True, cwd=ROOT,  # run here: -c puts the working directory first on sys.path
+                                env={**os.environ, "PYTHONPATH": os.path.abspath(ROOT), "JOB_BENCH_STATS": stats})
         peaks: dict[int, int] = {}
         cpu: dict[int, float] = {}
         seen: dict[int, list[float]] = {}

@@ -79,7 +79,7 @@ def json_mb(path: str) -> float:
 def timed(path: str) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "gpumagic", "analyze", "-j", "1", "--format", "json", "-o", os.devnull, path],
-                   check=True, env={**os.environ, "PYTHONPATH": ROOT}, stderr=subprocess.DEVNULL)
+                   check=True, env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 

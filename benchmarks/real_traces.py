@@ -25,7 +25,8 @@ load they vary less than the wall clock. gpumagic forks piece decoders for a fil
 (two cores here), so its wall time can be below its CPU time.
 Targets (issue 28): gpumagic ≤ 1.5× the typed decode, and ≥ 10× faster than HTA, on every file.
 ``--ref FOLDER`` adds another checkout's ``gpumagic`` (e.g. the previous commit's, from ``git
-archive``; compile it first) as one more contender, for a before/after of the CPU ratios.
+archive``; compile it first) as one more contender, for a before/after of the CPU ratios. Each
+gpumagic contender runs in its own checkout's folder (see :func:`timed`).
 Run: ``python benchmarks/real_traces.py [--rounds 3] [--no-hta] [--repeat-rounds 1] [--ref FOLDER] [FILES...]``
 (HTA: ``pip install -e .[benchmark]``, which pins HolisticTraceAnalysis 0.5 and pandas < 3:
 HTA 0.5's critical path calls a pandas API that pandas 3 removed).
@@ -50,7 +51,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from analyze_speed import HTA, TYPED_DECODE, json_size, repeat_trace  # noqa: E402
 
-DATA = os.path.join(HERE, "..", "tests", "data")
+ROOT = os.path.dirname(HERE)
+DATA = os.path.join(ROOT, "tests", "data")
 
 #: (source trace, copies): the larger inputs, each a real trace's events repeated end to end.
 REPEATS = (("mi300_vllm_decode_fullgraph_capture.json.gz", 4),  # AMD MI300X, ~109 MB
@@ -88,12 +90,18 @@ def load_avg() -> str:
     return f"load {os.getloadavg()[0]:.1f}"
 
 
-def timed(cmd: list[str]) -> tuple[float | None, float, str]:
+def timed(cmd: list[str], checkout: str | None = None) -> tuple[float | None, float, str]:
     """(wall seconds of the whole process, its CPU seconds with every process it forked, its last
-    line of standard output); None on failure."""
+    line of standard output); None on failure. With ``checkout``, the process imports that
+    folder's gpumagic: it runs there, with the folder first on ``PYTHONPATH`` (``python -m`` and
+    ``-c`` put the working directory first on ``sys.path``, so from another checkout's root every
+    contender would import that checkout's code whatever ``PYTHONPATH`` says)."""
+    env = None
+    if checkout:
+        env = dict(os.environ, PYTHONPATH=checkout + os.pathsep + os.environ.get("PYTHONPATH", ""))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=checkout, env=env)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -110,7 +118,7 @@ def contenders(py: str, trace: str, tmp: str, hta: bool, critical: bool, ref: st
            # as the gpumagic command holds it (shells.cli.run)
            "start-up": [py, "-c", "import os; os.environ.setdefault('OPENBLAS_NUM_THREADS', '1'); import numpy, msgspec"]}
     if ref:
-        out["gpumagic ref"] = ["env", f"PYTHONPATH={ref}", *out["gpumagic"]]
+        out["gpumagic ref"] = list(out["gpumagic"])
     if hta:
         folder = os.path.join(tmp, "hta-" + os.path.basename(trace).split(".")[0])
         os.makedirs(folder, exist_ok=True)
@@ -125,8 +133,13 @@ def contenders(py: str, trace: str, tmp: str, hta: bool, critical: bool, ref: st
     return out
 
 
+#: The contenders that run gpumagic's code, and whose checkout each imports (None: the reference).
+OWN_CODE = {"gpumagic": ROOT, "gpumagic critical path": ROOT, "gpumagic ref": None}
+
+
 def bench(trace: str, rounds: int, tmp: str, py: str, hta: bool, critical: bool, title: str = "", ref: str = "") -> dict:
     cmds = contenders(py, trace, tmp, hta, critical, ref)
+    where = {k: (OWN_CODE[k] or ref) if k in OWN_CODE else None for k in cmds}
     walls: dict[str, list[float]] = {k: [] for k in cmds}
     cpus: dict[str, list[float]] = {k: [] for k in cmds}
     inner: dict[str, list[float]] = {k: [] for k in cmds}
@@ -135,7 +148,7 @@ def bench(trace: str, rounds: int, tmp: str, py: str, hta: bool, critical: bool,
     for r in range(rounds):
         order = list(cmds) if r % 2 == 0 else list(reversed(cmds))
         for name in order:
-            wall, cpu, last = timed(cmds[name])
+            wall, cpu, last = timed(cmds[name], where[name])
             if wall is None:
                 errors[name] = last
                 continue
@@ -196,20 +209,23 @@ def main() -> None:
     if not args.no_hta and not hta:
         print("HTA not installed (pip install -e .[benchmark]): HTA columns skipped")
     critical = not args.no_critical_path
-    files = args.files or sorted(glob.glob(os.path.join(DATA, "*.json.gz")), key=os.path.getsize)
+    ref = os.path.abspath(args.ref) if args.ref else ""
+    if ref and os.path.realpath(ref) == os.path.realpath(ROOT):
+        sys.exit("real_traces: --ref is this checkout itself")
+    files = [os.path.abspath(f) for f in args.files] or sorted(glob.glob(os.path.join(DATA, "*.json.gz")), key=os.path.getsize)
     print(f"{os.cpu_count()} cores, {load_avg()} at the start (a shared machine: absolute times are under load; "
           f"read the ratios of interleaved runs)")
     tmp = tempfile.mkdtemp(prefix="gpumagic-real-")
     results = {}
     try:
         for f in files:
-            results[os.path.basename(f)] = bench(f, args.rounds, tmp, py, hta, critical, ref=args.ref)
+            results[os.path.basename(f)] = bench(f, args.rounds, tmp, py, hta, critical, ref=ref)
         if not args.no_repeats and not args.files:
             for src, copies in REPEATS:
                 dst = os.path.join(tmp, src.replace(".json.gz", f"_x{copies}.json.gz"))
                 events, _ = repeat_trace(os.path.join(DATA, src), copies, dst)
                 title = f"{src.split('.')[0]} x{copies} ({events:,} ev)"
-                results[title] = bench(dst, args.repeat_rounds, tmp, py, hta, critical, title, ref=args.ref)
+                results[title] = bench(dst, args.repeat_rounds, tmp, py, hta, critical, title, ref=ref)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     ratios = [r["gpumagic"] / r["decode"] for r in results.values() if r["gpumagic"] and r["decode"]]

@@ -1,6 +1,11 @@
 """``metrics.phases`` on a built training step whose phases are known, on the host and the GPU."""
 
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tracebuilder import TraceBuilder
 
 from gpumagic import analyze
@@ -61,3 +66,49 @@ def test_no_steps_no_phases():
     tb = TraceBuilder()
     tb.op("aten::mm", 0, 100)
     assert "phases" not in analyze(tb.to_dict()).to_dict()["metrics"]
+
+
+def _full_scan_within(start, end, lo, hi):
+    """What ``_Spans.within`` replaced: every span read for every step."""
+    from gpumagic.analysis import intervals as iv
+
+    keep = (start < hi) & (end > lo)
+    return iv.clip(iv.union(start[keep], end[keep]), lo, hi)
+
+
+def _full_scan_hull(start, end, lo, hi):
+    from gpumagic.analysis import intervals as iv
+
+    keep = (start >= lo) & (start < hi)
+    if not keep.any():
+        return iv.empty()
+    return iv.clip(iv.union(np.array([start[keep].min()]), np.array([end[keep].max()])), lo, hi)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1_000), st.integers(0, 400)), max_size=60),
+       st.integers(-50, 1_100), st.integers(0, 500))
+def test_spans_cut_to_a_step_by_search_equal_a_full_scan(spans, lo, width):
+    """Each step reads only the spans near it (by binary search over start times and the running
+    latest end): the same intervals as testing every span, long spans that start in an earlier
+    step and reach into this one included."""
+    from gpumagic.analysis.phases import _Spans
+
+    spans = sorted(spans)  # the event table is sorted by start time
+    start = np.array([s for s, _ in spans], dtype=np.int64)
+    dur = np.array([d for _, d in spans], dtype=np.int64)
+    ev = SimpleNamespace(ts_ns=start, dur_ns=dur)
+    cut = _Spans(ev, np.arange(start.size))
+    hi = lo + width
+    for got, want in ((cut.within(lo, hi), _full_scan_within(start, start + dur, lo, hi)),
+                      (cut.hull(lo, hi), _full_scan_hull(start, start + dur, lo, hi))):
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def test_a_data_wait_that_began_in_the_previous_step_counts_in_both():
+    tb = training_trace(steps=3)
+    tb.dataloader(9_000, 3_500)  # from step 1's last millisecond to 0.5 ms past step 2's own wait
+    ph = analyze(tb.to_dict()).to_dict()["metrics"]["phases"]
+    assert ph["per_step"][0]["data"] == pytest.approx(3.0, abs=1e-3)  # its own 2 ms and the last 1
+    assert ph["per_step"][1]["data"] == pytest.approx(2.5, abs=1e-3)  # clipped to step 2's start
+    assert ph["spans_ns"][1]["data"] == [[10_000_000, 12_500_000]]

@@ -190,13 +190,19 @@ class Context:
         the others: for classes that are only ever applied to host events."""
         return nm.classify(self.trace.names, predicate, self._host_names)
 
-    def events_in_window(self, mask: np.ndarray) -> np.ndarray:
+    @cached_property
+    def _in_window(self) -> np.ndarray:
+        """Which events overlap the window (computed once: rules ask for it dozens of times)."""
         ev = self.trace.events
-        return mask & (ev.ts_ns < self.hi) & (ev.ts_ns + ev.dur_ns > self.lo)
+        return (ev.ts_ns < self.hi) & (ev.ts_ns + ev.dur_ns > self.lo)
+
+    def events_in_window(self, mask: np.ndarray) -> np.ndarray:
+        return mask & self._in_window
 
     def intervals(self, mask: np.ndarray) -> iv.Intervals:
         ev = self.trace.events
-        return iv.clip(iv.union(ev.ts_ns[mask], ev.ts_ns[mask] + ev.dur_ns[mask]), self.lo, self.hi)
+        start = ev.ts_ns[mask]
+        return iv.clip(iv.union(start, start + ev.dur_ns[mask]), self.lo, self.hi)
 
 
 def host_names(trace: Trace) -> np.ndarray:

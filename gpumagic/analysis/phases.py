@@ -73,23 +73,23 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
     fwd_ann = np.flatnonzero(annot["forward"][ev.name] & ann_rows)
     ops = np.flatnonzero(host & (ev.lane == ctx.main_lane) & (m["cpu_op"] | m["python"] | m["runtime"])
                          & ~m["name_dataloader"] & ~opt_names[ev.name])
+    data_spans, opt_spans, bwd_spans, fwd_spans = (_Spans(ev, r) for r in (data_rows, opt_rows, bwd_rows, fwd_ann))
+    op_s = ev.ts_ns[ops]
     out = []
     for lo, hi in ctx.step_bounds:
-        data = _within(ev, data_rows, lo, hi)
-        opt = _within(ev, opt_rows, lo, hi)
-        b = _hull(ev, bwd_rows, lo, hi)
+        data = data_spans.within(lo, hi)
+        opt = opt_spans.within(lo, hi)
+        b = bwd_spans.hull(lo, hi)
         fwd_end = b[0][0] if b[0].size else None
-        op_s = ev.ts_ns[ops]
-        sel = ops[(op_s >= lo) & (op_s < hi)]
-        if fwd_end is not None:
-            sel = sel[ev.ts_ns[sel] < fwd_end]
+        a, z = np.searchsorted(op_s, (lo, hi if fwd_end is None else min(hi, fwd_end)))
+        sel = ops[a:z]  # the step's host operators (before the backward, when there is one)
         # forward: the step's host operators before the backward, minus data and optimizer time
         sel = sel[~_inside(ev.ts_ns[sel], data) & ~_inside(ev.ts_ns[sel], opt)]
         f = iv.empty()
         if sel.size:
             f_hi = fwd_end if fwd_end is not None else int((ev.ts_ns[sel] + ev.dur_ns[sel]).max())
             f = iv.clip(iv.union(np.array([ev.ts_ns[sel].min()]), np.array([f_hi])), lo, hi)
-        f = iv.merge(f, _within(ev, fwd_ann, lo, hi))
+        f = iv.merge(f, fwd_spans.within(lo, hi))
         raw = {"data": data, "optimizer": opt, "backward": b, "forward": f}
         covered, parts = iv.empty(), {}
         for p in PRIORITY:
@@ -101,18 +101,33 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
     return out
 
 
-def _within(ev, rows: np.ndarray, lo: int, hi: int) -> iv.Intervals:
-    s, e = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
-    keep = (s < hi) & (e > lo)
-    return iv.clip(iv.union(s[keep], e[keep]), lo, hi)
+class _Spans:
+    """The spans of some events (rows in start order, as the event table is sorted), cut to a
+    step in time logarithmic in their number: a trace of a hundred steps is not read a hundred
+    times over."""
 
+    def __init__(self, ev, rows: np.ndarray):
+        self.start = ev.ts_ns[rows]
+        self.end = self.start + ev.dur_ns[rows]
+        #: the latest end among the spans up to each one: the spans that start before ``lo``
+        #: and reach into ``[lo, hi)`` all lie after the first whose running end passes ``lo``
+        self.reach = np.maximum.accumulate(self.end) if rows.size else self.end
 
-def _hull(ev, rows: np.ndarray, lo: int, hi: int) -> iv.Intervals:
-    s, e = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
-    keep = (s >= lo) & (s < hi)
-    if not keep.any():
-        return iv.empty()
-    return iv.clip(iv.union(np.array([s[keep].min()]), np.array([e[keep].max()])), lo, hi)
+    def within(self, lo: int, hi: int) -> iv.Intervals:
+        """The time inside ``[lo, hi)`` covered by the spans that overlap it."""
+        a = int(np.searchsorted(self.reach, lo, side="right"))
+        z = int(np.searchsorted(self.start, hi, side="left"))
+        s, e = self.start[a:z], self.end[a:z]
+        keep = e > lo
+        return iv.clip(iv.union(s[keep], e[keep]), lo, hi)
+
+    def hull(self, lo: int, hi: int) -> iv.Intervals:
+        """From the first start to the last end of the spans that start inside ``[lo, hi)``,
+        clipped to it."""
+        a, z = np.searchsorted(self.start, (lo, hi), side="left")
+        if a == z:
+            return iv.empty()
+        return iv.clip(iv.union(self.start[a:a + 1], np.array([self.end[a:z].max()])), lo, hi)
 
 
 def _inside(t: np.ndarray, a: iv.Intervals) -> np.ndarray:
@@ -161,8 +176,12 @@ def _gpu_per_step(ctx: Context, per: list[dict[str, iv.Intervals]]) -> list[dict
     if rows.size == 0:
         return []
     t, dur = ctx.launch_ts[rows], ev.dur_ns[rows]
+    order = np.argsort(t, kind="stable")  # by launch time, so that each step reads only its own
+    t, dur = t[order], dur[order]
     out = []
-    for parts in per:
-        step = {p: _ms(dur[_inside(t, parts[p])].sum()) for p in PHASES}
-        out.append(step)
+    for (lo, hi), parts in zip(ctx.step_bounds, per):
+        # every phase lies inside its step's bounds: only the work launched in them can count
+        a, z = np.searchsorted(t, (lo, hi), side="left")
+        ts, ds = t[a:z], dur[a:z]
+        out.append({p: _ms(ds[_inside(ts, parts[p])].sum()) for p in PHASES})
     return out
