@@ -113,3 +113,30 @@ def test_low_compute_efficiency_cites_the_operator():
     assert f.evidence.numbers["operator"] == "aten::mm"
     assert f.evidence.numbers["operator_tflops"] == row["tflops"] == pytest.approx(2 * 1024**3 / 8e-3 / 1e12, rel=1e-3)
     assert "aten::mm [1024x1024, 1024x1024]" in f.evidence.summary
+
+
+def test_instances_are_grouped_by_name_and_shapes_whatever_their_order():
+    """Instances of one operator with two shapes, interleaved, make two rows; an instance whose
+    recorded inputs are all non-tensors (no shape text) joins the same operator's instances that
+    recorded nothing; the profiler's own FLOP count wins over the shapes' where it has one."""
+    tb = TraceBuilder(gpu_name=A100)
+    tb.step(1, 0, 10_000)
+    shapes = ([[64, 128], [128, 256]], [[32, 128], [128, 256]])
+    for k in range(6):
+        t = 100 + k * 1_000
+        op(tb, "aten::mm", t, 50, shapes[k % 2], flops=1e9 if k == 4 else None)
+        tb.kernel("sgemm", t + 20, 10 + k, launch_ts=t + 5)
+    op(tb, "aten::copy_", 7_000, 50, [[], []])  # recorded, but no tensor shape
+    tb.kernel("copy_kernel", 7_020, 5, launch_ts=7_005)
+    tb.add(cat="cpu_op", name="aten::copy_", ts=8_000, dur=50)  # recorded nothing
+    tb.kernel("copy_kernel", 8_020, 7, launch_ts=8_005)
+    rows = {(r["name"], r["shapes"]): r for r in analyze(tb.to_dict()).metrics["operators"]["top"]}
+    assert set(rows) == {("aten::mm", "64x128, 128x256"), ("aten::mm", "32x128, 128x256"), ("aten::copy_", None)}
+    big, small = rows[("aten::mm", "64x128, 128x256")], rows[("aten::mm", "32x128, 128x256")]
+    assert (big["count"], small["count"]) == (3, 3)
+    assert big["gpu_ms"] == pytest.approx((10 + 12 + 14) / 1000) and small["gpu_ms"] == pytest.approx((11 + 13 + 15) / 1000)
+    assert big["flops"] == 2 * 64 * 128 * 256 * 2 + 1e9  # the fifth instance: the profiler's count
+    assert small["flops"] == 3 * 2 * 32 * 128 * 256
+    assert big["flops_source"] == "shapes"  # the group's first instance
+    copy = rows[("aten::copy_", None)]
+    assert copy["count"] == 2 and copy["gpu_ms"] == pytest.approx(0.012) and copy["flops"] is None

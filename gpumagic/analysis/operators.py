@@ -165,15 +165,6 @@ def metrics(ctx: Context, top: int = TOP_OPERATORS) -> dict[str, Any]:
             ops_tree.extend((tree_of, tree_of.backward_outputs))
         return ops_tree
 
-    memo: dict[tuple, tuple] = {}
-    texts: dict[int, str] = {}  # str() of each shapes list, once per list (rows recording the same text share one)
-
-    def text(value) -> str:
-        got = texts.get(id(value))  # the table holds every value, so ids stay unique while this runs
-        if got is None:
-            got = texts[id(value)] = str(value)
-        return got
-
     groups: dict[tuple, dict[str, Any]] = {}
     # instances without recorded shapes: by name, vectorised (no FLOPs, no bytes)
     plain = match < 0
@@ -189,41 +180,101 @@ def metrics(ctx: Context, top: int = TOP_OPERATORS) -> dict[str, Any]:
         groups[(name, None)] = {"name": name, "shapes": None, "count": int(cnt[n]), "gpu_ns": float(tot[n]),
                                 "flops": 0.0, "flops_known": 0, "bytes": 0.0, "bytes_known": 0, "dtype": None,
                                 "flops_source": None}
-    for j in np.flatnonzero(~plain).tolist():
-        row = int(inst[j])
-        name = ctx.trace.names[ev.name[row]]
-        i = int(match[j])
-        t = shapes[0]
-        mk = (name, text(t.dims[i]), text(t.types[i]), text(t.concrete[i]))
-        if mk not in memo:  # same operator, shapes, dtypes and arguments: same work
-            dims, types = t.dims[i], t.types[i] or []
-            fs = None
-            if flops.in_family(name) or flops.CONV_BWD_PARTS.search(name):
-                table, bwd_out = tree()
-                fs = flops.shape_flops(table, i, bwd_out) or _conv_part_flops(table, i)
-            memo[mk] = (_shape_text(dims), _bytes(name, dims, types) if dims else None, flops._dtype(types), fs)
-        shape_text, nbytes, dtype, fs = memo[mk]
-        f, src = (float(t.flops[i]), "profiler") if t.flops[i] > 0 else (fs, "shapes" if fs is not None else None)
-        if in_graph[j] and f is None:  # a graph replay whose work the trace does not count
-            out["graph_uncovered_ms"] = round(out["graph_uncovered_ms"] + gpu_ns[j] / MS, 4)
-            out["uncovered_ms"] = round(out["uncovered_ms"] + gpu_ns[j] / MS, 4)
-            continue
-        g = groups.setdefault((name, shape_text), {
-            "name": name, "shapes": shape_text, "count": 0, "gpu_ns": 0.0, "flops": 0.0, "flops_known": 0,
-            "bytes": 0.0, "bytes_known": 0, "dtype": dtype, "flops_source": src})
-        g["count"] += 1
-        g["gpu_ns"] += float(gpu_ns[j])
-        if f is not None:
-            g["flops"] += f
-            g["flops_known"] += 1
-        if nbytes is not None:
-            g["bytes"] += nbytes
-            g["bytes_known"] += 1
+    shaped = np.flatnonzero(~plain)
+    if shaped.size:
+        _add_shaped(ctx, out, groups, shaped, inst, match, gpu_ns, in_graph, shapes[0], tree)
     out["count"] = len(groups)
     out["attributed_ms"] = _ms(sum(g["gpu_ns"] for g in groups.values()))
     ranked = sorted(groups.values(), key=lambda g: -g["gpu_ns"])[:max(int(top), 0)]
     out["top"] = [_row(g, name_dev, bw) for g in ranked]
     return out
+
+
+def _add_shaped(ctx: Context, out: dict[str, Any], groups: dict[tuple, dict[str, Any]], shaped: np.ndarray,
+                inst: np.ndarray, match: np.ndarray, gpu_ns: np.ndarray, in_graph: np.ndarray, t, tree) -> None:
+    """Add the operator instances ``shaped`` (positions in ``inst``, in order; each matched to the
+    ``OpTable`` row ``match``) to ``groups``, keyed by name and shapes.
+
+    Instances with the same name, shapes, dtypes and arguments do the same work, so the formulas
+    run once per distinct combination (a training loop repeats a few hundred of them step after
+    step), and the sums per group are made at C speed, in the instances' order: the same floats as
+    adding them one at a time. A graph replay whose work the trace does not count is left out of
+    the groups and added to the uncovered time, one instance at a time as before (each sum is
+    rounded)."""
+    ev = ctx.trace.events
+    names = ctx.trace.names
+    rows = match[shaped]
+    key = np.stack([ev.name[inst[shaped]].astype(np.int64),
+                    *(_text_codes(column, rows) for column in (t.dims, t.types, t.concrete))], axis=1)
+    distinct_keys, first, which = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    which = which.ravel()
+    facts = []  # per distinct key: (name, shape text, bytes, dtype, FLOPs from shapes)
+    for name_id, i in zip(distinct_keys[:, 0].tolist(), rows[first].tolist()):
+        name = names[name_id]
+        dims, types = t.dims[i], t.types[i] or []
+        fs = None
+        if flops.in_family(name) or flops.CONV_BWD_PARTS.search(name):
+            table, bwd_out = tree()
+            fs = flops.shape_flops(table, i, bwd_out) or _conv_part_flops(table, i)
+        facts.append((name, _shape_text(dims), _bytes(name, dims, types) if dims else None, flops._dtype(types), fs))
+    counted = t.flops[rows]
+    profiler = counted > 0
+    fs_known = np.array([f[4] is not None for f in facts], dtype=bool)[which]
+    fs_value = np.array([f[4] if f[4] is not None else 0.0 for f in facts], dtype=np.float64)[which]
+    known = profiler | fs_known
+    value = np.where(profiler, counted, np.where(fs_known, fs_value, 0.0))
+    skipped = in_graph[shaped] & ~known
+    for j in shaped[skipped].tolist():
+        out["graph_uncovered_ms"] = round(out["graph_uncovered_ms"] + gpu_ns[j] / MS, 4)
+        out["uncovered_ms"] = round(out["uncovered_ms"] + gpu_ns[j] / MS, 4)
+    kept = np.flatnonzero(~skipped)
+    if kept.size == 0:
+        return
+    which, known, value, profiler = which[kept], known[kept], value[kept], profiler[kept]
+    # one group per (name, shape text), numbered in the order their first instance comes
+    group_ids: dict[tuple, int] = {}
+    group_of_key = np.array([group_ids.setdefault((f[0], f[1]), len(group_ids)) for f in facts], dtype=np.int64)
+    # (dense: a group whose every instance was left out above has no number here)
+    _, starts, group = np.unique(group_of_key[which], return_index=True, return_inverse=True)
+    group = group.ravel()
+    order = np.argsort(starts, kind="stable")
+    entries = []
+    for g in order.tolist():
+        j = int(starts[g])  # the group's first instance gives its dtype and FLOP source
+        name, shape_text, _, dtype, _ = facts[int(which[j])]
+        src = "profiler" if profiler[j] else ("shapes" if known[j] else None)
+        entries.append(groups.setdefault((name, shape_text), {
+            "name": name, "shapes": shape_text, "count": 0, "gpu_ns": 0.0, "flops": 0.0, "flops_known": 0,
+            "bytes": 0.0, "bytes_known": 0, "dtype": dtype, "flops_source": src}))
+    nbytes = np.array([f[2] if f[2] is not None else 0.0 for f in facts], dtype=np.float64)[which]
+    has_bytes = np.array([f[2] is not None for f in facts], dtype=bool)[which]
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    slot = rank[group]  # each instance's entry
+    sums = {}
+    for field, weights in (("gpu_ns", gpu_ns[shaped][kept]), ("flops", value), ("bytes", nbytes)):
+        acc = np.array([e[field] for e in entries], dtype=np.float64)
+        np.add.at(acc, slot, weights)  # one instance after another, as a loop adds them
+        sums[field] = acc.tolist()
+    counts = {"count": np.bincount(slot, minlength=order.size), "flops_known": np.bincount(slot, weights=known, minlength=order.size),
+              "bytes_known": np.bincount(slot, weights=has_bytes, minlength=order.size)}
+    for k, e in enumerate(entries):
+        for field in ("gpu_ns", "flops", "bytes"):
+            e[field] = sums[field][k]
+        for field, c in counts.items():
+            e[field] += int(c[k])
+
+
+def _text_codes(column: list, rows: np.ndarray) -> np.ndarray:
+    """A code per row of ``rows`` for the text of ``column[row]`` (the raw shapes lists): rows
+    whose values print the same get the same code. The table shares one list between the rows
+    that recorded the same text, so each distinct list is printed once."""
+    values = [column[i] for i in rows.tolist()]
+    ids = np.fromiter(map(id, values), dtype=np.int64, count=len(values))
+    _, first, which = np.unique(ids, return_index=True, return_inverse=True)
+    codes: dict[str, int] = {}
+    code_of_id = np.array([codes.setdefault(str(values[i]), len(codes)) for i in first.tolist()], dtype=np.int64)
+    return code_of_id[which.ravel()]
 
 
 def _conv_part_flops(ops, i: int) -> float | None:
