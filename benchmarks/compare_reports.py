@@ -27,12 +27,17 @@ ROOT = os.path.dirname(HERE)
 DATA = os.path.join(ROOT, "tests", "data")
 
 
+def checkout_env(checkout: str) -> dict[str, str]:
+    """The environment of a run that imports ``checkout``'s gpumagic (with ``cwd=checkout``:
+    ``python -m`` and ``-c`` put the working directory first on ``sys.path``, before
+    ``PYTHONPATH``, so from another checkout's root a run would import that checkout's code
+    whatever ``PYTHONPATH`` says)."""
+    return dict(os.environ, PYTHONPATH=checkout + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
 def checkout_run(py: str, checkout: str, args: list[str]) -> subprocess.CompletedProcess:
-    """``py ARGS`` importing ``checkout``'s gpumagic. It runs in that folder: ``python -m`` and
-    ``-c`` put the working directory first on ``sys.path``, before ``PYTHONPATH``, so from this
-    checkout's root every run would import this checkout's code whatever ``PYTHONPATH`` says."""
-    env = dict(os.environ, PYTHONPATH=checkout + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([py, *args], capture_output=True, text=True, env=env, cwd=checkout)
+    """``py ARGS`` importing ``checkout``'s gpumagic, run in that folder (:func:`checkout_env`)."""
+    return subprocess.run([py, *args], capture_output=True, text=True, env=checkout_env(checkout), cwd=checkout)
 
 
 def imported_from(py: str, checkout: str) -> str:

@@ -50,6 +50,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from analyze_speed import HTA, TYPED_DECODE, json_size, repeat_trace  # noqa: E402
+from compare_reports import checkout_env  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 DATA = os.path.join(ROOT, "tests", "data")
@@ -93,12 +94,9 @@ def load_avg() -> str:
 def timed(cmd: list[str], checkout: str | None = None) -> tuple[float | None, float, str]:
     """(wall seconds of the whole process, its CPU seconds with every process it forked, its last
     line of standard output); None on failure. With ``checkout``, the process imports that
-    folder's gpumagic: it runs there, with the folder first on ``PYTHONPATH`` (``python -m`` and
-    ``-c`` put the working directory first on ``sys.path``, so from another checkout's root every
-    contender would import that checkout's code whatever ``PYTHONPATH`` says)."""
-    env = None
-    if checkout:
-        env = dict(os.environ, PYTHONPATH=checkout + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    folder's gpumagic: it runs there, with the folder first on ``PYTHONPATH``
+    (:func:`compare_reports.checkout_env`)."""
+    env = checkout_env(checkout) if checkout else None
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=checkout, env=env)
@@ -133,13 +131,10 @@ def contenders(py: str, trace: str, tmp: str, hta: bool, critical: bool, ref: st
     return out
 
 
-#: The contenders that run gpumagic's code, and whose checkout each imports (None: the reference).
-OWN_CODE = {"gpumagic": ROOT, "gpumagic critical path": ROOT, "gpumagic ref": None}
-
-
 def bench(trace: str, rounds: int, tmp: str, py: str, hta: bool, critical: bool, title: str = "", ref: str = "") -> dict:
     cmds = contenders(py, trace, tmp, hta, critical, ref)
-    where = {k: (OWN_CODE[k] or ref) if k in OWN_CODE else None for k in cmds}
+    # the contenders that run gpumagic's code, and the checkout each imports
+    where = {"gpumagic": ROOT, "gpumagic critical path": ROOT, "gpumagic ref": ref}
     walls: dict[str, list[float]] = {k: [] for k in cmds}
     cpus: dict[str, list[float]] = {k: [] for k in cmds}
     inner: dict[str, list[float]] = {k: [] for k in cmds}
@@ -148,7 +143,7 @@ def bench(trace: str, rounds: int, tmp: str, py: str, hta: bool, critical: bool,
     for r in range(rounds):
         order = list(cmds) if r % 2 == 0 else list(reversed(cmds))
         for name in order:
-            wall, cpu, last = timed(cmds[name], where[name])
+            wall, cpu, last = timed(cmds[name], where.get(name))
             if wall is None:
                 errors[name] = last
                 continue

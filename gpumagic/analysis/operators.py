@@ -219,8 +219,7 @@ def _add_shaped(ctx: Context, out: dict[str, Any], groups: dict[tuple, dict[str,
         facts.append((name, _shape_text(dims), _bytes(name, dims, types) if dims else None, flops._dtype(types), fs))
     counted = t.flops[rows]
     profiler = counted > 0
-    fs_known = np.array([f[4] is not None for f in facts], dtype=bool)[which]
-    fs_value = np.array([f[4] if f[4] is not None else 0.0 for f in facts], dtype=np.float64)[which]
+    fs_known, fs_value = _per_instance([f[4] for f in facts], which)
     known = profiler | fs_known
     value = np.where(profiler, counted, np.where(fs_known, fs_value, 0.0))
     skipped = in_graph[shaped] & ~known
@@ -246,8 +245,7 @@ def _add_shaped(ctx: Context, out: dict[str, Any], groups: dict[tuple, dict[str,
         entries.append(groups.setdefault((name, shape_text), {
             "name": name, "shapes": shape_text, "count": 0, "gpu_ns": 0.0, "flops": 0.0, "flops_known": 0,
             "bytes": 0.0, "bytes_known": 0, "dtype": dtype, "flops_source": src}))
-    nbytes = np.array([f[2] if f[2] is not None else 0.0 for f in facts], dtype=np.float64)[which]
-    has_bytes = np.array([f[2] is not None for f in facts], dtype=bool)[which]
+    has_bytes, nbytes = _per_instance([f[2] for f in facts], which)
     rank = np.empty(order.size, dtype=np.int64)
     rank[order] = np.arange(order.size)
     slot = rank[group]  # each instance's entry
@@ -263,6 +261,14 @@ def _add_shaped(ctx: Context, out: dict[str, Any], groups: dict[tuple, dict[str,
             e[field] = sums[field][k]
         for field, c in counts.items():
             e[field] += int(c[k])
+
+
+def _per_instance(values: list, which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A fact per distinct key (a number, or None when unknown), spread to the instances that
+    ``which`` maps to their keys: (known, value with 0.0 where unknown)."""
+    known = np.array([v is not None for v in values], dtype=bool)
+    value = np.array([0.0 if v is None else v for v in values], dtype=np.float64)
+    return known[which], value[which]
 
 
 def _text_codes(column: list, rows: np.ndarray) -> np.ndarray:

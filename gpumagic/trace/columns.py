@@ -203,11 +203,13 @@ def extract(events: list, with_ops: bool = False, with_comms: bool = False) -> P
 def _comm_rows(names: list[str], name_ids: np.ndarray, args: list) -> CommRows:
     """The rows whose events describe a collective's message (:func:`describes_message`, at C
     speed: lengths of raw texts, and the names tested once each)."""
-    n = len(args)
-    sized = (column(map(len, map(_IN_N, args)), np.int64, n) > 0) | (column(map(len, map(_COLL, args)), np.int64, n) > 0)
+    def present(get) -> np.ndarray:  # which rows hold the raw arg (a non-empty text)
+        return column(map(len, map(get, args)), np.int64, len(args)) > 0
+
+    sized = present(_COMM_FIELDS["in_n"]) | present(_COMM_FIELDS["coll"])
     named = np.fromiter(map(is_comm_host_name, names), dtype=bool, count=len(names))
     if named.any():
-        sized |= named[name_ids] & (column(map(len, map(_DIMS, args)), np.int64, n) > 0)
+        sized |= named[name_ids] & present(_DIMS)
     rows = np.flatnonzero(sized)
     picked = pick(args, rows)
     return CommRows(row=rows.astype(np.int64), **{f: [bytes(get(a)) for a in picked] for f, get in _COMM_FIELDS.items()})
@@ -385,7 +387,6 @@ def _item(values, code):
 _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (attrgetter(a) for a in ("cat", "name", "pid", "tid", "ts", "dur", "args"))
 _CORR, _DEVICE, _STREAM, _NBYTES = (attrgetter(a) for a in ("correlation", "device", "stream", "nbytes"))
 _FLOPS, _DIMS, _TYPES, _CONCRETE = (attrgetter(a) for a in ("flops", "dims", "types", "concrete"))
-_IN_N, _COLL = attrgetter("in_n"), attrgetter("coll")
 _COMM_FIELDS = {f: attrgetter(f) for f in ("coll", "dtype", "in_n", "out_n", "group", "dims", "types")}
 
 _DIGITS = re.compile(r"-?\d+")

@@ -30,7 +30,6 @@ from gpumagic.trace.columns import as_int, describes_message, times_ok
 #: The byte strings whose presence means the file records message sizes.
 NEW_MARKER = b'"In msg nelems"'
 OLD_MARKERS = (b'"nccl:', b'"Input Dims"')
-_ABSENT = msgspec.Raw(b"")
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False, rename={
@@ -39,14 +38,14 @@ class _Args(msgspec.Struct, frozen=True, gc=False, rename={
     :class:`~gpumagic.trace.schema.CommArgs`, every value raw (this pass is the fallback for a
     file whose values the typed pass refused, ``correlation`` included)."""
 
-    coll: msgspec.Raw = _ABSENT
-    dtype: msgspec.Raw = _ABSENT
-    in_n: msgspec.Raw = _ABSENT
-    out_n: msgspec.Raw = _ABSENT
-    group: msgspec.Raw = _ABSENT
-    dims: msgspec.Raw = _ABSENT
-    types: msgspec.Raw = _ABSENT
-    corr: msgspec.Raw = _ABSENT
+    coll: msgspec.Raw = schema.RAW_ABSENT
+    dtype: msgspec.Raw = schema.RAW_ABSENT
+    in_n: msgspec.Raw = schema.RAW_ABSENT
+    out_n: msgspec.Raw = schema.RAW_ABSENT
+    group: msgspec.Raw = schema.RAW_ABSENT
+    dims: msgspec.Raw = schema.RAW_ABSENT
+    types: msgspec.Raw = schema.RAW_ABSENT
+    corr: msgspec.Raw = schema.RAW_ABSENT
 
 
 _NO_ARGS = _Args()
