@@ -38,8 +38,12 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
         starts, ends = starts[keep], ends[keep]
     if starts.size == 0:
         return empty()
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
+    if starts.size > 1 and not (starts[1:] >= starts[:-1]).all():
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+    # else already in order (a normalised set, a sweep's segments, one lane's spans): a stable
+    # sort would return it as it is, so the O(n) test spares an O(n log n) sort and two copies
+    s, e = starts, ends
     reach = np.maximum.accumulate(e)
     new_group = np.empty(s.size, dtype=bool)
     new_group[0] = True
