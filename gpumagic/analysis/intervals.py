@@ -38,12 +38,12 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
         starts, ends = starts[keep], ends[keep]
     if starts.size == 0:
         return empty()
-    if starts.size > 1 and not (starts[1:] >= starts[:-1]).all():
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], ends[order]
-    # else already in order (a normalised set, a sweep's segments, one lane's spans): a stable
-    # sort would return it as it is, so the O(n) test spares an O(n log n) sort and two copies
     s, e = starts, ends
+    # spans often come in order (a normalised set, a sweep's segments, one lane's spans), which a
+    # stable sort would return as they are: an O(n) test spares the O(n log n) sort and two copies
+    if s.size > 1 and not (s[1:] >= s[:-1]).all():
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
     reach = np.maximum.accumulate(e)
     new_group = np.empty(s.size, dtype=bool)
     new_group[0] = True
