@@ -175,3 +175,37 @@ def test_corrupted_or_truncated_input_gives_trace_error_or_a_report(tmp_path, cu
         assert "\n" not in str(exc)
     else:
         assert isinstance(r.findings, list)
+
+
+@pytest.mark.parametrize(("enabled", "defrag", "stalls"), [
+    ("always [madvise] never", "always defer defer+madvise [madvise] never", True),
+    ("always [madvise] never", "always defer [defer+madvise] madvise never", True),
+    ("always [madvise] never", "[always] defer defer+madvise madvise never", True),
+    ("always [madvise] never", "always [defer] defer+madvise madvise never", False),
+    ("[always] madvise never", "always defer defer+madvise [madvise] never", True),
+    ("[always] madvise never", "[always] defer defer+madvise madvise never", False),
+    ("always madvise [never]", "always defer defer+madvise [madvise] never", False),
+    ("garbled", "", False),
+])
+def test_numpy_huge_pages_stall_reads_the_kernel_settings(tmp_path, enabled, defrag, stalls):
+    from gpumagic.shells.cli import numpy_huge_pages_stall
+
+    (tmp_path / "enabled").write_text(enabled + "\n")
+    (tmp_path / "defrag").write_text(defrag + "\n")
+    assert numpy_huge_pages_stall(str(tmp_path)) is stalls
+    assert numpy_huge_pages_stall(str(tmp_path / "absent")) is False
+
+
+def test_the_command_leaves_a_chosen_numpy_huge_page_setting_alone():
+    """The console script sets NUMPY_MADVISE_HUGEPAGE (before numpy is imported) only where the
+    user has not, and only where the kernel's settings call for it."""
+    from gpumagic.shells.cli import numpy_huge_pages_stall
+
+    script = ("import os\nimport gpumagic.shells.cli as c\n"
+              "c.main = lambda: print(os.environ.get('NUMPY_MADVISE_HUGEPAGE')) or 0\nc.run()\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ("0" if numpy_huge_pages_stall() else "None")
+    env["NUMPY_MADVISE_HUGEPAGE"] = "1"
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "1"

@@ -246,3 +246,42 @@ def test_gzip_read_mutable_matches_and_rejects_truncation(tmp_path):
 
     with pytest.raises(TraceError, match="truncated or corrupt gzip"):
         read_bytes(cut, mutable=True)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_consume_frees_a_bytearray_once_the_pieces_are_decoded(small_pieces, workers):
+    """``consume=True`` empties the caller's bytearray before assembly (so its memory can be
+    reused), and the trace is the same; bytes, or a call without it, keep the text intact."""
+    path = os.path.join(DATA, "a100_training_rank0.json.gz")
+    text = read_bytes(path)
+    given = bytearray(text)
+    assert_same(from_bytes(given, path, workers=workers, consume=True), from_bytes(text, path))
+    assert len(given) == 0
+    kept = bytearray(text)
+    assert_same(from_bytes(kept, path, workers=workers), from_bytes(text, path))
+    assert kept == text
+    assert_same(from_bytes(text, path, workers=workers, consume=True), from_bytes(bytes(text), path))
+    no_children_left()
+
+
+def test_consume_keeps_a_text_that_a_second_pass_reads(small_pieces):
+    """A trace whose GPU events lack correlation ids needs its flow arrows from the text after
+    the pieces: then consume leaves the bytearray whole, and the answer is the same."""
+    raw = read_bytes(os.path.join(DATA, "a100_training_rank0.json.gz"))
+    doc = json.loads(raw)
+    for e in doc["traceEvents"]:
+        (e.get("args") or {}).pop("correlation", None)
+    text = json.dumps(doc).encode()
+    given = bytearray(text)
+    assert pieces.decode_in_pieces(bytearray(text), 2) is not None
+    assert_same(from_bytes(given, "t", workers=2, consume=True), from_bytes(text, "t"))
+    assert given == text
+    no_children_left()
+
+
+def test_piece_text_is_one_copy_of_the_right_bytes():
+    raw = b'{"traceEvents":[{"a":1}, {"b":2},\n{"c":3}], "x": 1}'
+    at = [m.start() for m in re.finditer(rb",\s*\{", raw)]
+    texts = [pieces.piece(raw, at, i) for i in range(len(at) + 1)]
+    assert [json.loads(t)["traceEvents"] for t in texts] == [[{"a": 1}], [{"b": 2}], [{"c": 3}]]
+    assert all(isinstance(t, bytes) for t in texts)

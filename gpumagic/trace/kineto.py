@@ -20,6 +20,7 @@ gpumagic bundle adds.
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from typing import Any
 
 import msgspec
@@ -67,7 +68,8 @@ def load(source: str | os.PathLike | dict | schema.TraceFile, *, workers: int = 
     return from_bytes(read_bytes(name), name, workers=workers)
 
 
-def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int = 1, comms: bool = False) -> Trace:
+def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int = 1, comms: bool = False,
+               consume: bool = False) -> Trace:
     """Load a trace from its JSON bytes.
 
     A file of at least two pieces of :data:`~gpumagic.trace.pieces.MIN_PIECE_BYTES` is cut at
@@ -80,6 +82,12 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
     ``comms``: also read what the file records about its collectives' messages into
     ``Trace.comms`` (a :class:`~gpumagic.trace.comms.CommTable`, or None when it records none),
     in the same pass (what a job's rank needs; :mod:`gpumagic.jobs.summary`).
+
+    ``consume``: ``raw`` is the caller's to give away: a ``bytearray`` is emptied (its memory
+    freed) as soon as nothing needs the text any more, before the columns are assembled. Without
+    it the text lives until the caller lets it go, which is only after this call returns
+    (a caller's frame holds the arguments of a call it is making): at 860 MB the assembly's
+    arrays then need fresh memory besides the text, where with it they reuse the text's pages.
     """
     from gpumagic.trace import pieces as _pieces
 
@@ -95,8 +103,10 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
         if (all(p.ops is not None for p in parts) and not any(_lacks_correlation(p) for p in parts)
                 and links.MODULE_PREFIX.encode() not in raw):
             # nothing reads the text again (no second pass for flows or shapes): let it go before
-            # the columns are assembled; at 1 GB the text is most of the memory (the caller keeps
-            # no reference: gpumagic analyze hands it over)
+            # the columns are assembled; at 1 GB the text is most of the memory
+            if consume and isinstance(raw, bytearray):
+                with suppress(BufferError):  # a view of it still alive somewhere: it stays
+                    raw.clear()
             del raw
             return _with_ops(_assemble(header, parts, [], source, _no_flows), b"", parts, comms)
         return _with_ops(_assemble(header, parts, [], source, lambda: flows_from_bytes(raw)), raw, parts, comms)

@@ -110,10 +110,12 @@ def _even_shares(raw: bytes | bytearray, pieces: int, samples: int = 64, width: 
 
 def piece(raw: bytes | bytearray, at: list[int], i: int) -> bytes | bytearray:
     """The JSON text of piece ``i`` of ``raw`` cut at the commas ``at`` (a copy)."""
-    if i == 0:
-        return raw[: at[0]] + b"]}"
-    body = raw[at[i - 1] + 1: at[i]] + b"]}" if i < len(at) else raw[at[i - 1] + 1:]
-    return _OPEN + body
+    with memoryview(raw) as view:  # one copy, made by join (slicing and + would make three)
+        if i == 0:
+            return b"".join((view[: at[0]], b"]}"))
+        if i < len(at):
+            return b"".join((_OPEN, view[at[i - 1] + 1: at[i]], b"]}"))
+        return b"".join((_OPEN, view[at[i - 1] + 1:]))
 
 
 @contextmanager

@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     from gpumagic.trace.files import display_name
     from gpumagic.trace.kineto import from_bytes
 
-    return emit(lambda: analyze(from_bytes(reading.result(), display_name(path), workers=workers), label=args.label,
-                                 top_ops=args.top_ops),
+    return emit(lambda: analyze(from_bytes(reading.result(), display_name(path), workers=workers, consume=True),
+                                 label=args.label, top_ops=args.top_ops),
                 args.format, args.output, "report", protect=[path])
 
 
