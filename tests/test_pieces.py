@@ -187,11 +187,18 @@ def test_a_child_that_dies_while_sending_falls_back(monkeypatch, small_pieces):
     monkeypatch.setattr(pieces, "decode_piece", dying)
     assert pieces.decode_in_pieces(raw, 3) is None
     no_children_left()
-    truncated = pickle.dumps(real(raw, pieces.cuts(raw, 2), 1))[:1000]
-    r, w = os.pipe()
-    os.write(w, truncated)
-    os.close(w)
-    assert pieces._receive(r) is None
+    whole = pickle.dumps([real(raw, pieces.cuts(raw, 2), 1)])
+    for payload, code in ((whole[:1000], 0), (whole, 3), (b"", 0), (whole, 0)):
+        fd = pieces._result_file()
+        os.write(fd, payload)
+        pid = os.fork()
+        if pid == 0:  # a child that ended after writing this (truncated, failed, nothing, whole)
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        received = None if status else pieces._receive(fd)
+        os.close(fd)
+        assert (received is not None) is (payload is whole and code == 0)
+    no_children_left()
 
 
 def test_when_no_process_can_be_forked_one_process_decodes_every_piece(monkeypatch, small_pieces):
@@ -210,7 +217,7 @@ def test_when_no_process_can_be_forked_one_process_decodes_every_piece(monkeypat
     assert pieces.decode_in_pieces(raw, 4) is not None  # the pieces, all decoded here
     assert len(calls) == 2
     no_children_left()
-    assert set(os.listdir("/proc/self/fd")) == before  # no pipe left open
+    assert set(os.listdir("/proc/self/fd")) == before  # no result file left open
     assert_same(from_bytes(raw, path, workers=4), from_bytes(raw, path))
 
 
