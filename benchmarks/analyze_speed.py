@@ -166,18 +166,41 @@ def _pss(pid: int) -> int:
     return 0
 
 
+def _memfd_bytes(pids: list[int]) -> int:
+    """The sizes of the in-memory files (``memfd_create``) the processes hold open, each counted
+    once: a piece decoder leaves its result in one, which no process maps until the parent reads
+    it, so PSS alone would miss it (while the parent maps it, it is counted twice: an upper bound)."""
+    sizes: dict[int, int] = {}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            path = f"/proc/{pid}/fd/{fd}"
+            try:
+                if os.readlink(path).startswith("/memfd:"):
+                    st = os.stat(path)
+                    sizes[st.st_ino] = st.st_size
+            except OSError:
+                continue
+    return sum(sizes.values())
+
+
 def timed_with_memory(cmd: list[str], interval: float = 0.02) -> tuple[float, int]:
-    """(wall seconds, peak of the summed PSS of the command's whole process tree, sampled every
-    ``interval`` s while it runs). PSS counts a page shared by k processes as 1/k to each, so the
-    sum is the memory the tree uses (a forked child's shared copy of the text is counted once).
-    Linux only; the peak is 0 elsewhere."""
+    """(wall seconds, peak of the summed PSS of the command's whole process tree, plus the
+    in-memory files it holds open (:func:`_memfd_bytes`), sampled every ``interval`` s while it
+    runs). PSS counts a page shared by k processes as 1/k to each, so the sum is the memory the
+    tree uses (a forked child's shared copy of the text is counted once). Linux only; the peak
+    is 0 elsewhere."""
     peak = [0]
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if os.path.exists("/proc/self/smaps_rollup"):
         def sample() -> None:
             while proc.poll() is None:
-                peak[0] = max(peak[0], sum(_pss(p) for p in _children(proc.pid)))
+                tree = _children(proc.pid)
+                peak[0] = max(peak[0], sum(_pss(p) for p in tree) + _memfd_bytes(tree))
                 time.sleep(interval)
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()

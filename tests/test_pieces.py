@@ -292,3 +292,28 @@ def test_piece_text_is_one_copy_of_the_right_bytes():
     texts = [pieces.piece(raw, at, i) for i in range(len(at) + 1)]
     assert [json.loads(t)["traceEvents"] for t in texts] == [[{"a": 1}], [{"b": 2}], [{"c": 3}]]
     assert all(isinstance(t, bytes) for t in texts)
+
+
+def test_module_ranges_in_pieces_get_their_forward_backward_links(small_pieces):
+    """A trace with gpumagic's module ranges is told from its decoded names, as the whole-file
+    path tells it: the pieces path then reads the fwdbwd arrows in a second pass and keeps the
+    text for it, even when asked to consume it."""
+    from gpumagic.trace.links import MODULE_PREFIX
+
+    tb = TraceBuilder()
+    for k in range(1500):
+        t = 1000.0 * k
+        tb.step(k + 1, t, 900)
+        tb.op(f"{MODULE_PREFIX}net.0 (Linear)", t + 20, 180, cat="user_annotation")
+        tb.op("aten::addmm", t + 50, 100)
+        tb.op("AddmmBackward0", t + 601, 100, tid=100)
+        tb.add(ph="s", id=2 * k + 1, cat="fwdbwd", name="fwdbwd", ts=t + 50)
+        tb.add(ph="f", id=2 * k + 1, cat="fwdbwd", name="fwdbwd", ts=t + 601, bp="e", tid=100)
+    text = json.dumps(tb.to_dict(), indent=1).encode()
+    assert pieces.decode_in_pieces(text, 2) is not None
+    given = bytearray(text)
+    cut, whole = from_bytes(given, "t", workers=2, consume=True), from_bytes(text, "t")
+    assert given == text  # the second pass needed it
+    assert len(whole.links) == 1500
+    assert cut.links.fwd.tolist() == whole.links.fwd.tolist() and cut.links.bwd.tolist() == whole.links.bwd.tolist()
+    no_children_left()

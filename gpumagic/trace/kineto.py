@@ -101,7 +101,7 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
 
         header, parts = pieces
         if (all(p.ops is not None for p in parts) and not any(_lacks_correlation(p) for p in parts)
-                and links.MODULE_PREFIX.encode() not in raw):
+                and not any(links.has_module_ranges(p.names) for p in parts)):
             # nothing reads the text again (no second pass for flows or shapes): let it go before
             # the columns are assembled; at 1 GB the text is most of the memory
             if consume and isinstance(raw, bytearray):

@@ -42,9 +42,16 @@ class Links:
         return int(self.fwd.shape[0])
 
 
+def has_module_ranges(names) -> bool:
+    """Whether any of the event ``names`` is one of gpumagic's module ranges: the links serve
+    nothing else. (Read from the decoded names, a few thousand distinct ones, not by a search of
+    the text, which at 860 MB took 0.23 s.)"""
+    return any(n.startswith(MODULE_PREFIX) for n in names)
+
+
 def attach(trace, raw: bytes | bytearray) -> None:
-    """Set ``trace.links`` when the file holds module ranges (else leave it ``None``)."""
-    if MODULE_PREFIX.encode() not in raw:
+    """Set ``trace.links`` when the trace holds module ranges (else leave it ``None``)."""
+    if not has_module_ranges(trace.names):
         return
     from gpumagic.trace.decode import flows_from_bytes
 
@@ -59,7 +66,7 @@ def attach(trace, raw: bytes | bytearray) -> None:
 
 def attach_decoded(trace, events: list | None) -> None:
     """The same for a trace decoded into structs (a parsed dict), whose flow arrows are at hand."""
-    if events and any(n.startswith(MODULE_PREFIX) for n in trace.names):
+    if events and has_module_ranges(trace.names):
         from gpumagic.trace.decode import flow_lists
 
         trace.links = from_flows(trace, *flow_lists(events))
