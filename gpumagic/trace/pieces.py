@@ -266,9 +266,7 @@ def _fork(raw: bytes | bytearray, at: list[int], run: range, decoders: schema.De
         try:
             result = decode_run(raw, at, run, decoders)
             if result is not None:
-                with memoryview(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)) as left:
-                    while left:
-                        left = left[os.write(fd, left):]
+                _write_result(fd, result)
                 code = 0
         finally:
             os._exit(code)
@@ -288,6 +286,34 @@ def _result_file() -> int:
         return fd
 
 
+#: A result file's numpy buffers start at multiples of this many bytes (numpy's arrays over
+#: them are then aligned, as arrays it allocates are).
+_ALIGN = 64
+
+
+def _write_result(fd: int, result: Any) -> None:
+    """Write ``result`` to ``fd``: pickled with protocol 5, the numpy columns' memory out of band
+    (written straight from the arrays, not copied into the pickle first), laid out as
+    ``[stream length, buffer count, each buffer's length]`` (8 bytes each, little-endian), the
+    pickle stream, then each buffer at the next multiple of :data:`_ALIGN`."""
+    buffers: list[pickle.PickleBuffer] = []
+    stream = pickle.dumps(result, protocol=5, buffer_callback=buffers.append)
+    views = [b.raw() for b in buffers]
+    _write_all(fd, b"".join(n.to_bytes(8, "little") for n in (len(stream), len(views), *(v.nbytes for v in views))))
+    _write_all(fd, stream)
+    at = 16 + 8 * len(views) + len(stream)
+    for view in views:
+        _write_all(fd, bytes(-at % _ALIGN))
+        _write_all(fd, view)
+        at += -at % _ALIGN + view.nbytes
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    with memoryview(data) as whole, whole.cast("B") as left:
+        while left:
+            left = left[os.write(fd, left):]
+
+
 def _fork_quietly() -> int:
     with warnings.catch_warnings():
         # Python 3.12+ warns about fork() in a process with other threads (numpy's OpenBLAS
@@ -299,16 +325,32 @@ def _fork_quietly() -> int:
 
 
 def _receive(fd: int) -> Any:
-    """The result a child that ended well left in the file ``fd``, or None if it left nothing or
-    something unreadable (it was killed while writing: a truncated or corrupt payload)."""
+    """The result a child that ended well left in the file ``fd`` (:func:`_write_result`), or
+    None if it left nothing or something unreadable. The file is mapped copy-on-write and the
+    columns are numpy arrays over the mapping, not copies: the mapping lasts as long as they do."""
     import mmap
 
     try:
         size = os.fstat(fd).st_size
-        if not size:
+        if size < 16:
             return None
-        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as payload:  # read in place, not copied out first
-            return pickle.loads(payload)
+        mapped = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        view = memoryview(mapped)
+        length, count = int.from_bytes(view[:8], "little"), int.from_bytes(view[8:16], "little")
+        at = 16 + 8 * count
+        if count > size // 8 or at + length > size:
+            return None
+        lengths = [int.from_bytes(view[16 + 8 * k:24 + 8 * k], "little") for k in range(count)]
+        stream = view[at:at + length]
+        at += length
+        buffers = []
+        for n in lengths:
+            at += -at % _ALIGN
+            if at + n > size:
+                return None
+            buffers.append(view[at:at + n])
+            at += n
+        return pickle.loads(stream, buffers=buffers)
     except Exception:  # a truncated or corrupt payload: decode in one process instead
         return None
 
