@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tracebuilder import DATA, TraceBuilder, busy_steps
 
+from gpumagic import _forked
 from gpumagic.trace import pieces
 from gpumagic.trace.files import read_bytes
 from gpumagic.trace.kineto import from_bytes
@@ -203,18 +204,18 @@ def test_a_child_that_dies_while_sending_falls_back(monkeypatch, small_pieces):
     assert pieces.decode_in_pieces(raw, 3) is None
     no_children_left()
     result = [real(raw, pieces.cuts(raw, 2), 1)]
-    fd = pieces._result_file()
-    pieces._write_result(fd, result)
+    fd = _forked.result_file()
+    _forked.write_result(fd, result)
     whole = os.pread(fd, os.fstat(fd).st_size, 0)
     os.close(fd)
     for payload, code in ((whole[:1000], 0), (whole[:-8], 0), (whole, 3), (b"", 0), (whole, 0)):
-        fd = pieces._result_file()
+        fd = _forked.result_file()
         os.write(fd, payload)
         pid = os.fork()
         if pid == 0:  # a child that ended after writing this (truncated, failed, nothing, whole)
             os._exit(code)
         _, status = os.waitpid(pid, 0)
-        received = None if status else pieces._receive(fd)
+        received = None if status else _forked.receive(fd)
         os.close(fd)
         assert (received is not None) is (payload is whole and code == 0)
         if received is not None:  # the columns, read back as they were written
@@ -226,7 +227,7 @@ def test_a_child_that_dies_while_sending_falls_back(monkeypatch, small_pieces):
 def test_when_no_process_can_be_forked_one_process_decodes_every_piece(monkeypatch, small_pieces):
     path = os.path.join(DATA, "v100_resnet_ns_timestamps.json.gz")
     raw = read_bytes(path)
-    real_fork, calls = pieces._fork_quietly, []
+    real_fork, calls = _forked.fork_quietly, []
 
     def fork_once_then_fail():
         calls.append(1)
@@ -234,7 +235,7 @@ def test_when_no_process_can_be_forked_one_process_decodes_every_piece(monkeypat
             raise BlockingIOError(11, "Resource temporarily unavailable")
         return real_fork()
 
-    monkeypatch.setattr(pieces, "_fork_quietly", fork_once_then_fail)
+    monkeypatch.setattr(_forked, "fork_quietly", fork_once_then_fail)
     before = set(os.listdir("/proc/self/fd"))
     assert pieces.decode_in_pieces(raw, 4) is not None  # the pieces, all decoded here
     assert len(calls) == 2

@@ -6,8 +6,8 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from gpumagic.analysis import aside, segments, selfcheck
 from gpumagic.analysis import metrics as _metrics
-from gpumagic.analysis import segments, selfcheck
 from gpumagic.analysis.context import Context, build_context
 from gpumagic.analysis.gains import IDLE_TYPE, apportion
 from gpumagic.analysis.names import long_names_note
@@ -19,7 +19,8 @@ from gpumagic.report.model import Finding, Report, sort_findings
 from gpumagic.trace import Trace, load
 
 
-def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: str = "", top_ops: int = TOP_OPERATORS) -> Report:
+def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: str = "", top_ops: int = TOP_OPERATORS,
+            workers: int = 1) -> Report:
     """Analyse a trace (a path to Kineto JSON / ``.json.gz`` / gpumagic bundle, a parsed dict, or
     a loaded :class:`~gpumagic.trace.Trace`) into a :class:`~gpumagic.report.model.Report`.
     ``"example"`` is the bundled example trace (``gpumagic analyze example``).
@@ -27,6 +28,9 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
     The window is segmented first (:mod:`gpumagic.analysis.segments`): the steady-state rules
     (``rules.STEADY_RULES``) judge its steady part only; the others judge the whole window.
     ``top_ops``: how many operators ``metrics.operators.top`` lists (by GPU time).
+    ``workers`` > 1 lets a forked child compute the costliest metrics of a large trace while this
+    process computes the rest (:mod:`gpumagic.analysis.aside`; Linux, the command line's choice):
+    the same report, sooner. Keep the default 1 where other threads run (a notebook kernel).
     Raises :class:`~gpumagic.errors.TraceError` when the input is not a readable trace.
     """
     if isinstance(top_ops, bool) or not isinstance(top_ops, int) or top_ops < 0:
@@ -34,8 +38,32 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
     trace = source if isinstance(source, Trace) else load(source)
     ctx = build_context(trace)
     ctx.cache["top_ops"] = top_ops
-    metrics = _metrics.compute(ctx)
-    steady, steady_m, seg_notes = _steady_part(ctx, metrics)
+    try:
+        aside.start(ctx, _metrics.ASIDE, workers)
+        metrics = _metrics.compute(ctx)
+        steady, steady_m, seg_notes = _steady_part(ctx, metrics, workers)
+        findings = _findings(ctx, metrics, steady, steady_m)
+    finally:  # a child whose values were not taken (an error on the way) is stopped
+        aside.finish(ctx)
+    findings, combined = apportion(ctx, findings, steady=steady)
+    empty = selfcheck.is_empty(ctx)
+    if ctx.workload == "serving":  # a serving engine: its arguments, not training-loop code (advice/serving.py)
+        from gpumagic.analysis.advice.serving import for_serving
+
+        findings = for_serving(findings)
+    checks = selfcheck.notes(ctx, model_on_cpu=any(f.id == "model-on-cpu" for f in findings))
+    notes = list(trace.notes) + checks + ([] if empty else seg_notes)
+    if ctx.window_source == "trace":
+        notes.append("No ProfilerStep# markers: the window is the whole trace.")
+    notes += filter(None, [long_names_note(trace.names)])  # names past MAX_NAME_CHARS: classified on a prefix
+    oom = out_of_memory(trace.meta, metrics)  # from the code's error alone, after everything that may drop findings
+    return Report(metrics=metrics, findings=([oom] if oom else []) + sort_findings(findings), notes=notes, trace=trace,
+                  label=label or str(trace.meta.get("label") or ""), combined_gain=combined)
+
+
+def _findings(ctx: Context, metrics: Metrics, steady: Context | None, steady_m: Metrics | None) -> list[Finding]:
+    """What the cause rules and the residual rule find: the steady-state rules on ``steady``
+    (``None``: not judged), the others on the whole window."""
     findings: list[Finding] = []
     empty = selfcheck.is_empty(ctx)
     unjudged = selfcheck.host_rules_unjudged(ctx)  # counter mode, no host events: a note says so
@@ -55,22 +83,10 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
     low = None if empty else RESIDUAL_RULE(ctx, metrics)
     if low is not None:
         findings.append(low)
-    findings, combined = apportion(ctx, findings, steady=steady)
-    if ctx.workload == "serving":  # a serving engine: its arguments, not training-loop code (advice/serving.py)
-        from gpumagic.analysis.advice.serving import for_serving
-
-        findings = for_serving(findings)
-    checks = selfcheck.notes(ctx, model_on_cpu=any(f.id == "model-on-cpu" for f in findings))
-    notes = list(trace.notes) + checks + ([] if empty else seg_notes)
-    if ctx.window_source == "trace":
-        notes.append("No ProfilerStep# markers: the window is the whole trace.")
-    notes += filter(None, [long_names_note(trace.names)])  # names past MAX_NAME_CHARS: classified on a prefix
-    oom = out_of_memory(trace.meta, metrics)  # from the code's error alone, after everything that may drop findings
-    return Report(metrics=metrics, findings=([oom] if oom else []) + sort_findings(findings), notes=notes, trace=trace,
-                  label=label or str(trace.meta.get("label") or ""), combined_gain=combined)
+    return findings
 
 
-def _steady_part(ctx: Context, metrics: Metrics) -> tuple[Context | None, Metrics | None, list[str]]:
+def _steady_part(ctx: Context, metrics: Metrics, workers: int = 1) -> tuple[Context | None, Metrics | None, list[str]]:
     """The context and metrics the steady-state rules judge: the whole window when it is all
     steady, else its longest steady stretch, else ``None`` (and a note saying what was not judged)."""
     seg = segments.segments(ctx)
@@ -83,8 +99,13 @@ def _steady_part(ctx: Context, metrics: Metrics) -> tuple[Context | None, Metric
         return None, None, [f"No steady part in the window ({shares} of it): {names} were not judged."]
     sub = build_context(ctx.trace, window=seg.steady_span, like=ctx)  # the trace's own facts reused
     sub.cache["top_ops"] = ctx.cache.get("top_ops", TOP_OPERATORS)
+    aside.start(sub, _metrics.ASIDE, workers)
+    try:
+        sub_metrics = _metrics.compute(sub)
+    finally:  # taken by now, unless an error came first
+        aside.finish(sub)
     a, b = ((sub.lo - ctx.lo) / 1e6, (sub.hi - ctx.lo) / 1e6)
-    return sub, _metrics.compute(sub), [
+    return sub, sub_metrics, [
         f"The window is not all steady ({shares} of it): {names} judged its steady part only, "
         f"+{a:.1f} to +{b:.1f} ms."]
 

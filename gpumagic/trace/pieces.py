@@ -14,7 +14,8 @@ are alive at a time in a process: memory stays near the size of the text itself,
 large the file. msgspec holds the GIL while it decodes, so threads cannot share the work;
 processes can: the pieces are dealt out as contiguous runs, the first run decoded by the calling
 process, the others by children made with ``os.fork`` (Linux only), each of which sends back its
-parts (numpy columns and small lists, pickled) in a file in memory and leaves with ``os._exit``.
+parts (numpy columns and small lists, pickled) in a file in memory and leaves with ``os._exit``
+(:mod:`gpumagic._forked`).
 
 A cut is found by a text search near an even share of the work, so it is only a guess; decoding
 checks it. A cut must lie directly inside the top-level ``traceEvents`` array: a cut inside a
@@ -32,14 +33,13 @@ before numpy is loaded); the decoder is imported when a piece is decoded.
 from __future__ import annotations
 
 import os
-import pickle
 import re
-import signal
 import sys
-import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+
+from gpumagic import _forked
 
 if TYPE_CHECKING:
     from gpumagic.trace import schema
@@ -220,148 +220,34 @@ def decode_in_pieces(raw: bytes | bytearray, workers: int,
     count = len(at) + 1
     procs = min(workers, MAX_WORKERS, count)
     runs = [range(count * k // procs, count * (k + 1) // procs) for k in range(procs)]
-    children: list[tuple[int, int]] = []
+    children: list[_forked.Child] = []
     try:
         try:
             for run in runs[1:]:
                 children.append(_fork(raw, at, run, decoders))
         except OSError:  # no process or file to spare (EAGAIN, ENOMEM, EMFILE): one process it is
-            for pid, fd in children:
-                _stop(pid, fd)
+            for child in children:
+                _forked.stop(child)
             children = []
             runs = [range(count)]
         results = decode_run(raw, at, runs[0], decoders)
         if results is None:
             return None
         while children:
-            pid, fd = children[0]
-            _, status = os.waitpid(pid, 0)
-            children.pop(0)  # reaped: only its file is left to close
-            try:
-                received = None if status else _receive(fd)
-            finally:
-                os.close(fd)
+            received = _forked.wait(children.pop(0))  # reaped and closed, even if interrupted
             if received is None:
                 return None
             results.extend(received)
     finally:
-        for pid, fd in children:  # failed or interrupted: stop the rest, and reap them
-            _stop(pid, fd)
+        for child in children:  # failed or interrupted: stop the rest, and reap them
+            _forked.stop(child)
     return _merge_headers([h for h, _ in results]), [p for _, p in results]
 
 
-def _fork(raw: bytes | bytearray, at: list[int], run: range, decoders: schema.Decoders | None = None) -> tuple[int, int]:
-    """Fork a child that decodes ``run`` and leaves its pickled result in a file: (pid, the
-    file's descriptor). The file is in memory (:func:`_result_file`), so the child writes its
-    result and ends while the parent is still decoding its own run; through a pipe it would wait,
-    blocked, until the parent came to read (at 860 MB of JSON, 0.3-0.6 s after both were done)."""
-    fd = _result_file()
-    try:
-        pid = _fork_quietly()
-    except OSError:
-        os.close(fd)
-        raise
-    if pid == 0:  # the child: decode, write, leave without running any of the parent's clean-up
-        code = 1
-        try:
-            result = decode_run(raw, at, run, decoders)
-            if result is not None:
-                _write_result(fd, result)
-                code = 0
-        finally:
-            os._exit(code)
-    return pid, fd
-
-
-def _result_file() -> int:
-    """A file descriptor for a child's result: an anonymous file in memory (``memfd_create``), or
-    an unlinked temporary file where there is none; it goes away when closed."""
-    try:
-        return os.memfd_create("gpumagic-piece-result", os.MFD_CLOEXEC)
-    except (AttributeError, OSError):
-        import tempfile
-
-        fd, path = tempfile.mkstemp(prefix="gpumagic-piece-")
-        os.unlink(path)
-        return fd
-
-
-#: A result file's numpy buffers start at multiples of this many bytes (numpy's arrays over
-#: them are then aligned, as arrays it allocates are).
-_ALIGN = 64
-
-
-def _write_result(fd: int, result: Any) -> None:
-    """Write ``result`` to ``fd``: pickled with protocol 5, the numpy columns' memory out of band
-    (written straight from the arrays, not copied into the pickle first), laid out as
-    ``[stream length, buffer count, each buffer's length]`` (8 bytes each, little-endian), the
-    pickle stream, then each buffer at the next multiple of :data:`_ALIGN`."""
-    buffers: list[pickle.PickleBuffer] = []
-    stream = pickle.dumps(result, protocol=5, buffer_callback=buffers.append)
-    views = [b.raw() for b in buffers]
-    _write_all(fd, b"".join(n.to_bytes(8, "little") for n in (len(stream), len(views), *(v.nbytes for v in views))))
-    _write_all(fd, stream)
-    at = 16 + 8 * len(views) + len(stream)
-    for view in views:
-        _write_all(fd, bytes(-at % _ALIGN))
-        _write_all(fd, view)
-        at += -at % _ALIGN + view.nbytes
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    with memoryview(data) as whole, whole.cast("B") as left:
-        while left:
-            left = left[os.write(fd, left):]
-
-
-def _fork_quietly() -> int:
-    with warnings.catch_warnings():
-        # Python 3.12+ warns about fork() in a process with other threads (numpy's OpenBLAS
-        # pool counts). The warning is about a child that needs a lock another thread held at
-        # the fork; this child takes none: it decodes, pickles, writes to a file, and leaves
-        # with os._exit.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return os.fork()
-
-
-def _receive(fd: int) -> Any:
-    """The result a child that ended well left in the file ``fd`` (:func:`_write_result`), or
-    None if it left nothing or something unreadable. The file is mapped copy-on-write and the
-    columns are numpy arrays over the mapping, not copies: the mapping lasts as long as they do."""
-    import mmap
-
-    try:
-        size = os.fstat(fd).st_size
-        if size < 16:
-            return None
-        mapped = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        view = memoryview(mapped)
-        length, count = int.from_bytes(view[:8], "little"), int.from_bytes(view[8:16], "little")
-        at = 16 + 8 * count
-        if count > size // 8 or at + length > size:
-            return None
-        lengths = [int.from_bytes(view[16 + 8 * k:24 + 8 * k], "little") for k in range(count)]
-        stream = view[at:at + length]
-        at += length
-        buffers = []
-        for n in lengths:
-            at += -at % _ALIGN
-            if at + n > size:
-                return None
-            buffers.append(view[at:at + n])
-            at += n
-        return pickle.loads(stream, buffers=buffers)
-    except Exception:  # a truncated or corrupt payload: decode in one process instead
-        return None
-
-
-def _stop(pid: int, fd: int) -> None:
-    with suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    with suppress(ChildProcessError):  # reaped already (interrupted just after its wait)
-        os.waitpid(pid, 0)
-    with suppress(OSError):
-        os.close(fd)
+def _fork(raw: bytes | bytearray, at: list[int], run: range, decoders: schema.Decoders | None = None) -> _forked.Child:
+    """Fork a child that decodes ``run`` and leaves its result in a file in memory
+    (:func:`gpumagic._forked.start`)."""
+    return _forked.start(lambda: decode_run(raw, at, run, decoders))
 
 
 def _merge_headers(headers: list[schema.Header]) -> schema.Header:

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from gpumagic.trace.kineto import from_bytes
 
     return emit(lambda: analyze(from_bytes(reading.result(), display_name(path), workers=workers, consume=True),
-                                 label=args.label, top_ops=args.top_ops),
+                                 label=args.label, top_ops=args.top_ops, workers=workers),
                 args.format, args.output, "report", protect=[path])
 
 
