@@ -240,7 +240,9 @@ def _trace_facts(trace: Trace) -> tuple[Any, ...]:
     masks, each GPU event's launch (row and time), every step's bounds and name, the main thread."""
     ev = trace.events
     flags = _flags(trace)
-    by_name = {k: v[ev.name] for k, v in flags.items()}
+    # a class no name of the trace is in (most of them, in most traces) needs no pass over the
+    # events: zeroed memory (calloc) instead of a gather per event (each 4 ms per million events)
+    by_name = {k: v[ev.name] if v.any() else np.zeros(len(ev), dtype=bool) for k, v in flags.items()}
     kind = ev.kind
     gpu = np.isin(kind, np.array(GPU_KINDS, dtype=np.int8))
     masks = {
