@@ -90,7 +90,8 @@ def test_jobs_decode_a_large_trace_in_pieces_with_the_same_report(tmp_path, monk
     monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1 << 20)
     calls = []
     real = pieces.decode_in_pieces
-    monkeypatch.setattr(pieces, "decode_in_pieces", lambda raw, n, *rest: calls.append((n, real(raw, n, *rest))) or calls[-1][1])
+    monkeypatch.setattr(pieces, "decode_in_pieces",
+                        lambda raw, n, *rest, **kw: calls.append((n, real(raw, n, *rest, **kw))) or calls[-1][1])
     path = os.path.join(DATA, "resnet50_v100_workers4.json.gz")
     reports = []
     for jobs in ("3", "1"):

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from tracebuilder import DATA, TraceBuilder, busy_steps
 
 from gpumagic import _forked
-from gpumagic.trace import pieces
-from gpumagic.trace.files import read_bytes
+from gpumagic.errors import TraceError
+from gpumagic.trace import pieces, schema
+from gpumagic.trace.files import Progress, read_bytes
 from gpumagic.trace.kineto import from_bytes
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pieces are decoded by fork on Linux only")
@@ -148,7 +149,7 @@ def test_any_cut_is_verified_a_bad_one_falls_back(monkeypatch, data):
     candidates = [m.start() for m in pieces._CUT.finditer(raw)]
     chosen = sorted(set(data.draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=3))))
     monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1)
-    monkeypatch.setattr(pieces, "cuts", lambda raw, n: chosen)
+    monkeypatch.setattr(pieces, "cuts", lambda raw, n, *span: chosen)
     mutable = data.draw(st.booleans())
     buf = bytearray(raw) if mutable else raw
     result = pieces.decode_in_pieces(buf, len(chosen) + 1)
@@ -164,7 +165,7 @@ def test_cuts_between_top_level_events_are_accepted(monkeypatch):
     between = [m.start() + 1 for m in re.finditer(rb"\},\n\{", raw)]  # "},\n{": only between events
     chosen = [between[len(between) // 4], between[len(between) // 2], between[3 * len(between) // 4]]
     monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1)
-    monkeypatch.setattr(pieces, "cuts", lambda raw, n: chosen)
+    monkeypatch.setattr(pieces, "cuts", lambda raw, n, *span: chosen)
     assert pieces.decode_in_pieces(raw, 4) is not None
     assert_same(from_bytes(raw, "t", workers=4), from_bytes(raw, "t"))
     no_children_left()
@@ -175,7 +176,7 @@ def test_a_bad_cut_in_a_child_falls_back_and_reaps(monkeypatch):
     inside_string = raw.index(b", {not a cut", len(raw) // 2)
     first = next(m.start() for m in pieces._CUT.finditer(raw) if m.start() > len(raw) // 4)
     monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1)
-    monkeypatch.setattr(pieces, "cuts", lambda raw, n: [first, inside_string])
+    monkeypatch.setattr(pieces, "cuts", lambda raw, n, *span: [first, inside_string])
     assert pieces.decode_in_pieces(raw, 3) is None
     no_children_left()
 
@@ -186,7 +187,7 @@ def test_a_bad_first_piece_stops_the_children(monkeypatch):
     cut = next(m.start() for m in pieces._CUT.finditer(raw) if m.start() > in_header)
     assert cut < raw.index(b"traceEvents")
     monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1)
-    monkeypatch.setattr(pieces, "cuts", lambda raw, n: [cut, len(raw) // 2 + raw[len(raw) // 2:].index(b",")])
+    monkeypatch.setattr(pieces, "cuts", lambda raw, n, *span: [cut, len(raw) // 2 + raw[len(raw) // 2:].index(b",")])
     assert pieces.decode_in_pieces(raw, 3) is None
     no_children_left()
 
@@ -340,3 +341,159 @@ def test_module_ranges_in_pieces_get_their_forward_backward_links(small_pieces):
     assert len(whole.links) == 1500
     assert cut.links.fwd.tolist() == whole.links.fwd.tolist() and cut.links.bwd.tolist() == whole.links.bwd.tolist()
     no_children_left()
+
+
+# --- an early child: the first pieces decoded while the rest is still being inflated ---------
+
+
+def _progress(text: bytearray, done: int, ended: bool = False) -> Progress:
+    """A read caught in the middle: ``done`` bytes of ``text`` inflated so far."""
+    p = Progress()
+    p.text, p.done, p.total, p.ended = text, done, len(text), ended
+    return p
+
+
+@pytest.fixture
+def early_pieces(small_pieces, monkeypatch):
+    """Pieces of about 1 MB, and an early child for texts of 4 MB or more."""
+    monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 256 << 10)
+    monkeypatch.setattr(pieces, "EARLY_MIN_BYTES", 4 << 20)
+
+
+@pytest.mark.parametrize("name", ["a100_training_rank0.json.gz", "resnet50_v100_workers0.json.gz"])
+@pytest.mark.parametrize("workers", [2, 3])
+def test_an_early_child_gives_the_same_trace(early_pieces, name, workers):
+    path = os.path.join(DATA, name)
+    raw = read_bytes(path, mutable=True)
+    share = len(raw) // (workers + 2)
+    early = pieces.start_early(_progress(raw, share + 12345), workers)
+    assert early is not None and len(early.at) >= 2 and early.at[-1] < share  # its pieces end in its share
+    assert pieces.decode_in_pieces(bytearray(raw), workers, early=early) is not None  # not a fallback
+    no_children_left()
+    early = pieces.start_early(_progress(raw, share), workers)
+    assert_same(from_bytes(raw, path, workers=workers, early=early), from_bytes(bytes(raw), path))
+    no_children_left()
+
+
+def test_start_early_waits_for_its_share_while_another_thread_inflates(early_pieces):
+    import threading
+    import time
+
+    raw = read_bytes(os.path.join(DATA, "a100_training_rank0.json.gz"), mutable=True)
+    progress = _progress(raw, 0)
+    share = len(raw) // 4
+
+    def inflate():  # as a gunzip does: a step at a time
+        while progress.done < len(raw):
+            time.sleep(0.001)
+            progress.done = min(len(raw), progress.done + (256 << 10))
+        progress.ended = True
+
+    reader = threading.Thread(target=inflate)
+    reader.start()
+    early = pieces.start_early(progress, 2)
+    reader.join()
+    assert early is not None and share - (1 << 20) < early.at[-1] < share
+    assert pieces.decode_in_pieces(raw, 2, early=early) is not None
+    no_children_left()
+
+
+def test_no_early_child_when_it_cannot_help(early_pieces):
+    raw = read_bytes(os.path.join(DATA, "a100_training_rank0.json.gz"), mutable=True)
+    assert pieces.start_early(_progress(raw, len(raw) // 2), 1) is None  # one process
+    assert pieces.start_early(_progress(raw, len(raw), ended=True), 2) is None  # all there already
+    small = bytearray(raw[: 3 << 20])
+    assert pieces.start_early(_progress(small, 1 << 20), 2) is None  # under EARLY_MIN_BYTES
+    plain = Progress()
+    plain.ended = True  # a plain file: no gunzip, nothing to follow
+    assert pieces.start_early(plain, 2) is None
+    assert pieces.start_early(_progress(bytearray(b"[" + bytes(raw[1:])), len(raw) // 3), 2) is None  # not an object
+    no_children_left()
+
+
+def test_an_early_child_that_fails_or_does_not_fit_costs_time_only(early_pieces, monkeypatch):
+    path = os.path.join(DATA, "a100_training_rank0.json.gz")
+    raw = read_bytes(path, mutable=True)
+    want = from_bytes(bytes(raw), path)
+    # decoded with other decoders than the caller's: stopped, and the file decoded without it
+    early = pieces.start_early(_progress(raw, len(raw) // 3), 2, schema.COMMS)
+    assert early is not None
+    assert_same(from_bytes(raw, path, workers=2, early=early), want)
+    no_children_left()
+    # a caller that ends up in one process stops it, and decodes every piece itself
+    early = pieces.start_early(_progress(raw, len(raw) // 3), 2)
+    assert early is not None and pieces.decode_in_pieces(raw, 1, early=early) is not None
+    no_children_left()
+    # killed before it wrote its result: the whole file is decoded instead
+    real, parent = pieces.decode_piece, os.getpid()
+
+    def dying(raw, at, i, decoders=None):
+        if os.getpid() != parent and i == 0:
+            os._exit(9)
+        return real(raw, at, i, decoders)
+
+    monkeypatch.setattr(pieces, "decode_piece", dying)
+    early = pieces.start_early(_progress(raw, len(raw) // 3), 2)
+    assert pieces.decode_in_pieces(raw, 2, early=early) is None
+    no_children_left()
+    early = pieces.start_early(_progress(raw, len(raw) // 3), 2)
+    assert_same(from_bytes(raw, path, workers=2, early=early), want)
+    no_children_left()
+
+
+def test_the_command_line_reaps_an_early_child_when_the_gzip_turns_out_corrupt(early_pieces, tmp_path, capsys,
+                                                                                 monkeypatch):
+    import time
+
+    from gpumagic.shells.cli import main
+    from gpumagic.trace import files
+
+    class SlowInflate:  # each step takes 20 ms: the early child is forked long before the end
+        def __init__(self, real):
+            self.real = real
+
+        def decompress(self, data, length):
+            time.sleep(0.02)
+            return self.real.decompress(data, length)
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+    real = files._inflate
+
+    class Inflate:
+        error = real.error
+
+        @staticmethod
+        def decompressobj(wbits):
+            return SlowInflate(real.decompressobj(wbits=wbits))
+
+    monkeypatch.setattr(files, "_inflate", Inflate)
+    started = []
+    real_start = pieces.start_early
+    monkeypatch.setattr(pieces, "start_early", lambda *a: started.append(real_start(*a)) or started[-1])
+    text = read_bytes(os.path.join(DATA, "a100_training_rank0.json.gz"))
+    data = gzip.compress(bytes(text), compresslevel=1)
+    bad = tmp_path / "cut.json.gz"
+    bad.write_bytes(data[: len(data) * 9 // 10] + data[-8:])  # the trailer kept: it still claims the whole size
+    assert main(["analyze", str(bad), "-j", "2", "--format", "json", "-o", str(tmp_path / "r.json")]) == 2
+    assert "truncated or corrupt gzip" in capsys.readouterr().err
+    assert started and started[0] is not None  # an early child was decoding when the gzip failed
+    assert not (tmp_path / "r.json").exists()
+    no_children_left()
+
+
+def test_progress_follows_a_gzip_read_and_ends(tmp_path):
+    path = os.path.join(DATA, "h100_bert_small_inference.json.gz")
+    progress = Progress()
+    raw = read_bytes(path, mutable=True, progress=progress)
+    assert progress.text is raw and progress.done == len(raw) == progress.total and progress.ended
+    plain = tmp_path / "t.json"
+    plain.write_bytes(bytes(raw))
+    progress = Progress()
+    assert read_bytes(str(plain), mutable=True, progress=progress) == raw
+    assert progress.text is None and progress.ended  # nothing inflated to follow
+    progress = Progress()
+    with pytest.raises(TraceError):
+        read_bytes(str(tmp_path / "missing.json.gz"), mutable=True, progress=progress)
+    assert progress.ended

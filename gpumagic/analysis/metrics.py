@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,8 +104,9 @@ def compute(ctx: Context) -> Metrics:
         modules=modules.module_rows(ctx),
         compile=compile_metrics(ctx),
     )
-    last = {"critical_path": lambda: as_record(critical_path_metrics(ctx), CriticalPathMetrics),
-            "operators": lambda: as_record(operator_metrics(ctx), OperatorsMetrics)}
+    last: dict[str, Callable[[], Any]] = {
+        "critical_path": lambda: as_record(critical_path_metrics(ctx), CriticalPathMetrics),
+        "operators": lambda: as_record(operator_metrics(ctx), OperatorsMetrics)}
     for key in sorted(last, key=lambda k: k in ASIDE):  # what a child may be computing comes last
         fields[key] = last[key]()
     return Metrics(**fields)

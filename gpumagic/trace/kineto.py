@@ -29,6 +29,7 @@ import numpy as np
 from gpumagic import examples
 from gpumagic._arrays import distinct
 from gpumagic.errors import TraceError
+from gpumagic.trace import pieces as _pieces
 from gpumagic.trace import schema
 from gpumagic.trace.columns import REPAIR_NOTES, TS_LIMIT_US, Part, as_int, column, extract, fit64
 from gpumagic.trace.decode import REPAIRED_NOTE, decode, flow_lists, flows_from_bytes, short
@@ -69,7 +70,7 @@ def load(source: str | os.PathLike | dict | schema.TraceFile, *, workers: int = 
 
 
 def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int = 1, comms: bool = False,
-               consume: bool = False) -> Trace:
+               consume: bool = False, early: _pieces.Early | None = None) -> Trace:
     """Load a trace from its JSON bytes.
 
     A file of at least two pieces of :data:`~gpumagic.trace.pieces.MIN_PIECE_BYTES` is cut at
@@ -88,14 +89,15 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
     it the text lives until the caller lets it go, which is only after this call returns
     (a caller's frame holds the arguments of a call it is making): at 860 MB the assembly's
     arrays then need fresh memory besides the text, where with it they reuse the text's pages.
-    """
-    from gpumagic.trace import pieces as _pieces
 
+    ``early``: a child that :func:`gpumagic.trace.pieces.start_early` started on the first pieces
+    of ``raw`` while it was being inflated; it is waited for (or stopped when not of use).
+    """
     source = display_name(source)
     decoders = schema.COMMS if comms else schema.FAST
     pieces = None
-    if workers > 1 or len(raw) >= _pieces.ONE_PROCESS_MIN_BYTES:
-        pieces = _pieces.decode_in_pieces(raw, workers, decoders)
+    if workers > 1 or len(raw) >= _pieces.ONE_PROCESS_MIN_BYTES or early is not None:
+        pieces = _pieces.decode_in_pieces(raw, workers, decoders, early=early)
     if pieces is not None:
         from gpumagic.trace import links
 

@@ -389,7 +389,7 @@ def test_a_cut_in_another_top_level_array_is_refused(monkeypatch, before):
     for chosen in ([in_other], [raw.index(b"},", raw.index(b'"traceEvents"')) + 1, in_other]):
         if before and len(chosen) > 1:
             continue
-        monkeypatch.setattr(pieces, "cuts", lambda raw, n, chosen=chosen: chosen)
+        monkeypatch.setattr(pieces, "cuts", lambda raw, n, *span, chosen=chosen: chosen)
         assert pieces.decode_in_pieces(raw, 1) is None
         assert pieces.decode_in_pieces(bytearray(raw), 2) is None
         cut = load(raw, workers=2)

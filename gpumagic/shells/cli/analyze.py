@@ -55,9 +55,13 @@ class _ReadAhead(threading.Thread):
     MemoryError) on the calling thread."""
 
     def __init__(self, path: str, mutable: bool) -> None:
+        from gpumagic.trace.files import Progress
+
         super().__init__(name="gpumagic-read", daemon=True)
         self.path = path
         self.mutable = mutable
+        #: how far the gunzip has got (a large trace's first pieces are decoded before the end)
+        self.progress = Progress()
         self._raw: bytearray | None = None
         self._error: Exception | None = None
         self.start()
@@ -66,7 +70,7 @@ class _ReadAhead(threading.Thread):
         from gpumagic.trace.files import read_bytes
 
         try:  # "-" reads standard input, bounded like any file (gpumagic.trace.files)
-            self._raw = read_bytes(self.path, mutable=self.mutable)
+            self._raw = read_bytes(self.path, mutable=self.mutable, progress=self.progress)
         except Exception as exc:  # raised on the calling thread by result(), never printed here
             self._error = exc
 
@@ -100,12 +104,22 @@ def run(args: argparse.Namespace) -> int:
     # text may be cut into pieces in place
     reading = _ReadAhead(path, mutable=workers > 1)
     from gpumagic.analysis import analyze
+    from gpumagic.trace import pieces
     from gpumagic.trace.files import display_name
     from gpumagic.trace.kineto import from_bytes
 
-    return emit(lambda: analyze(from_bytes(reading.result(), display_name(path), workers=workers, consume=True),
-                                 label=args.label, top_ops=args.top_ops, workers=workers),
-                args.format, args.output, "report", protect=[path])
+    def report():
+        # a large gzip still inflating: a child decodes the first pieces meanwhile
+        early = pieces.start_early(reading.progress, workers)
+        try:
+            raw = reading.result()
+        except BaseException:
+            pieces.stop_early(early)
+            raise
+        trace = from_bytes(raw, display_name(path), workers=workers, consume=True, early=early)
+        return analyze(trace, label=args.label, top_ops=args.top_ops, workers=workers)
+
+    return emit(report, args.format, args.output, "report", protect=[path])
 
 
 def _named_files(args: argparse.Namespace) -> list[str]:
