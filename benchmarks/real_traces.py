@@ -58,7 +58,9 @@ DATA = os.path.join(ROOT, "tests", "data")
 #: (source trace, copies): the larger inputs, each a real trace's events repeated end to end.
 REPEATS = (("mi300_vllm_decode_fullgraph_capture.json.gz", 4),  # AMD MI300X, ~109 MB
            ("mi300_falconsai_infer.json.gz", 40),  # AMD MI300X, one ProfilerStep repeated: ~57 MB
-           ("v100_large_216k_events.json.gz", 2))  # NVIDIA V100, ~107 MB
+           ("v100_large_216k_events.json.gz", 2),  # NVIDIA V100, ~107 MB
+           # NVIDIA V100, ~270 MB: past pieces.EARLY_MIN_BYTES, so decoding starts while it inflates
+           ("v100_large_216k_events.json.gz", 5))
 
 HTA_CP = """
 import sys, time, warnings, logging

@@ -150,7 +150,7 @@ def test_save_html_writes_whole_files_or_nothing(tmp_path, monkeypatch):
 def test_an_unforeseen_error_while_reading_is_one_line_too(monkeypatch, capsys):
     import gpumagic.trace.files
 
-    def out_of_memory(path, mutable=False):
+    def out_of_memory(path, mutable=False, progress=None):
         raise MemoryError("cannot allocate")
 
     monkeypatch.setattr(gpumagic.trace.files, "read_bytes", out_of_memory)

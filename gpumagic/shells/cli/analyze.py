@@ -73,6 +73,8 @@ class _ReadAhead(threading.Thread):
             self._raw = read_bytes(self.path, mutable=self.mutable, progress=self.progress)
         except Exception as exc:  # raised on the calling thread by result(), never printed here
             self._error = exc
+        finally:  # whatever happened, nobody waits for more (pieces.start_early)
+            self.progress.ended = True
 
     def result(self) -> bytearray:
         self.join()
