@@ -35,13 +35,16 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass
 class Child:
-    """A forked child that is doing some work: its process id and the descriptor of the file in
-    memory that it leaves its result in."""
+    """A forked child that is doing some work: its process id, the descriptor of the file in
+    memory that it leaves its result in, and whether it has been reaped (its file closed): after
+    that, :func:`wait` and :func:`stop` leave it alone, since its id and descriptor may already
+    name another process or file."""
 
     pid: int
     fd: int
+    ended: bool = False
 
 
 def start(work: Callable[[], Any]) -> Child:
@@ -69,12 +72,16 @@ def start(work: Callable[[], Any]) -> Child:
 
 def wait(child: Child) -> Any:
     """Wait for ``child`` to end and return its result, or ``None`` when it failed, was killed or
-    left nothing readable. Its file is closed either way (the result's arrays keep the mapping)."""
+    left nothing readable (or was stopped already). Its file is closed either way (the result's
+    arrays keep the mapping)."""
+    if child.ended:
+        return None
     try:
         _, status = os.waitpid(child.pid, 0)
     except BaseException:  # interrupted while waiting: it is not reaped yet
         stop(child)
         raise
+    child.ended = True
     try:
         return None if status else receive(child.fd)
     finally:
@@ -82,11 +89,14 @@ def wait(child: Child) -> Any:
 
 
 def stop(child: Child) -> None:
-    """Kill ``child`` if it still runs, reap it, and close its file."""
+    """Kill ``child`` if it still runs, reap it, and close its file; nothing if that was done."""
+    if child.ended:
+        return
     with suppress(ProcessLookupError):
         os.kill(child.pid, signal.SIGKILL)
     with suppress(ChildProcessError):  # reaped already (interrupted just after its wait)
         os.waitpid(child.pid, 0)
+    child.ended = True
     with suppress(OSError):
         os.close(child.fd)
 

@@ -282,7 +282,16 @@ def decode_in_pieces(raw: bytes | bytearray, workers: int, decoders: schema.Deco
     """Decode ``raw`` in pieces, runs of them side by side in up to ``workers`` processes:
     (merged header, parts in file order), or None when the file is too small to cut, cannot
     be cut, or a piece fails. ``decoders``: :data:`~schema.FAST` unless given. ``early``: a child
-    :func:`start_early` made on the first pieces of ``raw``, which this waits for (or stops)."""
+    :func:`start_early` made on the first pieces of ``raw``, which this waits for (or stops,
+    whatever happens)."""
+    try:
+        return _decode_in_pieces(raw, workers, decoders, early)
+    finally:
+        stop_early(early)  # not used, or interrupted before it was: never left running
+
+
+def _decode_in_pieces(raw: bytes | bytearray, workers: int, decoders: schema.Decoders | None,
+                      early: Early | None) -> tuple[schema.Header, list] | None:
     from gpumagic.trace import schema
     from gpumagic.trace.decode import first_char
 
