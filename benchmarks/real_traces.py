@@ -25,7 +25,7 @@ load they vary less than the wall clock. gpumagic forks piece decoders for a fil
 (two cores here), so its wall time can be below its CPU time.
 Targets (issue 28): gpumagic ≤ 1.5× the typed decode, and ≥ 10× faster than HTA, on every file.
 ``--ref FOLDER`` adds another checkout's ``gpumagic`` (e.g. the previous commit's, from ``git
-archive``; compile it first) as one more contender, for a before/after of the CPU ratios. Each
+archive``; compile it first) as one more contender, for a before/after of the wall and CPU times. Each
 gpumagic contender runs in its own checkout's folder (see :func:`timed`).
 Run: ``python benchmarks/real_traces.py [--rounds 3] [--no-hta] [--repeat-rounds 1] [--ref FOLDER] [FILES...]``
 (HTA: ``pip install -e .[benchmark]``, which pins HolisticTraceAnalysis 0.5 and pandas < 3:
@@ -164,8 +164,9 @@ def bench(trace: str, rounds: int, tmp: str, py: str, hta: bool, critical: bool,
                  f"  gpumagic/decode {g / d:5.2f}x wall, {cpu['gpumagic'] / cpu['typed decode']:5.2f}x CPU"
                  f" ({cpu['gpumagic']:.2f} / {cpu['typed decode']:.2f} s; start-up {cpu.get('start-up', float('nan')):.2f} s)")
     if "gpumagic ref" in cpu and cpu.get("typed decode"):
-        line += (f"  ref {cpu['gpumagic ref']:.2f} s CPU = {cpu['gpumagic ref'] / cpu['typed decode']:5.2f}x decode"
-                 f" (this/ref {cpu['gpumagic'] / cpu['gpumagic ref']:.2f})")
+        line += (f"  ref {med['gpumagic ref']:.2f} s wall, {cpu['gpumagic ref']:.2f} s CPU = "
+                 f"{cpu['gpumagic ref'] / cpu['typed decode']:5.2f}x decode"
+                 f" (this/ref {g / med['gpumagic ref']:.2f} wall, {cpu['gpumagic'] / cpu['gpumagic ref']:.2f} CPU)")
     if "HTA" in med and g:
         line += f"  HTA {med['HTA']:6.1f} s  HTA/gpumagic {med['HTA'] / g:5.1f}x"
     elif hta:
