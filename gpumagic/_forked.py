@@ -20,31 +20,37 @@ A child is made only where nothing can hold a lock it would need: the command li
 (whose read-ahead thread has ended by then), never a notebook kernel, whose other threads
 (ZeroMQ, the profiler, CUDA's) may hold any lock at the instant of the fork.
 
-Only the standard library is imported here.
+Only the standard library is imported here, and ``pickle`` only when a result is written or
+read: the command line imports this module (through :mod:`gpumagic.trace.pieces`) before it
+starts reading the trace, so what it imports delays the read.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import signal
 import warnings
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass
 class Child:
     """A forked child that is doing some work: its process id, the descriptor of the file in
     memory that it leaves its result in, and whether it has been reaped (its file closed): after
     that, :func:`wait` and :func:`stop` leave it alone, since its id and descriptor may already
-    name another process or file."""
+    name another process or file. (A plain class: a dataclass took a millisecond to make at
+    import, on the command line's path to reading the trace.)"""
 
-    pid: int
-    fd: int
-    ended: bool = False
+    __slots__ = ("ended", "fd", "pid")
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid = pid
+        self.fd = fd
+        self.ended = False
+
+    def __repr__(self) -> str:
+        return f"Child(pid={self.pid}, fd={self.fd}, ended={self.ended})"
 
 
 def start(work: Callable[[], Any]) -> Child:
@@ -134,6 +140,8 @@ def write_result(fd: int, result: Any) -> None:
     (written straight from the arrays, not copied into the pickle first), laid out as
     ``[stream length, buffer count, each buffer's length]`` (8 bytes each, little-endian), the
     pickle stream, then each buffer at the next multiple of :data:`ALIGN`."""
+    import pickle
+
     buffers: list[pickle.PickleBuffer] = []
     stream = pickle.dumps(result, protocol=5, buffer_callback=buffers.append)
     views = [b.raw() for b in buffers]
@@ -158,6 +166,7 @@ def receive(fd: int) -> Any:
     copy-on-write and the arrays are numpy arrays over the mapping, not copies (writeable: a
     write copies the page, never the file); the mapping lasts as long as they do."""
     import mmap
+    import pickle
 
     try:
         size = os.fstat(fd).st_size
