@@ -204,9 +204,15 @@ def run(code: str, ns: dict, device: str) -> dict:
     return ns
 
 
+#: The source files :func:`_source_file` wrote, removed by :func:`remove_source_files`.
+_SOURCE_FILES: list[str] = []
+
+
 def _source_file(source: str) -> str:
-    """A real ``.py`` file holding ``source``, kept until the interpreter exits: code that reads its
-    own source (Triton's ``@triton.jit`` uses ``inspect.getsource``) needs one, as pasted code has."""
+    """A real ``.py`` file holding ``source``, kept until :func:`remove_source_files` (the snippet
+    tests' module fixture) or the interpreter's exit: code that reads its own source (Triton's
+    ``@triton.jit`` uses ``inspect.getsource``) needs one, as pasted code has. An xdist worker
+    leaves without running ``atexit`` handlers, which left 42 files in the temporary folder per run."""
     import atexit
     import os
     import tempfile
@@ -214,5 +220,18 @@ def _source_file(source: str) -> str:
     fd, path = tempfile.mkstemp(prefix="gpumagic_fix_", suffix=".py")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(source)
-    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+    if not _SOURCE_FILES:  # registering again after a removal is harmless: it removes what is left
+        atexit.unregister(remove_source_files)
+        atexit.register(remove_source_files)
+    _SOURCE_FILES.append(path)
     return path
+
+
+def remove_source_files() -> None:
+    """Remove every file :func:`_source_file` wrote so far."""
+    import os
+
+    while _SOURCE_FILES:
+        path = _SOURCE_FILES.pop()
+        if os.path.exists(path):
+            os.unlink(path)

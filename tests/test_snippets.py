@@ -22,6 +22,13 @@ FIXES = sc.all_fixes()
 PARAMS = [pytest.param(code, id=f"{fid}-{fx.flavor}-{i}") for i, (code, (fid, fx, _)) in enumerate(FIXES.items())]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _no_source_files_left():
+    """The snippets' source files (snippets_check._source_file) go when this module is done."""
+    yield
+    ck.remove_source_files()
+
+
 def test_every_finding_id_has_fixes_collected():
     assert {fid for fid, _, _ in FIXES.values()} == set(FINDING_IDS)
 
