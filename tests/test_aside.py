@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from processes import children
 from tracebuilder import DATA
 
 from gpumagic import _forked
@@ -20,23 +21,11 @@ TRACES = ["volta_resnet50_coldstart_nw4.json.gz", "mi300_vllm_decode_fullgraph_c
           "resnet50_v100_workers0.json.gz"]
 
 
-def _children() -> set[int]:
-    """This process's child processes, living or not yet reaped (Linux: /proc/self/task/*/children)."""
-    out: set[int] = set()
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/children") as fh:
-                out.update(int(p) for p in fh.read().split())
-        except OSError:  # the thread ended meanwhile
-            pass
-    return out
-
-
 @pytest.fixture
 def forks(monkeypatch):
     """Every trace counts as large (MIN_EVENTS 0); records each child started and checks that none
     is left running or unreaped afterwards."""
-    before = _children()
+    before = children()
     started: list[_forked.Child] = []
     real = _forked.start
 
@@ -48,7 +37,7 @@ def forks(monkeypatch):
     monkeypatch.setattr(aside, "MIN_EVENTS", 0)
     monkeypatch.setattr(_forked, "start", counted)
     yield started
-    assert _children() <= before
+    assert children() <= before
 
 
 @pytest.mark.parametrize("name", TRACES)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from processes import children
 from tracebuilder import DATA, TraceBuilder, busy_steps
 
 from gpumagic import _forked
@@ -53,24 +54,12 @@ def assert_same_part(a, b, where="part"):
         assert a == b, where
 
 
-def _children() -> set[int]:
-    """This process's child processes, living or not yet reaped (Linux: /proc/self/task/*/children)."""
-    out: set[int] = set()
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/children") as fh:
-                out.update(int(p) for p in fh.read().split())
-        except OSError:  # the thread ended meanwhile
-            pass
-    return out
-
-
 @pytest.fixture(autouse=True)
 def _children_before():
     """The children that other tests of this worker process left running (an xdist worker runs
     several modules): the decoder's own must be gone after each call, those are not its."""
     global _BEFORE
-    _BEFORE = _children()
+    _BEFORE = children()
     yield
 
 
@@ -79,7 +68,7 @@ _BEFORE: set[int] = set()
 
 def no_children_left():
     """Every process the decoder forked is gone and reaped: no child beyond those before the test."""
-    assert _children() <= _BEFORE, f"children left: {sorted(_children() - _BEFORE)}"
+    assert children() <= _BEFORE, f"children left: {sorted(children() - _BEFORE)}"
 
 
 @pytest.fixture
