@@ -38,7 +38,6 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpumagic import _forked
@@ -221,14 +220,17 @@ def decode_run(raw: bytes | bytearray, at: list[int], run: range, decoders: sche
     return out
 
 
-@dataclass(frozen=True)
 class Early:
     """A child started on the first pieces of a text that was still being inflated
-    (:func:`start_early`): it decodes pieces ``0 .. len(at) - 1``, cut at ``at``, with ``decoders``."""
+    (:func:`start_early`): it decodes pieces ``0 .. len(at) - 1``, cut at ``at``, with ``decoders``.
+    (A plain class: the command line imports this module before it starts reading.)"""
 
-    child: _forked.Child
-    at: list[int]
-    decoders: schema.Decoders
+    __slots__ = ("at", "child", "decoders")
+
+    def __init__(self, child: _forked.Child, at: list[int], decoders: schema.Decoders) -> None:
+        self.child = child
+        self.at = at
+        self.decoders = decoders
 
 
 #: An early child is started only for a gzip trace that inflates to at least this many bytes:
