@@ -38,15 +38,15 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
     trace = source if isinstance(source, Trace) else load(source)
     ctx = build_context(trace)
     ctx.cache["top_ops"] = top_ops
+    empty = selfcheck.is_empty(ctx)
     try:
         aside.start(ctx, _metrics.ASIDE, workers)
         metrics = _metrics.compute(ctx)
         steady, steady_m, seg_notes = _steady_part(ctx, metrics, workers)
-        findings = _findings(ctx, metrics, steady, steady_m)
+        findings = _findings(ctx, metrics, steady, steady_m, empty)
     finally:  # a child whose values were not taken (an error on the way) is stopped
         aside.finish(ctx)
     findings, combined = apportion(ctx, findings, steady=steady)
-    empty = selfcheck.is_empty(ctx)
     if ctx.workload == "serving":  # a serving engine: its arguments, not training-loop code (advice/serving.py)
         from gpumagic.analysis.advice.serving import for_serving
 
@@ -61,11 +61,12 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
                   label=label or str(trace.meta.get("label") or ""), combined_gain=combined)
 
 
-def _findings(ctx: Context, metrics: Metrics, steady: Context | None, steady_m: Metrics | None) -> list[Finding]:
+def _findings(ctx: Context, metrics: Metrics, steady: Context | None, steady_m: Metrics | None,
+              empty: bool) -> list[Finding]:
     """What the cause rules and the residual rule find: the steady-state rules on ``steady``
-    (``None``: not judged), the others on the whole window."""
+    (``None``: not judged), the others on the whole window; nothing when the window is ``empty``
+    (:func:`selfcheck.is_empty`)."""
     findings: list[Finding] = []
-    empty = selfcheck.is_empty(ctx)
     unjudged = selfcheck.host_rules_unjudged(ctx)  # counter mode, no host events: a note says so
     for rule in () if empty else CAUSE_RULES:
         if getattr(rule, "finding_id", "") in unjudged:

@@ -185,7 +185,6 @@ def gunzip(data: bytes | bytearray, name: str = "<bytes>", *, mutable: bool = Tr
         if whole is not None:
             return whole
     out = bytearray()
-    size = 0
     if progress is not None:
         progress.text, progress.total = out, hint if hint <= allowed else 0
     try:
@@ -202,16 +201,15 @@ def gunzip(data: bytes | bytearray, name: str = "<bytes>", *, mutable: bool = Tr
                         chunk = d.decompress(step, _INFLATE_STEP)
                     else:
                         raise EOFError
-                    end = size + len(chunk)
+                    end = len(out) + len(chunk)
                     if end > allowed:
                         raise TraceError(
                             f"{name}: inflates to more than {ratio:g} times its compressed size (over {end / len(data):.0f}:1 "
                             f"past {INFLATE_FREE_BYTES >> 20} MiB; real traces compress about 10-20:1); "
                             f"set {INFLATE_ENV}=<ratio> (0 for no limit) to read it anyway")
                     out += chunk
-                    size = end
                     if progress is not None:
-                        progress.done = size
+                        progress.done = end
                 pos -= len(d.unused_data)
                 if view[pos:pos + 2] != _GZIP_MAGIC:  # no further member (end, or padding)
                     break

@@ -322,7 +322,6 @@ def _decode_in_pieces(raw: bytes | bytearray, workers: int, decoders: schema.Dec
     start = done[-1] + 1 if done else 0
     at = done + cuts(raw, max(1 if done else 2, -(-(len(raw) - start) // PIECE_BYTES)), start)
     if not at:
-        stop_early(early)
         return None
     count = len(at) + 1
     first = len(done)
