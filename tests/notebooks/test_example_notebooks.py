@@ -79,6 +79,14 @@ def output_of(nb, fragment: str) -> str:
     return outputs_text(cell_with(nb, fragment))
 
 
+def resolved_ids(summary: str) -> list[str]:
+    """The finding ids a printed ``resolved: a, b`` line names (a busy machine may resolve more
+    than the fix aimed at, e.g. a slow first step the "before" run happened to have)."""
+    m = re.search(r"resolved: ([^;\n]*)", summary)
+    assert m, summary
+    return [part.strip() for part in m.group(1).split(",")]
+
+
 def gpu_cells(nb) -> list:
     return [c for c in nb.cells if c.cell_type == "code" and "if GPU:" in c.source]
 
@@ -188,7 +196,7 @@ def test_dataloader_bottleneck_is_found_fixed_and_measured(run_notebook):
     assert "◀ best" in output_of(nb, "%gputune dataset")
     assert "'num_workers': " in output_of(nb, "print(tuned.recommended_kwargs)")
     summary = output_of(nb, 'comparison = gpumagic.compare("before", "after")')
-    assert "resolved: dataloader-bound" in summary
+    assert "dataloader-bound" in resolved_ids(summary)
     # behaviour, not speed (a loaded machine may measure anything): the speed-up printed is the
     # ratio of the two median step times the same summary prints
     speed = output_of(nb, 'print(f"speed-up: {comparison.speedup')
@@ -231,7 +239,7 @@ def test_huggingface_trainer(run_notebook):
     assert "Fixes are phrased as TrainingArguments for transformers" in fixes
     summary = output_of(nb, 'print(f"speed-up: {comparison.speedup')
     if not cuda_available():  # on a GPU the step is so short that 4 workers may not keep up (the notebook says so)
-        assert "resolved: dataloader-bound" in summary
+        assert "dataloader-bound" in resolved_ids(summary)
 
 
 def test_offline_analysis(run_notebook):
