@@ -50,6 +50,28 @@ def test_a_child_computing_the_critical_path_gives_the_same_report(name, forks):
     assert two["metrics"]["critical_path"] == one["metrics"]["critical_path"]
 
 
+def test_the_child_computes_the_costly_metrics_and_not_the_breakdown(forks, monkeypatch):
+    """The parent never computes what the child does (the report is still whole), and the child,
+    forked before the step-time breakdown, never computes it: it reads one category's union."""
+    trace = load(os.path.join(DATA, "resnet50_v100_workers0.json.gz"))
+    one = analyze(trace).to_dict()
+    parent = os.getpid()
+
+    def not_here(ctx):
+        assert os.getpid() != parent, "computed in the parent although the child did"
+        return None
+
+    for key in ("_critical_path", "_operators"):  # the parent's fallbacks (aside.take)
+        monkeypatch.setattr(metrics_mod, key, not_here)
+    assert set(metrics_mod.ASIDE) == {"critical_path", "operators"}
+    assert analyze(trace, workers=2).to_dict() == one
+    ctx = build_context(trace)
+    assert "breakdown" not in ctx.cache
+    probe = {**metrics_mod.ASIDE, "probe": lambda c: ("breakdown" in c.cache, c.cat_union.computed)}
+    assert aside.start(ctx, probe, workers=2)
+    assert aside.take(ctx, "probe", not_here) == (False, ["dataloader"])
+
+
 def test_the_cold_start_forks_a_second_child_for_its_steady_part(forks):
     report = analyze(load(os.path.join(DATA, "volta_resnet50_coldstart_nw4.json.gz")), workers=2)
     assert any("judged its steady part only" in n for n in report.notes)  # a sub-window was judged

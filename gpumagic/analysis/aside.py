@@ -1,14 +1,17 @@
 """A large trace's costliest metrics, computed in a forked child while this process does the rest.
 
-After the context is built, the analysis runs on one core: at 860 MB of JSON (4.3M events) about
-2.4 s, while the second core waits. Two metrics take more than half of it, the critical path
-(:mod:`gpumagic.analysis.critical_path`) and the operators table
-(:mod:`gpumagic.analysis.operators`), and neither is needed until every other metric is done. With
-``workers`` > 1, :func:`start` forks a child (:mod:`gpumagic._forked`) that computes them from the
-same context, inherited copy-on-write, while this process computes the other metrics; :func:`take`
-then waits for the child's values instead of computing them here. The values are the same either
-way (the same code on the same data; the floats come back pickled, bit for bit), and a child that
-fails or cannot be made costs time only: :func:`take` computes the value here then.
+The analysis runs on one core: at 860 MB of JSON (4.3M events) about 1.8 s after the trace is
+assembled, while the second core waits. Two metrics take half of it, the critical path
+(:mod:`gpumagic.analysis.critical_path`, 0.65 s) and the operators table
+(:mod:`gpumagic.analysis.operators`, 0.25 s), and neither is needed until every other metric is
+done. With ``workers`` > 1, :func:`start` forks a child (:mod:`gpumagic._forked`) that computes
+them from the same context, inherited copy-on-write, while this process computes the other
+metrics; :func:`take` then waits for the child's values instead of computing them here. The child
+is forked before the context's step-time breakdown is computed (0.4 s; the context computes it on
+first use, :class:`~gpumagic.analysis.context.Categories`): the child reads one category of it,
+this process all of them. The values are the same either way (the same code on the same data;
+the floats come back pickled, bit for bit), and a child that fails or cannot be made costs time
+only: :func:`take` computes the value here then.
 
 Only the command line asks for a child (``gpumagic analyze``: its process has no other thread by
 then); :func:`gpumagic.analyze` in a notebook kernel keeps ``workers=1``, since a fork there could
