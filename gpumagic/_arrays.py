@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
 import numpy as np
+
+T = TypeVar("T")
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -48,3 +53,17 @@ def median_of(values) -> float:
     if n == 0 or (s.dtype.kind in "fc" and np.isnan(s[-1])):
         return float("nan")
     return float(np.mean(s[(n - 1) // 2:n // 2 + 1]))
+
+
+def in_threads(fn: Callable[[Any], T], items: Sequence[Any], threads: int) -> list[T]:
+    """``[fn(x) for x in items]``, on up to ``threads`` threads when that is more than one. Worth
+    it for work that releases the GIL: numpy's gathers, scatters and element-wise loops over
+    large arrays of numbers (and the page faults of the fresh memory they fill). The threads
+    have ended when this returns (a fork afterwards copies no other thread); the first error
+    raised by ``fn`` is raised here."""
+    if threads < 2 or len(items) < 2:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(threads, len(items)), thread_name_prefix="gpumagic") as pool:
+        return list(pool.map(fn, items))

@@ -4,6 +4,7 @@ path, where np.median would import numpy.ma), and distinct is np.unique."""
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,3 +38,25 @@ def test_fprod_is_numpys_prod(sizes):
     from gpumagic.analysis.flops import fprod
 
     assert fprod(sizes) == float(np.prod(sizes, dtype=np.float64))
+
+
+def test_in_threads_keeps_order_raises_the_first_error_and_leaves_no_thread():
+    import threading
+
+    from gpumagic._arrays import in_threads
+
+    before = threading.active_count()
+    assert in_threads(lambda x: x * x, list(range(9)), 3) == [x * x for x in range(9)]
+    assert in_threads(lambda x: x + 1, [1], 4) == [2]  # one item: no thread
+    seen = []
+    assert in_threads(lambda x: seen.append(threading.current_thread()) or x, [1, 2], 1) == [1, 2]
+    assert seen == [threading.main_thread()] * 2  # threads=1: this thread
+
+    def fails(x):
+        if x == 2:
+            raise ValueError("item 2")
+        return x
+
+    with pytest.raises(ValueError, match="item 2"):
+        in_threads(fails, [1, 2, 3], 2)
+    assert threading.active_count() == before  # the pool's threads have ended

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import os
 from contextlib import suppress
+from functools import partial
 from typing import Any
 
 import msgspec
 import numpy as np
 
 from gpumagic import examples
-from gpumagic._arrays import distinct
+from gpumagic._arrays import distinct, in_threads
 from gpumagic.errors import TraceError
 from gpumagic.trace import pieces as _pieces
 from gpumagic.trace import schema
@@ -76,9 +77,9 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
     A file of at least two pieces of :data:`~gpumagic.trace.pieces.MIN_PIECE_BYTES` is cut at
     boundaries between the events of ``traceEvents`` and decoded piece by piece, so that only
     one piece's structs are alive at a time; with ``workers`` > 1 on Linux, runs of pieces are
-    decoded side by side by forked processes, which send back columns. Any doubt about a cut
-    (each is verified by decoding) falls back to decoding the whole file at once. The result is
-    the same either way.
+    decoded side by side by forked processes, which send back columns, and a large trace's
+    columns are put in time order on ``workers`` threads. Any doubt about a cut (each is verified
+    by decoding) falls back to decoding the whole file at once. The result is the same either way.
 
     ``comms``: also read what the file records about its collectives' messages into
     ``Trace.comms`` (a :class:`~gpumagic.trace.comms.CommTable`, or None when it records none),
@@ -110,8 +111,8 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
                 with suppress(BufferError):  # a view of it still alive somewhere: it stays
                     raw.clear()
             del raw
-            return _with_ops(_assemble(header, parts, [], source, _no_flows), b"", parts, comms)
-        return _with_ops(_assemble(header, parts, [], source, lambda: flows_from_bytes(raw)), raw, parts, comms)
+            return _with_ops(_assemble(header, parts, [], source, _no_flows, workers), b"", parts, comms)
+        return _with_ops(_assemble(header, parts, [], source, lambda: flows_from_bytes(raw), workers), raw, parts, comms)
     tf, notes = decode(raw, source, decoders)
     if tf.traceEvents is None:
         raise TraceError(f"{source}: not a PyTorch profiler trace (no traceEvents)")
@@ -126,7 +127,7 @@ def from_bytes(raw: bytes | bytearray, source: str = "<bytes>", *, workers: int 
     else:
         flows = lambda: flows_from_bytes(raw)  # noqa: E731
     del tf  # free the structs before the columns are assembled
-    return _with_ops(_assemble(header, parts, notes, source, flows), raw, parts, comms)
+    return _with_ops(_assemble(header, parts, notes, source, flows, workers), raw, parts, comms)
 
 
 def _lacks_correlation(part: Part) -> bool:
@@ -166,10 +167,11 @@ def build(tf: schema.TraceFile | schema.FastTraceFile, notes: list[str], source:
     return _assemble(tf, [extract(tf.traceEvents)], notes, source, lambda: flow_lists(tf.traceEvents))
 
 
-def _assemble(header, parts: list[Part], notes: list[str], source: str, flows) -> Trace:
+def _assemble(header, parts: list[Part], notes: list[str], source: str, flows, threads: int = 1) -> Trace:
     """One :class:`Trace` from the parts of a file (in file order) and its header fields.
     ``flows()`` returns the flow arrows (starts, ends); it is called only when some GPU event
-    lacks a correlation id."""
+    lacks a correlation id. ``threads``: how many threads may put a large trace's columns in
+    time order (:func:`_event_table`)."""
     if not any(p.kind.size or p.memory["ts"].size for p in parts):
         raise TraceError(f"{source}: the trace holds no profiler events")
     t0 = min(p.t_min for p in parts)
@@ -179,13 +181,8 @@ def _assemble(header, parts: list[Part], notes: list[str], source: str, flows) -
     for p in parts:
         lane_names.update(p.lane_names)
 
-    def cat(field: str) -> np.ndarray:
-        arrays = [getattr(p, field) for p in parts]
-        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-
-    kinds = cat("kind")
-    table, lanes, neg = _event_table(kinds, name_ids, {k: i for i, k in enumerate(lane_keys)}, raw_lane, lane_names,
-                                     cat("ts"), cat("dur"), cat("corr"), cat("device"), cat("stream"), cat("nbytes"), t0)
+    table, lanes, neg = _event_table(parts, name_ids, raw_lane, {k: i for i, k in enumerate(lane_keys)}, lane_names,
+                                     t0, threads)
     if neg:
         notes.append(f"{neg} events had negative durations (a Kineto rounding slip); they were set to 0.")
     for key, note in REPAIR_NOTES.items():
@@ -229,23 +226,74 @@ def _merge_interned(parts: list[tuple[list, np.ndarray]]) -> tuple[list, np.ndar
     return list(index), np.concatenate(ids)
 
 
-def _event_table(kinds, name_ids, lane_index, raw_lane, lane_names, ts, dur, corr, dev, stream, nbytes, t0: float):
-    ts_ns = np.rint((ts - t0) * 1000.0).astype(np.int64)
-    dur_ns = np.rint(dur * 1000.0).astype(np.int64)
+#: From this many events on, :func:`_event_table` puts the columns in time order on several
+#: threads (numpy releases the GIL while it gathers): at 4.3M events about 0.5 s on one thread
+#: on this project's 2-core machine, most of it the page faults of fresh memory, which threads
+#: take side by side. Below it a thread pool's start costs about what it saves.
+THREADED_MIN_EVENTS = 500_000
+
+
+def _event_table(parts: list[Part], name_ids: np.ndarray, raw_lane: np.ndarray, lane_index: dict, lane_names: dict,
+                 t0: float, threads: int = 1) -> tuple[EventTable, list[Lane], int]:
+    """The events of ``parts`` (in file order) as one table sorted by start time (stable: equal
+    starts keep file order), times in ns from ``t0`` (µs); its lanes; how many durations were
+    negative (set to 0). ``name_ids`` and ``raw_lane`` are the parts' ids, merged and in file
+    order. Each column is written once, in time order, straight from the parts (no file-order
+    concatenation first); with ``threads`` > 1 and :data:`THREADED_MIN_EVENTS` events or more,
+    the columns are written side by side."""
+    n = sum(p.kind.size for p in parts)
+    ts = parts[0].ts if len(parts) == 1 else np.concatenate([p.ts for p in parts])
+    ts_ns = _us_to_ns(np.subtract(ts, t0))
+    del ts
+    order = np.argsort(ts_ns, kind="stable")
+    where = None
+    if len(parts) > 1:  # each file-order row's place in time order
+        where = np.empty(n, dtype=np.int64)
+        where[order] = np.arange(n, dtype=np.int64)
+
+    columns: list[np.ndarray | str] = [ts_ns, name_ids, raw_lane, "kind", "dur", "corr", "device", "stream", "nbytes"]
+    put = partial(_in_time_order, parts=parts, order=order, where=where)
+    ts_ns, name_ids, raw_lane, kinds, dur, corr, dev, stream, nbytes = in_threads(
+        put, columns, threads if n >= THREADED_MIN_EVENTS else 1)
+    del put, order, where, columns  # the file-order arrays go (those the caller holds aside)
+    dur_ns = _us_to_ns(dur)  # dur is this function's own copy: scaled in place
+    del dur
     negative = int(np.count_nonzero(dur_ns < 0))
     np.maximum(dur_ns, 0, out=dur_ns)
 
     lanes, remap, lane_pid, lane_tid = _normalise_lanes(lane_index, lane_names, kinds, raw_lane)
     lane = remap[raw_lane]
+    # a GPU event without a device or stream id takes its lane's (pid, tid); host events have none
     gpu = np.isin(kinds, np.array((*GPU_KINDS, Kind.GPU_ANNOTATION, Kind.SYNC), dtype=np.int8))
-    dev = np.where(gpu & (dev < 0), lane_pid[lane], dev)
-    stream = np.where(gpu & (stream < 0), lane_tid[lane], stream)
-    dev[~gpu] = -1
-    stream[~gpu] = -1
+    for ids, lane_ids in ((dev, lane_pid), (stream, lane_tid)):
+        missing = gpu & (ids < 0)
+        ids[missing] = lane_ids[lane[missing]]
+        ids[~gpu] = -1
+    return EventTable(kinds, name_ids, lane, ts_ns, dur_ns, corr, dev, stream, nbytes), lanes, negative
 
-    order = np.argsort(ts_ns, kind="stable")
-    table = EventTable(kinds, name_ids, lane, ts_ns, dur_ns, corr, dev, stream, nbytes).take(order)
-    return table, lanes, negative
+
+def _in_time_order(column: np.ndarray | str, parts: list[Part], order: np.ndarray, where: np.ndarray | None) -> np.ndarray:
+    """``column`` (an array in file order, or the name of the parts' column) in time order:
+    gathered by ``order`` from one array, or scattered part by part to ``where`` (each
+    file-order row's place in time order), with no file-order concatenation first."""
+    if isinstance(column, np.ndarray):
+        return column[order]
+    arrays = [getattr(p, column) for p in parts]
+    if where is None:
+        return arrays[0][order]
+    out = np.empty(order.size, dtype=np.result_type(*arrays))
+    start = 0
+    for a in arrays:
+        out[where[start:start + a.size]] = a
+        start += a.size
+    return out
+
+
+def _us_to_ns(us: np.ndarray) -> np.ndarray:
+    """``np.rint(us * 1000.0).astype(np.int64)``, the same numbers, scaling ``us`` in place
+    (the caller's own array) instead of making a second float array."""
+    us *= 1000.0
+    return np.rint(us, out=np.empty(us.shape, dtype=np.int64), casting="unsafe")
 
 
 def _normalise_lanes(lane_index, lane_names, kinds, raw_lane):
