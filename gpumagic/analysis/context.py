@@ -361,11 +361,18 @@ def _steps(trace, steps, masks, launch_ts):
     ev = trace.events
     starts, ends = ev.ts_ns[steps], ev.ts_ns[steps] + ev.dur_ns[steps]
     gpu = np.flatnonzero(launch_ts >= 0)
-    g_launch, g_end = launch_ts[gpu], ev.ts_ns[gpu] + ev.dur_ns[gpu]
+    order = np.argsort(launch_ts[gpu], kind="stable")
+    g_launch, g_end = launch_ts[gpu][order], (ev.ts_ns[gpu] + ev.dur_ns[gpu])[order]
+    # the GPU events step i launched are those at [first[i], last[i]) in launch order; the latest
+    # end of each such run at once (a sweep per step read every GPU event once per step)
+    first = np.searchsorted(g_launch, starts, side="left")
+    last = np.searchsorted(g_launch, ends, side="left")
+    pairs = np.column_stack([first, last]).ravel()
+    latest = np.maximum.reduceat(np.append(g_end, 0), pairs)[::2] if g_end.size else np.zeros(steps.size, np.int64)
+    latest = np.where(last > first, latest, 0)
     bounds = []
     for i in range(steps.size):
-        in_step = (g_launch >= starts[i]) & (g_launch < ends[i])
-        end = max(int(ends[i]), int(g_end[in_step].max()) if in_step.any() else 0)
+        end = max(int(ends[i]), int(latest[i]))
         if i + 1 < steps.size:
             end = min(end, int(starts[i + 1])) if starts[i + 1] > starts[i] else end
         bounds.append((int(starts[i]), end))
