@@ -137,3 +137,29 @@ def test_a_trace_below_the_threshold_is_analysed_in_one_process(monkeypatch):
     assert len(trace.events) < aside.MIN_EVENTS
     analyze(trace, workers=8)
     assert not started
+
+
+def test_workers_also_decode_a_file_in_pieces(monkeypatch, forks):
+    """``analyze(path, workers=2)`` loads the file as the command line does: in pieces, side by side."""
+    from gpumagic.trace import pieces
+
+    monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1)
+    monkeypatch.setattr(pieces, "PIECE_BYTES", 1 << 20)
+    calls = []
+    real = pieces.decode_in_pieces
+
+    def counted(raw, workers, *args, **kwargs):
+        out = real(raw, workers, *args, **kwargs)
+        calls.append((workers, out is not None))
+        return out
+
+    monkeypatch.setattr(pieces, "decode_in_pieces", counted)
+    path = os.path.join(DATA, "resnet50_v100_workers0.json.gz")
+    assert analyze(path, workers=2).to_dict() == analyze(load(path)).to_dict()
+    assert calls == [(2, True)]
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2"])
+def test_workers_must_be_a_whole_number_of_at_least_one(bad):
+    with pytest.raises(ValueError, match="workers must be a whole number >= 1"):
+        analyze(os.path.join(DATA, "event_sync_multistream.json.gz"), workers=bad)

@@ -28,14 +28,18 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
     The window is segmented first (:mod:`gpumagic.analysis.segments`): the steady-state rules
     (``rules.STEADY_RULES``) judge its steady part only; the others judge the whole window.
     ``top_ops``: how many operators ``metrics.operators.top`` lists (by GPU time).
-    ``workers`` > 1 lets a forked child compute the costliest metrics of a large trace while this
-    process computes the rest (:mod:`gpumagic.analysis.aside`; Linux, the command line's choice):
-    the same report, sooner. Keep the default 1 where other threads run (a notebook kernel).
+    ``workers`` > 1 lets forked processes decode a large trace file in pieces side by side
+    (:func:`gpumagic.trace.kineto.from_bytes`) and a forked child compute the costliest metrics
+    while this process computes the rest (:mod:`gpumagic.analysis.aside`; Linux, the command
+    line's choice): the same report, sooner. Keep the default 1 where other threads run (a
+    notebook kernel).
     Raises :class:`~gpumagic.errors.TraceError` when the input is not a readable trace.
     """
     if isinstance(top_ops, bool) or not isinstance(top_ops, int) or top_ops < 0:
         raise ValueError(f"top_ops must be a whole number >= 0, not {top_ops!r}")
-    trace = source if isinstance(source, Trace) else load(source)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a whole number >= 1, not {workers!r}")
+    trace = source if isinstance(source, Trace) else load(source, workers=workers)
     ctx = build_context(trace)
     ctx.cache["top_ops"] = top_ops
     empty = selfcheck.is_empty(ctx)
