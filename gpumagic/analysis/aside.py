@@ -31,11 +31,13 @@ if TYPE_CHECKING:
     from gpumagic.analysis.context import Context
 
 #: Below this many events (the trace's table, after the profiler's own spans and flow arrows are
-#: dropped) what a child could take over is a few milliseconds, about what a fork, a pickle and
-#: a wait cost. Measured with whole commands on the 2-core machine, 10 alternated runs each, with
-#: and without a child: 12k events (the MI300X Falconsai step ×3) 1.7 % slower with one, 25k (×6)
-#: no different, 44k to 123k (the ResNet-50, cold-start and V100 traces) 4 to 5 % faster.
-MIN_EVENTS = 40_000
+#: dropped) a child does not pay on every machine. Whole commands on the 2-core machine, 10 to 14
+#: alternated runs each, with and without a child: idle, 12k events (the MI300X Falconsai step
+#: ×3) 1.7 % slower with one, 25k (×6) the same, 44k to 123k 4 to 5 % faster; with two other
+#: CPU-bound processes running, 44k and 67k (the ResNet-50 and A100 traces) about 8 % slower
+#: (the child waits for a core while its work is a few tens of milliseconds), 123k (the V100
+#: trace) about 10 % faster.
+MIN_EVENTS = 100_000
 
 #: The context's cache key that holds the running child (a :class:`gpumagic._forked.Child`) and
 #: the keys it computes.
