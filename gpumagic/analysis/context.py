@@ -494,9 +494,12 @@ def _dependencies(ctx: Context, nxt: np.ndarray, launch: np.ndarray) -> np.ndarr
 def _sources(ctx: Context, category: str) -> np.ndarray:
     """The events of a breakdown category (every one but ``other``): "kernel" is every kernel
     of the primary device but NCCL's, which are "communication"."""
-    m, ev = ctx.masks, ctx.trace.events
+    m = ctx.masks
     if category in ("kernel", "memcpy", "memset", "communication"):
-        on_device = ev.device == ctx.device if ctx.device >= 0 else np.zeros(len(ev), bool)
+        if "breakdown.on_device" not in ctx.cache:  # one pass for the four device categories
+            ev = ctx.trace.events
+            ctx.cache["breakdown.on_device"] = ev.device == ctx.device if ctx.device >= 0 else np.zeros(len(ev), bool)
+        on_device = ctx.cache["breakdown.on_device"]
         if category == "kernel":
             return m["kernel"] & on_device & ~m["name_nccl"]
         if category == "communication":

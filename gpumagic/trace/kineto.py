@@ -359,8 +359,7 @@ def _link_by_flows(table: EventTable, lanes: list[Lane], flow_starts: list, flow
 def _memory_table(cols: dict[str, np.ndarray], t0: float) -> MemoryTable:
     if not cols["ts"].size:
         return MemoryTable.empty()
-    ts_ns = np.rint((cols["ts"] - t0) * 1000.0).astype(np.int64)
-    return MemoryTable(ts_ns=ts_ns, **{k: v for k, v in cols.items() if k != "ts"})
+    return MemoryTable(ts_ns=_us_to_ns(cols["ts"] - t0), **{k: v for k, v in cols.items() if k != "ts"})
 
 
 def _device(d: schema.DeviceProperties) -> DeviceInfo:
