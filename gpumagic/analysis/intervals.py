@@ -2,8 +2,10 @@
 
 An *interval set* is a pair ``(starts, ends)`` of int64 arrays. A *normalised* set is sorted,
 disjoint and without empty intervals (what :func:`union` returns); the functions below accept
-any set and return normalised ones. Everything is vectorised: a sweep over sorted boundaries
-with a running level, so 10^5 intervals cost milliseconds.
+any set and return normalised ones. Everything is vectorised: :func:`union` sweeps the spans
+sorted by start with a running furthest end; :func:`intersect` and :func:`subtract` pair the
+intervals of two normalised sets by binary search, with no sort at all. 10^5 intervals cost
+milliseconds.
 
 ::
 
@@ -15,8 +17,6 @@ with a running level, so 10^5 intervals cost milliseconds.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import numpy as np
 
@@ -53,31 +53,41 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     return s[first], reach[last]
 
 
-def _combine(a: Intervals, b: Intervals, keep_level: Callable[[np.ndarray], np.ndarray]) -> Intervals:
-    """Sweep normalised ``a`` (weight 1) and ``b`` (weight 2); keep the segments whose level
-    (0..3: bit 0 = inside a, bit 1 = inside b) satisfies ``keep_level``."""
-    pts = np.concatenate([a[0], a[1], b[0], b[1]])
-    if pts.size == 0:
+def _intersect_normalised(a: Intervals, b: Intervals) -> Intervals:
+    """``a`` ∩ ``b`` for two normalised sets, without a sort: each interval of ``a`` overlaps a
+    run of ``b``'s (found by binary search, since ``b``'s starts and ends are both sorted), and
+    every overlapping pair gives one piece ``[max of starts, min of ends)``. The pieces come out
+    normalised: taken pair by pair in order, and two pieces never touch, because the intervals
+    of each set are apart (a normalised set has a gap between any two of its intervals)."""
+    (a_s, a_e), (b_s, b_e) = a, b
+    if a_s.size == 0 or b_s.size == 0:
         return empty()
-    w = np.concatenate([
-        np.ones(a[0].size, np.int64), -np.ones(a[1].size, np.int64),
-        np.full(b[0].size, 2, np.int64), np.full(b[1].size, -2, np.int64),
-    ])
-    order = np.argsort(pts, kind="stable")
-    pts, level = pts[order], np.cumsum(w[order])
-    seg_s, seg_e, val = pts[:-1], pts[1:], level[:-1]
-    keep = keep_level(val) & (seg_e > seg_s)
-    return union(seg_s[keep], seg_e[keep])
+    first = np.searchsorted(b_e, a_s, side="right")  # b's first interval ending after a's start
+    stop = np.searchsorted(b_s, a_e, side="left")  # b's first interval starting at or after a's end
+    count = np.maximum(stop - first, 0)
+    pairs = int(count.sum())
+    if pairs == 0:
+        return empty()
+    i = np.repeat(np.arange(a_s.size), count)
+    # j runs first[i], first[i] + 1, ... within each a interval's group of pairs
+    j = np.arange(pairs) - np.repeat(np.cumsum(count) - count, count) + np.repeat(first, count)
+    return np.maximum(a_s[i], b_s[j]), np.minimum(a_e[i], b_e[j])
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
     """Time covered by both sets."""
-    return _combine(union(*a), union(*b), lambda v: v == 3)
+    return _intersect_normalised(union(*a), union(*b))
 
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:
-    """Time covered by ``a`` and not by ``b``."""
-    return _combine(union(*a), union(*b), lambda v: v == 1)
+    """Time covered by ``a`` and not by ``b``: ``a`` ∩ the gaps of ``b`` over ``a``'s span."""
+    a = union(*a)
+    if a[0].size == 0:
+        return a
+    b = union(*b)
+    if b[0].size == 0:
+        return a
+    return _intersect_normalised(a, gaps(b, int(a[0][0]), int(a[1][-1])))
 
 
 def merge(a: Intervals, b: Intervals) -> Intervals:
