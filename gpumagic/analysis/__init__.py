@@ -44,7 +44,7 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
     ctx.cache["top_ops"] = top_ops
     empty = selfcheck.is_empty(ctx)
     try:
-        aside.start(ctx, _metrics.ASIDE, workers)
+        aside.start(ctx, _metrics.ASIDE, workers, _metrics.before_aside)
         metrics = _metrics.compute(ctx)
         steady, steady_m, seg_notes = _steady_part(ctx, metrics, workers)
         findings = _findings(ctx, metrics, steady, steady_m, empty)
@@ -104,7 +104,7 @@ def _steady_part(ctx: Context, metrics: Metrics, workers: int = 1) -> tuple[Cont
         return None, None, [f"No steady part in the window ({shares} of it): {names} were not judged."]
     sub = build_context(ctx.trace, window=seg.steady_span, like=ctx)  # the trace's own facts reused
     sub.cache["top_ops"] = ctx.cache.get("top_ops", TOP_OPERATORS)
-    aside.start(sub, _metrics.ASIDE, workers)
+    aside.start(sub, _metrics.ASIDE, workers, _metrics.before_aside)
     try:
         sub_metrics = _metrics.compute(sub)
     finally:  # taken by now, unless an error came first

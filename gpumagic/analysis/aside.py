@@ -44,13 +44,18 @@ MIN_EVENTS = 100_000
 _CHILD = "aside.child"
 
 
-def start(ctx: Context, work: Mapping[str, Callable[[Context], Any]], workers: int) -> bool:
+def start(ctx: Context, work: Mapping[str, Callable[[Context], Any]], workers: int,
+          shared: Callable[[Context], None] | None = None) -> bool:
     """Fork a child that computes ``{key: compute(ctx)}`` for each entry of ``work``, when
     ``workers`` > 1, the trace has at least :data:`MIN_EVENTS` events and a process can be had;
-    whether one was started. :func:`take` collects the values; :func:`finish` stops a child whose
-    values were not taken (the analysis failed first)."""
+    whether one was started. ``shared(ctx)``, when given, runs first, only when a child is to be
+    forked: it fills ``ctx.cache`` with what both processes would otherwise compute each.
+    :func:`take` collects the values; :func:`finish` stops a child whose values were not taken
+    (the analysis failed first)."""
     if workers < 2 or len(ctx.trace.events) < MIN_EVENTS or not hasattr(os, "fork") or _CHILD in ctx.cache:
         return False
+    if shared is not None:
+        shared(ctx)
 
     def in_the_child() -> dict[str, Any]:
         # a collection would walk (and so copy) every tracked object inherited from the parent
