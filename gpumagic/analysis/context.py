@@ -183,7 +183,7 @@ class Context:
         latest architecture its library kernels were built for (``names.kernel_arch``)."""
         if "arch" not in self.cache:
             ev = self.trace.events
-            ids = distinct(ev.name[self.masks["kernel"] & (ev.device == self.device)])
+            ids = distinct(ev.name[self.masks["kernel"] & self.on_device])
             arch = [a for a in (nm.kernel_arch(self.trace.names[n]) for n in ids.tolist()) if a is not None]
             self.cache["arch"] = DeviceInfo(self.device, "", 0, *max(arch)) if arch else None
         return self.cache["arch"]
@@ -233,6 +233,14 @@ class Context:
         """Which events overlap the window (computed once: rules ask for it dozens of times)."""
         ev = self.trace.events
         return (ev.ts_ns < self.hi) & (ev.ts_ns + ev.dur_ns > self.lo)
+
+    @cached_property
+    def on_device(self) -> np.ndarray:
+        """Which events carry the primary GPU's id (``device``; computed once: two dozen metrics
+        and rules select by it). With no GPU (``device`` -1) it is the events without a device
+        id, so callers that mean GPU work combine it with a GPU kind's mask, as they all do."""
+        ev = self.trace.events
+        return ev.device == self.device
 
     def events_in_window(self, mask: np.ndarray) -> np.ndarray:
         return mask & self._in_window
@@ -438,7 +446,7 @@ def _classify_gaps(ctx: Context) -> tuple[Gaps, dict[str, int]]:
     if ctx.device < 0:
         return Gaps.empty(), idle
     g_s, g_e = iv.gaps(ctx.busy, ctx.lo, ctx.hi)
-    on_d = np.flatnonzero(m["gpu"] & (ev.device == ctx.device))
+    on_d = np.flatnonzero(m["gpu"] & ctx.on_device)
     starts = ev.ts_ns[on_d]  # sorted: the table is sorted by start
     k = np.searchsorted(starts, g_e, side="left")
     nxt = np.where(k < on_d.size, on_d[np.minimum(k, on_d.size - 1)], -1)
@@ -478,7 +486,7 @@ def _dependencies(ctx: Context, nxt: np.ndarray, launch: np.ndarray) -> np.ndarr
         return out
     row = np.maximum(nxt, 0)
     waits = np.sort(ev.ts_ns[m["name_stream_wait"] & m["runtime"]])
-    launches = np.sort(ctx.launch_ts[(ctx.launch_ts >= 0) & m["gpu"] & (ev.device == ctx.device)])
+    launches = np.sort(ctx.launch_ts[(ctx.launch_ts >= 0) & m["gpu"] & ctx.on_device])
     prev = launches[np.maximum(np.searchsorted(launches, launch, side="left") - 1, 0)] if launches.size else launch
     w = np.searchsorted(waits, launch, side="right") - 1
     has_wait = (w >= 0) & (waits[np.maximum(w, 0)] >= prev) if waits.size else np.zeros(nxt.size, bool)
@@ -496,10 +504,7 @@ def _sources(ctx: Context, category: str) -> np.ndarray:
     of the primary device but NCCL's, which are "communication"."""
     m = ctx.masks
     if category in ("kernel", "memcpy", "memset", "communication"):
-        if "breakdown.on_device" not in ctx.cache:  # one pass for the four device categories
-            ev = ctx.trace.events
-            ctx.cache["breakdown.on_device"] = ev.device == ctx.device if ctx.device >= 0 else np.zeros(len(ev), bool)
-        on_device = ctx.cache["breakdown.on_device"]
+        on_device = ctx.on_device if ctx.device >= 0 else np.zeros(len(ctx.trace.events), bool)
         if category == "kernel":
             return m["kernel"] & on_device & ~m["name_nccl"]
         if category == "communication":

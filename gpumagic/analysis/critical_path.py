@@ -106,7 +106,7 @@ class _Gpu:
 
     def __init__(self, ctx: Context, notes: list[str]) -> None:
         ev, m = ctx.trace.events, ctx.masks
-        rows = np.flatnonzero(m["gpu"] & (ev.device == ctx.device)) if ctx.device >= 0 else np.zeros(0, np.int64)
+        rows = np.flatnonzero(m["gpu"] & ctx.on_device) if ctx.device >= 0 else np.zeros(0, np.int64)
         self.rows = rows
         self.ts = ev.ts_ns[rows]
         self.end = self.ts + ev.dur_ns[rows]

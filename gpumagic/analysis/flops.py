@@ -551,8 +551,7 @@ def _device_name(ctx) -> str:
 
 
 def _matmul_mask(ctx) -> np.ndarray:
-    ev = ctx.trace.events
-    return ctx.events_in_window(ctx.masks["kernel"] & ctx.masks["name_matmul"]) & (ev.device == ctx.device)
+    return ctx.events_in_window(ctx.masks["kernel"] & ctx.masks["name_matmul"]) & ctx.on_device
 
 
 def _matmul_kernel_ns(ctx) -> int:

@@ -239,8 +239,7 @@ def _idle(ctx: Context) -> IdleMetrics:
 
 
 def kernel_mask(ctx: Context) -> np.ndarray:
-    ev = ctx.trace.events
-    mask: np.ndarray = ctx.events_in_window(ctx.masks["kernel"]) & (ev.device == ctx.device)
+    mask: np.ndarray = ctx.events_in_window(ctx.masks["kernel"]) & ctx.on_device
     return mask
 
 
@@ -283,7 +282,7 @@ def graph_frac(ctx: Context) -> float | None:
 def copy_groups(ctx: Context) -> dict[tuple[str, str], dict[str, Any]]:
     """Copies on the primary device grouped by (direction, host memory kind)."""
     ev = ctx.trace.events
-    idx = np.flatnonzero(ctx.events_in_window(ctx.masks["memcpy"]) & (ev.device == ctx.device))
+    idx = np.flatnonzero(ctx.events_in_window(ctx.masks["memcpy"]) & ctx.on_device)
     kinds = {n: nm.copy_kind(ctx.trace.names[n]) for n in distinct(ev.name[idx]).tolist()}
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for n, key in kinds.items():
@@ -350,7 +349,7 @@ def queued_work(ctx: Context) -> iv.Intervals:
     (computed once per context: the sync costs and the critical path both read it)."""
     if "queued_work" not in ctx.cache:
         ev, m = ctx.trace.events, ctx.masks
-        on = m["gpu"] & (ev.device == ctx.device)
+        on = m["gpu"] & ctx.on_device
         start = np.where(on & (ctx.launch_ts >= 0), ctx.launch_ts, ev.ts_ns)[on]
         ctx.cache["queued_work"] = iv.union(np.minimum(start, ev.ts_ns[on]), ev.ts_ns[on] + ev.dur_ns[on])
     out: iv.Intervals = ctx.cache["queued_work"]
@@ -407,7 +406,7 @@ def _run_ahead(waits: iv.Intervals, returns: np.ndarray, blocked: np.ndarray) ->
 def _last_gpu_start(ctx: Context) -> int:
     """Start of the last GPU work on the primary device inside the window."""
     ev = ctx.trace.events
-    on = ctx.events_in_window(ctx.masks["gpu"] & (ev.device == ctx.device))
+    on = ctx.events_in_window(ctx.masks["gpu"] & ctx.on_device)
     return int(ev.ts_ns[on].max()) if on.any() else ctx.lo
 
 
@@ -496,8 +495,8 @@ def communication(ctx: Context) -> CommunicationMetrics:
     compute = ctx.cat_union["kernel"]
     comm_ns = iv.total(comm)
     exposed = iv.total(iv.subtract(comm, compute))
-    ev, m = ctx.trace.events, ctx.masks
-    count = int(np.count_nonzero(ctx.events_in_window(m["kernel"] & m["name_nccl"]) & (ev.device == ctx.device)))
+    m = ctx.masks
+    count = int(np.count_nonzero(ctx.events_in_window(m["kernel"] & m["name_nccl"]) & ctx.on_device))
     host_calls = int(np.count_nonzero(ctx.events_in_window(m["name_comm_host"] & m["host"])))
     dist = ctx.trace.meta.get("distributed") or {}
     # the program communicates (collective operators on the host, or several ranks) but no kernel

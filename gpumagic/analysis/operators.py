@@ -141,7 +141,7 @@ def metrics(ctx: Context, top: int = TOP_OPERATORS) -> dict[str, Any]:
                            "peak_tbps": bw, "peak_bandwidth_source": bw_src, "device_name": name_dev or None}
     if ctx.device < 0:
         return out
-    k = np.flatnonzero(ctx.events_in_window(m["kernel"] | m["memcpy"] | m["memset"]) & (ev.device == ctx.device))
+    k = np.flatnonzero(ctx.events_in_window(m["kernel"] | m["memcpy"] | m["memset"]) & ctx.on_device)
     out["kernel_ms"] = _ms(ev.dur_ns[k].sum())
     assert ctx.launch_row is not None  # build_context sets it
     launch = ctx.launch_row[k]

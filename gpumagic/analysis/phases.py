@@ -172,7 +172,7 @@ def _gpu_per_step(ctx: Context, per: list[dict[str, iv.Intervals]]) -> list[dict
     ev, m = ctx.trace.events, ctx.masks
     if ctx.device < 0 or ctx.launch_ts is None:
         return []
-    rows = np.flatnonzero(m["gpu"] & (ev.device == ctx.device) & (ctx.launch_ts >= 0))
+    rows = np.flatnonzero(m["gpu"] & ctx.on_device & (ctx.launch_ts >= 0))
     if rows.size == 0:
         return []
     t, dur = ctx.launch_ts[rows], ev.dur_ns[rows]

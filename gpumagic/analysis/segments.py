@@ -425,7 +425,7 @@ def idle_tail(ctx: Context) -> list[Piece]:
     ev, m = ctx.trace.events, ctx.masks
     if ctx.device < 0 or ctx.step_bounds:  # inside a step, host work after the GPU's is the step's
         return []
-    gpu = ctx.events_in_window(m["gpu"] & (ev.device == ctx.device))
+    gpu = ctx.events_in_window(m["gpu"] & ctx.on_device)
     rt = ctx.events_in_window(m["runtime"])
     if not gpu.any():
         return []

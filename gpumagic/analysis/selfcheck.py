@@ -133,8 +133,8 @@ def _partial(ctx: Context) -> list[str]:
     out: list[str] = []
     if ctx.device < 0:
         return out
-    ev, m = ctx.trace.events, ctx.masks
-    gpu = ctx.events_in_window(m["gpu"] & (ev.device == ctx.device))
+    m = ctx.masks
+    gpu = ctx.events_in_window(m["gpu"] & ctx.on_device)
     n = int(np.count_nonzero(gpu))
     unlinked = int(np.count_nonzero(gpu & (ctx.launch_row < 0)))
     if n and unlinked / n > UNLINKED_FRAC and gpu_runtime_calls(ctx):

@@ -111,7 +111,7 @@ def _custom_matmuls(ctx: Context) -> tuple[float, list[str]]:
     """FP32 (non-tensor-core) matmul-named kernel time (ms) in kernels no library names
     (``names.is_library_matmul``), and the longest of their names."""
     ev, msk = ctx.trace.events, ctx.masks
-    sel = ctx.events_in_window(msk["kernel"] & msk["name_matmul"] & ~msk["name_tensor_core"]) & (ev.device == ctx.device)
+    sel = ctx.events_in_window(msk["kernel"] & msk["name_matmul"] & ~msk["name_tensor_core"]) & ctx.on_device
     lib = ctx.trace.name_ids(nm.is_library_matmul)[ev.name]
     rows = np.flatnonzero(sel & ~lib)
     if rows.size == 0:
@@ -131,7 +131,7 @@ def critical_matmul_ns(ctx: Context) -> int | None:
     nothing when the run they belong to ends in a wait for the host's next launch. ``None``
     without GPU work."""
     ev, msk = ctx.trace.events, ctx.masks
-    on = np.flatnonzero(ctx.events_in_window(msk["gpu"]) & (ev.device == ctx.device))
+    on = np.flatnonzero(ctx.events_in_window(msk["gpu"]) & ctx.on_device)
     if on.size == 0:
         return None
     end = ev.ts_ns[on] + ev.dur_ns[on]
