@@ -6,11 +6,13 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tracebuilder import DATA, TraceBuilder
 
 from gpumagic import analyze
 from gpumagic.analysis.context import build_context
-from gpumagic.analysis.operators import enclosing_op
+from gpumagic.analysis.operators import _BIG, _by_thread_start_longest, enclosing_op
 from gpumagic.shells.cli import main
 from gpumagic.trace import load
 
@@ -140,3 +142,20 @@ def test_instances_are_grouped_by_name_and_shapes_whatever_their_order():
     assert big["flops_source"] == "shapes"  # the group's first instance
     copy = rows[("aten::copy_", None)]
     assert copy["count"] == 2 and copy["gpu_ms"] == pytest.approx(0.012) and copy["flops"] is None
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(0, 400), st.sampled_from([1, 3, 40, 1 << 15]), st.integers(1, 50))
+@settings(max_examples=80, deadline=None)
+def test_thread_start_longest_order_is_the_lexsort(seed, n, lanes, span):
+    """The linear-time (thread, start, longest first) order is exactly ``np.lexsort((-dur,
+    s_key))`` on rows in time order, ties of start and of duration included (a coarse ``span``
+    makes many), with thread ids past 16 bits (the lexsort itself) and rows out of time order."""
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, span, n)).astype(np.int64)
+    lane = rng.integers(0, lanes, n).astype(np.int32)
+    dur = rng.integers(1, 4, n).astype(np.int64)
+    s_key = (lane.astype(np.int64) + 1) * _BIG + ts
+    assert np.array_equal(_by_thread_start_longest(lane, s_key, dur), np.lexsort((-dur, s_key)))
+    shuffled = rng.permutation(n)  # not in time order: the check falls back to the lexsort
+    assert np.array_equal(_by_thread_start_longest(lane[shuffled], s_key[shuffled], dur[shuffled]),
+                          np.lexsort((-dur[shuffled], s_key[shuffled])))
