@@ -94,5 +94,9 @@ def run_rank(rank: int, world: int, init_file: str, code: str, out_dir: str) -> 
             if rank == 0:
                 with open(f"{out_dir}/{case}.json", "w", encoding="utf-8") as fh:
                     json.dump({"probe": ns["per_rank"], "old": old_all}, fh)
+        # no rank tears its connections down while the other is still in a collective (a gloo
+        # rank that did aborted once, "terminate called without an active exception", on a busy
+        # machine after both cases had finished)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
