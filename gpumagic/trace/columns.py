@@ -155,14 +155,10 @@ def extract(events: list, with_ops: bool = False, with_comms: bool = False) -> P
     ``with_comms``: as :data:`schema.CommEvent` (:class:`~schema.CommArgs`), so the events that
     describe collectives' messages are kept too (:attr:`Part.comms`)."""
     repairs: dict[str, int] = {}
-    by_type = by_phase(events)
+    by_type = by_phase(events, _READ_PHASES)
     complete = by_type.get(schema.CommComplete) or by_type.get(schema.FastComplete) or by_type.get(schema.Complete, [])
-    cats = list(map(_CAT, complete))
-    # one code per category: its Kind, or -1 for the profiler's own spans ("Trace", ...), which
-    # every Kineto trace has a few of and which are dropped here
-    code = {c: -1 if c in SKIPPED_CATEGORIES else int(CATEGORY_KINDS.get(c, Kind.OTHER)) for c in set(cats)}
-    kind = column(map(code.__getitem__, cats), np.int8, len(cats))
-    del cats
+    code = _KindCodes()
+    kind = column(map(code.__getitem__, map(_CAT, complete)), np.int8, len(complete))
     ts = column(map(_TS, complete), np.float64, len(complete))
     dur = column(map(_DUR, complete), np.float64, len(complete))
     keep = (kind >= 0) & times_ok(ts, dur)
@@ -172,7 +168,7 @@ def extract(events: list, with_ops: bool = False, with_comms: bool = False) -> P
             repairs["bad_time"] = bad
         kept = np.flatnonzero(keep)
         complete, kind, ts, dur = pick(complete, kept), kind[kept], ts[kept], dur[kept]
-    name_index, name_ids = interned(list(map(_NAME, complete)))
+    name_index, name_ids = interned(map(_NAME, complete), len(complete))
     lane_index, lane = _lane_keys(complete)
     args = list(map(_ARGS, complete))
     memory = [e for e in by_type.get(schema.Instant, []) if e.name == "[memory]"]
@@ -305,12 +301,40 @@ def fit64(value: Any) -> int | None:
     return None
 
 
-def by_phase(events: list) -> dict[type, list]:
-    """The events grouped by their struct type (the phase they were decoded as), in order."""
-    types = list(map(type, events))
-    codes = {t: i for i, t in enumerate(dict.fromkeys(types))}
-    code = column(map(codes.__getitem__, types), np.int16, len(types))
-    return {t: pick(events, np.flatnonzero(code == i)) for t, i in codes.items()}
+def by_phase(events: list, only: frozenset | None = None) -> dict[type, list]:
+    """The events grouped by their struct type (the phase they were decoded as), in order;
+    ``only``: just the groups of these types (the others, such as the skipped flow arrows,
+    are not gathered)."""
+    codes = FirstSeen()
+    code = column(map(codes.__getitem__, map(type, events)), np.int16, len(events))
+    return {t: pick(events, np.flatnonzero(code == i)) for t, i in codes.items() if only is None or t in only}
+
+
+#: The groups :func:`extract` reads: duration events (of each schema flavour), instants, metadata.
+_READ_PHASES = frozenset({schema.Complete, schema.FastComplete, schema.CommComplete, schema.Instant, schema.Metadata})
+
+
+class FirstSeen(dict):
+    """A key's number in first-seen order, given on its first lookup (``d[key]`` numbers a new
+    key): interning in one pass at C speed, the Python ``__missing__`` called once per distinct key."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: Any) -> int:
+        number = self[key] = len(self)
+        return number
+
+
+class _KindCodes(dict):
+    """Category -> its :class:`Kind` code, or -1 for the profiler's own spans ("Trace", ...),
+    which every Kineto trace has a few of and which are dropped; filled on first lookup, so its
+    keys are the categories seen."""
+
+    __slots__ = ()
+
+    def __missing__(self, category: str | None) -> int:
+        code = self[category] = -1 if category in SKIPPED_CATEGORIES else int(CATEGORY_KINDS.get(category, Kind.OTHER))
+        return code
 
 
 def _lane_names(meta_events: Iterable[schema.Metadata]) -> dict[tuple[Any, Any], str]:
@@ -325,10 +349,10 @@ def column(values: Iterable, dtype, n: int) -> np.ndarray:
     return np.fromiter(values, dtype=dtype, count=n)
 
 
-def interned(keys: list) -> tuple[dict, np.ndarray]:
-    """(key -> index in first-seen order, index per row), all at C speed."""
-    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-    return index, column(map(index.__getitem__, keys), np.int32, len(keys))
+def interned(keys: Iterable, n: int) -> tuple[dict, np.ndarray]:
+    """(key -> index in first-seen order, index per row) of ``n`` keys, in one pass at C speed."""
+    index = FirstSeen()
+    return index, column(map(index.__getitem__, keys), np.int32, n)
 
 
 def pick(items: list, index: np.ndarray) -> list:
@@ -354,8 +378,8 @@ def _lane_keys(evs: list[schema.Complete]) -> tuple[dict, np.ndarray]:
             raise OverflowError
         pids, tids = pid, tid
     except (TypeError, ValueError, OverflowError):  # a string id, or ids too wide to pair
-        pid_index, pid = interned(list(map(_PID, evs)))
-        tid_index, tid = interned(list(map(_TID, evs)))
+        pid_index, pid = interned(map(_PID, evs), n)
+        tid_index, tid = interned(map(_TID, evs), n)
         pids, tids = list(pid_index), list(tid_index)
     pid = pid.astype(np.int64)
     tid = tid.astype(np.int64)
