@@ -27,3 +27,16 @@ def test_name_masks_are_the_gather_of_their_class(name):
         assert np.array_equal(mask, v[trace.events.name]), k
     zeros = [ctx.masks[f"name_{k}"] for k in empty]  # arrays of their own: writing one changes no other
     assert not any(np.shares_memory(a, b) for i, a in enumerate(zeros) for b in zeros[i + 1:])
+
+
+def test_on_device_follows_the_primary_device():
+    """``ctx.on_device`` is the events carrying the primary GPU's id, computed once, and
+    recomputed when the device is set anew (build_context sets it after making the context)."""
+    trace = load(os.path.join(DATA, "v100_resnet_ns_timestamps.json.gz"))
+    ctx = build_context(trace)
+    assert ctx.device >= 0
+    first = ctx.on_device
+    assert np.array_equal(first, trace.events.device == ctx.device) and first.any()
+    assert ctx.on_device is first  # not recomputed
+    ctx.device = -1
+    assert np.array_equal(ctx.on_device, trace.events.device == -1)

@@ -234,13 +234,17 @@ class Context:
         ev = self.trace.events
         return (ev.ts_ns < self.hi) & (ev.ts_ns + ev.dur_ns > self.lo)
 
-    @cached_property
+    @property
     def on_device(self) -> np.ndarray:
-        """Which events carry the primary GPU's id (``device``; computed once: two dozen metrics
-        and rules select by it). With no GPU (``device`` -1) it is the events without a device
-        id, so callers that mean GPU work combine it with a GPU kind's mask, as they all do."""
-        ev = self.trace.events
-        return ev.device == self.device
+        """Which events carry the primary GPU's id (``device``; computed once per device id: two
+        dozen metrics and rules select by it, and :func:`build_context` sets ``device`` after the
+        context is made). With no GPU (``device`` -1) it is the events without a device id, so
+        callers that mean GPU work combine it with a GPU kind's mask, as they all do."""
+        known = self.cache.get("on_device")
+        if known is None or known[0] != self.device:
+            known = self.cache["on_device"] = (self.device, self.trace.events.device == self.device)
+        mask: np.ndarray = known[1]
+        return mask
 
     def events_in_window(self, mask: np.ndarray) -> np.ndarray:
         return mask & self._in_window
