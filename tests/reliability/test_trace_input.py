@@ -430,3 +430,16 @@ def test_odd_but_valid_traces_analyse_without_warnings(case):
         for e in ev:
             e["dur"] = 0
     analyze(load(d)).to_dict()
+
+
+def test_memory_args_on_a_duration_event_never_leave_the_typed_path(monkeypatch):
+    """The allocator's keys belong to ``[memory]`` instants; on a duration event nothing reads
+    them, so the typed decode does not take them (``schema.OpArgs``), and a value there that
+    no int could hold no longer sends the whole file to the lenient path."""
+    d = base()
+    d["traceEvents"][3].setdefault("args", {}).update({"Total Allocated": "n/a", "Device Type": [1]})
+    raw = json.dumps(d).encode()
+    monkeypatch.setattr(decode, "_decode_lenient", lambda *a: pytest.fail("took the lenient path"))
+    t = from_bytes(raw, "mixed")
+    assert len(t.events) == len(base()["traceEvents"])
+    assert not any("unexpected types" in n for n in t.notes)
