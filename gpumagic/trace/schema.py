@@ -54,9 +54,10 @@ class _Event(msgspec.Struct, gc=False, tag_field="ph"):
     carries only the fields it needs and the loader selects kinds without a pass over strings."""
 
 
-class Complete(_Event, tag="X"):
-    """A duration event: operators, annotations, runtime calls, kernels, copies, memsets.
-    ``pid``/``tid`` are ints, or strings in older and synthetic lanes."""
+class _Duration(_Event):
+    """A duration event's fields but its ``args``, which each flavour of decode reads its own
+    way: operators, annotations, runtime calls, kernels, copies, memsets. ``pid``/``tid`` are
+    ints, or strings in older and synthetic lanes."""
 
     cat: str | None = None
     name: str = ""
@@ -64,6 +65,12 @@ class Complete(_Event, tag="X"):
     tid: int | str = 0
     ts: float = 0.0
     dur: float = 0.0
+
+
+class Complete(_Duration, tag="X"):
+    """A duration event with every arg the analysis reads (:class:`Args`): what a parsed dict or
+    the lenient path converts to."""
+
     args: Args = NO_ARGS
 
 
@@ -97,7 +104,7 @@ class OpArgs(msgspec.Struct, frozen=True, gc=False, rename=OP_ARGS_KEYS):
 NO_OP_ARGS = OpArgs()
 
 
-class FastComplete(Complete, tag="X"):
+class FastComplete(_Duration, tag="X"):
     """A duration event as loading from bytes decodes it: with operators' shapes as raw text."""
 
     args: OpArgs = NO_OP_ARGS
