@@ -390,9 +390,12 @@ def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: st
     _take(iterator, row.config.num_workers, device, pinned, deadline, on_batch)
     t_start = time.perf_counter()
     row.batches = _take(iterator, max_batches, device, pinned, deadline, on_batch, row.batch_s)
-    row.seconds = round(time.perf_counter() - t_start, 4)
-    if row.batches and row.seconds > 0:
-        row.batches_per_s = round(row.batches / row.seconds, 3)
+    elapsed = time.perf_counter() - t_start
+    row.seconds = round(elapsed, 4)
+    # the rate from the clock's own reading: rounded first, a batch of under 50 µs (a tiny
+    # in-memory dataset) read as 0 s and so as no rate at all
+    if row.batches and elapsed > 0:
+        row.batches_per_s = round(row.batches / elapsed, 3)
     else:
         row.error = "too few batches to measure after the warm-up"
     return True
