@@ -13,29 +13,37 @@ from typing import Any, NamedTuple, Union
 
 import msgspec
 
-#: The JSON keys of :class:`Args`' fields whose names differ, then :class:`OpArgs`' and
-#: :class:`CommArgs`' (each struct gives its own, whole mapping).
+#: The JSON keys of fields whose names differ: :class:`_LaunchArgs`', then :class:`Args`',
+#: :class:`OpArgs`' and :class:`CommArgs`' (each struct gives its own, whole mapping).
+LAUNCH_ARGS_KEYS = {"nbytes": "bytes"}
 ARGS_KEYS = {
-    "nbytes": "bytes",
+    **LAUNCH_ARGS_KEYS,
     "mem_bytes": "Bytes",
     "total_allocated": "Total Allocated",
     "total_reserved": "Total Reserved",
     "device_id": "Device Id",
     "device_type": "Device Type",
 }
-OP_ARGS_KEYS = {"nbytes": "bytes", "dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}
+OP_ARGS_KEYS = {**LAUNCH_ARGS_KEYS, "dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}
 COMM_ARGS_KEYS = {**OP_ARGS_KEYS, "coll": "Collective name", "in_n": "In msg nelems", "out_n": "Out msg nelems",
                   "group": "Group size"}
 
 
-class Args(msgspec.Struct, frozen=True, gc=False, rename=ARGS_KEYS):
-    """The few ``args`` the analysis reads; -1 means absent. (``correlation`` links a launch to
-    the kernel or copy it enqueued; operators' ``External id`` is not needed and not read.)"""
+class _LaunchArgs(msgspec.Struct, frozen=True, gc=False, rename=LAUNCH_ARGS_KEYS):
+    """The ``args`` of a duration event that every decode reads; -1 means absent. (``correlation``
+    links a launch to the kernel or copy it enqueued; operators' ``External id`` is not needed
+    and not read.)"""
 
     correlation: int = -1
     stream: int = -1
     device: int = -1
     nbytes: int = -1
+
+
+class Args(_LaunchArgs, frozen=True, gc=False, rename=ARGS_KEYS):
+    """The few ``args`` the analysis reads, of any event: :class:`_LaunchArgs` plus the
+    ``[memory]`` instants' allocator totals and the metadata's names."""
+
     mem_bytes: int = 0
     total_allocated: int = -1
     total_reserved: int = -1
@@ -78,12 +86,13 @@ class Complete(_Duration, tag="X"):
 RAW_ABSENT = msgspec.Raw(b"")
 
 
-class OpArgs(msgspec.Struct, frozen=True, gc=False, rename=OP_ARGS_KEYS):
+class OpArgs(_LaunchArgs, frozen=True, gc=False, rename=OP_ARGS_KEYS):
     """A duration event's ``args`` as loading from bytes decodes them: of :class:`Args`, only what
-    duration events carry (the allocator's totals belong to ``[memory]`` instants, the names to
-    metadata), plus what ``record_shapes``/``with_flops`` add to operators (see :mod:`.ops`),
-    read in the same pass as everything else. The shapes are kept as :class:`msgspec.Raw` (a
-    view into the text): only operators' are decoded further, by :func:`.columns.extract`.
+    duration events carry (:class:`_LaunchArgs`: the allocator's totals belong to ``[memory]``
+    instants, the names to metadata), plus what ``record_shapes``/``with_flops`` add to
+    operators (see :mod:`.ops`), read in the same pass as everything else. The shapes are kept
+    as :class:`msgspec.Raw` (a view into the text): only operators' are decoded further, by
+    :func:`.columns.extract`.
 
     Fewer fields are faster to decode, not only to store: each key of an event's ``args`` that no
     field takes (``Python id``, ``Ev Idx``, ``External id``... most of them) is compared with
@@ -91,10 +100,6 @@ class OpArgs(msgspec.Struct, frozen=True, gc=False, rename=OP_ARGS_KEYS):
     decode of the MI300X capture trace (120k Python-function events with three such keys each)
     took 0.88x the time, the V100, A100 and ResNet-50 traces' 0.94-0.95x."""
 
-    correlation: int = -1
-    stream: int = -1
-    device: int = -1
-    nbytes: int = -1
     dims: msgspec.Raw = RAW_ABSENT
     types: msgspec.Raw = RAW_ABSENT
     concrete: msgspec.Raw = RAW_ABSENT
