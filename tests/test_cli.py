@@ -102,6 +102,35 @@ def test_jobs_decode_a_large_trace_in_pieces_with_the_same_report(tmp_path, monk
     assert reports[0] == reports[1]
 
 
+def test_a_gzip_too_small_for_an_early_child_is_inflated_in_one_call(tmp_path, monkeypatch):
+    """With several processes the command reads a trace into a bytearray (cut into pieces in place,
+    its inflation followed by an early child) only when an early child could start on it: a gzip
+    that says it inflates to less than ``pieces.EARLY_MIN_BYTES`` is inflated in one call into
+    bytes, whose pieces are copies; the report is the same either way, and with ``-j 1``."""
+    from gpumagic.shells.cli.analyze import _in_place
+    from gpumagic.trace import files, pieces
+
+    path = os.path.join(DATA, "resnet50_v100_workers4.json.gz")  # 31 MB of JSON
+    plain = tmp_path / "t.json"
+    plain.write_bytes(bytes(files.read_bytes(path)))
+    assert not _in_place(path, 2) and not _in_place(path, 1)
+    assert _in_place(str(plain), 2) and not _in_place(str(plain), 1)
+    assert _in_place("-", 2)  # standard input: read into a bytearray whatever it holds
+    monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1 << 20)
+    texts = []
+    real_read = files.read_bytes
+    monkeypatch.setattr(files, "read_bytes", lambda *a, **kw: texts.append(real_read(*a, **kw)) or texts[-1])
+    reports = {}
+    for case, early_min in (("bytes", pieces.EARLY_MIN_BYTES), ("in place", 1 << 20)):
+        monkeypatch.setattr(pieces, "EARLY_MIN_BYTES", early_min)
+        for jobs in ("2", "1"):
+            out = tmp_path / f"{case}-{jobs}.json"
+            assert main(["analyze", path, "--format", "json", "-o", str(out), "-j", jobs]) == 0
+            reports[case, jobs] = json.loads(out.read_text())
+    assert [type(t) for t in texts] == [bytes, bytes, bytearray, bytes]
+    assert all(r == reports["bytes", "1"] for r in reports.values())
+
+
 def test_ctrl_c_while_decoding_in_pieces_stops_the_children_and_exits_130(tmp_path):
     """SIGINT to the whole process group (as a terminal sends it) while pieces are decoded."""
     import signal

@@ -86,6 +86,28 @@ def read_bytes(path: str | os.PathLike, *, mutable: bool = False, progress: Prog
             progress.ended = True
 
 
+def gzip_size(path: str | os.PathLike) -> int | None:
+    """The size the gzip file ``path`` says its data inflates to: the ISIZE field of its last
+    eight bytes (RFC 1952; the size modulo 2**32, and of the last member only). None for
+    standard input, a file that is not gzip, or one that cannot be read. A hint for choosing how
+    to read the file, never trusted for the result: :func:`gunzip` checks what it inflates."""
+    path = os.fspath(path)
+    if path == STDIN:
+        return None
+    try:
+        st = os.stat(path)
+        # only a regular file: opening a FIFO would wait for a writer (read_bytes refuses one)
+        if not stat.S_ISREG(st.st_mode) or st.st_size < 18:  # a gzip header and trailer at least
+            return None
+        with open(path, "rb", buffering=0) as fh:
+            if fh.read(2) != _GZIP_MAGIC:
+                return None
+            fh.seek(st.st_size - 4)
+            return int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return None
+
+
 def display_name(path: str) -> str:
     """How messages name ``path``: ``<stdin>`` for ``-``."""
     return "<stdin>" if path == STDIN else path

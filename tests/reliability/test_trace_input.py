@@ -281,6 +281,31 @@ def test_a_gzip_trailer_that_lies_about_the_size_reads_as_before(tmp_path, isize
     assert outcome(False) == outcome(True)  # (ISA-L and zlib check ISIZE: each is an error)
 
 
+def test_gzip_size_reads_the_trailer_and_never_waits(tmp_path):
+    """``files.gzip_size``: the trailer's ISIZE of a gzip file; None for anything else, and for
+    a FIFO without opening it (an open would wait for a writer)."""
+    import threading
+
+    text = json.dumps(base()).encode()
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(text))
+    assert files.gzip_size(gz) == files.gzip_size(str(gz)) == len(text)
+    plain = tmp_path / "t.json"
+    plain.write_bytes(text)
+    tiny = tmp_path / "tiny.json.gz"
+    tiny.write_bytes(gzip.compress(text)[:10])  # a gzip header, no trailer
+    fifo = tmp_path / "pipe.json.gz"
+    os.mkfifo(fifo)
+    sizes = {}
+    for name, path in {"plain": plain, "tiny": tiny, "missing": tmp_path / "nothing.json.gz", "stdin": "-",
+                       "folder": tmp_path, "fifo": fifo}.items():
+        reader = threading.Thread(target=lambda n=name, p=path: sizes.__setitem__(n, files.gzip_size(p)), daemon=True)
+        reader.start()
+        reader.join(timeout=10)
+        assert not reader.is_alive(), name
+    assert sizes == dict.fromkeys(("plain", "tiny", "missing", "stdin", "folder", "fifo"))
+
+
 def test_a_bomb_whose_trailer_claims_a_small_size_still_stops_at_the_cap(tmp_path, monkeypatch):
     """The one-call inflation makes at most ISIZE + 1 bytes; a bomb claiming a small size is then
     inflated step by step, and stopped by the cap as any other."""
