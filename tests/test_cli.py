@@ -113,9 +113,9 @@ def test_a_gzip_too_small_for_an_early_child_is_inflated_in_one_call(tmp_path, m
     path = os.path.join(DATA, "resnet50_v100_workers4.json.gz")  # 31 MB of JSON
     plain = tmp_path / "t.json"
     plain.write_bytes(bytes(files.read_bytes(path)))
-    assert not _in_place(path, 2) and not _in_place(path, 1)
-    assert _in_place(str(plain), 2) and not _in_place(str(plain), 1)
-    assert _in_place("-", 2)  # standard input: read into a bytearray whatever it holds
+    assert not _in_place(files.gzip_size(path), 2) and not _in_place(files.gzip_size(path), 1)
+    assert _in_place(files.gzip_size(str(plain)), 2) and not _in_place(files.gzip_size(str(plain)), 1)
+    assert _in_place(files.gzip_size("-"), 2)  # standard input: read into a bytearray whatever it holds
     monkeypatch.setattr(pieces, "MIN_PIECE_BYTES", 1 << 20)
     texts = []
     real_read = files.read_bytes
@@ -129,6 +129,43 @@ def test_a_gzip_too_small_for_an_early_child_is_inflated_in_one_call(tmp_path, m
             reports[case, jobs] = json.loads(out.read_text())
     assert [type(t) for t in texts] == [bytes, bytes, bytearray, bytes]
     assert all(r == reports["bytes", "1"] for r in reports.values())
+
+
+def test_a_large_trace_has_the_allocator_keep_freed_memory(tmp_path, monkeypatch):
+    """From KEEP_FREED_MIN_BYTES of JSON (the gzip trailer's size, else the file's) the command asks
+    glibc to keep what it frees; below, and for what it cannot size, it changes nothing."""
+    from gpumagic import _allocator
+    from gpumagic.shells.cli import analyze as cli
+
+    asked = []
+    monkeypatch.setattr(_allocator, "mallopt", lambda settings: asked.append(settings) or True)
+    gz = os.path.join(DATA, "a100_training_rank0.json.gz")
+    assert not cli._keep_freed_memory(gz, 26 << 20) and not asked
+    assert cli._keep_freed_memory(gz, cli.KEEP_FREED_MIN_BYTES)
+    assert asked.pop() == {_allocator.M_MMAP_THRESHOLD: _allocator.LARGE_MMAP_THRESHOLD,
+                           _allocator.M_TRIM_THRESHOLD: cli.TRIM_MIN_BYTES}
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:  # sparse: no disk used
+        fh.truncate(cli.KEEP_FREED_MIN_BYTES)
+    assert cli._keep_freed_memory(str(big), None) and asked.pop()
+    assert not cli._keep_freed_memory(str(tmp_path / "small.json"), None)  # missing: nothing asked
+    assert not cli._keep_freed_memory("-", None) and not asked
+
+
+def test_mallopt_says_whether_glibc_took_every_setting(monkeypatch):
+    """In a fresh process (the test runner's allocator is left alone): the settings the command and
+    the pool workers use are taken; a setting glibc refuses (``M_MXFAST``, 1, past its maximum)
+    makes the answer False; elsewhere than Linux nothing is asked."""
+    from gpumagic import _allocator
+
+    probe = ("from gpumagic import _allocator as a; "
+             "print(a.mallopt({a.M_MMAP_THRESHOLD: a.LARGE_MMAP_THRESHOLD, a.M_TRIM_THRESHOLD: 1 << 28}), "
+             "a.mallopt({a.M_TOP_PAD: 1 << 20, 1: 1 << 20}), a.mallopt({a.M_TOP_PAD: 1 << 20}))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    if sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION"):
+        assert out.stdout.split() == ["True", "False", "True"]
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert _allocator.mallopt({_allocator.M_TOP_PAD: 1 << 20}) is False
 
 
 def test_ctrl_c_while_decoding_in_pieces_stops_the_children_and_exits_130(tmp_path):

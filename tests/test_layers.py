@@ -18,8 +18,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gpumagic"
 
 #: (layer name, module-name prefixes), lowest first.
 LAYERS = (
-    ("base", ("gpumagic.errors", "gpumagic._arrays", "gpumagic._atomic", "gpumagic._env", "gpumagic._forked", "gpumagic._origin",
-              "gpumagic.examples")),
+    ("base", ("gpumagic.errors", "gpumagic._allocator", "gpumagic._arrays", "gpumagic._atomic", "gpumagic._env",
+              "gpumagic._forked", "gpumagic._origin", "gpumagic.examples")),
     ("trace", ("gpumagic.trace",)),
     ("report", ("gpumagic.report",)),
     ("analysis", ("gpumagic.analysis",)),

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 
+from gpumagic import _allocator
 from gpumagic.errors import GpumagicError, exception_text
 from gpumagic.jobs.summary import RankSummary, failed, summarize
 
@@ -118,32 +119,20 @@ def _worker_start(started) -> None:
     _keep_freed_memory()
 
 
-#: glibc's ``M_TOP_PAD`` (malloc.h): the bytes ``malloc`` keeps at the top of the heap when it
-#: grows it or when memory is freed, instead of handing them back to the system.
-_M_TOP_PAD = -2
-#: What a pool worker keeps: about two ranks' columns and structs of a 26 MB trace.
+#: What a pool worker's allocator keeps at the top of its heap (glibc's ``M_TOP_PAD``) when it
+#: grows it or when memory is freed, instead of handing it back: about two ranks' columns and
+#: structs of a 26 MB trace.
 WORKER_TOP_PAD = 64 << 20
 
 
 def _keep_freed_memory() -> bool:
     """In a pool worker (this package's own process, never the caller's): let glibc keep up to
     :data:`WORKER_TOP_PAD` of freed heap, so that each rank reuses the pages of the one before
-    instead of the kernel zeroing fresh ones. On 16 A100 ranks in a pool of two this cut the
-    workers' page faults by 45 % and their system time by half (0.69 s to 0.37 s of about 6.4 s of
-    CPU: about 5 %), with the same peak RSS
-    (``mallopt(3)``: ``M_TOP_PAD``). Elsewhere (not glibc) nothing is changed. Returns whether
-    the setting was taken."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        if not hasattr(libc, "gnu_get_libc_version"):  # musl and others: not glibc's mallopt
-            return False
-        return bool(libc.mallopt(_M_TOP_PAD, WORKER_TOP_PAD))
-    except (OSError, AttributeError, TypeError):  # no C library to ask: the default allocator settings
-        return False
+    instead of the kernel zeroing fresh ones (:mod:`gpumagic._allocator`). On 16 A100 ranks in a
+    pool of two this cut the workers' page faults by 45 % and their system time by half (0.69 s
+    to 0.37 s of about 6.4 s of CPU: about 5 %), with the same peak RSS. Returns whether the
+    setting was taken (not on other systems than Linux with glibc)."""
+    return _allocator.mallopt({_allocator.M_TOP_PAD: WORKER_TOP_PAD})
 
 
 def _summarize_rank(index: int, path: str) -> RankSummary:

@@ -99,11 +99,14 @@ def run(args: argparse.Namespace) -> int:
     if is_job(args):
         return emit(lambda: analyze_job(args), args.format, args.output, "job report", protect=_named_files(args))
     path = trace_path(args.paths[0])
+    from gpumagic.trace.files import gzip_size
     from gpumagic.trace.pieces import available_workers
 
     workers = args.jobs or available_workers()
+    size = gzip_size(path)
+    _keep_freed_memory(path, size)
     # gunzip (which releases the GIL) while numpy & co. are imported
-    reading = _ReadAhead(path, mutable=_in_place(path, workers))
+    reading = _ReadAhead(path, mutable=_in_place(size, workers))
     from gpumagic.analysis import analyze
     from gpumagic.trace import pieces
     from gpumagic.trace.files import display_name
@@ -123,11 +126,12 @@ def run(args: argparse.Namespace) -> int:
     return emit(report, args.format, args.output, "report", protect=[path])
 
 
-def _in_place(path: str, workers: int) -> bool:
+def _in_place(gzip_size: int | None, workers: int) -> bool:
     """Whether to read the trace into a ``bytearray``, which :mod:`gpumagic.trace.pieces` cuts
     into pieces in place and whose inflation an early child follows
     (:func:`~gpumagic.trace.pieces.start_early`), rather than into ``bytes`` inflated in one call,
-    whose pieces are copies.
+    whose pieces are copies. ``gzip_size``: what the trace's gzip trailer says it inflates to
+    (:func:`~gpumagic.trace.files.gzip_size`; None when it is not a gzip file).
 
     Only with ``workers`` > 1, and not for a gzip file that says it inflates to less than
     :data:`~gpumagic.trace.pieces.EARLY_MIN_BYTES` (too little for an early child): the
@@ -138,13 +142,42 @@ def _in_place(path: str, workers: int) -> bool:
     than that. The size is the gzip trailer's, modulo 2**32: a file that inflates to more than
     it says is still read whole, by the step-by-step fallback of
     :func:`~gpumagic.trace.files.gunzip`."""
-    from gpumagic.trace.files import gzip_size
     from gpumagic.trace.pieces import EARLY_MIN_BYTES
 
-    if workers < 2:
+    return workers > 1 and (gzip_size is None or gzip_size >= EARLY_MIN_BYTES)
+
+
+#: From this many bytes of JSON, the command keeps the memory it frees for reuse
+#: (:func:`_keep_freed_memory`).
+KEEP_FREED_MIN_BYTES = 128 << 20
+#: How much free memory at the top of the heap glibc may keep, then (``M_TRIM_THRESHOLD``).
+TRIM_MIN_BYTES = 256 << 20
+
+
+def _keep_freed_memory(path: str, gzip_size: int | None) -> bool:
+    """For a trace of :data:`KEEP_FREED_MIN_BYTES` of JSON or more (the gzip trailer's size, else
+    the file's), have glibc keep the memory this process frees (:mod:`gpumagic._allocator`):
+    blocks under 32 MiB come from the heap, and its free top is kept unless more than
+    :data:`TRIM_MIN_BYTES` of it is free, so that the columns and temporaries of the analysis
+    reuse pages already touched instead of faulting fresh ones in. Whole commands on the V100
+    trace ×20 (860 MB), alternated with the code before, 6 rounds: 4.84-4.98 s against
+    4.93-5.26 s, 655k page faults against 780k, the summed peak memory of all processes 1.58×
+    the JSON against 1.44× (target 2.0×); on the V100 trace ×5 (214 MB) no different. Smaller
+    traces are left alone: the command's few large blocks gain nothing there."""
+    from gpumagic import _allocator
+
+    size = gzip_size
+    if size is None:
+        if path == STDIN:
+            return False
+        try:
+            size = os.stat(path).st_size
+        except (OSError, ValueError):
+            return False
+    if size < KEEP_FREED_MIN_BYTES:
         return False
-    size = gzip_size(path)
-    return size is None or size >= EARLY_MIN_BYTES
+    return _allocator.mallopt({_allocator.M_MMAP_THRESHOLD: _allocator.LARGE_MMAP_THRESHOLD,
+                               _allocator.M_TRIM_THRESHOLD: TRIM_MIN_BYTES})
 
 
 def _named_files(args: argparse.Namespace) -> list[str]:
