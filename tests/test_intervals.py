@@ -74,6 +74,16 @@ def test_clip_and_gaps(a, lo, width):
     assert cells(g) == window - cover(a)
 
 
+@given(spans, st.integers(-5, GRID * 2))
+def test_head_is_the_earliest_part_of_that_length(a, length):
+    u = iv.union(*arr(a))
+    h = iv.head(u, length)
+    assert normalised(h)
+    covered = sorted(cells(u))
+    assert sorted(cells(h)) == covered[:max(0, length)]  # the earliest cells, as many as asked (or all)
+    assert iv.total(h) == min(max(0, length), iv.total(u))
+
+
 @given(spans, st.lists(st.tuples(st.integers(0, GRID), st.integers(0, 30)), min_size=1, max_size=5))
 def test_measure_in(a, windows):
     u = iv.union(*arr(a))

@@ -96,12 +96,16 @@ CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
 def apportion(ctx: Context, findings: list[Finding], steady: Context | None = None) -> tuple[list[Finding], float]:
     """The findings with idle-type gains counted once, and ``combined_gain``. A steady-state
     finding (``rules.STEADY_IDS``) claims its time in ``steady``, the part of the window it
-    judged; gains are shares of the whole window."""
+    judged; gains are shares of the whole window. ``combined_gain`` counts, of each idle-type
+    finding's windows, only what its gain counts (the earliest part, :func:`intervals.head`, when
+    an estimate or a cap keeps the gain below its time), and only the findings returned: never
+    more than the returned gains combined (docs/metrics.md, "Gains counted once")."""
     by_id = {f.id: f for f in findings}
     idle = ctx.gaps.intervals if ctx.device >= 0 else iv.union(np.array([ctx.lo]), np.array([ctx.hi]))
     budget = iv.total(idle)
     claimed = iv.empty()
     claimed_by: dict[str, iv.Intervals] = {}
+    granted_by: dict[str, iv.Intervals] = {}  # the part of its own time that a finding's gain counts
     for fid in CLAIM_ORDER:
         f = by_id.get(fid)
         if f is None:
@@ -122,18 +126,26 @@ def apportion(ctx: Context, findings: list[Finding], steady: Context | None = No
         if f.gain_method.startswith(ESTIMATE_PREFIX):  # a model's estimate below the time it claims stays
             ns = min(ns, int(f.est_gain * ctx.window_ns))
         budget -= ns
+        if fid in CLAIMS:
+            granted_by[fid] = iv.head(own, ns)
         by_id[fid] = _with_gain(f, ctx.frac(ns), before=taken_by)
-    union = claimed
-    for fid in OTHER_TIME_BASED:
-        if fid in by_id:
-            union = iv.merge(union, CLAIMS[fid](ctx))
+    out = [by_id[f.id] for f in findings
+           if not (f.id in SYMPTOM_MIN_GAIN and by_id[f.id].est_gain < min(f.est_gain, SYMPTOM_MIN_GAIN[f.id]))]
+    # the time fixing all would save is what the listed findings' gains count: not all the time
+    # they claimed (a gain that is an estimate, or capped by the critical path or the idle budget,
+    # counts less than its time), nor the rest of a symptom dropped above; time outside the idle
+    # budget (OTHER_TIME_BASED) joins it, counted once
+    union = iv.empty()
+    for f in out:
+        if f.id in granted_by:
+            union = iv.merge(union, granted_by[f.id])
+        elif f.id in OTHER_TIME_BASED:
+            union = iv.merge(union, CLAIMS[f.id](ctx))
     keep = 1.0 - min(1.0, ctx.frac(iv.total(union)))
-    for f in by_id.values():
+    for f in out:
         if f.id not in IDLE_TYPE and f.id not in OTHER_TIME_BASED:
             keep *= 1.0 - f.est_gain
     combined = round(min(1.0, max(0.0, 1.0 - keep)), 4)
-    out = [by_id[f.id] for f in findings
-           if not (f.id in SYMPTOM_MIN_GAIN and by_id[f.id].est_gain < min(f.est_gain, SYMPTOM_MIN_GAIN[f.id]))]
     return [replace(f, est_gain=min(f.est_gain, combined)) for f in out], combined
 
 

@@ -108,6 +108,23 @@ def total(a: Intervals) -> int:
     return int(np.sum(a[1] - a[0]))
 
 
+def head(a: Intervals, length: int) -> Intervals:
+    """The earliest ``length`` of a normalised set: its intervals in time order, the last one cut
+    where their covered length reaches ``length`` (the whole set when it is no longer)."""
+    s, e = a
+    if length <= 0 or s.size == 0:
+        return empty()
+    covered = np.cumsum(e - s)
+    if covered[-1] <= length:
+        return a
+    k = int(np.searchsorted(covered, length, side="left"))  # the interval where ``length`` is reached
+    before = int(covered[k - 1]) if k else 0
+    s, e = s[:k + 1].copy(), e[:k + 1].copy()
+    e[k] = s[k] + (length - before)
+    keep = e > s
+    return s[keep], e[keep]
+
+
 def gaps(a: Intervals, lo: int, hi: int) -> Intervals:
     """The complement of a normalised set inside ``[lo, hi)``."""
     s, e = clip(a, lo, hi)
