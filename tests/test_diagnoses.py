@@ -401,6 +401,49 @@ def test_with_spare_cores_the_fix_is_the_count_they_allow():
     assert "recorded at capture" in f.evidence.summary
 
 
+def _loading_in_main_trace(load_us: int, step_us: int = 10_000):
+    """A CPU-only training loop whose main process loads each batch itself (``num_workers=0``)."""
+    tb = TraceBuilder(cc=None)
+    for i in range(4):
+        t = i * step_us
+        tb.step(i + 1, t, step_us)
+        tb.dataloader(t, load_us)
+        tb.op("aten::addmm", t + load_us + 50, step_us - load_us - 400)
+        tb.op("autograd::engine::evaluate_function: AddmmBackward0", t + step_us - 300, 250)
+    return tb
+
+
+@pytest.mark.parametrize(("usable", "load_us", "workers"), [(2, 9_500, 2), (2, 4_000, 1), (4, 9_500, 4), (8, 4_000, 7)])
+def test_the_core_the_main_process_loads_on_is_the_workers_once_they_take_the_loading(usable, load_us, workers):
+    """With ``num_workers=0`` and CPU-bound loading, the main process's busy core is mostly the
+    loading, which moves into the workers: they may use it. On 2 cores, a loop that loads 95 % of
+    each step gets 2 workers (measured on this project's 2-core machine: 15.0 ms a step with none,
+    15.6 ms with 1, 9.0 ms with 2), one that loads 40 % keeps 1 (the main process still needs most
+    of a core); never more than the usable cores, PyTorch's own ceiling."""
+    r = _with_samples(_loading_in_main_trace(load_us), 100.0 / usable, main_pct=100.0, usable=usable)
+    f = r.finding("dataloader-bound")
+    assert r.metrics["host"]["loader_cpu_bound"] is True
+    assert f.evidence.numbers["suggested_num_workers"] == workers
+    assert f"num_workers={workers}," in f.fixes[0].code
+    assert ("once the loading leaves the main process" in f.evidence.summary) and "recorded at capture" in f.evidence.summary
+    assert f.gain_method.startswith(f"estimate: the data-loader wait that {workers} worker(s) would hide")
+
+
+def test_only_the_main_process_own_cpu_bound_loading_moves():
+    """Workers already running, loading that is not CPU work, or no CPU samples: nothing moves, and
+    the count is the spare cores' (at most ``usable − 1``)."""
+    from gpumagic.analysis.hostcpu import HostCpu, loading_in_main, suggested_workers
+
+    main_loads = HostCpu(2.0, "affinity", 20, 1.0, 0.5, True, "samples", 0)
+    assert loading_in_main(main_loads, 1.0, 0.95) == 0.95 and suggested_workers(main_loads, 0.95) == 2
+    assert loading_in_main(main_loads, 0.6, 0.95) == 0.6  # never more than the process's own busy cores
+    for other in (HostCpu(2.0, "affinity", 20, 1.0, 0.5, True, "samples", 1),  # workers running
+                  HostCpu(2.0, "affinity", 20, 1.0, 0.5, False, "samples", 0),  # I/O, sleeps
+                  HostCpu(2.0, "unknown", 0, None, None, True, "main-thread ops", None)):  # no samples
+        assert loading_in_main(other, 1.0, 0.95) == 0.0
+        assert suggested_workers(other, 0.0) == 1
+
+
 def test_an_io_bound_wait_may_use_more_workers_than_cores_and_says_why():
     r = _with_samples(_loader_trace(training=True), 20.0, main_pct=5.0, usable=4)
     f = r.finding("dataloader-bound")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.hostcpu import HostCpu, host_cpu, suggested_workers
+from gpumagic.analysis.hostcpu import HostCpu, host_cpu, loading_in_main, suggested_workers
 from gpumagic.analysis.hostload import COST_OPTIONS
 from gpumagic.analysis.loadergain import saturated_by, worker_gain
 from gpumagic.analysis.metrics import cap_by_critical_path
@@ -66,7 +66,7 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
             numbers["workers_cpu_util_mean_pct"] = samples.workers_util_mean
             cpu_note += f"; loader workers used {samples.workers_util_mean:.0f} % of a core"
         cpu_note += "."
-    advice, workers = _worker_advice(h, host)
+    advice, workers = _worker_advice(h, host, loading_in_main(h, host.get("own_busy_cores"), frac))
     if workers is not None:
         numbers["suggested_num_workers"] = workers
     threads = _intra_op_threads(h, host, workers)
@@ -122,9 +122,10 @@ def _intra_op_threads(h: HostCpu, host: HostMetrics, workers: int | None) -> int
     return max(1, int(float(h.usable_cores)) - workers)
 
 
-def _worker_advice(h: HostCpu, host: HostMetrics) -> tuple[str, int | None]:
+def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0) -> tuple[str, int | None]:
     """The sentence that says where the worker count comes from, and the count (None: the fix
-    computes it on the machine that runs it)."""
+    computes it on the machine that runs it). ``moving``: the loading the main process does
+    itself now, which the workers would take over (:func:`~gpumagic.analysis.hostcpu.loading_in_main`)."""
     if _saturated(h, host):
         return (f"The usable cores are saturated ({pct(h.saturation or 0.0)} of {h.usable_cores:g}) by this process's own "
                 "threads and loading is CPU work: more workers will not help; see host-cpu-saturated."), None
@@ -137,9 +138,13 @@ def _worker_advice(h: HostCpu, host: HostMetrics) -> tuple[str, int | None]:
         n = 2 * int(max(1, float(h.usable_cores)))
         return (f"The wait is mostly not CPU work ({h.loader_cpu_source}): workers waiting on I/O need no core "
                 f"each, so {n} workers (2 per usable core) can help."), n
-    suggested = suggested_workers(h)
+    suggested = suggested_workers(h, moving)
     if suggested is not None:
         busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
+        if moving > 0 and h.busy_cores is not None:
+            return (f"{suggested} worker(s): what the cores allow once the loading leaves the main process "
+                    f"({h.usable_cores:g} usable{busy}, {moving:.1f} of it the main process loading batches itself, "
+                    "work the workers take over; recorded at capture)."), suggested
         return (f"{suggested} worker(s): what the spare cores allow ({h.usable_cores:g} usable{busy}, "
                 "recorded at capture)."), suggested
     return ("The trace does not record how many cores the run could use: the worker count in the fix is "
