@@ -142,7 +142,7 @@ def test_cpu_only_trace_is_all_host():
     c = cp(tb)
     assert c["frac"]["host_compute"] == 1.0  # the operators, and Python between them
     assert c["host_unrecorded_ms"] == pytest.approx(0.3)
-    assert c["bound"]["what"] == "host Python and launches"
+    assert c["bound"]["what"] == "host operators and Python"  # no GPU: nothing is launched
 
 
 def test_blocking_threshold_matches_the_sync_metrics():

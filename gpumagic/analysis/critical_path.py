@@ -355,7 +355,7 @@ def metrics(ctx: Context, syncs: Any, queued: iv.Intervals) -> dict[str, Any]:
     totals = per.sum(axis=0)
     length = float(totals.sum())
     frac = {k: (round(float(totals[i]) / length, 4) if length else 0.0) for i, k in enumerate(KINDS)}
-    bound = _bound(frac)
+    bound = _bound(frac, gpu=ctx.device >= 0)
     out: dict[str, Any] = {
         "kinds": list(KINDS),
         "frac": frac,
@@ -375,11 +375,18 @@ def _overlap_each(a: iv.Intervals, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return iv.measure_in(a, s, e).astype(np.float64)
 
 
-def _bound(frac: dict[str, float]) -> dict[str, Any]:
-    """The group of kinds with the largest share: ``{"what", "frac", "kinds"}``."""
+#: The host group's phrase when no GPU was recorded: the host's time is then its own operators'
+#: compute (a matmul on the CPU), not Python feeding a GPU launches.
+HOST_ONLY = "host operators and Python"
+
+
+def _bound(frac: dict[str, float], gpu: bool = True) -> dict[str, Any]:
+    """The group of kinds with the largest share: ``{"what", "frac", "kinds"}``; ``gpu``: whether
+    the trace recorded a GPU (else the host group reads :data:`HOST_ONLY`)."""
     best = max(GROUPS, key=lambda g: sum(frac[k] for k in g[1]))
     share = round(sum(frac[k] for k in best[1]), 4)
-    return {"what": best[0], "frac": share, "kinds": list(best[1])}
+    what = best[0] if gpu or "host_compute" not in best[1] else HOST_ONLY
+    return {"what": what, "frac": share, "kinds": list(best[1])}
 
 
 def _top(ctx: Context, s, e, kind, row, host_s, host_e) -> list[dict[str, Any]]:
