@@ -444,6 +444,31 @@ def test_only_the_main_process_own_cpu_bound_loading_moves():
         assert suggested_workers(other, 0.0) == 1
 
 
+def test_workers_that_take_what_the_cores_allow_get_no_count_at_or_below_theirs():
+    """Two CPU-bound workers on 2 cores, 1.7 of them busy: the count the cores allow is the
+    two there are. The finding said "1 worker(s): what the spare cores allow" with a fix setting
+    ``num_workers=1`` (fewer than running) and a gain under 1 %; it now says more would not help,
+    offers the cheaper-batch fix, and claims the wait as an upper bound."""
+    d = _loading_in_main_trace(4_000).to_dict()
+    times = list(range(0, 40_001_000, 2_000_000))
+    d["gpumagic"] = {
+        "format": 1, "label": "", "notes": [], "capture": {},
+        "machine": {"cpu_count": 2, "cpu_affinity": [0, 1], "cpu_quota_cores": None,
+                    "usable_cores": 2.0, "usable_cores_source": "affinity"},
+        "versions": {}, "clock": {"anchor_epoch_ns": None},
+        "samples": {"cpu": {"t_epoch_ns": times, "total": [85.0] * len(times), "per_core": [[85.0, 85.0]] * len(times),
+                            "main": [20.0] * len(times), "workers": [150.0] * len(times),
+                            "worker_count": [2] * len(times)}},
+    }
+    r = analyze(d)
+    assert r.metrics["host"]["loader_cpu_bound"] is True and "host-cpu-saturated" not in r.finding_ids
+    f = r.finding("dataloader-bound")
+    assert "The 2 worker(s) running already take what the cores allow" in f.evidence.summary
+    assert "suggested_num_workers" not in f.evidence.numbers
+    assert "num_workers=" not in fixes_text(r) and "cache" in f.fixes[0].description
+    assert f.est_gain == pytest.approx(0.4, abs=0.01) and not f.gain_method.startswith("estimate")
+
+
 def test_an_io_bound_wait_may_use_more_workers_than_cores_and_says_why():
     r = _with_samples(_loader_trace(training=True), 20.0, main_pct=5.0, usable=4)
     f = r.finding("dataloader-bound")

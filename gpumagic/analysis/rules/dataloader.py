@@ -37,7 +37,10 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     When loading is CPU work and intra-op threads keep cores busy, the fix also lowers
     ``torch.set_num_threads`` so that the workers get their cores. The worker count follows the evidence
     (``analysis.hostcpu``): when loading is CPU work, never more workers than the usable cores
-    recorded at capture allow (none at all when they are saturated: ``host-cpu-saturated``);
+    recorded at capture allow (none at all when they are saturated: ``host-cpu-saturated``; nor
+    when the workers running already take every core the samples leave: the cheaper-batch fixes
+    then, with the wait as an upper bound; the core the main process loads on with
+    ``num_workers=0`` counts as the workers', ``hostcpu.suggested_workers``);
     when it is mostly not CPU (I/O, sleeps), more workers than cores, saying why; for a plain
     trace, a count computed from the machine it runs on, saying it is an assumption.
     ``pin_memory`` only with a GPU; ``shuffle`` and ``TrainingArguments`` only when training.
@@ -67,11 +70,14 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
             cpu_note += f"; loader workers used {samples.workers_util_mean:.0f} % of a core"
         cpu_note += "."
     advice, workers = _worker_advice(h, host, loading_in_main(h, host.get("own_busy_cores"), frac))
+    no_more = _saturated(h, host) or _enough_workers(h, workers)
+    if no_more and not _saturated(h, host):
+        workers = None
     if workers is not None:
         numbers["suggested_num_workers"] = workers
     threads = _intra_op_threads(h, host, workers)
     method = "data-loader wait that does not overlap GPU work or other host activity"
-    if not _saturated(h, host):
+    if not no_more:
         capture = (m.get("conditions") or {}).get("capture_options") or []
         wg = worker_gain(gain, host, workers, profiler_cost=any(o in COST_OPTIONS for o in capture))
         gain, method = wg.gain, wg.method
@@ -99,8 +105,8 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         numbers=numbers,
         windows=windows(dl[0], dl[1], "cpu", label="DataLoader wait"),
         est_gain=cap_by_critical_path(ctx, "dataloader-bound", gain), gain_method=method,
-        fixes=_with_stage_fixes(_fixes(ctx, h, workers, host, threads), stage_fixes(stages, ctx.device >= 0),
-                                _saturated(h, host)),
+        fixes=_with_stage_fixes(_fixes(ctx, h, workers, host, threads, no_more), stage_fixes(stages, ctx.device >= 0),
+                                no_more),
         doc_url=DOC,
     )
 
@@ -139,6 +145,10 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0) -> tuple[
         return (f"The wait is mostly not CPU work ({h.loader_cpu_source}): workers waiting on I/O need no core "
                 f"each, so {n} workers (2 per usable core) can help."), n
     suggested = suggested_workers(h, moving)
+    if _enough_workers(h, suggested):
+        busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
+        return (f"The {h.worker_count} worker(s) running already take what the cores allow ({h.usable_cores:g} usable{busy}, "
+                "recorded at capture): more would not help; make each batch cheaper."), suggested
     if suggested is not None:
         busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
         if moving > 0 and h.busy_cores is not None:
@@ -149,6 +159,12 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0) -> tuple[
                 "recorded at capture)."), suggested
     return ("The trace does not record how many cores the run could use: the worker count in the fix is "
             "computed on the machine that runs it (an assumption: one core per worker, one for the main process)."), None
+
+
+def _enough_workers(h: HostCpu, suggested: int | None) -> bool:
+    """Workers are running and the cores allow no more than there are (the recorded busy cores
+    leave no spare one): a count at or below theirs would be no fix."""
+    return bool(h.worker_count) and suggested is not None and suggested <= (h.worker_count or 0)
 
 
 def _saturated(h: HostCpu, host: HostMetrics) -> bool:
@@ -164,9 +180,13 @@ def _crowded(h: HostCpu, host: HostMetrics) -> bool:
             and saturated_by(host) == "others" and bool(h.usable_cores))
 
 
-def _fixes(ctx: Context, h: HostCpu, workers: int | None, host: HostMetrics, threads: int | None = None) -> tuple[Fix, ...]:
+def _fixes(ctx: Context, h: HostCpu, workers: int | None, host: HostMetrics, threads: int | None = None,
+           no_more: bool = False) -> tuple[Fix, ...]:
     if _saturated(h, host):
         return (pytorch("No core is free for workers (see host-cpu-saturated): make each batch cheaper; "
+                        + CACHE_FIX[0].lower() + CACHE_FIX[1:], CACHE_CODE),)
+    if no_more:
+        return (pytorch("No core is free for more workers than those running: make each batch cheaper; "
                         + CACHE_FIX[0].lower() + CACHE_FIX[1:], CACHE_CODE),)
     gpu, training = ctx.device >= 0, ctx.workload == "training"
     head = "" if workers is not None else (
