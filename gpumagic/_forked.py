@@ -16,9 +16,14 @@ things, kept here once:
   caller then does the work itself, so a failed child costs time, never an answer.
 - :func:`stop` kills and reaps a child that is no longer wanted (a failure elsewhere, Ctrl-C).
 
-A child is made only where nothing can hold a lock it would need: the command line's process
-(whose read-ahead thread has ended by then), never a notebook kernel, whose other threads
-(ZeroMQ, the profiler, CUDA's) may hold any lock at the instant of the fork.
+A child is made only where nothing can hold a lock it would need: the command line's process,
+never a notebook kernel, whose other threads (ZeroMQ, the profiler, CUDA's) may hold any lock at
+the instant of the fork. The command's only other thread is the read-ahead one: it has ended by
+the time pieces are dealt out and the aside child is forked, and while a large gzip is still
+inflating it is only appending to the text when the early child is forked
+(:func:`gpumagic.trace.pieces.start_early`), which reads nothing of it past the bytes already
+inflated (the fork holds the GIL, so the thread is not in Python code then, and glibc's fork
+handlers reset malloc's locks in the child).
 
 Only the standard library is imported here, and ``pickle`` only when a result is written or
 read: the command line imports this module (through :mod:`gpumagic.trace.pieces`) before it
