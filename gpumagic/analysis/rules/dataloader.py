@@ -69,10 +69,8 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
             numbers["workers_cpu_util_mean_pct"] = samples.workers_util_mean
             cpu_note += f"; loader workers used {samples.workers_util_mean:.0f} % of a core"
         cpu_note += "."
-    advice, workers = _worker_advice(h, host, loading_in_main(h, host.get("own_busy_cores"), frac))
-    no_more = _saturated(h, host) or _enough_workers(h, workers)
-    if no_more and not _saturated(h, host):
-        workers = None
+    advice, workers, enough = _worker_advice(h, host, loading_in_main(h, host.get("own_busy_cores"), frac))
+    no_more = enough or _saturated(h, host)
     if workers is not None:
         numbers["suggested_num_workers"] = workers
     threads = _intra_op_threads(h, host, workers)
@@ -128,37 +126,39 @@ def _intra_op_threads(h: HostCpu, host: HostMetrics, workers: int | None) -> int
     return max(1, int(float(h.usable_cores)) - workers)
 
 
-def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0) -> tuple[str, int | None]:
-    """The sentence that says where the worker count comes from, and the count (None: the fix
-    computes it on the machine that runs it). ``moving``: the loading the main process does
-    itself now, which the workers would take over (:func:`~gpumagic.analysis.hostcpu.loading_in_main`)."""
+def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0) -> tuple[str, int | None, bool]:
+    """The sentence that says where the worker count comes from, the count (None: the fix
+    computes it on the machine that runs it, or there is none to give), and whether the workers
+    running already take what the spare cores allow (:func:`_enough_workers`: no count then).
+    ``moving``: the loading the main process does itself now, which the workers would take over
+    (:func:`~gpumagic.analysis.hostcpu.loading_in_main`)."""
     if _saturated(h, host):
         return (f"The usable cores are saturated ({pct(h.saturation or 0.0)} of {h.usable_cores:g}) by this process's own "
-                "threads and loading is CPU work: more workers will not help; see host-cpu-saturated."), None
+                "threads and loading is CPU work: more workers will not help; see host-cpu-saturated."), None, False
     if _crowded(h, host):
         n = max(1, int(float(h.usable_cores or 1)) - 1)  # the main process needs a core too
         return (f"Other processes keep {host['other_busy_cores']:.1f} of {h.usable_cores:g} usable cores busy and loading "
                 f"is CPU work: {n} worker(s) would get a larger share of the cores (the scheduler splits them between "
-                "runnable threads), at the neighbours' expense; step times will change when their load does."), n
+                "runnable threads), at the neighbours' expense; step times will change when their load does."), n, False
     if h.loader_cpu_bound is False and h.usable_cores:
         n = 2 * int(max(1, float(h.usable_cores)))
         return (f"The wait is mostly not CPU work ({h.loader_cpu_source}): workers waiting on I/O need no core "
-                f"each, so {n} workers (2 per usable core) can help."), n
+                f"each, so {n} workers (2 per usable core) can help."), n, False
     suggested = suggested_workers(h, moving)
     if _enough_workers(h, suggested):
         busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
         return (f"The {h.worker_count} worker(s) running already take what the cores allow ({h.usable_cores:g} usable{busy}, "
-                "recorded at capture): more would not help; make each batch cheaper."), suggested
+                "recorded at capture): more would not help; make each batch cheaper."), None, True
     if suggested is not None:
         busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
         if moving > 0 and h.busy_cores is not None:
             return (f"{suggested} worker(s): what the cores allow once the loading leaves the main process "
                     f"({h.usable_cores:g} usable{busy}, {moving:.1f} of it the main process loading batches itself, "
-                    "work the workers take over; recorded at capture)."), suggested
+                    "work the workers take over; recorded at capture)."), suggested, False
         return (f"{suggested} worker(s): what the spare cores allow ({h.usable_cores:g} usable{busy}, "
-                "recorded at capture)."), suggested
+                "recorded at capture)."), suggested, False
     return ("The trace does not record how many cores the run could use: the worker count in the fix is "
-            "computed on the machine that runs it (an assumption: one core per worker, one for the main process)."), None
+            "computed on the machine that runs it (an assumption: one core per worker, one for the main process)."), None, False
 
 
 def _enough_workers(h: HostCpu, suggested: int | None) -> bool:
