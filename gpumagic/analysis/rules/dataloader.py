@@ -145,13 +145,12 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0) -> tuple[
         return (f"The wait is mostly not CPU work ({h.loader_cpu_source}): workers waiting on I/O need no core "
                 f"each, so {n} workers (2 per usable core) can help."), n, False
     suggested = suggested_workers(h, moving)
+    busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
     if _enough_workers(h, suggested):
-        busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
         return (f"The {h.worker_count} worker(s) running already take what the cores allow ({h.usable_cores:g} usable{busy}, "
                 "recorded at capture): more would not help; make each batch cheaper."), None, True
     if suggested is not None:
-        busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
-        if moving > 0 and h.busy_cores is not None:
+        if moving > 0:  # loading_in_main: only with CPU samples (busy cores known)
             return (f"{suggested} worker(s): what the cores allow once the loading leaves the main process "
                     f"({h.usable_cores:g} usable{busy}, {moving:.1f} of it the main process loading batches itself, "
                     "work the workers take over; recorded at capture)."), suggested, False
@@ -182,12 +181,10 @@ def _crowded(h: HostCpu, host: HostMetrics) -> bool:
 
 def _fixes(ctx: Context, h: HostCpu, workers: int | None, host: HostMetrics, threads: int | None = None,
            no_more: bool = False) -> tuple[Fix, ...]:
-    if _saturated(h, host):
-        return (pytorch("No core is free for workers (see host-cpu-saturated): make each batch cheaper; "
-                        + CACHE_FIX[0].lower() + CACHE_FIX[1:], CACHE_CODE),)
-    if no_more:
-        return (pytorch("No core is free for more workers than those running: make each batch cheaper; "
-                        + CACHE_FIX[0].lower() + CACHE_FIX[1:], CACHE_CODE),)
+    if no_more or _saturated(h, host):
+        why = ("No core is free for workers (see host-cpu-saturated)" if _saturated(h, host)
+               else "No core is free for more workers than those running")
+        return (pytorch(why + ": make each batch cheaper; " + CACHE_FIX[0].lower() + CACHE_FIX[1:], CACHE_CODE),)
     gpu, training = ctx.device >= 0, ctx.workload == "training"
     head = "" if workers is not None else (
         "import os\nusable_cores = len(os.sched_getaffinity(0)) if hasattr(os, \"sched_getaffinity\") else os.cpu_count()\n")
