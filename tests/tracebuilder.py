@@ -32,8 +32,11 @@ class TraceBuilder:
     def op(self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = MAIN) -> None:
         self.add(cat=cat, name=name, ts=ts, dur=dur, tid=tid)
 
-    def dataloader(self, ts: float, dur: float) -> None:
-        self.op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", ts, dur, cat="user_annotation")
+    def dataloader(self, ts: float, dur: float, workers: bool = False) -> None:
+        """A ``next(loader)`` span, named as PyTorch names it: the multi-process iterator's with
+        ``workers``, else the single-process one's (``num_workers=0``)."""
+        kind = "_MultiProcessingDataLoaderIter" if workers else "_SingleProcessDataLoaderIter"
+        self.op(f"enumerate(DataLoader)#{kind}.__next__", ts, dur, cat="user_annotation")
 
     def runtime(self, name: str, ts: float, dur: float, corr: int | None = None) -> None:
         args = {"cbid": 1}

@@ -66,16 +66,24 @@ def cores_with_workers(usable: float, other: float, workers: int, cpu_bound: boo
     return max(left, min(usable, share))
 
 
-def worker_gain(wait_frac: float, host: HostMetrics, workers: int | None, profiler_cost: bool = False) -> WorkerGain:
+def worker_gain(wait_frac: float, host: HostMetrics, workers: int | None, profiler_cost: bool = False,
+                handoff_share: float = 1.0) -> WorkerGain:
     """The share of step time ``workers`` DataLoader workers would save (see the module docstring);
-    ``wait_frac`` is the data-loader wait with nothing else running (the GPU idle too)."""
+    ``wait_frac`` is the data-loader wait with nothing else running (the GPU idle too).
+    ``handoff_share``: the part of that wait left once each batch's hand-off from a worker is paid
+    on the main thread (``analysis.loaderwait.worker_gain_share``; 1 when not known)."""
+    handoff = ""
+    if handoff_share < 1.0:
+        wait_frac *= handoff_share
+        handoff = (f"; less the hand-off each batch still costs the main process when a worker makes it "
+                   f"({(1 - handoff_share) * 100:.0f} % of the wait per batch)")
     own, other, usable = host.get("own_busy_cores"), host.get("other_busy_cores"), host.get("usable_cores")
     inflated = ("; the profiler's per-operator cost (shapes, stacks or memory recorded) inflates the host time, "
                 "so it may be overstated") if profiler_cost else ""
     if own is None or other is None or not usable:
         return WorkerGain(wait_frac, "estimate: the data-loader wait with nothing else running, assuming the workers "
                                      "have every batch ready and free cores to do it (the trace records no CPU load "
-                                     "to check)" + inflated, None)
+                                     "to check)" + handoff + inflated, None)
     cpu_bound = host.get("loader_cpu_bound") is True
     w = max(1, workers or 1)
     cores = cores_with_workers(float(usable), float(other), w, cpu_bound)
@@ -90,5 +98,5 @@ def worker_gain(wait_frac: float, host: HostMetrics, workers: int | None, profil
     method = (f"estimate: the data-loader wait that {w} worker(s) would hide — each taking as long for a batch as "
               f"the main process does now — less what the cores cannot absorb: this run's own CPU work "
               f"({own:.2f} cores' worth) spread over the {cores:.2f} cores it can get{shared}; assumes the loading "
-              "work itself stays the same" + inflated)
+              "work itself stays the same" + handoff + inflated)
     return WorkerGain(round(gain, 4), method, round(cores, 3))

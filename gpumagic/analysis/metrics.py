@@ -37,6 +37,7 @@ from gpumagic.analysis.context import (
 from gpumagic.analysis.hostcpu import host_cpu
 from gpumagic.analysis.hostload import host_state, run_conditions
 from gpumagic.analysis.loaderstages import loader_stages
+from gpumagic.analysis.loaderwait import loader_wait
 from gpumagic.report.metrics import (
     BreakdownMetrics,
     CommunicationMetrics,
@@ -514,12 +515,14 @@ def _host(ctx: Context) -> HostMetrics:
     dl = iv.total(ctx.cat_union["dataloader"])
     lane = ctx.trace.lanes[ctx.main_lane] if ctx.main_lane >= 0 else None
     h = host_cpu(ctx)
+    w = loader_wait(ctx)
     return HostMetrics(dataloader_ms=_ms(dl), dataloader_frac=round(ctx.frac(dl), 4),
                        runtime_ms=_ms(iv.total(ctx.cat_union["runtime"])), cpu_op_ms=_ms(iv.total(ctx.cat_union["cpu_exec"])),
                        main_thread=None if lane is None else MainThread(pid=lane.pid, tid=lane.tid),
                        usable_cores=h.usable_cores, usable_cores_source=h.usable_source,
                        cpu_busy_cores=h.busy_cores, cpu_saturation=h.saturation,
-                       loader_cpu_bound=h.loader_cpu_bound, loader_stages=loader_stages(ctx), **host_state(ctx))
+                       loader_cpu_bound=h.loader_cpu_bound, dataloader_batches=w.batches, dataloader_batch_ms=w.median_ms,
+                       loader_in_workers=w.in_workers, loader_stages=loader_stages(ctx), **host_state(ctx))
 
 
 def _samples(ctx: Context, s: Samples) -> SampleMetrics:

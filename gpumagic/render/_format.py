@@ -177,6 +177,7 @@ _LABEL_OVERRIDE = {
     "other": "GPU idle, other causes",
     "source": "source",
     "dataloader_ms": "data-loader wait",
+    "wait_per_batch_ms": "data-loader wait per batch (median)",
     "pageable_bytes": "pageable copies",
     "pageable_count": "pageable copies (count)",
     "pageable_ms": "pageable copy time",

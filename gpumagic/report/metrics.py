@@ -428,6 +428,13 @@ class HostMetrics(Record, frozen=True):
     gpu_other_processes: Annotated[int | None, _d("other compute processes on the primary GPU, most seen (count; NVML)")] = None
     gpu_throttle_reasons: Annotated[list[str] | None, _d("clock slowdown reasons NVML reported in the window")] = None
     gpu_sm_clock_mhz: Annotated[float | None, _d("median SM clock in the window (MHz; NVML)")] = None
+    dataloader_batches: Annotated[int | None, _d("batches the loop waited for in the window: the merged data-loader "
+                                                 "spans (count); null in reports from before it was recorded")] = None
+    dataloader_batch_ms: Annotated[float | None, _d("median data-loader wait per batch (ms); null when no batch")] = None
+    loader_in_workers: Annotated[bool | None, _d("the DataLoader received its batches from worker processes (the "
+                                                 "trace's iterator is _MultiProcessingDataLoaderIter; false: "
+                                                 "_SingleProcessDataLoaderIter, num_workers=0); null when the trace "
+                                                 "names neither or both")] = None
     loader_stages: Annotated[list[LoaderStage] | None, _d("the data pipeline's stages, largest first, timed while a "
                                                           "gpumagic capture recorded; null for a plain trace or when "
                                                           "no DataLoader batch was made")] = None

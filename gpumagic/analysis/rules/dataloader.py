@@ -7,11 +7,12 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.hostcpu import HostCpu, host_cpu, loading_in_main, suggested_workers
 from gpumagic.analysis.hostload import COST_OPTIONS
 from gpumagic.analysis.loadergain import saturated_by, worker_gain
+from gpumagic.analysis.loaderwait import HANDOFF_MS, LoaderWait, loader_wait, worker_gain_share
 from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.cachefix import CACHE_CODE, CACHE_FIX
 from gpumagic.analysis.rules.cpu import SATURATION
-from gpumagic.analysis.rules.stagefixes import stage_fixes, stage_sentence
+from gpumagic.analysis.rules.stagefixes import BATCH_SAMPLER_CODE, BATCHING_SOURCE, stage_fixes, stage_sentence
 from gpumagic.report.metrics import HostMetrics, Metrics
 from gpumagic.report.model import Finding, Fix
 
@@ -43,6 +44,13 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     ``num_workers=0`` counts as the workers', ``hostcpu.suggested_workers``);
     when it is mostly not CPU (I/O, sleeps), more workers than cores, saying why; for a plain
     trace, a count computed from the machine it runs on, saying it is an assumption.
+    Workers cost the main process a hand-off per batch (``analysis.loaderwait.HANDOFF_MS``): when
+    the trace's loader is the single-process one and the median wait per batch is no longer than
+    that, no workers (3× slower steps measured for a ``TensorDataset`` of small samples,
+    ``benchmarks/loader_handoff.py``): the batch is indexed at once instead, the wait the upper
+    bound; otherwise the gain leaves the hand-off out. A multi-process loader in the trace counts
+    as one worker running at least when the samples do not count them, and workers that deliver
+    each batch within a hand-off get no more.
     ``pin_memory`` only with a GPU; ``shuffle`` and ``TrainingArguments`` only when training.
     With the pipeline's stages timed at capture (``metrics.host.loader_stages``), the finding names
     the dominant stage with its share and adds the fix that fits it (``rules.stagefixes``); when
@@ -69,7 +77,10 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
             numbers["workers_cpu_util_mean_pct"] = samples.workers_util_mean
             cpu_note += f"; loader workers used {samples.workers_util_mean:.0f} % of a core"
         cpu_note += "."
-    advice, workers, enough = _worker_advice(h, host, loading_in_main(h, host.get("own_busy_cores"), frac))
+    w = loader_wait(ctx)
+    if w.median_ms is not None:
+        numbers["wait_per_batch_ms"] = w.median_ms
+    advice, workers, enough = _worker_advice(h, host, loading_in_main(h, host.get("own_busy_cores"), frac), w)
     no_more = enough or _saturated(h, host)
     if workers is not None:
         numbers["suggested_num_workers"] = workers
@@ -77,7 +88,8 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     method = "data-loader wait that does not overlap GPU work or other host activity"
     if not no_more:
         capture = (m.get("conditions") or {}).get("capture_options") or []
-        wg = worker_gain(gain, host, workers, profiler_cost=any(o in COST_OPTIONS for o in capture))
+        wg = worker_gain(gain, host, workers, profiler_cost=any(o in COST_OPTIONS for o in capture),
+                         handoff_share=worker_gain_share(w.median_ms, w.in_workers))
         gain, method = wg.gain, wg.method
         if wg.cores_available is not None:
             numbers["cores_available_with_workers"] = wg.cores_available
@@ -96,15 +108,16 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         no worker processes, loading and augmenting the batch happens right there, while """
             + ("the GPU has nothing queued and sits idle" if ctx.device >= 0 else "the model waits") + """.
         Worker processes prepare the next batches in parallel, so the batch is ready when the step asks
-        for it — if there are free cores for them.""",
+        for it — if there are free cores for them, and if a batch takes longer to make than to hand over
+        from a worker.""",
         summary=f"{pct(frac)} of the window is spent waiting in the DataLoader "
                 f"({m.host.dataloader_ms:.1f} ms); for {pct(exclusive)} of the window nothing else runs"
                 f"{', GPU included' if ctx.device >= 0 else ''}." + cpu_note + " " + advice,
         numbers=numbers,
         windows=windows(dl[0], dl[1], "cpu", label="DataLoader wait"),
         est_gain=cap_by_critical_path(ctx, "dataloader-bound", gain), gain_method=method,
-        fixes=_with_stage_fixes(_fixes(ctx, h, workers, host, threads, no_more), stage_fixes(stages, ctx.device >= 0),
-                                no_more),
+        fixes=_with_stage_fixes(_fixes(ctx, h, workers, host, threads, no_more, _cheap_batch(w)),
+                                stage_fixes(stages, ctx.device >= 0), no_more),
         doc_url=DOC,
     )
 
@@ -126,12 +139,26 @@ def _intra_op_threads(h: HostCpu, host: HostMetrics, workers: int | None) -> int
     return max(1, int(float(h.usable_cores)) - workers)
 
 
-def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0) -> tuple[str, int | None, bool]:
+def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
+                   w: LoaderWait | None = None) -> tuple[str, int | None, bool]:
     """The sentence that says where the worker count comes from, the count (None: the fix
-    computes it on the machine that runs it, or there is none to give), and whether the workers
-    running already take what the spare cores allow (:func:`_enough_workers`: no count then).
-    ``moving``: the loading the main process does itself now, which the workers would take over
-    (:func:`~gpumagic.analysis.hostcpu.loading_in_main`)."""
+    computes it on the machine that runs it, or there is none to give), and whether workers
+    cannot shorten the wait (no count then): a batch that loads in the main process faster than
+    a worker's hand-off (:func:`_cheap_batch`), workers that deliver each batch as fast as it can
+    be received, or workers running that already take what the spare cores allow
+    (:func:`_enough_workers`). ``moving``: the loading the main process does itself now, which
+    the workers would take over (:func:`~gpumagic.analysis.hostcpu.loading_in_main`). ``w``: the
+    wait per batch and the loader's kind, from the trace (:mod:`~gpumagic.analysis.loaderwait`)."""
+    w = w or LoaderWait(0, None, None)
+    if _cheap_batch(w):
+        return (f"A batch takes {w.median_ms:.2f} ms to load in the main process (num_workers=0; the median wait), "
+                f"less than receiving it from a worker process costs the main process (about {HANDOFF_MS:g} ms "
+                "measured for a batch of two tensors: each tensor's shared memory is fetched from the worker and "
+                "mapped): workers would not shorten the wait; make each batch cheaper."), None, True
+    if w.in_workers and w.median_ms is not None and w.median_ms <= HANDOFF_MS:
+        return (f"Workers already deliver each batch about as fast as the main process can receive it (median wait "
+                f"{w.median_ms:.2f} ms a batch; receiving one costs about {HANDOFF_MS:g} ms): more would not "
+                "shorten the wait; make each batch cheaper, or larger so that fewer are handed over."), None, True
     if _saturated(h, host):
         return (f"The usable cores are saturated ({pct(h.saturation or 0.0)} of {h.usable_cores:g}) by this process's own "
                 "threads and loading is CPU work: more workers will not help; see host-cpu-saturated."), None, False
@@ -146,24 +173,37 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0) -> tuple[
                 f"each, so {n} workers (2 per usable core) can help."), n, False
     suggested = suggested_workers(h, moving)
     busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
-    if _enough_workers(h, suggested):
-        return (f"The {h.worker_count} worker(s) running already take what the cores allow ({h.usable_cores:g} usable{busy}, "
+    running = h.worker_count if h.worker_count is not None else (1 if w.in_workers else None)
+    if _enough_workers(running, suggested):
+        who = (f"The {h.worker_count} worker(s) running" if h.worker_count is not None else
+               "The workers running (the trace's loader is the multi-process one; how many it does not record)")
+        return (f"{who} already take what the cores allow ({h.usable_cores:g} usable{busy}, "
                 "recorded at capture): more would not help; make each batch cheaper."), None, True
+    unknown = ("; the loader already runs workers, how many the trace does not record: more help only if fewer "
+               "than that run") if h.worker_count is None and w.in_workers else ""
     if suggested is not None:
         if moving > 0:  # loading_in_main: only with CPU samples (busy cores known)
             return (f"{suggested} worker(s): what the cores allow once the loading leaves the main process "
                     f"({h.usable_cores:g} usable{busy}, {moving:.1f} of it the main process loading batches itself, "
                     "work the workers take over; recorded at capture)."), suggested, False
         return (f"{suggested} worker(s): what the spare cores allow ({h.usable_cores:g} usable{busy}, "
-                "recorded at capture)."), suggested, False
+                f"recorded at capture{unknown})."), suggested, False
     return ("The trace does not record how many cores the run could use: the worker count in the fix is "
             "computed on the machine that runs it (an assumption: one core per worker, one for the main process)."), None, False
 
 
-def _enough_workers(h: HostCpu, suggested: int | None) -> bool:
-    """Workers are running and the cores allow no more than there are (the recorded busy cores
-    leave no spare one): a count at or below theirs would be no fix."""
-    return bool(h.worker_count) and suggested is not None and suggested <= (h.worker_count or 0)
+def _enough_workers(running: int | None, suggested: int | None) -> bool:
+    """Workers are running (``running``: how many, at least; from the CPU samples, else 1 when the
+    trace's loader is the multi-process one) and the cores allow no more than there are (the
+    recorded busy cores leave no spare one): a count at or below theirs would be no fix."""
+    return bool(running) and suggested is not None and suggested <= (running or 0)
+
+
+def _cheap_batch(w: LoaderWait) -> bool:
+    """The loop loads in the main process (the trace's loader is the single-process one) and a
+    batch takes no longer to load there than a worker's hand-off costs the main process
+    (:data:`~gpumagic.analysis.loaderwait.HANDOFF_MS`): workers cannot shorten the wait."""
+    return w.in_workers is False and w.median_ms is not None and w.median_ms <= HANDOFF_MS
 
 
 def _saturated(h: HostCpu, host: HostMetrics) -> bool:
@@ -180,7 +220,10 @@ def _crowded(h: HostCpu, host: HostMetrics) -> bool:
 
 
 def _fixes(ctx: Context, h: HostCpu, workers: int | None, host: HostMetrics, threads: int | None = None,
-           no_more: bool = False) -> tuple[Fix, ...]:
+           no_more: bool = False, cheap_batch: bool = False) -> tuple[Fix, ...]:
+    if cheap_batch:  # the per-sample indexing and stacking is what a cheap batch costs: index it at once
+        return (pytorch("Workers cannot beat a batch this cheap: load it in one indexing call instead of one per "
+                        "sample, automatic batching off (source: " + BATCHING_SOURCE + ")", BATCH_SAMPLER_CODE),)
     if no_more or _saturated(h, host):
         why = ("No core is free for workers (see host-cpu-saturated)" if _saturated(h, host)
                else "No core is free for more workers than those running")

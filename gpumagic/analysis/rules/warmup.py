@@ -64,10 +64,9 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
               "there is no steady part to judge, so the steady-state findings are withheld")
     return finding(
         severity="low", title=f"{pct(total)} of the window is warm-up, not the steady loop",
-        why=f"""The first calls of a PyTorch program pay one-off costs: creating the CUDA context, loading
-        kernel modules, creating library handles, compiling (torch.compile), autotuning (cudnn.benchmark)
-        and capturing CUDA graphs. They do not recur, so a window that contains them overstates the
-        step time and hides the real bottleneck; {judged}.""",
+        why=f"""The first calls of a PyTorch program pay one-off costs: {_one_off_costs(ctx)}. They do not
+        recur, so a window that contains them overstates the step time and hides the real bottleneck;
+        {judged}.""",
         summary=f"Warm-up takes {pct(total)} of the window: {what}. Evidence: " + "; ".join(evidence) + ".",
         numbers={**{k: round(v, 4) for k, v in shares.items()}, "warmup_frac": round(total, 4),
                  "steady_frac": round(seg.steady_frac, 4), "threshold_frac": WARMUP_FRAC},
@@ -76,6 +75,16 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
         fixes=tuple(fixes),
         doc_url=DOC,
     )
+
+
+def _one_off_costs(ctx: Context) -> str:
+    """The one-off costs of a program's first calls on this trace's device: a CPU-only run has no
+    CUDA context, kernel modules or CUDA graphs."""
+    if ctx.device < 0:
+        return ("allocating the memory later steps reuse, initialising libraries and thread pools, compiling "
+                "(torch.compile) and starting DataLoader worker processes")
+    return ("creating the CUDA context, loading kernel modules, creating library handles, compiling "
+            "(torch.compile), autotuning (cudnn.benchmark) and capturing CUDA graphs")
 
 
 def _windows(ctx: Context, seg: sg.Segments) -> tuple[Window, ...]:

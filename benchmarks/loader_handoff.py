@@ -1,0 +1,172 @@
+"""What a batch from a DataLoader worker costs the main process, and whether the advice for a
+cheap in-memory batch holds.
+
+1. Hand-off: for batches of one, two and four tensors (small, and one of 64 images of 3×64×64),
+   the main thread's time in ``next(loader)`` with ``num_workers=0`` (it loads the batch itself)
+   and with one worker that is always ahead (the loop sleeps between batches, so the batch is
+   ready and only its hand-off is left: the pickled handles through a queue and, under the
+   default ``file_descriptor`` sharing strategy, each tensor's shared memory fetched from the
+   worker over a socket and mapped). Modes alternate round by round; medians per round, then the
+   median and range over rounds. ``analysis.loaderwait.HANDOFF_MS`` comes from this table.
+2. Advice: a training loop over a ``TensorDataset`` (64 samples of 128 floats a batch), profiled
+   with ``num_workers=0`` by ``gpumagic.profile()``; the ``dataloader-bound`` finding's advice
+   (workers or not, and its gain), then the plain loop timed with ``num_workers=0``, with one
+   worker and with the batched-indexing fix (``BatchSampler``, ``batch_size=None``), alternated.
+
+Numbers depend on the machine and on what else runs on it: this prints, it asserts nothing.
+``--record DIR`` instead records the two bundles tests/data keeps of such a loop (five steps
+under ``gpumagic.profile()``, the iterator made before it): ``cpu_tensordataset_workers0.json.gz``
+(``num_workers=0``) and ``cpu_tensordataset_workers2.json.gz`` (two persistent workers).
+
+    python benchmarks/loader_handoff.py [--rounds 5] [--batches 60] [--steps 300] [--record DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, TensorDataset
+
+import gpumagic
+
+
+class Ready(Dataset):
+    """Every item is the same ``k`` tensors of ``shape``: loading costs indexing and collation only."""
+
+    def __init__(self, k: int, shape: tuple[int, ...]):
+        self.k, self.x = k, torch.randn(*shape)
+
+    def __len__(self):
+        return 1_000_000
+
+    def __getitem__(self, i):
+        return tuple(self.x for _ in range(self.k))
+
+
+def next_times(loader, batches: int, pause_s: float) -> float:
+    """Median main-thread time (ms) of ``next()`` over ``batches`` batches, the loop pausing
+    ``pause_s`` before each (a worker then has the batch ready)."""
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    out = []
+    for _ in range(batches):
+        time.sleep(pause_s)
+        t = time.perf_counter()
+        next(it)
+        out.append(time.perf_counter() - t)
+    return statistics.median(out) * 1e3
+
+
+def handoff(rounds: int, batches: int) -> None:
+    cases = [("1 tensor of 128", 1, (128,), 64), ("2 tensors of 128", 2, (128,), 64),
+             ("4 tensors of 128", 4, (128,), 64), ("2 tensors, 64 images 3×64×64", 2, (3, 64, 64), 64)]
+    print("1. hand-off: main thread's time in next(loader), ms (median of rounds, [min–max])")
+    for name, k, shape, bs in cases:
+        loaders = {w: DataLoader(Ready(k, shape), batch_size=bs, num_workers=w, persistent_workers=w > 0,
+                                 prefetch_factor=4 if w else None) for w in (0, 1)}
+        got: dict[int, list[float]] = {0: [], 1: []}
+        for _ in range(rounds):
+            for w, loader in loaders.items():
+                got[w].append(next_times(loader, batches, 0.004))
+        main, worker = got[0], got[1]
+        print(f"   {name:30} num_workers=0 {statistics.median(main):6.3f} [{min(main):.3f}–{max(main):.3f}]   "
+              f"from a worker {statistics.median(worker):6.3f} [{min(worker):.3f}–{max(worker):.3f}]")
+        del loaders
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+
+
+def loop(loader, steps: int) -> float:
+    """Mean step time (ms) of a plain training loop over ``loader``, after 20 warm-up steps."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    it = iter(loader)
+    t = 0.0
+    for i in range(steps + 20):
+        if i == 20:
+            t = time.perf_counter()
+        x, y = next(it)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return (time.perf_counter() - t) / steps * 1e3
+
+
+def advice(rounds: int, steps: int) -> None:
+    data = TensorDataset(torch.randn(100_000, 128), torch.randint(0, 10, (100_000,)))
+    loaders = {
+        "num_workers=0": DataLoader(data, batch_size=64, shuffle=True),
+        "num_workers=1": DataLoader(data, batch_size=64, shuffle=True, num_workers=1, persistent_workers=True),
+        "batched (the fix)": DataLoader(data, sampler=BatchSampler(RandomSampler(data), 64, False), batch_size=None),
+    }
+    with gpumagic.profile(skip=5, steps=8, display=False) as run:
+        loop(loaders["num_workers=0"], 20)
+    f = run.report.finding("dataloader-bound")
+    if f is None:
+        print("2. advice: dataloader-bound did not fire")
+    else:
+        n = f.evidence.numbers
+        print(f"2. advice: dataloader-bound, gain {f.est_gain:.2f}, suggested num_workers "
+              f"{n.get('suggested_num_workers')}, wait per batch {n.get('wait_per_batch_ms')} ms; first fix: "
+              f"{f.fixes[0].description[:70]}")
+    got: dict[str, list[float]] = {k: [] for k in loaders}
+    for _ in range(rounds):
+        for k, loader in loaders.items():
+            got[k].append(loop(loader, steps))
+    base = statistics.median(got["num_workers=0"])
+    for k, v in got.items():
+        med = statistics.median(v)
+        print(f"   {k:20} {med:6.3f} ms a step [{min(v):.3f}–{max(v):.3f}]  gain {1 - med / base:+.2f}")
+
+
+def record(folder: str) -> None:
+    """The bundles of tests/data: a ``TensorDataset`` loop, 64 samples of 128 floats a batch."""
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(4096, 128), torch.randint(0, 10, (4096,)))
+    for workers in (0, 2):
+        loader = DataLoader(data, batch_size=64, num_workers=workers, persistent_workers=workers > 0)
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        it = iter(loader)
+        path = os.path.join(folder, f"cpu_tensordataset_workers{workers}.json.gz")
+        with gpumagic.profile(steps=5, save=path, display=False):
+            for _ in range(8):
+                x, y = next(it)
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                loss.item()
+        print("recorded", path)
+        del it, loader
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--record", metavar="DIR", help="record the bundles tests/data keeps into DIR instead")
+    args = parser.parse_args()
+    if args.record:
+        record(args.record)
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"{cores} usable cores; torch {torch.__version__}; sharing strategy "
+          f"{torch.multiprocessing.get_sharing_strategy()}; load average {os.getloadavg()[0]:.2f}")
+    handoff(args.rounds, args.batches)
+    advice(args.rounds, args.steps)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The data-loader wait batch by batch, and whether the DataLoader ran worker processes.
+
+PyTorch names the span of each ``next(loader)`` after the iterator that made it
+(``torch.utils.data.DataLoader``: ``enumerate(DataLoader)#<iterator class>.__next__``):
+``_SingleProcessDataLoaderIter`` loads in the main process (``num_workers=0``),
+``_MultiProcessingDataLoaderIter`` receives batches from worker processes. A plain trace says
+so even where no CPU sample counts the workers.
+
+Each merged span of the wait is one batch the loop waited for; their median is the wait per
+batch, which the data-loader advice weighs against what receiving a batch from a worker costs
+the main process (:data:`HANDOFF_MS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpumagic.analysis.context import Context
+
+SINGLE = "_SingleProcessDataLoaderIter"
+MULTI = "_MultiProcessingDataLoaderIter"
+#: What the main process pays to receive one batch from a worker process, whatever the worker
+#: did to make it: the batch's pickled handles come through a queue, and under PyTorch's default
+#: ``file_descriptor`` sharing strategy each tensor's shared memory is fetched from the worker
+#: over a socket (``multiprocessing.resource_sharer``) and mapped. Measured on this project's
+#: 2-core machine (PyTorch 2.13, a worker always ahead, ``benchmarks/loader_handoff.py``, which
+#: prints it for the machine it runs on): 0.42 ms for a batch of one small tensor, 0.54 ms for two
+#: (inputs and labels), 0.85 ms for four; loading the same batches in the main process took
+#: 0.06-0.18 ms. A batch that loads in less than this in the main process loads no faster from a
+#: worker: the worker moves the loading off the main thread, the hand-off stays on it.
+HANDOFF_MS = 0.5
+
+
+@dataclass(frozen=True)
+class LoaderWait:
+    batches: int  # merged data-loader spans in the window: one per batch waited for
+    median_ms: float | None  # the median wait per batch (None: no batch)
+    in_workers: bool | None  # the iterator was the multi-process one; None: unnamed or both kinds
+
+
+def loader_wait(ctx: Context) -> LoaderWait:
+    if "loader_wait" not in ctx.cache:
+        ctx.cache["loader_wait"] = _loader_wait(ctx)
+    found: LoaderWait = ctx.cache["loader_wait"]
+    return found
+
+
+def _loader_wait(ctx: Context) -> LoaderWait:
+    starts, ends = ctx.cat_union["dataloader"]
+    if not len(starts):
+        return LoaderWait(0, None, None)
+    m = ctx.masks
+    ids = np.unique(ctx.trace.events.name[ctx.events_in_window(m["name_dataloader"] & m["host"])])
+    names = [ctx.trace.names[i] for i in ids.tolist()]
+    multi, single = any(MULTI in n for n in names), any(SINGLE in n for n in names)
+    kind = None if multi == single else multi
+    return LoaderWait(len(starts), round(float(np.median(ends - starts)) / 1e6, 4), kind)
+
+
+def worker_gain_share(median_ms: float | None, in_workers: bool | None) -> float:
+    """The share of a single-process loader's wait that workers could take off the main thread:
+    each batch still costs the main process :data:`HANDOFF_MS` to receive. 1 when the trace
+    does not show a single-process loader or the wait per batch is unknown."""
+    if in_workers is not False or not median_ms:
+        return 1.0
+    return max(0.0, 1.0 - HANDOFF_MS / median_ms)

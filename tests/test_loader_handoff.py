@@ -1,0 +1,117 @@
+"""``dataloader-bound`` and what a batch from a worker costs the main process
+(``analysis.loaderwait``): a batch that loads in the main process within a worker's hand-off gets
+no workers; a multi-process loader in a plain trace counts as workers running."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from tracebuilder import DATA, TraceBuilder
+
+from gpumagic import analyze
+from gpumagic.analysis.context import build_context
+from gpumagic.analysis.loaderwait import HANDOFF_MS, loader_wait, worker_gain_share
+from gpumagic.trace import load
+
+
+def _loop(load_us: float, step_us: float = 1_000, workers: bool = False, steps: int = 6) -> TraceBuilder:
+    """A CPU-only training loop that waits ``load_us`` for each batch."""
+    tb = TraceBuilder(cc=None)
+    for i in range(steps):
+        t = i * step_us
+        tb.step(i + 1, t, step_us)
+        tb.dataloader(t, load_us, workers=workers)
+        tb.op("aten::addmm", t + load_us + 10, step_us - load_us - 120)
+        tb.op("autograd::engine::evaluate_function: AddmmBackward0", t + step_us - 100, 80)
+    return tb
+
+
+def _bundle(tb: TraceBuilder, usable: int) -> dict:
+    """The trace with the usable cores a gpumagic capture records, and no CPU samples."""
+    d = tb.to_dict()
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "versions": {},
+                     "clock": {"anchor_epoch_ns": None},
+                     "machine": {"cpu_count": usable, "cpu_affinity": list(range(usable)), "cpu_quota_cores": None,
+                                 "usable_cores": float(usable), "usable_cores_source": "affinity"}}
+    return d
+
+
+def _fixes(f) -> str:
+    return " ".join(x.description + " " + x.code for x in f.fixes)
+
+
+def test_the_metrics_count_batches_and_name_the_loader():
+    for workers in (False, True):
+        r = analyze(_loop(300, workers=workers).to_dict())
+        host = r.metrics["host"]
+        assert host["dataloader_batches"] == 6 and host["dataloader_batch_ms"] == pytest.approx(0.3)
+        assert host["loader_in_workers"] is workers
+    tb = _loop(300)
+    tb.dataloader(5_900, 50, workers=True)  # a second loader of the other kind: which ran is not one answer
+    ctx = build_context(load(tb.to_dict()))
+    assert loader_wait(ctx).in_workers is None
+    no_loader = analyze(TraceBuilder(cc=None).to_dict() | {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 0, "dur": 100}]})
+    assert no_loader.metrics["host"]["dataloader_batches"] == 0 and no_loader.metrics["host"]["dataloader_batch_ms"] is None
+
+
+@pytest.mark.parametrize("usable", [None, 2, 8])
+def test_a_batch_cheaper_than_a_hand_off_gets_no_workers(usable):
+    """0.4 ms a batch in the main process: a worker's batch costs the main process more than that
+    to receive, so no worker count, the batch indexed at once, and the wait as an upper bound —
+    whatever the cores."""
+    tb = _loop(400)
+    r = analyze(tb.to_dict() if usable is None else _bundle(tb, usable))
+    f = r.finding("dataloader-bound")
+    assert "suggested_num_workers" not in f.evidence.numbers and "num_workers=" not in _fixes(f)
+    assert "workers would not shorten the wait" in f.evidence.summary
+    assert "BatchSampler" in f.fixes[0].code and f.evidence.numbers["wait_per_batch_ms"] == pytest.approx(0.4)
+    assert f.est_gain == pytest.approx(0.4, abs=0.01) and not f.gain_method.startswith("estimate")
+
+
+def test_a_dearer_batch_keeps_its_workers_less_the_hand_off():
+    """0.6 ms a batch: workers can take 0.1 ms of it off the main thread, not the whole wait."""
+    f = analyze(_loop(600).to_dict()).finding("dataloader-bound")
+    assert "num_workers=" in f.fixes[0].code
+    share = worker_gain_share(0.6, False)
+    assert share == pytest.approx(1 - HANDOFF_MS / 0.6)
+    assert f.est_gain == pytest.approx(0.6 * share, abs=0.01) and "hand-off" in f.gain_method
+    assert worker_gain_share(0.6, True) == 1.0 and worker_gain_share(None, False) == 1.0
+
+
+def test_a_multi_process_loader_counts_as_workers_running():
+    """A plain trace of ``_MultiProcessingDataLoaderIter`` on 2 usable cores: the one worker the
+    spare core allows is no more than run already, so no count; on 8 the count comes with the
+    caveat that more help only if fewer run."""
+    f = analyze(_bundle(_loop(600, workers=True), 2)).finding("dataloader-bound")
+    assert "The workers running (the trace's loader is the multi-process one" in f.evidence.summary
+    assert "suggested_num_workers" not in f.evidence.numbers and "num_workers=" not in _fixes(f)
+    f = analyze(_bundle(_loop(600, workers=True), 8)).finding("dataloader-bound")
+    assert f.evidence.numbers["suggested_num_workers"] == 7
+    assert "how many the trace does not record: more help only if fewer than that run" in f.evidence.summary
+
+
+def test_workers_that_deliver_within_a_hand_off_get_no_more():
+    f = analyze(_bundle(_loop(300, workers=True), 8)).finding("dataloader-bound")
+    assert "as fast as the main process can receive it" in f.evidence.summary
+    assert "suggested_num_workers" not in f.evidence.numbers and "num_workers=" not in _fixes(f)
+
+
+def test_a_recorded_tensordataset_loop_gets_the_batch_indexed_at_once():
+    """Recorded on this project's 2-core machine (tests/data/MANIFEST.md): one worker made this
+    loop's step 3× slower; indexing the batch at once made it faster."""
+    r = analyze(os.path.join(DATA, "cpu_tensordataset_workers0.json.gz"))
+    assert r.metrics["host"]["loader_in_workers"] is False
+    assert r.metrics["host"]["dataloader_batch_ms"] <= HANDOFF_MS
+    f = r.finding("dataloader-bound")
+    assert "num_workers=" not in _fixes(f) and "suggested_num_workers" not in f.evidence.numbers
+    assert "__getitems__" in f.fixes[0].code or "BatchSampler" in f.fixes[0].code
+
+
+def test_a_recorded_loop_with_two_workers_gets_no_count_at_or_below_theirs():
+    r = analyze(os.path.join(DATA, "cpu_tensordataset_workers2.json.gz"))
+    assert r.metrics["host"]["loader_in_workers"] is True
+    f = r.finding("dataloader-bound")
+    assert "num_workers=" not in _fixes(f) and "suggested_num_workers" not in f.evidence.numbers
+    assert "more would not help" in f.evidence.summary
