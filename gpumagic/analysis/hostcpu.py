@@ -54,13 +54,28 @@ def _host_cpu(ctx: Context) -> HostCpu:
         usable, source = float(machine["cpu_count"]), "cpu_count"
     cpu = ctx.trace.samples.cpu if ctx.trace.samples is not None else {}
     t = np.asarray(cpu.get("t_ns", np.zeros(0)))
-    sel = (t >= ctx.lo) & (t <= ctx.hi) if t.size else np.zeros(0, dtype=bool)
+    sel = window_samples(ctx, t)
     per_sample = _busy_cores(cpu, machine) if t.size else None
     busy = float(per_sample[sel].mean()) if per_sample is not None and sel.any() else None
     saturation = None if busy is None or not usable else round(min(1.0, busy / float(usable)), 4)
     workers = int(np.max(np.asarray(cpu["worker_count"])[sel])) if sel.any() and "worker_count" in cpu else None
     bound, how = _loader_cpu_bound(ctx, cpu, t, workers, per_sample, usable)
     return HostCpu(usable, source, int(sel.sum()), None if busy is None else round(busy, 3), saturation, bound, how, workers)
+
+
+def window_samples(ctx: Context, t: Any) -> np.ndarray:
+    """Which samples describe the window, by their times ``t`` (ns): those taken inside it, each
+    covering the time since the reading before it. When none is (a window shorter than the
+    sampling period: five 4 ms steps between two 100 ms samples), the first one after it, which
+    covers the whole window: the reading before it came before the window (a reading inside would
+    have made a sample there; the sampler's first reading, at the start, makes none)."""
+    t = np.asarray(t)
+    sel = (t >= ctx.lo) & (t <= ctx.hi) if t.size else np.zeros(0, dtype=bool)
+    if t.size and not sel.any():
+        after = np.flatnonzero(t > ctx.hi)
+        if after.size:
+            sel[after[np.argmin(t[after])]] = True
+    return sel
 
 
 def _busy_cores(cpu: dict[str, Any], machine: dict[str, Any]) -> np.ndarray | None:

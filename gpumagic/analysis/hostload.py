@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.hostcpu import host_cpu
+from gpumagic.analysis.hostcpu import host_cpu, window_samples
 from gpumagic.trace.model import meta_block
 
 #: Other processes "matter" when they keep at least half a core busy and at least a quarter of
@@ -47,8 +47,7 @@ COST_OPTIONS = ("record_shapes", "with_flops", "with_stack", "profile_memory", "
 
 
 def _in_window(ctx: Context, block: dict) -> np.ndarray:
-    t = np.asarray(block.get("t_ns", np.zeros(0)))
-    return (t >= ctx.lo) & (t <= ctx.hi) if t.size else np.zeros(0, dtype=bool)
+    return window_samples(ctx, block.get("t_ns", np.zeros(0)))
 
 
 def _mean_cores(block: dict, key: str, sel: np.ndarray) -> float | None:

@@ -34,7 +34,7 @@ from gpumagic.analysis.context import (
     SHORT_KERNEL_NS,
     Context,
 )
-from gpumagic.analysis.hostcpu import host_cpu
+from gpumagic.analysis.hostcpu import host_cpu, window_samples
 from gpumagic.analysis.hostload import host_state, run_conditions
 from gpumagic.analysis.loaderstages import loader_stages
 from gpumagic.analysis.loaderwait import loader_wait
@@ -529,8 +529,7 @@ def _samples(ctx: Context, s: Samples) -> SampleMetrics:
     def in_window(block: dict[str, Any], key: str) -> np.ndarray:
         if key not in block or "t_ns" not in block:
             return np.zeros(0)
-        t = block["t_ns"]
-        sel = (t >= ctx.lo) & (t <= ctx.hi)
+        sel = window_samples(ctx, block["t_ns"])
         values: np.ndarray = np.asarray(block[key], dtype=np.float64)[sel]
         return values
 
