@@ -92,6 +92,11 @@ def test_a_multi_process_loader_counts_as_workers_running():
     assert "how many the trace does not record: more help only if fewer than that run" in f.evidence.summary
 
 
+def test_a_plain_multi_process_trace_says_workers_run_already():
+    f = analyze(_loop(600, workers=True).to_dict()).finding("dataloader-bound")
+    assert "assumption" in f.evidence.summary and "the loader already runs workers" in f.evidence.summary
+
+
 def test_workers_that_deliver_within_a_hand_off_get_no_more():
     f = analyze(_bundle(_loop(300, workers=True), 8)).finding("dataloader-bound")
     assert "as fast as the main process can receive it" in f.evidence.summary

@@ -189,7 +189,8 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
         return (f"{suggested} worker(s): what the spare cores allow ({h.usable_cores:g} usable{busy}, "
                 f"recorded at capture{unknown})."), suggested, False
     return ("The trace does not record how many cores the run could use: the worker count in the fix is "
-            "computed on the machine that runs it (an assumption: one core per worker, one for the main process)."), None, False
+            "computed on the machine that runs it (an assumption: one core per worker, one for the main process"
+            f"{unknown})."), None, False
 
 
 def _enough_workers(running: int | None, suggested: int | None) -> bool:
