@@ -7,6 +7,8 @@ import pytest
 from recorded import analysed
 from tracebuilder import DATA
 
+from gpumagic.analysis.rules.warmup import LEADS_FRAC
+
 with open(os.path.join(DATA, "EXPECTED.json")) as fh:
     EXPECTED = json.load(fh)
 
@@ -91,7 +93,10 @@ def test_manifest_facts():
 @pytest.mark.parametrize("trace", sorted(EXPECTED))
 def test_findings_are_well_formed(trace):
     r = report(trace)
-    gains = [f.est_gain for f in r.findings]
+    findings = r.findings
+    if findings and findings[0].id == "warmup-in-window" and findings[0].evidence.numbers["warmup_frac"] >= LEADS_FRAC:
+        findings = findings[1:]  # warm-up that fills the window leads, though it claims no speed gain
+    gains = [f.est_gain for f in findings]
     assert gains == sorted(gains, reverse=True)
     for f in r.findings:
         assert f.severity in ("high", "medium", "low")

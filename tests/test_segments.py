@@ -178,6 +178,27 @@ def test_vllm_capture_fixture():
     assert "graph capture" in f.evidence.summary and "profile after capture" in f.fixes[0].description
 
 
+def test_warm_up_claims_no_speed_gain_and_leads_a_window_it_fills():
+    """A window that is all graph capture once read "Fixing all could save up to 100 %": start-up
+    that does not recur is not time the run would save. The warm-up claims none, and leads the
+    checklist when it fills at least half the window."""
+    from gpumagic.render.text import render_text
+
+    r = gpumagic.analyze(os.path.join(DATA, "mi300_vllm_decode_fullgraph_capture.json.gz"))
+    f = r.finding("warmup-in-window")
+    assert f.est_gain == 0 and f.gain_method.startswith("not a speed gain") and f.evidence.numbers["warmup_frac"] > 0.9
+    assert r.findings[0].id == "warmup-in-window" and len(r.findings) > 1 and r.combined_gain < 0.01
+    text = render_text(r)
+    assert "Fixing all could save under 1 %" in text and "save up to" not in text.split("CHECKLIST")[0]
+    assert "CHECKLIST (warm-up first, then biggest estimated gain)" in text
+    tb = TraceBuilder()  # warm-up under half the window: by gain, so last
+    tb.runtime("cudaDeviceGetStreamPriorityRange", 0, 3_000)
+    tiny_loop(tb, 3_100, n=600)
+    late = analyze(tb)
+    assert 0.1 <= late.finding("warmup-in-window").evidence.numbers["warmup_frac"] < 0.5
+    assert "warmup-in-window" in late.finding_ids and late.findings[-1].id == "warmup-in-window"
+
+
 # ---- compile ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(("tid", "compiled"), [(100, True), (555, False)])
 def test_compilation_on_a_thread_that_drives_the_gpu(tid, compiled):

@@ -14,6 +14,7 @@ from gpumagic.analysis.names import long_names_note
 from gpumagic.analysis.oom import out_of_memory
 from gpumagic.analysis.operators import TOP_OPERATORS
 from gpumagic.analysis.rules import CAUSE_RULES, RESIDUAL_RULE, STEADY_IDS, STEADY_RULES
+from gpumagic.analysis.rules.warmup import lead_with_warmup
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Report, sort_findings
 from gpumagic.trace import Trace, load
@@ -61,7 +62,7 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
         notes.append("No ProfilerStep# markers: the window is the whole trace.")
     notes += filter(None, [long_names_note(trace.names)])  # names past MAX_NAME_CHARS: classified on a prefix
     oom = out_of_memory(trace.meta, metrics)  # from the code's error alone, after everything that may drop findings
-    return Report(metrics=metrics, findings=([oom] if oom else []) + sort_findings(findings), notes=notes, trace=trace,
+    return Report(metrics=metrics, findings=([oom] if oom else []) + lead_with_warmup(sort_findings(findings)), notes=notes, trace=trace,
                   label=label or str(trace.meta.get("label") or ""), combined_gain=combined)
 
 

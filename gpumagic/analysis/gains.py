@@ -62,16 +62,17 @@ OTHER_TIME_BASED = ("communication-heavy",)
 #: What each finding's gain is (``gain_method`` starts with "estimate" exactly for an estimate;
 #: ``render._format.fmt_gain`` words it "about N % (estimate)", else "up to N %"):
 #: ``upper bound`` — recoverable time the fix cannot exceed (idle time, exposed copies or
-#: collectives, the warm-up share, a datasheet peak ratio); ``estimate`` — a model with its
+#: collectives, a datasheet peak ratio); ``estimate`` — a model with its
 #: assumption named (a fusion or fused-kernel speed-up, MFU raised to a threshold, a CPU's FLOP
 #: rate, what workers would recover); ``either`` — an upper bound on one path, an estimate on
 #: another (``dataloader-bound``, ``host-cpu-saturated``: ``analysis.loadergain``); ``none`` — no
-#: speed gain is claimed (0). tests/test_gain_kinds.py holds every finding on the fixtures to it.
+#: speed gain is claimed (0; the warm-up in a
+#: window is what the measurement overstates, not time the run would save). tests/test_gain_kinds.py holds every finding on the fixtures to it.
 GAIN_KINDS: dict[str, str] = {
     "host-cpu-saturated": "either", "dataloader-bound": "either", "pageable-memcpy": "upper bound",
     "host-sync": "upper bound", "launch-bound": "upper bound", "cpu-bound": "upper bound",
     "gpu-idle-gaps": "upper bound", "mixed-precision-off": "upper bound", "transfer-bound": "upper bound",
-    "memory-pressure": "none", "communication-heavy": "upper bound", "warmup-in-window": "upper bound",
+    "memory-pressure": "none", "communication-heavy": "upper bound", "warmup-in-window": "none",
     "small-transfers": "upper bound", "too-small-for-gpu": "either", "low-compute-efficiency": "estimate",
     "unfused-attention": "estimate", "elementwise-bound": "estimate", "model-on-cpu": "none",
     "low-gpu-utilization": "upper bound", "step-outliers": "none", "graph-breaks": "none",

@@ -334,3 +334,10 @@ def loader_stage_rows(report: Report) -> list[tuple[str, str, str, float, str]]:
     stages = None if host is None else host.loader_stages
     return [(s.name, fmt_ms(s.ms_per_batch), fmt_pct(s.share, 1), s.share, STAGE_WHERE_LABEL.get(s.where, s.where))
             for s in stages or ()]
+
+
+def checklist_order(findings: list[Finding]) -> str:
+    """How the checklist is ordered, for its heading: by gain, except that warm-up filling the
+    window (which claims no speed gain) leads (``analysis.rules.warmup.lead_with_warmup``)."""
+    lead = len(findings) > 1 and findings[0].id == "warmup-in-window" and findings[0].est_gain == 0
+    return "warm-up first, then biggest gain" if lead else "biggest gain first"

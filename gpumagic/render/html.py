@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from gpumagic.render._format import (
     FIX_FLAVOR_LABEL,
     MISSING,
+    checklist_order,
     evidence_items,
     fmt_bytes,
     fmt_gain,
@@ -76,7 +77,7 @@ def report_html(report: Report, images: Images | None = None, *, live_token: str
     images = render_images(report) if images is None else images
     sections = [
         header_html(report),
-        _section("Checklist \u2014 what to change, biggest gain first", checklist_html(report), "checklist"),
+        _section(f"Checklist \u2014 what to change, {checklist_order(report.findings)}", checklist_html(report), "checklist"),
         _section("Timeline", timeline_html(report, images.timeline_png), "timeline"),
         _section("Breakdown", breakdown_html(report), "breakdown"),
         _section("Kernels and copies", kernels_html(report), "kernels"),

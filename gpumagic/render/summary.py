@@ -50,8 +50,9 @@ def header_facts(report: Report) -> list[Fact]:
     ]
     if report.findings:  # without findings the top-finding line says so, in a sentence of its own
         estimate = any(f.gain_method.startswith("estimate") for f in report.findings)
-        facts.append(Fact("Fixing all could save",
-                          f"about {fmt_pct(report.combined_gain)} (estimate)" if estimate else f"up to {fmt_pct(report.combined_gain)}",
+        saved = ("under 1 %" if report.combined_gain < 0.005 else
+                 f"about {fmt_pct(report.combined_gain)} (estimate)" if estimate else f"up to {fmt_pct(report.combined_gain)}")
+        facts.append(Fact("Fixing all could save", saved,
                           "estimated share of step time saved by fixing every finding together, overlapping time counted once"))
     shared = shared_machine_fact(m)
     if shared is not None:

@@ -21,6 +21,7 @@ from gpumagic.render._format import (
     MISSING,
     SEVERITY_BADGE,
     STAGES_NOTE,
+    checklist_order,
     evidence_items,
     fmt_bytes,
     fmt_gain,
@@ -98,7 +99,8 @@ def _checklist(report: Report, width: int) -> str:
     if not report.findings:
         return ""
     origin = timeline_origin_ns(report)
-    lines = ["CHECKLIST (biggest estimated gain first)"]
+    order = checklist_order(report.findings)
+    lines = [f"CHECKLIST ({order.replace('biggest gain', 'biggest estimated gain')})"]
     for i, f in enumerate(report.findings, 1):
         lines.append("")
         lines += _finding(i, f, width, origin)

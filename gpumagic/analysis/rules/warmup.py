@@ -15,6 +15,9 @@ from gpumagic.report.model import Finding, Fix, Window
 #: once they take this share of the window (the issue's line): a few-millisecond lead-in is not.
 WARMUP_FRAC = 0.10
 DOC = "https://pytorch.org/docs/stable/profiler.html#torch.profiler.schedule"
+#: Warm-up filling this share of the window puts its finding first, whatever the others' gains:
+#: most of what was recorded is not the loop they judge.
+LEADS_FRAC = 0.5
 _WORDS = {"cold_start": "cold start", "graph_capture": "graph capture", "compile": "compilation",
           "one_off_host": "one-off host work before the first launch"}
 SKIP_CODE = "%%gpuprofile --skip 3\n# or: torch.profiler.schedule(wait=1, warmup=2, active=5)"
@@ -33,8 +36,12 @@ SERVING_CODE = """
 def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: the window's warm-up segments (``analysis.segments``: cold start, graph capture,
     compilation, one-off host work; each needs positive evidence) take ≥ 10 % of the window.
-    Context creation counts on any trace, counter-mode ones included. Gain: their share of the
-    window (they do not recur, so the measured time overstates the steady state). The fix fits
+    Context creation counts on any trace, counter-mode ones included. Gain: none. Their share of
+    the window (the numbers' ``warmup_frac``) is how much the measured time overstates the steady
+    state, not time the run would save: they do not recur, and recording later only leaves them out
+    (a window that was all graph capture once read "Fixing all could save up to 100 %"). When they
+    fill at least half the window (:data:`LEADS_FRAC`), the finding leads the checklist: the rest
+    judge a sliver of it. The fix fits
     what was seen: skip more steps; for a serving engine, profile after its capture; for context
     creation and lazy loading nothing in the code needs fixing — start profiling later. False
     positives: a loop that really recompiles, re-captures or re-allocates every step (the
@@ -71,7 +78,8 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
         numbers={**{k: round(v, 4) for k, v in shares.items()}, "warmup_frac": round(total, 4),
                  "steady_frac": round(seg.steady_frac, 4), "threshold_frac": WARMUP_FRAC},
         windows=tuple(_windows(ctx, seg)),
-        est_gain=total, gain_method="warm-up share of the window (it does not recur)",
+        est_gain=0.0, gain_method=(f"not a speed gain: {pct(total)} of the window is start-up that does not recur; "
+                                   "recording later leaves it out of the measurement, and the run gets no faster"),
         fixes=tuple(fixes),
         doc_url=DOC,
     )
@@ -96,3 +104,11 @@ def warmup_intervals(ctx: Context) -> iv.Intervals:
     """The warm-up segments of the window, as intervals."""
     w = [s for s in sg.segments(ctx).items if s.kind in sg.WARMUP_KINDS]
     return iv.union(np.array([s.start_ns for s in w], dtype=np.int64), np.array([s.end_ns for s in w], dtype=np.int64))
+
+
+def lead_with_warmup(findings: list[Finding]) -> list[Finding]:
+    """The sorted findings, the warm-up one first when warm-up fills at least :data:`LEADS_FRAC`
+    of the window (it claims no speed gain, so the gain order would put it last)."""
+    first = [f for f in findings if f.id == "warmup-in-window"
+             and float(f.evidence.numbers.get("warmup_frac") or 0.0) >= LEADS_FRAC]
+    return first + [f for f in findings if f not in first]
