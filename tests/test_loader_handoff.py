@@ -120,3 +120,16 @@ def test_a_recorded_loop_with_two_workers_gets_no_count_at_or_below_theirs():
     f = r.finding("dataloader-bound")
     assert "num_workers=" not in _fixes(f) and "suggested_num_workers" not in f.evidence.numbers
     assert "more would not help" in f.evidence.summary
+
+
+def test_a_batch_close_to_a_hand_off_gets_the_measurement_that_settles_it():
+    """0.7 ms a batch: more than a hand-off, not much more (``MARGINAL_MS``): the count the cores
+    allow, a warning that workers may not pay, and gpumagic's DataLoader tuner as a diagnostic."""
+    f = analyze(_bundle(_loop(700), 2)).finding("dataloader-bound")
+    assert f.evidence.numbers["suggested_num_workers"] == 1
+    assert "measure before you switch" in f.evidence.summary
+    diag = [x for x in f.fixes if x.diagnostic]
+    assert len(diag) == 1 and "gpumagic.tune_dataloader(loader, num_workers=[0, 1])" in diag[0].code
+    compile(diag[0].code, "<fix>", "exec")
+    far = analyze(_bundle(_loop(3_000, step_us=10_000), 2)).finding("dataloader-bound")  # 3 ms: workers pay
+    assert not any(x.diagnostic for x in far.fixes) and "measure before" not in far.evidence.summary

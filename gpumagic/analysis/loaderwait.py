@@ -31,6 +31,12 @@ MULTI = "_MultiProcessingDataLoaderIter"
 #: 0.06-0.18 ms. A batch that loads in less than this in the main process loads no faster from a
 #: worker: the worker moves the loading off the main thread, the hand-off stays on it.
 HANDOFF_MS = 0.5
+#: A single-process batch up to this long is close to a hand-off: the hand-off differs between
+#: machines (0.44-0.90 ms here, by the tensors in a batch), and a profiled wait overstates the
+#: loading (each recorded operator costs the profiler 0.28-0.72 us here, by the capture options:
+#: about 400 of them for a batch of 64 small samples), so workers may save little or cost more,
+#: and the finding adds the measurement that settles it.
+MARGINAL_MS = 2 * HANDOFF_MS
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.hostcpu import HostCpu, host_cpu, loading_in_main, suggested_workers
 from gpumagic.analysis.hostload import COST_OPTIONS
 from gpumagic.analysis.loadergain import saturated_by, worker_gain
-from gpumagic.analysis.loaderwait import HANDOFF_MS, LoaderWait, loader_wait, worker_gain_share
+from gpumagic.analysis.loaderwait import HANDOFF_MS, MARGINAL_MS, LoaderWait, loader_wait, worker_gain_share
 from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.cachefix import CACHE_CODE, CACHE_FIX
@@ -48,7 +48,9 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     the trace's loader is the single-process one and the median wait per batch is no longer than
     that, no workers (3× slower steps measured for a ``TensorDataset`` of small samples,
     ``benchmarks/loader_handoff.py``): the batch is indexed at once instead, the wait the upper
-    bound; otherwise the gain leaves the hand-off out. A multi-process loader in the trace counts
+    bound; otherwise the gain leaves the hand-off out, and a batch up to ``MARGINAL_MS`` (twice the
+    hand-off) gets the count with a warning, the stage's fix first and ``gpumagic.tune_dataloader``
+    as a diagnostic. A multi-process loader in the trace counts
     as one worker running at least when the samples do not count them, and workers that deliver
     each batch within a hand-off get no more.
     ``pin_memory`` only with a GPU; ``shuffle`` and ``TrainingArguments`` only when training.
@@ -117,17 +119,22 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         windows=windows(dl[0], dl[1], "cpu", label="DataLoader wait"),
         est_gain=cap_by_critical_path(ctx, "dataloader-bound", gain), gain_method=method,
         fixes=_with_stage_fixes(_fixes(ctx, h, workers, host, threads, no_more, _cheap_batch(w)),
-                                stage_fixes(stages, ctx.device >= 0), no_more),
+                                stage_fixes(stages, ctx.device >= 0), no_more, _marginal(w)) + _measure(w, workers),
         doc_url=DOC,
     )
 
 
-def _with_stage_fixes(fixes: tuple[Fix, ...], staged: list[Fix], saturated: bool) -> tuple[Fix, ...]:
+def _with_stage_fixes(fixes: tuple[Fix, ...], staged: list[Fix], saturated: bool,
+                      marginal: bool = False) -> tuple[Fix, ...]:
     """The worker fixes, then those fitting the dominant stage; with no core free, the stage's fixes
-    replace the generic "cache the tensors" (they make each batch cheaper where its time goes)."""
+    replace the generic "cache the tensors" (they make each batch cheaper where its time goes); for
+    a batch close to a worker's hand-off (:func:`_marginal`), the stage's fixes come first: they
+    pay wherever the batch is made, workers may not."""
     if not staged:
         return fixes
-    return tuple(staged) if saturated else (*fixes, *staged)
+    if saturated:
+        return tuple(staged)
+    return (*staged, *fixes) if marginal else (*fixes, *staged)
 
 
 def _intra_op_threads(h: HostCpu, host: HostMetrics, workers: int | None) -> int | None:
@@ -179,6 +186,11 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
                "The workers running (the trace's loader is the multi-process one; how many it does not record)")
         return (f"{who} already take what the cores allow ({h.usable_cores:g} usable{busy}, "
                 "recorded at capture): more would not help; make each batch cheaper."), None, True
+    if _marginal(w) and suggested is not None and not moving:
+        return (f"{suggested} worker(s): what the spare cores allow ({h.usable_cores:g} usable{busy}, recorded at "
+                f"capture); but a batch takes only {w.median_ms:.2f} ms to load in the main process (the median "
+                f"wait), close to what receiving one from a worker costs it (about {HANDOFF_MS:g} ms): workers may "
+                "save little or cost more; measure before you switch."), suggested, False
     unknown = ("; the loader already runs workers, how many the trace does not record: more help only if fewer "
                "than that run") if h.worker_count is None and w.in_workers else ""
     if suggested is not None:
@@ -198,6 +210,24 @@ def _enough_workers(running: int | None, suggested: int | None) -> bool:
     trace's loader is the multi-process one) and the cores allow no more than there are (the
     recorded busy cores leave no spare one): a count at or below theirs would be no fix."""
     return bool(running) and suggested is not None and suggested <= (running or 0)
+
+
+def _marginal(w: LoaderWait) -> bool:
+    """A single-process batch that loads in more than a hand-off but not much more
+    (:data:`~gpumagic.analysis.loaderwait.MARGINAL_MS`): workers may not pay."""
+    return w.in_workers is False and w.median_ms is not None and HANDOFF_MS < w.median_ms <= MARGINAL_MS
+
+
+def _measure(w: LoaderWait, workers: int | None) -> tuple[Fix, ...]:
+    """For a marginal batch, the measurement that settles it: gpumagic's DataLoader tuner times
+    ``num_workers=0`` against worker processes on this machine."""
+    if not _marginal(w):
+        return ()
+    grid = f"num_workers=[0, {workers}]" if workers else "num_workers=None"
+    return (pytorch("Measure num_workers=0 against workers on this machine before switching: the batch is "
+                    "close to a worker's hand-off",
+                    f"result = gpumagic.tune_dataloader(loader, {grid})   # batches per second, each setting\n"
+                    "result.recommended_kwargs", diagnostic=True),)
 
 
 def _cheap_batch(w: LoaderWait) -> bool:
