@@ -11,7 +11,7 @@ from gpumagic.analysis.loaderwait import HANDOFF_MS, MARGINAL_MS, LoaderWait, lo
 from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.cachefix import CACHE_CODE, CACHE_FIX
-from gpumagic.analysis.rules.cpu import SATURATION
+from gpumagic.analysis.rules.cpu import MIN_SAMPLES, SATURATION
 from gpumagic.analysis.rules.stagefixes import BATCH_SAMPLER_CODE, BATCHING_SOURCE, stage_fixes, stage_sentence
 from gpumagic.report.metrics import HostMetrics, Metrics
 from gpumagic.report.model import Finding, Fix
@@ -237,17 +237,21 @@ def _cheap_batch(w: LoaderWait) -> bool:
     return w.in_workers is False and w.median_ms is not None and w.median_ms <= HANDOFF_MS
 
 
+def _full(h: HostCpu) -> bool:
+    """No core is free, by as many samples as ``host-cpu-saturated`` needs (one sample, after a
+    window shorter than the sampling period, is not an average)."""
+    return h.saturation is not None and h.saturation >= SATURATION and h.sample_count >= MIN_SAMPLES
+
+
 def _saturated(h: HostCpu, host: HostMetrics) -> bool:
     """No core is free, loading is CPU work and the busy cores are not mostly other processes'
     (the case where ``host-cpu-saturated`` says workers cannot help)."""
-    return (h.saturation is not None and h.saturation >= SATURATION and h.loader_cpu_bound is True
-            and saturated_by(host) != "others")
+    return _full(h) and h.loader_cpu_bound is True and saturated_by(host) != "others"
 
 
 def _crowded(h: HostCpu, host: HostMetrics) -> bool:
     """No core is free, loading is CPU work, and other processes did most of the busy time."""
-    return (h.saturation is not None and h.saturation >= SATURATION and h.loader_cpu_bound is True
-            and saturated_by(host) == "others" and bool(h.usable_cores))
+    return _full(h) and h.loader_cpu_bound is True and saturated_by(host) == "others" and bool(h.usable_cores)
 
 
 def _fixes(ctx: Context, h: HostCpu, workers: int | None, host: HostMetrics, threads: int | None = None,
