@@ -51,6 +51,10 @@ def test_the_metrics_count_batches_and_name_the_loader():
     tb.dataloader(5_900, 50, workers=True)  # a second loader of the other kind: which ran is not one answer
     ctx = build_context(load(tb.to_dict()))
     assert loader_wait(ctx).in_workers is None
+    stateful = _loop(300)  # torchdata's StatefulDataLoader: its iterators' names hold torch's
+    for e in stateful.events:
+        e["name"] = e["name"].replace("#_SingleProcess", "#_StatefulSingleProcess")
+    assert analyze(stateful.to_dict()).metrics["host"]["loader_in_workers"] is False
     no_loader = analyze(TraceBuilder(cc=None).to_dict() | {"traceEvents": [
         {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 0, "dur": 100}]})
     assert no_loader.metrics["host"]["dataloader_batches"] == 0 and no_loader.metrics["host"]["dataloader_batch_ms"] is None

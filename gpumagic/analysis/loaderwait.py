@@ -3,7 +3,8 @@
 PyTorch names the span of each ``next(loader)`` after the iterator that made it
 (``torch.utils.data.DataLoader``: ``enumerate(DataLoader)#<iterator class>.__next__``):
 ``_SingleProcessDataLoaderIter`` loads in the main process (``num_workers=0``),
-``_MultiProcessingDataLoaderIter`` receives batches from worker processes. A plain trace says
+``_MultiProcessingDataLoaderIter`` receives batches from worker processes (torchdata's
+``StatefulDataLoader`` names its own the same way, with ``Stateful`` inside). A plain trace says
 so even where no CPU sample counts the workers.
 
 Each merged span of the wait is one batch the loop waited for; their median is the wait per
@@ -19,8 +20,11 @@ import numpy as np
 
 from gpumagic.analysis.context import Context
 
-SINGLE = "_SingleProcessDataLoaderIter"
-MULTI = "_MultiProcessingDataLoaderIter"
+#: Parts of the iterator classes' names: torch's ``_SingleProcessDataLoaderIter`` and
+#: ``_MultiProcessingDataLoaderIter``, and torchdata's ``StatefulDataLoader`` ones
+#: (``_StatefulSingleProcessDataLoaderIter``, ``_StatefulMultiProcessingDataLoaderIter``).
+SINGLE = "SingleProcessDataLoaderIter"
+MULTI = "MultiProcessingDataLoaderIter"
 #: What the main process pays to receive one batch from a worker process, whatever the worker
 #: did to make it: the batch's pickled handles come through a queue, and under PyTorch's default
 #: ``file_descriptor`` sharing strategy each tensor's shared memory is fetched from the worker
