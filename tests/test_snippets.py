@@ -41,6 +41,10 @@ def test_fix_names_only_apis_that_exist(code):
         pytest.skip(f"{', '.join(sorted(set(not_installed)))} not installed: the names this fix takes from it are unchecked")
 
 
+#: The intra-op thread count a fix runs under: no fix sets this one, so setting any is seen.
+SENTINEL_THREADS = 7
+
+
 @pytest.mark.parametrize("code", [p for p in PARAMS if FIXES[p.values[0]][1].flavor == "pytorch"
                                   and not ck.needs_cuda(p.values[0]) and ck.has_statements(p.values[0])])
 def test_fix_runs_on_cpu(code, tmp_path, monkeypatch):
@@ -55,14 +59,17 @@ def test_fix_runs_on_cpu(code, tmp_path, monkeypatch):
     ns = sc.harness("cpu", calls)
     before = dict(ns)
     precision = torch.backends.cuda.matmul.fp32_precision
+    threads = torch.get_num_threads()
+    torch.set_num_threads(SENTINEL_THREADS)  # a fix that sets the thread count changes it from this
     frozen = gc.get_freeze_count()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # pin_memory=True without an accelerator warns
             ck.run(code, ns, "cpu")
-        changed = precision != torch.backends.cuda.matmul.fp32_precision
+        changed = precision != torch.backends.cuda.matmul.fp32_precision or torch.get_num_threads() != SENTINEL_THREADS
     finally:
         torch.backends.cuda.matmul.fp32_precision = precision
+        torch.set_num_threads(threads)  # a set_num_threads fix: the test process keeps its threads
         if gc.get_freeze_count() > frozen:  # a gc.freeze() fix: the test process keeps collecting
             gc.unfreeze()
     # it ran to the end and did something: bound or rebound a name, trained, logged or set a switch

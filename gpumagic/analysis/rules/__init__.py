@@ -21,6 +21,7 @@ from gpumagic.analysis.rules.outliers import step_outliers
 from gpumagic.analysis.rules.placement import model_on_cpu
 from gpumagic.analysis.rules.precision import mixed_precision_off
 from gpumagic.analysis.rules.sync import host_sync
+from gpumagic.analysis.rules.threads import host_cores_idle
 from gpumagic.analysis.rules.transfers import pageable_memcpy, transfer_bound
 from gpumagic.analysis.rules.utilization import gpu_idle_gaps, low_gpu_utilization
 from gpumagic.analysis.rules.warmup import warmup_in_window
@@ -31,7 +32,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     host_cpu_saturated, dataloader_bound, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
-    model_on_cpu, step_outliers, graph_breaks, recompiles,
+    model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)

@@ -1,0 +1,113 @@
+"""``host-cores-idle``: a CPU-only loop computes on one core while others sit idle — PyTorch's
+intra-op threads did no work."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.hostcpu import host_cpu
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
+from gpumagic.analysis.rules.cpu import MIN_SAMPLES
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
+
+#: The main thread computes: it kept at least this much of a core busy over the window.
+MAIN_BUSY_CORES = 0.8
+#: The intra-op threads did (almost) nothing: the process's other threads used less than this
+#: much of a core ...
+OTHER_THREADS_CORES = 0.25
+#: ... and less than this share of what intra-op threads working on the long operator calls would
+#: use (their share of the window × the idle cores they could take). With the default thread count
+#: they engage on those calls: a loop of inflated small calls beside 2 threads showed 0.16 of a
+#: core for an expected 0.22 (recorded here with stacks and memory); with one thread, 0.00.
+OTHER_THREADS_SHARE = 0.25
+#: A core is idle: the usable cores less every busy one (all processes) leave at least this much.
+IDLE_CORES = 0.75
+#: An operator call this long can use more than one thread. ATen splits a loop across its intra-op
+#: threads only above a grain of 32,768 elements (``at::internal::GRAIN_SIZE``, ATen/Parallel.h),
+#: tens of microseconds of work; calls under this run on one thread whatever the setting.
+PARALLEL_MIN_NS = 50_000
+#: A finding from this gain (TensorBoard profiler plugin's 5 % line for a bottleneck worth naming).
+MIN_GAIN = 0.05
+DOC = "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html"
+
+
+@rule("host-cores-idle")
+def host_cores_idle(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: a CPU-only trace whose CPU samples (a gpumagic capture, at least 3 in the window)
+    show the main thread busy (≥ 0.8 core), the process's other threads — PyTorch's intra-op
+    pool — nearly idle (< 0.25 core, and < a quarter of what threads working on the long calls
+    below would use) and at least 0.75 of a usable core free (every process
+    counted), while operator calls long enough to run in parallel take part of the window (the
+    main thread's time inside an innermost call of ≥ 50 µs: ATen parallelises only above 32,768
+    elements). PyTorch
+    runs such operators on one thread per usable core by default, so their threads idling
+    means ``torch.set_num_threads(1)`` or ``OMP_NUM_THREADS=1`` (torchrun sets it) is in force.
+    Gain: an upper bound by Amdahl's law — those operators' share of the window × (1 − 1/k), k the
+    cores the threads could use (the main thread's and the idle ones), as if they scaled
+    perfectly. Never fires on a plain trace (no samples) or with a GPU. False positives: operators
+    that do not parallelise though long (some ops hold a lock or run serial code); a window whose
+    samples include time outside the loop."""
+    if ctx.device >= 0:
+        return None
+    h, host = host_cpu(ctx), m.host
+    main, others = host.get("own_main_thread_cores"), host.get("own_other_threads_cores")
+    if (h.sample_count < MIN_SAMPLES or not h.usable_cores or h.busy_cores is None or main is None or others is None
+            or main < MAIN_BUSY_CORES or others >= OTHER_THREADS_CORES):
+        return None
+    idle = float(h.usable_cores) - h.busy_cores
+    if idle < IDLE_CORES:
+        return None
+    par, par_windows = _parallel_time(ctx)
+    share = ctx.frac(par)
+    k = 1 + int(np.floor(idle + 0.25))  # the main thread's core and the idle ones (0.75 of a core counts)
+    gain = share * (1.0 - 1.0 / k)
+    if gain < MIN_GAIN or others >= OTHER_THREADS_SHARE * share * (k - 1):
+        return None  # too little to gain, or threads did engage on the long calls (the count is not 1)
+    usable = int(np.floor(float(h.usable_cores) + 1e-6))
+    workers = host.get("own_workers_cores") or 0.0
+    threads = max(2, min(k, usable - int(np.ceil(workers - 0.25)))) if workers > 0.25 else k
+    return finding(
+        severity=severity_for(gain),
+        title=f"CPU operators run on one core while {idle:.1f} of {h.usable_cores:g} sit idle",
+        why="""PyTorch runs an operator on large tensors in parallel on its intra-op threads, one per usable core
+        by default. Here the main thread did the work alone and the other threads stayed idle: the thread count
+        was set to 1, by torch.set_num_threads(1) or the OMP_NUM_THREADS=1 environment variable (torchrun sets
+        it unless told otherwise). More threads spread each large operator over the idle cores.""",
+        summary=(f"The main thread kept {main:.2f} of a core busy and the process's other threads {others:.2f}; "
+                 f"{idle:.1f} of {h.usable_cores:g} usable cores were idle ({h.sample_count} CPU samples). Operator "
+                 f"calls long enough to run in parallel (≥ {PARALLEL_MIN_NS / 1e3:.0f} µs) take {pct(share)} of "
+                 f"the window."),
+        numbers={"own_main_thread_cores": main, "own_other_threads_cores": others, "idle_cores": round(idle, 3),
+                 "usable_cores": h.usable_cores, "cpu_samples": h.sample_count, "parallel_ops_frac": round(share, 4),
+                 "suggested_num_threads": threads},
+        windows=windows(par_windows[0], par_windows[1], "cpu", label="operators that could run in parallel"),
+        est_gain=gain,
+        gain_method=(f"upper bound (Amdahl): the share of the window in operator calls of ≥ "
+                     f"{PARALLEL_MIN_NS / 1e3:.0f} µs × (1 − 1/{k}), as if they scaled perfectly over {k} cores"),
+        fixes=(pytorch(f"Let the intra-op threads use the idle cores: {threads} threads",
+                       "print(torch.__config__.parallel_info())   # at::get_num_threads() 1 here, and OMP_NUM_THREADS\n"
+                       f"torch.set_num_threads({threads})   # before the loop; unset OMP_NUM_THREADS=1 where it is set\n"
+                       "# torchrun: OMP_NUM_THREADS=<cores per process> torchrun ..."),),
+        doc_url=DOC,
+    )
+
+
+def _parallel_time(ctx: Context) -> tuple[int, iv.Intervals]:
+    """The main thread's time whose innermost operator call lasts at least :data:`PARALLEL_MIN_NS`,
+    counted once; and those intervals. Calls on one thread nest, and a shorter call never holds a
+    longer one, so that time is the long calls' union less the short calls' union: an ``addmm``
+    keeps its time beside a 2 µs ``resolve_conj`` inside it, a composite call made of many short
+    ones keeps almost none."""
+    ev, m = ctx.trace.events, ctx.masks
+    rows = np.flatnonzero(ctx.events_in_window((ev.lane == ctx.main_lane) & m["cpu_op"]))
+    if not rows.size:
+        return 0, iv.empty()
+    starts = ev.ts_ns[rows].astype(np.int64)
+    ends = starts + ev.dur_ns[rows].astype(np.int64)
+    long = ends - starts >= PARALLEL_MIN_NS
+    found = iv.clip(iv.subtract(iv.union(starts[long], ends[long]), iv.union(starts[~long], ends[~long])),
+                    ctx.lo, ctx.hi)
+    return iv.total(found), found
