@@ -47,7 +47,8 @@ class ReportRecord(msgspec.Struct, kw_only=True):
                                                                  "finding together, overlapping time counted once (0..1)")]
     regression: Annotated[RegressionRecord | None, Meta(description="null, or how this labelled run is slower than the label's earlier one")]
     metrics: Annotated[Metrics, Meta(description="everything measured; {} when nothing was (the notes say why)")]
-    findings: Annotated[list[Finding], Meta(description="diagnoses, largest estimated gain first")]
+    findings: Annotated[list[Finding], Meta(description="diagnoses, largest estimated gain first (warm-up that fills "
+                                                        "at least half the window leads)")]
     notes: Annotated[list[str], Meta(description="what was and was not captured, or tolerated in the input")]
 
 
