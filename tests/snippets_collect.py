@@ -10,6 +10,7 @@ import os
 from functools import lru_cache
 
 import test_compute as tc
+import test_cpu_low_precision as tlp
 import test_diagnoses as td
 import test_loader_stages_analysis as tls
 from everystep_blocks import outlier_bundle
@@ -137,6 +138,10 @@ def built_reports():
     for kind in ("gc", "torch.save", "compile", "eval", None):
         yield f"step-outliers-{kind}", analyze(outlier_bundle(kind))
     yield "compile", analyze(_compiled_trace())
+    for training in (True, False):
+        yield f"cpu-fp16-cast-{training}", analyze(tlp.bundle(tlp.ZEN4, autocast=False, typed="c10::Half",
+                                                               training=training))
+        yield f"cpu-autocast-{training}", analyze(tlp.bundle(tlp.AVX2, training=training))
     yield "custom-matmul", analyze(_matmul_trace((8, 0), "NVIDIA A100-SXM4-80GB", False, "my_fp32_gemm_kernel").to_dict())
 
 

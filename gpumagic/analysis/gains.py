@@ -76,7 +76,7 @@ GAIN_KINDS: dict[str, str] = {
     "small-transfers": "upper bound", "too-small-for-gpu": "either", "low-compute-efficiency": "estimate",
     "unfused-attention": "estimate", "elementwise-bound": "estimate", "model-on-cpu": "none",
     "low-gpu-utilization": "upper bound", "step-outliers": "none", "graph-breaks": "none",
-    "recompiles": "upper bound", "host-cores-idle": "upper bound",
+    "recompiles": "upper bound", "host-cores-idle": "upper bound", "cpu-low-precision-slow": "upper bound",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

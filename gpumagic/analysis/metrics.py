@@ -34,6 +34,7 @@ from gpumagic.analysis.context import (
     SHORT_KERNEL_NS,
     Context,
 )
+from gpumagic.analysis.cpuprecision import host_threads, low_precision, machine_support
 from gpumagic.analysis.hostcpu import host_cpu, window_samples
 from gpumagic.analysis.hostload import host_state, run_conditions
 from gpumagic.analysis.loaderstages import loader_stages
@@ -522,7 +523,16 @@ def _host(ctx: Context) -> HostMetrics:
                        usable_cores=h.usable_cores, usable_cores_source=h.usable_source,
                        cpu_busy_cores=h.busy_cores, cpu_saturation=h.saturation,
                        loader_cpu_bound=h.loader_cpu_bound, dataloader_batches=w.batches, dataloader_batch_ms=w.median_ms,
-                       loader_in_workers=w.in_workers, loader_stages=loader_stages(ctx), **host_state(ctx))
+                       loader_in_workers=w.in_workers, loader_stages=loader_stages(ctx), **host_state(ctx),
+                       **_cpu_precision(ctx))
+
+
+def _cpu_precision(ctx: Context) -> dict[str, Any]:
+    """The intra-op thread count recorded, the CPU's 16-bit support and, without a GPU, the matrix
+    calls seen in 16 bits."""
+    support = machine_support(ctx)
+    return {"intra_op_threads": host_threads(ctx), "cpu_bf16": support["bf16"], "cpu_fp16": support["fp16"],
+            "cpu_low_precision_calls": low_precision(ctx).calls if ctx.device < 0 else None}
 
 
 def _samples(ctx: Context, s: Samples) -> SampleMetrics:

@@ -30,6 +30,7 @@ def machine_info(nvml_driver: str | None = None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         **usable_cpus(),
         "cpu_model": _cpu_model(),
+        "cpu_flags": cpu_flags(),
         "memory_bytes": _memory_bytes(),
     }
     info.update(_gpu_info())
@@ -88,6 +89,31 @@ def _version(distribution: str) -> str:
     except importlib.metadata.PackageNotFoundError:
         module = sys.modules.get(distribution)
         return str(getattr(module, "__version__", "unknown"))
+
+
+#: The CPU features that decide whether 16-bit floating point runs natively on the CPU, as Linux
+#: names them in ``/proc/cpuinfo`` (x86 ``flags``, Arm ``Features``). x86: AVX512_BF16 and AMX-BF16
+#: compute bfloat16 natively, AVX512_FP16 and AMX-FP16 float16; with AVX512BW/VL/DQ alone oneDNN
+#: emulates bfloat16 in FP32 registers (PyTorch's ``mkldnn_bf16_device_check``); with AVX2 alone
+#: PyTorch falls back to generic kernels. Arm: ``bf16`` (FEAT_BF16), ``asimdhp``/``fphp`` (FP16
+#: arithmetic).
+CPU_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_fp16", "amx_tile",
+             "amx_bf16", "amx_fp16", "bf16", "asimdhp", "fphp", "sve")
+
+
+def cpu_flags(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> list[str] | None:
+    """The :data:`CPU_FLAGS` the first processor of ``cpuinfo`` lists, sorted; None where the file
+    is unreadable or names no features (not Linux: unknown, which the analysis treats as such)."""
+    try:
+        text = Path(cpuinfo).read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("flags", "Features"):
+            present = set(value.split())
+            return sorted(f for f in CPU_FLAGS if f in present)
+    return None
 
 
 def _cpu_model() -> str:

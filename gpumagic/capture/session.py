@@ -87,6 +87,7 @@ class CaptureSession:
         self._namespaces = namespaces
         self._modules: ModuleRanges | None = None
         self._dynamo: DynamoWatch | None = None
+        self._intra_op_threads: int | None = None
 
     @property
     def notes(self) -> list[str]:
@@ -126,6 +127,7 @@ class CaptureSession:
             self.notes.append(NO_CUDA_NOTE)
         self._start_samplers(cuda)
         self._start_stages()
+        self._intra_op_threads = _intra_op_threads(torch)
         self._recorder = TorchRecorder(self.options, cuda)
         self._anchor_ns = self._recorder.start()
         self._started_at = time.monotonic()
@@ -223,6 +225,8 @@ class CaptureSession:
     def _stop_recording(self, reason: str) -> None:
         self.state = "stopped"
         self.stop_reason = reason
+        if threading.current_thread() is threading.main_thread():  # the code's own setting, set in the cell too
+            self._intra_op_threads = _intra_op_threads(sys.modules.get("torch")) or self._intra_op_threads
         if self._recorder.open_step is not None:
             self._partial_step = self._recorder.open_step
             self._recorder.end_step()
@@ -383,6 +387,7 @@ class CaptureSession:
             "stop_reason": self.stop_reason,
             "partial_step": self._partial_step,
             "recording_s": None if self._recording_s is None else round(self._recording_s, 6),
+            "intra_op_threads": self._intra_op_threads,
         })
         compiled = self._dynamo.facts() if self._dynamo is not None else None
         if compiled is not None:  # analysis/compile.py reads it; its source paths shortened as the trace's
@@ -397,6 +402,18 @@ class CaptureSession:
             if len(sampler.rows):
                 out[key] = sampler.columns()
         return out
+
+
+def _intra_op_threads(torch: Any) -> int | None:
+    """``torch.get_num_threads()``: the intra-op threads an operator may use. Read on the main
+    thread only (at start, and at stop when the loop stops there): with OpenMP the count is a
+    per-thread setting, and another thread reads its own default."""
+    if torch is None or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return int(torch.get_num_threads())
+    except Exception:  # a torch without the call, or one that fails: the count is unknown
+        return None
 
 
 def _analyse(data: bytes, label: str, top_ops: int = 20):

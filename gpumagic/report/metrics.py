@@ -435,6 +435,16 @@ class HostMetrics(Record, frozen=True):
                                                  "trace's iterator is _MultiProcessingDataLoaderIter; false: "
                                                  "_SingleProcessDataLoaderIter, num_workers=0); null when the trace "
                                                  "names neither or both")] = None
+    intra_op_threads: Annotated[int | None, _d("torch.get_num_threads() when the capture ran (threads one operator "
+                                               "may use); null for a plain trace")] = None
+    cpu_bf16: Annotated[str | None, _d("how the CPU computes bfloat16, from its recorded features: 'native' "
+                                       "(AVX512_BF16, AMX-BF16, Arm BF16), 'emulated' (through FP32 on AVX-512), "
+                                       "'none' (generic kernels); null when unknown")] = None
+    cpu_fp16: Annotated[str | None, _d("the same for float16: 'native' (AVX512_FP16, AMX-FP16) or 'none'; null when "
+                                       "unknown (Arm included)")] = None
+    cpu_low_precision_calls: Annotated[int | None, _d("host matrix-operator calls seen in bfloat16/float16 (autocast's "
+                                                      "casts inside them, or recorded input types) (count); null with "
+                                                      "a GPU")] = None
     loader_stages: Annotated[list[LoaderStage] | None, _d("the data pipeline's stages, largest first, timed while a "
                                                           "gpumagic capture recorded; null for a plain trace or when "
                                                           "no DataLoader batch was made")] = None

@@ -13,6 +13,7 @@ from gpumagic.analysis.rules.communication import communication_heavy
 from gpumagic.analysis.rules.compile import graph_breaks, recompiles
 from gpumagic.analysis.rules.compute import low_compute_efficiency, too_small_for_gpu
 from gpumagic.analysis.rules.cpu import host_cpu_saturated
+from gpumagic.analysis.rules.cpuhalf import cpu_low_precision_slow
 from gpumagic.analysis.rules.dataloader import dataloader_bound
 from gpumagic.analysis.rules.kernels import elementwise_bound, unfused_attention
 from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
@@ -32,7 +33,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     host_cpu_saturated, dataloader_bound, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
-    model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle,
+    model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)

@@ -7,6 +7,7 @@ import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.cpuprecision import host_threads
 from gpumagic.analysis.hostcpu import host_cpu
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.cpu import MIN_SAMPLES
@@ -49,8 +50,14 @@ def host_cores_idle(ctx: Context, m: Metrics) -> Finding | None:
     cores the threads could use (the main thread's and the idle ones), as if they scaled
     perfectly. Never fires on a plain trace (no samples) or with a GPU. False positives: operators
     that do not parallelise though long (some ops hold a lock or run serial code); a window whose
-    samples include time outside the loop."""
+    samples include time outside the loop. A capture that recorded ``torch.get_num_threads()``
+    (``capture.intra_op_threads``) above 1 rules the cause out: the threads were allowed, and the
+    long calls ran on one thread for another reason (bfloat16 on a CPU without bf16 instructions
+    runs generic single-threaded kernels: ``cpu-low-precision-slow``)."""
     if ctx.device >= 0:
+        return None
+    threads_set = host_threads(ctx)
+    if threads_set is not None and threads_set > 1:
         return None
     h, host = host_cpu(ctx), m.host
     main, others = host.get("own_main_thread_cores"), host.get("own_other_threads_cores")
@@ -76,7 +83,8 @@ def host_cores_idle(ctx: Context, m: Metrics) -> Finding | None:
         by default. Here the main thread did the work alone and the other threads stayed idle: the thread count
         was set to 1, by torch.set_num_threads(1) or the OMP_NUM_THREADS=1 environment variable (torchrun sets
         it unless told otherwise). More threads spread each large operator over the idle cores.""",
-        summary=(f"The main thread kept {main:.2f} of a core busy and the process's other threads {others:.2f}; "
+        summary=(("torch.get_num_threads() was 1. " if threads_set == 1 else "")
+                 + f"The main thread kept {main:.2f} of a core busy and the process's other threads {others:.2f}; "
                  f"{idle:.1f} of {h.usable_cores:g} usable cores were idle ({h.sample_count} CPU samples). Operator "
                  f"calls long enough to run in parallel (≥ {PARALLEL_MIN_NS / 1e3:.0f} µs) take {pct(share)} of "
                  f"the window."),

@@ -1,0 +1,109 @@
+"""Does ``cpu-low-precision-slow`` hold? bfloat16 autocast against FP32 on this CPU.
+
+Two small CPU training loops — two linear layers (512 → 1024 → 512, a batch of 128, AdamW) and
+a convolution network (two 3×3 convolutions of 32 channels on 16 images of 64×64, SGD) — are
+profiled under ``torch.autocast("cpu", dtype=torch.bfloat16)`` by ``gpumagic.profile()``; the
+finding's upper bound is read (or its absence reported: on a CPU with bf16 instructions the rule
+stays silent, as it should). Then the plain loops (no profiler) are timed in FP32 and in bf16
+autocast, alternated round by round, and the measured saving of FP32 (1 − FP32 step ÷ bf16
+step) is printed beside the bound, which it must not exceed. The CPU's features as gpumagic
+records them are printed first. Numbers depend on the machine and on what else runs on it: this
+prints, it asserts nothing. ``--record DIR`` instead records the bundles tests/data keeps
+(``cpu_autocast_bf16.json.gz`` and ``cpu_autocast_fp32.json.gz``: the linear loop) and exits.
+
+    python benchmarks/cpu_low_precision.py [--rounds 5] [--steps 5] [--record DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+import gpumagic
+from gpumagic.analysis.cpuprecision import support
+from gpumagic.capture.machine import machine_info
+
+
+def _linear():
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512))
+    return model, torch.optim.AdamW(model.parameters()), torch.randn(128, 512)
+
+
+def _conv():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(32, 10))
+    return model, torch.optim.SGD(model.parameters(), lr=0.01), torch.randn(16, 3, 64, 64)
+
+
+LOOPS = {"linear": _linear, "conv": _conv}
+
+
+def _step(kind: str, bf16: bool):
+    torch.manual_seed(0)
+    model, opt, x = LOOPS[kind]()
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return step
+
+
+def profiled(kind: str, bf16: bool, path: str | None = None):
+    step = _step(kind, bf16)
+    with gpumagic.profile(steps=3, save=path, display=False) as run:
+        for _ in range(5):
+            step()
+    return run.report
+
+
+def timed(kind: str, bf16: bool, steps: int) -> float:
+    """Median step time (ms) of the plain loop."""
+    step = _step(kind, bf16)
+    step()
+    out = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        step()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--record", metavar="DIR", help="record the bundles tests/data keeps into DIR instead")
+    args = parser.parse_args()
+    if args.record:
+        for bf16, name in ((True, "cpu_autocast_bf16"), (False, "cpu_autocast_fp32")):
+            profiled("linear", bf16, os.path.join(args.record, f"{name}.json.gz"))
+            print("recorded", name)
+        return
+    machine = machine_info()
+    print(f"{machine['cpu_model']}; features {machine['cpu_flags']}; 16-bit support {support(machine)}; "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
+    for kind in LOOPS:
+        f = profiled(kind, True).finding("cpu-low-precision-slow")
+        bound = None if f is None else f.est_gain
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(args.rounds):
+            for bf16 in (False, True):
+                times[bf16].append(timed(kind, bf16, args.steps))
+        fp32, bf16 = statistics.median(times[False]), statistics.median(times[True])
+        print(f"{kind:7s} FP32 {fp32:8.1f} ms  bf16 autocast {bf16:8.1f} ms  ({bf16 / fp32:.1f}× slower in bf16)"
+              f"  saved by FP32 {1 - fp32 / bf16:.3f}  rule's bound "
+              f"{'(silent)' if bound is None else f'{bound:.3f}'}  [rounds: FP32 "
+              f"{min(times[False]):.1f}–{max(times[False]):.1f}, bf16 {min(times[True]):.1f}–{max(times[True]):.1f} ms]")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+
+
+if __name__ == "__main__":
+    main()

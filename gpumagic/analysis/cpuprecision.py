@@ -1,0 +1,161 @@
+"""16-bit floating point on the CPU: what the CPU computes natively, and which operators ran in it.
+
+``support`` reads the CPU features a gpumagic capture records (``machine.cpu_flags``, from
+``/proc/cpuinfo``): on x86, AVX512_BF16 or AMX-BF16 compute bfloat16 natively; with
+AVX512BW/VL/DQ alone oneDNN computes bfloat16 by converting to FP32 (PyTorch's
+``mkldnn_bf16_device_check``, ``aten/src/ATen/native/mkldnn/Utils.h``); without them PyTorch
+falls back to its generic kernels (``aten::_slow_conv2d_forward`` for a convolution). float16 is
+native with AVX512_FP16 or AMX-FP16 (``mkldnn_fp16_device_check``). On Arm, FEAT_BF16
+(``bf16``) computes bfloat16; float16 on Arm is left unknown.
+
+``low_precision`` finds the matrix operators that ran in 16 bits on the host, two ways:
+
+- autocast's casts: ``torch.autocast("cpu")`` casts the inputs of the operators it runs in lower
+  precision (``aten/src/ATen/autocast_mode.cpp``, the CPU ``lower_precision_fp`` list: linear,
+  matmul, mm, addmm, bmm, baddbmm, addbmm, the convolutions, prelu...) inside the operator's own
+  call, so an ``aten::to``/``aten::_to_copy`` inside an ``aten::linear`` or ``aten::conv2d`` is
+  autocast at work: without it those operators never cast (a user's ``.to()`` runs between
+  operators, not inside one). Attention is left out of this evidence: its math path casts in FP32 too;
+- recorded dtypes (``--shapes``): an operator of the family whose first inputs are
+  ``c10::BFloat16`` or ``c10::Half`` (a model cast with ``.to(torch.bfloat16)`` included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+from gpumagic.trace.model import EventTable, meta_block
+
+#: The operators CPU autocast runs in lower precision whose calls show its casts (the CPU
+#: ``lower_precision_fp`` list of ``aten/src/ATen/autocast_mode.cpp``, attention left out).
+CAST_EVIDENCE_OPS = frozenset({
+    "aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
+    "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::conv_transpose1d", "aten::conv_transpose2d",
+    "aten::conv_transpose3d", "aten::_convolution", "aten::conv_tbc", "aten::prelu", "aten::linalg_vecdot",
+})
+#: The matrix work of a step, forward and backward: its time bounds what a faster precision saves.
+COMPUTE_OPS = CAST_EVIDENCE_OPS | frozenset({
+    "aten::convolution", "aten::convolution_backward", "aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward",
+    "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward", "aten::_native_multi_head_attention",
+})
+CASTS = frozenset({"aten::to", "aten::_to_copy"})
+#: ``Input type`` strings of the 16-bit floats.
+LOW_TYPES = {"c10::BFloat16": "bf16", "BFloat16": "bf16", "c10::Half": "fp16", "Half": "fp16"}
+X86 = frozenset({"x86_64", "amd64", "i386", "i686", "x86"})
+ARM = frozenset({"aarch64", "arm64", "armv8l"})
+
+
+def support(machine: dict[str, Any]) -> dict[str, str | None]:
+    """``{"bf16": s, "fp16": s}``, each ``"native"``, ``"emulated"`` (bfloat16 through FP32 on
+    AVX-512), ``"none"`` (generic kernels) or None (unknown: no features recorded, or an
+    architecture not read here)."""
+    flags, arch = machine.get("cpu_flags"), str(machine.get("arch") or "").lower()
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        return {"bf16": None, "fp16": None}
+    have = set(flags)
+    if arch in X86 or (not arch and have & {"avx2", "avx512f"}):
+        bf16 = ("native" if have & {"avx512_bf16", "amx_bf16"} else
+                "emulated" if {"avx512bw", "avx512vl", "avx512dq"} <= have else "none")
+        fp16 = "native" if have & {"avx512_fp16", "amx_fp16"} else "none"
+        return {"bf16": bf16, "fp16": fp16}
+    if arch in ARM:
+        return {"bf16": "native" if "bf16" in have else "none", "fp16": None}
+    return {"bf16": None, "fp16": None}
+
+
+@dataclass(frozen=True)
+class LowPrecision:
+    """The host's matrix operators seen running in 16 bits in the window."""
+
+    #: calls holding autocast's casts, and calls with 16-bit inputs recorded (``--shapes``)
+    autocast_calls: int
+    typed_calls: dict[str, int]
+    #: the matrix operators' time on the host (union, ns) and its intervals
+    compute_ns: int
+    compute: iv.Intervals
+
+    @property
+    def calls(self) -> int:
+        return self.autocast_calls + sum(self.typed_calls.values())
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The 16-bit types they ran in: from the recorded dtypes, else autocast's bf16 or fp16."""
+        typed = tuple(sorted(d for d, n in self.typed_calls.items() if n))
+        return typed or (("bf16", "fp16") if self.autocast_calls else ())
+
+
+def low_precision(ctx: Context) -> LowPrecision:
+    """The window's 16-bit matrix operators on the host (computed once per context)."""
+    found = ctx.cache.get("cpu_low_precision")
+    if found is None:
+        found = ctx.cache["cpu_low_precision"] = _find(ctx)
+    return found
+
+
+def _find(ctx: Context) -> LowPrecision:
+    ev, m = ctx.trace.events, ctx.masks
+    ops = ctx.events_in_window(m["cpu_op"] & m["host"])
+    family = ops & ctx.trace.name_ids(lambda n: n in COMPUTE_OPS)[ev.name]
+    compute = ctx.intervals(family)
+    evidence = np.flatnonzero(ops & ctx.trace.name_ids(lambda n: n in CAST_EVIDENCE_OPS)[ev.name])
+    casts = np.flatnonzero(ops & ctx.trace.name_ids(lambda n: n in CASTS)[ev.name])
+    return LowPrecision(autocast_calls=_holders(ev, evidence, casts), typed_calls=_typed(ctx),
+                        compute_ns=iv.total(compute), compute=compute)
+
+
+def _holders(ev: EventTable, calls: np.ndarray, casts: np.ndarray) -> int:
+    """How many of ``calls`` hold at least one of ``casts`` (same thread, the cast starting
+    inside the call). Calls on a thread nest: in (thread, start) order, a cast is inside some
+    call iff the largest end among the calls started before it lies after its start, and the
+    outermost such call is the one holding that end."""
+    if not calls.size or not casts.size:
+        return 0
+    big = np.int64(1) << 62 >> 16  # room for the times of one thread under each thread's offset
+    lane_c = ev.lane[calls].astype(np.int64) + 1
+    start = lane_c * big + ev.ts_ns[calls]
+    end = start + ev.dur_ns[calls]
+    order = np.lexsort((-ev.dur_ns[calls], start))
+    start, end = start[order], end[order]
+    reach = np.maximum.accumulate(end)
+    holder = np.maximum.accumulate(np.where(end == reach, np.arange(end.size), 0))
+    q = (ev.lane[casts].astype(np.int64) + 1) * big + ev.ts_ns[casts]
+    k = np.searchsorted(start, q, side="right") - 1
+    ok = k >= 0
+    k = np.maximum(k, 0)
+    ok &= reach[k] > q
+    return int(np.unique(holder[k[ok]]).size)
+
+
+def _typed(ctx: Context) -> dict[str, int]:
+    """Family operators in the window whose recorded first inputs are 16-bit floats, by type."""
+    t = ctx.trace.ops
+    out = {"bf16": 0, "fp16": 0}
+    if t is None:
+        return out
+    for i in (i for i, name in enumerate(t.name) if name in COMPUTE_OPS):
+        if ctx.lo <= t.ts_ns[i] < ctx.hi:
+            for typ in (t.types[i] or [])[:2]:
+                low = LOW_TYPES.get(typ) if isinstance(typ, str) else None
+                if low:
+                    out[low] += 1
+                    break
+    return out
+
+
+def host_threads(ctx: Context) -> int | None:
+    """``torch.get_num_threads()`` as the capture recorded it (``capture.intra_op_threads``); None
+    for a plain trace or an older bundle."""
+    value = meta_block(ctx.trace.meta, "capture").get("intra_op_threads")
+    return value if type(value) is int and value > 0 else None
+
+
+def machine_support(ctx: Context) -> dict[str, str | None]:
+    """:func:`support` of the trace's recorded machine."""
+    return support(meta_block(ctx.trace.meta, "machine"))
