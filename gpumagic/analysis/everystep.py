@@ -23,6 +23,8 @@ the candidates), so that several slow steps do not widen each other's spread.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from typing import Any
 
@@ -51,8 +53,11 @@ def fields(ctx: Context) -> dict[str, Any]:
     ctx.trace.notes.extend(n for n in notes if n not in ctx.trace.notes)  # once, though a steady part is measured again
     if block is None:
         return {}
+    found = outliers(block)
+    s = saves(block)
     return {"all_ms": block["step_ms"], "all_recorded": block["recorded"], "all_profiled": block["profiled"],
-            "outliers": [as_record(o, StepOutlier) for o in outliers(block)]}
+            "outliers": [as_record(o, StepOutlier) for o in found], "torch_save_count": s["count"],
+            "torch_save_frac": round(s["ms"] / s["steps_ms"], 4) if s["steps_ms"] > 0 else None}
 
 
 def _floats(values: Any) -> list[float] | None:
@@ -132,6 +137,38 @@ def _causes(events: list[dict[str, Any]], start: float, end: float) -> list[Step
         if overlap > 0 or (e["dur_ms"] == 0 and start <= e["start_ms"] <= end):
             out.append(StepCause(kind=e["kind"], ms=round(max(overlap, 0.0), 4), detail=e["detail"]))
     return sorted(out, key=lambda c: -c.ms)
+
+
+def saves(block: dict[str, Any], skip: frozenset[int] = frozenset(), only: frozenset[int] | None = None
+          ) -> dict[str, Any]:
+    """``torch.save`` during the steps after the first (the warm-up): ``count`` (calls that overlap
+    them), ``ms`` (their time inside the steps), ``steps_ms`` (the steps' time), ``steps`` and
+    ``steps_with`` (how many steps, and how many overlap a save). ``skip`` leaves steps out (the
+    outliers, which ``step-outliers`` reports); ``only`` keeps just these steps (the recorded ones)."""
+    events = sorted((e["start_ms"], e["start_ms"] + e["dur_ms"]) for e in block["events"] if e["kind"] == "torch.save")
+    # saves run one at a time on the loop's thread: in start order their ends are in order too (made
+    # so, should a file say otherwise), and the saves a step overlaps are a run found by bisection
+    ends = list(itertools.accumulate((e for _, e in events), max))
+    out = {"count": 0, "ms": 0.0, "steps_ms": 0.0, "steps": 0, "steps_with": 0}
+    seen: set[int] = set()
+    for i in range(1, len(block["step_ms"])):
+        if i in skip or (only is not None and i not in only):
+            continue
+        start, dur = block["start_ms"][i], block["step_ms"][i]
+        out["steps"] += 1
+        out["steps_ms"] += dur
+        inside = 0.0
+        k = bisect.bisect_right(ends, start)
+        while k < len(events) and events[k][0] < start + dur:
+            overlap = min(start + dur, events[k][1]) - max(start, events[k][0])
+            if overlap > 0:
+                inside += overlap
+                seen.add(k)
+            k += 1
+        out["ms"] += inside
+        out["steps_with"] += inside > 0
+    out["count"] = len(seen)
+    return out
 
 
 def judged_median_ms(block: dict[str, Any], outlier_indices: set[int]) -> float | None:

@@ -77,6 +77,7 @@ GAIN_KINDS: dict[str, str] = {
     "unfused-attention": "estimate", "elementwise-bound": "estimate", "model-on-cpu": "none",
     "low-gpu-utilization": "upper bound", "step-outliers": "none", "graph-breaks": "none",
     "recompiles": "upper bound", "host-cores-idle": "upper bound", "cpu-low-precision-slow": "upper bound",
+    "frequent-checkpoints": "estimate",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

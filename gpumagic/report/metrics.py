@@ -146,6 +146,10 @@ class StepMetrics(Record, frozen=True):
                                            "recorded or skipped (count); the outlier check judges only later steps")] = None
     outliers: Annotated[list[StepOutlier] | None, _d("steps of all_ms beyond the spread of the rest, at least 2× "
                                                      "their median and 20 ms longer (analysis/everystep.py)")] = None
+    torch_save_count: Annotated[int | None, _d("torch.save calls during the steps of all_ms after the first (count); "
+                                               "null without gpumagic's step timer")] = None
+    torch_save_frac: Annotated[float | None, _d("share of those steps' time spent in torch.save (0..1); null without "
+                                                "gpumagic's step timer or without such steps")] = None
 
 
 class StepCause(Record, frozen=True):

@@ -8,6 +8,7 @@ false positives.
 from __future__ import annotations
 
 from gpumagic.analysis.rules.base import RULES, Rule
+from gpumagic.analysis.rules.checkpoints import frequent_checkpoints
 from gpumagic.analysis.rules.chunks import small_transfers
 from gpumagic.analysis.rules.communication import communication_heavy
 from gpumagic.analysis.rules.compile import graph_breaks, recompiles
@@ -34,6 +35,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
     model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,
+    frequent_checkpoints,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
