@@ -1,7 +1,8 @@
 """Does ``cpu-low-precision-slow`` hold? bfloat16 autocast against FP32 on this CPU.
 
-Two small CPU training loops — two linear layers (512 → 1024 → 512, a batch of 128, AdamW) and
-a convolution network (two 3×3 convolutions of 32 channels on 16 images of 64×64, SGD) — are
+Three small CPU training loops — two linear layers (512 → 1024 → 512, a batch of 128, AdamW), a
+convolution network (two 3×3 convolutions of 32 channels on 16 images of 64×64, SGD) and a
+transformer encoder (2 layers of width 128, 4 heads, 8 sequences of 64, AdamW) — are
 profiled under ``torch.autocast("cpu", dtype=torch.bfloat16)`` by ``gpumagic.profile()``; the
 finding's upper bound is read (or its absence reported: on a CPU with bf16 instructions the rule
 stays silent, as it should). Then the plain loops (no profiler) are timed in FP32 and in bf16
@@ -40,7 +41,13 @@ def _conv():
     return model, torch.optim.SGD(model.parameters(), lr=0.01), torch.randn(16, 3, 64, 64)
 
 
-LOOPS = {"linear": _linear, "conv": _conv}
+def _transformer():
+    layer = torch.nn.TransformerEncoderLayer(128, 4, 256, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    return model, torch.optim.AdamW(model.parameters()), torch.randn(8, 64, 128)
+
+
+LOOPS = {"linear": _linear, "conv": _conv, "transformer": _transformer}
 
 
 def _step(kind: str, bf16: bool):
@@ -98,7 +105,7 @@ def main() -> None:
             for bf16 in (False, True):
                 times[bf16].append(timed(kind, bf16, args.steps))
         fp32, bf16 = statistics.median(times[False]), statistics.median(times[True])
-        print(f"{kind:7s} FP32 {fp32:8.1f} ms  bf16 autocast {bf16:8.1f} ms  ({bf16 / fp32:.1f}× slower in bf16)"
+        print(f"{kind:11s} FP32 {fp32:8.1f} ms  bf16 autocast {bf16:8.1f} ms  ({bf16 / fp32:.1f}× slower in bf16)"
               f"  saved by FP32 {1 - fp32 / bf16:.3f}  rule's bound "
               f"{'(silent)' if bound is None else f'{bound:.3f}'}  [rounds: FP32 "
               f"{min(times[False]):.1f}–{max(times[False]):.1f}, bf16 {min(times[True]):.1f}–{max(times[True]):.1f} ms]")

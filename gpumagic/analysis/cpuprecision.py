@@ -79,6 +79,9 @@ class LowPrecision:
     #: the matrix operators' time on the host (union, ns) and its intervals
     compute_ns: int
     compute: iv.Intervals
+    #: every host operator's time (union, ns): under autocast all of them run on 16-bit tensors
+    #: or cast between the types, not only the matrix ones
+    ops_ns: int = 0
 
     @property
     def calls(self) -> int:
@@ -107,7 +110,7 @@ def _find(ctx: Context) -> LowPrecision:
     evidence = np.flatnonzero(ops & ctx.trace.name_ids(lambda n: n in CAST_EVIDENCE_OPS)[ev.name])
     casts = np.flatnonzero(ops & ctx.trace.name_ids(lambda n: n in CASTS)[ev.name])
     return LowPrecision(autocast_calls=_holders(ev, evidence, casts), typed_calls=_typed(ctx),
-                        compute_ns=iv.total(compute), compute=compute)
+                        compute_ns=iv.total(compute), compute=compute, ops_ns=iv.total(ctx.intervals(ops)))
 
 
 def _holders(ev: EventTable, calls: np.ndarray, casts: np.ndarray) -> int:
