@@ -24,8 +24,9 @@ NATIVE = {"bf16": "bfloat16 with AVX512_BF16 or AMX-BF16 (Intel Xeon from Cooper
                   "Zen 4 on) or Arm's BF16 extension",
           "fp16": "float16 with AVX512_FP16 or AMX-FP16 (Intel Xeon from Sapphire Rapids on)"}
 #: Measured by benchmarks/cpu_low_precision.py on a 2-core AMD EPYC with AVX2 only (medians of
-#: interleaved rounds): step time in bf16 autocast over FP32.
-MEASURED = "12× slower for two linear layers and 37× for a small convolution network"
+#: interleaved rounds, three quiet runs on 2026-12-05): step time in bf16 autocast over FP32.
+MEASURED = ("8× slower for a transformer encoder, 12–15× for two linear layers and 29–38× for a small "
+            "convolution network")
 
 
 @rule("cpu-low-precision-slow")
@@ -36,8 +37,8 @@ def cpu_low_precision_slow(ctx: Context, m: Metrics) -> Finding | None:
     features (``machine.cpu_flags``, a gpumagic capture) compute none of those types natively:
     x86 without AVX512_BF16/AMX-BF16 for bfloat16 (with AVX-512 alone oneDNN converts to FP32;
     with AVX2 PyTorch runs generic kernels), without AVX512_FP16/AMX-FP16 for float16; Arm
-    without FEAT_BF16. There FP32 is faster: measured 12× (linear) and 37× (convolution) on an
-    AVX2 CPU. Silent with a GPU, on a plain trace (no CPU features recorded) and where a type the
+    without FEAT_BF16. There FP32 is faster: measured 8× (a transformer encoder) to 38× (a convolution
+    network) on an AVX2 CPU. Silent with a GPU, on a plain trace (no CPU features recorded) and where a type the
     operators may have run in is native (autocast without recorded dtypes may be either).
     Fires when the matrix operators (forward and backward, counted once) take ≥ 5 % of the window.
     Gain, an upper bound: the share of the window in host operators, counted once — as if FP32
