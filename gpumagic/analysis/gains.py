@@ -23,6 +23,7 @@ import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.loaderrestart import worker_starts
 from gpumagic.analysis.metrics import cap_by_critical_path, sync_costs
 from gpumagic.analysis.rules import STEADY_IDS
 from gpumagic.analysis.rules.base import severity_for
@@ -36,7 +37,7 @@ from gpumagic.analysis.rules.utilization import LONG_GAPS_FRAC, idle_outside_war
 from gpumagic.report.model import Finding
 
 #: Findings whose gain is GPU idle time.
-IDLE_TYPE = frozenset({"dataloader-bound", "host-sync", "launch-bound", "cpu-bound", "transfer-bound",
+IDLE_TYPE = frozenset({"dataloader-worker-restarts", "dataloader-bound", "host-sync", "launch-bound", "cpu-bound", "transfer-bound",
                        "gpu-idle-gaps", "low-gpu-utilization", "host-cpu-saturated", "small-transfers",
                        "too-small-for-gpu"})
 #: Most specific cause first: a moment goes to the first finding in this order that claims it.
@@ -44,7 +45,7 @@ IDLE_TYPE = frozenset({"dataloader-bound", "host-sync", "launch-bound", "cpu-bou
 #: the loader wait is the symptom and less CPU work per batch is the fix.
 #: ``too-small-for-gpu`` (the work itself is too small to keep any GPU busy) claims what the ways
 #: to launch faster leave, so ``launch-bound`` keeps its own share when both fire.
-CLAIM_ORDER = ("host-cpu-saturated", "dataloader-bound", "host-sync", "transfer-bound", "small-transfers",
+CLAIM_ORDER = ("host-cpu-saturated", "dataloader-worker-restarts", "dataloader-bound", "host-sync", "transfer-bound", "small-transfers",
                "cpu-bound", "launch-bound", "gpu-idle-gaps", "too-small-for-gpu", "low-gpu-utilization")
 #: Findings whose windows include copy time on the GPU (busy, not idle): not cut to the idle time,
 #: but still within the idle budget.
@@ -77,10 +78,11 @@ GAIN_KINDS: dict[str, str] = {
     "unfused-attention": "estimate", "elementwise-bound": "estimate", "model-on-cpu": "none",
     "low-gpu-utilization": "upper bound", "step-outliers": "none", "graph-breaks": "none",
     "recompiles": "upper bound", "host-cores-idle": "upper bound", "cpu-low-precision-slow": "upper bound",
-    "frequent-checkpoints": "estimate",
+    "frequent-checkpoints": "estimate", "dataloader-worker-restarts": "estimate",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
+    "dataloader-worker-restarts": lambda ctx: worker_starts(ctx).intervals,
     "host-cpu-saturated": saturated_idle,
     "dataloader-bound": lambda ctx: ctx.exclusive["dataloader"],
     "host-sync": lambda ctx: sync_costs(ctx).starved,

@@ -58,6 +58,8 @@ import threading
 import time
 from typing import Any
 
+from gpumagic.trace.links import WORKER_START_PREFIX
+
 #: The name of the batch's own frame: the time of a fetch that no stage covers.
 OTHER = "other"
 #: The stage torch's ``pin_memory`` is timed as (once per batch, after its fetch).
@@ -537,6 +539,13 @@ def _patch_fetchers(undo: _Undo | None, touched: list | None) -> list[tuple[Any,
     return patched
 
 
+def worker_start_name(workers: int) -> str:
+    """The range recorded around the start of a DataLoader's worker processes (the multi-process
+    iterator's creation: ``iter(loader)``, each epoch without ``persistent_workers``), with the
+    worker count: ``analysis.loaderrestart`` reads it."""
+    return f"{WORKER_START_PREFIX} ({int(workers)} workers)"
+
+
 # -- workers --------------------------------------------------------------------------------------
 
 
@@ -591,6 +600,7 @@ class LoaderStages:
 
     def start(self) -> None:
         global _sink
+        from torch.autograd.profiler import record_function
         from torch.utils.data import DataLoader
         from torch.utils.data._utils import pin_memory as pin_module
 
@@ -608,7 +618,8 @@ class LoaderStages:
             user_fn = loader.worker_init_fn
             loader.worker_init_fn = WorkerInit(user_fn, folder)
             try:
-                return original(loader)
+                with record_function(worker_start_name(loader.num_workers)):  # the workers start here
+                    return original(loader)
             finally:
                 loader.worker_init_fn = user_fn
 

@@ -25,6 +25,10 @@ from gpumagic.trace.columns import as_int
 
 #: The name prefix of gpumagic's per-module ranges (``gpumagic::module PATH (Type)``).
 MODULE_PREFIX = "gpumagic::module "
+#: The name prefix of the range a gpumagic capture records around the start of a DataLoader's
+#: worker processes (``gpumagic::DataLoader workers start (N workers)``: ``capture.stages``;
+#: read by ``analysis.loaderrestart``).
+WORKER_START_PREFIX = "gpumagic::DataLoader workers start"
 #: The flow category of forward→backward arrows in Kineto's JSON.
 FWD_BWD = "fwdbwd"
 #: A flow's end point and its event may disagree by a rounding of the microsecond timestamps.

@@ -22,6 +22,7 @@ from gpumagic.analysis.rules.memory import memory_pressure
 from gpumagic.analysis.rules.outliers import step_outliers
 from gpumagic.analysis.rules.placement import model_on_cpu
 from gpumagic.analysis.rules.precision import mixed_precision_off
+from gpumagic.analysis.rules.restarts import dataloader_worker_restarts
 from gpumagic.analysis.rules.sync import host_sync
 from gpumagic.analysis.rules.threads import host_cores_idle
 from gpumagic.analysis.rules.transfers import pageable_memcpy, transfer_bound
@@ -35,7 +36,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
     model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,
-    frequent_checkpoints,
+    frequent_checkpoints, dataloader_worker_restarts,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
