@@ -119,7 +119,7 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
                  "excess_ms": round(excess, 4), "excess_frac_after_recording": round(share, 4),
                  "worst_index": worst.index, **{f"with_{k.replace('.', '_')}": n for k, n in kinds.items()},
                  **{f"explained_by_{k.replace('.', '_')}": n for k, n in explained.items()}},
-        est_gain=0.0, gain_method="none inside the recorded window (the outliers fall after it); "
+        est_gain=0.0, gain_method="not a gain inside the recorded window (the outliers fall after it); "
                                   "excess_frac_after_recording is their share of the later steps",
         fixes=tuple(fixes), doc_url=DOC,
     )
