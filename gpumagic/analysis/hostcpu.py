@@ -97,9 +97,11 @@ def _busy_cores(cpu: dict[str, Any], machine: dict[str, Any]) -> np.ndarray | No
 
 
 def _own_cores(cpu: dict[str, Any]) -> np.ndarray:
-    """Cores this process and its data-loader workers kept busy, per sample."""
+    """Cores this process and its data-loader workers kept busy, per sample (with the children that
+    exited during the sample: ``reaped``)."""
     main = np.asarray(cpu["main"], dtype=np.float64)
-    return (main + np.asarray(cpu.get("workers", np.zeros_like(main)), dtype=np.float64)) / 100
+    workers = np.asarray(cpu.get("workers", np.zeros_like(main)), dtype=np.float64)
+    return (main + workers + np.asarray(cpu.get("reaped", np.zeros_like(main)), dtype=np.float64)) / 100
 
 
 def _loader_cpu_bound(ctx: Context, cpu: dict[str, Any], t: np.ndarray, workers: int | None,

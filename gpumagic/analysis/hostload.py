@@ -6,9 +6,10 @@ none of them and every value is None. The figures (docs/metrics.md, ``metrics.ho
 ``metrics.conditions``):
 
 - ``own_busy_cores``: cores' worth of CPU this process and its DataLoader workers used (mean over
-  the window's samples), split into ``own_main_thread_cores`` (the main thread),
-  ``own_other_threads_cores`` (intra-op and other threads of the main process) and
-  ``own_workers_cores``.
+  the window's samples; with the children that exited during it, the samples' ``reaped``: the
+  workers of an epoch without ``persistent_workers``), split into ``own_main_thread_cores`` (the
+  main thread), ``own_other_threads_cores`` (intra-op and other threads of the main process) and
+  ``own_workers_cores`` (the workers alive at a sample).
 - ``other_busy_cores``: busy usable cores that were not this process tree's: other processes
   (``/proc/stat`` busy time of the usable cores less the tree's own ticks). Under a cgroup
   quota smaller than the cores, the cores' busy time includes other cgroups' work and says
@@ -67,7 +68,8 @@ def host_state(ctx: Context) -> dict[str, Any]:
     h = host_cpu(ctx)
     machine = meta_block(ctx.trace.meta, "machine")
     main, workers = _mean_cores(cpu, "main", sel), _mean_cores(cpu, "workers", sel)
-    own = None if main is None else round(main + (workers or 0.0), 3)
+    reaped = _mean_cores(cpu, "reaped", sel)  # children that exited in the window: workers of an epoch
+    own = None if main is None else round(main + (workers or 0.0) + (reaped or 0.0), 3)
     thread = _mean_cores(cpu, "main_thread", sel)
     quota, affinity = machine.get("cpu_quota_cores"), machine.get("cpu_affinity")
     under_quota = quota is not None and affinity and quota < len(affinity)

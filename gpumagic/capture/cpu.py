@@ -14,7 +14,10 @@ even when it got little of it. Absent where the kernel has no schedstat.
 ``main_wait`` and ``workers_wait`` are the run-queue part alone (percent of one core: time the
 loading threads were runnable but had no core), ``main_thread`` the main thread's own CPU
 (``/proc/<pid>/task/<pid>/stat``; the rest of ``main`` is intra-op and other threads), and
-``loadavg_1m`` the kernel's one-minute load average (``/proc/loadavg``, proc(5)).
+``loadavg_1m`` the kernel's one-minute load average (``/proc/loadavg``, proc(5)), and ``reaped``
+the CPU of this process's children that exited in the interval and were waited for (the
+parent's ``cutime`` + ``cstime``, less what earlier samples counted of the workers among them;
+percent of one core): the workers of a DataLoader without ``persistent_workers`` end each epoch.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class CpuTimes:
     worker_wait_ns: dict[int, int] = field(default_factory=dict)
     main_thread_ticks: int | None = None  # the main thread alone (the process's other threads excluded)
     loadavg_1m: float | None = None
+    #: this process's children that exited and were waited for, all their lifetime (``cutime`` +
+    #: ``cstime``): DataLoader workers of an epoch that ended, compile workers, subprocesses
+    children_ticks: int | None = None
 
 
 class ProcReader:
@@ -75,7 +81,7 @@ class ProcReader:
                         None if sched is None else sum(sched), demand,
                         main_wait_ns=None if sched is None else sched[1], worker_wait_ns=wait,
                         main_thread_ticks=self._process_ticks(self.pid, f"task/{self.pid}/stat"),
-                        loadavg_1m=self._loadavg())
+                        loadavg_1m=self._loadavg(), children_ticks=self._process_ticks(self.pid, children=True))
 
     def _schedstat(self, pid: int) -> tuple[int, int] | None:
         """(ns the process's main thread ran, ns it waited runnable): ``schedstat``'s first two
@@ -112,13 +118,17 @@ class ProcReader:
                 cores.append((total - idle, total))
         return cores
 
-    def _process_ticks(self, pid: int, name: str = "stat") -> int | None:
+    def _process_ticks(self, pid: int, name: str = "stat", children: bool = False) -> int | None:
+        """utime + stime (fields 14 and 15 of proc(5)), or with ``children`` cutime + cstime (16
+        and 17: the exited children the process waited for)."""
         try:
             text = (self.root / str(pid) / name).read_text()
         except OSError:  # the process (or thread) has exited
             return None
         fields = text.rsplit(")", 1)[1].split()  # the name in parentheses may contain spaces
-        return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of proc(5)
+        if children:
+            return int(fields[13]) + int(fields[14]) if len(fields) > 14 else None
+        return int(fields[11]) + int(fields[12])
 
     def _comm(self, pid: int) -> str:
         try:
@@ -152,8 +162,16 @@ def cpu_row(before: CpuTimes, after: CpuTimes, dt_s: float, hz: int, t_epoch_ns:
     busy = sum(b1 - b0 for (b0, _), (b1, _) in zip(before.cores, after.cores))
     total = sum(t1 - t0 for (_, t0), (_, t1) in zip(before.cores, after.cores))
     one_core = hz * dt_s if dt_s > 0 else 0.0
-    # a worker first seen now has no earlier reading: it counts from the next interval
-    worker_ticks = sum(t - before.worker_ticks[p] for p, t in after.worker_ticks.items() if p in before.worker_ticks)
+    # a worker first seen now started in the interval (each reading lists the children): all its
+    # time is the interval's. One gone since the last reading exited, and its parent waited for it:
+    # its whole lifetime moved into the parent's children time, of which the earlier readings
+    # counted what they saw (a DataLoader's workers end with each epoch without persistent_workers:
+    # uncounted, their CPU read as other processes').
+    worker_ticks = sum(t - before.worker_ticks.get(p, 0) for p, t in after.worker_ticks.items())
+    reaped = None
+    if before.children_ticks is not None and after.children_ticks is not None:
+        seen = sum(t for p, t in before.worker_ticks.items() if p not in after.worker_ticks)
+        reaped = max(0, after.children_ticks - before.children_ticks - seen)
     row = {
         "t_epoch_ns": t_epoch_ns,
         "total": _percent(busy, total),
@@ -162,6 +180,8 @@ def cpu_row(before: CpuTimes, after: CpuTimes, dt_s: float, hz: int, t_epoch_ns:
         "workers": _percent(worker_ticks, one_core, cap=None),
         "worker_count": len(after.worker_ticks),
     }
+    if reaped is not None:
+        row["reaped"] = _percent(reaped, one_core, cap=None)
     wall_ns = dt_s * 1e9
     if before.main_demand_ns is not None and after.main_demand_ns is not None:
         row["main_demand"] = _percent(after.main_demand_ns - before.main_demand_ns, wall_ns, cap=None)
