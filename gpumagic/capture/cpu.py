@@ -162,12 +162,16 @@ def cpu_row(before: CpuTimes, after: CpuTimes, dt_s: float, hz: int, t_epoch_ns:
     busy = sum(b1 - b0 for (b0, _), (b1, _) in zip(before.cores, after.cores))
     total = sum(t1 - t0 for (_, t0), (_, t1) in zip(before.cores, after.cores))
     one_core = hz * dt_s if dt_s > 0 else 0.0
-    # a worker first seen now started in the interval (each reading lists the children): all its
-    # time is the interval's. One gone since the last reading exited, and its parent waited for it:
-    # its whole lifetime moved into the parent's children time, of which the earlier readings
-    # counted what they saw (a DataLoader's workers end with each epoch without persistent_workers:
-    # uncounted, their CPU read as other processes').
-    worker_ticks = sum(t - before.worker_ticks.get(p, 0) for p, t in after.worker_ticks.items())
+    # a worker first seen now started in the interval (each reading lists the children): its time
+    # is the interval's, up to one core's worth (a DataLoader worker runs one intra-op thread; more
+    # would be time from before the interval, for a worker a reading missed). One gone since the
+    # last reading exited, and its parent waited for it: its whole lifetime moved into the
+    # parent's children time, of which the earlier readings counted what they saw (a DataLoader's
+    # workers end with each epoch without persistent_workers: uncounted, their CPU read as other
+    # processes').
+    one_core_ticks = hz * dt_s if dt_s > 0 else 0.0
+    worker_ticks = sum(t - before.worker_ticks[p] if p in before.worker_ticks else min(t, one_core_ticks)
+                       for p, t in after.worker_ticks.items())
     reaped = None
     if before.children_ticks is not None and after.children_ticks is not None:
         seen = sum(t for p, t in before.worker_ticks.items() if p not in after.worker_ticks)

@@ -138,7 +138,9 @@ def test_cpu_row_percentages():
     assert row["per_core"] == [50.0, 100.0]
     assert row["total"] == 75.0
     assert row["main"] == 150.0  # two threads busy: more than one core
-    assert row["workers"] == 150.0  # 100 + 50 ticks in 1 s at 100 Hz; worker 3 is new and not counted yet
+    # 100 + 50 ticks in 1 s at 100 Hz, and worker 3, new: started in the interval, it counts, up to
+    # one core's worth (its 500 ticks would be time from before the interval)
+    assert row["workers"] == 250.0
     assert row["worker_count"] == 3
 
 
