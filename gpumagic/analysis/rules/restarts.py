@@ -45,10 +45,11 @@ def dataloader_worker_restarts(ctx: Context, m: Metrics) -> Finding | None:
         severity=severity_for(gain),
         title=f"The DataLoader starts {workers} again each epoch: {pct(gain)} of the window",
         why="""Without persistent_workers=True, every pass over a DataLoader (every epoch's for loop) shuts the
-        worker processes down when the data runs out and starts new ones: each new worker imports its modules,
-        receives a copy of the dataset and must make its first batch before the loop gets one. The loop waits
-        through all of it. persistent_workers=True keeps the workers alive between epochs (PyTorch's
-        DataLoader documentation), so only the first epoch pays the start.""",
+        worker processes down when the data runs out and starts new ones: each new worker is forked (Linux) or
+        spawned, importing its modules and receiving the dataset (macOS, Windows), sets itself up and must make
+        its first batch before the loop gets one. The loop waits through all of it. persistent_workers=True
+        keeps the workers alive between epochs (PyTorch's DataLoader documentation), so only the first epoch
+        pays the start.""",
         summary=(f"{n} worker start{'s' if n > 1 else ''} in the window: "
                  f"{found.start_ns / 1e6:.1f} ms starting, and with the waits for the new workers' first "
                  f"batch and for the old ones' shutdown {cost / 1e6:.1f} ms, {pct(gain)} of the window."),
