@@ -45,6 +45,9 @@ COMPUTE_OPS = CAST_EVIDENCE_OPS | frozenset({
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward", "aten::_native_multi_head_attention",
 })
 CASTS = frozenset({"aten::to", "aten::_to_copy"})
+#: PyTorch's generic convolutions, which run where oneDNN cannot take the dtype.
+SLOW_CONV = frozenset({"aten::_slow_conv2d_forward", "aten::thnn_conv2d", "aten::slow_conv3d_forward",
+                       "aten::slow_conv_transpose2d"})
 #: ``Input type`` strings of the 16-bit floats.
 LOW_TYPES = {"c10::BFloat16": "bf16", "BFloat16": "bf16", "c10::Half": "fp16", "Half": "fp16"}
 X86 = frozenset({"x86_64", "amd64", "i386", "i686", "x86"})
@@ -82,6 +85,8 @@ class LowPrecision:
     #: every host operator's time (union, ns): under autocast all of them run on 16-bit tensors
     #: or cast between the types, not only the matrix ones
     ops_ns: int = 0
+    #: calls of PyTorch's generic convolution, which runs where oneDNN cannot take the dtype
+    slow_conv_calls: int = 0
 
     @property
     def calls(self) -> int:
@@ -110,7 +115,8 @@ def _find(ctx: Context) -> LowPrecision:
     evidence = np.flatnonzero(ops & ctx.trace.name_ids(lambda n: n in CAST_EVIDENCE_OPS)[ev.name])
     casts = np.flatnonzero(ops & ctx.trace.name_ids(lambda n: n in CASTS)[ev.name])
     return LowPrecision(autocast_calls=_holders(ev, evidence, casts), typed_calls=_typed(ctx),
-                        compute_ns=iv.total(compute), compute=compute, ops_ns=iv.total(ctx.intervals(ops)))
+                        compute_ns=iv.total(compute), compute=compute, ops_ns=iv.total(ctx.intervals(ops)),
+                        slow_conv_calls=int((ops & ctx.trace.name_ids(lambda n: n in SLOW_CONV)[ev.name]).sum()))
 
 
 def _holders(ev: EventTable, calls: np.ndarray, casts: np.ndarray) -> int:

@@ -169,8 +169,7 @@ def cpu_row(before: CpuTimes, after: CpuTimes, dt_s: float, hz: int, t_epoch_ns:
     # parent's children time, of which the earlier readings counted what they saw (a DataLoader's
     # workers end with each epoch without persistent_workers: uncounted, their CPU read as other
     # processes').
-    one_core_ticks = hz * dt_s if dt_s > 0 else 0.0
-    worker_ticks = sum(t - before.worker_ticks[p] if p in before.worker_ticks else min(t, one_core_ticks)
+    worker_ticks = sum(t - before.worker_ticks[p] if p in before.worker_ticks else min(t, one_core)
                        for p, t in after.worker_ticks.items())
     reaped = None
     if before.children_ticks is not None and after.children_ticks is not None:

@@ -14,9 +14,6 @@ from gpumagic.trace.model import meta_block
 MIN_CALLS = 2
 #: A finding from this gain (TensorBoard profiler plugin's 5 % line for a bottleneck worth naming).
 MIN_GAIN = 0.05
-#: PyTorch's generic convolution, which runs where oneDNN cannot take the dtype.
-SLOW_CONV = ("aten::_slow_conv2d_forward", "aten::thnn_conv2d", "aten::slow_conv3d_forward",
-             "aten::slow_conv_transpose2d")
 DOC = "https://pytorch.org/docs/stable/amp.html#cpu-ops-that-can-autocast-to-bfloat16"
 NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 #: The instructions that compute each type natively, and the CPUs that have them.
@@ -68,7 +65,7 @@ def cpu_low_precision_slow(ctx: Context, m: Metrics) -> Finding | None:
     typed = ", ".join(f"{n} with {NAMES[d]} inputs" for d, n in sorted(lp.typed_calls.items()) if n)
     if typed:
         seen = (seen + "; " if seen else "") + f"the recorded input types show {typed}"
-    slow_conv = _slow_convolutions(ctx)
+    slow_conv = lp.slow_conv_calls
     emulated = [d for d in dtypes if support.get(d) == "emulated"]
     cpu = str(machine.get("cpu_model") or "this CPU")
     features = ", ".join(flags) if flags else "none of AVX2, AVX-512, AMX or Arm BF16"
@@ -102,12 +99,6 @@ def cpu_low_precision_slow(ctx: Context, m: Metrics) -> Finding | None:
                      ctx.workload == "training"),
         doc_url=DOC,
     )
-
-
-def _slow_convolutions(ctx: Context) -> int:
-    ev, m = ctx.trace.events, ctx.masks
-    rows = ctx.events_in_window(m["cpu_op"] & m["host"]) & ctx.trace.name_ids(lambda n: n in SLOW_CONV)[ev.name]
-    return int(rows.sum())
 
 
 AUTOCAST_CODE = """
