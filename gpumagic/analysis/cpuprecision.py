@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.trace.model import EventTable, meta_block
@@ -139,7 +140,7 @@ def _holders(ev: EventTable, calls: np.ndarray, casts: np.ndarray) -> int:
     ok = k >= 0
     k = np.maximum(k, 0)
     ok &= reach[k] > q
-    return int(np.unique(holder[k[ok]]).size)
+    return int(distinct(holder[k[ok]]).size)
 
 
 def _typed(ctx: Context) -> dict[str, int]:

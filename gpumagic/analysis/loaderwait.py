@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
+from gpumagic._arrays import distinct, median_of
 from gpumagic.analysis.context import Context
 
 #: Parts of the iterator classes' names: torch's ``_SingleProcessDataLoaderIter`` and
@@ -66,11 +65,11 @@ def _loader_wait(ctx: Context) -> LoaderWait:
     if not len(starts):
         return LoaderWait(0, None, None)
     m = ctx.masks
-    ids = np.unique(ctx.trace.events.name[ctx.events_in_window(m["name_dataloader"] & m["host"])])
+    ids = distinct(ctx.trace.events.name[ctx.events_in_window(m["name_dataloader"] & m["host"])])
     names = [ctx.trace.names[i] for i in ids.tolist()]
     multi, single = any(MULTI in n for n in names), any(SINGLE in n for n in names)
     kind = None if multi == single else multi
-    return LoaderWait(len(starts), round(float(np.median(ends - starts)) / 1e6, 4), kind)
+    return LoaderWait(len(starts), round(median_of(ends - starts) / 1e6, 4), kind)
 
 
 def worker_gain_share(median_ms: float | None, in_workers: bool | None) -> float:

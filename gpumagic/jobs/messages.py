@@ -27,6 +27,7 @@ from math import prod
 
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.trace.comms import CommTable
 from gpumagic.trace.model import LAUNCH_KINDS
 
@@ -104,7 +105,7 @@ def messages(trace, table: CommTable | None, rows: np.ndarray) -> list[Message]:
     launch_at = _launches(trace, rows)
     host = np.flatnonzero(~table.kernel & (table.lane >= 0))
     by_lane: dict[int, np.ndarray] = {}
-    for lane in np.unique(table.lane[host]).tolist():
+    for lane in distinct(table.lane[host]).tolist():
         mine = host[table.lane[host] == lane]
         by_lane[lane] = mine[np.argsort(table.ts_ns[mine], kind="stable")]
     out = []

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.errors import GpumagicError, TraceError
 from gpumagic.jobs.messages import Message, messages
@@ -270,6 +271,6 @@ def kernel_set(trace, device: int | None) -> frozenset[int]:
     if device is None or device < 0:
         return frozenset()
     ev = trace.events
-    ids = np.unique(ev.name[(ev.kind == Kind.KERNEL) & (ev.device == device)])
+    ids = distinct(ev.name[(ev.kind == Kind.KERNEL) & (ev.device == device)])
     return frozenset(int.from_bytes(hashlib.blake2b(trace.names[i].encode("utf-8", "replace"), digest_size=8).digest(), "little")
                      for i in ids.tolist())

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpumagic import examples
-from gpumagic._atomic import check_target, write_atomic
+from gpumagic._atomic import check_target, is_sink, write_atomic
 from gpumagic.errors import GpumagicError, exception_text
 
 EXAMPLE = examples.EXAMPLE
@@ -79,12 +79,14 @@ def kept_files() -> list[str]:
 def emit(produce: Callable[[], Any], fmt: str, output: str | None, what: str, protect: Iterable[str] = ()) -> int:
     """Write what ``produce()`` returns (a Report or Comparison) as ``fmt``: 0, or 2 with one
     line on stderr when the input is bad or the output cannot be written. ``protect`` lists the
-    input files, which ``-o`` may never overwrite (the run history is always added, see
-    :func:`kept_files`: only with ``-o``, as standard output replaces no file); the target is
-    checked before any work."""
+    input files, which ``-o`` may never overwrite (the run history is added, see
+    :func:`kept_files`, for an ``-o`` that names a path: standard output and a character device
+    such as ``/dev/null`` replace no file); the target is checked before any work."""
     try:
         if output is not None:
-            protect = [p for p in protect if p != STDIN] + kept_files()
+            # a character device (/dev/null) is written in place and can be no kept file: the
+            # history's folder (platformdirs) is looked up only for a path that may be one
+            protect = [p for p in protect if p != STDIN] + ([] if is_sink(output) else kept_files())
             check_target(output, protect)
         write_output(render_as(produce(), fmt), output, protect)
     except GpumagicError as exc:
