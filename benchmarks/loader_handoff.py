@@ -12,6 +12,8 @@ cheap in-memory batch holds.
    with ``num_workers=0`` by ``gpumagic.profile()``; the ``dataloader-bound`` finding's advice
    (workers or not, and its gain), then the plain loop timed with ``num_workers=0``, with one
    worker and with the batched-indexing fix (``BatchSampler``, ``batch_size=None``), alternated.
+   The same for a batch close to a hand-off (256 floats a sample, shuffled, a deeper MLP): the wait
+   per batch between one and two hand-offs, where the finding leads with the batch made in one call.
 
 3. Pin thread: the same loop with one and two workers and ``pin_memory=True``, whose pin-memory
    thread receives the batches instead of the main thread (on a machine without an accelerator the
@@ -19,9 +21,10 @@ cheap in-memory batch holds.
    hand-off is timed), against ``num_workers=0``.
 
 Numbers depend on the machine and on what else runs on it: this prints, it asserts nothing.
-``--record DIR`` instead records the two bundles tests/data keeps of such a loop (five steps
-under ``gpumagic.profile()``, the iterator made before it): ``cpu_tensordataset_workers0.json.gz``
-(``num_workers=0``) and ``cpu_tensordataset_workers2.json.gz`` (two persistent workers).
+``--record DIR`` instead records the three bundles tests/data keeps of such loops (under
+``gpumagic.profile()``, the iterator made before it): ``cpu_tensordataset_workers0.json.gz``
+(``num_workers=0``), ``cpu_tensordataset_workers2.json.gz`` (two persistent workers), and
+``cpu_tensordataset_marginal.json.gz`` (256 floats a sample, ``num_workers=0``, twelve steps).
 
     python benchmarks/loader_handoff.py [--rounds 5] [--batches 60] [--steps 300] [--record DIR]
 """
@@ -84,14 +87,18 @@ def handoff(rounds: int, batches: int) -> None:
         del loaders
 
 
-def _model():
+def _model(features: int = 128):
+    """The cheap case's MLP (128 features); for 256, the marginal case's deeper one."""
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    if features == 128:
+        return torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    return torch.nn.Sequential(torch.nn.Linear(features, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                               torch.nn.ReLU(), torch.nn.Linear(512, 10))
 
 
-def loop(loader, steps: int) -> float:
+def loop(loader, steps: int, features: int = 128) -> float:
     """Mean step time (ms) of a plain training loop over ``loader``, after 20 warm-up steps."""
-    model = _model()
+    model = _model(features)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     it = iter(loader)
     t = 0.0
@@ -106,27 +113,28 @@ def loop(loader, steps: int) -> float:
     return (time.perf_counter() - t) / steps * 1e3
 
 
-def advice(rounds: int, steps: int) -> None:
-    data = TensorDataset(torch.randn(100_000, 128), torch.randint(0, 10, (100_000,)))
+def advice(rounds: int, steps: int, features: int = 128) -> None:
+    data = TensorDataset(torch.randn(100_000, features), torch.randint(0, 10, (100_000,)))
     loaders = {
         "num_workers=0": DataLoader(data, batch_size=64, shuffle=True),
         "num_workers=1": DataLoader(data, batch_size=64, shuffle=True, num_workers=1, persistent_workers=True),
         "batched (the fix)": DataLoader(data, sampler=BatchSampler(RandomSampler(data), 64, False), batch_size=None),
     }
     with gpumagic.profile(skip=5, steps=8, display=False) as run:
-        loop(loaders["num_workers=0"], 20)
+        loop(loaders["num_workers=0"], 20, features)
     f = run.report.finding("dataloader-bound")
+    case = "cheap batch" if features == 128 else "a batch close to a hand-off"
     if f is None:
-        print("2. advice: dataloader-bound did not fire")
+        print(f"2. advice ({case}, {features} features a sample): dataloader-bound did not fire")
     else:
         n = f.evidence.numbers
-        print(f"2. advice: dataloader-bound, gain {f.est_gain:.2f}, suggested num_workers "
-              f"{n.get('suggested_num_workers')}, wait per batch {n.get('wait_per_batch_ms')} ms; first fix: "
-              f"{f.fixes[0].description[:70]}")
+        print(f"2. advice ({case}, {features} features a sample): dataloader-bound, gain {f.est_gain:.2f} "
+              f"({f.gain_method.split(':')[0]}), suggested num_workers {n.get('suggested_num_workers')}, "
+              f"wait per batch {n.get('wait_per_batch_ms')} ms; first fix: {f.fixes[0].description[:90]}")
     got: dict[str, list[float]] = {k: [] for k in loaders}
     for _ in range(rounds):
         for k, loader in loaders.items():
-            got[k].append(loop(loader, steps))
+            got[k].append(loop(loader, steps, features))
     base = statistics.median(got["num_workers=0"])
     for k, v in got.items():
         med = statistics.median(v)
@@ -157,17 +165,20 @@ def pin_thread(rounds: int, steps: int) -> None:
 
 
 def record(folder: str) -> None:
-    """The bundles of tests/data: a ``TensorDataset`` loop, 64 samples of 128 floats a batch."""
-    torch.manual_seed(0)
-    data = TensorDataset(torch.randn(4096, 128), torch.randint(0, 10, (4096,)))
-    for workers in (0, 2):
-        loader = DataLoader(data, batch_size=64, num_workers=workers, persistent_workers=workers > 0)
-        model = _model()
+    """The bundles of tests/data: a ``TensorDataset`` loop, 64 samples of 128 floats a batch,
+    with ``num_workers=0`` and 2; and the marginal case's loop (256 floats a sample, shuffled,
+    the deeper MLP), ``num_workers=0``."""
+    for features, workers, name in ((128, 0, "workers0"), (128, 2, "workers2"), (256, 0, "marginal")):
+        torch.manual_seed(0)
+        data = TensorDataset(torch.randn(4096, features), torch.randint(0, 10, (4096,)))
+        loader = DataLoader(data, batch_size=64, num_workers=workers, persistent_workers=workers > 0,
+                            shuffle=features != 128)
+        model = _model(features)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         it = iter(loader)
-        path = os.path.join(folder, f"cpu_tensordataset_workers{workers}.json.gz")
-        with gpumagic.profile(steps=5, save=path, display=False):
-            for _ in range(8):
+        path = os.path.join(folder, f"cpu_tensordataset_{name}.json.gz")
+        with gpumagic.profile(steps=5 if features == 128 else 12, save=path, display=False):
+            for _ in range(8 if features == 128 else 15):
                 x, y = next(it)
                 loss = torch.nn.functional.cross_entropy(model(x), y)
                 opt.zero_grad()
@@ -193,6 +204,7 @@ def main() -> None:
           f"{torch.multiprocessing.get_sharing_strategy()}; load average {os.getloadavg()[0]:.2f}")
     handoff(args.rounds, args.batches)
     advice(args.rounds, args.steps)
+    advice(args.rounds, args.steps, features=256)
     pin_thread(args.rounds, args.steps)
     print(f"load average {os.getloadavg()[0]:.2f}")
 

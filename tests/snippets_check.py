@@ -23,7 +23,9 @@ def _method_types():
     types = [torch.Tensor, torch.nn.Module, torch.nn.parallel.DistributedDataParallel, torch.optim.Optimizer,
              torch.amp.GradScaler, DataLoader, Path, str, list, dict, tuple, threading.Thread]
     types += [getattr(torch.cuda, n) for n in ("Stream", "Event", "CUDAGraph")]
-    return types
+    from gpumagic.tuning.tuner import TuneResult  # what gpumagic.tune_dataloader returns
+
+    return [*types, TuneResult]
 
 
 def magic_lines(code: str) -> tuple[str, list[str]]:

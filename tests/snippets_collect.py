@@ -212,9 +212,10 @@ def harness(device: str, calls: list | None = None) -> dict:
     ns = dict(known_roots())
     with torch.no_grad():  # no live autograd graph: make_graphed_callables must not see one
         loss = loss_fn(model(x), y)
+    dataset = TensorDataset(torch.randn(20, 8), torch.randint(0, 4, (20,)))
     ns.update(
         model=model, optimizer=opt, opt=opt, loss_fn=loss_fn, x=x, y=y, loss=loss.requires_grad_(), lr=1e-3,
-        dataset=TensorDataset(torch.randn(20, 8), torch.randint(0, 4, (20,))), batch_size=4,
+        dataset=dataset, batch_size=4, loader=torch.utils.data.DataLoader(dataset, batch_size=4),
         train_step=train_step, batch=(x, y), block=nn.Linear(8, 8).to(device), batch_shape=(4, 8),
         batches=[torch.randn(4, 8, device=device) for _ in range(3)],
         host_batches=[torch.randn(4, 8) for _ in range(3)],
@@ -225,6 +226,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         bias=torch.randn(8, device=device),
         weight=torch.ones(8, device=device), logits=torch.randn(4, 4, device=device), step=100,
         running_loss=torch.zeros((), device=device), log=lambda m: calls.append(("log", m)), metrics={},
+        all_inputs=torch.randn(20, 8), all_targets=torch.randint(0, 4, (20,)),
     )
     return ns
 

@@ -54,6 +54,9 @@ def test_a_plain_trace_has_no_stages():
     ("ImageFolder.load_image", "decode on the GPU", True),
     ("default_loader", "preprocess once and cache", False),
     ("MyDataset.__getitem__", "__getitems__", True),
+    ("TensorDataset.__getitem__", "a whole list of indices", True),
+    ("MyDataset.__getitems__", "already makes the batch in one call", False),
+    ("MyStream.__iter__", "yield whole batches", False),
     ("my_collate", "make the whole batch", True),
     ("pin_memory", "pin fewer bytes", True),
 ])
@@ -114,3 +117,22 @@ def test_with_the_cores_saturated_the_stage_fix_comes_first():
     assert f.evidence.numbers["slowest_stage"] == "RandomResizedCrop"
     assert "RandomResizedCrop takes the largest share" in f.evidence.summary
     assert "slowest stage" in f.fixes[0].description
+
+
+@pytest.mark.parametrize("top", ["MyDataset.__getitem__", "TensorDataset.__getitem__", "my_collate", "MyStream.__iter__",
+                                 "MyDataset.__getitems__"])
+@pytest.mark.parametrize("training", [True, False])
+def test_the_dataset_fixes_compile_keep_dtypes_and_keep_the_order_outside_training(top, training):
+    """The code a user pastes: valid Python; a batched __getitems__ that keeps each tensor's dtype
+    (token ids stay integers for an embedding); batches drawn at random only when training, so
+    that evaluation's predictions stay in the dataset's order."""
+    r = analyze(bundle(td._loader_trace(training, False), stage_block(top, "main")))
+    staged = [fx for fx in loader_finding(r).fixes if "slowest stage" in fx.description]
+    assert staged
+    for fx in staged:
+        compile(fx.code, "<fix>", "exec")
+        assert ".float()" not in fx.code
+        assert ("RandomSampler" in fx.code or "shuffle=True" in fx.code) == (
+            training and top not in ("MyStream.__iter__", "MyDataset.__getitems__"))
+        if not training and "BatchSampler" in fx.code:
+            assert "SequentialSampler(dataset)" in fx.code

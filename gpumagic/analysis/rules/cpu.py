@@ -133,7 +133,7 @@ x = torch.stack([augment(img) for img in imgs]).float().div_(255)
     stages = host.loader_stages if iv.total(ctx.cat_union["dataloader"]) else None
     if stages:  # the loop waits for data: the slowest stage is where less CPU work per batch helps most
         numbers.update(slowest_stage=stages[0].name, slowest_stage_share=stages[0].share)
-        fixes[:0] = stage_fixes(stages, gpu)
+        fixes[:0] = stage_fixes(stages, gpu, ctx.workload == "training")
     return finding(
         severity=severity_for(gain),
         title=title,

@@ -12,7 +12,7 @@ from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.cachefix import CACHE_CODE, CACHE_FIX
 from gpumagic.analysis.rules.cpu import MIN_SAMPLES, SATURATION
-from gpumagic.analysis.rules.stagefixes import BATCH_SAMPLER_CODE, BATCHING_SOURCE, stage_fixes, stage_sentence
+from gpumagic.analysis.rules.stagefixes import BATCHING_SOURCE, batch_sampler_code, makes_batch_at_once, stage_fixes, stage_sentence
 from gpumagic.report.metrics import HostMetrics, Metrics
 from gpumagic.report.model import Finding, Fix
 
@@ -95,10 +95,17 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         gain, method = wg.gain, wg.method
         if wg.cores_available is not None:
             numbers["cores_available_with_workers"] = wg.cores_available
+    stages = host.loader_stages
+    if _marginal(w) and makes_batch_at_once(stages) and exclusive > gain:
+        gain, method = exclusive, (
+            "data-loader wait that does not overlap other work: the most the slowest stage's fix (the batch made "
+            "in one call, not sample by sample) can save; it removes the per-sample indexing and stacking, not "
+            "the batch's own copy, and each of the loader's many small operators carries the profiler's cost too, "
+            "so less is saved without the profiler; workers would save less still, as each batch costs the main "
+            f"process a hand-off (about {HANDOFF_MS:g} ms)")
     if threads is not None:
         numbers["suggested_num_threads"] = threads
     loop = "training loop" if ctx.workload == "training" else "loop"
-    stages = host.loader_stages
     if stages:
         top = stages[0]
         numbers.update(slowest_stage=top.name, slowest_stage_share=top.share,
@@ -119,22 +126,26 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         windows=windows(dl[0], dl[1], "cpu", label="DataLoader wait"),
         est_gain=cap_by_critical_path(ctx, "dataloader-bound", gain), gain_method=method,
         fixes=_with_stage_fixes(_fixes(ctx, h, workers, host, threads, no_more, _cheap_batch(w)),
-                                stage_fixes(stages, ctx.device >= 0), no_more, _marginal(w)) + _measure(w, workers),
+                                stage_fixes(stages, ctx.device >= 0, ctx.workload == "training"), no_more,
+                                _measure(w, workers)),
         doc_url=DOC,
     )
 
 
 def _with_stage_fixes(fixes: tuple[Fix, ...], staged: list[Fix], saturated: bool,
-                      marginal: bool = False) -> tuple[Fix, ...]:
+                      measure: tuple[Fix, ...] = ()) -> tuple[Fix, ...]:
     """The worker fixes, then those fitting the dominant stage; with no core free, the stage's fixes
     replace the generic "cache the tensors" (they make each batch cheaper where its time goes); for
-    a batch close to a worker's hand-off (:func:`_marginal`), the stage's fixes come first: they
-    pay wherever the batch is made, workers may not."""
+    a batch close to a worker's hand-off (:func:`_marginal`, which ``measure`` comes with: the
+    measurement that settles it), the stage's fixes come first, as they pay wherever the batch is
+    made, then the measurement, then the workers, which may not pay."""
+    if measure:
+        return (*staged, *measure, *fixes) if not saturated else (*staged, *measure)
     if not staged:
         return fixes
     if saturated:
         return tuple(staged)
-    return (*staged, *fixes) if marginal else (*fixes, *staged)
+    return (*fixes, *staged)
 
 
 def _intra_op_threads(h: HostCpu, host: HostMetrics, workers: int | None) -> int | None:
@@ -226,8 +237,9 @@ def _measure(w: LoaderWait, workers: int | None) -> tuple[Fix, ...]:
     grid = f"num_workers=[0, {workers}]" if workers else "num_workers=None"
     return (pytorch("Measure num_workers=0 against workers on this machine before switching: the batch is "
                     "close to a worker's hand-off",
+                    "import gpumagic\n\n"
                     f"result = gpumagic.tune_dataloader(loader, {grid})   # batches per second, each setting\n"
-                    "result.recommended_kwargs", diagnostic=True),)
+                    "print(result.recommended_kwargs)", diagnostic=True),)
 
 
 def _cheap_batch(w: LoaderWait) -> bool:
@@ -258,7 +270,8 @@ def _fixes(ctx: Context, h: HostCpu, workers: int | None, host: HostMetrics, thr
            no_more: bool = False, cheap_batch: bool = False) -> tuple[Fix, ...]:
     if cheap_batch:  # the per-sample indexing and stacking is what a cheap batch costs: index it at once
         return (pytorch("Workers cannot beat a batch this cheap: load it in one indexing call instead of one per "
-                        "sample, automatic batching off (source: " + BATCHING_SOURCE + ")", BATCH_SAMPLER_CODE),)
+                        "sample, automatic batching off (source: " + BATCHING_SOURCE + ")",
+                        batch_sampler_code(ctx.workload == "training")),)
     if no_more or _saturated(h, host):
         why = ("No core is free for workers (see host-cpu-saturated)" if _saturated(h, host)
                else "No core is free for more workers than those running")

@@ -6,7 +6,11 @@ with its public source:
   decode once and cache (the tf.data performance guide's "Caching");
 - a transform: augment on the GPU, or a cheaper transform (torchvision's "Performance
   considerations": v2 transforms on uint8 tensors, not PIL images);
-- the dataset's own ``__getitem__``: a batched ``__getitems__`` (torch.utils.data.Dataset);
+- the dataset's own ``__getitem__``: a batched ``__getitems__`` (torch.utils.data.Dataset); for a
+  ``TensorDataset``, whose ``__getitem__`` indexes every tensor with whatever index it is given,
+  automatic batching off (a ``BatchSampler`` hands it the batch's indices in one call); an
+  iterable dataset's ``__iter__``: yield whole batches, automatic batching off; a
+  ``__getitems__`` already makes the batch in one call: preprocess once and cache;
 - ``collate_fn``: the dataset makes the whole batch, automatic batching off (torch.utils.data,
   "Disabling automatic batching");
 - ``pin_memory``: fewer bytes to pin (CUDA semantics, "Use pinned memory buffers": pinning is
@@ -54,7 +58,7 @@ transform = v2.Compose([
 ])"""
 
 GETITEMS_CODE = """
-inputs, targets = x, y                             # every sample's tensors, prepared once
+inputs, targets = all_inputs, all_targets          # every sample's tensors, stacked once (your names)
 
 
 class BatchedDataset(torch.utils.data.Dataset):
@@ -65,7 +69,7 @@ class BatchedDataset(torch.utils.data.Dataset):
 
     def __getitems__(self, indices):               # DataLoader passes the batch's indices at once
         idx = torch.as_tensor(indices)
-        return inputs[idx].float(), targets[idx]
+        return inputs[idx], targets[idx]           # dtypes kept: token ids stay integers
 
 
 def keep_batch(batch):                             # the batch is already made: nothing to collate
@@ -74,13 +78,30 @@ def keep_batch(batch):                             # the batch is already made: 
 
 loader = DataLoader(BatchedDataset(), batch_size=batch_size, shuffle=True, collate_fn=keep_batch)"""
 
-BATCH_SAMPLER_CODE = """
-from torch.utils.data import BatchSampler, RandomSampler
+
+def getitems_code(shuffle: bool = True) -> str:
+    """:data:`GETITEMS_CODE`; without ``shuffle`` (inference, evaluation) the batches keep the
+    dataset's order, as the loader's did."""
+    return GETITEMS_CODE if shuffle else GETITEMS_CODE.replace(", shuffle=True", "")
+
+
+def batch_sampler_code(shuffle: bool = True) -> str:
+    """Automatic batching off, the batch's indices handed to the dataset at once: drawn at random
+    when training (``RandomSampler``, as ``shuffle=True``), in order otherwise (``SequentialSampler``:
+    predictions stay aligned with the dataset's order)."""
+    sampler = "RandomSampler" if shuffle else "SequentialSampler"
+    return f"""
+from torch.utils.data import BatchSampler, {sampler}
 
 # automatic batching off: dataset[indices] gets the batch's indices and returns the whole batch
 # (a TensorDataset does; your __getitem__ must accept a list of indices)
-sampler = BatchSampler(RandomSampler(dataset), batch_size=batch_size, drop_last=False)
+sampler = BatchSampler({sampler}(dataset), batch_size=batch_size, drop_last=False)
 loader = DataLoader(dataset, sampler=sampler, batch_size=None)"""
+
+ITERABLE_BATCHES_CODE = """
+# dataset.__iter__ yields whole batches (the batch dimension first), made with tensor operations,
+# instead of one sample at a time; automatic batching off: DataLoader passes them through as they are
+loader = DataLoader(dataset, batch_size=None)"""
 
 PIN_CODE = """
 # the dataset returns uint8 images, not float32: a quarter of the bytes to pin and copy
@@ -100,8 +121,9 @@ def stage_sentence(stages: list[LoaderStage]) -> str:
             f"({top.ms_per_batch:.2f} ms per batch {where}).")
 
 
-def stage_fixes(stages: list[LoaderStage] | None, gpu: bool) -> list[Fix]:
-    """Fixes that fit the dominant stage (none when it is ``other``)."""
+def stage_fixes(stages: list[LoaderStage] | None, gpu: bool, training: bool = True) -> list[Fix]:
+    """Fixes that fit the dominant stage (none when it is ``other``); ``training``: the loader's
+    batches may be drawn at random (not when inference or evaluation relies on their order)."""
     if not stages:
         return []
     top = stages[0]
@@ -121,12 +143,43 @@ def stage_fixes(stages: list[LoaderStage] | None, gpu: bool) -> list[Fix]:
                                   GPU_AUGMENT_CODE))
         return out
     if what == "dataset":
-        return [pytorch(f"{named}: its per-sample Python runs once per sample; a batched __getitems__ makes the "
-                        f"batch in one call (source: {GETITEMS_SOURCE})", GETITEMS_CODE)]
+        return [_dataset_fix(top.name, named, training)]
     if what == "collate":
         return [pytorch(f"{named}: collation stacks sample by sample; let the dataset make the whole batch "
-                        f"(source: {BATCHING_SOURCE})", BATCH_SAMPLER_CODE)]
+                        f"(source: {BATCHING_SOURCE})", batch_sampler_code(training))]
     if what == "pin" and gpu:
         return [pytorch(f"{named}: pinning is often an expensive operation; pin fewer bytes "
                         f"(source: {PIN_SOURCE})", PIN_CODE)]
     return []
+
+
+#: The dataset class whose ``__getitem__`` indexes each of its tensors with the index it is given
+#: (``tuple(tensor[index] for tensor in self.tensors)``): a list of indices gives the whole batch.
+TENSOR_DATASET_ITEM = "TensorDataset.__getitem__"
+
+
+def makes_batch_at_once(stages: list[LoaderStage] | None) -> bool:
+    """Whether the dominant stage's fix makes the batch in one call instead of sample by sample
+    (a per-sample ``__getitem__`` or ``__iter__``, or the collation): what that fix can save is
+    the per-sample work, not only the time a worker would move off the main thread."""
+    if not stages:
+        return False
+    top = stages[0]
+    what = kind(top.name)
+    return what == "collate" or (what == "dataset" and not top.name.endswith(".__getitems__"))
+
+
+def _dataset_fix(name: str, named: str, training: bool) -> Fix:
+    """The fix for the dataset's own stage, by the method that takes the time."""
+    if name == TENSOR_DATASET_ITEM or name.endswith("." + TENSOR_DATASET_ITEM):
+        return pytorch(f"{named}: a TensorDataset indexes its tensors with a whole list of indices; automatic "
+                       f"batching off hands it the batch's indices in one call (source: {BATCHING_SOURCE})",
+                       batch_sampler_code(training))
+    if name.endswith(".__getitems__"):
+        return pytorch(f"{named}: it already makes the batch in one call, so its own work is the cost: "
+                       f"{CACHE_FIX[0].lower()}{CACHE_FIX[1:]} (source: {CACHE_SOURCE})", CACHE_CODE)
+    if name.endswith(".__iter__"):
+        return pytorch(f"{named}: an iterable dataset yields one sample at a time; yield whole batches made with "
+                       f"tensor operations, automatic batching off (source: {BATCHING_SOURCE})", ITERABLE_BATCHES_CODE)
+    return pytorch(f"{named}: its per-sample Python runs once per sample; a batched __getitems__ makes the "
+                   f"batch in one call (source: {GETITEMS_SOURCE})", getitems_code(training))
