@@ -78,7 +78,7 @@ GAIN_KINDS: dict[str, str] = {
     "unfused-attention": "estimate", "elementwise-bound": "estimate", "model-on-cpu": "none",
     "low-gpu-utilization": "upper bound", "step-outliers": "none", "graph-breaks": "none",
     "recompiles": "upper bound", "host-cores-idle": "upper bound", "cpu-low-precision-slow": "upper bound",
-    "frequent-checkpoints": "estimate", "dataloader-worker-restarts": "estimate",
+    "frequent-checkpoints": "estimate", "dataloader-worker-restarts": "estimate", "unfused-optimizer": "upper bound",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

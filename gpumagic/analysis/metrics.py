@@ -39,6 +39,7 @@ from gpumagic.analysis.hostcpu import host_cpu, window_samples
 from gpumagic.analysis.hostload import host_state, run_conditions
 from gpumagic.analysis.loaderstages import loader_stages
 from gpumagic.analysis.loaderwait import loader_wait
+from gpumagic.analysis.optimizerimpl import optimizer_steps
 from gpumagic.report.metrics import (
     BreakdownMetrics,
     CommunicationMetrics,
@@ -529,10 +530,13 @@ def _host(ctx: Context) -> HostMetrics:
 
 def _cpu_precision(ctx: Context) -> dict[str, Any]:
     """The intra-op thread count recorded, the CPU's 16-bit support and, without a GPU, the matrix
-    calls seen in 16 bits."""
+    calls seen in 16 bits; the optimizer steps' share of the window and their implementation."""
     support = machine_support(ctx)
+    steps = optimizer_steps(ctx)
     return {"intra_op_threads": host_threads(ctx), "cpu_bf16": support["bf16"], "cpu_fp16": support["fp16"],
-            "cpu_low_precision_calls": low_precision(ctx).calls if ctx.device < 0 else None}
+            "cpu_low_precision_calls": low_precision(ctx).calls if ctx.device < 0 else None,
+            "optimizer_step_frac": round(ctx.frac(steps.ns), 4) if steps.calls else None,
+            "optimizer_impl": steps.impl}
 
 
 def _samples(ctx: Context, s: Samples) -> SampleMetrics:

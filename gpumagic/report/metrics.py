@@ -449,6 +449,12 @@ class HostMetrics(Record, frozen=True):
     cpu_low_precision_calls: Annotated[int | None, _d("host matrix-operator calls seen in bfloat16/float16 (autocast's "
                                                       "casts inside them, or recorded input types) (count); null with "
                                                       "a GPU")] = None
+    optimizer_step_frac: Annotated[float | None, _d("share of the window inside torch.optim's "
+                                                    "Optimizer.step#<Class>.step spans (0-1); null without a step")] = None
+    optimizer_impl: Annotated[str | None, _d("the implementation the optimizer steps ran: 'fused' (an "
+                                             "aten::_fused_* kernel), 'foreach' (aten::_foreach_* operators) or "
+                                             "'for-loop' (per parameter, torch.optim's own classes); null without a step or "
+                                             "for another library's optimizer")] = None
     loader_stages: Annotated[list[LoaderStage] | None, _d("the data pipeline's stages, largest first, timed while a "
                                                           "gpumagic capture recorded; null for a plain trace or when "
                                                           "no DataLoader batch was made")] = None

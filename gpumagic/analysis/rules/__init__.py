@@ -19,6 +19,7 @@ from gpumagic.analysis.rules.dataloader import dataloader_bound
 from gpumagic.analysis.rules.kernels import elementwise_bound, unfused_attention
 from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
 from gpumagic.analysis.rules.memory import memory_pressure
+from gpumagic.analysis.rules.optimizer import unfused_optimizer
 from gpumagic.analysis.rules.outliers import step_outliers
 from gpumagic.analysis.rules.placement import model_on_cpu
 from gpumagic.analysis.rules.precision import mixed_precision_off
@@ -36,7 +37,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
     model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,
-    frequent_checkpoints, dataloader_worker_restarts,
+    frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
@@ -51,7 +52,7 @@ if set(FINDING_IDS) != {getattr(r, "finding_id", "") for r in (*CAUSE_RULES, RES
 #: what-ran rules (precision, attention, elementwise, pageable copies, communication) hold in
 #: any segment.
 STEADY_RULES: tuple[Rule, ...] = (launch_bound, cpu_bound, host_sync, memory_pressure, low_compute_efficiency,
-                                  dataloader_bound, too_small_for_gpu)
+                                  dataloader_bound, too_small_for_gpu, unfused_optimizer)
 STEADY_IDS: frozenset[str] = frozenset(getattr(r, "finding_id", "") for r in STEADY_RULES)
 
 __all__ = ["CAUSE_RULES", "FINDING_IDS", "RESIDUAL_RULE", "RULES", "STEADY_IDS", "STEADY_RULES", "low_gpu_utilization"]

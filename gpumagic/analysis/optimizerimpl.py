@@ -1,0 +1,81 @@
+"""Which implementation ran each optimizer step, and how much of the window the steps took.
+
+``torch.optim`` wraps every ``step()`` in ``record_function("Optimizer.step#<Class>.step")``
+(``torch/optim/optimizer.py``), and what runs inside tells the implementation apart:
+
+- ``fused``: one ``aten::_fused_<name>_`` call updates every parameter of a group (``fused=True``);
+- ``foreach``: the ``aten::_foreach_*`` operators, each over a list of tensors (``foreach=True``,
+  the default when every parameter is on CUDA: ``_default_to_fused_or_foreach``);
+- ``for-loop``: neither, the single-tensor implementation, a handful of element-wise operators per
+  parameter (the default on the CPU, whose tensors are not among foreach's default devices); said
+  only of torch.optim's own classes (:data:`TORCH_OPTIM`): apex's ``FusedAdam`` runs kernels of
+  its own, unknown here.
+
+On the CPU, Adam, AdamW and Adagrad have a fused kernel (the ``fused`` argument, for CPU since
+PyTorch 2.4: pytorch/pytorch#123238, ``_get_fused_kernels_supported_devices`` lists ``cpu``); SGD
+has one too, but its for-loop step is one or two operators a parameter, and fusing it measured
+no gain (``benchmarks/optimizer_fused.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpumagic._arrays import distinct
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+
+STEP_RE = re.compile(r"^Optimizer\.step#([A-Za-z_]\w*)\.step$")
+#: torch.optim's own classes: a step of another class (apex's or DeepSpeed's FusedAdam, a subclass)
+#: without aten's fused or foreach operators may run kernels of its own, so its implementation is
+#: left unknown.
+TORCH_OPTIM = frozenset({"Adadelta", "Adafactor", "Adagrad", "Adam", "Adamax", "AdamW", "ASGD", "LBFGS", "Muon",
+                         "NAdam", "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam"})
+FUSED_PREFIX = "aten::_fused_"
+FOREACH_PREFIX = "aten::_foreach_"
+
+
+@dataclass(frozen=True)
+class OptimizerSteps:
+    """The optimizer steps in the window."""
+
+    calls: int  # Optimizer.step# spans
+    classes: tuple[str, ...]  # their optimizer classes, sorted
+    ns: int  # the union of their time
+    intervals: iv.Intervals
+    impl: str | None  # "fused", "foreach" or "for-loop" (None without a step, or another library's class)
+    ops_per_call: float  # host operators inside a step, on average
+
+
+def optimizer_steps(ctx: Context) -> OptimizerSteps:
+    """The window's optimizer steps (computed once per context)."""
+    found = ctx.cache.get("optimizer_steps")
+    if found is None:
+        found = ctx.cache["optimizer_steps"] = _find(ctx)
+    return found
+
+
+def _find(ctx: Context) -> OptimizerSteps:
+    ev, names = ctx.trace.events, ctx.trace.names
+    host = ctx.masks["host"]
+    is_step = ctx.host_name_ids(STEP_RE.search)
+    rows = np.flatnonzero(ctx.events_in_window(host & is_step[ev.name]))
+    if not rows.size:
+        return OptimizerSteps(0, (), 0, iv.empty(), None, 0.0)
+    classes = tuple(sorted({m.group(1) for i in distinct(ev.name[rows]).tolist() if (m := STEP_RE.search(names[i]))}))
+    chosen = np.zeros(len(ev.name), dtype=bool)
+    chosen[rows] = True
+    spans = ctx.intervals(chosen)
+    # the operators inside the steps, on the steps' threads
+    ops = host & ctx.masks["cpu_op"] & ~is_step[ev.name] & np.isin(ev.lane, distinct(ev.lane[rows]))
+    starts, ends = spans
+    k = np.searchsorted(starts, ev.ts_ns, side="right") - 1
+    inside = ops & (k >= 0) & (ev.ts_ns < ends[np.maximum(k, 0)])
+    inner = {names[i] for i in distinct(ev.name[inside]).tolist()}
+    impl = ("fused" if any(n.startswith(FUSED_PREFIX) for n in inner) else
+            "foreach" if any(n.startswith(FOREACH_PREFIX) for n in inner) else
+            "for-loop" if set(classes) <= TORCH_OPTIM else None)
+    return OptimizerSteps(int(rows.size), classes, iv.total(spans), spans, impl, float(inside.sum()) / rows.size)

@@ -1,0 +1,97 @@
+"""``unfused-optimizer``: a CPU training loop's optimizer steps run the per-parameter for-loop
+where a fused kernel exists."""
+
+from __future__ import annotations
+
+import re
+
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.optimizerimpl import optimizer_steps
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding, Fix
+from gpumagic.trace.model import meta_block
+
+#: A finding from this share of the window (TensorBoard profiler plugin's 5 % line for a
+#: bottleneck worth naming).
+MIN_SHARE = 0.05
+#: The optimizers whose fused kernel runs on the CPU and pays: the ``fused`` argument on CPU since
+#: PyTorch 2.4 (pytorch/pytorch#123238). SGD has one too, but without momentum its per-parameter
+#: step is one operator and fusing it measured 0.98x; with momentum 1.03-1.16x
+#: (``benchmarks/optimizer_fused.py``): left out.
+FUSED_ON_CPU = ("Adam", "AdamW", "Adagrad")
+FUSED_SINCE = (2, 4)
+DOC = "https://pytorch.org/docs/stable/optim.html#algorithms"
+#: benchmarks/optimizer_fused.py on this project's 2-core machine, alternated rounds: the plain
+#: loops with the for-loop step against fused=True.
+MEASURED = ("benchmarks/optimizer_fused.py, four CPU MLPs: fused=True saved 0.37, 0.28, 0.15 and 0.10 of the "
+            "step where the steps took 0.51, 0.38, 0.16 and 0.27 of the profiled window")
+
+
+@rule("unfused-optimizer")
+def unfused_optimizer(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: a CPU-only trace (no GPU activity) whose ``Optimizer.step#<Class>.step`` spans in
+    the window are of Adam, AdamW or Adagrad and hold no fused kernel (``aten::_fused_*``): the
+    for-loop implementation (PyTorch's default on the CPU) or foreach (``analysis.optimizerimpl``).
+    Threshold: the steps take ≥ 5 % of the window (TensorBoard plugin's line). Gain: the steps'
+    share of the window, an upper bound (the fused step still updates every parameter; the
+    profiler's cost on the for-loop's many small operators inflates the share); measured in
+    ``benchmarks/optimizer_fused.py``. Silent with a GPU (its default is foreach; a for-loop step
+    there shows as tiny kernels: ``launch-bound``), for other optimizers, and for subclasses (their
+    names differ). False positives: parameters that are not floating point or a ``differentiable``
+    optimizer, which fused does not support; PyTorch older than 2.4 (the fix says to upgrade)."""
+    if ctx.device >= 0:
+        return None
+    steps = optimizer_steps(ctx)
+    fusable = [c for c in steps.classes if c in FUSED_ON_CPU]
+    share = ctx.frac(steps.ns)
+    if not fusable or steps.impl == "fused" or share < MIN_SHARE:
+        return None
+    names = " and ".join(fusable)
+    torch_version = meta_block(ctx.trace.meta, "versions").get("torch")
+    old = _older_than(torch_version, FUSED_SINCE)
+    return finding(
+        severity=severity_for(share),
+        title=f"The optimizer ({names}) updates the parameters one at a time",
+        why=(f"""On the CPU, torch.optim's {names} runs its for-loop implementation by default: for every parameter
+        tensor, one element-wise operator after another (the moving averages, the square root, the update), each
+        paying PyTorch's per-operator cost and reading the tensors again.""" if steps.impl == "for-loop" else
+             f"""This {names} runs its foreach implementation (foreach=True): each operator takes every parameter at
+        once, but the operators still run one after another, each reading the tensors again.""")
+        + """ With fused=True one kernel updates all the parameters in a single pass (PyTorch 2.4 or later on the
+        CPU).""",
+        summary=(f"{steps.calls} optimizer steps ({names}, {steps.impl} implementation) take {pct(share)} of the "
+                 f"window, {steps.ops_per_call:.0f} operators a step on the host."
+                 + (f" This run used PyTorch {torch_version}, older than 2.4: fused on the CPU needs an upgrade."
+                    if old else "")),
+        numbers={"optimizer_steps": steps.calls, "optimizer_step_frac": round(share, 4),
+                 "operators_per_step": round(steps.ops_per_call, 1), "implementation": steps.impl or "",
+                 "threshold_frac": MIN_SHARE},
+        windows=windows(*steps.intervals, "cpu", label="optimizer step"),
+        est_gain=share,
+        gain_method=("the optimizer steps' share of the window: the most fusing them can save (the fused step "
+                     f"still updates every parameter, and the profiler inflates the for-loop's many operators; "
+                     f"{MEASURED})"),
+        fixes=_fixes(fusable, ctx.workload == "training"),
+        doc_url=DOC,
+    )
+
+
+def _fixes(classes: list[str], training: bool) -> tuple[Fix, ...]:
+    out = [pytorch(f"Use the fused {c}: one kernel updates every parameter (fused=True; on the CPU since "
+                   "PyTorch 2.4)",
+                   f"optimizer = torch.optim.{c}(model.parameters(), lr=lr, fused=True)   # keep your other arguments")
+           for c in classes]
+    if "AdamW" in classes and training:
+        out.append(huggingface("Trainer: the fused AdamW (the default with PyTorch 2.8 or later and a recent "
+                               "transformers)", 'TrainingArguments(..., optim="adamw_torch_fused")'))
+    return tuple(out)
+
+
+def _older_than(version: object, least: tuple[int, int]) -> bool:
+    """Whether a recorded ``torch.__version__`` is older than ``least`` (False when unknown)."""
+    found = re.match(r"(\d+)\.(\d+)", version) if isinstance(version, str) else None
+    return found is not None and (int(found.group(1)), int(found.group(2))) < least
+
+
+__all__ = ["unfused_optimizer"]

@@ -1,0 +1,98 @@
+"""``unfused-optimizer``: a CPU loop's Adam/AdamW/Adagrad steps run the per-parameter for-loop where
+``fused=True`` runs one kernel (``analysis.optimizerimpl``, ``rules.optimizer``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from tracebuilder import DATA, TraceBuilder
+
+from gpumagic import analyze
+from gpumagic.analysis.context import build_context
+from gpumagic.analysis.optimizerimpl import optimizer_steps
+from gpumagic.trace import load
+
+
+def _loop(opt: str = "Adam", inner: tuple[str, ...] = ("aten::lerp_", "aten::mul_", "aten::addcmul_", "aten::sqrt"),
+          opt_us: float = 300, step_us: float = 1_000, steps: int = 6, gpu: bool = False) -> TraceBuilder:
+    """A training loop whose optimizer step (``opt_us`` of ``step_us``) holds ``inner`` operators."""
+    tb = TraceBuilder(cc=(8, 0) if gpu else None)
+    for i in range(steps):
+        t = i * step_us
+        tb.step(i + 1, t, step_us)
+        tb.op("aten::addmm", t + 10, step_us - opt_us - 150)
+        tb.op("autograd::engine::evaluate_function: AddmmBackward0", t + step_us - opt_us - 130, 100)
+        o = t + step_us - opt_us - 20
+        tb.op(f"Optimizer.step#{opt}.step", o, opt_us, cat="user_annotation")
+        each = opt_us / (len(inner) + 1)
+        for j, name in enumerate(inner):
+            tb.op(name, o + 5 + j * each, each - 10)
+        if gpu:
+            tb.kernel("ampere_sgemm_128x64_nn", t + 20, 200, launch_ts=t + 12)
+    return tb
+
+
+def _bundle(tb: TraceBuilder, torch_version: str | None = None) -> dict:
+    d = tb.to_dict()
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "machine": {}, "clock": {"anchor_epoch_ns": None},
+                     "versions": {"torch": torch_version} if torch_version else {}}
+    return d
+
+
+def test_a_recorded_for_loop_adam_gets_the_fused_one_with_the_steps_share_as_its_bound():
+    """Recorded on this project's 2-core machine (tests/data/MANIFEST.md): fused=True saved 0.37 of
+    the plain loop's step where the steps took 0.50 of the profiled window."""
+    r = analyze(os.path.join(DATA, "cpu_adam_forloop.json.gz"))
+    assert r.metrics.host.optimizer_impl == "for-loop"
+    f = r.finding("unfused-optimizer")
+    assert f.est_gain == pytest.approx(r.metrics.host.optimizer_step_frac, abs=1e-3) and f.est_gain > 0.37
+    assert not f.gain_method.startswith("estimate") and "the most fusing them can save" in f.gain_method
+    assert "for-loop implementation" in f.evidence.summary and f.evidence.numbers["optimizer_steps"] >= 7
+    assert [x.code for x in f.fixes] == [
+        "optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=True)   # keep your other arguments"]
+    assert f.evidence.windows and {w.label for w in f.evidence.windows} == {"optimizer step"}
+
+
+def test_a_recorded_fused_adam_is_silent():
+    r = analyze(os.path.join(DATA, "cpu_adam_fused.json.gz"))
+    assert r.metrics.host.optimizer_impl == "fused" and r.finding("unfused-optimizer") is None
+
+
+def test_foreach_is_told_apart_and_adamw_adds_the_trainer_setting():
+    f = analyze(_bundle(_loop("AdamW", ("aten::_foreach_add_", "aten::_foreach_lerp_")))).finding("unfused-optimizer")
+    assert "foreach implementation" in f.evidence.summary and "foreach=True" in f.why
+    assert any('optim="adamw_torch_fused"' in x.code for x in f.fixes)
+    for x in f.fixes:
+        compile(x.code.replace("...", "x"), "<fix>", "exec")
+
+
+@pytest.mark.parametrize(("kwargs", "why"), [
+    ({"opt": "SGD", "inner": ("aten::add_",)}, "SGD's fused step measured no gain"),
+    ({"opt": "RMSprop"}, "no fused kernel on the CPU"),
+    ({"opt": "MyAdam"}, "a subclass or another library's optimizer"),
+    ({"opt_us": 40}, "under 5 % of the window"),
+    ({"gpu": True}, "a GPU run: launch-bound's ground"),
+    ({"inner": ("aten::_foreach_add_", "aten::_fused_adam_")}, "already fused"),
+])
+def test_silent_where_fused_is_no_fix(kwargs, why):
+    assert analyze(_bundle(_loop(**kwargs))).finding("unfused-optimizer") is None, why
+
+
+def test_an_older_torch_is_told_to_upgrade():
+    f = analyze(_bundle(_loop(), torch_version="2.3.1+cpu")).finding("unfused-optimizer")
+    assert "PyTorch 2.3.1+cpu, older than 2.4" in f.evidence.summary
+    assert "older than" not in analyze(_bundle(_loop(), torch_version="2.13.0")).finding("unfused-optimizer").evidence.summary
+
+
+def test_another_librarys_optimizer_has_no_implementation_named():
+    """apex's FusedAdam (the A100 trace) runs kernels of its own: neither 'for-loop' nor a finding."""
+    r = analyze(os.path.join(DATA, "a100_training_rank0.json.gz"))
+    assert r.metrics.host.optimizer_impl is None and r.metrics.host.optimizer_step_frac is not None
+    steps = optimizer_steps(build_context(load(os.path.join(DATA, "a100_training_rank0.json.gz"))))
+    assert steps.classes == ("FusedAdam",)
+
+
+def test_no_optimizer_step_no_metric():
+    r = analyze(os.path.join(DATA, "h100_bert_small_inference.json.gz"))
+    assert r.metrics.host.optimizer_step_frac is None and r.metrics.host.optimizer_impl is None
