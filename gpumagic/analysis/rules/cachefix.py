@@ -9,7 +9,10 @@ cache_dir = Path.home() / ".cache" / "my_dataset"   # your cache folder: room fo
 cache_dir.mkdir(parents=True, exist_ok=True)
 cached = cache_dir / "preprocessed.pt"             # delete it when the data or the transforms change
 if not cached.exists():
-    xs, ys = zip(*(dataset[i] for i in range(len(dataset))))   # decode and transform once
-    torch.save((torch.stack(xs), torch.stack([torch.as_tensor(y) for y in ys])), cached)
-x, y = torch.load(cached)
-dataset = torch.utils.data.TensorDataset(x, y)"""
+    samples = [dataset[i] for i in range(len(dataset))]   # decode and transform once
+    paired = isinstance(samples[0], (tuple, list))        # (input, label, ...) or one tensor a sample
+    fields = zip(*samples) if paired else [samples]
+    torch.save((paired, [torch.stack([torch.as_tensor(v) for v in f]) for f in fields]), cached)
+paired, fields = torch.load(cached)
+# the same samples as before: (input, label, ...) tuples, or one tensor (a tensor indexes like a dataset)
+dataset = torch.utils.data.TensorDataset(*fields) if paired else fields[0]"""

@@ -70,6 +70,7 @@ class BatchedDataset(torch.utils.data.Dataset):
     def __getitems__(self, indices):               # DataLoader passes the batch's indices at once
         idx = torch.as_tensor(indices)
         return inputs[idx], targets[idx]           # dtypes kept: token ids stay integers
+        # no labels (inference): return inputs[idx] alone; per-sample work: the same on the batch
 
 
 def keep_batch(batch):                             # the batch is already made: nothing to collate
