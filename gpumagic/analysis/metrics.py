@@ -269,7 +269,21 @@ def _kernels(ctx: Context) -> KernelsMetrics:
                           tensor_core_ms=_ms(dur[m["name_tensor_core"][k]].sum()),
                           matmul_ms=_ms(dur[m["name_matmul"][k]].sum()),
                           matmul_tensor_core_ms=_ms(dur[(m["name_matmul"] & m["name_tensor_core"])[k]].sum()),
+                          matmul_fp64_ms=_ms(fp64_matmul_ns(ctx)),
                           short_kernel_us=SHORT_KERNEL_NS / 1000, graph_frac=graph_frac(ctx), top=top)
+
+
+def fp64_matmul_ns(ctx: Context) -> int:
+    """The primary GPU's matmul kernel time in the window in kernels that compute in float64
+    (``names.is_fp64_matmul``: checked on the distinct matmul kernel names only)."""
+    ev, m = ctx.trace.events, ctx.masks
+    rows = np.flatnonzero(kernel_mask(ctx) & m["name_matmul"])
+    if not rows.size:
+        return 0
+    ids = distinct(ev.name[rows])
+    fp64 = np.zeros(len(ctx.trace.names), dtype=bool)
+    fp64[ids] = [nm.is_fp64_matmul(ctx.trace.names[i]) for i in ids.tolist()]
+    return int(ev.dur_ns[rows[fp64[ev.name[rows]]]].sum())
 
 
 def graph_frac(ctx: Context) -> float | None:

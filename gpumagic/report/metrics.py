@@ -277,6 +277,8 @@ class KernelsMetrics(Record, frozen=True):
     graph_frac: Annotated[float | None, _d("share of kernels replayed by cudaGraphLaunch/hipGraphLaunch (0..1 of the "
                                            "kernel count); null without kernels")]
     top: Annotated[list[KernelMetrics], _d("the up to 15 kernel names with most time, largest first")]
+    matmul_fp64_ms: Annotated[float, _d("summed duration of the matmul kernels that compute in float64 (ms; "
+                                        "dgemm/zgemm/dgemv, f64/d884/dmma, double templates, Tensile _DB_)")] = 0.0
 
 
 class CopyGroupMetrics(Record, frozen=True):

@@ -1,6 +1,8 @@
-"""``mixed-precision-off``: FP32 matmuls on a GPU with tensor cores."""
+"""``mixed-precision-off``: FP32 matmuls on a GPU with tensor cores, or float64 matmuls on any GPU."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -39,10 +41,17 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
     time share × (1 − FP32 peak / BF16-or-FP16 peak) from the device's own datasheet peaks
     (``analysis.devices``: ~16× on A100, ~8× on V100, ~4× on L4/L40S, ~2× on GeForce Ampere/Ada
     with FP32 accumulate) — a peak ratio is a ceiling no real kernel mix reaches; on a device
-    missing from the table, the whole matmul share. False positives: kernels whose
-    names hide tensor-core use; FP32 kept on purpose for numerical reasons."""
+    missing from the table, the whole matmul share. Float64: when kernels whose names say double
+    precision (``names.is_fp64_matmul``) hold ≥ half of the matmul time (≥ 10 % of kernel time),
+    on any GPU, the finding says so and leads with the cast to float32 (autocast skips float64
+    tensors, TF32 is an FP32 mode); its gain, the float64 matmul share, is an upper bound.
+    False positives: kernels whose names hide tensor-core use; FP32 or float64 kept on purpose
+    for numerical reasons."""
     info = ctx.device_info
     k = m.kernels
+    if info is not None and k.total_ms and k.matmul_ms / k.total_ms >= MATMUL_KERNEL_FRAC \
+            and k.matmul_fp64_ms >= FP64_SHARE * k.matmul_ms:
+        return _float64(ctx, m)
     if info is None or info.compute_capability < TENSOR_CORE_MIN_CC or not k.total_ms:
         return None
     matmul, tc = k.matmul_ms, k.matmul_tensor_core_ms
@@ -94,6 +103,58 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
                  **({"peak_ratio": round(ratio, 2)} if ratio else {})},
         est_gain=gain, gain_method=method,
         fixes=fixes,
+        doc_url=DOC,
+    )
+
+
+#: Float64 kernels (``names.is_fp64_matmul``) take at least half the matmul time: the finding is
+#: about double precision, which autocast and TF32 leave alone (``ATen/autocast_mode.h``:
+#: ``is_eligible`` skips ``kDouble`` tensors; TF32 applies to FP32 matmuls only).
+FP64_SHARE = 0.5
+FLOAT32_CODE = """
+model = model.float()          # parameters and buffers to float32 (in place)
+x = x.float()                  # every float64 input: a NumPy array is float64, and so is
+                               # torch.from_numpy(array) or torch.tensor(array); .float() each
+# then check: next(model.parameters()).dtype and x.dtype are torch.float32"""
+
+
+def _float64(ctx: Context, m: Metrics) -> Finding:
+    """Matmuls in double precision: cast to float32 first (autocast ignores float64 tensors)."""
+    k = m.kernels
+    fp64 = k.matmul_fp64_ms
+    gain = ctx.frac(fp64 * 1e6)
+    critical = critical_matmul_ns(ctx)
+    capped = critical is not None and critical < fp64 * 1e6
+    if capped and critical is not None:
+        gain = ctx.frac(critical)
+    method = ("upper bound: the float64 matmul kernels' share of the window (float32 cannot take more than "
+              "their time; the datasheet ratio of FP32 to FP64 peaks ranges from 2× on data-centre GPUs to 64× "
+              "on consumer ones)")
+    if capped and critical is not None:
+        method += (f"; capped at the {critical / 1e6:.1f} ms of matmul kernels after which the next GPU work was "
+                   "already queued")
+    info = ctx.device_info
+    gpu = (info.name if info is not None else "") or "GPU"
+    training = ctx.workload == "training"
+    later = () if info is None or info.compute_capability < TENSOR_CORE_MIN_CC else (
+        _fixes(info.compute_capability) if training else _inference_fixes(info.compute_capability))
+    # once in float32, the mixed-precision steps follow: none of them comes "first" any more
+    then = tuple(replace(f, description=f.description.replace("First, one line", "Then, one line"))
+                 for f in later)
+    return finding(
+        severity=severity_for(gain), title="Matmuls run in float64 (double precision)",
+        why=f"""{pct(fp64 / k.matmul_ms)} of the matmul kernel time is in double-precision kernels (dgemm and
+        kin): the model or its inputs are float64. A NumPy array is float64 by default, and so is a tensor
+        made from one; a model that met one with .double() computes in float64 too. The {gpu} runs float64 at a
+        fraction of its float32 rate, and neither autocast nor TF32 changes float64 tensors (autocast skips
+        them), so the mixed-precision fixes do nothing until the model and inputs are float32.""",
+        summary=f"Float64 matmul kernels take {fp64:.1f} ms of {k.matmul_ms:.1f} ms of matmul time "
+                f"({pct(k.matmul_ms / k.total_ms)} of kernel time).",
+        numbers={"matmul_ms": k.matmul_ms, "matmul_fp64_ms": fp64, "matmul_kernel_frac": round(k.matmul_ms / k.total_ms, 4),
+                 "fp64_share_of_matmul": round(fp64 / k.matmul_ms, 4)},
+        est_gain=gain, gain_method=method,
+        fixes=(pytorch("Compute in float32: cast the model and every floating-point input (autocast and TF32 "
+                       "leave float64 alone)", FLOAT32_CODE), *then),
         doc_url=DOC,
     )
 
