@@ -15,7 +15,8 @@ none of them and every value is None. The figures (docs/metrics.md, ``metrics.ho
   quota smaller than the cores, the cores' busy time includes other cgroups' work and says
   nothing of what this run could get: None.
 - ``loader_runqueue_wait_frac``: share of the window each loading thread (the main thread with
-  ``num_workers=0``, else each worker) spent runnable but waiting for a core (schedstat).
+  ``num_workers=0``, else each worker) spent runnable but waiting for a core (schedstat);
+  ``main_runqueue_wait_frac`` the same for the main thread whatever the loader.
 - ``load_average_1m``: the kernel's 1-minute load average, highest reading in the window.
 - ``shared_machine``: other processes used at least :data:`SHARED_MIN_CORES` cores and
   :data:`SHARED_MIN_SHARE` of the usable ones.
@@ -87,6 +88,7 @@ def host_state(ctx: Context) -> dict[str, Any]:
         "other_busy_cores": other,
         "shared_machine": shared,
         "loader_runqueue_wait_frac": _runqueue_wait(cpu, sel, h.worker_count),
+        "main_runqueue_wait_frac": _runqueue_wait(cpu, sel, None),
         "load_average_1m": _max(cpu, "loadavg_1m", sel),
     }
     out.update(_gpu_state(ctx, gpu))

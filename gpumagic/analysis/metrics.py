@@ -275,14 +275,14 @@ def _kernels(ctx: Context) -> KernelsMetrics:
 
 def fp64_matmul_ns(ctx: Context) -> int:
     """The primary GPU's matmul kernel time in the window in kernels that compute in float64
-    (``names.is_fp64_matmul``: checked on the distinct matmul kernel names only)."""
+    (``names.says_fp64``, checked on the distinct matmul kernel names only)."""
     ev, m = ctx.trace.events, ctx.masks
     rows = np.flatnonzero(kernel_mask(ctx) & m["name_matmul"])
     if not rows.size:
         return 0
     ids = distinct(ev.name[rows])
     fp64 = np.zeros(len(ctx.trace.names), dtype=bool)
-    fp64[ids] = [nm.is_fp64_matmul(ctx.trace.names[i]) for i in ids.tolist()]
+    fp64[ids] = [nm.says_fp64(ctx.trace.names[i]) for i in ids.tolist()]
     return int(ev.dur_ns[rows[fp64[ev.name[rows]]]].sum())
 
 

@@ -192,8 +192,8 @@ _defer(
 #: (``gemv2T_kernel_val<int, int, double, ...>``), the FP64 tensor-core GEMMs of A100 and later
 #: (``d884``/``dmma``, ``xmma_gemm_f64f64_...``), Tensile's double (``Cijk_..._DB_``, ``_ZB_``).
 #: Applied to kernels already classified as matmuls.
-FP64_MATMUL_RE: re.Pattern[str]
-_defer("FP64_MATMUL_RE", r"(?i:dgemm|zgemm|dgemv|zgemv|f64|d884|dmma|\bdouble\b)|_DB_|_ZB_")
+#: Compiled at import, not deferred: the kernel metrics check every trace's matmul kernel names.
+FP64_MATMUL_RE = re.compile(r"(?i:dgemm|zgemm|dgemv|zgemv|f64|d884|dmma|\bdouble\b)|_DB_|_ZB_")
 #: Names that mark a training step: autograd's engine, ``*Backward*`` nodes, optimizer steps
 #: (PyTorch profiler records ``Optimizer.step#AdamW.step``), and backward kernels.
 TRAINING_RE = re.compile(r"(autograd::engine|Backward|_backward|Optimizer\.(step|zero_grad)|optimizer\.step|wgrad|dgrad)")
@@ -250,9 +250,14 @@ def is_tensor_core(name: str) -> bool:
     return bool(_TENSOR_CORE.search(_low(name)))
 
 
+def says_fp64(name: str) -> bool:
+    """The name of a kernel already known to be a matmul says it computes in float64."""
+    return bool(FP64_MATMUL_RE.search(_head(name)))
+
+
 def is_fp64_matmul(name: str) -> bool:
     """A matmul kernel (:func:`is_matmul`) whose name says it computes in float64."""
-    return is_matmul(name) and bool(_compiled("FP64_MATMUL_RE").search(_head(name)))
+    return is_matmul(name) and says_fp64(name)
 
 
 def is_matmul(name: str) -> bool:

@@ -430,6 +430,8 @@ class HostMetrics(Record, frozen=True):
     other_busy_cores: Annotated[float | None, _d("cores other processes used (cores); null under a cgroup CPU quota")] = None
     shared_machine: Annotated[bool | None, _d("other processes used at least half a core and a quarter of the usable cores")] = None
     loader_runqueue_wait_frac: Annotated[float | None, _d("share of the window the loading threads waited for a core (0..1)")] = None
+    main_runqueue_wait_frac: Annotated[float | None, _d("share of the window the main thread was runnable but had no "
+                                                        "core (0..1; /proc schedstat, a gpumagic capture)")] = None
     load_average_1m: Annotated[float | None, _d("highest 1-minute load average in the window (runnable tasks)")] = None
     gpu_other_processes: Annotated[int | None, _d("other compute processes on the primary GPU, most seen (count; NVML)")] = None
     gpu_throttle_reasons: Annotated[list[str] | None, _d("clock slowdown reasons NVML reported in the window")] = None

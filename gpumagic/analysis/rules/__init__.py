@@ -13,6 +13,7 @@ from gpumagic.analysis.rules.chunks import small_transfers
 from gpumagic.analysis.rules.communication import communication_heavy
 from gpumagic.analysis.rules.compile import graph_breaks, recompiles
 from gpumagic.analysis.rules.compute import low_compute_efficiency, too_small_for_gpu
+from gpumagic.analysis.rules.contention import host_contended
 from gpumagic.analysis.rules.cpu import host_cpu_saturated
 from gpumagic.analysis.rules.cpuhalf import cpu_low_precision_slow
 from gpumagic.analysis.rules.dataloader import dataloader_bound
@@ -37,7 +38,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
     model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,
-    frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer,
+    frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer, host_contended,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
