@@ -86,13 +86,25 @@ def fmt_number(x: float | int | str | None) -> str:
     return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
 
 
-def fmt_gain(est_gain: float | None, method: str = "") -> str:
+#: What a gain is a share of: the recorded steps when there are any, else the whole profiled window
+#: (an inference loop, a cell without an optimizer step).
+STEP_TIME, PROFILED_TIME = "step time", "the profiled time"
+
+
+def gain_basis(report) -> str:
+    """:data:`STEP_TIME` for a report with recorded steps, else :data:`PROFILED_TIME`."""
+    steps = getattr(getattr(report, "metrics", None), "steps", None)
+    return STEP_TIME if steps is None or getattr(steps, "count", 0) else PROFILED_TIME
+
+
+def fmt_gain(est_gain: float | None, method: str = "", basis: str = STEP_TIME) -> str:
     """A finding's estimated gain, phrased as what it is: ``"up to 33 % of step time"`` for an
     upper bound, ``"about 33 % of step time (estimate)"`` when its ``gain_method`` says it is an
     estimate from a model (it starts with "estimate"); ``"gain not estimated"`` when the method
     says the trace cannot bound it (it starts with "not estimated": ``graph-breaks``);
     ``"no speed gain estimated"`` for a finding that claims none (``model-on-cpu``,
-    ``memory-pressure``: the method starts with "not" and the gain is 0)."""
+    ``memory-pressure``: the method starts with "not" and the gain is 0). ``basis``: what the
+    share is of (:func:`gain_basis`: "the profiled time" for a report without steps)."""
     if _bad(est_gain):
         return "gain unknown"
     if method.startswith("not estimated"):
@@ -100,16 +112,16 @@ def fmt_gain(est_gain: float | None, method: str = "") -> str:
     if method.startswith("not ") and est_gain == 0:
         return "no speed gain estimated"
     if est_gain < 0.005:
-        return "under 1 % of step time"
+        return f"under 1 % of {basis}"
     if method.startswith("estimate"):
-        return f"about {est_gain * 100:.0f} % of step time (estimate)"
-    return f"up to {est_gain * 100:.0f} % of step time"
+        return f"about {est_gain * 100:.0f} % of {basis} (estimate)"
+    return f"up to {est_gain * 100:.0f} % of {basis}"
 
 
-def fmt_gain_detail(est_gain: float | None, method: str) -> tuple[str, str]:
+def fmt_gain_detail(est_gain: float | None, method: str, basis: str = STEP_TIME) -> tuple[str, str]:
     """(the gain, what it is) for a finding's detail: ``("up to 33 % of step time", "data-loader
     wait ...")`` or ``("about 33 % of step time", "estimate: ...")``: the method names the kind."""
-    text = fmt_gain(est_gain, method).removesuffix(" (estimate)")
+    text = fmt_gain(est_gain, method, basis).removesuffix(" (estimate)")
     return text, method
 
 

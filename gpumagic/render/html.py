@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from gpumagic.render._format import (
     FIX_FLAVOR_LABEL,
     MISSING,
+    STEP_TIME,
     checklist_order,
     evidence_items,
     fmt_bytes,
@@ -29,6 +30,7 @@ from gpumagic.render._format import (
     fmt_number,
     fmt_pct,
     fmt_us,
+    gain_basis,
     severity_label,
     short_kernel_name,
     timeline_origin_ns,
@@ -121,7 +123,7 @@ def header_html(report: Report) -> str:
         callout = (
             f'<div class="gm-top gm-sev-{escape(top.severity)}"><span class="gm-label">Top finding:</span> '
             f"{escape(severity_label(top.severity))} \u00b7 <b>{escape(top.title)}</b> \u2014 "
-            f"{escape(fmt_gain(top.est_gain, top.gain_method))}</div>"
+            f"{escape(fmt_gain(top.est_gain, top.gain_method, gain_basis(report)))}</div>"
         )
     return f"<header><h2>{escape(title_line(report))}</h2><div class=\"gm-facts\">{tiles}</div>{callout}</header>"
 
@@ -136,12 +138,13 @@ def checklist_html(report: Report) -> str:
         return f'<p class="gm-muted">{escape(NO_FINDINGS)}</p>'
     origin = timeline_origin_ns(report)
     anchor = _chart_anchor(report)
+    basis = gain_basis(report)
     items = []
     for i, f in enumerate(report.findings):
         items.append(
             f'<details class="gm-finding gm-sev-{escape(f.severity)}"{" open" if i == 0 else ""}>'
-            f"<summary>{finding_summary_html(f)}</summary>"
-            f'<div class="gm-finding-body">{finding_body_html(f, origin, anchor)}</div></details>'
+            f"<summary>{finding_summary_html(f, basis)}</summary>"
+            f'<div class="gm-finding-body">{finding_body_html(f, origin, anchor, basis)}</div></details>'
         )
         if i == 0 and len(report.findings) > 1:
             n = len(report.findings) - 1
@@ -163,10 +166,10 @@ def _chart_anchor(report: Report) -> str:
     return chart_id(report)
 
 
-def finding_summary_html(f: Finding) -> str:
+def finding_summary_html(f: Finding, basis: str = STEP_TIME) -> str:
     return (
         f'<span class="gm-badge">{escape(severity_label(f.severity))}</span> {escape(f.title)}'
-        f'<span class="gm-gain">\u2014 {escape(fmt_gain(f.est_gain, f.gain_method))}</span>'
+        f'<span class="gm-gain">\u2014 {escape(fmt_gain(f.est_gain, f.gain_method, basis))}</span>'
     )
 
 
@@ -174,7 +177,7 @@ def finding_summary_html(f: Finding) -> str:
 MAX_SHOWN_NUMBERS = 3
 
 
-def finding_body_html(f: Finding, origin_ns: int = 0, anchor: str = "") -> str:
+def finding_body_html(f: Finding, origin_ns: int = 0, anchor: str = "", basis: str = STEP_TIME) -> str:
     """Evidence (summary, at most :data:`MAX_SHOWN_NUMBERS` numbers and the windows, the rest behind
     a "more" disclosure), why, estimated gain, the fixes as code, diagnostic snippets (labelled,
     after the fixes), and a link. ``anchor``: the id of the timeline chart the windows link into
@@ -192,7 +195,7 @@ def finding_body_html(f: Finding, origin_ns: int = 0, anchor: str = "") -> str:
         _windows_html(f, origin_ns, anchor),
         more,
         f'<p><span class="gm-label">Why it matters:</span> {escape(f.why)}</p>',
-        f'<p><span class="gm-label">Estimated gain:</span> {escape(fmt_gain_detail(f.est_gain, f.gain_method)[0])}'
+        f'<p><span class="gm-label">Estimated gain:</span> {escape(fmt_gain_detail(f.est_gain, f.gain_method, basis)[0])}'
         f' <span class="gm-muted">({escape(f.gain_method)})</span></p>',
         "".join(_fix_html(fix) for fix in fixes),
         "".join(_fix_html(fix, "Diagnostic") for fix in diagnostics),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpumagic.render._format import MISSING, fmt_gain, fmt_ms, fmt_pct, severity_label
+from gpumagic.render._format import MISSING, fmt_gain, fmt_ms, fmt_pct, gain_basis, severity_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.metrics import Metrics
@@ -53,7 +53,8 @@ def header_facts(report: Report) -> list[Fact]:
         saved = ("under 1 %" if report.combined_gain < 0.005 else
                  f"about {fmt_pct(report.combined_gain)} (estimate)" if estimate else f"up to {fmt_pct(report.combined_gain)}")
         facts.append(Fact("Fixing all could save", saved,
-                          "estimated share of step time saved by fixing every finding together, overlapping time counted once"))
+                          f"estimated share of {gain_basis(report)} saved by fixing every finding together, overlapping "
+                          "time counted once"))
     shared = shared_machine_fact(m)
     if shared is not None:
         facts.append(shared)
@@ -124,7 +125,8 @@ def top_finding_line(report: Report) -> str:
     f = top_finding(report)
     if f is None:
         return NO_FINDINGS
-    return f"Top finding: {severity_label(f.severity)} \u00b7 {f.title} \u2014 {fmt_gain(f.est_gain, f.gain_method)}"
+    return (f"Top finding: {severity_label(f.severity)} \u00b7 {f.title} \u2014 "
+            f"{fmt_gain(f.est_gain, f.gain_method, gain_basis(report))}")
 
 
 def title_line(report: Report) -> str:

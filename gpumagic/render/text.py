@@ -21,6 +21,7 @@ from gpumagic.render._format import (
     MISSING,
     SEVERITY_BADGE,
     STAGES_NOTE,
+    STEP_TIME,
     checklist_order,
     evidence_items,
     fmt_bytes,
@@ -30,6 +31,7 @@ from gpumagic.render._format import (
     fmt_number,
     fmt_pct,
     fmt_us,
+    gain_basis,
     loader_stage_rows,
     path_shares,
     phase_medians,
@@ -91,7 +93,8 @@ def _header(report: Report, width: int = 100) -> str:
         facts[-1] = f"{facts[-1]} \u00b7 {item}" if facts[-1] else item
     top = top_finding(report)
     line = NO_FINDINGS if top is None else (
-        f"Top finding: {SEVERITY_BADGE[top.severity].strip()} {printable(top.title)} \u2014 {fmt_gain(top.est_gain, top.gain_method)}")
+        f"Top finding: {SEVERITY_BADGE[top.severity].strip()} {printable(top.title)} \u2014 "
+        f"{fmt_gain(top.est_gain, top.gain_method, gain_basis(report))}")
     return "\n".join([*title, *(wrapped for f in facts for wrapped in wrap(printable(f), width)), *wrap(line, width, subsequent="  ")])
 
 
@@ -103,13 +106,13 @@ def _checklist(report: Report, width: int) -> str:
     lines = [f"CHECKLIST ({order.replace('biggest gain', 'biggest estimated gain')})"]
     for i, f in enumerate(report.findings, 1):
         lines.append("")
-        lines += _finding(i, f, width, origin)
+        lines += _finding(i, f, width, origin, gain_basis(report))
     return "\n".join(lines)
 
 
-def _finding(i: int, f: Finding, width: int, origin_ns: int) -> list[str]:
+def _finding(i: int, f: Finding, width: int, origin_ns: int, basis: str = STEP_TIME) -> list[str]:
     out = wrap(f"{i}. {SEVERITY_BADGE[f.severity]} {printable(f.title)}  ({printable(f.id)})", width, subsequent=INDENT)
-    out += _para("Gain:", "{} ({})".format(*fmt_gain_detail(f.est_gain, f.gain_method)), width)
+    out += _para("Gain:", "{} ({})".format(*fmt_gain_detail(f.est_gain, f.gain_method, basis)), width)
     out += _para("Evidence:", f.evidence.summary, width)
     if f.evidence.numbers:
         out += _para("Numbers:", " \u00b7 ".join(f"{label}: {value}" for label, value in evidence_items(f.evidence.numbers)), width)

@@ -24,7 +24,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from gpumagic.render import html as h
-from gpumagic.render._format import fmt_gain, fmt_ms, severity_label
+from gpumagic.render._format import STEP_TIME, fmt_gain, fmt_ms, gain_basis, severity_label
 from gpumagic.render.breakdown import breakdown_html
 from gpumagic.render.conditions import conditions_html
 from gpumagic.render.layout import step_label
@@ -337,7 +337,7 @@ def _checklist(w, report: Report, show=None) -> ipywidgets.Widget:
     items = []
     for f in report.findings:
         body = w.HTML(value=h.wrap(f'<div class="gm-finding-body gm-finding gm-sev-{escape(f.severity)}">'
-                                   f"{h.finding_body_html(f, origin)}</div>", style=False, framed=False))
+                                   f"{h.finding_body_html(f, origin, basis=gain_basis(report))}</div>", style=False, framed=False))
         if show is None or not f.evidence.windows or report.trace is None:
             items.append(body)
             continue
@@ -345,13 +345,13 @@ def _checklist(w, report: Report, show=None) -> ipywidgets.Widget:
                           layout=w.Layout(width="auto"))
         button.on_click(lambda _b, fid=f.id: show(fid))
         items.append(w.VBox([body, button]))
-    titles = [finding_title(f) for f in report.findings]
+    titles = [finding_title(f, gain_basis(report)) for f in report.findings]
     return w.Accordion(children=items, titles=titles, selected_index=0)
 
 
-def finding_title(f) -> str:
+def finding_title(f, basis: str = STEP_TIME) -> str:
     """Accordion title: ``'✖ High · The training loop waits for the data loader — up to 33 % …'``."""
-    return f"{severity_label(f.severity)} \u00b7 {f.title} \u2014 {fmt_gain(f.est_gain, f.gain_method)}"
+    return f"{severity_label(f.severity)} \u00b7 {f.title} \u2014 {fmt_gain(f.est_gain, f.gain_method, basis)}"
 
 
 def step_options(report: Report) -> list[tuple[str, int]]:

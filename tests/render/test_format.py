@@ -107,3 +107,23 @@ def test_a_window_never_reads_as_two_equal_ends():
     assert fmt_span_ms(120.31, 131.0) == "120.3–131.0 ms"
     assert fmt_span_ms(71.099, 71.1) == "71.10 ms for 1 µs"
     assert fmt_span_ms(1.0, 1.04) == "1.00 ms for 40 µs"
+
+
+def test_a_report_without_steps_says_what_its_gains_are_a_share_of():
+    """A gain is a share of the window: the recorded steps when there are any ("of step time"), else
+    the whole profiled window (an inference loop, a vLLM engine trace: "of the profiled time")."""
+    import os
+
+    from tracebuilder import DATA
+
+    from gpumagic import analyze
+    from gpumagic.render._format import PROFILED_TIME, STEP_TIME, fmt_gain, gain_basis
+
+    assert fmt_gain(0.25, "x", PROFILED_TIME) == "up to 25 % of the profiled time"
+    assert fmt_gain(0.25, "estimate: y") == "about 25 % of step time (estimate)"
+    none = analyze(os.path.join(DATA, "mi300_vllm_decode_fullgraph_capture.json.gz"))
+    some = analyze(os.path.join(DATA, "resnet50_v100_workers0.json.gz"))
+    assert none.metrics.steps.count == 0 and gain_basis(none) == PROFILED_TIME and gain_basis(some) == STEP_TIME
+    for text in (none.to_text(), none.to_html()):
+        assert "of the profiled time" in text and "of step time" not in text
+    assert "of step time" in some.to_text() and "of the profiled time" not in some.to_text()
