@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpumagic.analysis import everystep
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import segments as sg
 from gpumagic.analysis.context import Context
@@ -60,6 +61,12 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
     if "graph_capture" in shares and serving:
         fixes.append(pytorch("A serving engine captures its graphs once at start-up: profile after capture, "
                              "on requests being served", SERVING_CODE, diagnostic=True))
+    if "cold_start" in shares and _compiled_before(ctx, seg):
+        fixes.append(pytorch("Record more steps: this code was compiled before the profiler started (no "
+                             "compilation in the cell), and compiled code's first call under a newly started "
+                             "profiler is slow anyway (benchmarks/profiler_aftermath.py: about 100 ms for a 2 ms "
+                             "step): a cost of profiling that skipping steps does not avoid, only dilutes",
+                             PROFILER_START_CODE))
     if "cold_start" in shares or "one_off_host" in shares:
         fixes.append(pytorch("Nothing to fix in the code for context creation, lazy loading or imports: they "
                              "happen once. Start recording later, after a few steps", SKIP_CODE))
@@ -83,6 +90,22 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
         fixes=tuple(fixes),
         doc_url=DOC,
     )
+
+
+#: Compiled code's cold start under the profiler: record more steps, so that the one slow call is a
+#: small part of the window.
+PROFILER_START_CODE = "%%gpuprofile --steps 20"
+COMPILED_REGION = "Torch-Compiled Region"
+
+
+def _compiled_before(ctx: Context, seg: sg.Segments) -> bool:
+    """The cold start's evidence is a compiled region's first call, and the step timer (a gpumagic
+    capture) saw no compilation in the cell: the code compiled before the profiler started, and
+    the slow first call is the profiler's start (``benchmarks/profiler_aftermath.py``)."""
+    if not any(COMPILED_REGION in e for s in seg.items if s.kind == "cold_start" for e in s.evidence):
+        return False
+    block = everystep.read(ctx.trace.meta.get("every_step"), [])
+    return block is not None and not any(e["kind"] == "compile" for e in block["events"])
 
 
 def _one_off_costs(ctx: Context) -> str:
