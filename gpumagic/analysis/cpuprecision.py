@@ -115,12 +115,12 @@ def _find(ctx: Context) -> LowPrecision:
     compute = ctx.intervals(family)
     evidence = np.flatnonzero(ops & ctx.trace.name_ids(lambda n: n in CAST_EVIDENCE_OPS)[ev.name])
     casts = np.flatnonzero(ops & ctx.trace.name_ids(lambda n: n in CASTS)[ev.name])
-    return LowPrecision(autocast_calls=_holders(ev, evidence, casts), typed_calls=_typed(ctx),
+    return LowPrecision(autocast_calls=holders(ev, evidence, casts), typed_calls=_typed(ctx),
                         compute_ns=iv.total(compute), compute=compute, ops_ns=iv.total(ctx.intervals(ops)),
                         slow_conv_calls=int((ops & ctx.trace.name_ids(lambda n: n in SLOW_CONV)[ev.name]).sum()))
 
 
-def _holders(ev: EventTable, calls: np.ndarray, casts: np.ndarray) -> int:
+def holders(ev: EventTable, calls: np.ndarray, casts: np.ndarray) -> int:
     """How many of ``calls`` hold at least one of ``casts`` (same thread, the cast starting
     inside the call). Calls on a thread nest: in (thread, start) order, a cast is inside some
     call iff the largest end among the calls started before it lies after its start, and the

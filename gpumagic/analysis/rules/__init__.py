@@ -7,6 +7,7 @@ false positives.
 
 from __future__ import annotations
 
+from gpumagic.analysis.rules.anomaly import anomaly_detection_on
 from gpumagic.analysis.rules.base import RULES, Rule
 from gpumagic.analysis.rules.checkpoints import frequent_checkpoints
 from gpumagic.analysis.rules.chunks import small_transfers
@@ -38,7 +39,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
     model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,
-    frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer, host_contended,
+    frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer, host_contended, anomaly_detection_on,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)

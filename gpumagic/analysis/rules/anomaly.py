@@ -1,0 +1,82 @@
+"""``anomaly-detection-on``: autograd's anomaly mode, a debugging switch, left on while training."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.cpuprecision import holders
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
+
+#: The autograd engine's spans: one per backward node it evaluates.
+EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
+#: What anomaly mode's NaN check runs on each output of a backward node (``torch/csrc/autograd/
+#: engine.cpp``, ``validate_outputs``/``call_function``: ``isnan(output).any().item()`` when
+#: ``AnomalyMode::should_check_nan()``): ``aten::isnan`` inside the node's span.
+CHECK = "aten::isnan"
+CHECK_CHAIN = frozenset({"aten::isnan", "aten::any", "aten::item"})
+#: Nodes with outputs to check: every evaluated node but gradient accumulation into a leaf.
+LEAF_NODE = "AccumulateGrad"
+#: At least this many checked nodes, and at least this share of the nodes with outputs: a user's
+#: own ``torch.isnan`` in one custom backward is not the mode.
+MIN_CHECKED = 4
+MIN_CHECKED_SHARE = 0.5
+DOC = "https://pytorch.org/docs/stable/autograd.html#anomaly-detection"
+#: benchmarks/anomaly_mode.py on this project's 2-core machine, alternated rounds.
+MEASURED = ("benchmarks/anomaly_mode.py: a CPU MLP step took 2.5x as long with anomaly mode on, 0.61 saved by "
+            "turning it off, where its NaN checks took 0.20 of the profiled window")
+
+
+@rule("anomaly-detection-on")
+def anomaly_detection_on(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: the autograd engine's spans (``autograd::engine::evaluate_function: …``) hold
+    ``aten::isnan`` calls — anomaly mode's NaN check of every backward output — in ≥ 4 of them and
+    ≥ half of those that have outputs (all but ``AccumulateGrad``). Any device: on a GPU each check
+    reads a value on the host (``.item()``), a sync per backward node. Gain, an estimate that runs
+    low: the check chain's time (``isnan``, ``any``, ``item`` inside those spans) in the window;
+    the mode also records a Python stack trace for every forward operator, which no operator
+    span shows (measured in ``benchmarks/anomaly_mode.py``). Fix: turn it off; PyTorch's docs
+    say the mode is for debugging only. False positives: a custom backward that tests its own
+    outputs for NaN in most nodes."""
+    ev, msk = ctx.trace.events, ctx.masks
+    ops = ctx.events_in_window(msk["cpu_op"] & msk["host"])
+    evaluate = ctx.host_name_ids(lambda n: n.startswith(EVALUATE_PREFIX))[ev.name] & ops
+    leaf = ctx.host_name_ids(lambda n: n.startswith(EVALUATE_PREFIX) and LEAF_NODE in n)[ev.name]
+    nodes = np.flatnonzero(evaluate & ~leaf)
+    checks = np.flatnonzero(ops & ctx.host_name_ids(lambda n: n == CHECK)[ev.name])
+    if nodes.size == 0 or checks.size < MIN_CHECKED:
+        return None
+    checked = holders(ev, nodes, checks)
+    if checked < MIN_CHECKED or checked < MIN_CHECKED_SHARE * nodes.size:
+        return None
+    spans = ctx.intervals(ops & ctx.host_name_ids(CHECK_CHAIN.__contains__)[ev.name])
+    inside = iv.intersect(spans, ctx.intervals(evaluate))
+    gain = ctx.frac(iv.total(inside))
+    gpu = ctx.device >= 0
+    return finding(
+        severity=severity_for(gain),
+        title="Autograd's anomaly detection is on: every backward step is checked for NaN",
+        why="""torch.autograd.set_detect_anomaly(True), or a detect_anomaly() block, makes the backward pass test
+        every output of every node for NaN and makes the forward pass record a Python stack trace for every
+        operator, so that an error can name the line that caused it. PyTorch's documentation says the mode is for
+        debugging only: it slows the program down."""
+            + (" On a GPU each check reads its answer on the host: one sync per backward node." if gpu else ""),
+        summary=(f"{checked} of {nodes.size} backward nodes with outputs ran anomaly mode's NaN check "
+                 f"({checks.size} isnan calls); the checks take {pct(gain)} of the window."),
+        numbers={"checked_nodes": checked, "backward_nodes": int(nodes.size), "isnan_calls": int(checks.size),
+                 "check_frac": round(gain, 4)},
+        windows=windows(*inside, "cpu", label="NaN check"),
+        est_gain=gain,
+        gain_method=("estimate that runs low: the NaN checks' time inside the backward pass (isnan, any, item); "
+                     f"the forward's stack traces add more, unseen as operators ({MEASURED})"),
+        fixes=(pytorch("Turn anomaly detection off outside debugging (remove the call, or the detect_anomaly() "
+                       "block around the loop)", "torch.autograd.set_detect_anomaly(False)   # on only to find a NaN's "
+                       "origin, then off"),),
+        doc_url=DOC,
+    )
+
+
+__all__ = ["anomaly_detection_on"]
