@@ -61,13 +61,17 @@ def test_fix_runs_on_cpu(code, tmp_path, monkeypatch):
     precision = torch.backends.cuda.matmul.fp32_precision
     threads = torch.get_num_threads()
     torch.set_num_threads(SENTINEL_THREADS)  # a fix that sets the thread count changes it from this
+    anomaly = "set_detect_anomaly" in code   # a fix that turns anomaly mode off: on before it, to see it change
+    torch.autograd.set_detect_anomaly(anomaly)
     frozen = gc.get_freeze_count()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # pin_memory=True without an accelerator warns
             ck.run(code, ns, "cpu")
-        changed = precision != torch.backends.cuda.matmul.fp32_precision or torch.get_num_threads() != SENTINEL_THREADS
+        changed = (precision != torch.backends.cuda.matmul.fp32_precision or torch.get_num_threads() != SENTINEL_THREADS
+                   or torch.is_anomaly_enabled() != anomaly)
     finally:
+        torch.autograd.set_detect_anomaly(False)  # the test process never keeps the mode on
         torch.backends.cuda.matmul.fp32_precision = precision
         torch.set_num_threads(threads)  # a set_num_threads fix: the test process keeps its threads
         if gc.get_freeze_count() > frozen:  # a gc.freeze() fix: the test process keeps collecting
