@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from gpumagic.analysis import intervals as iv
@@ -30,17 +32,24 @@ MEASURED = ("benchmarks/anomaly_mode.py: a CPU MLP step took 2.5x as long with a
             "turning it off, where its NaN checks took 0.20 of the profiled window")
 
 
-@rule("anomaly-detection-on")
-def anomaly_detection_on(ctx: Context, m: Metrics) -> Finding | None:
-    """Signal: the autograd engine's spans (``autograd::engine::evaluate_function: …``) hold
-    ``aten::isnan`` calls — anomaly mode's NaN check of every backward output — in ≥ 4 of them and
-    ≥ half of those that have outputs (all but ``AccumulateGrad``). Any device: on a GPU each check
-    reads a value on the host (``.item()``), a sync per backward node. Gain, an estimate that runs
-    low: the check chain's time (``isnan``, ``any``, ``item`` inside those spans) in the window;
-    the mode also records a Python stack trace for every forward operator, which no operator
-    span shows (measured in ``benchmarks/anomaly_mode.py``). Fix: turn it off; PyTorch's docs
-    say the mode is for debugging only. False positives: a custom backward that tests its own
-    outputs for NaN in most nodes."""
+@dataclass(frozen=True)
+class AnomalyChecks:
+    checked: int  # backward nodes holding a NaN check
+    nodes: int  # backward nodes with outputs (all but AccumulateGrad)
+    isnan_calls: int
+    spans: iv.Intervals  # the check chain's time inside the nodes' spans
+
+
+def anomaly_checks(ctx: Context) -> AnomalyChecks | None:
+    """Anomaly mode's NaN checks in the window, when they show the mode (see the rule); None
+    otherwise. ``host-sync`` leaves the syncs inside them to this finding."""
+    found = ctx.cache.get("anomaly_checks", False)
+    if found is False:
+        found = ctx.cache["anomaly_checks"] = _find(ctx)
+    return found
+
+
+def _find(ctx: Context) -> AnomalyChecks | None:
     ev, msk = ctx.trace.events, ctx.masks
     ops = ctx.events_in_window(msk["cpu_op"] & msk["host"])
     evaluate = ctx.host_name_ids(lambda n: n.startswith(EVALUATE_PREFIX))[ev.name] & ops
@@ -53,7 +62,24 @@ def anomaly_detection_on(ctx: Context, m: Metrics) -> Finding | None:
     if checked < MIN_CHECKED or checked < MIN_CHECKED_SHARE * nodes.size:
         return None
     spans = ctx.intervals(ops & ctx.host_name_ids(CHECK_CHAIN.__contains__)[ev.name])
-    inside = iv.intersect(spans, ctx.intervals(evaluate))
+    return AnomalyChecks(checked, int(nodes.size), int(checks.size), iv.intersect(spans, ctx.intervals(evaluate)))
+
+
+@rule("anomaly-detection-on")
+def anomaly_detection_on(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: the autograd engine's spans (``autograd::engine::evaluate_function: …``) hold
+    ``aten::isnan`` calls — anomaly mode's NaN check of every backward output — in ≥ 4 of them and
+    ≥ half of those that have outputs (all but ``AccumulateGrad``). Any device: on a GPU each check
+    reads a value on the host (``.item()``), a sync per backward node. Gain, an estimate that runs
+    low: the check chain's time (``isnan``, ``any``, ``item`` inside those spans) in the window;
+    the mode also records a Python stack trace for every forward operator, which no operator
+    span shows (measured in ``benchmarks/anomaly_mode.py``). Fix: turn it off; PyTorch's docs
+    say the mode is for debugging only. False positives: a custom backward that tests its own
+    outputs for NaN in most nodes."""
+    found = anomaly_checks(ctx)
+    if found is None:
+        return None
+    checked, nodes, calls, inside = found.checked, found.nodes, found.isnan_calls, found.spans
     gain = ctx.frac(iv.total(inside))
     gpu = ctx.device >= 0
     return finding(
@@ -64,9 +90,9 @@ def anomaly_detection_on(ctx: Context, m: Metrics) -> Finding | None:
         operator, so that an error can name the line that caused it. PyTorch's documentation says the mode is for
         debugging only: it slows the program down."""
             + (" On a GPU each check reads its answer on the host: one sync per backward node." if gpu else ""),
-        summary=(f"{checked} of {nodes.size} backward nodes with outputs ran anomaly mode's NaN check "
-                 f"({checks.size} isnan calls); the checks take {pct(gain)} of the window."),
-        numbers={"checked_nodes": checked, "backward_nodes": int(nodes.size), "isnan_calls": int(checks.size),
+        summary=(f"{checked} of {nodes} backward nodes with outputs ran anomaly mode's NaN check "
+                 f"({calls} isnan calls); the checks take {pct(gain)} of the window."),
+        numbers={"checked_nodes": checked, "backward_nodes": nodes, "isnan_calls": calls,
                  "check_frac": round(gain, 4)},
         windows=windows(*inside, "cpu", label="NaN check"),
         est_gain=gain,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import cap_by_critical_path, harmful_syncs
+from gpumagic.analysis.rules.anomaly import anomaly_checks
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.report.metrics import Metrics, SyncMetrics
 from gpumagic.report.model import Finding
@@ -44,7 +45,7 @@ def host_sync(ctx: Context, m: Metrics) -> Finding | None:
     harm, starved = harmful_syncs(ctx)
     starved_ns = iv.total(starved)
     frac = ctx.frac(starved_ns)
-    if harm.size == 0 or harmful_frac < BLOCKED_FRAC or starved_ns <= 0:
+    if harm.size == 0 or harmful_frac < BLOCKED_FRAC or starved_ns <= 0 or _anomaly_mode_syncs(ctx, harm):
         return None
     ops = ", ".join(f"{n} ×{c}" for n, c in sorted(s.sync_ops.items(), key=lambda kv: -kv[1])[:3])
     return finding(
@@ -95,3 +96,20 @@ def _top_sync(s: SyncMetrics) -> str:
     """The sync call that blocked longest, e.g. ``cudaStreamSynchronize ×75``."""
     name, row = max(s.by_name.items(), key=lambda kv: kv[1].blocked_ms)
     return f"{name} ×{row.count}"
+
+
+#: The harmful syncs are anomaly mode's when at least this share of their time lies inside its
+#: NaN checks: ``anomaly-detection-on`` then tells the fix (turn the mode off), not this rule's
+#: "read values rarely".
+ANOMALY_SHARE = 0.5
+
+
+def _anomaly_mode_syncs(ctx: Context, harm) -> bool:
+    checks = anomaly_checks(ctx)
+    if checks is None:
+        return False
+    ev = ctx.trace.events
+    start = ev.ts_ns[harm]
+    end = start + ev.dur_ns[harm]
+    inside = float(iv.measure_in(checks.spans, start, end).sum())
+    return inside >= ANOMALY_SHARE * float((end - start).sum())
