@@ -15,9 +15,11 @@ from gpumagic.report.model import Finding
 
 #: The autograd engine's spans: one per backward node it evaluates.
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
-#: What anomaly mode's NaN check runs on each output of a backward node (``torch/csrc/autograd/
-#: engine.cpp``, ``validate_outputs``/``call_function``: ``isnan(output).any().item()`` when
-#: ``AnomalyMode::should_check_nan()``): ``aten::isnan`` inside the node's span.
+#: What anomaly mode's NaN check runs on each output of a backward node (the autograd engine,
+#: ``torch/csrc/autograd/engine.cpp``, when ``AnomalyMode::should_check_nan()``; recorded here as
+#: ``aten::isnan``, then ``aten::_is_any_true`` around ``aten::any``, then ``aten::item``, inside the
+#: node's span): ``aten::isnan`` marks it. Its error, "Function '…' returned nan values in its 0th
+#: output", is the one users meet.
 CHECK = "aten::isnan"
 CHECK_CHAIN = frozenset({"aten::isnan", "aten::any", "aten::item"})
 #: Nodes with outputs to check: every evaluated node but gradient accumulation into a leaf.
@@ -43,9 +45,9 @@ class AnomalyChecks:
 def anomaly_checks(ctx: Context) -> AnomalyChecks | None:
     """Anomaly mode's NaN checks in the window, when they show the mode (see the rule); None
     otherwise. ``host-sync`` leaves the syncs inside them to this finding."""
-    found = ctx.cache.get("anomaly_checks", False)
-    if found is False:
-        found = ctx.cache["anomaly_checks"] = _find(ctx)
+    if "anomaly_checks" not in ctx.cache:
+        ctx.cache["anomaly_checks"] = _find(ctx)
+    found: AnomalyChecks | None = ctx.cache["anomaly_checks"]
     return found
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import cap_by_critical_path, harmful_syncs
@@ -104,7 +106,7 @@ def _top_sync(s: SyncMetrics) -> str:
 ANOMALY_SHARE = 0.5
 
 
-def _anomaly_mode_syncs(ctx: Context, harm) -> bool:
+def _anomaly_mode_syncs(ctx: Context, harm: np.ndarray) -> bool:
     checks = anomaly_checks(ctx)
     if checks is None:
         return False
