@@ -74,8 +74,8 @@ def anomaly_detection_on(ctx: Context, m: Metrics) -> Finding | None:
     ≥ half of those that have outputs (all but ``AccumulateGrad``). Any device: on a GPU each check
     reads a value on the host (``.item()``), a sync per backward node. Gain, an estimate that runs
     low: the check chain's time (``isnan``, ``any``, ``item`` inside those spans) in the window;
-    the mode also records a Python stack trace for every forward operator, which no operator
-    span shows (measured in ``benchmarks/anomaly_mode.py``). Fix: turn it off; PyTorch's docs
+    the mode also records a Python stack trace for every forward operation that builds the
+    backward graph, which no operator span shows (measured in ``benchmarks/anomaly_mode.py``). Fix: turn it off; PyTorch's docs
     say the mode is for debugging only. False positives: a custom backward that tests its own
     outputs for NaN in most nodes."""
     found = anomaly_checks(ctx)
@@ -89,8 +89,8 @@ def anomaly_detection_on(ctx: Context, m: Metrics) -> Finding | None:
         title="Autograd's anomaly detection is on: every backward step is checked for NaN",
         why="""torch.autograd.set_detect_anomaly(True), or a detect_anomaly() block, makes the backward pass test
         every output of every node for NaN and makes the forward pass record a Python stack trace for every
-        operator, so that an error can name the line that caused it. PyTorch's documentation says the mode is for
-        debugging only: it slows the program down."""
+        operation it adds to the backward graph, so that an error can name the line that caused it. PyTorch's
+        documentation says the mode should be enabled only for debugging: its checks slow the program down."""
             + (" On a GPU each check reads its answer on the host: one sync per backward node." if gpu else ""),
         summary=(f"{checked} of {nodes} backward nodes with outputs ran anomaly mode's NaN check "
                  f"({calls} isnan calls); the checks take {pct(gain)} of the window."),
