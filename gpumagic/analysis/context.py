@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -17,6 +17,8 @@ from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.trace.model import GPU_KINDS, LAUNCH_KINDS, DeviceInfo, Kind, Trace
+
+T = TypeVar("T")
 
 #: A GPU gap shorter than this, whose next kernel was already queued, is launch latency
 #: ("kernel wait"). HTA's ``consecutive_kernel_delay`` default is 30 in trace units (µs in its
@@ -155,6 +157,14 @@ class Context:
     launch_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per event: row of the launch that enqueued it (-1)
     gpu_lanes: frozenset = frozenset()  # host lanes that drive the GPU: the main one and launchers
     cache: dict = field(default_factory=dict)  # facts several rules derive (e.g. sync costs)
+
+    def memo(self, key: str, make: Callable[[Context], T]) -> T:
+        """``make(self)``, computed once per context under ``key`` in :attr:`cache` (None included):
+        a fact several rules and metrics read."""
+        if key not in self.cache:
+            self.cache[key] = make(self)
+        found: T = self.cache[key]
+        return found
 
     @property
     def window_ns(self) -> int:

@@ -102,10 +102,7 @@ class LowPrecision:
 
 def low_precision(ctx: Context) -> LowPrecision:
     """The window's 16-bit matrix operators on the host (computed once per context)."""
-    found = ctx.cache.get("cpu_low_precision")
-    if found is None:
-        found = ctx.cache["cpu_low_precision"] = _find(ctx)
-    return found
+    return ctx.memo("cpu_low_precision", _find)
 
 
 def _find(ctx: Context) -> LowPrecision:

@@ -42,10 +42,7 @@ class WorkerStarts:
 def worker_starts(ctx: Context) -> WorkerStarts:
     """The window's worker restarts (computed once per context): starts after a batch of the same
     thread; the loop's first start is the one persistent workers keep."""
-    found = ctx.cache.get("worker_starts")
-    if found is None:
-        found = ctx.cache["worker_starts"] = _find(ctx)
-    return found
+    return ctx.memo("worker_starts", _find)
 
 
 def _find(ctx: Context) -> WorkerStarts:

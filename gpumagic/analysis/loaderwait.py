@@ -54,10 +54,7 @@ class LoaderWait:
 
 
 def loader_wait(ctx: Context) -> LoaderWait:
-    if "loader_wait" not in ctx.cache:
-        ctx.cache["loader_wait"] = _loader_wait(ctx)
-    found: LoaderWait = ctx.cache["loader_wait"]
-    return found
+    return ctx.memo("loader_wait", _loader_wait)
 
 
 def _loader_wait(ctx: Context) -> LoaderWait:

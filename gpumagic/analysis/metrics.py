@@ -269,21 +269,18 @@ def _kernels(ctx: Context) -> KernelsMetrics:
                           tensor_core_ms=_ms(dur[m["name_tensor_core"][k]].sum()),
                           matmul_ms=_ms(dur[m["name_matmul"][k]].sum()),
                           matmul_tensor_core_ms=_ms(dur[(m["name_matmul"] & m["name_tensor_core"])[k]].sum()),
-                          matmul_fp64_ms=_ms(fp64_matmul_ns(ctx)),
+                          matmul_fp64_ms=_ms(fp64_matmul_ns(ctx.trace.names, ev.name[k], dur, m["name_matmul"][k])),
                           short_kernel_us=SHORT_KERNEL_NS / 1000, graph_frac=graph_frac(ctx), top=top)
 
 
-def fp64_matmul_ns(ctx: Context) -> int:
-    """The primary GPU's matmul kernel time in the window in kernels that compute in float64
-    (``names.says_fp64``, checked on the distinct matmul kernel names only)."""
-    ev, m = ctx.trace.events, ctx.masks
-    rows = np.flatnonzero(kernel_mask(ctx) & m["name_matmul"])
-    if not rows.size:
-        return 0
-    ids = distinct(ev.name[rows])
-    fp64 = np.zeros(len(ctx.trace.names), dtype=bool)
-    fp64[ids] = [nm.says_fp64(ctx.trace.names[i]) for i in ids.tolist()]
-    return int(ev.dur_ns[rows[fp64[ev.name[rows]]]].sum())
+def fp64_matmul_ns(names: list[str], ids: np.ndarray, dur: np.ndarray, matmul: np.ndarray) -> int:
+    """Of the kernels named ``ids`` (lasting ``dur``, ``matmul`` where they are matmuls: the
+    window's kernels on the primary GPU), the time of the matmuls that compute in float64
+    (``names.says_fp64``, checked once per distinct matmul name)."""
+    mm = distinct(ids[matmul])
+    fp64 = np.zeros(len(names), dtype=bool)
+    fp64[mm] = [nm.says_fp64(names[i]) for i in mm.tolist()]
+    return int(dur[fp64[ids]].sum())
 
 
 def graph_frac(ctx: Context) -> float | None:

@@ -52,10 +52,7 @@ class OptimizerSteps:
 
 def optimizer_steps(ctx: Context) -> OptimizerSteps:
     """The window's optimizer steps (computed once per context)."""
-    found = ctx.cache.get("optimizer_steps")
-    if found is None:
-        found = ctx.cache["optimizer_steps"] = _find(ctx)
-    return found
+    return ctx.memo("optimizer_steps", _find)
 
 
 def _find(ctx: Context) -> OptimizerSteps:

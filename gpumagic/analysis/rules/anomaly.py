@@ -45,10 +45,7 @@ class AnomalyChecks:
 def anomaly_checks(ctx: Context) -> AnomalyChecks | None:
     """Anomaly mode's NaN checks in the window, when they show the mode (see the rule); None
     otherwise. ``host-sync`` leaves the syncs inside them to this finding."""
-    if "anomaly_checks" not in ctx.cache:
-        ctx.cache["anomaly_checks"] = _find(ctx)
-    found: AnomalyChecks | None = ctx.cache["anomaly_checks"]
-    return found
+    return ctx.memo("anomaly_checks", _find)
 
 
 def _find(ctx: Context) -> AnomalyChecks | None:

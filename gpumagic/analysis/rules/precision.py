@@ -122,16 +122,14 @@ def _float64(ctx: Context, m: Metrics) -> Finding:
     """Matmuls in double precision: cast to float32 first (autocast ignores float64 tensors)."""
     k = m.kernels
     fp64 = k.matmul_fp64_ms
-    gain = ctx.frac(fp64 * 1e6)
     critical = critical_matmul_ns(ctx)
-    capped = critical is not None and critical < fp64 * 1e6
-    if capped and critical is not None:
-        gain = ctx.frac(critical)
+    cap = critical if critical is not None and critical < fp64 * 1e6 else None
+    gain = ctx.frac(fp64 * 1e6 if cap is None else cap)
     method = ("upper bound: the float64 matmul kernels' share of the window (float32 cannot take more than "
               "their time; the datasheet ratio of FP32 to FP64 peaks ranges from 2× on data-centre GPUs to 64× "
               "on consumer ones)")
-    if capped and critical is not None:
-        method += (f"; capped at the {critical / 1e6:.1f} ms of matmul kernels after which the next GPU work was "
+    if cap is not None:
+        method += (f"; capped at the {cap / 1e6:.1f} ms of matmul kernels after which the next GPU work was "
                    "already queued")
     info = ctx.device_info
     gpu = (info.name if info is not None else "") or "GPU"
