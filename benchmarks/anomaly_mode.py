@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 import torch
+from steptime import mean_ms
 
 import gpumagic
 
@@ -56,11 +56,7 @@ def timed(step, anomaly: bool, steps: int) -> float:
     """Mean time per step (ms) with anomaly mode ``anomaly``."""
     torch.autograd.set_detect_anomaly(anomaly)
     try:
-        step()
-        t = time.perf_counter()
-        for _ in range(steps):
-            step()
-        return (time.perf_counter() - t) / steps * 1e3
+        return mean_ms(step, steps)
     finally:
         torch.autograd.set_detect_anomaly(False)
 

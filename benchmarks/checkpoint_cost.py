@@ -20,9 +20,9 @@ import argparse
 import os
 import statistics
 import tempfile
-import time
 
 import torch
+from steptime import mean_ms
 
 import gpumagic
 
@@ -56,12 +56,7 @@ def profiled(folder: str, path: str | None = None):
 
 def timed(folder: str, every: int, steps: int) -> float:
     """Mean time per step (ms) of the plain loop saving every ``every`` steps."""
-    step = _loop(folder, every)
-    step()
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - t) / steps * 1e3
+    return mean_ms(_loop(folder, every), steps)
 
 
 def main() -> None:

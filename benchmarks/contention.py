@@ -26,6 +26,7 @@ import sys
 import time
 
 import torch
+from steptime import mean_ms
 
 import gpumagic
 
@@ -74,11 +75,7 @@ def profiled(path: str | None = None, steps: int = 12):
 def timed(step, threads: int, steps: int) -> float:
     """Mean time per step (ms) with ``threads`` intra-op threads."""
     torch.set_num_threads(threads)
-    step()
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - t) / steps * 1e3
+    return mean_ms(step, steps)
 
 
 def main() -> None:

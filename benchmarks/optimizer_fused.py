@@ -20,9 +20,9 @@ import argparse
 import itertools
 import os
 import statistics
-import time
 
 import torch
+from steptime import mean_ms
 
 import gpumagic
 
@@ -69,10 +69,7 @@ def profiled(case, impl: dict, steps: int = 20, path: str | None = None):
 
 def timed(step, steps: int) -> float:
     """Mean time per step (ms)."""
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - t) / steps * 1e3
+    return mean_ms(step, steps, warm=0)
 
 
 def main() -> None:

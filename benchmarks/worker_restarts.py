@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 import torch
+from steptime import mean_ms
 from torch.utils.data import DataLoader, Dataset
 
 import gpumagic
@@ -64,12 +64,7 @@ def profiled(path: str | None = None):
 
 def timed(persistent: bool, epochs: int) -> float:
     """Mean time per epoch (ms) after the first."""
-    epoch = _setup(persistent)
-    epoch()
-    t = time.perf_counter()
-    for _ in range(epochs):
-        epoch()
-    return (time.perf_counter() - t) / epochs * 1e3
+    return mean_ms(_setup(persistent), epochs)
 
 
 def main() -> None:
