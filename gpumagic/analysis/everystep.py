@@ -126,12 +126,64 @@ def outliers(block: dict[str, Any]) -> list[dict[str, Any]]:
     hits = np.flatnonzero(_beyond(d, med, spread))
     hits = hits[np.argsort(-d[hits], kind="stable")][:MAX_OUTLIERS]
     out = []
+    events = _loop_events(block)
     for h in hits.tolist():
         i = idx[h]
         start, dur = block["start_ms"][i], block["step_ms"][i]
         out.append({"index": i, "ms": round(dur, 4), "over_median": round(dur / med, 3) if med > 0 else 0.0,
-                    "excess_ms": round(dur - med, 4), "causes": _causes(block["events"], start, start + dur)})
+                    "excess_ms": round(dur - med, 4), "causes": _causes(events, start, start + dur)})
     return out
+
+
+def _loop_events(block: dict[str, Any]) -> list[dict[str, Any]]:
+    """The block's events less the ``eval`` switches that are no evaluation loop (:func:`is_evaluation`)."""
+    ends = step_ends(block)
+    return [e for e in block["events"] if e["kind"] != "eval" or is_evaluation(e, ends)]
+
+
+def step_ends(block: dict[str, Any]) -> list[float]:
+    """When each step's optimizer hook started (ms from the timer's start), in order."""
+    return [s + d for s, d in zip(block["start_ms"], block["step_ms"], strict=True)]
+
+
+def is_evaluation(event: dict[str, Any], ends: list[float]) -> bool:
+    """Whether an ``eval`` event (``Module.train(False)`` … ``train(True)``) is an evaluation loop:
+    no optimizer step ended while it lasted. Training that keeps a part in eval mode — a frozen
+    backbone's batch norm (``model.train(); model.backbone.eval()``), dropout off in a submodule —
+    steps the optimizer inside the span, and is training, not evaluation."""
+    s, e = event["start_ms"], event["start_ms"] + event["dur_ms"]
+    k = bisect.bisect_right(ends, s)
+    return not (k < len(ends) and ends[k] < e)
+
+
+#: The recorded steps' starts, on the timer's clock and in the trace, agree within this (ms) when
+#: the block and the trace come from one capture (the marker edge and the timer's resume are a
+#: few microseconds apart; markers.py moves an edge to the end of the optimizer's annotation).
+ALIGN_TOLERANCE_MS = 2.0
+
+
+def evaluation_spans_ns(block: dict[str, Any], step_names: list[str], step_bounds: list[tuple[int, int]]
+                        ) -> list[tuple[int, int]]:
+    """The block's evaluation loops (:func:`is_evaluation`) on the trace's clock (ns), placed by
+    the recorded steps: ``ProfilerStep#k`` is the timer's step ``k`` (the capture numbers both
+    from the cell's first optimizer step), so their starts give the offset between the clocks.
+    Empty when no recorded step is in the trace or most steps' offsets disagree by more than
+    :data:`ALIGN_TOLERANCE_MS` (a block and a trace from different captures)."""
+    evals = [e for e in block["events"] if e["kind"] == "eval"]
+    if not evals:
+        return []
+    recorded, starts = set(block["recorded"]), block["start_ms"]
+    offsets = []
+    for name, (lo, _hi) in zip(step_names, step_bounds, strict=True):
+        num = name.removeprefix("ProfilerStep#")
+        if num.isdigit() and int(num) in recorded and int(num) < len(starts):
+            offsets.append(lo / 1e6 - starts[int(num)])
+    offset = median_of(offsets) if offsets else 0.0
+    if sum(abs(o - offset) <= ALIGN_TOLERANCE_MS for o in offsets) * 2 < len(offsets) or not offsets:
+        return []  # most steps must agree: one preempted hook on a busy machine may not
+    ends = step_ends(block)
+    return [(int((e["start_ms"] + offset) * 1e6), int((e["start_ms"] + e["dur_ms"] + offset) * 1e6))
+            for e in evals if is_evaluation(e, ends)]
 
 
 def _causes(events: list[dict[str, Any]], start: float, end: float) -> list[StepCause]:

@@ -16,7 +16,8 @@ GPU was idle (a call that waits for queued work keeps the GPU busy); the first c
 operator on a thread lasting milliseconds more than its later calls, not counting the time it
 spent copying or waiting; blocking syncs inside a library's operator (cuDNN's benchmark);
 a first step far longer than the others (twice their median, and half again their longest);
-import/model-loading frames before the first launch.
+import/model-loading frames before the first launch; an evaluation loop that gpumagic's step
+timer saw (a module in eval mode with no optimizer step), which recurs but is not training.
 
 Everything here works on the numpy columns; the only Python loops run over distinct names,
 lanes or a handful of candidate events.
@@ -30,13 +31,15 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median_of
+from gpumagic.analysis import everystep
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import LONG_GAP_NS, Context
 
-SEGMENT_KINDS = ("steady", "cold_start", "graph_capture", "compile", "one_off_host", "idle_tail")
+SEGMENT_KINDS = ("steady", "cold_start", "graph_capture", "compile", "one_off_host", "evaluation", "idle_tail")
 #: When segments overlap, the more specific kind keeps the time (a capture runs compiled code
-#: and launches kernels whose modules load lazily: it is still the capture).
-PRECEDENCE = ("graph_capture", "compile", "cold_start", "one_off_host", "idle_tail")
+#: and launches kernels whose modules load lazily: it is still the capture; an evaluation's first
+#: call that loads a kernel is cold start).
+PRECEDENCE = ("graph_capture", "compile", "cold_start", "one_off_host", "evaluation", "idle_tail")
 #: The kinds that are warm-up: they will not recur once the program runs steadily.
 WARMUP_KINDS = ("cold_start", "graph_capture", "compile", "one_off_host")
 #: "Orders of magnitude longer than its peers": at least 100× the median call of the same name
@@ -426,6 +429,18 @@ def one_off_host(ctx: Context) -> list[Piece]:
     return [(a, min(b, first), t) for a, b, t in _named_spans(ctx, rows, "before the first launch: ")]
 
 
+def evaluation(ctx: Context) -> list[Piece]:
+    """Evaluation loops inside a training window: gpumagic's step timer saw a module switched to
+    eval mode and back with no optimizer step in between (``everystep.is_evaluation``). It
+    recurs, but it is not the training loop: its batches, syncs and loader waits are the
+    evaluation's, and the steady-state rules' fixes are written for the training step."""
+    block = everystep.read(ctx.trace.meta.get("every_step"), [])
+    if block is None:
+        return []
+    return [(a, b, f"an evaluation loop {_ms(b - a)}: a module in eval mode and no optimizer step (gpumagic's "
+                   "step timer)") for a, b in everystep.evaluation_spans_ns(block, ctx.step_names, ctx.step_bounds)]
+
+
 def idle_tail(ctx: Context) -> list[Piece]:
     """The end of the window after the last GPU work and the last runtime call (≥ 1 ms)."""
     ev, m = ctx.trace.events, ctx.masks
@@ -442,7 +457,7 @@ def idle_tail(ctx: Context) -> list[Piece]:
 
 
 DETECTORS = {"graph_capture": graph_capture, "compile": compile_pieces, "cold_start": cold_start,
-             "one_off_host": one_off_host, "idle_tail": idle_tail}
+             "one_off_host": one_off_host, "evaluation": evaluation, "idle_tail": idle_tail}
 
 
 def _segments(ctx: Context) -> Segments:

@@ -121,7 +121,8 @@ class WindowMetrics(Record, frozen=True):
 class SegmentMetrics(Record, frozen=True):
     """A part of the window and what it is: 'steady' unless positively identified as another kind."""
 
-    kind: Annotated[str, _d("'steady', 'cold_start', 'graph_capture', 'compile', 'one_off_host' or 'idle_tail'")]
+    kind: Annotated[str, _d("'steady', 'cold_start', 'graph_capture', 'compile', 'one_off_host', 'evaluation' "
+                            "(an evaluation loop a gpumagic capture saw) or 'idle_tail'")]
     start_ms: Annotated[float, _d("start (ms from window.start_ns)")]
     dur_ms: Annotated[float, _d("duration (ms)")]
     evidence: Annotated[list[str], _d("what identified it, in short sentences")]
@@ -156,7 +157,8 @@ class StepCause(Record, frozen=True):
     """Something gpumagic saw run during a step."""
 
     kind: Annotated[str, _d("'gc' (a Python garbage collection), 'torch.save', 'compile' (torch.compile compiling "
-                            "or recompiling) or 'eval' (a module in evaluation mode: an evaluation loop)")]
+                            "or recompiling) or 'eval' (an evaluation loop: a module in evaluation mode with no "
+                            "optimizer step before it left it)")]
     ms: Annotated[float, _d("how long it ran inside the step (ms)")]
     detail: Annotated[str, _d("what gpumagic knows of it (a collection's generation, a compile id)")]
 

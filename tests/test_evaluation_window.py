@@ -1,0 +1,139 @@
+"""An evaluation loop inside the recorded window is its own segment (``analysis.segments``): the
+steady-state rules judge the training steps around it, not its batches, syncs and loader waits.
+A module left in eval mode while the optimizer keeps stepping (a frozen backbone) is training."""
+
+from __future__ import annotations
+
+import everystep_blocks as blocks
+import pytest
+from tracebuilder import TraceBuilder
+
+from gpumagic import analyze
+from gpumagic.analysis import everystep as es
+
+STEP_US = 10_000
+EVAL_STEP = 6  # the step that holds the evaluation (40 ms instead of 10)
+
+
+def _bundle(eval_events, shift_ms=0.0, trace_origin_us=5_000_000):
+    """Steps 0..12 on the timer's clock; 1..10 recorded. Step 6 lasts 40 ms in both clocks; the
+    trace's steps start ``trace_origin_us`` later than the timer's (another clock)."""
+    steps = [10.0] * 13
+    steps[EVAL_STEP] = 40.0
+    block = blocks.block(steps, recorded=range(1, 11), profiled=11, events=eval_events)
+    tb = TraceBuilder(cc=None)
+    for k in range(1, 11):
+        ts = trace_origin_us + (block["start_ms"][k] + shift_ms) * 1000
+        tb.step(k, ts, steps[k] * 1000)
+        tb.op("aten::mm", ts + 100, steps[k] * 1000 - 200)
+    d = tb.to_dict()
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "machine": {}, "versions": {},
+                     "clock": {"anchor_epoch_ns": None}, "samples": {}, "every_step": block}
+    return d, block
+
+
+def _eval_in_step(block, k, start_after_ms=1.0, dur_ms=30.0):
+    return {"kind": "eval", "start_ms": block["start_ms"][k] + start_after_ms, "dur_ms": dur_ms, "detail": ""}
+
+
+def test_an_evaluation_loop_in_the_window_is_its_own_segment():
+    _, block = _bundle([])
+    d, _ = _bundle([_eval_in_step(block, EVAL_STEP)])
+    r = analyze(d)
+    segs = r.metrics.window.segments
+    (ev,) = [s for s in segs if s.kind == "evaluation"]
+    step6 = r.metrics.steps.bounds_ns[EVAL_STEP - 1]
+    assert ev.start_ms == pytest.approx((step6[0] - r.metrics.window.start_ns) / 1e6 + 1.0, abs=0.01)
+    assert ev.dur_ms == pytest.approx(30.0, abs=0.01)
+    assert "no optimizer step" in ev.evidence[0]
+    assert r.metrics.window.steady_frac < 1.0 and r.metrics.window.steady_judged_ms is not None
+    assert any("evaluation" in n and "steady part only" in n for n in r.notes)
+    assert r.finding("warmup-in-window") is None  # an evaluation is no warm-up
+
+
+def test_a_frozen_submodule_in_eval_mode_is_training():
+    """``model.train(); model.backbone.eval()``: eval mode until the next epoch's train(), with
+    optimizer steps all along: no evaluation, nothing cut from the window."""
+    _, block = _bundle([])
+    frozen = {"kind": "eval", "start_ms": block["start_ms"][0] + 1.0, "dur_ms": block["start_ms"][12], "detail": ""}
+    r = analyze(_bundle([frozen])[0])
+    assert [s.kind for s in r.metrics.window.segments] == ["steady"]
+    assert not any("not all steady" in n for n in r.notes)
+
+
+def _step_marks(d):
+    steps = [e for e in d["traceEvents"] if e["name"].startswith("ProfilerStep#")]
+    return [e["name"] for e in steps], [(int(e["ts"] * 1000), int((e["ts"] + e["dur"]) * 1000)) for e in steps]
+
+
+def test_an_evaluation_needs_most_steps_to_agree_on_the_clocks():
+    _, block = _bundle([])
+    d, _ = _bundle([_eval_in_step(block, EVAL_STEP)])
+    b = es.read(d["gpumagic"]["every_step"], [])
+    names, bounds = _step_marks(d)
+    assert len(es.evaluation_spans_ns(b, names, bounds)) == 1
+    drifting = [(s + 3_000_000 * i, e + 3_000_000 * i) for i, (s, e) in enumerate(bounds)]  # 3 ms more each step
+    assert es.evaluation_spans_ns(b, names, drifting) == []  # a trace and a block from different captures
+    one_off = [(bounds[0][0] + 50_000_000, bounds[0][1] + 50_000_000), *bounds[1:]]  # one hook preempted 50 ms
+    assert len(es.evaluation_spans_ns(b, names, one_off)) == 1
+
+
+def test_is_evaluation_means_no_optimizer_step_inside():
+    ends = [10.0, 20.0, 30.0]
+    assert es.is_evaluation({"start_ms": 11.0, "dur_ms": 8.0}, ends)
+    assert not es.is_evaluation({"start_ms": 11.0, "dur_ms": 10.0}, ends)  # the step ending at 20 ran inside
+    assert es.is_evaluation({"start_ms": 31.0, "dur_ms": 100.0}, ends)  # after the last step
+
+
+def test_an_eval_mode_span_with_steps_in_it_explains_no_outlier():
+    steps = [10.0] * 30
+    steps[20] = 250.0
+    b = blocks.block(steps)
+    b["events"] = [{"kind": "eval", "start_ms": b["start_ms"][2], "dur_ms": b["start_ms"][29] - b["start_ms"][2],
+                    "detail": ""}]
+    (o,) = es.outliers(es.read(b, []))
+    assert o["index"] == 20 and o["causes"] == []
+    f = analyze(blocks.with_every_step(b)).finding("step-outliers")
+    assert "record such a step" in " ".join(fx.description for fx in f.fixes)
+    assert "Evaluation ran inside" not in " ".join(fx.description for fx in f.fixes)
+
+
+def _train(evaluate_at=None, frozen=False):
+    """Ten optimizer steps of a small CPU model under ``gpumagic.profile`` (steps 1–5 recorded);
+    an evaluation loop after step ``evaluate_at``; ``frozen``: the first layer kept in eval mode."""
+    import torch
+
+    import gpumagic
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpumagic.profile(steps=5, nvml=False, display=False) as run:
+        model.train()
+        if frozen:
+            model[1].eval()  # running statistics frozen: the optimizer still steps every layer
+        for i in range(10):
+            loss = model(torch.randn(16, 32)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i == evaluate_at:
+                model.eval()
+                with torch.no_grad():
+                    for _ in range(20):
+                        model(torch.randn(256, 32)).argmax(1)
+                model.train()
+    return run.report
+
+
+def test_a_live_evaluation_inside_the_recorded_steps():
+    r = _train(evaluate_at=2)  # after step 2's optimizer step: inside recorded step 3
+    (ev,) = [s for s in r.metrics.window.segments if s.kind == "evaluation"]
+    step3 = r.metrics.steps.bounds_ns[r.metrics.steps.names.index("ProfilerStep#3")]
+    start = r.metrics.window.start_ns + ev.start_ms * 1e6
+    assert step3[0] <= start and start + ev.dur_ms * 1e6 <= step3[1] + 1e6  # inside step 3 (1 ms for the clocks)
+
+
+def test_a_live_frozen_submodule_is_no_evaluation():
+    r = _train(frozen=True)
+    assert "evaluation" not in {s.kind for s in r.metrics.window.segments}
