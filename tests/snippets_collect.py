@@ -225,6 +225,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         mask=torch.tensor([[False, False, True, True]] * 4, device=device),  # masked_fill style: True = hidden
         bias=torch.randn(8, device=device),
         weight=torch.ones(8, device=device), logits=torch.randn(4, 4, device=device), step=100,
+        targets=torch.randint(0, 4, (4,), device=device),
         running_loss=torch.zeros((), device=device), log=lambda m: calls.append(("log", m)), metrics={},
         all_inputs=torch.randn(20, 8), all_targets=torch.randint(0, 4, (20,)),
     )

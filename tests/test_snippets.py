@@ -92,7 +92,10 @@ def test_the_checker_rejects_apis_that_do_not_exist():
 
 
 def test_magic_lines_in_fixes_parse():
+    import getopt
+
     from IPython.core.magic_arguments import parse_argstring
+    from IPython.utils.process import arg_split
 
     from gpumagic.shells.magic import GpuProfileMagics
 
@@ -100,8 +103,12 @@ def test_magic_lines_in_fixes_parse():
     assert lines
     for line in lines:
         name, _, args = line.lstrip("%").partition(" ")
-        assert name == "gpuprofile"
-        parse_argstring(GpuProfileMagics.gpuprofile, args)
+        assert name in ("gpuprofile", "prun")
+        if name == "gpuprofile":
+            parse_argstring(GpuProfileMagics.gpuprofile, args)
+        else:  # IPython's %%prun reads its options with getopt and this spec (IPython/core/magics/execution.py)
+            opts, rest = getopt.getopt(arg_split(args, posix=False), "D:l:rs:T:q")
+            assert opts and not rest
 
 
 # ---- the transfer-bound prefetcher, with stand-in streams --------------------------------------

@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -164,13 +165,21 @@ ALIGN_TOLERANCE_MS = 2.0
 
 def evaluation_spans_ns(block: dict[str, Any], step_names: list[str], step_bounds: list[tuple[int, int]]
                         ) -> list[tuple[int, int]]:
-    """The block's evaluation loops (:func:`is_evaluation`) on the trace's clock (ns), placed by
-    the recorded steps: ``ProfilerStep#k`` is the timer's step ``k`` (the capture numbers both
-    from the cell's first optimizer step), so their starts give the offset between the clocks.
-    Empty when no recorded step is in the trace or most steps' offsets disagree by more than
+    """The block's evaluation loops (:func:`is_evaluation`) on the trace's clock (ns): see
+    :func:`spans_ns`."""
+    ends = step_ends(block)
+    return spans_ns(block, step_names, step_bounds, lambda e: e["kind"] == "eval" and is_evaluation(e, ends))
+
+
+def spans_ns(block: dict[str, Any], step_names: list[str], step_bounds: list[tuple[int, int]],
+             keep: Callable[[dict[str, Any]], bool]) -> list[tuple[int, int]]:
+    """The block's events that ``keep`` keeps, on the trace's clock (ns), placed by the recorded
+    steps: ``ProfilerStep#k`` is the timer's step ``k`` (the capture numbers both from the cell's
+    first optimizer step), so their starts give the offset between the clocks. Empty when no
+    recorded step is in the trace or most steps' offsets disagree by more than
     :data:`ALIGN_TOLERANCE_MS` (a block and a trace from different captures)."""
-    evals = [e for e in block["events"] if e["kind"] == "eval"]
-    if not evals:
+    events = [e for e in block["events"] if keep(e)]
+    if not events:
         return []
     recorded, starts = set(block["recorded"]), block["start_ms"]
     offsets = []
@@ -181,9 +190,7 @@ def evaluation_spans_ns(block: dict[str, Any], step_names: list[str], step_bound
     offset = median_of(offsets) if offsets else 0.0
     if sum(abs(o - offset) <= ALIGN_TOLERANCE_MS for o in offsets) * 2 < len(offsets) or not offsets:
         return []  # most steps must agree: one preempted hook on a busy machine may not
-    ends = step_ends(block)
-    return [(int((e["start_ms"] + offset) * 1e6), int((e["start_ms"] + e["dur_ms"] + offset) * 1e6))
-            for e in evals if is_evaluation(e, ends)]
+    return [(int((e["start_ms"] + offset) * 1e6), int((e["start_ms"] + e["dur_ms"] + offset) * 1e6)) for e in events]
 
 
 def _causes(events: list[dict[str, Any]], start: float, end: float) -> list[StepCause]:

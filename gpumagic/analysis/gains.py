@@ -79,7 +79,7 @@ GAIN_KINDS: dict[str, str] = {
     "low-gpu-utilization": "upper bound", "step-outliers": "none", "graph-breaks": "none",
     "recompiles": "upper bound", "host-cores-idle": "upper bound", "cpu-low-precision-slow": "upper bound",
     "frequent-checkpoints": "estimate", "dataloader-worker-restarts": "estimate", "unfused-optimizer": "upper bound",
-    "host-contended": "estimate", "anomaly-detection-on": "estimate",
+    "host-contended": "estimate", "anomaly-detection-on": "estimate", "loop-host-work": "estimate",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

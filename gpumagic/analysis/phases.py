@@ -12,8 +12,14 @@ phases of a step add up to its duration. What marks each phase in a torch.profil
 - ``backward``: from the first to the last event of the autograd engine in the step
   (``autograd::engine::evaluate_function: …``, the ``*Backward*`` nodes and everything on the
   engine's own thread, which ``loss.backward()`` hands the work to);
-- ``forward``: from the step's first host operator to the start of the backward (the loss
-  included), or, without a backward (inference), to the step's last host operator;
+- ``forward``: from the step's first operator of the forward pass to the start of the backward
+  (the loss included), or, without a backward (inference), from the step's first host operator
+  to its last. The forward pass's first operator is the first whose work the backward undoes:
+  an operator ``aten::x_y`` whose node ``XYBackward<n>`` the step's backward evaluates (the
+  autograd engine names a node after the operator that made it: ``aten::addmm`` →
+  ``AddmmBackward0``), or any operator enclosing one. The loop's own work before it — metrics on
+  the last step's output, ``.tolist()``, logging, after ``zero_grad`` — is ``other``, not the
+  model's forward; with no such operator, the step's first host operator starts it;
 - a ``record_function`` span named like a phase (``"forward"``, ``"backward"``,
   ``"optimizer"``, ``"data"``: :data:`PHASE_ANNOTATIONS`) marks that phase where present;
 - ``other``: the rest (host work between the phases, and the tail where only the GPU still
@@ -71,6 +77,7 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
                   | (np.isin(ev.lane, engine_lanes) & (ev.lane != ctx.main_lane) & ~m["name_step"]))
     bwd_rows = np.flatnonzero(bwd)
     fwd_ann = np.flatnonzero(annot["forward"][ev.name] & ann_rows)
+    makes_node = _makes_backward_node(ctx)
     ops = np.flatnonzero(host & (ev.lane == ctx.main_lane) & (m["cpu_op"] | m["python"] | m["runtime"])
                          & ~m["name_dataloader"] & ~opt_names[ev.name])
     data_spans, opt_spans, bwd_spans, fwd_spans = (_Spans(ev, r) for r in (data_rows, opt_rows, bwd_rows, fwd_ann))
@@ -88,7 +95,8 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
         f = iv.empty()
         if sel.size:
             f_hi = fwd_end if fwd_end is not None else int((ev.ts_ns[sel] + ev.dur_ns[sel]).max())
-            f = iv.clip(iv.union(np.array([ev.ts_ns[sel].min()]), np.array([f_hi])), lo, hi)
+            f_lo = _forward_start(ev, sel, makes_node) if fwd_end is not None else int(ev.ts_ns[sel].min())
+            f = iv.clip(iv.union(np.array([f_lo]), np.array([f_hi])), lo, hi)
         f = iv.merge(f, fwd_spans.within(lo, hi))
         raw = {"data": data, "optimizer": opt, "backward": b, "forward": f}
         covered, parts = iv.empty(), {}
@@ -99,6 +107,36 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
         out.append(parts)
     ctx.cache["phases"] = out
     return out
+
+
+_NODE_RE = re.compile(r"(?:^|: )([A-Za-z0-9_]+?)Backward\d*$")
+
+
+def _key(name: str) -> str:
+    return name.replace("_", "").lower()
+
+
+def _makes_backward_node(ctx: Context) -> np.ndarray:
+    """Per name id: an ``aten::`` operator whose backward node (``aten::x_y`` → ``XYBackward0``,
+    compared without case and underscores) is evaluated somewhere in the trace."""
+    nodes = {_key(mt.group(1)) for n in ctx.trace.names if "Backward" in n and (mt := _NODE_RE.search(n))}
+    if not nodes:
+        return np.zeros(len(ctx.trace.names), bool)
+    return ctx.host_name_ids(lambda n: n.startswith("aten::") and _key(n[6:]) in nodes)
+
+
+def _forward_start(ev, sel: np.ndarray, makes_node: np.ndarray) -> int:
+    """When the forward pass starts among the step's host operators ``sel`` (start order, the
+    backward's and the optimizer's left out): the outermost operator around the first one whose
+    backward node the trace evaluates; the first operator when none is."""
+    first = int(ev.ts_ns[sel[0]])
+    hit = np.flatnonzero(makes_node[ev.name[sel]])
+    if hit.size == 0:
+        return first
+    t = int(ev.ts_ns[sel[hit[0]]])
+    before = sel[: hit[0] + 1]
+    around = before[ev.ts_ns[before] + ev.dur_ns[before] > t]
+    return int(ev.ts_ns[around].min())
 
 
 class _Spans:

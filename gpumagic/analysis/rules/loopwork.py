@@ -1,0 +1,143 @@
+"""``loop-host-work``: a CPU-only training loop spends much of each step in its own code, outside
+the model's forward, backward and optimizer step."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from gpumagic._arrays import median_of
+from gpumagic.analysis import everystep
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.phases import phase_intervals
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
+
+#: A finding from this share of the window (the TensorBoard profiler plugin's 5 % line for a
+#: bottleneck worth naming, doubled: some loop code between steps is in every loop) ...
+MIN_FRAC = 0.10
+#: ... and this much a step (median, ms). A plain loop's own work under gpumagic's capture — the
+#: ``for`` statement, the model call before its first operator, the step hook — measured 0.05 to
+#: 0.29 ms a step on this project's 2-core machine (CPU MLPs and TensorDataset loaders, with and
+#: without workers): not the user's code to change.
+MIN_STEP_MS = 0.5
+#: How many operators the evidence names, each with at least this share of the time.
+TOP_OPS = 3
+MIN_OP_SHARE = 0.01
+#: benchmarks/loop_work.py on this project's 2-core machine (the loop profiled, then timed unprofiled).
+MEASURED = ("benchmarks/loop_work.py: the tensor fix saved 0.31 of the step for an estimate of 0.24, and 0.48 for "
+            "0.38 with twice the bookkeeping")
+DOC = "https://ipython.readthedocs.io/en/stable/interactive/magics.html#magic-prun"
+#: The usual per-step bookkeeping, kept on tensors: one reduction a step instead of a Python loop
+#: over the batch, and a number brought to Python only when it is printed. ``correct`` starts as a
+#: Python 0 and becomes a tensor on the model's device at the first addition, so the snippet is
+#: the same on a CPU and a GPU.
+TENSOR_METRICS_CODE = """
+correct, seen = 0, 0  # before the loop
+# in the loop, after the forward (logits: the model's output, targets: the batch's labels):
+correct = correct + (logits.argmax(dim=1) == targets).sum()  # one reduction a step, no Python loop, no .item()
+seen += targets.numel()
+if step % 100 == 0:  # bring the number to Python only when you print it
+    print(f"step {step}: accuracy {float(correct) / seen:.3f}")
+"""
+PRUN_CODE = """
+%%prun -s tottime -l 15
+# the cell as it is: Python's profiler lists the functions that spend the most time themselves
+"""
+
+
+@rule("loop-host-work")
+def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: a CPU-only training window (the steps have a backward) whose steps spend ≥ 10 %
+    of the window and a median ≥ 0.5 ms a step in the ``other`` phase (``metrics.phases``): not
+    waiting for data, and outside the forward pass (from its first operator that the backward
+    undoes), the backward and the optimizer's ``step``/``zero_grad`` — the loop's own code:
+    metrics computed in Python, ``.tolist()``, logging, progress bars. ``torch.save`` calls the
+    step timer saw are left out (``frequent-checkpoints``). Gain: that time's share of the
+    window, an estimate that runs low (the profiler slows the model's operators, not the loop's
+    Python, so the share is smaller under it). Fixes:
+    bookkeeping on tensors, reported every N steps; ``%%prun`` to find the lines. False
+    positives: work that belongs to the step but runs no operator the backward undoes before
+    the forward (a Python-side augmentation of the batch outside the DataLoader) counts here."""
+    if ctx.device >= 0 or not ctx.step_bounds or m.phases is None or not m.phases.found.backward:
+        return None
+    per = phase_intervals(ctx)
+    other = iv.union(np.concatenate([p["other"][0] for p in per]), np.concatenate([p["other"][1] for p in per]))
+    saves = _saves(ctx)
+    if saves[0].size:
+        other = iv.subtract(other, saves)
+    per_step = [iv.total(iv.clip(other, lo, hi)) / 1e6 for lo, hi in ctx.step_bounds]
+    total = iv.total(other)
+    frac = total / ctx.window_ns if ctx.window_ns else 0.0
+    step_ms = median_of(per_step)
+    if frac < MIN_FRAC or step_ms < MIN_STEP_MS:
+        return None
+    ops_ns, top = _operators_in(ctx, other)
+    python_frac = max(0.0, (total - ops_ns) / total) if total else 0.0
+    named = ", ".join(f"{n} {c / 1e6:.2f} ms" for n, c in top if c >= MIN_OP_SHARE * total) or "none of note"
+    return finding(
+        severity=severity_for(frac),
+        title=f"The loop's own code outside the model takes {pct(frac)} of the time",
+        why="""Between one optimizer step and the next forward pass, each step ran code of the loop itself — not
+        the data loader, not the model's forward or backward, not the optimizer. That is where per-step bookkeeping
+        runs: metrics computed element by element in Python, tensors turned into lists, logging and progress bars.
+        A Python loop over a batch pays the interpreter per element; a tensor reduction does the same work in one
+        operator, and a number printed every hundred steps costs a hundredth.""",
+        summary=(f"{pct(frac)} of the window ({total / 1e6:.1f} ms; median {step_ms:.2f} ms a step) ran outside the "
+                 f"data wait, forward, backward and optimizer; {pct(python_frac)} of it with no PyTorch operator "
+                 f"running (Python). Operators in it: {named}."),
+        numbers={"loop_work_frac": round(frac, 4), "loop_work_ms_per_step": round(step_ms, 4),
+                 "python_frac_of_it": round(python_frac, 4), "threshold_frac": MIN_FRAC,
+                 "threshold_ms_per_step": MIN_STEP_MS},
+        est_gain=frac,
+        gain_method=("estimate: the share of the window the loop's own code took between the optimizer step and "
+                     "the next forward pass (torch.save left out); it runs low, as the profiler slows the operators "
+                     f"and not the Python between them ({MEASURED})"),
+        fixes=(pytorch("Keep per-step bookkeeping on tensors and bring it to Python only when you print it",
+                       TENSOR_METRICS_CODE),
+               pytorch("Find the lines: profile the cell with Python's profiler (IPython's %%prun), slowest "
+                       "functions by their own time first", PRUN_CODE, diagnostic=True)),
+        doc_url=DOC,
+    )
+
+
+def _saves(ctx: Context) -> iv.Intervals:
+    """``torch.save`` calls the step timer saw, on the trace's clock (empty without a timer)."""
+    block = everystep.read(ctx.trace.meta.get("every_step"), [])
+    if block is None:
+        return iv.empty()
+    spans = everystep.spans_ns(block, ctx.step_names, ctx.step_bounds, lambda e: e["kind"] == "torch.save")
+    if not spans:
+        return iv.empty()
+    return iv.union(np.array([a for a, _ in spans], np.int64), np.array([b for _, b in spans], np.int64))
+
+
+def _operators_in(ctx: Context, where: iv.Intervals) -> tuple[int, list[tuple[str, int]]]:
+    """The main thread's operator time inside ``where`` (each moment once), and the outermost
+    operators there with the most time, by name."""
+    ev, mk = ctx.trace.events, ctx.masks
+    rows = np.flatnonzero(mk["cpu_op"] & (ev.lane == ctx.main_lane) & ctx.events_in_window(mk["cpu_op"]))
+    if rows.size == 0 or where[0].size == 0:
+        return 0, []
+    s, e = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
+    k = np.searchsorted(where[0], s, side="right") - 1
+    inside = (k >= 0) & (s < where[1][np.maximum(k, 0)])
+    rows, s, e = rows[inside], s[inside], e[inside]
+    if rows.size == 0:
+        return 0, []
+    order = np.lexsort((-e, s))  # by start, the enclosing operator first
+    rows, s, e = rows[order], s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    outer = np.ones(rows.size, bool)
+    outer[1:] = reach[:-1] <= s[1:]
+    ops_ns = iv.total(iv.intersect(iv.union(s[outer], e[outer]), where))
+    by_name: Counter[str] = Counter()
+    for r, a, b in zip(rows[outer].tolist(), s[outer].tolist(), e[outer].tolist(), strict=True):
+        by_name[ctx.trace.names[ev.name[r]]] += b - a
+    return ops_ns, by_name.most_common(TOP_OPS)
+
+
+__all__ = ["loop_host_work"]

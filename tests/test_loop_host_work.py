@@ -1,0 +1,115 @@
+"""``loop-host-work``: a CPU-only training loop's own code between the optimizer step and the next
+forward pass (per-step bookkeeping in Python), and the phase split it reads: the forward pass
+starts at its first operator that the backward undoes, not at the step's first operator."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+from tracebuilder import DATA, TraceBuilder
+
+from gpumagic import analyze
+from gpumagic.analysis.rules.loopwork import MIN_FRAC, MIN_STEP_MS
+
+RECORDED = os.path.join(DATA, "cpu_loop_host_work.json.gz")
+
+
+def test_a_recorded_loop_that_counts_accuracy_in_python():
+    """benchmarks/loop_work.py --passes 150 (tests/data/MANIFEST.md): the tensor fix saved 0.31."""
+    r = analyze(RECORDED)
+    f = r.finding("loop-host-work")
+    n = f.evidence.numbers
+    assert MIN_FRAC <= f.est_gain == n["loop_work_frac"] < 0.5
+    assert n["loop_work_ms_per_step"] >= MIN_STEP_MS and n["python_frac_of_it"] > 0.9
+    assert "aten::argmax" in f.evidence.summary  # the bookkeeping's one operator, on the last step's output
+    assert f.gain_method.startswith("estimate")
+    # the phases agree: the Python loop is "other", not the model's forward
+    med = r.metrics.phases.median_ms
+    assert med.other == pytest.approx(n["loop_work_ms_per_step"], rel=0.05)
+    assert med.forward < med.backward
+
+
+@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED}))
+def test_silent_on_every_other_recorded_trace(path):
+    """cpu_checkpoint_every_step.json.gz spends half its window in torch.save between the steps:
+    the step timer's saves are left out (they are frequent-checkpoints')."""
+    assert analyze(path).finding("loop-host-work") is None
+
+
+def _training(bookkeeping_us: float, steps: int = 6, cc=None, backward: bool = True):
+    """CPU training steps of 1 ms of model work each, after ``bookkeeping_us`` of the loop's own
+    code (an argmax, then Python) that opens each step."""
+    tb = TraceBuilder(cc=cc)
+    t = 0.0
+    for k in range(steps):
+        dur = 1000 + bookkeeping_us
+        tb.step(k + 1, t, dur)
+        tb.op("Optimizer.zero_grad#SGD.zero_grad", t + 1, 4, cat="user_annotation")
+        tb.op("aten::argmax", t + 6, 10)
+        f0 = t + bookkeeping_us
+        tb.op("aten::linear", f0, 300)
+        tb.op("aten::addmm", f0 + 20, 250)
+        tb.op("aten::relu", f0 + 320, 30)
+        if backward:
+            tb.op("autograd::engine::evaluate_function: ReluBackward0", f0 + 400, 100)
+            tb.op("autograd::engine::evaluate_function: AddmmBackward0", f0 + 520, 300)
+        tb.op("Optimizer.step#SGD.step", f0 + 850, 140, cat="user_annotation")
+        if cc is not None:
+            tb.kernel("gemm", f0 + 40, 200, launch_ts=f0 + 30)
+        t += dur
+    return tb.to_dict()
+
+
+def test_the_forward_starts_at_its_first_operator_the_backward_undoes():
+    r = analyze(_training(2000))
+    med = r.metrics.phases.median_ms
+    assert med.forward == pytest.approx(0.4, abs=0.01)  # linear (addmm inside) → the backward's start
+    # the loop's own code before the forward less zero_grad (2 ms − 4 µs), and the model's gaps:
+    # backward → optimizer (30 µs) and optimizer → step end (10 µs)
+    assert med.other == pytest.approx(2.0 - 0.004 + 0.030 + 0.010, abs=0.001)
+    f = r.finding("loop-host-work")
+    assert f is not None and f.evidence.numbers["loop_work_ms_per_step"] == pytest.approx(med.other, abs=0.001)
+
+
+def test_without_a_backward_the_forward_starts_at_the_first_operator():
+    med = analyze(_training(2000, backward=False)).metrics.phases.median_ms
+    assert med.forward >= 2.0  # from the argmax: with no backward, nothing tells the loop's code apart
+    assert analyze(_training(2000, backward=False)).finding("loop-host-work") is None
+
+
+def test_thresholds():
+    assert analyze(_training(MIN_STEP_MS * 1000 * 0.8)).finding("loop-host-work") is None  # under 0.5 ms a step
+    assert analyze(_training(MIN_STEP_MS * 1000 * 1.2)).finding("loop-host-work") is not None
+    assert analyze(_training(2000, cc=(8, 0))).finding("loop-host-work") is None  # a GPU trace: not this rule's
+
+
+def test_the_tensor_fix_counts_what_the_python_loop_counts():
+    import torch
+
+    from gpumagic.analysis.rules.loopwork import TENSOR_METRICS_CODE
+
+    torch.manual_seed(0)
+    ns = {"torch": torch}
+    code = TENSOR_METRICS_CODE.split("# in the loop")[0]
+    exec(code, ns)
+    by_hand = 0
+    for step in range(1, 201):
+        logits, targets = torch.randn(8, 5), torch.randint(0, 5, (8,))
+        by_hand += sum(int(a == b) for a, b in zip(logits.argmax(1).tolist(), targets.tolist(), strict=True))
+        ns.update(logits=logits, targets=targets, step=step)
+        exec("\n".join(TENSOR_METRICS_CODE.splitlines()[2:]), ns)
+    assert int(ns["correct"]) == by_hand and ns["seen"] == 1600
+
+
+def test_the_prun_diagnostic_runs_in_ipython():
+    from ipyshell import ipython_shell
+    from IPython.utils.capture import capture_output
+
+    from gpumagic.analysis.rules.loopwork import PRUN_CODE
+
+    with ipython_shell("gpumagic") as ip, capture_output() as out:
+        result = ip.run_cell(PRUN_CODE.strip() + "\nsum(i * i for i in range(1000))")
+    assert result.success, result.error_in_exec
+    assert "tottime" in out.stdout  # the profile's table, slowest by own time
