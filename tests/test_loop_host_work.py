@@ -113,3 +113,26 @@ def test_the_prun_diagnostic_runs_in_ipython():
         result = ip.run_cell(PRUN_CODE.strip() + "\nsum(i * i for i in range(1000))")
     assert result.success, result.error_in_exec
     assert "tottime" in out.stdout  # the profile's table, slowest by own time
+
+
+def test_with_stacks_the_loops_own_python_function_is_named():
+    """with_stack: the cell's frame encloses every step (it must not start the forward), and the
+    function that did the bookkeeping is named by its own time, less what it called."""
+    d = _training(2000)
+    steps = [e for e in d["traceEvents"] if e["name"].startswith("ProfilerStep#")]
+    end = steps[-1]["ts"] + steps[-1]["dur"]
+    d["traceEvents"].append({"ph": "X", "cat": "python_function", "name": "<ipython-input-3>(1): <module>",
+                             "ts": 0, "dur": end, "pid": 100, "tid": 100})
+    for s in steps:
+        d["traceEvents"].append({"ph": "X", "cat": "python_function", "name": "train.py(40): count_correct",
+                                 "ts": s["ts"] + 20, "dur": 1900, "pid": 100, "tid": 100})
+        d["traceEvents"].append({"ph": "X", "cat": "python_function",
+                                 "name": "<built-in method tolist of Tensor object at 0x7f00deadbeef>",
+                                 "ts": s["ts"] + 30, "dur": 300, "pid": 100, "tid": 100})
+    r = analyze(d)
+    assert r.metrics.phases.median_ms.forward == pytest.approx(0.4, abs=0.01)
+    summary = r.finding("loop-host-work").evidence.summary
+    assert "train.py(40): count_correct 9.60 ms" in summary  # 6 × (1.9 − 0.3) ms of its own
+    assert "<built-in method tolist of Tensor object> 1.80 ms" in summary  # the address left out
+    # the cell's frame: only its own time inside the loop's code, after the function it called
+    assert summary.index("count_correct") < summary.index("<module> 0.82 ms")

@@ -95,7 +95,7 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
         f = iv.empty()
         if sel.size:
             f_hi = fwd_end if fwd_end is not None else int((ev.ts_ns[sel] + ev.dur_ns[sel]).max())
-            f_lo = _forward_start(ev, sel, makes_node) if fwd_end is not None else int(ev.ts_ns[sel].min())
+            f_lo = _forward_start(ev, sel, makes_node, m["cpu_op"]) if fwd_end is not None else int(ev.ts_ns[sel].min())
             f = iv.clip(iv.union(np.array([f_lo]), np.array([f_hi])), lo, hi)
         f = iv.merge(f, fwd_spans.within(lo, hi))
         raw = {"data": data, "optimizer": opt, "backward": b, "forward": f}
@@ -125,16 +125,18 @@ def _makes_backward_node(ctx: Context) -> np.ndarray:
     return ctx.host_name_ids(lambda n: n.startswith("aten::") and _key(n[6:]) in nodes)
 
 
-def _forward_start(ev, sel: np.ndarray, makes_node: np.ndarray) -> int:
-    """When the forward pass starts among the step's host operators ``sel`` (start order, the
+def _forward_start(ev, sel: np.ndarray, makes_node: np.ndarray, cpu_op: np.ndarray) -> int:
+    """When the forward pass starts among the step's host events ``sel`` (start order, the
     backward's and the optimizer's left out): the outermost operator around the first one whose
-    backward node the trace evaluates; the first operator when none is."""
+    backward node the trace evaluates (an operator: with ``with_stack`` the loop's own Python
+    frame encloses the whole step); the first event when none is."""
     first = int(ev.ts_ns[sel[0]])
-    hit = np.flatnonzero(makes_node[ev.name[sel]])
+    hit = np.flatnonzero(makes_node[ev.name[sel]] & cpu_op[sel])
     if hit.size == 0:
         return first
     t = int(ev.ts_ns[sel[hit[0]]])
     before = sel[: hit[0] + 1]
+    before = before[cpu_op[before]]
     around = before[ev.ts_ns[before] + ev.dur_ns[before] > t]
     return int(ev.ts_ns[around].min())
 

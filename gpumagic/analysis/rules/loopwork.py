@@ -3,6 +3,7 @@ the model's forward, backward and optimizer step."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -24,9 +25,12 @@ MIN_FRAC = 0.10
 #: 0.29 ms a step on this project's 2-core machine (CPU MLPs and TensorDataset loaders, with and
 #: without workers): not the user's code to change.
 MIN_STEP_MS = 0.5
-#: How many operators the evidence names, each with at least this share of the time.
+#: How many operators (and Python functions, when the trace has stacks) the evidence names,
+#: each with at least this share of the time.
 TOP_OPS = 3
 MIN_OP_SHARE = 0.01
+MIN_FRAME_SHARE = 0.05
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 #: benchmarks/loop_work.py on this project's 2-core machine (the loop profiled, then timed unprofiled).
 MEASURED = ("benchmarks/loop_work.py: the tensor fix saved 0.31 of the step for an estimate of 0.24, and 0.48 for "
             "0.38 with twice the bookkeeping")
@@ -78,6 +82,9 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     ops_ns, top = _operators_in(ctx, other)
     python_frac = max(0.0, (total - ops_ns) / total) if total else 0.0
     named = ", ".join(f"{n} {c / 1e6:.2f} ms" for n, c in top if c >= MIN_OP_SHARE * total) or "none of note"
+    frames = [(n, c) for n, c in _python_frames_in(ctx, other) if c >= MIN_FRAME_SHARE * total]
+    lines = ("; Python functions with the most of it (their own time, with_stack): "
+             + ", ".join(f"{n} {c / 1e6:.2f} ms" for n, c in frames)) if frames else ""
     return finding(
         severity=severity_for(frac),
         title=f"The loop's own code outside the model takes {pct(frac)} of the time",
@@ -88,7 +95,7 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
         operator, and a number printed every hundred steps costs a hundredth.""",
         summary=(f"{pct(frac)} of the window ({total / 1e6:.1f} ms; median {step_ms:.2f} ms a step) ran outside the "
                  f"data wait, forward, backward and optimizer; {pct(python_frac)} of it with no PyTorch operator "
-                 f"running (Python). Operators in it: {named}."),
+                 f"running (Python). Operators in it: {named}{lines}."),
         numbers={"loop_work_frac": round(frac, 4), "loop_work_ms_per_step": round(step_ms, 4),
                  "python_frac_of_it": round(python_frac, 4), "threshold_frac": MIN_FRAC,
                  "threshold_ms_per_step": MIN_STEP_MS},
@@ -138,6 +145,36 @@ def _operators_in(ctx: Context, where: iv.Intervals) -> tuple[int, list[tuple[st
     for r, a, b in zip(rows[outer].tolist(), s[outer].tolist(), e[outer].tolist(), strict=True):
         by_name[ctx.trace.names[ev.name[r]]] += b - a
     return ops_ns, by_name.most_common(TOP_OPS)
+
+
+def _python_frames_in(ctx: Context, where: iv.Intervals) -> list[tuple[str, int]]:
+    """With ``with_stack``: the main thread's Python functions (``python_function`` events) with
+    the most time of their own — less the functions they called — inside ``where``, by name."""
+    ev, mk = ctx.trace.events, ctx.masks
+    rows = np.flatnonzero(mk["python"] & (ev.lane == ctx.main_lane))
+    if rows.size == 0 or where[0].size == 0:
+        return []
+    s, e = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
+    near = (e > where[0][0]) & (s < where[1][-1])
+    rows, s, e = rows[near], s[near], e[near]
+    if rows.size == 0:
+        return []
+    order = np.lexsort((-e, s))  # by start, the caller before the functions it calls
+    rows, s, e = rows[order], s[order], e[order]
+    inside = iv.measure_in(where, s, e)  # each frame's time inside ``where``
+    own = inside.astype(np.int64).copy()
+    stack: list[int] = []
+    for i in range(rows.size):
+        while stack and e[stack[-1]] <= s[i]:
+            stack.pop()
+        if stack:
+            own[stack[-1]] -= inside[i]  # the caller's own time excludes its callees'
+        stack.append(i)
+    by_name: Counter[str] = Counter()
+    for r, t in zip(rows.tolist(), own.tolist(), strict=True):
+        if t > 0:
+            by_name[_ADDRESS.sub("", ctx.trace.names[ev.name[r]])[:100]] += t
+    return by_name.most_common(TOP_OPS)
 
 
 __all__ = ["loop_host_work"]
