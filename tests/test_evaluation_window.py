@@ -137,3 +137,10 @@ def test_a_live_evaluation_inside_the_recorded_steps():
 def test_a_live_frozen_submodule_is_no_evaluation():
     r = _train(frozen=True)
     assert "evaluation" not in {s.kind for s in r.metrics.window.segments}
+
+
+@pytest.mark.parametrize("kind,page", [("eval", "optimization_tutorial"), ("torch.save", "async_checkpoint"),
+                                       ("compile", "recompilation"), ("gc", "gc.html"), (None, "gc.html")])
+def test_the_outliers_page_follows_what_explains_them(kind, page):
+    f = analyze(blocks.outlier_bundle(kind)).finding("step-outliers")
+    assert page in f.doc_url

@@ -52,6 +52,10 @@ EVAL_CODE = """
 eval_every = 500  # steps between evaluations
 """
 RECORD_CODE = "%%gpuprofile --skip {skip} --steps 1"
+#: The page for the cause that explains the most outliers (Python's gc.freeze otherwise).
+DOCS = {"torch.save": "https://pytorch.org/tutorials/recipes/distributed_async_checkpoint_recipe.html",
+        "compile": "https://docs.pytorch.org/docs/stable/compile/programming_model.recompilation.html",
+        "eval": "https://pytorch.org/tutorials/beginner/basics/optimization_tutorial.html"}
 #: A cause explains an outlier when it ran for at least half of the step's excess over the median.
 EXPLAINED = 0.5
 _WORDS = {"gc": "a Python garbage collection", "torch.save": "torch.save", "compile": "a torch.compile compilation",
@@ -121,7 +125,7 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
                  **{f"explained_by_{k.replace('.', '_')}": n for k, n in explained.items()}},
         est_gain=0.0, gain_method="not a gain inside the recorded window (the outliers fall after it); "
                                   "excess_frac_after_recording is their share of the later steps",
-        fixes=tuple(fixes), doc_url=DOC,
+        fixes=tuple(fixes), doc_url=DOCS.get(explained.most_common(1)[0][0], DOC) if explained else DOC,
     )
 
 
