@@ -112,3 +112,31 @@ def test_a_data_wait_that_began_in_the_previous_step_counts_in_both():
     assert ph["per_step"][0]["data"] == pytest.approx(3.0, abs=1e-3)  # its own 2 ms and the last 1
     assert ph["per_step"][1]["data"] == pytest.approx(2.5, abs=1e-3)  # clipped to step 2's start
     assert ph["spans_ns"][1]["data"] == [[10_000_000, 12_500_000]]
+
+
+def _accumulated_step(micro=4):
+    """One 20 ms CPU step of ``micro`` micro-batches (gradient accumulation): each a 1 ms forward
+    (an addmm) then a 2 ms backward on the main thread (two engine nodes 0.2 ms apart), then the
+    optimizer; 3 steps."""
+    tb = TraceBuilder(cc=None)
+    for i in range(3):
+        t = i * 20_000
+        tb.step(i + 1, t, 20_000)
+        at = t + 500
+        for _ in range(micro):
+            tb.op("aten::addmm", at, 1_000)
+            tb.op("autograd::engine::evaluate_function: AddmmBackward0", at + 1_000, 900)
+            tb.op("aten::mm", at + 1_100, 700)  # the node's own operator, inside its span
+            tb.op("autograd::engine::evaluate_function: TBackward0", at + 2_100, 900)  # 0.2 ms after the first
+            at += 3_000
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=at, dur=1_000)
+    return tb.to_dict()
+
+
+def test_gradient_accumulation_keeps_each_micro_batch_forward_in_forward():
+    med = analyze(_accumulated_step()).metrics.phases.median_ms
+    assert med.forward == pytest.approx(4 * 1.0, abs=1e-3)  # every micro-batch's forward, not just the first
+    assert med.backward == pytest.approx(4 * 2.0, abs=1e-3)  # each pass's gap between its nodes stays backward
+    assert med.optimizer == pytest.approx(1.0, abs=1e-3)
+    one = analyze(_accumulated_step(micro=1)).metrics.phases.median_ms
+    assert (one.forward, one.backward) == pytest.approx((1.0, 2.0), abs=1e-3)

@@ -9,11 +9,13 @@ phases of a step add up to its duration. What marks each phase in a torch.profil
   batch; PyTorch's ``torch/utils/data/dataloader.py`` records them with ``record_function``);
 - ``optimizer``: ``Optimizer.step#<Class>.step`` and ``Optimizer.zero_grad#<Class>.zero_grad``
   (``torch/optim/optimizer.py`` wraps both in ``record_function``);
-- ``backward``: from the first to the last event of the autograd engine in the step
-  (``autograd::engine::evaluate_function: …``, the ``*Backward*`` nodes and everything on the
-  engine's own thread, which ``loss.backward()`` hands the work to);
-- ``forward``: from the step's first operator of the forward pass to the start of the backward
-  (the loss included), or, without a backward (inference), from the step's first host operator
+- ``backward``: from the first to the last event of the autograd engine in each backward pass
+  of the step (``autograd::engine::evaluate_function: …``, the ``*Backward*`` nodes and
+  everything on the engine's own thread, which ``loss.backward()`` hands the work to); a pass
+  ends where an operator of the main thread starts outside the engine's events, so the forward
+  passes of later micro-batches (gradient accumulation) are forward, not backward;
+- ``forward``: from the step's first operator of the forward pass to the end of the last
+  backward pass, less the backward passes (the loss included), or, without a backward (inference), from the step's first host operator
   to its last. The forward pass's first operator is the first whose work the backward undoes:
   an operator ``aten::x_y`` whose node ``XYBackward<n>`` the step's backward evaluates (the
   autograd engine names a node after the operator that made it: ``aten::addmm`` →
@@ -82,19 +84,24 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
                          & ~m["name_dataloader"] & ~opt_names[ev.name])
     data_spans, opt_spans, bwd_spans, fwd_spans = (_Spans(ev, r) for r in (data_rows, opt_rows, bwd_rows, fwd_ann))
     op_s = ev.ts_ns[ops]
+    cpu_s = ev.ts_ns[ops[m["cpu_op"][ops]]]  # the main thread's operators, in start order
     out = []
     for lo, hi in ctx.step_bounds:
         data = data_spans.within(lo, hi)
         opt = opt_spans.within(lo, hi)
         b = bwd_spans.hull(lo, hi)
         fwd_end = b[0][0] if b[0].size else None
+        if fwd_end is not None:  # one backward pass, or several (gradient accumulation)
+            b = _passes(bwd_spans.within(lo, hi), cpu_s[slice(*np.searchsorted(cpu_s, (lo, hi)))])
         a, z = np.searchsorted(op_s, (lo, hi if fwd_end is None else min(hi, fwd_end)))
         sel = ops[a:z]  # the step's host operators (before the backward, when there is one)
         # forward: the step's host operators before the backward, minus data and optimizer time
         sel = sel[~_inside(ev.ts_ns[sel], data) & ~_inside(ev.ts_ns[sel], opt)]
         f = iv.empty()
         if sel.size:
-            f_hi = fwd_end if fwd_end is not None else int((ev.ts_ns[sel] + ev.dur_ns[sel]).max())
+            # to the end of the last backward pass: the forward passes of later micro-batches lie
+            # between the passes (the backward keeps its own time: it comes first in PRIORITY)
+            f_hi = int(b[1][-1]) if fwd_end is not None else int((ev.ts_ns[sel] + ev.dur_ns[sel]).max())
             f_lo = _forward_start(ev, sel, makes_node, m["cpu_op"]) if fwd_end is not None else int(ev.ts_ns[sel].min())
             f = iv.clip(iv.union(np.array([f_lo]), np.array([f_hi])), lo, hi)
         f = iv.merge(f, fwd_spans.within(lo, hi))
@@ -139,6 +146,22 @@ def _forward_start(ev, sel: np.ndarray, makes_node: np.ndarray, cpu_op: np.ndarr
     before = before[cpu_op[before]]
     around = before[ev.ts_ns[before] + ev.dur_ns[before] > t]
     return int(ev.ts_ns[around].min())
+
+
+def _passes(spans: iv.Intervals, op_starts: np.ndarray) -> iv.Intervals:
+    """The backward passes of a step: the backward's spans (``spans``, normalised), one hull per
+    run of them with no operator of the main thread starting in between (``op_starts``, sorted).
+    A step of several micro-batches (gradient accumulation) runs a forward between its
+    backwards; inside one pass, the gaps between the engine's nodes stay the backward's."""
+    s, e = spans
+    if s.size < 2:
+        return spans
+    outside = op_starts[~_inside(op_starts, spans)]
+    # an operator starting in the gap [e[j], s[j + 1]) splits the backward there
+    split = np.searchsorted(outside, s[1:], side="left") > np.searchsorted(outside, e[:-1], side="left")
+    first = np.concatenate([[0], np.flatnonzero(split) + 1])
+    last = np.concatenate([first[1:] - 1, [s.size - 1]])
+    return s[first], e[last]
 
 
 class _Spans:
