@@ -140,3 +140,23 @@ def test_gradient_accumulation_keeps_each_micro_batch_forward_in_forward():
     assert med.optimizer == pytest.approx(1.0, abs=1e-3)
     one = analyze(_accumulated_step(micro=1)).metrics.phases.median_ms
     assert (one.forward, one.backward) == pytest.approx((1.0, 2.0), abs=1e-3)
+
+
+def test_a_compiled_forward_is_forward():
+    """torch.compile: the graph runs inside ``Torch-Compiled Region`` → ``CompiledFunction`` and
+    its backward is one node, ``CompiledFunctionBackward``; the loss after it is eager."""
+    tb = TraceBuilder(cc=None)
+    for i in range(3):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.op("TorchDynamo Cache Lookup", t + 100, 20)
+        tb.op("Torch-Compiled Region: 0/0", t + 200, 3_000)
+        tb.op("CompiledFunction", t + 250, 2_900)
+        tb.op("aten::addmm", t + 300, 2_000)
+        tb.op("aten::_log_softmax", t + 3_300, 200)
+        tb.op("autograd::engine::evaluate_function: LogSoftmaxBackward0", t + 4_000, 300)
+        tb.op("autograd::engine::evaluate_function: CompiledFunctionBackward", t + 4_300, 4_000)
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t + 8_500, dur=1_000)
+    med = analyze(tb.to_dict()).metrics.phases.median_ms
+    assert med.forward == pytest.approx(4.0 - 0.2, abs=1e-3)  # from the compiled region to the backward
+    assert med.other == pytest.approx(0.2 + 0.2 + 0.5, abs=1e-3)  # before it (the cache lookup), and the gaps

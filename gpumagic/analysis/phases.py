@@ -19,7 +19,8 @@ phases of a step add up to its duration. What marks each phase in a torch.profil
   to its last. The forward pass's first operator is the first whose work the backward undoes:
   an operator ``aten::x_y`` whose node ``XYBackward<n>`` the step's backward evaluates (the
   autograd engine names a node after the operator that made it: ``aten::addmm`` →
-  ``AddmmBackward0``), or any operator enclosing one. The loop's own work before it — metrics on
+  ``AddmmBackward0``; an autograd Function's after the Function, torch.compile's
+  ``CompiledFunction`` → ``CompiledFunctionBackward``), or any operator enclosing one. The loop's own work before it — metrics on
   the last step's output, ``.tolist()``, logging, after ``zero_grad`` — is ``other``, not the
   model's forward; with no such operator, the step's first host operator starts it;
 - a ``record_function`` span named like a phase (``"forward"``, ``"backward"``,
@@ -124,12 +125,14 @@ def _key(name: str) -> str:
 
 
 def _makes_backward_node(ctx: Context) -> np.ndarray:
-    """Per name id: an ``aten::`` operator whose backward node (``aten::x_y`` → ``XYBackward0``,
-    compared without case and underscores) is evaluated somewhere in the trace."""
+    """Per name id: an operator whose backward node (``aten::x_y`` → ``XYBackward0``, compared
+    without case and underscores) is evaluated somewhere in the trace; an autograd Function's
+    too (``CompiledFunction`` → ``CompiledFunctionBackward``: torch.compile's graph, a custom
+    Function)."""
     nodes = {_key(mt.group(1)) for n in ctx.trace.names if "Backward" in n and (mt := _NODE_RE.search(n))}
     if not nodes:
         return np.zeros(len(ctx.trace.names), bool)
-    return ctx.host_name_ids(lambda n: n.startswith("aten::") and _key(n[6:]) in nodes)
+    return ctx.host_name_ids(lambda n: _key(n.removeprefix("aten::")) in nodes)
 
 
 def _forward_start(ev, sel: np.ndarray, makes_node: np.ndarray, cpu_op: np.ndarray) -> int:

@@ -38,6 +38,12 @@ from gpumagic.capture.steps import OptimizerStepHook, StepAction, marker_name, s
 from gpumagic.errors import exception_text
 
 NO_CUDA_NOTE = "no CUDA device: CPU activity only"
+#: Modules whose frames are on the main thread's stack only while torch.compile compiles: dynamo's
+#: frame conversion (called on a cache miss, never by compiled code that runs) and inductor's
+#: graph compilation (a backward graph compiles lazily, in the first backward).
+COMPILING_MODULES = ("torch._dynamo.convert_frame", "torch._inductor.compile_fx")
+#: While it compiles, the time cap looks again this often (s).
+COMPILE_POLL_S = 0.5
 TAKEN_OVER_NOTE = ("A torch.profiler in the cell took over the profiler; nothing was recorded "
                    "(torch can run one profiler at a time: remove it, or %%gpuprofile, to profile this cell).")
 #: The named moments of :meth:`CaptureSession.finish`, in order, where tests inject interrupts
@@ -74,6 +80,7 @@ class CaptureSession:
         self._hook: OptimizerStepHook | None = None
         self._timer: StepTimer | None = None
         self._deadline: Deadline | None = None
+        self._waited_for_compile = False  # the cap found torch.compile compiling, and waits
         self._samplers: list[Any] = []
         self._nvml: NvmlBackend | None = None
         self._nvml_driver: str | None = None
@@ -172,8 +179,8 @@ class CaptureSession:
             self._stages = None
             self.notes.append(f"Data-loader stages not timed: {type(exc).__name__}: {exception_text(exc)}.")
 
-    def _arm_deadline(self) -> None:
-        cap = self.options.cap_seconds
+    def _arm_deadline(self, seconds: float | None = None) -> None:
+        cap = self.options.cap_seconds if seconds is None else seconds
         if cap is None:
             return
         self._deadline = Deadline(cap, self._on_deadline)
@@ -213,8 +220,24 @@ class CaptureSession:
             self._stop_recording("steps")
 
     def _on_deadline(self) -> None:
-        """Time cap reached (run on the main thread between two bytecodes)."""
+        """Time cap reached (run on the main thread between two bytecodes). While torch.compile
+        compiles the cap waits — a first compiled step takes seconds to minutes, and stopping
+        inside it records nothing but the compilation — then gives the code a fresh cap."""
         if self.state != "recording" or (self._hook is not None and self._hook.completed):
+            return
+        if compiling_now():
+            if not self._waited_for_compile:
+                self.notes.append(f"The {self.options.cap_seconds:g} s time cap came while torch.compile was compiling: "
+                                  "recording went on through the compilation (stopping inside it would record "
+                                  "nothing else).")
+            self._waited_for_compile = True
+            self._arm_deadline(COMPILE_POLL_S)
+            return
+        if self._waited_for_compile:
+            self._waited_for_compile = False
+            self.notes.append(f"The compilation over, the code had another {self.options.cap_seconds:g} s before "
+                              "the time cap.")
+            self._arm_deadline()
             return
         try:
             self._stop_recording("cap")
@@ -496,3 +519,14 @@ def finish_after(session: CaptureSession, error: BaseException | None) -> Run:
             raise
         print(f"gpumagic: the partial report could not be built ({type(exc).__name__}: {exception_text(exc)})", file=sys.stderr)
         return session.run
+
+
+def compiling_now() -> bool:
+    """Whether torch.compile is compiling on this thread: a frame of :data:`COMPILING_MODULES` is
+    on the stack (the time cap's callback runs on the main thread, between two of its bytecodes)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") in COMPILING_MODULES:
+            return True
+        frame = frame.f_back
+    return False

@@ -147,3 +147,71 @@ def test_the_notes_list_what_torch_compile_did():
     plain = compiled_trace()
     del plain["gpumagic"]
     assert "torch.compile:" not in gpumagic.analyze(plain).to_text() and "gm-compile" not in gpumagic.analyze(plain).to_html()
+
+
+def _slow_backend(gm, example_inputs):
+    """A torch.compile backend that takes 0.6 s to compile (the graph runs as traced)."""
+    import time
+
+    time.sleep(0.6)
+    return gm.forward
+
+
+def test_the_time_cap_waits_for_a_compilation_in_the_first_step():
+    """A first compiled step can take minutes: the 0.2 s cap comes inside the compilation and
+    waits for it, so that the steps after it are recorded, not the compilation alone."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2)
+    compiled = torch.compile(model, backend=_slow_backend)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpumagic.profile(nvml=False, display=False, max_seconds=0.2, steps=3) as run:
+        for _ in range(6):
+            compiled(torch.randn(4, 8)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    r = run.report
+    assert any("came while torch.compile was compiling" in n for n in r.notes), r.notes
+    assert not any("stopped at the" in n for n in r.notes)
+    assert r.metrics.steps.count == 3  # the three steps after the skipped, compiling one
+
+
+def test_compiling_now_is_false_outside_a_compilation():
+    from gpumagic.capture.session import compiling_now
+
+    assert compiling_now() is False
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(compiling_now())
+        return gm.forward
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: x + 1, backend=backend)
+    fn(torch.ones(2))
+    fn(torch.ones(2))  # cached: no compilation
+    assert seen == [True]
+
+
+def test_without_steps_the_cap_counts_again_from_the_end_of_the_compilation():
+    import time
+
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: x * 2, backend=_slow_backend)
+    with gpumagic.profile(nvml=False, display=False, max_seconds=0.2) as run:
+        fn(torch.ones(4))  # compiles for 0.6 s: the cap comes inside
+        end = time.perf_counter() + 2.0
+        while time.perf_counter() < end:  # inference, no optimizer step: the fresh cap stops it
+            fn(torch.ones(4))
+    notes = " ".join(run.report.notes)
+    assert "came while torch.compile was compiling" in notes
+    assert "The compilation over, the code had another 0.2 s" in notes
+    assert "Recording stopped at the 0.2 s cap" in notes
+    # stopped by the fresh cap (a poll and a cap after the compilation: 0.7 s), not at the loop's end
+    m = run.report.metrics
+    assert m.window.dur_ms - m.compile.compile_ms < 1900
+
