@@ -38,3 +38,24 @@ def test_a_region_compiled_before_the_profiler_gets_more_steps_recorded():
 def test_a_compilation_in_the_cell_keeps_the_skip_advice_only():
     f = analyze(_bundle(True)).finding("warmup-in-window")
     assert not any(x.description.startswith("Record more steps") for x in f.fixes)
+
+
+def _capped_compile(stop_reason="cap", steps_seen=0):
+    """A CPU capture that compiled for 5 s and was stopped by the time cap before any step."""
+    tb = TraceBuilder(cc=None)
+    tb.op("entire_frame_compile", 100, 5_000_000)
+    tb.op("aten::mm", 5_000_200, 50)
+    d = tb.to_dict()
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "machine": {}, "versions": {},
+                     "clock": {"anchor_epoch_ns": None}, "samples": {},
+                     "capture": {"max_seconds": 5.0, "stop_reason": stop_reason, "optimizer_steps_seen": steps_seen}}
+    return d
+
+
+def test_a_window_cut_by_the_time_cap_before_any_step_asks_for_more_time_first():
+    """Skipping steps cannot help: the cap counts from the start, skipped steps included."""
+    f = analyze(_capped_compile()).finding("warmup-in-window")
+    assert f.fixes[0].code == "%%gpuprofile --max-seconds 120"
+    assert "5 s time cap" in f.fixes[0].description
+    other = analyze(_capped_compile(stop_reason="steps", steps_seen=6)).finding("warmup-in-window")
+    assert "--max-seconds" not in " ".join(fx.code for fx in other.fixes)

@@ -11,6 +11,7 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, windows
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix, Window
+from gpumagic.trace.model import meta_block
 
 #: Warm-up segments (cold start, graph capture, compilation, one-off host work) worth a finding
 #: once they take this share of the window (the issue's line): a few-millisecond lead-in is not.
@@ -22,6 +23,7 @@ LEADS_FRAC = 0.5
 _WORDS = {"cold_start": "cold start", "graph_capture": "graph capture", "compile": "compilation",
           "one_off_host": "one-off host work before the first launch"}
 SKIP_CODE = "%%gpuprofile --skip 3\n# or: torch.profiler.schedule(wait=1, warmup=2, active=5)"
+CAP_CODE = "%%gpuprofile --max-seconds 120"
 #: vLLM's documented profiling entry points (docs "Profiling vLLM": set VLLM_TORCH_PROFILER_DIR
 #: before creating the engine, then ``llm.start_profile()`` / ``llm.stop_profile()``): the engine
 #: captures its CUDA graphs while it is created, so a profile started afterwards holds only serving.
@@ -58,6 +60,14 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
                 for e in s.evidence[:2]]
     serving = ctx.workload == "serving"
     fixes: list[Fix] = []
+    capture = meta_block(ctx.trace.meta, "capture")
+    if capture.get("stop_reason") == "cap" and not capture.get("optimizer_steps_seen"):
+        cap = capture.get("max_seconds")
+        fixes.append(pytorch(
+            f"Recording stopped at the {cap:g} s time cap before the first optimizer step: give the start more "
+            "time (skipped steps count against the cap too)" if isinstance(cap, (int, float)) else
+            "Recording stopped at the time cap before the first optimizer step: give the start more time "
+            "(skipped steps count against the cap too)", CAP_CODE))
     if "graph_capture" in shares and serving:
         fixes.append(pytorch("A serving engine captures its graphs once at start-up: profile after capture, "
                              "on requests being served", SERVING_CODE, diagnostic=True))
