@@ -271,6 +271,11 @@ def _sources(module: ModuleType, call: dict[str, ast.expr], thresholds: list[dic
     doc_url = call.get("doc_url")
     if doc_url is not None:
         found.append(_text(module, doc_url))
+        if found[-1] == ELIDED:  # a page chosen at run time (``DOCS.get(cause, DOC)``): every page it can be
+            for name in (n.id for n in ast.walk(doc_url) if isinstance(n, ast.Name)):
+                value = getattr(module, name, None)
+                pages = value.values() if isinstance(value, dict) else [value]
+                found += [v for v in pages if isinstance(v, str) and v.startswith("https://")]
     for t in thresholds:
         found += _URL.findall(t["source"])
     return [s for i, s in enumerate(found) if s and s != ELIDED and s not in found[:i]]
