@@ -22,6 +22,7 @@ from gpumagic.analysis.rules.kernels import elementwise_bound, unfused_attention
 from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
 from gpumagic.analysis.rules.loopwork import loop_host_work
 from gpumagic.analysis.rules.memory import memory_pressure
+from gpumagic.analysis.rules.opoverhead import cpu_op_overhead
 from gpumagic.analysis.rules.optimizer import unfused_optimizer
 from gpumagic.analysis.rules.outliers import step_outliers
 from gpumagic.analysis.rules.placement import model_on_cpu
@@ -41,7 +42,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
     model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,
     frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer, host_contended, anomaly_detection_on,
-    loop_host_work,
+    loop_host_work, cpu_op_overhead,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
@@ -56,7 +57,8 @@ if set(FINDING_IDS) != {getattr(r, "finding_id", "") for r in (*CAUSE_RULES, RES
 #: what-ran rules (precision, attention, elementwise, pageable copies, communication) hold in
 #: any segment.
 STEADY_RULES: tuple[Rule, ...] = (launch_bound, cpu_bound, host_sync, memory_pressure, low_compute_efficiency,
-                                  dataloader_bound, too_small_for_gpu, unfused_optimizer, loop_host_work)
+                                  dataloader_bound, too_small_for_gpu, unfused_optimizer, loop_host_work,
+                                  cpu_op_overhead)
 STEADY_IDS: frozenset[str] = frozenset(getattr(r, "finding_id", "") for r in STEADY_RULES)
 
 __all__ = ["CAUSE_RULES", "FINDING_IDS", "RESIDUAL_RULE", "RULES", "STEADY_IDS", "STEADY_RULES", "low_gpu_utilization"]

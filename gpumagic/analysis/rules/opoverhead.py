@@ -1,0 +1,99 @@
+"""``cpu-op-overhead``: a CPU-only model whose forward and backward run so many tiny operators that
+the cost of calling each one, not its work, takes the step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpumagic._arrays import median_of
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.phases import phase_intervals
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
+
+#: An operator call costs about 3.6 µs before it does any work: "PyTorch can perform about 280,000
+#: operations per second" on 1-element tensors (Horace He, "Making Deep Learning Go Brrrr From
+#: First Principles", 2022, section "Overhead"). Forward and backward passes that average no more
+#: than this per operator (every call counted, those inside others too) do little besides calling
+#: them; under the profiler each call costs more, not less, so the average overstates the work.
+MAX_US_PER_OP = 5.0
+#: ... over enough calls to matter: a step's forward and backward call at least this many operators
+#: (an MLP of a few layers calls a few hundred; a Python loop over 64 time steps, 5,000) ...
+MIN_OPS_PER_STEP = 1000
+#: ... and take at least this share of the window (the TensorBoard profiler plugin's 5 % line for
+#: a bottleneck worth naming, doubled: some overhead is in every eager loop).
+MIN_FRAC = 0.10
+DOC = "https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html"
+#: benchmarks/op_overhead.py on this project's 2-core machine (unprofiled, alternated rounds).
+MEASURED = ("benchmarks/op_overhead.py: a Python loop over 64 time steps of an RNN cell, 8.0 ms a step eager, "
+            "3.4 with torch.compile (0.57 saved), 4.1 with nn.RNN (0.49), for an upper bound of 0.96")
+COMPILE_CODE = """
+# torch.compile fuses the small operators into a few generated loops and calls them once;
+# a Python loop over time steps is unrolled into the graph (the first call compiles: seconds)
+model = torch.compile(model)
+"""
+FUSED_RNN_CODE = """
+# A recurrent loop written step by step in Python: PyTorch's fused layer runs the whole
+# sequence in one call (input of shape (time, batch, features); batch_first=True for (batch, time, ...))
+rnn = torch.nn.RNN(input_size=x.shape[-1], hidden_size=32)   # or torch.nn.LSTM / torch.nn.GRU
+outputs, last_hidden = rnn(x)
+"""
+
+
+@rule("cpu-op-overhead")
+def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: a CPU-only trace whose steps' forward and backward phases (``metrics.phases``)
+    call ≥ 1,000 operators a step (median; every call on the main thread, nested ones too) at
+    ≤ 5 µs each on average (the phases' time ÷ their calls), and take ≥ 10 % of the window: the
+    per-call cost of eager PyTorch (about 3.6 µs, Horace He's measurement) is most of it. Gain:
+    the forward and backward's share of the window, an upper bound — torch.compile removes the
+    calls' cost but still does the work, and the profiler's per-call cost inflates that share.
+    Fixes: ``torch.compile(model)``; a loop over time steps → ``nn.RNN``/``LSTM``/``GRU``, when
+    one is a Python loop of many tiny operators. False positives: a model of many small
+    operators that each do real work in under 5 µs (a long chain of tiny layers on one sample)
+    gains less, though compilation still fuses them."""
+    if ctx.device >= 0 or not ctx.step_bounds or m.phases is None:
+        return None
+    ev, mk = ctx.trace.events, ctx.masks
+    rows = np.flatnonzero(mk["cpu_op"] & (ev.lane == ctx.main_lane) & ctx.events_in_window(mk["cpu_op"]))
+    starts = np.sort(ev.ts_ns[rows])
+    per_step, calls, busy = [], 0, 0
+    for parts in phase_intervals(ctx):
+        model = iv.merge(parts["forward"], parts["backward"])
+        k = np.searchsorted(model[0], starts, side="right") - 1
+        n = int(np.count_nonzero((k >= 0) & (starts < model[1][np.maximum(k, 0)]))) if model[0].size else 0
+        per_step.append(n)
+        calls += n
+        busy += iv.total(model)
+    frac = busy / ctx.window_ns if ctx.window_ns else 0.0
+    if not calls or frac < MIN_FRAC:
+        return None
+    us_per_op = busy / calls / 1e3
+    ops_per_step = median_of(per_step)
+    if ops_per_step < MIN_OPS_PER_STEP or us_per_op > MAX_US_PER_OP:
+        return None
+    return finding(
+        severity=severity_for(frac),
+        title=f"The model calls {ops_per_step:,.0f} tiny operators a step: calling them costs more than their work",
+        why=f"""Each PyTorch operator call pays a fixed cost before it computes anything — the Python binding, the
+        dispatcher, autograd's bookkeeping — about 3.6 µs on a 1-element tensor. This model's forward and backward
+        call {ops_per_step:,.0f} operators a step at {us_per_op:.1f} µs each on average: the calls, not the
+        arithmetic, take the time (many small layers, or a Python loop over time steps or elements).
+        torch.compile fuses them into a few generated loops; a loop over time steps has a fused layer.""",
+        summary=(f"Forward and backward: {ops_per_step:,.0f} operator calls a step (median), {us_per_op:.1f} µs each "
+                 f"on average, {pct(frac)} of the window."),
+        numbers={"ops_per_step": int(ops_per_step), "us_per_op": round(us_per_op, 3), "model_frac": round(frac, 4),
+                 "threshold_ops_per_step": MIN_OPS_PER_STEP, "threshold_us_per_op": MAX_US_PER_OP},
+        est_gain=frac,
+        gain_method=("upper bound: the forward and backward's share of the window; compilation removes the calls' "
+                     f"cost but still does their work, and the profiler's per-call cost inflates the share ({MEASURED})"),
+        fixes=(pytorch("Compile the model: its small operators become a few fused loops, called once", COMPILE_CODE),
+               pytorch("If the model loops over time steps in Python, use PyTorch's fused recurrent layer instead",
+                       FUSED_RNN_CODE)),
+        doc_url=DOC,
+    )
+
+
+__all__ = ["cpu_op_overhead"]

@@ -1,0 +1,59 @@
+"""``cpu-op-overhead``: a CPU model whose forward and backward call thousands of tiny operators (a
+recurrent cell looped over time steps in Python), the per-call cost most of the step."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+from tracebuilder import DATA, TraceBuilder
+
+from gpumagic import analyze
+from gpumagic.analysis.rules.opoverhead import MAX_US_PER_OP, MIN_OPS_PER_STEP
+
+RECORDED = os.path.join(DATA, "cpu_rnn_loop.json.gz")
+
+
+def test_a_recorded_rnn_cell_looped_in_python():
+    """benchmarks/op_overhead.py --record (tests/data/MANIFEST.md): compile saved 0.57, nn.RNN 0.49."""
+    r = analyze(RECORDED)
+    f = r.finding("cpu-op-overhead")
+    n = f.evidence.numbers
+    assert n["ops_per_step"] >= 32 * 20  # about 20 calls, forward and backward, per time step
+    assert n["us_per_op"] <= MAX_US_PER_OP
+    assert f.est_gain == n["model_frac"] > 0.5 and f.gain_method.startswith("upper bound")
+    med = r.metrics.phases.median_ms
+    assert n["model_frac"] == pytest.approx((med.forward + med.backward) / r.metrics.steps.median_ms, abs=0.05)
+    codes = " ".join(fx.code for fx in f.fixes)
+    assert "torch.compile(model)" in codes and "torch.nn.RNN(" in codes
+
+
+@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED}))
+def test_silent_on_every_other_recorded_trace(path):
+    assert analyze(path).finding("cpu-op-overhead") is None
+
+
+def _steps(calls: int, us_each: float, gpu: bool = False):
+    """Three training steps whose forward calls ``calls`` operators of ``us_each`` µs, back to
+    back, then a backward of one node and an optimizer step."""
+    tb = TraceBuilder(cc=(8, 0) if gpu else None)
+    fwd = calls * us_each
+    step = fwd + 300
+    for i in range(3):
+        t = i * step
+        tb.step(i + 1, t, step)
+        for c in range(calls):
+            tb.op("aten::add", t + c * us_each, us_each * 0.9)
+        tb.op("autograd::engine::evaluate_function: AddBackward0", t + fwd, 100)
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t + fwd + 150, dur=100)
+        if gpu:
+            tb.kernel("k", t + 10, 5, launch_ts=t + 5)
+    return tb.to_dict()
+
+
+def test_thresholds():
+    assert analyze(_steps(MIN_OPS_PER_STEP + 200, 2.0)).finding("cpu-op-overhead") is not None
+    assert analyze(_steps(MIN_OPS_PER_STEP - 200, 2.0)).finding("cpu-op-overhead") is None  # too few calls
+    assert analyze(_steps(MIN_OPS_PER_STEP + 200, 2 * MAX_US_PER_OP)).finding("cpu-op-overhead") is None  # real work
+    assert analyze(_steps(MIN_OPS_PER_STEP + 200, 2.0, gpu=True)).finding("cpu-op-overhead") is None  # launch-bound's
