@@ -112,6 +112,12 @@ def _cpu(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
                     "(a larger per_device_train_batch_size)"), settings)]
 
 
+def _op_overhead(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    # torch_compile=True compiles the model with torch.compile's default mode (TrainingArguments docs)
+    return [Advice("Compile the model: its many small operators become a few fused loops", {"torch_compile": True},
+                   "the first steps compile the model: profile after them (skip=)")]
+
+
 def _memory(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
     # group_by_length is a padding/speed setting, not a memory one: it puts the longest batch first.
     return [Advice("Trade compute for memory: recompute activations in the backward pass",
@@ -218,6 +224,7 @@ ADVICE = {
     "low-compute-efficiency": _bigger_batch,
     "too-small-for-gpu": _bigger_batch,
     "step-outliers": _step_outliers,
+    "cpu-op-overhead": _op_overhead,
 }
 
 
