@@ -27,7 +27,8 @@ def test_a_recorded_loop_that_counts_accuracy_in_python():
     assert f.gain_method.startswith("estimate")
     # the phases agree: the Python loop is "other", not the model's forward
     med = r.metrics.phases.median_ms
-    assert med.other == pytest.approx(n["loop_work_ms_per_step"], rel=0.05)
+    # most of "other": the rest are the gaps between the model's phases
+    assert 0.85 * med.other <= n["loop_work_ms_per_step"] <= med.other
     assert med.forward < med.backward
 
 
@@ -70,7 +71,8 @@ def test_the_forward_starts_at_its_first_operator_the_backward_undoes():
     # backward → optimizer (30 µs) and optimizer → step end (10 µs)
     assert med.other == pytest.approx(2.0 - 0.004 + 0.030 + 0.010, abs=0.001)
     f = r.finding("loop-host-work")
-    assert f is not None and f.evidence.numbers["loop_work_ms_per_step"] == pytest.approx(med.other, abs=0.001)
+    # the loop's code only (2 ms less zero_grad's 4 µs), not the gaps between backward, optimizer and step end
+    assert f is not None and f.evidence.numbers["loop_work_ms_per_step"] == pytest.approx(2.0 - 0.004, abs=0.001)
 
 
 def test_without_a_backward_the_forward_starts_at_the_first_operator():
@@ -134,5 +136,5 @@ def test_with_stacks_the_loops_own_python_function_is_named():
     summary = r.finding("loop-host-work").evidence.summary
     assert "train.py(40): count_correct 9.60 ms" in summary  # 6 × (1.9 − 0.3) ms of its own
     assert "<built-in method tolist of Tensor object> 1.80 ms" in summary  # the address left out
-    # the cell's frame: only its own time inside the loop's code, after the function it called
-    assert summary.index("count_correct") < summary.index("<module> 0.82 ms")
+    # the cell's frame: its own time in the loop's code is 20 µs a step, under the 5 % it takes to be named
+    assert "<module>" not in summary
