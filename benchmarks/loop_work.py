@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 
 import torch
-from steptime import mean_ms
+from steptime import alternated, medians
 
 import gpumagic
 
@@ -82,13 +81,9 @@ def main() -> None:
     print(f"torch {torch.__version__}; load average {os.getloadavg()[0]:.2f}; {args.passes} passes")
     f = profiled(args.passes).finding("loop-host-work")
     loops = {k: _loop(k, args.passes) for k in ("python", "tensor", "none")}
-    got: dict[str, list[float]] = {k: [] for k in loops}
-    for _ in range(args.rounds):
-        for k, step in loops.items():
-            got[k].append(mean_ms(step, args.steps))
-    med = {k: statistics.median(v) for k, v in got.items()}
+    med, line = medians(alternated(loops, args.rounds, args.steps))
     said = f"estimate {f.est_gain:.3f}" if f else "the rule is silent"
-    print(" · ".join(f"{k} {med[k]:.3f} ms a step [{min(got[k]):.3f}-{max(got[k]):.3f}]" for k in got))
+    print(line)
     print(f"saved with the tensor fix {1 - med['tensor'] / med['python']:.3f}, with no bookkeeping "
           f"{1 - med['none'] / med['python']:.3f}; {said}")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 
 import torch
-from steptime import mean_ms
+from steptime import alternated, medians
 
 import gpumagic
 
@@ -94,13 +93,9 @@ def main() -> None:
     loops = {"eager": _step(LoopCell()), "compiled": _step(compiled_model, torch.compile(compiled_model)),
              "nn.RNN": _step(FusedCell())}
     loops["compiled"]()  # compiles
-    got: dict[str, list[float]] = {k: [] for k in loops}
-    for _ in range(args.rounds):
-        for k, step in loops.items():
-            got[k].append(mean_ms(step, args.steps))
-    med = {k: statistics.median(v) for k, v in got.items()}
+    med, line = medians(alternated(loops, args.rounds, args.steps))
     said = f"upper bound {f.est_gain:.3f}" if f else "the rule is silent"
-    print(" · ".join(f"{k} {med[k]:.3f} ms a step [{min(got[k]):.3f}-{max(got[k]):.3f}]" for k in got))
+    print(line)
     print(f"saved: compiled {1 - med['compiled'] / med['eager']:.3f}, nn.RNN {1 - med['nn.RNN'] / med['eager']:.3f}; "
           f"{said}")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
