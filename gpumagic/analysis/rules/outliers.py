@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
+from gpumagic._arrays import median_of
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.everystep import MIN_EXCESS_MS, MIN_RATIO, SPREAD_MADS
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
@@ -51,7 +54,14 @@ EVAL_CODE = """
 # or on a fixed subset, e.g. with a step counter in the loop:
 eval_every = 500  # steps between evaluations
 """
-RECORD_CODE = "%%gpuprofile --skip {skip} --steps 1"
+RECORD_CODE = "%%gpuprofile --skip {skip} --steps 1 --shapes"
+#: The recorded steps "ran the same operators" when each step's count of main-thread operator calls
+#: is within this share of their median (a model whose batches differ only in size calls the same
+#: operators every step) ...
+SAME_OPS = 0.01
+#: ... and "each longer" when the longest recorded step took at least this many times the
+#: shortest (the outlier rule's own ratio).
+SAME_OPS_SPREAD = MIN_RATIO
 #: The page for the cause that explains the most outliers (Python's gc.freeze otherwise).
 DOCS = {"torch.save": "https://pytorch.org/tutorials/recipes/distributed_async_checkpoint_recipe.html",
         "compile": "https://docs.pytorch.org/docs/stable/compile/programming_model.recompilation.html",
@@ -102,10 +112,13 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     if "eval" in explains:
         fixes.append(pytorch("Evaluation ran inside these steps: expected, but evaluate less often if it costs too "
                              "much", EVAL_CODE))
+    sizes = ""
     if unexplained or not fixes:
         target = max(unexplained or outliers, key=lambda o: o.ms)
         fixes.append(pytorch("Nothing gpumagic watches explains some of them: record such a step to see what it "
-                             "does (skip the steps before it)", RECORD_CODE.format(skip=target.index), diagnostic=True))
+                             "does, with its inputs' shapes (skip the steps before it)",
+                             RECORD_CODE.format(skip=target.index), diagnostic=True))
+        sizes = _same_operators(ctx)
     return finding(
         severity=severity_for(share), title=f"{len(outliers)} step(s) after the recorded ones took up to "
                                             f"{worst.over_median:.0f}× the median step",
@@ -118,7 +131,7 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
         summary=(f"{'Step' if len(outliers) == 1 else 'Steps'} {steps} took up to {worst.ms:.1f} ms against a median "
                  f"of {median:.1f} ms; together "
                  f"{excess:.0f} ms more than the median, {pct(share)} of the steps after recording. "
-                 f"Coinciding: {seen} ({told})."),
+                 f"Coinciding: {seen} ({told}).{sizes}"),
         numbers={"outliers": len(outliers), "worst_ms": round(worst.ms, 4), "median_ms": round(median, 4),
                  "excess_ms": round(excess, 4), "excess_frac_after_recording": round(share, 4),
                  "worst_index": worst.index, **{f"with_{k.replace('.', '_')}": n for k, n in kinds.items()},
@@ -127,6 +140,26 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
                                   "excess_frac_after_recording is their share of the later steps",
         fixes=tuple(fixes), doc_url=DOCS.get(explained.most_common(1)[0][0], DOC) if explained else DOC,
     )
+
+
+def _same_operators(ctx: Context) -> str:
+    """A sentence when the recorded steps called the same operators (counts within
+    :data:`SAME_OPS` of their median) yet the longest took ≥ :data:`SAME_OPS_SPREAD` × the
+    shortest: the same work on larger inputs — batches of varying length — or a slower machine;
+    the outliers after them may be the same. Empty otherwise (fewer than 3 recorded steps)."""
+    bounds = ctx.step_bounds
+    if len(bounds) < 3:
+        return ""
+    ev, mk = ctx.trace.events, ctx.masks
+    starts = np.sort(ev.ts_ns[mk["cpu_op"] & (ev.lane == ctx.main_lane)])
+    counts = np.array([np.searchsorted(starts, hi) - np.searchsorted(starts, lo) for lo, hi in bounds])
+    durs = np.array([hi - lo for lo, hi in bounds], dtype=np.float64)
+    med = median_of(counts)
+    if med <= 0 or np.abs(counts - med).max() > SAME_OPS * med or durs.max() < SAME_OPS_SPREAD * durs.min():
+        return ""
+    return (f" The recorded steps called the same {int(med):,} operators each, yet took from {durs.min() / 1e6:.1f} to "
+            f"{durs.max() / 1e6:.1f} ms: the same work on larger inputs (batches of varying length or size) takes "
+            "longer, and so does a busier machine; these later steps may be that.")
 
 
 def _told(o: StepOutlier) -> str:
