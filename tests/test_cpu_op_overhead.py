@@ -20,8 +20,8 @@ def test_a_recorded_rnn_cell_looped_in_python():
     r = analyze(RECORDED)
     f = r.finding("cpu-op-overhead")
     n = f.evidence.numbers
-    assert n["ops_per_step"] >= 32 * 20  # about 20 calls, forward and backward, per time step
-    assert n["us_per_op"] <= MAX_US_PER_OP
+    assert n["calls_per_step"] >= 32 * 20  # about 20 calls, forward and backward, per time step
+    assert n["per_call_us"] <= MAX_US_PER_OP
     assert f.est_gain == n["model_frac"] > 0.5 and f.gain_method.startswith("upper bound")
     med = r.metrics.phases.median_ms
     assert n["model_frac"] == pytest.approx((med.forward + med.backward) / r.metrics.steps.median_ms, abs=0.05)

@@ -22,13 +22,13 @@ def test_a_recorded_loop_that_counts_accuracy_in_python():
     f = r.finding("loop-host-work")
     n = f.evidence.numbers
     assert MIN_FRAC <= f.est_gain == n["loop_work_frac"] < 0.5
-    assert n["loop_work_ms_per_step"] >= MIN_STEP_MS and n["python_frac_of_it"] > 0.9
+    assert n["loop_work_step_ms"] >= MIN_STEP_MS and n["no_operator_frac"] > 0.9
     assert "aten::argmax" in f.evidence.summary  # the bookkeeping's one operator, on the last step's output
     assert f.gain_method.startswith("estimate")
     # the phases agree: the Python loop is "other", not the model's forward
     med = r.metrics.phases.median_ms
     # most of "other": the rest are the gaps between the model's phases
-    assert 0.85 * med.other <= n["loop_work_ms_per_step"] <= med.other
+    assert 0.85 * med.other <= n["loop_work_step_ms"] <= med.other
     assert med.forward < med.backward
 
 
@@ -72,7 +72,7 @@ def test_the_forward_starts_at_its_first_operator_the_backward_undoes():
     assert med.other == pytest.approx(2.0 - 0.004 + 0.030 + 0.010, abs=0.001)
     f = r.finding("loop-host-work")
     # the loop's code only (2 ms less zero_grad's 4 µs), not the gaps between backward, optimizer and step end
-    assert f is not None and f.evidence.numbers["loop_work_ms_per_step"] == pytest.approx(2.0 - 0.004, abs=0.001)
+    assert f is not None and f.evidence.numbers["loop_work_step_ms"] == pytest.approx(2.0 - 0.004, abs=0.001)
 
 
 def test_without_a_backward_the_forward_starts_at_the_first_operator():

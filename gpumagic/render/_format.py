@@ -196,6 +196,10 @@ _LABEL_OVERRIDE = {
     "pageable_gbps": "pageable copy speed",
     "capacity_bytes": "GPU memory capacity",
     "median_kernel_us": "median kernel duration",
+    "per_call_us": "time per operator call",
+    "calls_per_step": "operator calls per step",
+    "loop_work_step_ms": "loop's own code per step (median)",
+    "no_operator_frac": "share of it with no operator running",
     "host_cpu_util_mean_pct": "host CPU utilisation (mean)",
     "workers_cpu_util_mean_pct": "worker CPU utilisation (mean)",
 }

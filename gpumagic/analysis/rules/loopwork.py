@@ -101,9 +101,9 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
         summary=(f"{pct(frac)} of the window ({total / 1e6:.1f} ms; median {step_ms:.2f} ms a step) ran between the "
                  f"optimizer step and the next forward pass, not waiting for data; {pct(python_frac)} of it with no PyTorch operator "
                  f"running (Python). Operators in it: {named}{lines}."),
-        numbers={"loop_work_frac": round(frac, 4), "loop_work_ms_per_step": round(step_ms, 4),
-                 "python_frac_of_it": round(python_frac, 4), "threshold_frac": MIN_FRAC,
-                 "threshold_ms_per_step": MIN_STEP_MS},
+        numbers={"loop_work_frac": round(frac, 4), "loop_work_step_ms": round(step_ms, 4),
+                 "no_operator_frac": round(python_frac, 4), "threshold_frac": MIN_FRAC,
+                 "threshold_loop_work_step_ms": MIN_STEP_MS},
         est_gain=frac,
         gain_method=("estimate: the share of the window the loop's own code took between the optimizer step and "
                      "the next forward pass (torch.save left out); the profiler slows the operators and not the Python "

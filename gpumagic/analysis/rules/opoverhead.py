@@ -87,8 +87,8 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
         torch.compile fuses them into a few generated loops; a loop over time steps has a fused layer.""",
         summary=(f"Forward and backward: {ops_per_step:,.0f} operator calls a step (median), {us_per_op:.1f} µs each "
                  f"on average, {pct(frac)} of the window."),
-        numbers={"ops_per_step": int(ops_per_step), "us_per_op": round(us_per_op, 3), "model_frac": round(frac, 4),
-                 "threshold_ops_per_step": MIN_OPS_PER_STEP, "threshold_us_per_op": MAX_US_PER_OP},
+        numbers={"calls_per_step": int(ops_per_step), "per_call_us": round(us_per_op, 3), "model_frac": round(frac, 4),
+                 "threshold_calls_per_step": MIN_OPS_PER_STEP, "threshold_per_call_us": MAX_US_PER_OP},
         est_gain=frac,
         gain_method=("upper bound: the forward and backward's share of the window; compilation removes the calls' "
                      f"cost but still does their work, and the profiler's per-call cost inflates the share ({MEASURED})"),
