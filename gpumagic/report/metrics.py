@@ -541,8 +541,10 @@ class PhaseTimes(Record, frozen=True):
     """One value per phase of a training step."""
 
     data: Annotated[float, _d("waiting for the next batch: DataLoader spans (ms)")]
-    forward: Annotated[float, _d("from the step's first host operator to the start of the backward pass (ms)")]
-    backward: Annotated[float, _d("the autograd engine's work, its own thread included (ms)")]
+    forward: Annotated[float, _d("from the forward pass's first operator (the first whose backward node the step "
+                                 "evaluates) to the end of the last backward pass, less the backward; without a "
+                                 "backward, the step's first host operator to its last (ms)")]
+    backward: Annotated[float, _d("the autograd engine's work in each backward pass, its own thread included (ms)")]
     optimizer: Annotated[float, _d("Optimizer.step#… and Optimizer.zero_grad#… (ms)")]
     other: Annotated[float, _d("host work between them: the rest of the step (ms)")]
 
