@@ -93,12 +93,19 @@ def test_measure_in(a, windows):
     assert got == [len(cover(a) & set(range(x, y))) for x, y in zip(lo.tolist(), hi.tolist())]
 
 
+@given(spans, st.lists(st.integers(-5, GRID + 25), max_size=20))
+def test_contains(a, times):
+    got = iv.contains(iv.union(*arr(a)), np.array(times, dtype=np.int64)).tolist()
+    assert got == [t in cover(a) for t in times]
+
+
 def test_empty_inputs():
     e = iv.empty()
     assert iv.total(iv.union(*e)) == 0
     assert iv.total(iv.intersect(e, e)) == 0
     assert iv.gaps(e, 0, 10)[0].tolist() == [0]
     assert iv.measure_in(e, np.array([0]), np.array([5])).tolist() == [0]
+    assert iv.contains(e, np.array([0, 3])).tolist() == [False, False]
 
 
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=30), st.floats(0, 100))

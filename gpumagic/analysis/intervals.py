@@ -134,6 +134,16 @@ def gaps(a: Intervals, lo: int, hi: int) -> Intervals:
     return g_s[keep].astype(np.int64), g_e[keep].astype(np.int64)
 
 
+def contains(a: Intervals, t: np.ndarray) -> np.ndarray:
+    """For each time in ``t``, whether normalised ``a`` holds it (``start <= t < end``)."""
+    s, e = a
+    if s.size == 0:
+        return np.zeros(np.shape(t), dtype=bool)
+    k = np.searchsorted(s, t, side="right") - 1
+    out: np.ndarray = (k >= 0) & (t < e[np.maximum(k, 0)])
+    return out
+
+
 def measure_in(a: Intervals, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """For each window ``[lo[i], hi[i])``, the length of normalised ``a`` inside it."""
     s, e = a

@@ -97,7 +97,7 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
         a, z = np.searchsorted(op_s, (lo, hi if fwd_end is None else min(hi, fwd_end)))
         sel = ops[a:z]  # the step's host operators (before the backward, when there is one)
         # forward: the step's host operators before the backward, minus data and optimizer time
-        sel = sel[~_inside(ev.ts_ns[sel], data) & ~_inside(ev.ts_ns[sel], opt)]
+        sel = sel[~iv.contains(data, ev.ts_ns[sel]) & ~iv.contains(opt, ev.ts_ns[sel])]
         f = iv.empty()
         if sel.size:
             # to the end of the last backward pass: the forward passes of later micro-batches lie
@@ -115,6 +115,15 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
         out.append(parts)
     ctx.cache["phases"] = out
     return out
+
+
+def main_op_starts(ctx: Context) -> np.ndarray:
+    """Start times (ns, in order) of the main thread's operator calls, nested ones too (computed
+    once per context): what the rules that count a step's calls search."""
+    def find(c: Context) -> np.ndarray:
+        ev = c.trace.events
+        return np.sort(ev.ts_ns[c.masks["cpu_op"] & (ev.lane == c.main_lane)])
+    return ctx.memo("main_op_starts", find)
 
 
 _NODE_RE = re.compile(r"(?:^|: )([A-Za-z0-9_]+?)Backward\d*$")
@@ -159,7 +168,7 @@ def _passes(spans: iv.Intervals, op_starts: np.ndarray) -> iv.Intervals:
     s, e = spans
     if s.size < 2:
         return spans
-    outside = op_starts[~_inside(op_starts, spans)]
+    outside = op_starts[~iv.contains(spans, op_starts)]
     # an operator starting in the gap [e[j], s[j + 1]) splits the backward there
     split = np.searchsorted(outside, s[1:], side="left") > np.searchsorted(outside, e[:-1], side="left")
     first = np.concatenate([[0], np.flatnonzero(split) + 1])
@@ -194,13 +203,6 @@ class _Spans:
         if a == z:
             return iv.empty()
         return iv.clip(iv.union(self.start[a:a + 1], np.array([self.end[a:z].max()])), lo, hi)
-
-
-def _inside(t: np.ndarray, a: iv.Intervals) -> np.ndarray:
-    if a[0].size == 0:
-        return np.zeros(t.size, bool)
-    k = np.searchsorted(a[0], t, side="right") - 1
-    return (k >= 0) & (t < a[1][np.maximum(k, 0)])
 
 
 def metrics(ctx: Context) -> dict[str, Any] | None:
@@ -249,5 +251,5 @@ def _gpu_per_step(ctx: Context, per: list[dict[str, iv.Intervals]]) -> list[dict
         # every phase lies inside its step's bounds: only the work launched in them can count
         a, z = np.searchsorted(t, (lo, hi), side="left")
         ts, ds = t[a:z], dur[a:z]
-        out.append({p: _ms(ds[_inside(ts, parts[p])].sum()) for p in PHASES})
+        out.append({p: _ms(ds[iv.contains(parts[p], ts)].sum()) for p in PHASES})
     return out

@@ -135,8 +135,7 @@ def _operators_in(ctx: Context, where: iv.Intervals) -> tuple[int, list[tuple[st
     if rows.size == 0 or where[0].size == 0:
         return 0, []
     s, e = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
-    k = np.searchsorted(where[0], s, side="right") - 1
-    inside = (k >= 0) & (s < where[1][np.maximum(k, 0)])
+    inside = iv.contains(where, s)
     rows, s, e = rows[inside], s[inside], e[inside]
     if rows.size == 0:
         return 0, []

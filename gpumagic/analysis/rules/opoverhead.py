@@ -8,7 +8,7 @@ import numpy as np
 from gpumagic._arrays import median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.phases import phase_intervals
+from gpumagic.analysis.phases import main_op_starts, phase_intervals
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
@@ -59,14 +59,11 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     gains less, though compilation still fuses them."""
     if ctx.device >= 0 or not ctx.step_bounds or m.phases is None:
         return None
-    ev, mk = ctx.trace.events, ctx.masks
-    rows = np.flatnonzero(mk["cpu_op"] & (ev.lane == ctx.main_lane) & ctx.events_in_window(mk["cpu_op"]))
-    starts = np.sort(ev.ts_ns[rows])
+    starts = main_op_starts(ctx)
     per_step, calls, busy = [], 0, 0
-    for parts in phase_intervals(ctx):
+    for parts, (lo, hi) in zip(phase_intervals(ctx), ctx.step_bounds, strict=True):
         model = iv.merge(parts["forward"], parts["backward"])
-        k = np.searchsorted(model[0], starts, side="right") - 1
-        n = int(np.count_nonzero((k >= 0) & (starts < model[1][np.maximum(k, 0)]))) if model[0].size else 0
+        n = int(np.count_nonzero(iv.contains(model, starts[slice(*np.searchsorted(starts, (lo, hi)))])))
         per_step.append(n)
         calls += n
         busy += iv.total(model)

@@ -9,6 +9,7 @@ import numpy as np
 from gpumagic._arrays import median_of
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.everystep import MIN_EXCESS_MS, MIN_RATIO, SPREAD_MADS
+from gpumagic.analysis.phases import main_op_starts
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics, StepOutlier
 from gpumagic.report.model import Finding, Fix
@@ -150,8 +151,7 @@ def _same_operators(ctx: Context) -> str:
     bounds = ctx.step_bounds
     if len(bounds) < 3:
         return ""
-    ev, mk = ctx.trace.events, ctx.masks
-    starts = np.sort(ev.ts_ns[mk["cpu_op"] & (ev.lane == ctx.main_lane)])
+    starts = main_op_starts(ctx)
     counts = np.array([np.searchsorted(starts, hi) - np.searchsorted(starts, lo) for lo, hi in bounds])
     durs = np.array([hi - lo for lo, hi in bounds], dtype=np.float64)
     med = median_of(counts)

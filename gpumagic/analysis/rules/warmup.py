@@ -63,11 +63,9 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
     capture = meta_block(ctx.trace.meta, "capture")
     if capture.get("stop_reason") == "cap" and not capture.get("optimizer_steps_seen"):
         cap = capture.get("max_seconds")
-        fixes.append(pytorch(
-            f"Recording stopped at the {cap:g} s time cap before the first optimizer step: give the start more "
-            "time (skipped steps count against the cap too)" if isinstance(cap, (int, float)) else
-            "Recording stopped at the time cap before the first optimizer step: give the start more time "
-            "(skipped steps count against the cap too)", CAP_CODE))
+        which = f"{cap:g} s time cap" if isinstance(cap, (int, float)) else "time cap"
+        fixes.append(pytorch(f"Recording stopped at the {which} before the first optimizer step: give the start more "
+                             "time (skipped steps count against the cap too)", CAP_CODE))
     if "graph_capture" in shares and serving:
         fixes.append(pytorch("A serving engine captures its graphs once at start-up: profile after capture, "
                              "on requests being served", SERVING_CODE, diagnostic=True))
