@@ -18,9 +18,7 @@ import os
 import statistics
 
 import torch
-from steptime import mean_ms
-
-import gpumagic
+from steptime import mean_ms, profile_steps
 
 
 def _loop():
@@ -39,17 +37,11 @@ def _loop():
 
 
 def profiled(path: str | None = None):
-    step = _loop()
     torch.autograd.set_detect_anomaly(True)
     try:
-        for _ in range(3):
-            step()
-        with gpumagic.profile(steps=5, save=path, display=False) as run:
-            for _ in range(7):
-                step()
+        return profile_steps(_loop(), 5, path)
     finally:
         torch.autograd.set_detect_anomaly(False)
-    return run.report
 
 
 def timed(step, anomaly: bool, steps: int) -> float:

@@ -26,9 +26,7 @@ import sys
 import time
 
 import torch
-from steptime import mean_ms
-
-import gpumagic
+from steptime import mean_ms, profile_steps
 
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 SPIN = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"
@@ -63,13 +61,7 @@ def _loop():
 
 
 def profiled(path: str | None = None, steps: int = 12):
-    step = _loop()
-    for _ in range(3):
-        step()
-    with gpumagic.profile(steps=steps, save=path, display=False) as run:
-        for _ in range(steps + 2):
-            step()
-    return run.report
+    return profile_steps(_loop(), steps, path)
 
 
 def timed(step, threads: int, steps: int) -> float:

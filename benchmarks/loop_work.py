@@ -20,9 +20,7 @@ import argparse
 import os
 
 import torch
-from steptime import alternated, medians
-
-import gpumagic
+from steptime import alternated, medians, profile_steps
 
 
 def _loop(bookkeeping: str, passes: int):
@@ -58,13 +56,7 @@ def _loop(bookkeeping: str, passes: int):
 
 
 def profiled(passes: int, path: str | None = None):
-    step = _loop("python", passes)
-    for _ in range(3):
-        step()
-    with gpumagic.profile(steps=10, save=path, display=False) as run:
-        for _ in range(12):
-            step()
-    return run.report
+    return profile_steps(_loop("python", passes), 10, path)
 
 
 def main() -> None:

@@ -19,9 +19,7 @@ import argparse
 import os
 
 import torch
-from steptime import alternated, medians
-
-import gpumagic
+from steptime import alternated, medians, profile_steps
 
 T, B, D = 64, 8, 32
 
@@ -67,13 +65,7 @@ def _step(model, call=None, time_steps: int = T):
 
 def profiled(path: str | None = None, steps: int = 5, time_steps: int = T):
     torch.manual_seed(0)
-    step = _step(LoopCell(), time_steps=time_steps)
-    for _ in range(2):
-        step()
-    with gpumagic.profile(steps=steps, save=path, display=False) as run:
-        for _ in range(steps + 2):
-            step()
-    return run.report
+    return profile_steps(_step(LoopCell(), time_steps=time_steps), steps, path, warm=2)
 
 
 def main() -> None:

@@ -22,9 +22,7 @@ import os
 import statistics
 
 import torch
-from steptime import mean_ms
-
-import gpumagic
+from steptime import mean_ms, profile_steps
 
 #: (name, layer widths, batch, optimizer class, its arguments)
 CASES = (
@@ -58,13 +56,7 @@ def _loop(widths, batch: int, opt_cls, kwargs: dict, impl: dict):
 
 def profiled(case, impl: dict, steps: int = 20, path: str | None = None):
     _, widths, batch, opt_cls, kwargs = case
-    step = _loop(widths, batch, opt_cls, kwargs, impl)
-    for _ in range(3):
-        step()
-    with gpumagic.profile(steps=steps, save=path, display=False) as run:
-        for _ in range(steps + 2):
-            step()
-    return run.report
+    return profile_steps(_loop(widths, batch, opt_cls, kwargs, impl), steps, path)
 
 
 def timed(step, steps: int) -> float:

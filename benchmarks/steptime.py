@@ -1,6 +1,6 @@
-"""The timing the step benchmarks share (``checkpoint_cost``, ``worker_restarts``, ``contention``,
+"""What the step benchmarks share (``checkpoint_cost``, ``worker_restarts``, ``contention``,
 ``optimizer_fused``, ``anomaly_mode``, ``loop_work``, ``op_overhead``): a loop's mean wall time per
-call, and several loops timed in alternated rounds."""
+call, several loops timed in alternated rounds, and a loop's steps recorded by gpumagic."""
 
 from __future__ import annotations
 
@@ -33,3 +33,17 @@ def medians(got: dict[str, list[float]]) -> tuple[dict[str, float], str]:
     """The medians of :func:`alternated`'s rounds, and a line that gives each with its range."""
     med = {k: statistics.median(v) for k, v in got.items()}
     return med, " · ".join(f"{k} {med[k]:.3f} ms a step [{min(v):.3f}-{max(v):.3f}]" for k, v in got.items())
+
+
+def profile_steps(step: Callable[[], object], steps: int, path: str | None = None, warm: int = 3):
+    """The report of ``gpumagic.profile(steps=steps)`` over ``step``: ``warm`` calls first, then
+    ``steps + 2`` under the profiler (gpumagic skips the first, records ``steps``, and one more
+    ends the last); the bundle saved to ``path`` when given."""
+    import gpumagic
+
+    for _ in range(warm):
+        step()
+    with gpumagic.profile(steps=steps, save=path, display=False) as run:
+        for _ in range(steps + 2):
+            step()
+    return run.report
