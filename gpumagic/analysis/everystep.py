@@ -51,8 +51,7 @@ KINDS = ("gc", "torch.save", "compile", "eval")
 def fields(ctx: Context) -> dict[str, Any]:
     """``StepMetrics`` fields ``all_ms``, ``all_recorded``, ``all_profiled``, ``outliers`` (empty
     without an ``every_step`` block)."""
-    notes: list[str] = []
-    block = read(ctx.trace.meta.get("every_step"), notes)
+    block, notes = _checked(ctx)
     ctx.trace.notes.extend(n for n in notes if n not in ctx.trace.notes)  # once, though a steady part is measured again
     if block is None:
         return {}
@@ -61,6 +60,20 @@ def fields(ctx: Context) -> dict[str, Any]:
     return {"all_ms": block["step_ms"], "all_recorded": block["recorded"], "all_profiled": block["profiled"],
             "outliers": [as_record(o, StepOutlier) for o in found], "torch_save_count": s["count"],
             "torch_save_frac": round(s["ms"] / s["steps_ms"], 4) if s["steps_ms"] > 0 else None}
+
+
+def block_of(ctx: Context) -> dict[str, Any] | None:
+    """The trace's checked ``every_step`` block (:func:`read`), or None: checked once per context
+    for every rule that reads it (a block holds up to 100,000 steps); :func:`fields` notes why
+    one does not fit."""
+    return _checked(ctx)[0]
+
+
+def _checked(ctx: Context) -> tuple[dict[str, Any] | None, list[str]]:
+    def check(c: Context) -> tuple[dict[str, Any] | None, list[str]]:
+        notes: list[str] = []
+        return read(c.trace.meta.get("every_step"), notes), notes
+    return ctx.memo("every_step", check)
 
 
 def _floats(values: Any) -> list[float] | None:

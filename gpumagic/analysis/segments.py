@@ -434,7 +434,7 @@ def evaluation(ctx: Context) -> list[Piece]:
     eval mode and back with no optimizer step in between (``everystep.is_evaluation``). It
     recurs, but it is not the training loop: its batches, syncs and loader waits are the
     evaluation's, and the steady-state rules' fixes are written for the training step."""
-    block = everystep.read(ctx.trace.meta.get("every_step"), [])
+    block = everystep.block_of(ctx)
     if block is None:
         return []
     return [(a, b, f"an evaluation loop {_ms(b - a)}: a module in eval mode and no optimizer step (gpumagic's "

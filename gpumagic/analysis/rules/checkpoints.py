@@ -37,7 +37,7 @@ def frequent_checkpoints(ctx: Context, m: Metrics) -> Finding | None:
     the timer; saves through other writers (safetensors, ``np.save``) are not seen. False
     positives: a run that must save every step (a preemptible machine), where saving on a thread
     still applies."""
-    block = everystep.read(ctx.trace.meta.get("every_step"), [])
+    block = everystep.block_of(ctx)
     if block is None:
         return None
     outliers = frozenset(o.index for o in m.steps.outliers or [])

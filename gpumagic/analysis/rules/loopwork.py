@@ -118,7 +118,7 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
 
 def _saves(ctx: Context) -> iv.Intervals:
     """``torch.save`` calls the step timer saw, on the trace's clock (empty without a timer)."""
-    block = everystep.read(ctx.trace.meta.get("every_step"), [])
+    block = everystep.block_of(ctx)
     if block is None:
         return iv.empty()
     spans = everystep.spans_ns(block, ctx.step_names, ctx.step_bounds, lambda e: e["kind"] == "torch.save")

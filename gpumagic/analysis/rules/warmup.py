@@ -112,7 +112,7 @@ def _compiled_before(ctx: Context, seg: sg.Segments) -> bool:
     the slow first call is the profiler's start (``benchmarks/profiler_aftermath.py``)."""
     if not any(COMPILED_REGION in e for s in seg.items if s.kind == "cold_start" for e in s.evidence):
         return False
-    block = everystep.read(ctx.trace.meta.get("every_step"), [])
+    block = everystep.block_of(ctx)
     return block is not None and not any(e["kind"] == "compile" for e in block["events"])
 
 
