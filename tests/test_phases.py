@@ -160,3 +160,43 @@ def test_a_compiled_forward_is_forward():
     med = analyze(tb.to_dict()).metrics.phases.median_ms
     assert med.forward == pytest.approx(4.0 - 0.2, abs=1e-3)  # from the compiled region to the backward
     assert med.other == pytest.approx(0.2 + 0.2 + 0.5, abs=1e-3)  # before it (the cache lookup), and the gaps
+
+
+def _closure_step(zero_grad: bool):
+    """``LBFGS.step(closure)``, 3 steps of 30 ms: the step (27 ms) calls the closure twice — an
+    optional ``optimizer.zero_grad()``, a 1.3 ms forward (``aten::linear`` around ``aten::t`` and
+    ``aten::addmm``, then the loss's ``aten::sub``), a 1.4 ms backward — and does its own work
+    after each: an ``aten::sub`` (named like the loss's, whose node the backward evaluates) and
+    ``aten::dot`` calls."""
+    tb = TraceBuilder(cc=None)
+    for i in range(3):
+        t = i * 30_000
+        tb.step(i + 1, t, 30_000)
+        tb.add(cat="user_annotation", name="Optimizer.step#LBFGS.step", ts=t + 1_000, dur=27_000)
+        for at in (t + 1_100, t + 9_300):
+            if zero_grad:
+                tb.add(cat="user_annotation", name="Optimizer.zero_grad#LBFGS.zero_grad", ts=at, dur=100)
+            tb.op("aten::linear", at + 200, 1_000)
+            tb.op("aten::t", at + 210, 50)
+            tb.op("aten::addmm", at + 300, 800)
+            tb.op("aten::sub", at + 1_300, 100)  # the loss
+            tb.op("autograd::engine::evaluate_function: SubBackward0", at + 1_500, 200)
+            tb.op("autograd::engine::evaluate_function: AddmmBackward0", at + 1_750, 1_000)
+            tb.op("autograd::engine::evaluate_function: TBackward0", at + 2_800, 100)
+        tb.op("aten::sub", t + 4_100, 2_000)  # the step's own work between the closure's calls
+        tb.op("aten::dot", t + 6_200, 3_000)
+        tb.op("aten::dot", t + 12_300, 15_000)
+    return tb.to_dict()
+
+
+@pytest.mark.parametrize("zero_grad", [True, False])
+def test_an_optimizer_that_runs_the_closure_keeps_its_forward_and_backward_out_of_the_optimizer(zero_grad):
+    """LBFGS calls the forward and backward inside its ``step``: they are forward and backward,
+    and only the step's own work is optimizer — not its ``aten::sub``, though the loss's
+    ``SubBackward0`` is evaluated (found after ``zero_grad``, or from the node each pass
+    evaluates last, ``TBackward0`` → ``aten::t`` inside ``aten::linear``)."""
+    med = analyze(_closure_step(zero_grad)).metrics.phases.median_ms
+    assert med.forward == pytest.approx(2 * 1.3, abs=1e-3)
+    assert med.backward == pytest.approx(2 * 1.4, abs=1e-3)
+    assert med.optimizer == pytest.approx(27.0 - 2 * 1.3 - 2 * 1.4, abs=1e-3)
+    assert med.other == pytest.approx(3.0, abs=1e-3)

@@ -8,7 +8,8 @@ phases of a step add up to its duration. What marks each phase in a torch.profil
 - ``data``: the DataLoader's ``enumerate(DataLoader)#…__next__`` spans (the wait for the next
   batch; PyTorch's ``torch/utils/data/dataloader.py`` records them with ``record_function``);
 - ``optimizer``: ``Optimizer.step#<Class>.step`` and ``Optimizer.zero_grad#<Class>.zero_grad``
-  (``torch/optim/optimizer.py`` wraps both in ``record_function``);
+  (``torch/optim/optimizer.py`` wraps both in ``record_function``), less the forward and backward
+  passes a step runs itself (``LBFGS.step(closure)``: :class:`_Closures`);
 - ``backward``: from the first to the last event of the autograd engine in each backward pass
   of the step (``autograd::engine::evaluate_function: …``, the ``*Backward*`` nodes and
   everything on the engine's own thread, which ``loss.backward()`` hands the work to); a pass
@@ -86,26 +87,38 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
     data_spans, opt_spans, bwd_spans, fwd_spans = (_Spans(ev, r) for r in (data_rows, opt_rows, bwd_rows, fwd_ann))
     op_s = ev.ts_ns[ops]
     cpu_s = ev.ts_ns[ops[m["cpu_op"][ops]]]  # the main thread's operators, in start order
+    closures: _Closures | None = None  # read only for steps whose optimizer runs the backward
     out = []
     for lo, hi in ctx.step_bounds:
         data = data_spans.within(lo, hi)
-        opt = opt_spans.within(lo, hi)
+        opt = opt_all = opt_spans.within(lo, hi)
         b = bwd_spans.hull(lo, hi)
-        fwd_end = b[0][0] if b[0].size else None
-        if fwd_end is not None:  # one backward pass, or several (gradient accumulation)
+        closure = iv.empty()
+        if b[0].size:  # one backward pass, or several (gradient accumulation)
             b = _passes(bwd_spans.within(lo, hi), cpu_s[slice(*np.searchsorted(cpu_s, (lo, hi)))])
+            inner = iv.contains(opt, b[0])
+            if inner.any():  # passes run by the optimizer's step itself: a closure (LBFGS)
+                closures = closures or _Closures(ctx, ops, makes_node)
+                closure = closures.forwards(opt, (b[0][inner], b[1][inner]))
+                opt = iv.subtract(opt, iv.merge(closure, b))
+                outer = (b[0][~inner], b[1][~inner])
+            else:
+                outer = b
+        else:
+            outer = b
+        fwd_end = outer[0][0] if outer[0].size else None
         a, z = np.searchsorted(op_s, (lo, hi if fwd_end is None else min(hi, fwd_end)))
         sel = ops[a:z]  # the step's host operators (before the backward, when there is one)
         # forward: the step's host operators before the backward, minus data and optimizer time
-        sel = sel[~iv.contains(data, ev.ts_ns[sel]) & ~iv.contains(opt, ev.ts_ns[sel])]
+        sel = sel[~iv.contains(data, ev.ts_ns[sel]) & ~iv.contains(opt_all, ev.ts_ns[sel])]
         f = iv.empty()
         if sel.size:
             # to the end of the last backward pass: the forward passes of later micro-batches lie
             # between the passes (the backward keeps its own time: it comes first in PRIORITY)
-            f_hi = int(b[1][-1]) if fwd_end is not None else int((ev.ts_ns[sel] + ev.dur_ns[sel]).max())
+            f_hi = int(outer[1][-1]) if fwd_end is not None else int((ev.ts_ns[sel] + ev.dur_ns[sel]).max())
             f_lo = _forward_start(ev, sel, makes_node, m["cpu_op"]) if fwd_end is not None else int(ev.ts_ns[sel].min())
             f = iv.clip(iv.union(np.array([f_lo]), np.array([f_hi])), lo, hi)
-        f = iv.merge(f, fwd_spans.within(lo, hi))
+        f = iv.merge(iv.merge(f, closure), fwd_spans.within(lo, hi))
         raw = {"data": data, "optimizer": opt, "backward": b, "forward": f}
         covered, parts = iv.empty(), {}
         for p in PRIORITY:
@@ -158,6 +171,70 @@ def _forward_start(ev, sel: np.ndarray, makes_node: np.ndarray, cpu_op: np.ndarr
     before = before[cpu_op[before]]
     around = before[ev.ts_ns[before] + ev.dur_ns[before] > t]
     return int(ev.ts_ns[around].min())
+
+
+class _Closures:
+    """The forward passes that an optimizer's step runs itself, each before one of its backward
+    passes. ``LBFGS.step(closure)`` calls the closure (zero the gradients, forward, loss,
+    backward) once and then once per line-search evaluation, up to ``max_iter`` times; so do
+    sharpness-aware optimizers. Between those calls the step does its own work (LBFGS's dot
+    products and updates), whose operators can share names with the model's (``aten::sub``), so
+    the forward pass is found by what can only belong to it: it starts after the closure's
+    ``optimizer.zero_grad()`` (the latest ``Optimizer.zero_grad#`` span before the pass) at the
+    first operator whose backward node the trace evaluates; with no ``zero_grad`` there, at the
+    first operator (after the end of the pass before) that made the node the pass evaluates
+    last, the forward's first (``aten::t`` → ``TBackward0``, ``aten::convolution`` →
+    ``ConvolutionBackward0``). With neither, the time stays the optimizer's."""
+
+    def __init__(self, ctx: Context, ops: np.ndarray, makes_node: np.ndarray):
+        ev = ctx.trace.events
+        host = ctx.masks["host"]
+        self.ctx, self.ev, self.ops, self.makes_node = ctx, ev, ops, makes_node
+        self.op_s = ev.ts_ns[ops]
+        self.cpu_op = ctx.masks["cpu_op"]
+        zg = ctx.host_name_ids(lambda n: n.startswith("Optimizer.zero_grad#"))
+        zg_rows = np.flatnonzero(host & zg[ev.name])
+        self.zg_end = np.sort(ev.ts_ns[zg_rows] + ev.dur_ns[zg_rows])
+        nodes = ctx.host_name_ids(lambda n: n.startswith("autograd::engine::evaluate_function: ")
+                                  and "AccumulateGrad" not in n)
+        self.node_rows = np.flatnonzero(host & nodes[ev.name])
+        self.node_s = ev.ts_ns[self.node_rows]
+        self.by_key: dict[str, np.ndarray] = {}
+
+    def _made(self, node_row: int) -> np.ndarray:
+        """Per name id: the operators that make the node of the event ``node_row``."""
+        mt = _NODE_RE.search(self.ctx.trace.names[int(self.ev.name[node_row])])
+        key = _key(mt.group(1)) if mt else ""
+        if key not in self.by_key:
+            self.by_key[key] = (self.ctx.host_name_ids(lambda n: _key(n.removeprefix("aten::")) == key) if key
+                                else np.zeros(len(self.ctx.trace.names), bool))
+        return self.by_key[key]
+
+    def forwards(self, opt: iv.Intervals, passes: iv.Intervals) -> iv.Intervals:
+        """The closures' forward passes, for the backward ``passes`` inside the step spans ``opt``."""
+        ev = self.ev
+        s, e = passes
+        k = np.searchsorted(opt[0], s, side="right") - 1  # the step span that holds each pass
+        starts, ends = [], []
+        for j in range(s.size):
+            prev = int(e[j - 1]) if j and k[j - 1] == k[j] else int(opt[0][k[j]])
+            z = int(np.searchsorted(self.zg_end, s[j], side="right"))
+            zero_grad = z > 0 and self.zg_end[z - 1] >= prev
+            if zero_grad:
+                prev, marks = int(self.zg_end[z - 1]), self.makes_node
+            else:
+                a, z = np.searchsorted(self.node_s, (s[j], e[j]))
+                if a == z:
+                    continue
+                marks = self._made(int(self.node_rows[z - 1]))
+            a, z = np.searchsorted(self.op_s, (prev, int(s[j])))
+            sel = self.ops[a:z]
+            if sel.size and np.any(marks[ev.name[sel]] & self.cpu_op[sel]):
+                starts.append(_forward_start(ev, sel, marks, self.cpu_op))
+                ends.append(int(s[j]))
+        if not starts:
+            return iv.empty()
+        return iv.union(np.array(starts), np.array(ends))
 
 
 def _passes(spans: iv.Intervals, op_starts: np.ndarray) -> iv.Intervals:
