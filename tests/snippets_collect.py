@@ -217,6 +217,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         model=model, optimizer=opt, opt=opt, loss_fn=loss_fn, x=x, y=y, loss=loss.requires_grad_(), lr=1e-3,
         dataset=dataset, batch_size=4, loader=torch.utils.data.DataLoader(dataset, batch_size=4),
         train_step=train_step, batch=(x, y), block=nn.Linear(8, 8).to(device), batch_shape=(4, 8),
+        blocks=nn.ModuleList(nn.Linear(8, 8) for _ in range(3)).to(device),
         batches=[torch.randn(4, 8, device=device) for _ in range(3)],
         host_batches=[torch.randn(4, 8) for _ in range(3)],
         samples=[torch.randn(8) for _ in range(4)], requests=[torch.randn(8, device=device) for _ in range(3)],

@@ -80,7 +80,7 @@ GAIN_KINDS: dict[str, str] = {
     "recompiles": "upper bound", "host-cores-idle": "upper bound", "cpu-low-precision-slow": "upper bound",
     "frequent-checkpoints": "estimate", "dataloader-worker-restarts": "estimate", "unfused-optimizer": "upper bound",
     "host-contended": "estimate", "anomaly-detection-on": "estimate", "loop-host-work": "estimate",
-    "cpu-op-overhead": "upper bound",
+    "cpu-op-overhead": "upper bound", "activation-recompute": "estimate",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

@@ -44,6 +44,7 @@ import numpy as np
 from gpumagic._arrays import distinct, median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.recompute import recompute
 from gpumagic.trace.model import Kind
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
@@ -288,7 +289,9 @@ def metrics(ctx: Context) -> dict[str, Any] | None:
     over steps), ``found`` (which markers the trace had), ``spans_ns`` (per step, each phase but
     ``other`` as ``[start, end]`` pairs in ns: the timeline's phase lane), ``gpu_per_step`` and
     ``gpu_median_ms`` (the GPU time of the work launched in each phase, see
-    :func:`_gpu_per_step`; empty / ``None`` without a GPU). ``None`` without step markers."""
+    :func:`_gpu_per_step`; empty / ``None`` without a GPU), ``recompute_median_ms`` (the part of
+    backward that ran forward operators again, activation checkpointing: ``analysis.recompute``;
+    absent when none did). ``None`` without step markers."""
     if not ctx.step_bounds:
         return None
     per = phase_intervals(ctx)
@@ -306,6 +309,9 @@ def metrics(ctx: Context) -> dict[str, Any] | None:
            "spans_ns": spans, "gpu_per_step": gpu, "gpu_median_ms": None}
     if gpu:
         out["gpu_median_ms"] = {p: round(median_of([g[p] for g in gpu]), 4) for p in PHASES}
+    redo = recompute(ctx).host_ns
+    if any(redo):
+        out["recompute_median_ms"] = _ms(median_of(redo))
     return out
 
 

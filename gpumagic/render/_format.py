@@ -200,6 +200,9 @@ _LABEL_OVERRIDE = {
     "calls_per_step": "operator calls per step",
     "loop_work_step_ms": "loop's own code per step (median)",
     "no_operator_frac": "share of it with no operator running",
+    "recompute_frac": "forward run again in the backward",
+    "recompute_kept_bytes": "activations rebuilt per step",
+    "projected_peak_frac": "peak without checkpointing (projected)",
     "host_cpu_util_mean_pct": "host CPU utilisation (mean)",
     "workers_cpu_util_mean_pct": "worker CPU utilisation (mean)",
 }

@@ -184,6 +184,10 @@ def _phases(report: Report, width: int) -> str:
             on_gpu = f"  GPU {fmt_ms(gpu.get(p))}" if gpu else ""
             label = shorten(palette.PHASE_LABEL.get(p, p), label_w - 1)
             lines.append(f"  {label:<{label_w}}{fmt_ms(ms):>9} {fmt_pct(ms / total, 1):>7}  {bar:<{bar_chars}}{on_gpu}")
+            redo = ph.recompute_median_ms if p == "backward" else None
+            if redo:  # activation checkpointing: part of the backward ran the forward again
+                sub = shorten("of which the forward again", label_w - 3)
+                lines.append(f"    {sub:<{label_w - 2}}{fmt_ms(redo):>9} {fmt_pct(redo / total, 1):>7}")
     return "\n".join(lines)
 
 

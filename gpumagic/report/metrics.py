@@ -545,7 +545,8 @@ class PhaseTimes(Record, frozen=True):
                                  "evaluates) to the end of the last backward pass, less the backward; without a "
                                  "backward, the step's first host operator to its last (ms)")]
     backward: Annotated[float, _d("the autograd engine's work in each backward pass, its own thread included (ms)")]
-    optimizer: Annotated[float, _d("Optimizer.step#… and Optimizer.zero_grad#… (ms)")]
+    optimizer: Annotated[float, _d("Optimizer.step#… and Optimizer.zero_grad#…, less the forward and backward "
+                                   "passes a step runs itself (LBFGS's closure) (ms)")]
     other: Annotated[float, _d("host work between them: the rest of the step (ms)")]
 
 
@@ -569,6 +570,10 @@ class PhasesMetrics(Record, frozen=True):
                         _d("per step, each phase but 'other' as [start, end] pairs (ns from the trace origin): the timeline's lane")]
     gpu_per_step: Annotated[list[PhaseTimes], _d("per step, the GPU time of the work launched in each phase (ms); empty without a GPU")]
     gpu_median_ms: Annotated[PhaseTimes | None, _d("per phase, the median GPU time (ms); null without a GPU")]
+    recompute_median_ms: Annotated[float | None, _d(
+        "part of backward: the forward operators it ran again (activation checkpointing: aten::linear, "
+        "aten::layer_norm, ... inside the autograd engine's nodes, each node from its start to its last such "
+        "operator), host time per step, the median (ms); null when no step recomputed")] = None
 
 
 class PathKinds(Record, frozen=True):

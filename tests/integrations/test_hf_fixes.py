@@ -91,6 +91,16 @@ def test_renamed_settings_use_the_spelling_the_version_has():
     assert [fx.flavor for fx in neither.fixes] == ["pytorch"]  # nothing this version can express
 
 
+def test_turning_checkpointing_off_uses_the_spelling_the_version_has():
+    """activation-recompute's advice sets the same renamed field, to False."""
+    recompute = _finding("activation-recompute")
+    old = huggingface_fixes(_report(recompute), fields=OLD_FIELDS).findings[0]
+    assert old.fixes[0].code == "TrainingArguments(..., gradient_checkpointing=False)"
+    v5 = OLD_FIELDS | {"activation_checkpointing"}
+    new = huggingface_fixes(_report(recompute), fields=v5).findings[0]
+    assert new.fixes[0].code == "TrainingArguments(..., activation_checkpointing=False)"
+
+
 def test_non_blocking_copies_need_accelerator_config_checked_against_the_installed_version():
     import transformers  # noqa: F401  (the installed version is the one checked)
     from transformers.trainer_pt_utils import AcceleratorConfig

@@ -34,8 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
 #: The settings' spellings across transformers versions, newest first: (field, value). transformers
 #: 5 renamed ``gradient_checkpointing`` to ``activation_checkpointing`` (the old name is a
 #: deprecated alias).
-SPELLINGS: dict[str, tuple[tuple[str, Any], ...]] = {
-    "gradient_checkpointing": (("activation_checkpointing", True), ("gradient_checkpointing", True)),
+SPELLINGS: dict[str, tuple[str, ...]] = {
+    "gradient_checkpointing": ("activation_checkpointing", "gradient_checkpointing"),
 }
 #: Data-loader workers suggested when the Trainer uses none (the dataloader-bound rule's default;
 #: ``gpumagic.tune_dataloader(trainer.get_train_dataloader())`` measures the best value).
@@ -122,6 +122,12 @@ def _memory(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
     # group_by_length is a padding/speed setting, not a memory one: it puts the longest batch first.
     return [Advice("Trade compute for memory: recompute activations in the backward pass",
                    {"gradient_checkpointing": True}, CHECKPOINTING_COST)]
+
+
+def _recompute(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    return [Advice("Keep the activations instead of recomputing them in the backward pass",
+                   {"gradient_checkpointing": False},
+                   "memory grows by the activations the checkpoints dropped: watch the peak in the next profile")]
 
 
 def _bigger_batch(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
@@ -225,6 +231,7 @@ ADVICE = {
     "too-small-for-gpu": _bigger_batch,
     "step-outliers": _step_outliers,
     "cpu-op-overhead": _op_overhead,
+    "activation-recompute": _recompute,
 }
 
 
@@ -244,9 +251,9 @@ class ArgsSchema:
 
     def spelling(self, name: str, value: Any) -> tuple[str, Any] | None:
         """The first spelling of setting ``name`` that this version accepts, or None."""
-        for field, val in SPELLINGS.get(name, ((name, value),)):
-            if self.fields is None or (field in self.fields and self.accepts(field, val)):
-                return field, val
+        for field in SPELLINGS.get(name, (name,)):
+            if self.fields is None or (field in self.fields and self.accepts(field, value)):
+                return field, value
         return None
 
     def accepts(self, field: str, value: Any) -> bool:

@@ -27,6 +27,7 @@ from gpumagic.analysis.rules.optimizer import unfused_optimizer
 from gpumagic.analysis.rules.outliers import step_outliers
 from gpumagic.analysis.rules.placement import model_on_cpu
 from gpumagic.analysis.rules.precision import mixed_precision_off
+from gpumagic.analysis.rules.recompute import activation_recompute
 from gpumagic.analysis.rules.restarts import dataloader_worker_restarts
 from gpumagic.analysis.rules.sync import host_sync
 from gpumagic.analysis.rules.threads import host_cores_idle
@@ -42,7 +43,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
     model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,
     frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer, host_contended, anomaly_detection_on,
-    loop_host_work, cpu_op_overhead,
+    loop_host_work, cpu_op_overhead, activation_recompute,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
@@ -58,7 +59,7 @@ if set(FINDING_IDS) != {getattr(r, "finding_id", "") for r in (*CAUSE_RULES, RES
 #: any segment.
 STEADY_RULES: tuple[Rule, ...] = (launch_bound, cpu_bound, host_sync, memory_pressure, low_compute_efficiency,
                                   dataloader_bound, too_small_for_gpu, unfused_optimizer, loop_host_work,
-                                  cpu_op_overhead)
+                                  cpu_op_overhead, activation_recompute)
 STEADY_IDS: frozenset[str] = frozenset(getattr(r, "finding_id", "") for r in STEADY_RULES)
 
 __all__ = ["CAUSE_RULES", "FINDING_IDS", "RESIDUAL_RULE", "RULES", "STEADY_IDS", "STEADY_RULES", "low_gpu_utilization"]
