@@ -122,3 +122,17 @@ def test_below_the_threshold_is_silent():
         if e.get("name") == "sm80_gemm_recompute":
             e["dur"] = 300
     assert MIN_FRAC > 0.03 and analyze(d).finding("activation-recompute") is None
+
+
+def test_the_views_show_the_recomputation_under_the_backward():
+    from gpumagic.render.breakdown import phases_html
+    from gpumagic.render.text import render_text
+
+    r = analyze(RECORDED)
+    redo = r.metrics.phases.recompute_median_ms
+    text = render_text(r)
+    back = text.index("backward", text.index("STEP PHASES"))
+    assert "of which the forward again" in text[back:back + 200]
+    html = phases_html(r)
+    assert html.index("of which the forward again") > html.index("backward")
+    assert f"{redo:.1f} ms" in html

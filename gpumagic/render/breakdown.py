@@ -110,10 +110,14 @@ def phases_html(report: Report) -> str:
         f'title="{escape(palette.PHASE_LABEL[p])}: {fmt_ms(med.get(p))}"></span>'
         for p in order if (med.get(p) or 0) > 0
     )
+    redo = ph.recompute_median_ms  # activation checkpointing: part of the backward ran the forward again
     rows = "".join(
         f'<tr><td><span class="gm-swatch" style="background:{palette.PHASE_COLOR[p]}"></span>{escape(palette.PHASE_LABEL[p])}</td>'
         f'<td class="gm-num">{fmt_ms(med.get(p))}</td><td class="gm-num">{fmt_pct((med.get(p) or 0) / total, 1)}</td>'
         + (f'<td class="gm-num">{fmt_ms(gpu.get(p))}</td>' if gpu else "") + "</tr>"
+        + (f'<tr><td class="gm-sub">of which the forward again</td><td class="gm-num">{fmt_ms(redo)}</td>'
+           f'<td class="gm-num">{fmt_pct(redo / total, 1)}</td>' + ("<td></td>" if gpu else "") + "</tr>"
+           if p == "backward" and redo else "")
         for p in order if (med.get(p) or 0) > 0
     )
     return (

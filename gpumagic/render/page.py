@@ -88,6 +88,7 @@ CSS = (
 .gpumagic-report table.gm-table td.gm-num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 .gpumagic-report table.gm-table td code{overflow-wrap:anywhere}
 .gpumagic-report table.gm-table td.gm-kname{min-width:14em}
+.gpumagic-report table.gm-table td.gm-sub{padding-left:2.2em;color:var(--gm-muted)}
 .gpumagic-report table.gm-table td.gm-kname code{overflow-wrap:normal;word-break:normal}
 .gpumagic-report .gm-bars{margin:6px 0}
 .gpumagic-report .gm-bar-row{display:flex;align-items:center;gap:8px;margin:2px 0}
