@@ -9,6 +9,7 @@ import glob
 import os
 from functools import lru_cache
 
+import test_allocator_churn as tac
 import test_compute as tc
 import test_cpu_low_precision as tlp
 import test_diagnoses as td
@@ -142,6 +143,9 @@ def built_reports():
         yield f"cpu-fp16-cast-{training}", analyze(tlp.bundle(tlp.ZEN4, autocast=False, typed="c10::Half",
                                                                training=training))
         yield f"cpu-autocast-{training}", analyze(tlp.bundle(tlp.AVX2, training=training))
+    yield "allocator-churn", analyze(tac._loop())
+    yield "allocator-churn-near-limit", analyze(tac._loop(peak=78 * 2**30))
+    yield "allocator-churn-no-cache", analyze(tac._loop(mallocs=200))
     yield "custom-matmul", analyze(_matmul_trace((8, 0), "NVIDIA A100-SXM4-80GB", False, "my_fp32_gemm_kernel").to_dict())
 
 

@@ -22,6 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.allocator import churn_idle
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.loaderrestart import worker_starts
 from gpumagic.analysis.metrics import cap_by_critical_path, sync_costs
@@ -37,15 +38,16 @@ from gpumagic.analysis.rules.utilization import LONG_GAPS_FRAC, idle_outside_war
 from gpumagic.report.model import Finding
 
 #: Findings whose gain is GPU idle time.
-IDLE_TYPE = frozenset({"dataloader-worker-restarts", "dataloader-bound", "host-sync", "launch-bound", "cpu-bound", "transfer-bound",
-                       "gpu-idle-gaps", "low-gpu-utilization", "host-cpu-saturated", "small-transfers",
+IDLE_TYPE = frozenset({"dataloader-worker-restarts", "dataloader-bound", "host-sync", "allocator-churn", "launch-bound",
+                       "cpu-bound", "transfer-bound", "gpu-idle-gaps", "low-gpu-utilization", "host-cpu-saturated", "small-transfers",
                        "too-small-for-gpu"})
 #: Most specific cause first: a moment goes to the first finding in this order that claims it.
 #: ``host-cpu-saturated`` comes before ``dataloader-bound`` because when the cores are saturated
 #: the loader wait is the symptom and less CPU work per batch is the fix.
 #: ``too-small-for-gpu`` (the work itself is too small to keep any GPU busy) claims what the ways
 #: to launch faster leave, so ``launch-bound`` keeps its own share when both fire.
-CLAIM_ORDER = ("host-cpu-saturated", "dataloader-worker-restarts", "dataloader-bound", "host-sync", "transfer-bound", "small-transfers",
+CLAIM_ORDER = ("host-cpu-saturated", "dataloader-worker-restarts", "dataloader-bound", "host-sync", "allocator-churn",
+               "transfer-bound", "small-transfers",
                "cpu-bound", "launch-bound", "gpu-idle-gaps", "too-small-for-gpu", "low-gpu-utilization")
 #: Findings whose windows include copy time on the GPU (busy, not idle): not cut to the idle time,
 #: but still within the idle budget.
@@ -81,6 +83,7 @@ GAIN_KINDS: dict[str, str] = {
     "frequent-checkpoints": "estimate", "dataloader-worker-restarts": "estimate", "unfused-optimizer": "upper bound",
     "host-contended": "estimate", "anomaly-detection-on": "estimate", "loop-host-work": "estimate",
     "cpu-op-overhead": "upper bound", "activation-recompute": "estimate",
+    "allocator-churn": "upper bound",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
@@ -88,6 +91,7 @@ CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
     "host-cpu-saturated": saturated_idle,
     "dataloader-bound": lambda ctx: ctx.exclusive["dataloader"],
     "host-sync": lambda ctx: sync_costs(ctx).starved,
+    "allocator-churn": churn_idle,
     "transfer-bound": exposed_copies,
     "cpu-bound": host_ops_in_wait,
     "launch-bound": launch_wait,

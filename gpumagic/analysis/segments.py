@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median_of
-from gpumagic.analysis import everystep
+from gpumagic.analysis import allocator, everystep
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import LONG_GAP_NS, Context
 
@@ -396,9 +396,14 @@ def _library_sync_pieces(ctx: Context) -> list[Piece]:
 
 
 def _init_calls(ctx: Context) -> list[Piece]:
-    """Context creation calls and caching-allocator growth on the threads that drive the GPU."""
+    """Context creation calls and caching-allocator growth on the threads that drive the GPU; not
+    the calls of steps that hand memory back and allocate it again, when most steps do
+    (``allocator.churn``: ``torch.cuda.empty_cache()`` in the loop)."""
     ev, m = ctx.trace.events, ctx.masks
     rows = np.flatnonzero(ctx.events_in_window((m["name_init"] | m["name_alloc"]) & m["runtime"]) & _driving(ctx))
+    c = allocator.churn(ctx)
+    if c.recurring:  # memory handed back and allocated again in most steps: the loop's, not its start
+        rows = np.setdiff1d(rows, c.rows, assume_unique=True)
     return [(int(ev.ts_ns[i]), int(ev.ts_ns[i] + ev.dur_ns[i]),
              f"{_name(ctx, i)} {_ms(ev.dur_ns[i])} ({'context creation' if m['name_init'][i] else 'allocator growth'})")
             for i in rows.tolist()]

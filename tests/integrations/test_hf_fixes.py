@@ -272,3 +272,17 @@ def test_step_outliers_from_saves_and_evaluations_become_save_and_eval_steps(tmp
         assert [x.flavor for x in f.fixes] == ["pytorch"] * len(f.fixes)  # no interval to change, or no save
     f = huggingface_fixes(saved).finding("step-outliers")  # without the run's arguments: nothing to double
     assert all(x.flavor == "pytorch" for x in f.fixes)
+
+
+def test_a_trainer_that_empties_the_cache_is_told_to_stop():
+    """allocator-churn: torch_empty_cache_steps set → unset it; not set → the rule's own fixes stand."""
+    from types import SimpleNamespace
+
+    churn = _finding("allocator-churn")
+    fields = OLD_FIELDS | {"torch_empty_cache_steps"}
+    told = huggingface_fixes(_report(churn), training_args=SimpleNamespace(torch_empty_cache_steps=1),
+                             fields=fields).findings[0]
+    assert told.fixes[0].code == "TrainingArguments(..., torch_empty_cache_steps=None)"
+    unset = huggingface_fixes(_report(churn), training_args=SimpleNamespace(torch_empty_cache_steps=None),
+                              fields=fields).findings[0]
+    assert unset.fixes == churn.fixes

@@ -130,6 +130,15 @@ def _recompute(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
                    "memory grows by the activations the checkpoints dropped: watch the peak in the next profile")]
 
 
+def _empty_cache(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    # torch_empty_cache_steps: "Number of steps to wait before calling torch.<device>.empty_cache()
+    # ... If None, cache will not be emptied" (TrainingArguments); None is its default
+    if _current(current, "torch_empty_cache_steps", None) is None:
+        return []  # the Trainer does not empty it: the rule's own fixes stand
+    return [Advice("Stop the Trainer emptying the GPU memory cache every few steps", {"torch_empty_cache_steps": None},
+                   "only if memory does not run out without it: the allocator then reuses its cached blocks")]
+
+
 def _bigger_batch(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
     batch = _current(current, "per_device_train_batch_size", None)
     if not isinstance(batch, int) or batch < 1:
@@ -232,6 +241,7 @@ ADVICE = {
     "step-outliers": _step_outliers,
     "cpu-op-overhead": _op_overhead,
     "activation-recompute": _recompute,
+    "allocator-churn": _empty_cache,
 }
 
 

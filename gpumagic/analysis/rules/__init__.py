@@ -7,6 +7,7 @@ false positives.
 
 from __future__ import annotations
 
+from gpumagic.analysis.rules.allocchurn import allocator_churn
 from gpumagic.analysis.rules.anomaly import anomaly_detection_on
 from gpumagic.analysis.rules.base import RULES, Rule
 from gpumagic.analysis.rules.checkpoints import frequent_checkpoints
@@ -43,7 +44,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
     model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,
     frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer, host_contended, anomaly_detection_on,
-    loop_host_work, cpu_op_overhead, activation_recompute,
+    loop_host_work, cpu_op_overhead, activation_recompute, allocator_churn,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
@@ -59,7 +60,7 @@ if set(FINDING_IDS) != {getattr(r, "finding_id", "") for r in (*CAUSE_RULES, RES
 #: any segment.
 STEADY_RULES: tuple[Rule, ...] = (launch_bound, cpu_bound, host_sync, memory_pressure, low_compute_efficiency,
                                   dataloader_bound, too_small_for_gpu, unfused_optimizer, loop_host_work,
-                                  cpu_op_overhead, activation_recompute)
+                                  cpu_op_overhead, activation_recompute, allocator_churn)
 STEADY_IDS: frozenset[str] = frozenset(getattr(r, "finding_id", "") for r in STEADY_RULES)
 
 __all__ = ["CAUSE_RULES", "FINDING_IDS", "RESIDUAL_RULE", "RULES", "STEADY_IDS", "STEADY_RULES", "low_gpu_utilization"]
