@@ -27,6 +27,7 @@ import numpy as np
 from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.phases import phase_intervals
 
 STEP_RE = re.compile(r"^Optimizer\.step#([A-Za-z_]\w*)\.step$")
 #: torch.optim's own classes: a step of another class (apex's or DeepSpeed's FusedAdam, a subclass)
@@ -44,7 +45,7 @@ class OptimizerSteps:
 
     calls: int  # Optimizer.step# spans
     classes: tuple[str, ...]  # their optimizer classes, sorted
-    ns: int  # the union of their time
+    ns: int  # the union of their time, less the forward and backward passes a closure runs inside them
     intervals: iv.Intervals
     impl: str | None  # "fused", "foreach" or "for-loop" (None without a step, or another library's class)
     ops_per_call: float  # host operators inside a step, on average
@@ -75,4 +76,17 @@ def _find(ctx: Context) -> OptimizerSteps:
     impl = ("fused" if any(n.startswith(FUSED_PREFIX) for n in inner) else
             "foreach" if any(n.startswith(FOREACH_PREFIX) for n in inner) else
             "for-loop" if set(classes) <= TORCH_OPTIM else None)
-    return OptimizerSteps(int(rows.size), classes, iv.total(spans), spans, impl, float(inside.sum()) / rows.size)
+    own = iv.subtract(spans, _closures(ctx, spans))
+    return OptimizerSteps(int(rows.size), classes, iv.total(own), own, impl, float(inside.sum()) / rows.size)
+
+
+def _closures(ctx: Context, spans: iv.Intervals) -> iv.Intervals:
+    """The forward and backward passes that run inside the steps (``step(closure)``: LBFGS, and
+    any torch.optim class given a closure), as the step phases find them: the model's time,
+    not the optimizer's."""
+    if not ctx.step_bounds:
+        return iv.empty()
+    model = iv.empty()
+    for parts in phase_intervals(ctx):
+        model = iv.merge(model, iv.merge(parts["forward"], parts["backward"]))
+    return iv.intersect(model, spans)

@@ -456,7 +456,8 @@ class HostMetrics(Record, frozen=True):
                                                       "casts inside them, or recorded input types) (count); null with "
                                                       "a GPU")] = None
     optimizer_step_frac: Annotated[float | None, _d("share of the window inside torch.optim's "
-                                                    "Optimizer.step#<Class>.step spans (0-1); null without a step")] = None
+                                                    "Optimizer.step#<Class>.step spans, less the forward and backward "
+                                                    "passes a closure runs inside them (0-1); null without a step")] = None
     optimizer_impl: Annotated[str | None, _d("the implementation the optimizer steps ran: 'fused' (an "
                                              "aten::_fused_* kernel), 'foreach' (aten::_foreach_* operators) or "
                                              "'for-loop' (per parameter, torch.optim's own classes); null without a step or "
