@@ -13,6 +13,7 @@ import test_allocator_churn as tac
 import test_compute as tc
 import test_cpu_low_precision as tlp
 import test_diagnoses as td
+import test_layout_conversions as tlc
 import test_loader_stages_analysis as tls
 from everystep_blocks import outlier_bundle
 from tracebuilder import DATA, TraceBuilder
@@ -146,6 +147,7 @@ def built_reports():
     yield "allocator-churn", analyze(tac._loop())
     yield "allocator-churn-near-limit", analyze(tac._loop(peak=78 * 2**30))
     yield "allocator-churn-no-cache", analyze(tac._loop(mallocs=200))
+    yield "layout-conversions", analyze(tlc._convnet())
     yield "custom-matmul", analyze(_matmul_trace((8, 0), "NVIDIA A100-SXM4-80GB", False, "my_fp32_gemm_kernel").to_dict())
 
 
@@ -222,6 +224,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         dataset=dataset, batch_size=4, loader=torch.utils.data.DataLoader(dataset, batch_size=4),
         train_step=train_step, batch=(x, y), block=nn.Linear(8, 8).to(device), batch_shape=(4, 8),
         blocks=nn.ModuleList(nn.Linear(8, 8) for _ in range(3)).to(device),
+        images=torch.randn(2, 3, 8, 8, device=device),
         batches=[torch.randn(4, 8, device=device) for _ in range(3)],
         host_batches=[torch.randn(4, 8) for _ in range(3)],
         samples=[torch.randn(8) for _ in range(4)], requests=[torch.randn(8, device=device) for _ in range(3)],

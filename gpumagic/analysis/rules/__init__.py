@@ -21,6 +21,7 @@ from gpumagic.analysis.rules.cpuhalf import cpu_low_precision_slow
 from gpumagic.analysis.rules.dataloader import dataloader_bound
 from gpumagic.analysis.rules.kernels import elementwise_bound, unfused_attention
 from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
+from gpumagic.analysis.rules.layout import layout_conversions
 from gpumagic.analysis.rules.loopwork import loop_host_work
 from gpumagic.analysis.rules.memory import memory_pressure
 from gpumagic.analysis.rules.opoverhead import cpu_op_overhead
@@ -44,7 +45,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
     model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,
     frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer, host_contended, anomaly_detection_on,
-    loop_host_work, cpu_op_overhead, activation_recompute, allocator_churn,
+    loop_host_work, cpu_op_overhead, activation_recompute, allocator_churn, layout_conversions,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
