@@ -1,4 +1,4 @@
-"""End-to-end check on a CUDA machine: profile three known-bad workloads and assert the findings.
+"""End-to-end check on a CUDA machine: profile known-bad workloads and assert the findings.
 
 Run from the repository root on a machine with a CUDA GPU::
 
@@ -13,7 +13,19 @@ saves its bundle as ``<out>/<name>.json.gz`` (small, gzip; fit to commit as test
   ``.to("cuda")`` and reads the loss with ``.item()``: expects ``pageable-memcpy`` and
   ``host-sync``;
 - ``fp32_matmul``: an MLP of 4096-wide layers in FP32, TF32 off, no autocast: expects
-  ``mixed-precision-off``.
+  ``mixed-precision-off``;
+- ``empty_cache_loop``: residual MLP blocks with ``torch.cuda.empty_cache()`` after every step:
+  expects ``allocator-churn``;
+- ``amp_nchw_convnet``: seven 3×3 convolutions on 64×3×112×112 NCHW batches under autocast
+  (bf16, or fp16 before Ampere): expects ``layout-conversions``;
+- ``gradscaler_unfused``: fp16 autocast with a GradScaler and the default (foreach) AdamW:
+  expects ``host-sync`` naming GradScaler's ``found_inf`` read;
+- ``checkpointed_blocks``: six residual MLP blocks under ``torch.utils.checkpoint``: expects
+  ``activation-recompute``.
+
+The last four check rules built on traces made by hand (tests/test_allocator_churn.py,
+test_layout_conversions.py, test_diagnoses.py, test_activation_recompute.py); no GPU recording of
+them has been made yet.
 
 With ``--snippets`` it runs instead every fix whose code needs CUDA (the ones
 ``tests/test_snippets.py`` can only compile and resolve on a CPU machine) on the GPU, with the
@@ -130,11 +142,104 @@ def fp32_matmul(torch) -> Callable[[], None]:
     return run
 
 
+def _mlp(torch, width: int, blocks: int):
+    return torch.nn.ModuleList(
+        torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
+        for _ in range(blocks)).cuda()
+
+
+def empty_cache_loop(torch) -> Callable[[], None]:
+    blocks = _mlp(torch, 1024, 4)  # small steps: the driver's allocations are a visible share
+    opt = torch.optim.SGD(blocks.parameters(), lr=1e-4)
+    x = torch.randn(1024, 1024, device="cuda")
+
+    def run():
+        for _ in range(10):
+            h = x
+            for b in blocks:
+                h = h + b(h)
+            loss = h.square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            torch.cuda.empty_cache()  # hands the freed activations back to the driver every step
+
+    return run
+
+
+def amp_nchw_convnet(torch) -> Callable[[], None]:
+    layers: list = [torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU()]
+    for _ in range(6):
+        layers += [torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 3, 112, 112, device="cuda")  # PyTorch's default NCHW layout
+    y = torch.randint(0, 10, (64,), device="cuda")
+    low = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+    def run():
+        for _ in range(10):
+            with torch.autocast("cuda", dtype=low):  # tensor-core convolutions, NHWC inside cuDNN
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return run
+
+
+def gradscaler_unfused(torch) -> Callable[[], None]:
+    blocks = _mlp(torch, 2048, 4)
+    opt = torch.optim.AdamW(blocks.parameters(), lr=1e-4)  # foreach on CUDA, not fused: GradScaler reads found_inf
+    scaler = torch.amp.GradScaler("cuda")
+    x = torch.randn(2048, 2048, device="cuda")
+
+    def run():
+        for _ in range(10):
+            with torch.autocast("cuda", dtype=torch.float16):
+                h = x
+                for b in blocks:
+                    h = h + b(h)
+                loss = h.float().square().mean()
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(opt)  # .item() on found_inf before the step
+            scaler.update()
+
+    return run
+
+
+def checkpointed_blocks(torch) -> Callable[[], None]:
+    from torch.utils.checkpoint import checkpoint
+
+    blocks = _mlp(torch, 2048, 6)
+    opt = torch.optim.SGD(blocks.parameters(), lr=1e-4)
+    x = torch.randn(2048, 2048, device="cuda")
+
+    def run():
+        for _ in range(10):
+            h = x
+            for b in blocks:
+                h = h + checkpoint(b, h, use_reentrant=False)  # recomputed in the backward
+            loss = h.square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return run
+
+
 WORKLOADS = {
     "starved_loader": (starved_loader, {"dataloader-bound"}),
     "pageable_item": (pageable_item, {"pageable-memcpy", "host-sync"}),
     "fp32_matmul": (fp32_matmul, {"mixed-precision-off"}),
+    "empty_cache_loop": (empty_cache_loop, {"allocator-churn"}),
+    "amp_nchw_convnet": (amp_nchw_convnet, {"layout-conversions"}),
+    "gradscaler_unfused": (gradscaler_unfused, {"host-sync"}),
+    "checkpointed_blocks": (checkpointed_blocks, {"activation-recompute"}),
 }
+#: What a workload's findings must also say (the finding id, a phrase of its evidence).
+EVIDENCE = {"gradscaler_unfused": ("host-sync", "GradScaler's")}
 
 
 # ---------------------------------------------------------------------------------- checks
@@ -147,6 +252,11 @@ def check_run(name: str, run, expected: set[str]) -> list[str]:
     missing = expected - set(report.finding_ids)
     if missing:
         problems.append(f"{name}: expected {sorted(missing)}, found {report.finding_ids}")
+    if name in EVIDENCE:
+        fid, phrase = EVIDENCE[name]
+        f = report.finding(fid)
+        if f is not None and phrase not in f.evidence.summary:
+            problems.append(f"{name}: {fid}'s evidence does not say {phrase!r}: {f.evidence.summary}")
     if report.metrics["steps"]["count"] != 5:
         problems.append(f"{name}: {report.metrics['steps']['count']} steps recorded, expected 5")
     if report.metrics["trace"]["cpu_only"]:
@@ -270,7 +380,7 @@ def check_snippets(torch) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Profile three known-bad workloads on a CUDA GPU and check the findings.")
+    parser = argparse.ArgumentParser(description="Profile known-bad workloads on a CUDA GPU and check the findings.")
     parser.add_argument("--out", type=Path, default=ROOT / "artifacts" / "gpu_check", help="folder for the .json.gz bundles")
     parser.add_argument("--only", choices=sorted(WORKLOADS), action="append", help="run only this workload (repeatable)")
     parser.add_argument("--snippets", action="store_true", help="run the CUDA-only fix snippets instead of the workloads")

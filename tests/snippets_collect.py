@@ -123,6 +123,8 @@ def built_reports():
     yield "launch-train", analyze(_launch_trace(True).to_dict())
     yield "launch-infer", analyze(_launch_trace(False).to_dict())
     yield "sync", analyze(td._sync_step_trace(20, 1_990).to_dict())
+    yield "sync-gradscaler", analyze(td._scaler_step_trace().to_dict())
+    yield "sync-gradscaler-rmsprop", analyze(td._scaler_step_trace(opt="RMSprop").to_dict())
     for training in (True, False):
         yield f"loader-{training}", analyze(td._loader_trace(training).to_dict())
     yield "loader-cpu", analyze(td._loader_trace(True, False).to_dict())

@@ -513,3 +513,40 @@ def test_the_sampler_records_what_the_loading_threads_wanted():
     row = cpu_row(before, after, dt_s=1.0, hz=100, t_epoch_ns=1)
     assert row["main"] == 30.0 and row["main_demand"] == 90.0 and row["workers_demand"] == 50.0
     assert "main_demand" not in cpu_row(CpuTimes([(0, 0)], 0), CpuTimes([(1, 1)], 0), 1.0, 100, 1)
+
+
+def _scaler_step_trace(opt="Adam", scaler=True, cc=(8, 0)):
+    """Five 4 ms AMP steps: a 2 ms kernel launched at the step's start; GradScaler's unscale, then
+    its found_inf read (``aten::item`` around a ``cudaStreamSynchronize`` that blocks until the
+    kernel ends) right before ``Optimizer.step#Adam.step``; with ``scaler=False`` the same read is
+    the loop's own, followed by other host work."""
+    tb = TraceBuilder(cc=cc)
+    for i in range(5):
+        t = i * 4_000
+        tb.step(i + 1, t, 4_000)
+        tb.kernel("k_elementwise", t + 10, 2_000, launch_ts=t + 1)
+        if scaler:
+            tb.op("aten::_amp_foreach_non_finite_check_and_unscale_", t + 15, 4)
+        tb.op("aten::item", t + 20, 1_995)
+        tb.op("aten::_local_scalar_dense", t + 21, 1_993)
+        tb.runtime("cudaStreamSynchronize", t + 22, 1_990)
+        if scaler:
+            tb.add(cat="user_annotation", name=f"Optimizer.step#{opt}.step", ts=t + 2_080, dur=300)
+        tb.op("aten::my_preprocess", t + 2_400, 1_500)
+    return tb
+
+
+def test_gradscalers_own_sync_is_told_apart_and_fixed_with_a_fused_optimizer():
+    f = report(_scaler_step_trace()).finding("host-sync")
+    assert "GradScaler's" in f.evidence.summary
+    assert "torch.optim.Adam(model.parameters(), lr=lr, fused=True)" in f.fixes[0].code
+    assert 'torch.autocast("cuda", dtype=torch.bfloat16)' in f.fixes[1].code  # Ampere: bf16 needs no scaler
+    volta = report(_scaler_step_trace(cc=(7, 0))).finding("host-sync")
+    assert "fused=True" in volta.fixes[0].code and "bfloat16" not in volta.fixes[1].code
+    other = report(_scaler_step_trace(opt="RMSprop")).finding("host-sync")  # no fused step: the generic name
+    assert "torch.optim.AdamW(model.parameters(), lr=lr, fused=True)   # Adam, AdamW" in other.fixes[0].code
+
+
+def test_an_item_the_loop_reads_itself_is_not_gradscalers():
+    f = report(_scaler_step_trace(scaler=False)).finding("host-sync")
+    assert "GradScaler" not in f.evidence.summary and "fused=True" not in f.fixes[0].code

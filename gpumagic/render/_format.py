@@ -202,6 +202,7 @@ _LABEL_OVERRIDE = {
     "no_operator_frac": "share of it with no operator running",
     "recompute_frac": "forward run again in the backward",
     "churn_steps": "steps that freed and re-allocated",
+    "grad_scaler_frac": "blocked time in GradScaler's found_inf reads",
     "conversion_kernels": "layout transposes",
     "conversion_ms": "layout transpose time",
     "conversion_frac": "layout transposes' share of kernel time",

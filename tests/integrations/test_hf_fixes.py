@@ -286,3 +286,18 @@ def test_a_trainer_that_empties_the_cache_is_told_to_stop():
     unset = huggingface_fixes(_report(churn), training_args=SimpleNamespace(torch_empty_cache_steps=None),
                               fields=fields).findings[0]
     assert unset.fixes == churn.fixes
+
+
+def test_gradscalers_sync_gets_the_fused_adamw_first():
+    """host-sync whose blocked time is mostly GradScaler's found_inf read (fp16=True)."""
+    from types import SimpleNamespace
+
+    sync = _finding("host-sync", grad_scaler_frac=0.9)
+    fields = OLD_FIELDS | {"optim", "logging_nan_inf_filter"}
+    told = huggingface_fixes(_report(sync), training_args=SimpleNamespace(optim="adamw_torch"), fields=fields)
+    codes = [fx.code for fx in told.findings[0].fixes]
+    assert codes[0] == "TrainingArguments(..., optim='adamw_torch_fused')"
+    already = huggingface_fixes(_report(sync), training_args=SimpleNamespace(optim="adamw_torch_fused"), fields=fields)
+    assert not any("adamw_torch_fused" in fx.code for fx in already.findings[0].fixes)
+    plain = huggingface_fixes(_report(_finding("host-sync", grad_scaler_frac=0.0)), fields=fields)
+    assert not any("adamw_torch_fused" in fx.code for fx in plain.findings[0].fixes)

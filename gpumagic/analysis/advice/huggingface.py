@@ -172,10 +172,20 @@ def _communication(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
 
 def _host_sync(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
     # The Trainer's NaN/inf filter syncs twice a step (analysis.rules.sync.TRAINER_NAN_CHECK_FIX).
-    return [Advice("Stop the Trainer testing each step's loss for NaN/inf on the host (logging_nan_inf_filter=True, "
-                   "the default: two syncs a step, whatever logging_steps is)", {"logging_nan_inf_filter": False},
-                   "it changes only the logged loss, not training; include_num_input_tokens_seen reads a count with "
-                   ".item() every step too")]
+    # With fp16=True its GradScaler reads found_inf with .item() before each step of an unfused
+    # optimizer (rules.sync.SCALER_SHARE); the fused AdamW takes it on the GPU.
+    scaler: list[Advice] = []
+    optim = _current(current, "optim", None)
+    share = f.evidence.numbers.get("grad_scaler_frac")
+    if isinstance(share, (int, float)) and share >= 0.5 and getattr(optim, "value", optim) != "adamw_torch_fused":
+        scaler = [Advice("Use the fused AdamW: the fp16 GradScaler then checks for inf/NaN gradients on the GPU, "
+                         "without the .item() before each step", {"optim": "adamw_torch_fused"},
+                         "on an Ampere or later GPU, bf16=True instead of fp16=True needs no GradScaler at all")]
+    return [*scaler, Advice("Stop the Trainer testing each step's loss for NaN/inf on the host "
+                            "(logging_nan_inf_filter=True, the default: two syncs a step, whatever logging_steps is)",
+                            {"logging_nan_inf_filter": False},
+                            "it changes only the logged loss, not training; include_num_input_tokens_seen reads a "
+                            "count with .item() every step too")]
 
 
 def _step_outliers(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:

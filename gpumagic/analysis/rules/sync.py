@@ -7,10 +7,11 @@ import numpy as np
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.metrics import cap_by_critical_path, harmful_syncs
+from gpumagic.analysis.optimizerimpl import optimizer_steps
 from gpumagic.analysis.rules.anomaly import anomaly_checks
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.report.metrics import Metrics, SyncMetrics
-from gpumagic.report.model import Finding
+from gpumagic.report.model import Finding, Fix
 
 #: gpumagic default: harmful syncs must block the host for ≥ 2 % of the window — about the
 #: run-to-run noise of step time, below which the advice is not worth a code change.
@@ -50,6 +51,11 @@ def host_sync(ctx: Context, m: Metrics) -> Finding | None:
     if harm.size == 0 or harmful_frac < BLOCKED_FRAC or starved_ns <= 0 or _anomaly_mode_syncs(ctx, harm):
         return None
     ops = ", ".join(f"{n} ×{c}" for n, c in sorted(s.sync_ops.items(), key=lambda kv: -kv[1])[:3])
+    scaler_frac = _grad_scaler_share(ctx, harm)
+    scaler = scaler_frac >= SCALER_SHARE
+    fixes: tuple[Fix, ...] = (TRAINING_FIX if ctx.workload == "training" else INFERENCE_FIX,)
+    if scaler:
+        fixes = (*_scaler_fixes(ctx), *fixes)
     return finding(
         severity=severity_for(frac),
         title=f"Syncs block the host: {_top_sync(s)}",
@@ -65,14 +71,17 @@ def host_sync(ctx: Context, m: Metrics) -> Finding | None:
         summary=f"{s.harmful_count} of {s.count} sync calls blocked the host for {s.harmful_blocked_ms:.2f} ms "
                 f"({pct(harmful_frac)} of the window) while the GPU still had work; those sync calls were followed by "
                 f"GPU idle time of which {s.starved_ms:.2f} ms a host running ahead would have hidden"
-                + (f"; sync ops: {ops}" if ops else "") + ".",
+                + (f"; sync ops: {ops}" if ops else "") + "."
+                + (" Most of the blocked time is GradScaler's: scaler.step(optimizer) reads found_inf with .item() "
+                   "before the step of an optimizer that is not fused." if scaler else ""),
         numbers={"sync_calls": s.count, "harmful_syncs": s.harmful_count,
                  "harmful_blocked_ms": s.harmful_blocked_ms, "starved_ms": s.starved_ms,
-                 "starved_frac": round(frac, 4), "threshold_frac": BLOCKED_FRAC},
+                 "starved_frac": round(frac, 4), "threshold_frac": BLOCKED_FRAC}
+        | ({"grad_scaler_frac": round(scaler_frac, 4)} if scaler_frac else {}),  # GradScaler's reads' share
         windows=windows(*starved, "gpu", ctx.device, "GPU idle after sync"),
         est_gain=cap_by_critical_path(ctx, "host-sync", frac),
         gain_method="host-wait idle time after harmful syncs, up to the time they blocked the host",
-        fixes=(TRAINING_FIX if ctx.workload == "training" else INFERENCE_FIX,)
+        fixes=fixes
         + ((huggingface(TRAINER_NAN_CHECK_FIX, "TrainingArguments(..., logging_nan_inf_filter=False)"),)
            if ctx.workload == "training" else ()),
         doc_url=DOC,
@@ -104,6 +113,87 @@ def _top_sync(s: SyncMetrics) -> str:
 #: NaN checks: ``anomaly-detection-on`` then tells the fix (turn the mode off), not this rule's
 #: "read values rarely".
 ANOMALY_SHARE = 0.5
+
+
+#: GradScaler's own sync: ``scaler.step(optimizer)`` unscales the gradients
+#: (``aten::_amp_foreach_non_finite_check_and_unscale_``), then, for an optimizer without
+#: ``_step_supports_amp_scaling`` (torch.optim's fused Adam, AdamW, SGD and Adagrad set it),
+#: calls ``optimizer.step()`` only ``if not sum(v.item() for v in found_inf_per_device.values())``
+#: (torch/amp/grad_scaler.py, ``_maybe_opt_step``): an ``aten::item`` right before each
+#: ``Optimizer.step#``. A fused optimizer gets ``found_inf`` as a tensor and skips the update on the
+#: GPU. The harmful syncs are GradScaler's when at least this share of their time is in those reads.
+SCALER_SHARE = 0.5
+UNSCALE_OP = "aten::_amp_foreach_non_finite_check_and_unscale_"
+#: The reads and the step they guard come back to back: nothing but Python's ``sum`` between them.
+SCALER_GAP_NS = 2_000_000
+FUSABLE = ("Adam", "AdamW", "SGD", "Adagrad")
+
+
+def grad_scaler_reads(ctx: Context) -> iv.Intervals:
+    """GradScaler's ``found_inf`` reads: each ``aten::item`` on the main thread whose next operator
+    or annotation there (within 2 ms) is an ``Optimizer.step#`` span, after an unscale operator
+    in the same step (before it, with no steps)."""
+    def find(c: Context) -> iv.Intervals:
+        ev = c.trace.events
+        host = c.masks["host"] & (ev.lane == c.main_lane)
+        unscale = np.flatnonzero(host & c.host_name_ids(UNSCALE_OP.__eq__)[ev.name])
+        if not unscale.size:
+            return iv.empty()
+        items = np.flatnonzero(host & c.host_name_ids("aten::item".__eq__)[ev.name])
+        top = np.flatnonzero(host & (c.masks["cpu_op"] | c.masks["annotation"]))
+        is_step = c.host_name_ids(lambda n: n.startswith("Optimizer.step#"))
+        bounds = np.array(c.step_bounds, dtype=np.int64).reshape(-1, 2)
+        u_s = ev.ts_ns[unscale]
+        keep = []
+        for i in items.tolist():
+            end = int(ev.ts_ns[i] + ev.dur_ns[i])
+            j = int(np.searchsorted(ev.ts_ns[top], end, side="left"))
+            if j >= top.size or not is_step[ev.name[top[j]]] or ev.ts_ns[top[j]] - end > SCALER_GAP_NS:
+                continue
+            k = int(np.searchsorted(u_s, ev.ts_ns[i], side="right")) - 1  # the last unscale before it
+            if k < 0:
+                continue
+            b = int(np.searchsorted(bounds[:, 0], ev.ts_ns[i], side="right")) - 1 if bounds.size else -1
+            if b >= 0 and u_s[k] < bounds[b, 0]:  # an unscale of an earlier step
+                continue
+            keep.append(i)
+        rows = np.array(keep, dtype=np.int64)
+        return iv.union(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])
+    return ctx.memo("grad_scaler_reads", find)
+
+
+def _grad_scaler_share(ctx: Context, harm: np.ndarray) -> float:
+    """The share of the harmful syncs' blocked time inside GradScaler's reads."""
+    reads = grad_scaler_reads(ctx)
+    if not reads[0].size:
+        return 0.0
+    ev = ctx.trace.events
+    start = ev.ts_ns[harm]
+    end = start + ev.dur_ns[harm]
+    total = float((end - start).sum())
+    return float(iv.measure_in(reads, start, end).sum()) / total if total else 0.0
+
+
+def _scaler_fixes(ctx: Context) -> tuple[Fix, ...]:
+    """Fused optimizer (its class when the trace names one that has a fused step), and bf16
+    without a scaler where the device has bf16 tensor cores (compute capability 8.0)."""
+    classes = [c for c in optimizer_steps(ctx).classes if c in FUSABLE]
+    cls = classes[0] if classes else "AdamW"
+    note = "" if classes else "   # Adam, AdamW, SGD and Adagrad have fused=True"
+    fused = pytorch("Give GradScaler a fused optimizer: it then checks found_inf on the GPU, with no .item()", f"""
+# scaler.step(optimizer) reads found_inf on the host before each step of an unfused optimizer;
+# a fused one takes it as a tensor and skips the update on the GPU
+optimizer = torch.optim.{cls}(model.parameters(), lr=lr, fused=True){note}""")
+    cc = ctx.device_info.compute_capability if ctx.device_info is not None else None
+    if not cc or cc < 8.0:
+        return (fused,)
+    bf16 = pytorch("Or autocast to bfloat16, which needs no GradScaler (bf16 keeps fp32's exponent range)", """
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = loss_fn(model(x), y)
+loss.backward()            # no scaler.scale / scaler.step / scaler.update
+optimizer.step()
+optimizer.zero_grad()""")
+    return (fused, bf16)
 
 
 def _anomaly_mode_syncs(ctx: Context, harm: np.ndarray) -> bool:
