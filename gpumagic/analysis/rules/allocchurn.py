@@ -89,8 +89,8 @@ def allocator_churn(ctx: Context, m: Metrics) -> Finding | None:
         training step normally makes no cudaMalloc or cudaFree call once the first steps have warmed it up: both
         take the driver's time, and cudaFree waits until the GPU has finished its queued work, so the GPU then
         idles until the host launches again. Here memory goes back to the driver and is allocated again in most
-        steps. empty_cache() gives no more memory to PyTorch itself (its documentation says so); it only lets
-        other processes see the memory as free.""",
+        steps. empty_cache() gives no more memory to PyTorch itself (its documentation says so): it lets other
+        processes use the memory, and only in some cases reduces fragmentation.""",
         summary=(f"In {c.steps} of {steps} steps the allocator released and re-allocated device memory; the GPU sat "
                  f"idle {pct(frac)} of the window during those calls and until its next work. {cause}"),
         numbers={"churn_steps": c.steps, "mallocs_per_step": c.mallocs_per_step, "frees_per_step": c.frees_per_step,
