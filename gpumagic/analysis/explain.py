@@ -165,11 +165,11 @@ def _reached_functions(module: ModuleType, fn: FunctionType) -> list[FunctionTyp
 
 
 def _names(tree: ast.AST) -> list[str]:
-    out: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id not in out:
-            out.append(node.id)
-    return out
+    """The names a tree reads, each once, in the order the source reads them (the rule's first
+    test first), not the order of the tree's levels."""
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]
+    found.sort(key=lambda n: (n.lineno, n.col_offset))
+    return list(dict.fromkeys(n.id for n in found))
 
 
 def _thresholds(module: ModuleType, functions: list[FunctionType]) -> list[dict[str, Any]]:
