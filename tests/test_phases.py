@@ -200,3 +200,17 @@ def test_an_optimizer_that_runs_the_closure_keeps_its_forward_and_backward_out_o
     assert med.backward == pytest.approx(2 * 1.4, abs=1e-3)
     assert med.optimizer == pytest.approx(27.0 - 2 * 1.3 - 2 * 1.4, abs=1e-3)
     assert med.other == pytest.approx(3.0, abs=1e-3)
+
+
+def test_a_closure_whose_zero_grad_comes_after_the_forward_falls_back_to_the_last_node():
+    """A closure that zeroes the gradients after the loss (before backward): nothing after the
+    zero_grad makes a node, so the forward is found from the node the pass evaluates last."""
+    d = _closure_step(zero_grad=False)
+    events = d["traceEvents"]
+    for e in list(events):
+        if e.get("name") == "aten::sub" and e["dur"] == 100:  # the loss: zero_grad right after it
+            events.append({**e, "cat": "user_annotation", "name": "Optimizer.zero_grad#LBFGS.zero_grad",
+                           "ts": e["ts"] + 110, "dur": 50})
+    med = analyze(d).metrics.phases.median_ms
+    assert med.forward == pytest.approx(2 * 1.3, abs=1e-3)
+    assert med.backward == pytest.approx(2 * 1.4, abs=1e-3)

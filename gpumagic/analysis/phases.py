@@ -182,8 +182,9 @@ class _Closures:
     products and updates), whose operators can share names with the model's (``aten::sub``), so
     the forward pass is found by what can only belong to it: it starts after the closure's
     ``optimizer.zero_grad()`` (the latest ``Optimizer.zero_grad#`` span before the pass) at the
-    first operator whose backward node the trace evaluates; with no ``zero_grad`` there, at the
-    first operator (after the end of the pass before) that made the node the pass evaluates
+    first operator whose backward node the trace evaluates; with no ``zero_grad`` there (or no
+    such operator after it), at the first operator (after the end of the pass before) that made
+    the node the pass evaluates
     last, the forward's first (``aten::t`` → ``TBackward0``, ``aten::convolution`` →
     ``ConvolutionBackward0``). With neither, the time stays the optimizer's."""
 
@@ -211,27 +212,32 @@ class _Closures:
                                 else np.zeros(len(self.ctx.trace.names), bool))
         return self.by_key[key]
 
+    def _start(self, lo: int, hi: int, marks: np.ndarray) -> int | None:
+        """Where a forward starts among the main thread's events in ``[lo, hi)``: at the first
+        operator ``marks`` names (or the one around it); ``None`` when none is there."""
+        a, z = np.searchsorted(self.op_s, (lo, hi))
+        sel = self.ops[a:z]
+        if not sel.size or not np.any(marks[self.ev.name[sel]] & self.cpu_op[sel]):
+            return None
+        return _forward_start(self.ev, sel, marks, self.cpu_op)
+
     def forwards(self, opt: iv.Intervals, passes: iv.Intervals) -> iv.Intervals:
         """The closures' forward passes, for the backward ``passes`` inside the step spans ``opt``."""
-        ev = self.ev
         s, e = passes
         k = np.searchsorted(opt[0], s, side="right") - 1  # the step span that holds each pass
         starts, ends = [], []
         for j in range(s.size):
             prev = int(e[j - 1]) if j and k[j - 1] == k[j] else int(opt[0][k[j]])
             z = int(np.searchsorted(self.zg_end, s[j], side="right"))
-            zero_grad = z > 0 and self.zg_end[z - 1] >= prev
-            if zero_grad:
-                prev, marks = int(self.zg_end[z - 1]), self.makes_node
-            else:
-                a, z = np.searchsorted(self.node_s, (s[j], e[j]))
-                if a == z:
-                    continue
-                marks = self._made(int(self.node_rows[z - 1]))
-            a, z = np.searchsorted(self.op_s, (prev, int(s[j])))
-            sel = self.ops[a:z]
-            if sel.size and np.any(marks[ev.name[sel]] & self.cpu_op[sel]):
-                starts.append(_forward_start(ev, sel, marks, self.cpu_op))
+            found = None
+            if z > 0 and self.zg_end[z - 1] >= prev:  # after the closure's zero_grad
+                found = self._start(int(self.zg_end[z - 1]), int(s[j]), self.makes_node)
+            if found is None:  # else from the operator that made the node evaluated last
+                a, b = np.searchsorted(self.node_s, (s[j], e[j]))
+                if a < b:
+                    found = self._start(prev, int(s[j]), self._made(int(self.node_rows[b - 1])))
+            if found is not None:
+                starts.append(found)
                 ends.append(int(s[j]))
         if not starts:
             return iv.empty()
