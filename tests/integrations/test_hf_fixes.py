@@ -197,6 +197,9 @@ def test_checkpointing_trade_off_note_when_memory_is_plentiful():
     assert any(n.startswith("Gradient (activation) checkpointing is on while GPU memory peaks at 20 %") for n in out.notes)
     full = huggingface_fixes(_report(memory={"peak_frac": 0.9}), fields=OLD_FIELDS, training_args=current)
     assert not any("checkpointing is on" in n for n in full.notes)
+    told = huggingface_fixes(_report(_finding("activation-recompute"), memory={"peak_frac": 0.2}), fields=OLD_FIELDS,
+                             training_args=current)
+    assert not any("checkpointing is on" in n for n in told.notes)  # the finding says it, with its time
 
 
 def test_every_fixture_report_stays_well_formed():

@@ -463,10 +463,11 @@ def arguments_code(kwargs: dict[str, Any], width: int = 88) -> str:
 
 
 def _checkpointing_note(report: Report, training_args: Any) -> list[str]:
-    """The gradient-checkpointing trade-off, when it is on although memory is plentiful."""
+    """The gradient-checkpointing trade-off, when it is on although memory is plentiful (not when
+    ``activation-recompute`` already says so, with the time the recomputation took)."""
     on = any(getattr(training_args, n, None) is True for n in ("activation_checkpointing", "gradient_checkpointing"))
     peak = None if report.metrics is None else report.metrics.memory.peak_frac
-    if not on or peak is None or peak >= LOW_MEMORY_FRAC:
+    if not on or peak is None or peak >= LOW_MEMORY_FRAC or "activation-recompute" in report.finding_ids:
         return []
     return [f"Gradient (activation) checkpointing is on while GPU memory peaks at {peak * 100:.0f} % of capacity: "
             f"{CHECKPOINTING_COST}. Turning it off, or using the memory for a larger batch, is likely faster."]
