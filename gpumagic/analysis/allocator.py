@@ -43,6 +43,10 @@ class Churn:
     idle: iv.Intervals  # the GPU's idle time during the calls and until its next work
 
 
+#: No step both freed and allocated.
+NONE = Churn(0, False, 0.0, 0.0, np.zeros(0, np.int64), iv.empty())
+
+
 def churn(ctx: Context) -> Churn:
     """Per step, the caching allocator's calls to the driver, and the GPU idle time they cost
     (computed once per context): during each call and from its end to the GPU's next work."""
@@ -52,12 +56,12 @@ def churn(ctx: Context) -> Churn:
 def _find(ctx: Context) -> Churn:
     ev, m = ctx.trace.events, ctx.masks
     if ctx.device < 0 or not ctx.step_bounds:
-        return Churn(0, False, 0.0, 0.0, np.zeros(0, np.int64), iv.empty())
+        return NONE
     is_malloc = ctx.host_name_ids(MALLOC.__contains__)
     is_free = ctx.host_name_ids(FREE.__contains__)
     rows = np.flatnonzero(ctx.events_in_window(m["runtime"] & (is_malloc | is_free)[ev.name]))
     if not rows.size:
-        return Churn(0, False, 0.0, 0.0, np.zeros(0, np.int64), iv.empty())
+        return NONE
     t = ev.ts_ns[rows]
     mallocs, frees, chosen = [], [], []
     for lo, hi in ctx.step_bounds:
@@ -70,7 +74,7 @@ def _find(ctx: Context) -> Churn:
             frees.append(n_f)
             chosen.append(r)
     if not chosen:
-        return Churn(0, False, 0.0, 0.0, np.zeros(0, np.int64), iv.empty())
+        return NONE
     r = np.concatenate(chosen)
     s, e = ev.ts_ns[r], ev.ts_ns[r] + ev.dur_ns[r]
     busy_s = ctx.busy[0]

@@ -31,12 +31,10 @@ import numpy as np
 from gpumagic._arrays import distinct
 from gpumagic.analysis.context import Context
 from gpumagic.report.metrics import ModuleRow, as_record
-from gpumagic.trace.links import MODULE_PREFIX
+from gpumagic.trace.links import EVALUATE_PREFIX, MODULE_PREFIX
 from gpumagic.trace.model import Kind
 
 _RANGE_RE = re.compile("^" + re.escape(MODULE_PREFIX) + r"(?P<path>.+) \((?P<type>[^()]*)\)$")
-#: The autograd engine's span around each backward node (torch/csrc/autograd/engine.cpp).
-EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
 
 
 def module_rows(ctx: Context) -> list[ModuleRow] | None:

@@ -45,6 +45,7 @@ from gpumagic._arrays import distinct, median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.recompute import recompute
+from gpumagic.trace.links import EVALUATE_PREFIX
 from gpumagic.trace.model import Kind
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
@@ -197,8 +198,7 @@ class _Closures:
         zg = ctx.host_name_ids(lambda n: n.startswith("Optimizer.zero_grad#"))
         zg_rows = np.flatnonzero(host & zg[ev.name])
         self.zg_end = np.sort(ev.ts_ns[zg_rows] + ev.dur_ns[zg_rows])
-        nodes = ctx.host_name_ids(lambda n: n.startswith("autograd::engine::evaluate_function: ")
-                                  and "AccumulateGrad" not in n)
+        nodes = ctx.host_name_ids(lambda n: n.startswith(EVALUATE_PREFIX) and "AccumulateGrad" not in n)
         self.node_rows = np.flatnonzero(host & nodes[ev.name])
         self.node_s = ev.ts_ns[self.node_rows]
         self.by_key: dict[str, np.ndarray] = {}

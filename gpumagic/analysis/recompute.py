@@ -23,16 +23,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpumagic._arrays import distinct
+from gpumagic._arrays import distinct, median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.trace.links import EVALUATE_PREFIX
 
 #: Forward operators no derivative formula calls (exact names): a module's entry points.
 FORWARD_OPS = frozenset(f"aten::{n}" for n in (
     "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm", "embedding",
     "scaled_dot_product_attention", "gelu", "silu", "dropout"))
-NODE_PREFIX = "autograd::engine::evaluate_function: "
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def _find(ctx: Context) -> Recompute:
     ev, names = ctx.trace.events, ctx.trace.names
     host = ctx.masks["host"]
     fwd = ctx.host_name_ids(lambda n: n in FORWARD_OPS)
-    node = ctx.host_name_ids(lambda n: n.startswith(NODE_PREFIX))
+    node = ctx.host_name_ids(lambda n: n.startswith(EVALUATE_PREFIX))
     cand = np.flatnonzero(host & fwd[ev.name])
     nodes = np.flatnonzero(host & node[ev.name])
     steps = ctx.step_bounds
@@ -117,7 +117,7 @@ def kept_bytes(ctx: Context) -> int | None:
         return np.where(k >= 0, alloc[np.maximum(k, 0)], 0)
 
     per = [int(np.maximum(at(e) - at(s), 0).sum()) for s, e in rec.per_step if s.size]
-    return int(np.median(per)) if per else None
+    return int(median_of(per)) if per else None
 
 
 __all__ = ["FORWARD_OPS", "Recompute", "kept_bytes", "recompute"]

@@ -12,9 +12,8 @@ from gpumagic.analysis.cpuprecision import holders
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
+from gpumagic.trace.links import EVALUATE_PREFIX
 
-#: The autograd engine's spans: one per backward node it evaluates.
-EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
 #: What anomaly mode's NaN check runs on each output of a backward node (the autograd engine,
 #: ``torch/csrc/autograd/engine.cpp``, when ``AnomalyMode::should_check_nan()``; recorded here as
 #: ``aten::isnan``, then ``aten::_is_any_true`` around ``aten::any``, then ``aten::item``, inside the

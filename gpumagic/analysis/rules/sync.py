@@ -141,14 +141,15 @@ def grad_scaler_reads(ctx: Context) -> iv.Intervals:
             return iv.empty()
         items = np.flatnonzero(host & c.host_name_ids("aten::item".__eq__)[ev.name])
         top = np.flatnonzero(host & (c.masks["cpu_op"] | c.masks["annotation"]))
+        top_s = ev.ts_ns[top]
         is_step = c.host_name_ids(lambda n: n.startswith("Optimizer.step#"))
         bounds = np.array(c.step_bounds, dtype=np.int64).reshape(-1, 2)
         u_s = ev.ts_ns[unscale]
         keep = []
         for i in items.tolist():
             end = int(ev.ts_ns[i] + ev.dur_ns[i])
-            j = int(np.searchsorted(ev.ts_ns[top], end, side="left"))
-            if j >= top.size or not is_step[ev.name[top[j]]] or ev.ts_ns[top[j]] - end > SCALER_GAP_NS:
+            j = int(np.searchsorted(top_s, end, side="left"))
+            if j >= top.size or not is_step[ev.name[top[j]]] or top_s[j] - end > SCALER_GAP_NS:
                 continue
             k = int(np.searchsorted(u_s, ev.ts_ns[i], side="right")) - 1  # the last unscale before it
             if k < 0:
