@@ -83,7 +83,8 @@ GAIN_KINDS: dict[str, str] = {
     "frequent-checkpoints": "estimate", "dataloader-worker-restarts": "estimate", "unfused-optimizer": "upper bound",
     "host-contended": "estimate", "anomaly-detection-on": "estimate", "loop-host-work": "estimate",
     "cpu-op-overhead": "upper bound", "activation-recompute": "estimate",
-    "allocator-churn": "upper bound", "layout-conversions": "estimate",
+    "allocator-churn": "upper bound", "layout-conversions": "estimate", "inference-grad-enabled": "none",
+    "inference-train-mode": "none",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

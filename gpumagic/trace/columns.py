@@ -131,6 +131,7 @@ class Part:
     device: np.ndarray  # int64
     stream: np.ndarray  # int64
     nbytes: np.ndarray  # int64
+    seq: np.ndarray  # int64: operators' autograd sequence numbers, -1 where not written
     memory: dict[str, np.ndarray]  # the [memory] records' columns; "ts" as written
     lane_names: dict[tuple[int, int], str]
     repairs: dict[str, int] = field(default_factory=dict)  # keys of REPAIR_NOTES -> count
@@ -188,6 +189,7 @@ def extract(events: list, with_ops: bool = False, with_comms: bool = False) -> P
         device=int_column(args, _DEVICE, repairs),
         stream=int_column(args, _STREAM, repairs),
         nbytes=int_column(args, _NBYTES, repairs),
+        seq=int_column(args, _SEQ, repairs),
         memory=_memory_columns(memory, repairs),
         lane_names=_lane_names(by_type.get(schema.Metadata, [])),
         repairs=repairs,
@@ -409,7 +411,7 @@ def _item(values, code):
 
 
 _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = (attrgetter(a) for a in ("cat", "name", "pid", "tid", "ts", "dur", "args"))
-_CORR, _DEVICE, _STREAM, _NBYTES = (attrgetter(a) for a in ("correlation", "device", "stream", "nbytes"))
+_CORR, _DEVICE, _STREAM, _NBYTES, _SEQ = (attrgetter(a) for a in ("correlation", "device", "stream", "nbytes", "seq"))
 _FLOPS, _DIMS, _TYPES, _CONCRETE = (attrgetter(a) for a in ("flops", "dims", "types", "concrete"))
 _COMM_FIELDS = {f: attrgetter(f) for f in ("coll", "dtype", "in_n", "out_n", "group", "dims", "types")}
 

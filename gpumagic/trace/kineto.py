@@ -253,9 +253,10 @@ def _event_table(parts: list[Part], name_ids: np.ndarray, raw_lane: np.ndarray, 
         where = np.empty(n, dtype=np.int64)
         where[order] = np.arange(n, dtype=np.int64)
 
-    columns: list[np.ndarray | str] = [ts_ns, name_ids, raw_lane, "kind", "dur", "corr", "device", "stream", "nbytes"]
+    columns: list[np.ndarray | str] = [ts_ns, name_ids, raw_lane, "kind", "dur", "corr", "device", "stream", "nbytes",
+                                          "seq"]
     put = partial(_in_time_order, parts=parts, order=order, where=where)
-    ts_ns, name_ids, raw_lane, kinds, dur, corr, dev, stream, nbytes = in_threads(
+    ts_ns, name_ids, raw_lane, kinds, dur, corr, dev, stream, nbytes, seq = in_threads(
         put, columns, threads if n >= THREADED_MIN_EVENTS else 1)
     del put, order, where, columns  # the file-order arrays go (those the caller holds aside)
     dur_ns = _us_to_ns(dur)  # dur is this function's own copy: scaled in place
@@ -271,7 +272,7 @@ def _event_table(parts: list[Part], name_ids: np.ndarray, raw_lane: np.ndarray, 
         missing = gpu & (ids < 0)
         ids[missing] = lane_ids[lane[missing]]
         ids[~gpu] = -1
-    return EventTable(kinds, name_ids, lane, ts_ns, dur_ns, corr, dev, stream, nbytes), lanes, negative
+    return EventTable(kinds, name_ids, lane, ts_ns, dur_ns, corr, dev, stream, nbytes, seq), lanes, negative
 
 
 def _in_time_order(column: np.ndarray | str, parts: list[Part], order: np.ndarray, where: np.ndarray | None) -> np.ndarray:

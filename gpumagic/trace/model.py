@@ -73,7 +73,8 @@ class EventTable:
 
     ``corr`` is the CUDA correlation id that links a runtime/driver launch to the kernel,
     copy or memset it enqueued (-1 when absent); ``lane`` indexes ``Trace.lanes``;
-    ``device``/``stream`` are -1 for host events; ``nbytes`` is -1 where not given.
+    ``device``/``stream`` are -1 for host events; ``nbytes`` is -1 where not given; ``seq`` is an
+    operator's autograd sequence number, written only while grad mode was on (-1 elsewhere).
     """
 
     kind: np.ndarray  # int8
@@ -85,6 +86,7 @@ class EventTable:
     device: np.ndarray  # int64 (wide enough for any id a trace writes)
     stream: np.ndarray  # int64 (streams of 4294967295 occur)
     nbytes: np.ndarray  # int64
+    seq: np.ndarray  # int64
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
@@ -112,6 +114,7 @@ _EVENT_DTYPES = {
     "device": np.int64,
     "stream": np.int64,
     "nbytes": np.int64,
+    "seq": np.int64,
 }
 _EVENT_FIELDS = tuple(_EVENT_DTYPES)
 

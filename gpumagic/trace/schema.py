@@ -15,7 +15,7 @@ import msgspec
 
 #: The JSON keys of fields whose names differ: :class:`_LaunchArgs`', then :class:`Args`',
 #: :class:`OpArgs`' and :class:`CommArgs`' (each struct gives its own, whole mapping).
-LAUNCH_ARGS_KEYS = {"nbytes": "bytes"}
+LAUNCH_ARGS_KEYS = {"nbytes": "bytes", "seq": "Sequence number"}
 ARGS_KEYS = {
     **LAUNCH_ARGS_KEYS,
     "mem_bytes": "Bytes",
@@ -32,12 +32,15 @@ COMM_ARGS_KEYS = {**OP_ARGS_KEYS, "coll": "Collective name", "in_n": "In msg nel
 class _LaunchArgs(msgspec.Struct, frozen=True, gc=False, rename=LAUNCH_ARGS_KEYS):
     """The ``args`` of a duration event that every decode reads; -1 means absent. (``correlation``
     links a launch to the kernel or copy it enqueued; operators' ``External id`` is not needed
-    and not read.)"""
+    and not read. ``seq``: an operator's autograd ``Sequence number``, which the profiler writes
+    only while grad mode is on, and which advances by one for each autograd node created on the
+    thread: see :mod:`gpumagic.analysis.inference`.)"""
 
     correlation: int = -1
     stream: int = -1
     device: int = -1
     nbytes: int = -1
+    seq: int = -1
 
 
 class Args(_LaunchArgs, frozen=True, gc=False, rename=ARGS_KEYS):

@@ -1,0 +1,122 @@
+"""``inference-grad-enabled`` and ``inference-train-mode``: inference run as if for training."""
+
+from __future__ import annotations
+
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.inference import dropout, grad_mode
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, windows
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
+
+#: Fewer autograd nodes than this is a stray computation on a parameter (a norm logged each
+#: call), not a model's forward pass: a single ``nn.Linear`` builds two (``aten::t``, ``aten::addmm``).
+MIN_NODES = 16
+#: ... and the operators that ran with grad mode on must cover this share of the window's
+#: operator time: a serving loop that runs one small helper with grad on is not the case here.
+MIN_GRAD_FRAC = 0.25
+#: At least this many dropout calls drew a mask: a model has one per block, and a single call
+#: can be deliberate.
+MIN_ACTIVE_DROPOUT = 2
+GRAD_DOC = "https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation"
+EVAL_DOC = "https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval"
+INFERENCE_MODE_CODE = """
+model.eval()                     # dropout off, batch norm uses its running statistics
+with torch.inference_mode():     # no autograd graph; torch.no_grad() if the outputs later enter autograd
+    for inputs, _ in loader:
+        outputs = model(inputs)
+"""
+DECORATOR_CODE = """
+@torch.inference_mode()          # every call runs without building a graph
+def predict(model, inputs):
+    return model(inputs)
+"""
+EVAL_CODE = """
+model.eval()                     # before inference: dropout passes activations through
+with torch.inference_mode():
+    outputs = model(x)
+model.train()                    # back to training mode before the next training step
+"""
+
+
+@rule("inference-grad-enabled")
+def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: nothing in the trace trains (no backward pass, no optimizer step:
+    ``Context.workload`` is not ``"training"``), yet the window's operators ran with grad mode on
+    and built autograd nodes (their ``Sequence number`` advances: :mod:`gpumagic.analysis.inference`).
+    Threshold: ≥ 16 nodes built, by operators covering ≥ 25 % of the window's operator time.
+    Each node keeps the tensors its backward would need (a layer's input, an activation) alive for
+    as long as the output is, so a forward pass holds what a training step's forward holds; and
+    each operator spends host time recording the graph. Gain: not estimated from the trace (the
+    bookkeeping runs inside each operator's own time); ``benchmarks/inference_grad.py`` measures
+    the loop's time with grad mode on against ``torch.inference_mode()``. False positives: a cell
+    that runs the forward pass alone and the backward in another cell (the finding says so)."""
+    if ctx.workload == "training":
+        return None
+    g = grad_mode(ctx)
+    if g.nodes < MIN_NODES or g.grad_frac < MIN_GRAD_FRAC:
+        return None
+    ev = ctx.trace.events
+    rows = g.rows
+    return finding(
+        severity="medium",
+        title=f"Inference builds an autograd graph: {g.nodes:,} nodes with grad mode on",
+        why="""Nothing in this window computes gradients (no backward pass, no optimizer step), yet its operators
+        ran with grad mode on: each one that takes a parameter records an autograd node, and each node keeps
+        alive the tensors its backward would read (a layer's input, an activation) for as long as the output
+        is kept. The forward pass then holds the memory of a training step's forward, and every operator
+        spends host time recording the graph. torch.inference_mode() (or torch.no_grad()) builds none; if
+        this cell is the first half of a training step whose backward runs elsewhere, this does not apply.""",
+        summary=(f"{g.recorded:,} operators recorded an autograd sequence number (grad mode on), covering "
+                 f"{pct(g.grad_frac)} of the window's operator time; they built {g.nodes:,} autograd nodes, "
+                 "and no backward pass or optimizer step ran."),
+        numbers={"nodes_built": g.nodes, "grad_mode_ops": g.recorded, "grad_mode_frac": round(g.grad_frac, 4),
+                 "threshold_nodes": MIN_NODES},
+        windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "builds an autograd node"),
+        est_gain=0.0,
+        gain_method="not estimated from the trace: recording the graph runs inside each operator's own time, and "
+                    "the memory it holds depends on how long the outputs are kept",
+        fixes=(pytorch("Run inference without a graph", INFERENCE_MODE_CODE),
+               pytorch("Or decorate the function that runs the model", DECORATOR_CODE)),
+        doc_url=GRAD_DOC,
+    )
+
+
+@rule("inference-train-mode")
+def inference_train_mode(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: nothing in the trace trains (``Context.workload`` is not ``"training"``), yet
+    dropout operators drew a random mask (an operator runs inside ``aten::dropout``: in eval mode
+    it returns its input and calls nothing; :mod:`gpumagic.analysis.inference`): the model is in
+    training mode. Threshold: ≥ 2 such calls. Dropout then zeroes a random share of the
+    activations on every call, so the outputs change from run to run and are worse than the
+    trained model's, and batch normalisation normalises with the batch's own statistics and
+    updates its running ones. Gain: none in speed (the mask is cheap); a correctness fix.
+    False positives: Monte Carlo dropout, which samples with dropout on by design."""
+    if ctx.workload == "training":
+        return None
+    d = dropout(ctx)
+    if d.active.size < MIN_ACTIVE_DROPOUT:
+        return None
+    ev = ctx.trace.events
+    rows = d.active
+    return finding(
+        severity="medium",
+        title=f"Dropout is on during inference: the model is in training mode ({d.active.size:,} of "
+              f"{d.calls:,} dropout calls drew a mask)",
+        why="""A module stays in training mode until model.eval() is called. In training mode every dropout layer
+        zeroes a random share of its input on each call, so predictions change from run to run and are worse
+        than the trained model's; batch normalisation also normalises with each batch's own statistics and
+        keeps updating its running averages. Nothing here trains (no backward pass, no optimizer step), so this
+        is inference run in the wrong mode, unless the randomness is wanted (Monte Carlo dropout).""",
+        summary=f"{d.active.size:,} of the window's {d.calls:,} dropout calls ran operators inside them "
+                "(a random mask: training mode); no backward pass or optimizer step ran.",
+        numbers={"active_dropout_calls": int(d.active.size), "dropout_calls": d.calls,
+                 "threshold_calls": MIN_ACTIVE_DROPOUT},
+        windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "dropout in training mode"),
+        est_gain=0.0,
+        gain_method="not a speed finding: the outputs are wrong, not slow",
+        fixes=(pytorch("Switch the model to eval mode for inference", EVAL_CODE),),
+        doc_url=EVAL_DOC,
+    )
+
+
+__all__ = ["inference_grad_enabled", "inference_train_mode"]

@@ -1,0 +1,192 @@
+"""``inference-grad-enabled`` (grad mode left on where nothing trains) and ``inference-train-mode``
+(dropout drawing masks where nothing trains), from the operators' autograd sequence numbers and
+the operators inside ``aten::dropout``; and the loader's ``seq`` column they read."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+
+import pytest
+from tracebuilder import DATA, TraceBuilder
+
+from gpumagic import analyze, load_trace
+from gpumagic.analysis.rules.inference import MIN_ACTIVE_DROPOUT, MIN_GRAD_FRAC, MIN_NODES
+from gpumagic.trace.model import Kind
+
+GRAD = os.path.join(DATA, "cpu_infer_grad.json.gz")
+TRAIN_MODE = os.path.join(DATA, "cpu_infer_train_mode.json.gz")
+def _op(tb: TraceBuilder, name: str, ts: float, dur: float, seq: int | None) -> None:
+    args = {"External id": 1} if seq is None else {"External id": 1, "Sequence number": seq, "Fwd thread id": 0}
+    tb.add(cat="cpu_op", name=name, ts=ts, dur=dur, args=args)
+
+
+def _inference(passes: int = 4, layers: int = 3, extra=None) -> dict:
+    """A CPU loop of ``passes`` forward passes of ``layers`` layers under grad mode, recorded as
+    torch 2.13 records them: ``aten::linear`` peeks the counter, its ``aten::t`` and ``aten::addmm``
+    each take the number and build a node, then ``aten::gelu`` builds one."""
+    tb = TraceBuilder(cc=None)
+    counter, t = 100, 0.0
+    for p in range(passes):
+        tb.step(p + 1, t, layers * 50 + 10)
+        at = t + 5
+        for _ in range(layers):
+            _op(tb, "aten::linear", at, 40, counter)
+            _op(tb, "aten::t", at + 1, 4, counter)
+            _op(tb, "aten::addmm", at + 6, 30, counter + 1)
+            _op(tb, "aten::gelu", at + 42, 6, counter + 2)
+            counter += 3
+            at += 50
+        t += layers * 50 + 20
+    if extra:
+        extra(tb, t)
+    return tb.to_dict()
+
+
+def _simple(passes: int, nodes_per_pass: int, frozen: bool = False, seq: bool = True, name: str = "aten::addmm",
+            untracked_us: float = 0.0) -> dict:
+    """``passes`` × ``nodes_per_pass`` operators of 10 µs on the main thread, each building a node
+    (unless ``frozen``), and an operator of ``untracked_us`` µs without a number after each pass."""
+    tb = TraceBuilder(cc=None)
+    counter, t = 7, 0.0
+    for p in range(passes):
+        tb.step(p + 1, t, nodes_per_pass * 12 + untracked_us + 10)
+        at = t + 2
+        for _ in range(nodes_per_pass):
+            _op(tb, name, at, 10, counter if seq else None)
+            counter += 0 if frozen else 1
+            at += 12
+        if untracked_us:
+            _op(tb, "aten::copy_", at, untracked_us, None)
+        t += nodes_per_pass * 12 + untracked_us + 20
+    return tb.to_dict()
+
+
+def test_grad_mode_inference_fires_with_the_nodes_it_built():
+    f = analyze(_simple(passes=4, nodes_per_pass=8)).finding("inference-grad-enabled")
+    assert f is not None
+    n = f.evidence.numbers
+    assert n["nodes_built"] == 4 * 8 - 1  # the last operator has no later number to compare with
+    assert n["grad_mode_ops"] == 32 and n["grad_mode_frac"] == pytest.approx(1.0)
+    assert f.est_gain == 0 and f.severity == "medium"
+    code = f.fixes[0].code
+    assert "model.eval()" in code and "with torch.inference_mode():" in code
+    assert f.evidence.windows and all(w.lane == "cpu" for w in f.evidence.windows)
+
+
+def test_nested_operators_count_each_node_once():
+    """``aten::linear`` peeks the number its ``aten::t`` then takes: the pairs (linear, t) do not
+    advance, (t, addmm) and (addmm, gelu) do."""
+    f = analyze(_inference(passes=4, layers=3)).finding("inference-grad-enabled")
+    assert f is not None
+    assert f.evidence.numbers["nodes_built"] == 4 * 3 * 3 - 1
+
+
+def test_no_grad_frozen_and_few_nodes_are_silent():
+    assert analyze(_simple(4, 8, seq=False)).finding("inference-grad-enabled") is None  # torch.no_grad()
+    assert analyze(_simple(4, 8, frozen=True)).finding("inference-grad-enabled") is None  # requires_grad_(False)
+    few = MIN_NODES // 4  # four passes of `few` nodes build 4 * few - 1 (the last is not counted)
+    assert analyze(_simple(4, few)).finding("inference-grad-enabled") is None
+    assert analyze(_simple(4, few + 1)).finding("inference-grad-enabled") is not None
+
+
+def test_autograd_functions_advance_the_counter_without_grad_mode():
+    """An ``autograd.Function``'s apply takes a number whatever the grad mode and is recorded by
+    its class name (vLLM's TopK under inference mode): not counted as building."""
+    assert analyze(_simple(4, 8, name="TopK")).finding("inference-grad-enabled") is None
+
+
+def test_a_small_grad_mode_share_is_silent():
+    """Grad mode on for operators covering under MIN_GRAD_FRAC of the operator time."""
+    grad_us = 8 * 10  # a pass's operators with a number: 8 of 10 µs
+    at_threshold = grad_us * (1 / MIN_GRAD_FRAC - 1)  # untracked time a pass that puts the share at the threshold
+    assert analyze(_simple(4, 8, untracked_us=1.2 * at_threshold)).finding("inference-grad-enabled") is None
+    assert analyze(_simple(4, 8, untracked_us=0.8 * at_threshold)).finding("inference-grad-enabled") is not None
+
+
+def _with_training(tb: TraceBuilder, t: float) -> None:
+    tb.op("autograd::engine::evaluate_function: AddmmBackward0", t + 10, 30)
+    tb.op("Optimizer.step#SGD.step", t + 50, 20, cat="user_annotation")
+
+
+def test_silent_where_something_trains():
+    """A forward pass whose backward runs in the same trace is a training step."""
+    assert analyze(_inference(extra=_with_training)).finding("inference-grad-enabled") is None
+    assert analyze(_dropout(active=True, extra=_with_training)).finding("inference-train-mode") is None
+
+
+def _dropout(active: bool, calls: int = 4, extra=None, same_start: bool = False) -> dict:
+    tb = TraceBuilder(cc=None)
+    t = 0.0
+    for i in range(calls):
+        tb.step(i + 1, t, 100)
+        _op(tb, "aten::addmm", t + 2, 30, None)
+        _op(tb, "aten::dropout", t + 40, 20 if active else 1, None)
+        if active:
+            inner = t + 40 if same_start else t + 42
+            _op(tb, "aten::bernoulli_", inner, 8, None)
+            _op(tb, "aten::mul", t + 52, 4, None)
+        _op(tb, "aten::gelu", t + 70, 10, None)
+        t += 110
+    if extra:
+        extra(tb, t)
+    return tb.to_dict()
+
+
+def test_dropout_drawing_masks_fires():
+    f = analyze(_dropout(active=True)).finding("inference-train-mode")
+    assert f is not None
+    assert f.evidence.numbers["active_dropout_calls"] == 4 and f.evidence.numbers["dropout_calls"] == 4
+    assert "model.eval()" in f.fixes[0].code and f.est_gain == 0
+
+
+def test_a_mask_starting_with_its_dropout_call_counts():
+    """Microsecond timestamps can give the call and its first operator the same start."""
+    f = analyze(_dropout(active=True, same_start=True)).finding("inference-train-mode")
+    assert f is not None and f.evidence.numbers["active_dropout_calls"] == 4
+
+
+def test_eval_mode_dropout_and_a_single_mask_are_silent():
+    assert analyze(_dropout(active=False)).finding("inference-train-mode") is None  # eval: returns its input
+    assert analyze(_dropout(active=True, calls=MIN_ACTIVE_DROPOUT - 1)).finding("inference-train-mode") is None
+
+
+def test_recorded_grad_mode_loop():
+    """tests/data/cpu_infer_grad.json.gz: five forward passes of five Linear, four GELU and four
+    LayerNorm layers with grad mode on (18 nodes a pass)."""
+    r = analyze(GRAD)
+    f = r.finding("inference-grad-enabled")
+    assert f is not None and f.evidence.numbers["nodes_built"] >= 3 * 18 - 1
+    assert r.finding("inference-train-mode") is None  # eval mode: every dropout call returns its input
+
+
+def test_recorded_train_mode_loop():
+    """tests/data/cpu_infer_train_mode.json.gz: the same model in training mode under no_grad."""
+    r = analyze(TRAIN_MODE)
+    f = r.finding("inference-train-mode")
+    assert f is not None and f.evidence.numbers["active_dropout_calls"] == f.evidence.numbers["dropout_calls"] >= 12
+    assert r.finding("inference-grad-enabled") is None  # no_grad: no numbers at all
+
+
+@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {GRAD, TRAIN_MODE}))
+def test_silent_on_every_other_recorded_trace(path):
+    """Training traces (a backward pass), HF pipelines (no_grad, eval mode: ``aten::dropout``
+    without children) and vLLM's capture (autograd Functions under inference mode)."""
+    r = analyze(path)
+    assert r.finding("inference-grad-enabled") is None and r.finding("inference-train-mode") is None
+
+
+def test_the_loader_reads_sequence_numbers_on_every_path():
+    """The ``seq`` column holds what the file writes, -1 on every other event, whether the file
+    is loaded from bytes or from a parsed dict."""
+    with gzip.open(GRAD, "rb") as fh:
+        doc = json.load(fh)
+    written = sorted(e["args"]["Sequence number"] for e in doc["traceEvents"]
+                     if e.get("ph") == "X" and "Sequence number" in e.get("args", {}))
+    assert written
+    for trace in (load_trace(GRAD), load_trace(doc)):
+        seq = trace.events.seq
+        assert sorted(seq[seq >= 0].tolist()) == written
+        assert (seq[trace.events.kind != Kind.CPU_OP] == -1).all()
