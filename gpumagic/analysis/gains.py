@@ -84,7 +84,7 @@ GAIN_KINDS: dict[str, str] = {
     "host-contended": "estimate", "anomaly-detection-on": "estimate", "loop-host-work": "estimate",
     "cpu-op-overhead": "upper bound", "activation-recompute": "estimate",
     "allocator-churn": "upper bound", "layout-conversions": "estimate", "inference-grad-enabled": "none",
-    "inference-train-mode": "none",
+    "inference-train-mode": "none", "memory-growth": "none",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

@@ -39,6 +39,7 @@ from gpumagic.analysis.hostcpu import host_cpu, window_samples
 from gpumagic.analysis.hostload import host_state, run_conditions
 from gpumagic.analysis.loaderstages import loader_stages
 from gpumagic.analysis.loaderwait import loader_wait
+from gpumagic.analysis.memgrowth import growth
 from gpumagic.analysis.optimizerimpl import optimizer_steps
 from gpumagic.report.metrics import (
     BreakdownMetrics,
@@ -478,6 +479,7 @@ def _memory(ctx: Context) -> MemoryMetrics:
     return MemoryMetrics(peak_allocated_bytes=allocated, peak_reserved_bytes=reserved, capacity_bytes=cap,
                          peak_frac=frac, source=source, nvml_peak_used_bytes=nvml,
                          allocated_range_bytes=pool["allocated_range_bytes"], pool=pool["pool"],
+                         floor_growth_per_step_bytes=round(grew.per_step) if (grew := growth(ctx)).floors else None,
                          **memcats.breakdown(ctx))
 
 

@@ -359,6 +359,10 @@ class MemoryMetrics(Record, frozen=True, omit_defaults=True):
     allocated_range_bytes: Annotated[int | None, _d("max − min allocated over the window's allocator records (bytes)")] = None
     pool: Annotated[bool | None, _d("memory held up front (allocated moved ≤ 5 % of the device, no driver allocation): "
                                     "a serving engine's pool, not pressure; null when unknown")] = None
+    floor_growth_per_step_bytes: Annotated[int | None, _d(
+        "how much the allocator's floor (its lowest total in a step: what stays allocated between steps) rose a step, "
+        "first to last step with allocator records (bytes; negative when it fell): the primary GPU's records, the "
+        "CPU's in a trace without a GPU; null with fewer than two such steps")] = None
     by_category: Annotated[dict[str, int] | None, _d(
         "peak memory by category over the window: category (parameter, optimizer_state, gradient, activation, "
         "temporary, input, autograd_detail, unknown — torch.profiler's memory profile — and allocator_cache, "

@@ -24,6 +24,7 @@ from gpumagic.analysis.rules.kernels import elementwise_bound, unfused_attention
 from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
 from gpumagic.analysis.rules.layout import layout_conversions
 from gpumagic.analysis.rules.loopwork import loop_host_work
+from gpumagic.analysis.rules.memgrowth import memory_growth
 from gpumagic.analysis.rules.memory import memory_pressure
 from gpumagic.analysis.rules.opoverhead import cpu_op_overhead
 from gpumagic.analysis.rules.optimizer import unfused_optimizer
@@ -47,7 +48,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,
     frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer, host_contended, anomaly_detection_on,
     loop_host_work, cpu_op_overhead, activation_recompute, allocator_churn, layout_conversions,
-    inference_grad_enabled, inference_train_mode,
+    inference_grad_enabled, inference_train_mode, memory_growth,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
@@ -63,7 +64,7 @@ if set(FINDING_IDS) != {getattr(r, "finding_id", "") for r in (*CAUSE_RULES, RES
 #: any segment.
 STEADY_RULES: tuple[Rule, ...] = (launch_bound, cpu_bound, host_sync, memory_pressure, low_compute_efficiency,
                                   dataloader_bound, too_small_for_gpu, unfused_optimizer, loop_host_work,
-                                  cpu_op_overhead, activation_recompute, allocator_churn)
+                                  cpu_op_overhead, activation_recompute, allocator_churn, memory_growth)
 STEADY_IDS: frozenset[str] = frozenset(getattr(r, "finding_id", "") for r in STEADY_RULES)
 
 __all__ = ["CAUSE_RULES", "FINDING_IDS", "RESIDUAL_RULE", "RULES", "STEADY_IDS", "STEADY_RULES", "low_gpu_utilization"]
