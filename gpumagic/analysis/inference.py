@@ -1,25 +1,28 @@
-"""Inference run as if for training: grad mode left on, and dropout left in training mode.
+"""Forward computations run as if for training: grad mode left on for a graph no backward pass
+uses, and dropout left in training mode where nothing trains.
 
-Two facts a trace records about a forward pass that no backward pass follows:
-
-- **Autograd nodes built.** The profiler writes an operator's ``Sequence number`` only while grad
-  mode is on: the dispatcher records it for operators that reach the autograd layer under
-  ``torch.is_grad_enabled()`` (``Dispatcher::runRecordFunction``); under ``torch.no_grad()`` or
-  ``torch.inference_mode()`` operators carry none (checked on torch 2.13: a three-layer MLP
-  records 21 under grad mode, 0 under either). The number is the thread's autograd counter,
-  which advances by one each time a node of the graph is created, so a recorded operator
-  followed (on its thread) by a higher number built a node; with every parameter frozen
-  (``requires_grad_(False)``) the numbers stay put and no node is counted. An
+- **Autograd nodes built and never used.** The profiler writes an operator's ``Sequence number``
+  only while grad mode is on: the dispatcher records it for operators that reach the autograd
+  layer under ``torch.is_grad_enabled()`` (``Dispatcher::runRecordFunction``); under
+  ``torch.no_grad()`` or ``torch.inference_mode()`` operators carry none (checked on torch 2.13: a
+  three-layer MLP records 21 under grad mode, 0 under either). The number is the thread's
+  autograd counter, which advances by one each time a node of the graph is created, so a
+  recorded operator followed (on its thread) by a higher number built a node; with every
+  parameter frozen (``requires_grad_(False)``) the numbers stay put and no node is counted. An
   ``autograd.Function``'s ``apply`` takes a number whatever the grad mode (vLLM's ``TopK``,
   ``SortTokens`` under inference mode) and is recorded under its class name, not a
-  ``namespace::op`` name: only operators with a ``::`` in their name count as building.
+  ``namespace::op`` name: only operators with a ``::`` in their name count as building. The
+  autograd engine's ``evaluate_function`` span around each node it runs carries that node's
+  number: a node whose number none carries was built for nothing — inference with grad mode on,
+  or, in a training loop, an evaluation or a metric computed on the side without
+  ``torch.no_grad()``.
 - **Dropout in training mode.** ``nn.Dropout`` in eval mode calls ``aten::dropout``, which returns
   its input and calls nothing; in training mode the same call draws a mask inside it
-  (``aten::bernoulli_``, ``aten::mul``, ``aten::div_`` on a CPU; ``aten::native_dropout`` on a
-  GPU). A dropout operator with another operator inside it is one in training mode.
-
-Both matter only where nothing is trained: :attr:`Context.workload` is not ``"training"`` (no
-backward pass or optimizer step anywhere in the trace).
+  (``aten::bernoulli_``, ``aten::mul``, ``aten::div_`` on a CPU; ``aten::native_dropout``, the
+  fused kernel, on CUDA and other accelerators: aten/src/ATen/native/Dropout.cpp,
+  ``is_fused_kernel_acceptable``). A dropout operator with another operator starting inside it
+  is one in training mode (with ``p == 0`` it returns its input in either mode: harmless). This
+  matters only where nothing trains (:attr:`Context.workload` is not ``"training"``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.phases import BACKWARD_RE
 from gpumagic.trace.model import EventTable
 
 #: The dropout operators of ``torch.nn.functional`` (native_functions.yaml: ``dropout``,
@@ -42,23 +46,26 @@ DROPOUT_OPS = frozenset({"aten::dropout", "aten::dropout_", "aten::feature_dropo
 
 @dataclass(frozen=True)
 class GradMode:
-    """The window's operators that ran with grad mode on (:func:`grad_mode`)."""
+    """The window's operators that ran with grad mode on, and the autograd nodes they built that
+    no backward pass used (:func:`grad_mode`)."""
 
-    #: operators that recorded a sequence number (grad mode was on for them)
+    #: operators that recorded a sequence number (grad mode was on for them), backward's own left out
     recorded: int
-    #: autograd nodes those operators built (a lower bound: the last one on each thread is not
-    #: counted, having no later number to compare with)
+    #: autograd nodes built in the window that no backward pass in the trace evaluated (a lower
+    #: bound: the last operator on each thread is not counted, having no later number to compare with)
     nodes: int
-    #: host time covered by the recorded operators (their union, ns) and by every operator
-    grad_ns: int
+    #: host time covered by the operators that built those nodes (their union, ns), and by every operator
+    unused_ns: int
     op_ns: int
-    #: rows of ``trace.events`` of the operators that built a node
+    #: rows of ``trace.events`` of the operators that built those nodes
     rows: np.ndarray
+    #: whether the trace runs backward passes (then ``nodes`` counts only what they left unused)
+    training: bool = False
 
     @property
-    def grad_frac(self) -> float:
-        """The share of the window's operator time that ran with grad mode on."""
-        return self.grad_ns / self.op_ns if self.op_ns else 0.0
+    def unused_frac(self) -> float:
+        """The share of the window's operator time spent in operators that built unused nodes."""
+        return self.unused_ns / self.op_ns if self.op_ns else 0.0
 
 
 NO_GRAD = GradMode(0, 0, 0, 0, np.zeros(0, np.int64))
@@ -70,20 +77,51 @@ def grad_mode(ctx: Context) -> GradMode:
 
 
 def _grad_mode(ctx: Context) -> GradMode:
+    """Nodes are numbered per thread as they are built, so an operator whose thread records a
+    higher number next built one; the backward's events around each node it runs (the engine's
+    ``evaluate_function: XBackward0`` span, or the node ``XBackward`` itself in traces of 2021)
+    carry the node's number, so a node whose number none carries was never used by a backward
+    pass. Operators inside those events (a checkpoint's recomputation, a double backward) and the
+    events themselves are the backward's, and left out; so are operators that start after the last
+    backward event began (their backward may lie past the end of the trace). A trace whose
+    backward events carry no numbers cannot be matched: nothing is counted there."""
     ev, m = ctx.trace.events, ctx.masks
-    ops = ctx.events_in_window(m["cpu_op"] & m["host"])
-    rows = np.flatnonzero(ops & (ev.seq >= 0))
+    host_ops = m["cpu_op"] & m["host"]
+    backward_name = ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
+    backward = np.flatnonzero(host_ops & backward_name)
+    numbered = backward[ev.seq[backward] >= 0]
+    if backward.size and not numbered.size:
+        return NO_GRAD
+    ops = ctx.events_in_window(host_ops)
+    rows = np.flatnonzero(ops & (ev.seq >= 0) & ~backward_name)
+    if backward.size and rows.size:
+        rows = rows[~_inside(ev, rows, backward)]
     if not rows.size:
         return NO_GRAD
     # by thread, in time order (the table is sorted by start; a stable sort keeps it per lane)
     rows = rows[np.argsort(ev.lane[rows], kind="stable")]
     lane, seq = ev.lane[rows], ev.seq[rows]
     dispatched = ctx.host_name_ids(lambda n: "::" in n)[ev.name[rows]]
-    built = np.flatnonzero((lane[1:] == lane[:-1]) & (seq[1:] > seq[:-1]) & dispatched[:-1])
-    all_ops = np.flatnonzero(ops)
-    return GradMode(recorded=int(rows.size), nodes=int(built.size),
-                    grad_ns=iv.total(ctx.intervals(_mask(ev, rows))), op_ns=iv.total(ctx.intervals(_mask(ev, all_ops))),
-                    rows=np.sort(rows[built]))
+    built = rows[np.flatnonzero((lane[1:] == lane[:-1]) & (seq[1:] > seq[:-1]) & dispatched[:-1])]
+    if numbered.size:
+        used = np.isin(ev.seq[built], ev.seq[numbered])
+        built = built[~used & (ev.ts_ns[built] < ev.ts_ns[backward].max())]
+    built = np.sort(built)
+    return GradMode(recorded=int(rows.size), nodes=int(built.size), unused_ns=iv.total(ctx.intervals(_mask(ev, built))),
+                    op_ns=iv.total(ctx.intervals(ops)), rows=built, training=bool(backward.size))
+
+
+def _inside(ev: EventTable, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` start inside one of the ``spans`` (rows of events) on their own thread."""
+    out = np.zeros(rows.size, dtype=bool)
+    for lane in distinct(ev.lane[spans]).tolist():
+        here = np.flatnonzero(ev.lane[rows] == lane)
+        if not here.size:
+            continue
+        s = spans[ev.lane[spans] == lane]
+        lo, hi = iv.union(ev.ts_ns[s], ev.ts_ns[s] + ev.dur_ns[s])
+        out[here] = iv.contains((lo, hi), ev.ts_ns[rows[here]])
+    return out
 
 
 def _mask(ev: EventTable, rows: np.ndarray) -> np.ndarray:

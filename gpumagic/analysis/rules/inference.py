@@ -1,4 +1,4 @@
-"""``inference-grad-enabled`` and ``inference-train-mode``: inference run as if for training."""
+"""``inference-grad-enabled`` and ``inference-train-mode``: forward computations run as if for training."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, windows
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
 
-#: Fewer autograd nodes than this is a stray computation on a parameter (a norm logged each
-#: call), not a model's forward pass: a single ``nn.Linear`` builds two (``aten::t``, ``aten::addmm``).
+#: Fewer unused autograd nodes than this is a stray computation on a parameter (a norm logged
+#: each call), not a model's forward pass: a single ``nn.Linear`` builds two (``aten::t``, ``aten::addmm``).
 MIN_NODES = 16
-#: ... and the operators that ran with grad mode on must cover this share of the window's
-#: operator time: a serving loop that runs one small helper with grad on is not the case here.
-MIN_GRAD_FRAC = 0.25
+#: ... and the operators that built them must cover this share of the window's operator time
+#: (the TensorBoard profiler plugin's 5 % line): a training loop's ``torch.sigmoid(logits)`` for
+#: a metric (eight small operators a step in the bundled A100 trace) is not worth a finding.
+MIN_UNUSED_FRAC = 0.05
+#: From this share of the operator time the unused graph is most of what runs: medium, else low.
+MEDIUM_FRAC = 0.25
 #: At least this many dropout calls drew a mask: a model has one per block, and a single call
 #: can be deliberate.
 MIN_ACTIVE_DROPOUT = 2
@@ -40,38 +43,53 @@ model.train()                    # back to training mode before the next trainin
 
 @rule("inference-grad-enabled")
 def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
-    """Signal: nothing in the trace trains (no backward pass, no optimizer step:
-    ``Context.workload`` is not ``"training"``), yet the window's operators ran with grad mode on
-    and built autograd nodes (their ``Sequence number`` advances: :mod:`gpumagic.analysis.inference`).
-    Threshold: ≥ 16 nodes built, by operators covering ≥ 25 % of the window's operator time.
-    Each node keeps the tensors its backward would need (a layer's input, an activation) alive for
-    as long as the output is, so a forward pass holds what a training step's forward holds; and
-    each operator spends host time recording the graph. Gain: not estimated from the trace (the
-    bookkeeping runs inside each operator's own time); ``benchmarks/inference_grad.py`` measures
-    the loop's time with grad mode on against ``torch.inference_mode()``. False positives: a cell
-    that runs the forward pass alone and the backward in another cell (the finding says so)."""
-    if ctx.workload == "training":
-        return None
+    """Signal: the window's operators built autograd nodes (grad mode on: their ``Sequence
+    number`` advances) that no backward pass in the trace used (no ``evaluate_function`` span
+    carries their number; :mod:`gpumagic.analysis.inference`): inference run with grad mode on,
+    or, in a training loop, an evaluation or a metric computed without ``torch.no_grad()``.
+    Threshold: ≥ 16 such nodes, built by operators covering ≥ 5 % of the window's operator time
+    (medium from 25 %). Each node keeps the tensors its backward would need (a layer's input, an
+    activation) alive for as long as the output is, so the forward pass holds what a training
+    step's forward holds; and each operator spends host time recording the graph. Gain: not
+    estimated from the trace (the bookkeeping runs inside each operator's own time);
+    ``benchmarks/inference_mode.py`` times a loop under grad mode, ``no_grad`` and
+    ``inference_mode``. False positives: a cell that runs a forward pass whose backward runs in
+    another cell (the finding says so); a trace whose backward spans carry no numbers (Kineto
+    before about 2022) is not judged when it trains."""
     g = grad_mode(ctx)
-    if g.nodes < MIN_NODES or g.grad_frac < MIN_GRAD_FRAC:
+    if g.nodes < MIN_NODES or g.unused_frac < MIN_UNUSED_FRAC:
         return None
     ev = ctx.trace.events
     rows = g.rows
-    return finding(
-        severity="medium",
-        title=f"Inference builds an autograd graph: {g.nodes:,} nodes with grad mode on",
-        why="""Nothing in this window computes gradients (no backward pass, no optimizer step), yet its operators
+    if g.training:
+        title = f"{g.nodes:,} autograd nodes that no backward pass used: a forward computation ran with grad mode on"
+        why = """Besides the training steps, a forward computation here (an evaluation, a metric, a model run on the
+        side, or a part of the model whose output the loss does not use) ran with grad mode on: its operators
+        recorded autograd nodes that no backward pass ever used. Each
+        node keeps alive the tensors its backward would read (a layer's input, an activation) for as long as the
+        output is kept, so the evaluation holds the memory of a training forward pass, and every operator spends
+        host time recording the graph. Wrap it in torch.inference_mode() (or torch.no_grad()), and switch the
+        model to eval mode for it."""
+        what = "outside the backward passes, no backward pass evaluated them"
+    else:
+        title = f"Inference builds an autograd graph: {g.nodes:,} nodes with grad mode on"
+        why = """Nothing in this window computes gradients (no backward pass, no optimizer step), yet its operators
         ran with grad mode on: each one that takes a parameter records an autograd node, and each node keeps
         alive the tensors its backward would read (a layer's input, an activation) for as long as the output
         is kept. The forward pass then holds the memory of a training step's forward, and every operator
         spends host time recording the graph. torch.inference_mode() (or torch.no_grad()) builds none; if
-        this cell is the first half of a training step whose backward runs elsewhere, this does not apply.""",
-        summary=(f"{g.recorded:,} operators recorded an autograd sequence number (grad mode on), covering "
-                 f"{pct(g.grad_frac)} of the window's operator time; they built {g.nodes:,} autograd nodes, "
-                 "and no backward pass or optimizer step ran."),
-        numbers={"nodes_built": g.nodes, "grad_mode_ops": g.recorded, "grad_mode_frac": round(g.grad_frac, 4),
-                 "threshold_nodes": MIN_NODES},
-        windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "builds an autograd node"),
+        this cell is the first half of a training step whose backward runs elsewhere, this does not apply."""
+        what = "no backward pass or optimizer step ran"
+    return finding(
+        severity="medium" if g.unused_frac >= MEDIUM_FRAC else "low",
+        title=title,
+        why=why,
+        summary=(f"{g.recorded:,} operators recorded an autograd sequence number (grad mode on); {g.nodes:,} autograd "
+                 f"nodes were built by operators covering {pct(g.unused_frac)} of the window's operator time, and "
+                 f"{what}."),
+        numbers={"unused_nodes": g.nodes, "grad_mode_ops": g.recorded, "unused_frac": round(g.unused_frac, 4),
+                 "context": "training" if g.training else "inference", "threshold_nodes": MIN_NODES, "threshold_frac": MIN_UNUSED_FRAC},
+        windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "builds an unused autograd node"),
         est_gain=0.0,
         gain_method="not estimated from the trace: recording the graph runs inside each operator's own time, and "
                     "the memory it holds depends on how long the outputs are kept",
