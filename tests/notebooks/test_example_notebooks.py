@@ -393,6 +393,11 @@ def test_what_filled_my_gpu(run_notebook):
     assert "re-raised unchanged, the same object: True" in output_of(nb, "raise OOM")
     finding = output_of(nb, "f = rep_oom.findings[0]")
     assert finding.startswith("out-of-memory") and "Largest batch estimated to fit" in finding
+    leak = output_of(nb, "with gpumagic.profile(memory=True, skip=1, steps=5, nvml=False, display=False) as run_leak")
+    assert "memory-growth — Memory climbs" in leak and re.search(r"rose in (\d+) of \1 transitions", leak)
+    assert "inference-grad-enabled — " in leak and "no backward pass used" in leak
+    fixed = output_of(nb, "ids = {\"memory-growth\", \"inference-grad-enabled\"}")
+    assert "after the fix: neither finding" in fixed and "MiB a step before the fix, 0.00 MiB after" in fixed
     check_gpu_cells(nb)
 
 

@@ -70,7 +70,7 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         output is kept, so the evaluation holds the memory of a training forward pass, and every operator spends
         host time recording the graph. Wrap it in torch.inference_mode() (or torch.no_grad()), and switch the
         model to eval mode for it."""
-        what = "outside the backward passes, no backward pass evaluated them"
+        what = "no backward pass used them (the backward passes ran every other node the window built)"
     else:
         title = f"Inference builds an autograd graph: {g.nodes:,} nodes with grad mode on"
         why = """Nothing in this window computes gradients (no backward pass, no optimizer step), yet its operators
