@@ -25,11 +25,15 @@ saves its bundle as ``<out>/<name>.json.gz`` (small, gzip; fit to commit as test
 - ``inference_grad_train_mode``: an inference loop (no optimizer: no steps) over MLP blocks with
   dropout, the model left in training mode and no ``torch.no_grad()``: expects
   ``inference-grad-enabled`` and ``inference-train-mode`` (on a GPU a training-mode dropout calls
-  ``aten::native_dropout`` inside ``aten::dropout``).
+  ``aten::native_dropout`` inside ``aten::dropout``);
+- ``kept_validation_loss``: residual MLP blocks trained with SGD, a validation loss computed after
+  each step without ``torch.no_grad()`` and kept as a tensor (profiled with ``memory=True``):
+  expects ``memory-growth`` and ``inference-grad-enabled``.
 
-The last five check rules built on traces made by hand or recorded on a CPU
+The last six check rules built on traces made by hand or recorded on a CPU
 (tests/test_allocator_churn.py, test_layout_conversions.py, test_diagnoses.py,
-test_activation_recompute.py, test_inference_mode.py); no GPU recording of them has been made yet.
+test_activation_recompute.py, test_inference_mode.py, test_memory_growth.py); no GPU recording
+of them has been made yet.
 
 With ``--snippets`` it runs instead every fix whose code needs CUDA (the ones
 ``tests/test_snippets.py`` can only compile and resolve on a CPU machine) on the GPU, with the
@@ -233,6 +237,28 @@ def checkpointed_blocks(torch) -> Callable[[], None]:
     return run
 
 
+def kept_validation_loss(torch) -> Callable[[], None]:
+    blocks = _mlp(torch, 1024, 4)
+    opt = torch.optim.SGD(blocks.parameters(), lr=1e-4)
+    x, val = torch.randn(512, 1024, device="cuda"), torch.randn(512, 1024, device="cuda")
+    kept = []
+
+    def forward(h):
+        for b in blocks:
+            h = h + b(h)
+        return h.square().mean()
+
+    def run():
+        for _ in range(10):
+            loss = forward(x)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            kept.append(forward(val))  # no torch.no_grad(), kept as a tensor: its graph and activations stay
+
+    return run
+
+
 def inference_grad_train_mode(torch) -> Callable[[], None]:
     width = 1024
     model = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(),
@@ -256,9 +282,12 @@ WORKLOADS = {
     "gradscaler_unfused": (gradscaler_unfused, {"host-sync"}),
     "checkpointed_blocks": (checkpointed_blocks, {"activation-recompute"}),
     "inference_grad_train_mode": (inference_grad_train_mode, {"inference-grad-enabled", "inference-train-mode"}),
+    "kept_validation_loss": (kept_validation_loss, {"memory-growth", "inference-grad-enabled"}),
 }
 #: Workloads without optimizer steps: the profile records the whole call, and no step count is checked.
 STEPLESS = frozenset({"inference_grad_train_mode"})
+#: Profile options a workload needs beyond the defaults (``memory-growth`` reads the allocator's records).
+PROFILE_OPTIONS: dict[str, dict] = {"kept_validation_loss": {"memory": True}}
 #: What a workload's findings must also say (the finding id, a phrase of its evidence).
 EVIDENCE = {"gradscaler_unfused": ("host-sync", "GradScaler's")}
 
@@ -436,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         build, expected = WORKLOADS[name]
         workload = build(torch)
         path = args.out / f"{name}.json.gz"
-        with gpumagic.profile(label=name, save=str(path), display=False) as run:
+        with gpumagic.profile(label=name, save=str(path), display=False, **PROFILE_OPTIONS.get(name, {})) as run:
             workload()
         found = check_run(name, run, expected) + check_clean(name)
         print(summary(name, run) + f"; saved {path} ({path.stat().st_size / 1024:.0f} KiB)")
