@@ -123,13 +123,15 @@ def test_a_trace_whose_backward_carries_no_numbers_is_not_judged():
 
 
 def _training(steps: int = 4, nodes: int = 6, evaluation: int = 0, recompute: int = 0, old_names: bool = False,
-              tail: int = 0) -> dict:
+              tail: int = 0, dropout: bool = False) -> dict:
     """CPU training steps: a forward of ``nodes`` operators each building a node, a backward that
     evaluates each (``evaluate_function`` spans carrying the node's number, an operator inside;
     with ``old_names`` the 2021 spelling, the bare node ``AddmmBackward``), ``recompute`` operators
     building nodes again inside the first backward span (a checkpoint's recomputation), and an SGD
     step; then ``evaluation`` forward operators after each step that no backward uses, and
-    ``tail`` forward operators at the end whose backward lies past the trace."""
+    ``tail`` forward operators at the end whose backward lies past the trace. ``dropout``: a
+    training-mode dropout call in every forward, the training step's (its ``aten::mul`` builds a
+    node the backward uses) and the evaluation's (one nobody uses)."""
     tb = TraceBuilder(cc=None)
     counter, t = 500, 0.0
     step_us = nodes * 12 * 3 + recompute * 12 + evaluation * 12 + 100
@@ -139,6 +141,12 @@ def _training(steps: int = 4, nodes: int = 6, evaluation: int = 0, recompute: in
         made = []
         for _ in range(nodes):
             _op(tb, "aten::addmm", at, 10, counter)
+            made.append(counter)
+            counter += 1
+            at += 12
+        if dropout:
+            _op(tb, "aten::dropout", at, 10, counter)
+            _op(tb, "aten::mul", at + 2, 5, counter)
             made.append(counter)
             counter += 1
             at += 12
@@ -157,7 +165,12 @@ def _training(steps: int = 4, nodes: int = 6, evaluation: int = 0, recompute: in
             _op(tb, "aten::addmm", at, 10, counter)
             counter += 1
             at += 12
-        t += step_us + 10
+        if evaluation and dropout:
+            _op(tb, "aten::dropout", at, 10, counter)
+            _op(tb, "aten::mul", at + 2, 5, counter)
+            counter += 1
+            at += 12
+        t += step_us + 40
     for _ in range(tail):
         _op(tb, "aten::addmm", t, 10, counter)
         counter += 1
@@ -178,6 +191,16 @@ def test_an_evaluation_without_no_grad_inside_a_training_loop_fires():
     assert n["context"] == "training" and n["unused_nodes"] == 3 * 8
     assert "no backward pass used" in f.title
     assert analyze(_training(evaluation=8, old_names=True)).finding("inference-grad-enabled") is not None
+    assert n["train_mode_dropout_calls"] == 0
+
+
+def test_dropout_drawing_masks_in_the_unused_computation_is_named():
+    """The evaluation's training-mode dropout is counted; the training forward's is not (its node
+    feeds the backward)."""
+    f = analyze(_training(evaluation=8, dropout=True)).finding("inference-grad-enabled")
+    assert f is not None and f.evidence.numbers["train_mode_dropout_calls"] == 3
+    assert "drew a random mask: the model was in training mode" in f.evidence.summary
+    assert analyze(_training(dropout=True)).finding("inference-grad-enabled") is None
 
 
 def test_a_checkpoint_recomputation_and_a_forward_past_the_last_backward_are_the_backwards():

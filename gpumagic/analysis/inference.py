@@ -166,4 +166,20 @@ def _dropout(ctx: Context) -> Dropout:
     return Dropout(calls=int(calls.size), active=calls[active])
 
 
-__all__ = ["DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "Dropout", "GradMode", "dropout", "grad_mode"]
+def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Which of ``calls`` (rows of events) hold one of ``rows`` (an event starting inside the
+    call, on its thread): e.g. the active dropout calls of a forward computation whose operators
+    built unused nodes (a training-mode dropout's ``aten::mul`` builds one)."""
+    out = np.zeros(calls.size, dtype=bool)
+    if not calls.size or not rows.size:
+        return out
+    start = ev.ts_ns[calls]
+    end = start + ev.dur_ns[calls]
+    for lane in distinct(ev.lane[calls]).tolist():
+        here = np.flatnonzero(ev.lane[calls] == lane)
+        lane_ts = np.sort(ev.ts_ns[rows[ev.lane[rows] == lane]])
+        out[here] = np.searchsorted(lane_ts, end[here], side="left") > np.searchsorted(lane_ts, start[here], side="left")
+    return out
+
+
+__all__ = ["DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "Dropout", "GradMode", "dropout", "grad_mode", "holding"]

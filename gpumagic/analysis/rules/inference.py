@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.inference import dropout, grad_mode
+from gpumagic.analysis.inference import dropout, grad_mode, holding
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, windows
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
@@ -50,7 +52,9 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
     Threshold: ≥ 16 such nodes, built by operators covering ≥ 5 % of the window's operator time
     (medium from 25 %). Each node keeps the tensors its backward would need (a layer's input, an
     activation) alive for as long as the output is, so the forward pass holds what a training
-    step's forward holds; and each operator spends host time recording the graph. Gain: not
+    step's forward holds; and each operator spends host time recording the graph. In a training
+    trace, dropout calls that drew a mask inside that computation (an operator of theirs built an
+    unused node) are counted too: the model was in training mode for it. Gain: not
     estimated from the trace (the bookkeeping runs inside each operator's own time);
     ``benchmarks/inference_mode.py`` times a loop under grad mode, ``no_grad`` and
     ``inference_mode``. False positives: a cell that runs a forward pass whose backward runs in
@@ -61,6 +65,7 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         return None
     ev = ctx.trace.events
     rows = g.rows
+    masked = 0
     if g.training:
         title = f"{g.nodes:,} autograd nodes that no backward pass used: a forward computation ran with grad mode on"
         why = """Besides the training steps, a forward computation here (an evaluation, a metric, a model run on the
@@ -71,6 +76,10 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         host time recording the graph. Wrap it in torch.inference_mode() (or torch.no_grad()), and switch the
         model to eval mode for it."""
         what = "no backward pass used them (the backward passes ran every other node the window built)"
+        masked = int(np.count_nonzero(holding(ev, dropout(ctx).active, rows)))
+        if masked:  # the same forward computation left in training mode too
+            what += (f"; {masked:,} dropout calls among those operators drew a random mask: the model was in "
+                     "training mode for it")
     else:
         title = f"Inference builds an autograd graph: {g.nodes:,} nodes with grad mode on"
         why = """Nothing in this window computes gradients (no backward pass, no optimizer step), yet its operators
@@ -87,7 +96,8 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         summary=(f"{g.recorded:,} operators recorded an autograd sequence number (grad mode on); {g.nodes:,} autograd "
                  f"nodes were built by operators covering {pct(g.unused_frac)} of the window's operator time, and "
                  f"{what}."),
-        numbers={"unused_nodes": g.nodes, "grad_mode_ops": g.recorded, "unused_frac": round(g.unused_frac, 4),
+        numbers={"unused_nodes": g.nodes, "train_mode_dropout_calls": masked if g.training else None,
+                 "grad_mode_ops": g.recorded, "unused_frac": round(g.unused_frac, 4),
                  "context": "training" if g.training else "inference", "threshold_nodes": MIN_NODES, "threshold_frac": MIN_UNUSED_FRAC},
         windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "builds an unused autograd node"),
         est_gain=0.0,
