@@ -6,9 +6,11 @@ CPU, run three ways: as many notebooks run it (grad mode on, the model in eval m
 Each loop is profiled by ``gpumagic.profile()`` and whether the rule fires printed; then the three
 are timed unprofiled, alternated round by round, and each one's time per batch printed with the
 saving against grad mode (1 − time ÷ grad mode's). Numbers depend on the machine and on what else
-runs on it: this prints, it asserts nothing. ``--record DIR`` instead records the two bundles
+runs on it: this prints, it asserts nothing. ``--record DIR`` instead records the bundles
 tests/data keeps (``cpu_infer_grad.json.gz``: grad mode on, eval mode; ``cpu_infer_train_mode.json.gz``:
-``torch.no_grad()`` with the model left in training mode) and exits.
+``torch.no_grad()`` with the model left in training mode; ``cpu_compiled_infer_grad.json.gz`` and
+``cpu_compiled_infer_nograd.json.gz``: a ``torch.compile``'d MLP called six times with grad mode
+on, and under ``torch.no_grad()``, after three warm-up calls that compile it) and exits.
 
     python benchmarks/inference_mode.py [--rounds 7] [--batches 30] [--width 512] [--batch 64] [--record DIR]
 """
@@ -43,6 +45,26 @@ def _loop(width: int, batch: int, mode: str, train: bool = False):
     return infer
 
 
+def _record_compiled(path: str, grad: bool) -> None:
+    """Six calls of a compiled MLP under ``gpumagic.profile()`` (no steps: the whole call), after
+    three that compile it (Inductor on the CPU: seconds)."""
+    import gpumagic
+
+    torch.manual_seed(0)
+    model = torch.compile(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 10)))
+    x = torch.randn(64, 256)
+    guard = contextlib.nullcontext if grad else torch.no_grad
+
+    def call():
+        with guard():
+            return model(x)
+    for _ in range(3):
+        call()
+    with gpumagic.profile(save=path, display=False):
+        for _ in range(6):
+            call()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -55,6 +77,9 @@ def main() -> None:
         for name, loop in (("cpu_infer_grad.json.gz", _loop(256, 32, "grad")),
                            ("cpu_infer_train_mode.json.gz", _loop(256, 32, "no_grad", train=True))):
             profile_steps(loop, 3, os.path.join(args.record, name))
+            print(f"recorded {name}")
+        for name, grad in (("cpu_compiled_infer_grad.json.gz", True), ("cpu_compiled_infer_nograd.json.gz", False)):
+            _record_compiled(os.path.join(args.record, name), grad)
             print(f"recorded {name}")
         return
     print(f"torch {torch.__version__}; {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")

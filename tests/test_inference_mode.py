@@ -19,6 +19,7 @@ from gpumagic.trace.model import Kind
 
 GRAD = os.path.join(DATA, "cpu_infer_grad.json.gz")
 TRAIN_MODE = os.path.join(DATA, "cpu_infer_train_mode.json.gz")
+COMPILED = os.path.join(DATA, "cpu_compiled_infer_grad.json.gz")
 def _op(tb: TraceBuilder, name: str, ts: float, dur: float, seq: int | None) -> None:
     args = {"External id": 1} if seq is None else {"External id": 1, "Sequence number": seq, "Fwd thread id": 0}
     tb.add(cat="cpu_op", name=name, ts=ts, dur=dur, args=args)
@@ -98,6 +99,15 @@ def test_autograd_functions_advance_the_counter_without_grad_mode():
     """An ``autograd.Function``'s apply takes a number whatever the grad mode and is recorded by
     its class name (vLLM's TopK under inference mode): not counted as building."""
     assert analyze(_simple(4, 8, name="TopK")).finding("inference-grad-enabled") is None
+
+
+def test_a_compiled_model_run_with_grad_mode_on():
+    """torch.compile's AOTAutograd runs its training graph in a ``CompiledFunction`` (an
+    autograd.Function recorded by that name) only under grad mode: a few calls suffice."""
+    f = analyze(_simple(3, 1, name="CompiledFunction")).finding("inference-grad-enabled")
+    assert f is not None
+    assert f.evidence.numbers["compiled_calls"] == 2 and f.title.startswith("Inference runs torch.compile's training graph")
+    assert analyze(_simple(2, 1, name="CompiledFunction")).finding("inference-grad-enabled") is None  # one counted
 
 
 def test_a_small_share_of_the_operator_time_is_silent():
@@ -262,7 +272,15 @@ def test_recorded_train_mode_loop():
     assert r.finding("inference-grad-enabled") is None  # no_grad: no numbers at all
 
 
-@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {GRAD, TRAIN_MODE}))
+def test_recorded_compiled_model_with_grad_mode_on():
+    """tests/data/cpu_compiled_infer_grad.json.gz: six calls of a torch.compile'd MLP with grad
+    mode on (its ``_nograd`` twin, under torch.no_grad(), records no CompiledFunction: silent)."""
+    f = analyze(COMPILED).finding("inference-grad-enabled")
+    assert f is not None and f.evidence.numbers["compiled_calls"] >= 5
+    assert f.evidence.numbers["context"] == "inference"
+
+
+@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {GRAD, TRAIN_MODE, COMPILED}))
 def test_silent_on_every_other_recorded_trace(path):
     """Training traces (every node feeds a backward; the A100 trace's eight ``aten::sigmoid`` a step
     for a metric stay under the share), HF pipelines (no_grad, eval mode: ``aten::dropout`` without

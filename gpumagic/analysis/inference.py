@@ -11,7 +11,11 @@ uses, and dropout left in training mode where nothing trains.
   parameter frozen (``requires_grad_(False)``) the numbers stay put and no node is counted. An
   ``autograd.Function``'s ``apply`` takes a number whatever the grad mode (vLLM's ``TopK``,
   ``SortTokens`` under inference mode) and is recorded under its class name, not a
-  ``namespace::op`` name: only operators with a ``::`` in their name count as building. The
+  ``namespace::op`` name: only operators with a ``::`` in their name count as building, and
+  torch.compile's ``CompiledFunction``: AOTAutograd wraps a compiled graph in that
+  ``autograd.Function`` only when grad mode is on and an input requires grad (its training
+  graph, whose forward saves what the compiled backward needs); under ``torch.no_grad()`` it
+  runs an inference graph and no ``CompiledFunction`` is recorded (checked on torch 2.13). The
   autograd engine's ``evaluate_function`` span around each node it runs carries that node's
   number: a node whose number none carries was built for nothing — inference with grad mode on,
   or, in a training loop, an evaluation or a metric computed on the side without
@@ -37,6 +41,9 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.phases import BACKWARD_RE
 from gpumagic.trace.model import EventTable
 
+#: The ``autograd.Function`` torch.compile's AOTAutograd runs a compiled training graph in
+#: (torch/_functorch/_aot_autograd/runtime_wrappers.py); its backward is ``CompiledFunctionBackward``.
+COMPILED_FUNCTION = "CompiledFunction"
 #: The dropout operators of ``torch.nn.functional`` (native_functions.yaml: ``dropout``,
 #: ``feature_dropout``, ``alpha_dropout``, ``feature_alpha_dropout`` and their in-place forms).
 DROPOUT_OPS = frozenset({"aten::dropout", "aten::dropout_", "aten::feature_dropout", "aten::feature_dropout_",
@@ -59,6 +66,8 @@ class GradMode:
     op_ns: int
     #: rows of ``trace.events`` of the operators that built those nodes
     rows: np.ndarray
+    #: of those nodes, torch.compile's (``CompiledFunction`` calls: each holds a compiled forward's saved tensors)
+    compiled: int = 0
     #: whether the trace runs backward passes (then ``nodes`` counts only what they left unused)
     training: bool = False
 
@@ -101,14 +110,15 @@ def _grad_mode(ctx: Context) -> GradMode:
     # by thread, in time order (the table is sorted by start; a stable sort keeps it per lane)
     rows = rows[np.argsort(ev.lane[rows], kind="stable")]
     lane, seq = ev.lane[rows], ev.seq[rows]
-    dispatched = ctx.host_name_ids(lambda n: "::" in n)[ev.name[rows]]
+    dispatched = ctx.host_name_ids(lambda n: "::" in n or n == COMPILED_FUNCTION)[ev.name[rows]]
     built = rows[np.flatnonzero((lane[1:] == lane[:-1]) & (seq[1:] > seq[:-1]) & dispatched[:-1])]
     if numbered.size:
         used = np.isin(ev.seq[built], ev.seq[numbered])
         built = built[~used & (ev.ts_ns[built] < ev.ts_ns[backward].max())]
     built = np.sort(built)
+    compiled = int(np.count_nonzero(ctx.host_name_ids(lambda n: n == COMPILED_FUNCTION)[ev.name[built]]))
     return GradMode(recorded=int(rows.size), nodes=int(built.size), unused_ns=iv.total(ctx.intervals(_mask(ev, built))),
-                    op_ns=iv.total(ctx.intervals(ops)), rows=built, training=bool(backward.size))
+                    op_ns=iv.total(ctx.intervals(ops)), rows=built, training=bool(backward.size), compiled=compiled)
 
 
 def _inside(ev: EventTable, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:

@@ -13,6 +13,9 @@ from gpumagic.report.model import Finding
 #: Fewer unused autograd nodes than this is a stray computation on a parameter (a norm logged
 #: each call), not a model's forward pass: a single ``nn.Linear`` builds two (``aten::t``, ``aten::addmm``).
 MIN_NODES = 16
+#: ... or at least this many calls of a model compiled with torch.compile (one ``CompiledFunction``
+#: node each, holding everything the compiled forward saved for its backward) ...
+MIN_COMPILED = 2
 #: ... and the operators that built them must cover this share of the window's operator time
 #: (the TensorBoard profiler plugin's 5 % line): a training loop's ``torch.sigmoid(logits)`` for
 #: a metric (eight small operators a step in the bundled A100 trace) is not worth a finding.
@@ -49,8 +52,9 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
     number`` advances) that no backward pass in the trace used (no ``evaluate_function`` span
     carries their number; :mod:`gpumagic.analysis.inference`): inference run with grad mode on,
     or, in a training loop, an evaluation or a metric computed without ``torch.no_grad()``.
-    Threshold: ≥ 16 such nodes, built by operators covering ≥ 5 % of the window's operator time
-    (medium from 25 %). Each node keeps the tensors its backward would need (a layer's input, an
+    Threshold: ≥ 16 such nodes (or ≥ 2 calls of a torch.compile'd model: under grad mode
+    AOTAutograd runs its training graph, one ``CompiledFunction`` node a call), built by operators
+    covering ≥ 5 % of the window's operator time (medium from 25 %). Each node keeps the tensors its backward would need (a layer's input, an
     activation) alive for as long as the output is, so the forward pass holds what a training
     step's forward holds; and each operator spends host time recording the graph. In a training
     trace, dropout calls that drew a mask inside that computation (an operator of theirs built an
@@ -61,7 +65,7 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
     another cell (the finding says so); a trace whose backward spans carry no numbers (Kineto
     before about 2022) is not judged when it trains."""
     g = grad_mode(ctx)
-    if g.nodes < MIN_NODES or g.unused_frac < MIN_UNUSED_FRAC:
+    if (g.nodes < MIN_NODES and g.compiled < MIN_COMPILED) or g.unused_frac < MIN_UNUSED_FRAC:
         return None
     ev = ctx.trace.events
     rows = g.rows
@@ -81,7 +85,9 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
             what += (f"; {masked:,} dropout calls among those operators drew a random mask: the model was in "
                      "training mode for it")
     else:
-        title = f"Inference builds an autograd graph: {g.nodes:,} nodes with grad mode on"
+        title = (f"Inference runs torch.compile's training graph: {g.compiled:,} compiled calls with grad mode on"
+                 if g.compiled >= MIN_COMPILED and g.nodes < MIN_NODES else
+                 f"Inference builds an autograd graph: {g.nodes:,} nodes with grad mode on")
         why = """Nothing in this window computes gradients (no backward pass, no optimizer step), yet its operators
         ran with grad mode on: each one that takes a parameter records an autograd node, and each node keeps
         alive the tensors its backward would read (a layer's input, an activation) for as long as the output
@@ -89,6 +95,10 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         spends host time recording the graph. torch.inference_mode() (or torch.no_grad()) builds none; if
         this cell is the first half of a training step whose backward runs elsewhere, this does not apply."""
         what = "no backward pass or optimizer step ran"
+    if g.compiled:
+        what += (f"; {g.compiled:,} of those nodes are calls of a torch.compile'd model (CompiledFunction): under grad "
+                 "mode it runs its training graph, whose forward keeps what a backward would need (under "
+                 "torch.no_grad() it compiles once more, an inference graph)")
     return finding(
         severity="medium" if g.unused_frac >= MEDIUM_FRAC else "low",
         title=title,
@@ -97,6 +107,7 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
                  f"nodes were built by operators covering {pct(g.unused_frac)} of the window's operator time, and "
                  f"{what}."),
         numbers={"unused_nodes": g.nodes, "train_mode_dropout_calls": masked if g.training else None,
+                 "compiled_calls": g.compiled,
                  "grad_mode_ops": g.recorded, "unused_frac": round(g.unused_frac, 4),
                  "context": "training" if g.training else "inference", "threshold_nodes": MIN_NODES, "threshold_frac": MIN_UNUSED_FRAC},
         windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "builds an unused autograd node"),
