@@ -104,7 +104,7 @@ def _grad_mode(ctx: Context) -> GradMode:
     ops = ctx.events_in_window(host_ops)
     rows = np.flatnonzero(ops & (ev.seq >= 0) & ~backward_name)
     if backward.size and rows.size:
-        rows = rows[~_inside(ev, rows, backward)]
+        rows = rows[~starts_inside(ev, rows, backward)]
     if not rows.size:
         return NO_GRAD
     # by thread, in time order (the table is sorted by start; a stable sort keeps it per lane)
@@ -121,9 +121,11 @@ def _grad_mode(ctx: Context) -> GradMode:
                     op_ns=iv.total(ctx.intervals(ops)), rows=built, training=bool(backward.size), compiled=compiled)
 
 
-def _inside(ev: EventTable, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
+def starts_inside(ev: EventTable, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
     """Which of ``rows`` start inside one of the ``spans`` (rows of events) on their own thread."""
     out = np.zeros(rows.size, dtype=bool)
+    if not rows.size or not spans.size:
+        return out
     for lane in distinct(ev.lane[spans]).tolist():
         here = np.flatnonzero(ev.lane[rows] == lane)
         if not here.size:
@@ -192,4 +194,5 @@ def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-__all__ = ["DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "Dropout", "GradMode", "dropout", "grad_mode", "holding"]
+__all__ = ["DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "Dropout", "GradMode", "dropout", "grad_mode", "holding",
+           "starts_inside"]
