@@ -106,10 +106,12 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         summary=(f"{g.recorded:,} operators recorded an autograd sequence number (grad mode on); {g.nodes:,} autograd "
                  f"nodes were built by operators covering {pct(g.unused_frac)} of the window's operator time, and "
                  f"{what}."),
-        numbers={"unused_nodes": g.nodes, "train_mode_dropout_calls": masked if g.training else None,
-                 "compiled_calls": g.compiled,
-                 "grad_mode_ops": g.recorded, "unused_frac": round(g.unused_frac, 4),
-                 "context": "training" if g.training else "inference", "threshold_nodes": MIN_NODES, "threshold_frac": MIN_UNUSED_FRAC},
+        numbers={"unused_nodes": g.nodes, "grad_mode_ops": g.recorded, "unused_frac": round(g.unused_frac, 4),
+                 "context": "training" if g.training else "inference",
+                 # what applies only in some traces: dropout in a training trace, compiled calls where there are any
+                 **({"train_mode_dropout_calls": masked} if g.training else {}),
+                 **({"compiled_calls": g.compiled} if g.compiled else {}),
+                 "threshold_nodes": MIN_NODES, "threshold_frac": MIN_UNUSED_FRAC},
         windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "builds an unused autograd node"),
         est_gain=0.0,
         gain_method="not estimated from the trace: recording the graph runs inside each operator's own time, and "

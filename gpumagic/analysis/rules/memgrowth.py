@@ -90,7 +90,7 @@ def memory_growth(ctx: Context, m: Metrics) -> Finding | None:
                  f"+{_mib(g.per_step)} a step{at_rate}."),
         numbers={"growth_per_step_bytes": round(g.per_step), "steps": steps, "rises": g.rises,
                  "first_floor_bytes": g.floors[0], "last_floor_bytes": g.floors[-1],
-                 "steps_to_fill": round(fill) if fill is not None else None, "device": g.device},
+                 **({"steps_to_fill": round(fill)} if fill is not None else {}), "device": g.device},
         est_gain=0.0,
         gain_method="not a speed finding: memory that runs out",
         fixes=tuple(fixes),
