@@ -2,7 +2,7 @@
 
 ::
 
-    python scripts/run_notebooks.py              # run all seven (about a minute and a half on 2 cores)
+    python scripts/run_notebooks.py              # run them all (a few minutes on 2 cores)
     python scripts/run_notebooks.py 2 5          # only notebooks 2 and 5
 
 The notebooks in ``example_notebooks/`` are the source: edit the teaching text and code there (in

@@ -13,6 +13,7 @@ Without a GPU, the GPU cells must print their skip message; with one, they must 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 import re
 import time
@@ -121,10 +122,11 @@ def run_notebook(tmp_path):
 # -- the committed files --------------------------------------------------------------------------
 
 
-def test_the_fifteen_notebooks_are_found():
-    assert len(NAMES) == 15 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
+def test_the_sixteen_notebooks_are_found():
+    assert len(NAMES) == 16 and NAMES[0] == "01_quickstart" and NAMES[6] == "07_compute_efficiency"
     assert NAMES[11] == "12_huggingface_beyond_workers"
-    assert NAMES[12:] == ["13_timing_a_gpu_correctly", "14_what_bounds_your_step", "15_what_filled_my_gpu"]
+    assert NAMES[12:] == ["13_timing_a_gpu_correctly", "14_what_bounds_your_step", "15_what_filled_my_gpu",
+                          "16_mistakes_a_profile_catches"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -425,3 +427,23 @@ def test_printed_inverse_tolerance_covers_every_printed_pair():
         shown = float(f"{speedup_of(ratio):.2f}")
         percent = int(f"{ratio:.0%}"[:-1])
         assert abs(1 / shown - percent / 100) <= printed_inverse_tolerance(shown), (ratio, shown, percent)
+
+
+def test_mistakes_a_profile_catches(run_notebook):
+    nb = run_notebook("16_mistakes_a_profile_catches")
+    grad = output_of(nb, "predictions = model(x).argmax(dim=1)\nshow(run.report)")
+    assert grad.startswith("inference-grad-enabled — Inference builds an autograd graph")
+    fixed = output_of(nb, 'print("under torch.inference_mode():", end=" ")')
+    assert "under torch.inference_mode(): none of the three findings" in fixed
+    assert "the output still carries a graph without it: True" in fixed and "and none inside inference_mode: True" in fixed
+    train = output_of(nb, "model.train()\nwith torch.no_grad():")
+    assert "training mode, the same input twice gives the same output: False" in train
+    assert "inference-train-mode — Dropout is on during inference" in train
+    evaluated = output_of(nb, 'print("after model.eval():", end=" ")')
+    assert "the same output: True" in evaluated and "after model.eval(): none of the three findings" in evaluated
+    never = output_of(nb, "loss.backward()                 # adds to .grad")
+    norms = [float(v) for v in re.search(r"after each step: ([\d. ]+)", never).group(1).split()]
+    assert all(b > a for a, b in itertools.pairwise(norms))  # the gradient's norm grows step after step
+    assert "gradients-never-reset — The gradients are never reset" in never
+    reset = output_of(nb, "opt.zero_grad()                 # the gradients start from nothing each step")
+    assert "after the fix: none of the three findings" in reset
