@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpumagic._arrays import distinct
+
 Intervals = tuple[np.ndarray, np.ndarray]
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -161,4 +163,25 @@ def measure_in(a: Intervals, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         return np.where(k > 0, base + partial, 0)
 
     out: np.ndarray = np.maximum(covered_before(hi) - covered_before(lo), 0)
+    return out
+
+
+def weight_in_ranges(ts: np.ndarray, lanes: np.ndarray, weights: np.ndarray | None, starts: np.ndarray,
+                     ends: np.ndarray, range_lanes: np.ndarray) -> np.ndarray:
+    """Per range ``[starts[i], ends[i])`` on lane ``range_lanes[i]``: the sum of ``weights`` of the
+    points (times ``ts`` on ``lanes``) inside it, or their count with ``weights`` None (int64).
+    Ranges may nest or overlap; each is summed on its own."""
+    out = np.zeros(starts.size, dtype=np.int64)
+    if not starts.size or not ts.size:
+        return out
+    for ln in distinct(range_lanes).tolist():
+        sel = lanes == ln
+        if not sel.any():
+            continue
+        order = np.argsort(ts[sel], kind="stable")
+        t = ts[sel][order]
+        w = np.ones(t.size, np.int64) if weights is None else weights[sel][order]
+        cs = np.concatenate([[0], np.cumsum(w, dtype=np.int64)])
+        which = range_lanes == ln
+        out[which] = cs[np.searchsorted(t, ends[which], "left")] - cs[np.searchsorted(t, starts[which], "left")]
     return out

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct
+from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.report.metrics import ModuleRow, as_record
 from gpumagic.trace.links import EVALUATE_PREFIX, MODULE_PREFIX
@@ -87,22 +88,6 @@ def _ms(ns: float) -> float:
     return round(ns / 1e6, 4)
 
 
-def _inside(ts: np.ndarray, lanes: np.ndarray, weights: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-            range_lanes: np.ndarray) -> np.ndarray:
-    """Per range: the sum of ``weights`` of the points (``ts`` on ``lanes``) in ``[start, end)`` on its lane."""
-    out = np.zeros(starts.size, dtype=np.int64)
-    for ln in distinct(range_lanes).tolist():
-        sel = lanes == ln
-        if not sel.any():
-            continue
-        order = np.argsort(ts[sel], kind="stable")
-        t, w = ts[sel][order], weights[sel][order]
-        cs = np.concatenate([[0], np.cumsum(w, dtype=np.int64)])
-        which = range_lanes == ln
-        out[which] = cs[np.searchsorted(t, ends[which], "left")] - cs[np.searchsorted(t, starts[which], "left")]
-    return out
-
-
 def _launched_inside(ctx: Context, rows: np.ndarray, spans: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Per span (the ranges ``rows``, or ``spans`` = starts, ends, lanes): GPU time launched inside it."""
     ev = ctx.trace.events
@@ -110,7 +95,7 @@ def _launched_inside(ctx: Context, rows: np.ndarray, spans: tuple[np.ndarray, np
     launch = ctx.launch_row[g]
     if spans is None:
         spans = (ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], ev.lane[rows].astype(np.int64))
-    return _inside(ev.ts_ns[launch], ev.lane[launch].astype(np.int64), ev.dur_ns[g], *spans)
+    return iv.weight_in_ranges(ev.ts_ns[launch], ev.lane[launch].astype(np.int64), ev.dur_ns[g], *spans)
 
 
 def _backward(ctx: Context, rows: np.ndarray, links: Any, has_gpu: bool) -> tuple[np.ndarray, np.ndarray | None]:
@@ -123,11 +108,11 @@ def _backward(ctx: Context, rows: np.ndarray, links: Any, has_gpu: bool) -> tupl
     b_start, b_end = _evaluate_spans(ctx, links.bwd)
     host = b_end - b_start
     f_ts, f_lane = ev.ts_ns[links.fwd], ev.lane[links.fwd].astype(np.int64)
-    bwd_host = _inside(f_ts, f_lane, host, starts, ends, lanes)
+    bwd_host = iv.weight_in_ranges(f_ts, f_lane, host, starts, ends, lanes)
     if not has_gpu:
         return bwd_host, None
     per_node = _launched_inside(ctx, np.zeros(0, np.int64), (b_start, b_end, ev.lane[links.bwd].astype(np.int64)))
-    return bwd_host, _inside(f_ts, f_lane, per_node, starts, ends, lanes)
+    return bwd_host, iv.weight_in_ranges(f_ts, f_lane, per_node, starts, ends, lanes)
 
 
 def _evaluate_spans(ctx: Context, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
