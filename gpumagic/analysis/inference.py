@@ -110,14 +110,15 @@ def _grad_mode(ctx: Context) -> GradMode:
     # by thread, in time order (the table is sorted by start; a stable sort keeps it per lane)
     rows = rows[np.argsort(ev.lane[rows], kind="stable")]
     lane, seq = ev.lane[rows], ev.seq[rows]
-    dispatched = ctx.host_name_ids(lambda n: "::" in n or n == COMPILED_FUNCTION)[ev.name[rows]]
+    compiled_name = ctx.host_name_ids(lambda n: n == COMPILED_FUNCTION)
+    dispatched = (ctx.host_name_ids(lambda n: "::" in n) | compiled_name)[ev.name[rows]]
     built = rows[np.flatnonzero((lane[1:] == lane[:-1]) & (seq[1:] > seq[:-1]) & dispatched[:-1])]
     if numbered.size:
         used = np.isin(ev.seq[built], ev.seq[numbered])
         built = built[~used & (ev.ts_ns[built] < ev.ts_ns[backward].max())]
     built = np.sort(built)
-    compiled = int(np.count_nonzero(ctx.host_name_ids(lambda n: n == COMPILED_FUNCTION)[ev.name[built]]))
-    return GradMode(recorded=int(rows.size), nodes=int(built.size), unused_ns=iv.total(ctx.intervals(_mask(ev, built))),
+    compiled = int(np.count_nonzero(compiled_name[ev.name[built]]))
+    return GradMode(recorded=int(rows.size), nodes=int(built.size), unused_ns=iv.total(ctx.intervals(built)),
                     op_ns=iv.total(ctx.intervals(ops)), rows=built, training=bool(backward.size), compiled=compiled)
 
 
@@ -133,12 +134,6 @@ def starts_inside(ev: EventTable, rows: np.ndarray, spans: np.ndarray) -> np.nda
         s = spans[ev.lane[spans] == lane]
         lo, hi = iv.union(ev.ts_ns[s], ev.ts_ns[s] + ev.dur_ns[s])
         out[here] = iv.contains((lo, hi), ev.ts_ns[rows[here]])
-    return out
-
-
-def _mask(ev: EventTable, rows: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(ev), dtype=bool)
-    out[rows] = True
     return out
 
 
@@ -166,15 +161,11 @@ def _dropout(ctx: Context) -> Dropout:
     calls = np.flatnonzero(ctx.events_in_window(ops) & ctx.host_name_ids(DROPOUT_OPS.__contains__)[ev.name])
     if not calls.size:
         return NO_DROPOUT
-    active = np.zeros(calls.size, dtype=bool)
-    start = ev.ts_ns[calls]
-    end = start + ev.dur_ns[calls]
-    for lane in distinct(ev.lane[calls]).tolist():
-        here = np.flatnonzero(ev.lane[calls] == lane)
-        lane_ts = ev.ts_ns[ops & (ev.lane == lane)]  # in start order
-        # the thread's operators that start inside each call, the call itself included
-        inside = np.searchsorted(lane_ts, end[here], side="left") - np.searchsorted(lane_ts, start[here], side="left")
-        active[here] = inside > 1
+    # the thread's operators that start inside each call, the call itself included
+    op_rows = np.flatnonzero(ops)
+    inside = iv.weight_in_ranges(ev.ts_ns[op_rows], ev.lane[op_rows], None, ev.ts_ns[calls],
+                                 ev.ts_ns[calls] + ev.dur_ns[calls], ev.lane[calls])
+    active = inside > 1
     return Dropout(calls=int(calls.size), active=calls[active])
 
 
@@ -182,16 +173,8 @@ def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Which of ``calls`` (rows of events) hold one of ``rows`` (an event starting inside the
     call, on its thread): e.g. the active dropout calls of a forward computation whose operators
     built unused nodes (a training-mode dropout's ``aten::mul`` builds one)."""
-    out = np.zeros(calls.size, dtype=bool)
-    if not calls.size or not rows.size:
-        return out
-    start = ev.ts_ns[calls]
-    end = start + ev.dur_ns[calls]
-    for lane in distinct(ev.lane[calls]).tolist():
-        here = np.flatnonzero(ev.lane[calls] == lane)
-        lane_ts = np.sort(ev.ts_ns[rows[ev.lane[rows] == lane]])
-        out[here] = np.searchsorted(lane_ts, end[here], side="left") > np.searchsorted(lane_ts, start[here], side="left")
-    return out
+    return iv.weight_in_ranges(ev.ts_ns[rows], ev.lane[rows], None, ev.ts_ns[calls], ev.ts_ns[calls] + ev.dur_ns[calls],
+                               ev.lane[calls]) > 0
 
 
 __all__ = ["DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "Dropout", "GradMode", "dropout", "grad_mode", "holding",

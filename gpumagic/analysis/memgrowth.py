@@ -16,6 +16,7 @@ primary GPU's records, or the CPU's in a trace without a GPU (PyTorch records bo
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,17 +34,27 @@ class Growth:
 
     #: each such step's floor (bytes), in step order
     floors: tuple[int, ...]
-    #: transitions from one such step to the next whose floor rose, and fell
-    rises: int
-    falls: int
-    #: the last floor minus the first, over the steps between them (bytes a step; 0 with < 2 steps)
-    per_step: float
     #: the highest allocated total in the records of those steps (bytes)
     peak: int
     #: the memory the allocator can fill: the primary GPU's, or the machine's for the CPU (None: unknown)
     capacity: int | None
     #: "gpu" or "cpu": whose records
     device: str
+
+    @property
+    def rises(self) -> int:
+        """Transitions from one such step to the next whose floor rose."""
+        return sum(b > a for a, b in itertools.pairwise(self.floors))
+
+    @property
+    def falls(self) -> int:
+        """Transitions from one such step to the next whose floor fell."""
+        return sum(b < a for a, b in itertools.pairwise(self.floors))
+
+    @property
+    def per_step(self) -> float:
+        """The last floor minus the first, over the steps between them (bytes a step; 0 with < 2 steps)."""
+        return (self.floors[-1] - self.floors[0]) / (len(self.floors) - 1) if len(self.floors) > 1 else 0.0
 
     @property
     def steps_to_fill(self) -> float | None:
@@ -54,7 +65,7 @@ class Growth:
         return max(self.capacity - self.peak, 0) / self.per_step
 
 
-NONE = Growth((), 0, 0, 0.0, 0, None, "")
+NONE = Growth((), 0, None, "")
 
 
 def growth(ctx: Context) -> Growth:
@@ -75,7 +86,7 @@ def _growth(ctx: Context) -> Growth:
     rows = np.flatnonzero(sel & (mem.allocated >= 0))
     if rows.size < 2 or len(ctx.step_bounds) < 2:
         return NONE
-    ts = mem.ts_ns[rows]  # records are in time order within the table
+    ts = mem.ts_ns[rows]  # in file order: the pieces of a file are concatenated, not sorted
     order = np.argsort(ts, kind="stable")
     ts, allocated = ts[order], mem.allocated[rows][order]
     floors, peak = [], 0
@@ -86,9 +97,7 @@ def _growth(ctx: Context) -> Growth:
             peak = max(peak, int(allocated[a:b].max()))
     if len(floors) < 2:
         return NONE
-    diffs = np.diff(np.array(floors, dtype=np.int64))
-    return Growth(floors=tuple(floors), rises=int(np.count_nonzero(diffs > 0)), falls=int(np.count_nonzero(diffs < 0)),
-                  per_step=(floors[-1] - floors[0]) / (len(floors) - 1), peak=peak, capacity=capacity, device=device)
+    return Growth(floors=tuple(floors), peak=peak, capacity=capacity, device=device)
 
 
 __all__ = ["NONE", "Growth", "growth"]
