@@ -79,6 +79,21 @@ def _import_gpumagic():
 
 
 # ------------------------------------------------------------------------------- workloads
+def _steps(opt, loss_of: Callable, after: Callable | None = None, steps: int = 10) -> Callable[[], None]:
+    """A run of ``steps`` training steps: ``loss_of()``, its backward and an optimizer step, then
+    ``after(loss)`` when given."""
+    def run():
+        for _ in range(steps):
+            loss = loss_of()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if after is not None:
+                after(loss)
+
+    return run
+
+
 def starved_loader(torch) -> Callable[[], None]:
     from torch.utils.data import DataLoader, Dataset
 
@@ -114,19 +129,14 @@ def pageable_item(torch) -> Callable[[], None]:
         torch.nn.Conv2d(3, 64, 7, stride=2, padding=3), torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, padding=1),
         torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10)).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    losses = []
 
-    def run():
-        losses = []
-        for _ in range(10):
-            x = torch.randn(64, 3, 224, 224)  # pageable host memory, ~38 MB
-            y = torch.randint(0, 10, (64,))
-            loss = torch.nn.functional.cross_entropy(model(x.to("cuda")), y.to("cuda"))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())  # a host sync every step
+    def loss_of():
+        x = torch.randn(64, 3, 224, 224)  # pageable host memory, ~38 MB
+        y = torch.randint(0, 10, (64,))
+        return torch.nn.functional.cross_entropy(model(x.to("cuda")), y.to("cuda"))
 
-    return run
+    return _steps(opt, loss_of, lambda loss: losses.append(loss.item()))  # a host sync every step
 
 
 def fp32_matmul(torch) -> Callable[[], None]:
@@ -139,15 +149,7 @@ def fp32_matmul(torch) -> Callable[[], None]:
     model = torch.nn.Sequential(*layers).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     x = torch.randn(4096, width, device="cuda")
-
-    def run():
-        for _ in range(10):
-            loss = model(x).square().mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-
-    return run
+    return _steps(opt, lambda: model(x).square().mean())
 
 
 def _mlp(torch, width: int, blocks: int):
@@ -156,23 +158,19 @@ def _mlp(torch, width: int, blocks: int):
         for _ in range(blocks)).cuda()
 
 
+def _residual(blocks, h, call=None):
+    """``h`` through the residual ``blocks`` (``h + block(h)`` each), a block called by ``call(block, h)`` when given."""
+    for b in blocks:
+        h = h + (call(b, h) if call else b(h))
+    return h
+
+
 def empty_cache_loop(torch) -> Callable[[], None]:
     blocks = _mlp(torch, 1024, 4)  # small steps: the driver's allocations are a visible share
     opt = torch.optim.SGD(blocks.parameters(), lr=1e-4)
     x = torch.randn(1024, 1024, device="cuda")
-
-    def run():
-        for _ in range(10):
-            h = x
-            for b in blocks:
-                h = h + b(h)
-            loss = h.square().mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            torch.cuda.empty_cache()  # hands the freed activations back to the driver every step
-
-    return run
+    # empty_cache() hands the freed activations back to the driver every step
+    return _steps(opt, lambda: _residual(blocks, x).square().mean(), lambda _loss: torch.cuda.empty_cache())
 
 
 def amp_nchw_convnet(torch) -> Callable[[], None]:
@@ -185,15 +183,11 @@ def amp_nchw_convnet(torch) -> Callable[[], None]:
     y = torch.randint(0, 10, (64,), device="cuda")
     low = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
-    def run():
-        for _ in range(10):
-            with torch.autocast("cuda", dtype=low):  # tensor-core convolutions, NHWC inside cuDNN
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    def loss_of():
+        with torch.autocast("cuda", dtype=low):  # tensor-core convolutions, NHWC inside cuDNN
+            return torch.nn.functional.cross_entropy(model(x), y)
 
-    return run
+    return _steps(opt, loss_of)
 
 
 def gradscaler_unfused(torch) -> Callable[[], None]:
@@ -205,10 +199,7 @@ def gradscaler_unfused(torch) -> Callable[[], None]:
     def run():
         for _ in range(10):
             with torch.autocast("cuda", dtype=torch.float16):
-                h = x
-                for b in blocks:
-                    h = h + b(h)
-                loss = h.float().square().mean()
+                loss = _residual(blocks, x).float().square().mean()
             opt.zero_grad()
             scaler.scale(loss).backward()
             scaler.step(opt)  # .item() on found_inf before the step
@@ -224,17 +215,10 @@ def checkpointed_blocks(torch) -> Callable[[], None]:
     opt = torch.optim.SGD(blocks.parameters(), lr=1e-4)
     x = torch.randn(2048, 2048, device="cuda")
 
-    def run():
-        for _ in range(10):
-            h = x
-            for b in blocks:
-                h = h + checkpoint(b, h, use_reentrant=False)  # recomputed in the backward
-            loss = h.square().mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    def recomputed(block, h):
+        return checkpoint(block, h, use_reentrant=False)  # recomputed in the backward
 
-    return run
+    return _steps(opt, lambda: _residual(blocks, x, recomputed).square().mean())
 
 
 def kept_validation_loss(torch) -> Callable[[], None]:
@@ -242,21 +226,9 @@ def kept_validation_loss(torch) -> Callable[[], None]:
     opt = torch.optim.SGD(blocks.parameters(), lr=1e-4)
     x, val = torch.randn(512, 1024, device="cuda"), torch.randn(512, 1024, device="cuda")
     kept = []
-
-    def forward(h):
-        for b in blocks:
-            h = h + b(h)
-        return h.square().mean()
-
-    def run():
-        for _ in range(10):
-            loss = forward(x)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            kept.append(forward(val))  # no torch.no_grad(), kept as a tensor: its graph and activations stay
-
-    return run
+    # after each step a validation loss without torch.no_grad(), kept as a tensor: its graph and activations stay
+    return _steps(opt, lambda: _residual(blocks, x).square().mean(),
+                  lambda _loss: kept.append(_residual(blocks, val).square().mean()))
 
 
 def inference_grad_train_mode(torch) -> Callable[[], None]:
