@@ -85,7 +85,7 @@ GAIN_KINDS: dict[str, str] = {
     "cpu-op-overhead": "upper bound", "activation-recompute": "estimate",
     "allocator-churn": "upper bound", "layout-conversions": "estimate", "inference-grad-enabled": "none",
     "inference-train-mode": "none", "memory-growth": "none",
-    "gradients-never-reset": "none",
+    "gradients-never-reset": "none", "optimizer-state-reset": "none",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

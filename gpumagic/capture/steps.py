@@ -8,6 +8,10 @@ spans from the end of optimizer step N-1 to the end of optimizer step N (it clos
 
 Only the first optimizer that steps counts (a GAN's second optimizer, stepping in the same
 iteration, would otherwise halve every step), and only on the thread that started the capture.
+A loop that builds its optimizer anew every step (a mistake ``optimizer-state-reset`` reports)
+hands the count on: to a new optimizer once the first one is gone, or once two new optimizers
+over the first one's parameters have stepped in a row without it (the old one lives on until
+the garbage collector breaks its reference cycle).
 """
 
 from __future__ import annotations
@@ -58,9 +62,14 @@ class OptimizerStepHook:
         self._on_step = on_step
         self._handle = None
         self._primary: weakref.ReferenceType | None = None
+        self._first_param: weakref.ReferenceType | None = None
+        self._seen: weakref.WeakSet = weakref.WeakSet()
+        self._new_since_primary = False
         self._owner = threading.get_ident()
         self.completed = 0
         self.other_optimizers = 0
+        #: True once the loop was seen building a new optimizer for every step
+        self.rebuilt = False
 
     def install(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -80,10 +89,44 @@ class OptimizerStepHook:
     def _hook(self, optimizer, args, kwargs) -> None:
         if threading.get_ident() != self._owner:
             return
-        if self._primary is None:
-            self._primary = weakref.ref(optimizer)
-        elif self._primary() is not optimizer:
+        primary = None if self._primary is None else self._primary()
+        if optimizer is primary:
+            self._new_since_primary = False
+        elif primary is None or self._replaces(optimizer):
+            self._adopt(optimizer)
+        else:
             self.other_optimizers += 1
             return
         self.completed += 1
         self._on_step(self.completed)
+
+    def _adopt(self, optimizer) -> None:
+        self._primary = weakref.ref(optimizer)
+        first = _first_parameter(optimizer)
+        self._first_param = None if first is None else weakref.ref(first)
+        self._seen.add(optimizer)
+        self._new_since_primary = False
+
+    def _replaces(self, optimizer) -> bool:
+        """Whether ``optimizer``, which is not the primary, takes its place: a new optimizer over the
+        primary's parameters, once the loop is seen building one every step (a second such
+        optimizer stepping before the primary steps again). A GAN's or a wrapper's second
+        optimizer steps again and again: it is never new after its first step."""
+        new = optimizer not in self._seen
+        self._seen.add(optimizer)
+        first = _first_parameter(optimizer)
+        if not new or first is None or self._first_param is None or self._first_param() is not first:
+            return False
+        if self.rebuilt or self._new_since_primary:
+            self.rebuilt = True
+            return True
+        self._new_since_primary = True
+        return False
+
+
+def _first_parameter(optimizer):
+    """The optimizer's first parameter (None when it has none)."""
+    for group in getattr(optimizer, "param_groups", ()):
+        for p in group.get("params", ()):
+            return p
+    return None

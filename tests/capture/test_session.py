@@ -76,6 +76,47 @@ def test_a_second_optimizer_does_not_split_steps(tiny_model, train):
     assert step_names(run) == [f"ProfilerStep#{i}" for i in range(1, 6)]
 
 
+def test_a_wrapper_stepping_its_inner_optimizer_counts_once(tiny_model, train):
+    """A wrapper over the same parameters that steps after the inner optimizer every iteration
+    (a Lookahead-style optimizer): new only at its first step, so it never takes the count."""
+    model, _ = tiny_model
+    outer = torch.optim.SGD(model.parameters(), lr=0.0)
+
+    def wrapped():
+        for _ in range(8):
+            train(1)
+            outer.step()
+
+    session, run = capture(wrapped)
+    assert step_names(run) == [f"ProfilerStep#{i}" for i in range(1, 6)]
+    assert session.stop_reason == "steps"
+
+
+@pytest.mark.parametrize("collect", [False, True])
+def test_an_optimizer_built_anew_every_step_keeps_the_window(tiny_model, collect):
+    """A loop that builds its optimizer every step: the count passes to each new one (a mistake,
+    which the analysis reports), so ``steps`` still bounds the recording. With the garbage
+    collector run each step, the old optimizer is gone before the new one steps."""
+    import gc
+
+    model, _ = tiny_model
+
+    def rebuilt():
+        for _ in range(12):
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            optimizer.zero_grad()
+            model(torch.randn(8, 16)).pow(2).mean().backward()
+            optimizer.step()
+            del optimizer
+            if collect:
+                gc.collect()
+
+    session, run = capture(rebuilt)
+    assert session.stop_reason == "steps"
+    assert step_names(run) == [f"ProfilerStep#{i}" for i in range(1, 6)]
+    assert run.report.finding("optimizer-state-reset") is not None
+
+
 def test_without_optimizer_steps_the_cap_stops_recording_mid_cell():
     def busy_for(seconds):
         t0 = time.monotonic()

@@ -29,6 +29,7 @@ from gpumagic.analysis.rules.memgrowth import memory_growth
 from gpumagic.analysis.rules.memory import memory_pressure
 from gpumagic.analysis.rules.opoverhead import cpu_op_overhead
 from gpumagic.analysis.rules.optimizer import unfused_optimizer
+from gpumagic.analysis.rules.optstate import optimizer_state_reset
 from gpumagic.analysis.rules.outliers import step_outliers
 from gpumagic.analysis.rules.placement import model_on_cpu
 from gpumagic.analysis.rules.precision import mixed_precision_off
@@ -49,7 +50,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,
     frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer, host_contended, anomaly_detection_on,
     loop_host_work, cpu_op_overhead, activation_recompute, allocator_churn, layout_conversions,
-    inference_grad_enabled, inference_train_mode, memory_growth, gradients_never_reset,
+    inference_grad_enabled, inference_train_mode, memory_growth, gradients_never_reset, optimizer_state_reset,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
