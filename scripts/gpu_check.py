@@ -28,12 +28,18 @@ saves its bundle as ``<out>/<name>.json.gz`` (small, gzip; fit to commit as test
   ``aten::native_dropout`` inside ``aten::dropout``);
 - ``kept_validation_loss``: residual MLP blocks trained with SGD, a validation loss computed after
   each step without ``torch.no_grad()`` and kept as a tensor (profiled with ``memory=True``):
-  expects ``memory-growth`` and ``inference-grad-enabled``.
+  expects ``memory-growth`` and ``inference-grad-enabled``;
+- ``rebuilt_optimizer``: residual MLP blocks trained by an AdamW built anew every step (the
+  default foreach implementation on CUDA): expects ``optimizer-state-reset``, and the step window
+  still bounded (the step count passes to each new optimizer);
+- ``late_zero_grad``: the same blocks with ``optimizer.zero_grad()`` between ``backward()`` and
+  ``step()``: expects ``updates-without-gradients`` naming the misplaced reset.
 
-The last six check rules built on traces made by hand or recorded on a CPU
+The last eight check rules built on traces made by hand or recorded on a CPU
 (tests/test_allocator_churn.py, test_layout_conversions.py, test_diagnoses.py,
-test_activation_recompute.py, test_inference_mode.py, test_memory_growth.py); no GPU recording
-of them has been made yet.
+test_activation_recompute.py, test_inference_mode.py, test_memory_growth.py,
+test_optimizer_state_reset.py, test_updates_without_gradients.py); no GPU recording of them has
+been made yet.
 
 With ``--snippets`` it runs instead every fix whose code needs CUDA (the ones
 ``tests/test_snippets.py`` can only compile and resolve on a CPU machine) on the GPU, with the
@@ -245,6 +251,34 @@ def inference_grad_train_mode(torch) -> Callable[[], None]:
     return run
 
 
+def rebuilt_optimizer(torch) -> Callable[[], None]:
+    blocks = _mlp(torch, 1024, 4)
+    x = torch.randn(512, 1024, device="cuda")
+
+    def run():
+        for _ in range(10):
+            opt = torch.optim.AdamW(blocks.parameters(), lr=1e-4)  # built every step: empty state each time
+            opt.zero_grad()
+            _residual(blocks, x).square().mean().backward()
+            opt.step()
+
+    return run
+
+
+def late_zero_grad(torch) -> Callable[[], None]:
+    blocks = _mlp(torch, 1024, 4)
+    opt = torch.optim.AdamW(blocks.parameters(), lr=1e-4)
+    x = torch.randn(512, 1024, device="cuda")
+
+    def run():
+        for _ in range(10):
+            _residual(blocks, x).square().mean().backward()
+            opt.zero_grad()  # between backward() and step(): the step finds no gradient
+            opt.step()
+
+    return run
+
+
 WORKLOADS = {
     "starved_loader": (starved_loader, {"dataloader-bound"}),
     "pageable_item": (pageable_item, {"pageable-memcpy", "host-sync"}),
@@ -255,13 +289,16 @@ WORKLOADS = {
     "checkpointed_blocks": (checkpointed_blocks, {"activation-recompute"}),
     "inference_grad_train_mode": (inference_grad_train_mode, {"inference-grad-enabled", "inference-train-mode"}),
     "kept_validation_loss": (kept_validation_loss, {"memory-growth", "inference-grad-enabled"}),
+    "rebuilt_optimizer": (rebuilt_optimizer, {"optimizer-state-reset"}),
+    "late_zero_grad": (late_zero_grad, {"updates-without-gradients"}),
 }
 #: Workloads without optimizer steps: the profile records the whole call, and no step count is checked.
 STEPLESS = frozenset({"inference_grad_train_mode"})
 #: Profile options a workload needs beyond the defaults (``memory-growth`` reads the allocator's records).
 PROFILE_OPTIONS: dict[str, dict] = {"kept_validation_loss": {"memory": True}}
 #: What a workload's findings must also say (the finding id, a phrase of its evidence).
-EVIDENCE = {"gradscaler_unfused": ("host-sync", "GradScaler's")}
+EVIDENCE = {"gradscaler_unfused": ("host-sync", "GradScaler's"),
+            "late_zero_grad": ("updates-without-gradients", "zero_grad() ran between backward() and step()")}
 
 
 # ---------------------------------------------------------------------------------- checks

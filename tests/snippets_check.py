@@ -28,6 +28,11 @@ def _method_types():
     return [*types, TuneResult]
 
 
+#: Documented attributes an optimizer sets on each instance (not on its class, where ``hasattr``
+#: looks): torch.optim.Optimizer's ``param_groups``, ``state`` and ``defaults``.
+INSTANCE_ATTRIBUTES = frozenset({"param_groups", "state", "defaults"})
+
+
 def magic_lines(code: str) -> tuple[str, list[str]]:
     """The snippet without IPython magic lines (``%%gpuprofile --skip 3``), and those lines."""
     keep, magics = [], []
@@ -118,7 +123,7 @@ def check(code: str) -> tuple[list[str], list[str]]:
             chain = _chain(node)
             if chain is not None and chain[0] in roots:
                 continue  # reported above
-            if not any(hasattr(t, node.attr) for t in method_types):
+            if not any(hasattr(t, node.attr) for t in method_types) and node.attr not in INSTANCE_ATTRIBUTES:
                 problems.append(f".{node.attr} is not a method of a tensor, module, optimizer, stream or loader")
         if isinstance(node, ast.Call):
             target = resolved.get(id(node.func))

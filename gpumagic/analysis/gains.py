@@ -86,6 +86,7 @@ GAIN_KINDS: dict[str, str] = {
     "allocator-churn": "upper bound", "layout-conversions": "estimate", "inference-grad-enabled": "none",
     "inference-train-mode": "none", "memory-growth": "none",
     "gradients-never-reset": "none", "optimizer-state-reset": "none",
+    "updates-without-gradients": "none",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

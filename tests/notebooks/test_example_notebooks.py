@@ -434,19 +434,23 @@ def test_mistakes_a_profile_catches(run_notebook):
     grad = output_of(nb, "predictions = model(x).argmax(dim=1)\nshow(run.report)")
     assert grad.startswith("inference-grad-enabled — Inference builds an autograd graph")
     fixed = output_of(nb, 'print("under torch.inference_mode():", end=" ")')
-    assert "under torch.inference_mode(): none of the four findings" in fixed
+    assert "under torch.inference_mode(): none of the findings this notebook looks for" in fixed
     assert "the output still carries a graph without it: True" in fixed and "and none inside inference_mode: True" in fixed
     train = output_of(nb, "model.train()\nwith torch.no_grad():")
     assert "training mode, the same input twice gives the same output: False" in train
     assert "inference-train-mode — Dropout is on during inference" in train
     evaluated = output_of(nb, 'print("after model.eval():", end=" ")')
-    assert "the same output: True" in evaluated and "after model.eval(): none of the four findings" in evaluated
+    assert "the same output: True" in evaluated and "after model.eval(): none of the findings this notebook looks for" in evaluated
     never = output_of(nb, "loss.backward()                 # adds to .grad")
     norms = [float(v) for v in re.search(r"after each step: ([\d. ]+)", never).group(1).split()]
     assert all(b > a for a, b in itertools.pairwise(norms))  # the gradient's norm grows step after step
     assert "gradients-never-reset — The gradients are never reset" in never
     reset = output_of(nb, "opt.zero_grad()                 # the gradients start from nothing each step")
-    assert "after the fix: none of the four findings" in reset
+    assert "after the fix: none of the findings this notebook looks for" in reset
+    late = output_of(nb, "opt.zero_grad()                 # too late")
+    assert "after 7 steps the weights are the ones before: True" in late
+    assert "updates-without-gradients — No optimizer update changed anything" in late
+    assert "zero_grad() ran between backward() and step()" in late
     rebuilt = output_of(nb, "train_step(model, x, y)\n")
     every = [float(v) for v in re.search(r"each step: ([\d. ]+)", rebuilt).group(1).split()]
     assert min(every) > 0.95  # built every step: each update moves the median weight by about the learning rate
@@ -454,4 +458,4 @@ def test_mistakes_a_profile_catches(run_notebook):
     kept = output_of(nb, "train_step(model, optimizer, x, y)\n")
     once = [float(v) for v in re.search(r"built once: +([\d. ]+)", kept).group(1).split()]
     assert once[0] > 0.95 and max(once[1:]) < 0.95  # built once: only its first update is that large
-    assert "after the fix: none of the four findings" in kept
+    assert "after the fix: none of the findings this notebook looks for" in kept

@@ -10,13 +10,13 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.inference import holding, starts_inside
 from gpumagic.analysis.phases import BACKWARD_RE
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule
+from gpumagic.analysis.updates import ACCUMULATE_RE, BARE_ACCUMULATE
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
 
-#: The autograd engine's node that writes a parameter's ``.grad``: with no gradient there it
-#: stores the new one; with one there, it adds in place (``aten::add_`` inside the node;
-#: torch/csrc/autograd/functions/accumulate_grad.h, ``accumulateGrad``; checked on torch 2.13).
-ACCUMULATE_RE = re.compile(r"(^|: )torch::autograd::AccumulateGrad$")
+# The autograd engine's node that writes a parameter's ``.grad`` (ACCUMULATE_RE): with no
+# gradient there it stores the new one; with one there, it adds in place (``aten::add_`` inside
+# the node; torch/csrc/autograd/functions/accumulate_grad.h, ``accumulateGrad``; checked on torch 2.13).
 OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#")
 OPTIMIZER_ZERO_RE = re.compile(r"^Optimizer\.zero_grad#")
 #: Updates needed, each followed by a backward pass that adds to the gradients the update used:
@@ -63,7 +63,7 @@ def gradients_never_reset(ctx: Context, m: Metrics) -> Finding | None:
     if updates.size < MIN_UPDATES or not nodes.size:
         return None
     adding = holding(ev, nodes, np.flatnonzero(host_ops & ctx.host_name_ids(lambda n: n == "aten::add_")[ev.name]))
-    bare = ctx.host_name_ids(lambda n: n == "torch::autograd::AccumulateGrad")[ev.name[nodes]]
+    bare = ctx.host_name_ids(lambda n: n == BARE_ACCUMULATE)[ev.name[nodes]]
     if bare.any():  # one row a node: the bare node, where the engine's span around it is written too
         nodes, adding = nodes[bare], adding[bare]
     backward = np.flatnonzero(host_ops & ctx.host_name_ids(BACKWARD_RE.search)[ev.name])

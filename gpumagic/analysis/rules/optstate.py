@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.inference import holding
-from gpumagic.analysis.phases import BACKWARD_RE
 from gpumagic.analysis.rules.base import finding, pytorch, rule, windows
-from gpumagic.analysis.rules.gradreset import ACCUMULATE_RE
+from gpumagic.analysis.updates import updates
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
-from gpumagic.trace.model import EventTable
 
 #: torch.optim creates a parameter's state at its first update, in the step itself (each
 #: optimizer's ``_init_group``: Adam, AdamW, Adamax, NAdam, RAdam ``torch.zeros_like`` for the two
@@ -26,7 +21,6 @@ STATE_CREATORS = frozenset({"aten::zeros_like", "aten::zeros", "aten::full_like"
 #: ``torch.clone(grad).detach()`` (torch/optim/sgd.py). Others clone in every update (Rprop,
 #: Adafactor), so a clone counts for these classes only.
 CLONED_STATE = frozenset({"SGD"})
-CLASS_RE = re.compile(r"^Optimizer\.step#(\w+)\.step$")
 #: Updates judged (each after a backward pass of its own), all of which created state.
 MIN_UPDATES = 3
 #: State created in each judged update: at least this many operators above for each parameter the
@@ -69,46 +63,27 @@ def optimizer_state_reset(ctx: Context, m: Metrics) -> Finding | None:
     positives: an optimizer that allocates zeroed buffers for every parameter in every update by
     design (none of torch.optim's)."""
     ev, mk = ctx.trace.events, ctx.masks
-    host_ops = mk["cpu_op"] & mk["host"]
-    marks = mk["host"] & (mk["annotation"] | mk["cpu_op"])
-    updates = np.flatnonzero(ctx.events_in_window(marks & ctx.host_name_ids(CLASS_RE.search)[ev.name]))
-    if updates.size < MIN_UPDATES:
-        return None
-    updates = updates[np.lexsort((-ev.dur_ns[updates], ev.ts_ns[updates]))]
-    updates = updates[~_nested(ev, updates)]
-    nodes = np.flatnonzero(ctx.events_in_window(host_ops & ctx.host_name_ids(ACCUMULATE_RE.search)[ev.name]))
-    bare = ctx.host_name_ids(lambda n: n == "torch::autograd::AccumulateGrad")[ev.name[nodes]]
-    if bare.any():  # one row a node: the bare node, where the engine's span around it is written too
-        nodes = nodes[bare]
-    if updates.size < MIN_UPDATES or not nodes.size:
-        return None
-    backward = np.flatnonzero(host_ops & ctx.host_name_ids(BACKWARD_RE.search)[ev.name])
-    updates = updates[~holding(ev, updates, backward)]  # a closure's forward and backward inside (LBFGS)
-    creators = np.flatnonzero(host_ops & ctx.host_name_ids(STATE_CREATORS.__contains__)[ev.name])
-    clones = np.flatnonzero(host_ops & ctx.host_name_ids(lambda n: n == "aten::clone")[ev.name])
-    ends = ev.ts_ns[updates] + ev.dur_ns[updates]
-
-    def inside(rows: np.ndarray) -> np.ndarray:
-        return iv.weight_in_ranges(ev.ts_ns[rows], ev.lane[rows], None, ev.ts_ns[updates], ends, ev.lane[updates])
-
-    names = [ctx.trace.names[n] for n in ev.name[updates].tolist()]
-    classes = [CLASS_RE.search(n).group(1) for n in names]  # type: ignore[union-attr]
-    created = inside(creators) + np.where([c in CLONED_STATE for c in classes], inside(clones), 0)
-    # the parameters the backward before each update wrote: its AccumulateGrad nodes since the update before
-    node_ts = np.sort(ev.ts_ns[nodes])
-    since = np.append(np.iinfo(np.int64).min, ends[:-1])
-    written = np.searchsorted(node_ts, ev.ts_ns[updates]) - np.searchsorted(node_ts, since)
-    judged = written > 0  # a second optimizer after the same backward, or no backward in the window: not judged
+    up = updates(ctx)
+    judged = up.judged  # a second optimizer after the same backward, or no backward in the window: not judged
     if np.count_nonzero(judged) < MIN_UPDATES:
         return None
-    per_param = created[judged] / written[judged]
+    host_ops = mk["cpu_op"] & mk["host"]
+    creators = np.flatnonzero(host_ops & ctx.host_name_ids(STATE_CREATORS.__contains__)[ev.name])
+    clones = np.flatnonzero(host_ops & ctx.host_name_ids(lambda n: n == "aten::clone")[ev.name])
+    starts, ends, lanes = ev.ts_ns[up.rows], ev.ts_ns[up.rows] + ev.dur_ns[up.rows], ev.lane[up.rows]
+
+    def inside(rows: np.ndarray) -> np.ndarray:
+        return iv.weight_in_ranges(ev.ts_ns[rows], ev.lane[rows], None, starts, ends, lanes)
+
+    created = inside(creators) + np.where([c in CLONED_STATE for c in up.classes], inside(clones), 0)
+    per_param = created[judged] / up.written[judged]
     if per_param.min() < MIN_PER_PARAM:
         return None
     count = int(np.count_nonzero(judged))
-    params = int(np.median(written[judged]))
-    kinds = sorted({c for c, j in zip(classes, judged.tolist(), strict=True) if j})
+    params = int(np.median(up.written[judged]))
+    kinds = sorted({c for c, j in zip(up.classes, judged.tolist(), strict=True) if j})
     shown = kinds[0] if len(kinds) == 1 else " and ".join(kinds)
-    rows = updates[judged]
+    rows = up.rows[judged]
     return finding(
         severity="medium",
         title=f"Every {shown} update starts from empty optimizer state: a new optimizer each step",
@@ -132,19 +107,6 @@ def optimizer_state_reset(ctx: Context, m: Metrics) -> Finding | None:
         fixes=(pytorch("Build the optimizer once, before the loop", _fix_code(kinds[0] if len(kinds) == 1 else "")),),
         doc_url=DOC,
     )
-
-
-def _nested(ev: EventTable, rows: np.ndarray) -> np.ndarray:
-    """Which of ``rows`` (sorted by start, the longest first) start inside an earlier one on their thread."""
-    out = np.zeros(rows.size, dtype=bool)
-    last_end: dict[int, int] = {}
-    for i, (lane, ts, dur) in enumerate(zip(ev.lane[rows].tolist(), ev.ts_ns[rows].tolist(), ev.dur_ns[rows].tolist(),
-                                            strict=True)):
-        if ts < last_end.get(lane, np.iinfo(np.int64).min):
-            out[i] = True
-        else:
-            last_end[lane] = ts + dur
-    return out
 
 
 __all__ = ["optimizer_state_reset"]

@@ -1,0 +1,108 @@
+"""The window's optimizer updates, and the gradients each one had to work with.
+
+torch.optim's ``Optimizer.step`` records itself as ``Optimizer.step#<Class>.step``
+(``Optimizer.profile_hook_step``; any subclass, other libraries' included, unless the step is
+compiled: torch.compile drops the annotation). A wrapper that steps an inner optimizer records
+both, nested: the outermost counts, once. An update that runs a forward and backward itself
+(LBFGS's closure) is left out: what runs inside it is not the update's alone.
+
+The gradients: the autograd engine writes each parameter's ``.grad`` in an ``AccumulateGrad``
+node (torch/csrc/autograd/functions/accumulate_grad.h; recorded bare, and since about torch 1.11
+inside an ``autograd::engine::evaluate_function:`` span too). An update's backward pass is the
+nodes since the update before it; a second optimizer stepping after the same backward has none
+of its own (``written`` 0).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.inference import holding
+from gpumagic.analysis.phases import BACKWARD_RE
+from gpumagic.trace.model import EventTable
+
+#: An optimizer update's annotation; group 1 is the optimizer's class.
+UPDATE_RE = re.compile(r"^Optimizer\.step#(\w+)\.step$")
+#: The engine's node that writes a parameter's gradient, bare or inside the engine's span.
+ACCUMULATE_RE = re.compile(r"(^|: )torch::autograd::AccumulateGrad$")
+BARE_ACCUMULATE = "torch::autograd::AccumulateGrad"
+
+
+@dataclass(frozen=True)
+class Updates:
+    """The window's outermost optimizer updates, in time order (:func:`updates`)."""
+
+    #: rows of ``trace.events``
+    rows: np.ndarray
+    #: each update's optimizer class (``Adam``, ``SGD``, a wrapper's own name)
+    classes: tuple[str, ...]
+    #: gradients the backward before each update wrote: its AccumulateGrad nodes since the update before
+    written: np.ndarray
+    #: operators, annotations and launches (nested updates' annotations left out) starting inside
+    #: each update, on its thread
+    inside: np.ndarray
+
+    @property
+    def judged(self) -> np.ndarray:
+        """Mask of the updates after a backward pass of their own."""
+        return self.written > 0
+
+
+NO_UPDATES = Updates(np.zeros(0, np.int64), (), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+def updates(ctx: Context) -> Updates:
+    """The window's optimizer updates (computed once per context)."""
+    return ctx.memo("updates", _updates)
+
+
+def _updates(ctx: Context) -> Updates:
+    ev, mk = ctx.trace.events, ctx.masks
+    host_ops = mk["cpu_op"] & mk["host"]
+    marks = mk["host"] & (mk["annotation"] | mk["cpu_op"])
+    is_update = ctx.host_name_ids(UPDATE_RE.search)[ev.name]
+    rows = np.flatnonzero(ctx.events_in_window(marks & is_update))
+    if not rows.size:
+        return NO_UPDATES
+    rows = rows[np.lexsort((-ev.dur_ns[rows], ev.ts_ns[rows]))]
+    rows = rows[~_nested(ev, rows)]
+    backward = np.flatnonzero(host_ops & ctx.host_name_ids(BACKWARD_RE.search)[ev.name])
+    rows = rows[~holding(ev, rows, backward)]  # a closure's forward and backward inside (LBFGS)
+    if not rows.size:
+        return NO_UPDATES
+    nodes = np.flatnonzero(ctx.events_in_window(host_ops & ctx.host_name_ids(ACCUMULATE_RE.search)[ev.name]))
+    bare = ctx.host_name_ids(lambda n: n == BARE_ACCUMULATE)[ev.name[nodes]]
+    if bare.any():  # one row a node: the bare node, where the engine's span around it is written too
+        nodes = nodes[bare]
+    node_ts = np.sort(ev.ts_ns[nodes])
+    ends = ev.ts_ns[rows] + ev.dur_ns[rows]
+    since = np.append(np.iinfo(np.int64).min, ends[:-1])
+    written = np.searchsorted(node_ts, ev.ts_ns[rows]) - np.searchsorted(node_ts, since)
+    # what an update runs: operators, annotations, launches (not Python frames, which an update
+    # with nothing to do still records with --stack, nor a step marker starting at its end)
+    host = np.flatnonzero(mk["host"] & (mk["cpu_op"] | mk["annotation"] | mk["runtime"]) & ~mk["name_step"] & ~is_update)
+    inside = iv.weight_in_ranges(ev.ts_ns[host], ev.lane[host], None, ev.ts_ns[rows], ends, ev.lane[rows])
+    classes = tuple(UPDATE_RE.search(ctx.trace.names[n]).group(1)  # type: ignore[union-attr]
+                    for n in ev.name[rows].tolist())
+    return Updates(rows=rows, classes=classes, written=written.astype(np.int64), inside=inside)
+
+
+def _nested(ev: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` (sorted by start, the longest first) start inside an earlier one on their thread."""
+    out = np.zeros(rows.size, dtype=bool)
+    last_end: dict[int, int] = {}
+    for i, (lane, ts, dur) in enumerate(zip(ev.lane[rows].tolist(), ev.ts_ns[rows].tolist(), ev.dur_ns[rows].tolist(),
+                                            strict=True)):
+        if ts < last_end.get(lane, np.iinfo(np.int64).min):
+            out[i] = True
+        else:
+            last_end[lane] = ts + dur
+    return out
+
+
+__all__ = ["ACCUMULATE_RE", "BARE_ACCUMULATE", "NO_UPDATES", "UPDATE_RE", "Updates", "updates"]
