@@ -86,7 +86,7 @@ GAIN_KINDS: dict[str, str] = {
     "allocator-churn": "upper bound", "layout-conversions": "estimate", "inference-grad-enabled": "none",
     "inference-train-mode": "none", "memory-growth": "none",
     "gradients-never-reset": "none", "optimizer-state-reset": "none",
-    "updates-without-gradients": "none",
+    "updates-without-gradients": "none", "unused-gradients": "estimate",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

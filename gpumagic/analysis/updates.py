@@ -11,6 +11,14 @@ node (torch/csrc/autograd/functions/accumulate_grad.h; recorded bare, and since 
 inside an ``autograd::engine::evaluate_function:`` span too). An update's backward pass is the
 nodes since the update before it; a second optimizer stepping after the same backward has none
 of its own (``written`` 0).
+
+Backward passes: the engine's node spans carry the sequence number of the forward operator that
+built the node, and the numbers only grow from one forward to the next (the thread's autograd
+counter), while a pass starts at its graph's root, the highest number in it. So a top-level
+backward node whose number is above every earlier one starts a pass: an update after gradient
+accumulation over four micro-batches follows four (nodes nested in another node, a reentrant
+checkpoint's inner backward, are not counted). Traces whose backward carries no numbers (2021's)
+count none.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ class Updates:
     #: operators, annotations and launches (nested updates' annotations left out) starting inside
     #: each update, on its thread
     inside: np.ndarray
+    #: backward passes since the update before (0 where the backward carries no sequence numbers)
+    passes: np.ndarray
 
     @property
     def judged(self) -> np.ndarray:
@@ -53,7 +63,7 @@ class Updates:
         return self.written > 0
 
 
-NO_UPDATES = Updates(np.zeros(0, np.int64), (), np.zeros(0, np.int64), np.zeros(0, np.int64))
+NO_UPDATES = Updates(np.zeros(0, np.int64), (), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
 def updates(ctx: Context) -> Updates:
@@ -89,7 +99,23 @@ def _updates(ctx: Context) -> Updates:
     inside = iv.weight_in_ranges(ev.ts_ns[host], ev.lane[host], None, ev.ts_ns[rows], ends, ev.lane[rows])
     classes = tuple(UPDATE_RE.search(ctx.trace.names[n]).group(1)  # type: ignore[union-attr]
                     for n in ev.name[rows].tolist())
-    return Updates(rows=rows, classes=classes, written=written.astype(np.int64), inside=inside)
+    starts = _pass_starts(ev, np.flatnonzero(ctx.events_in_window(host_ops & ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
+                                                                  & (ev.seq >= 0))))
+    passes = np.searchsorted(starts, ev.ts_ns[rows]) - np.searchsorted(starts, since)
+    return Updates(rows=rows, classes=classes, written=written.astype(np.int64), inside=inside,
+                   passes=passes.astype(np.int64))
+
+
+def _pass_starts(ev: EventTable, rows: np.ndarray) -> np.ndarray:
+    """The start times of the backward passes among ``rows`` (backward nodes with a sequence
+    number): each top-level node whose number is above every earlier one's (sorted)."""
+    if not rows.size:
+        return np.zeros(0, np.int64)
+    rows = rows[np.lexsort((-ev.dur_ns[rows], ev.ts_ns[rows]))]
+    rows = rows[~_nested(ev, rows)]
+    seq = ev.seq[rows]
+    before = np.concatenate([[-1], np.maximum.accumulate(seq)[:-1]])
+    return np.sort(ev.ts_ns[rows[seq > before]])
 
 
 def _nested(ev: EventTable, rows: np.ndarray) -> np.ndarray:

@@ -70,6 +70,13 @@ class OptimizerStepHook:
         self.other_optimizers = 0
         #: True once the loop was seen building a new optimizer for every step
         self.rebuilt = False
+        self._held: set[int] = set()
+
+    @property
+    def held_parameters(self) -> int:
+        """How many distinct parameters the optimizers that stepped hold (read at each one's first
+        step: one pass over its parameter groups per optimizer, none per step)."""
+        return len(self._held)
 
     def install(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -89,10 +96,15 @@ class OptimizerStepHook:
     def _hook(self, optimizer, args, kwargs) -> None:
         if threading.get_ident() != self._owner:
             return
+        new = optimizer not in self._seen
+        if new:
+            self._seen.add(optimizer)
+            self._held.update(id(p) for group in getattr(optimizer, "param_groups", ())
+                              for p in group.get("params", ()))
         primary = None if self._primary is None else self._primary()
         if optimizer is primary:
             self._new_since_primary = False
-        elif primary is None or self._replaces(optimizer):
+        elif primary is None or self._replaces(optimizer, new):
             self._adopt(optimizer)
         else:
             self.other_optimizers += 1
@@ -104,16 +116,13 @@ class OptimizerStepHook:
         self._primary = weakref.ref(optimizer)
         first = _first_parameter(optimizer)
         self._first_param = None if first is None else weakref.ref(first)
-        self._seen.add(optimizer)
         self._new_since_primary = False
 
-    def _replaces(self, optimizer) -> bool:
-        """Whether ``optimizer``, which is not the primary, takes its place: a new optimizer over the
-        primary's parameters, once the loop is seen building one every step (a second such
-        optimizer stepping before the primary steps again). A GAN's or a wrapper's second
-        optimizer steps again and again: it is never new after its first step."""
-        new = optimizer not in self._seen
-        self._seen.add(optimizer)
+    def _replaces(self, optimizer, new: bool) -> bool:
+        """Whether ``optimizer``, which is not the primary, takes its place: a new optimizer (one
+        stepping for the first time) over the primary's parameters, once the loop is seen building
+        one every step (a second such optimizer stepping before the primary steps again). A GAN's
+        or a wrapper's second optimizer steps again and again: it is never new after its first step."""
         first = _first_parameter(optimizer)
         if not new or first is None or self._first_param is None or self._first_param() is not first:
             return False
