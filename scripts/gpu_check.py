@@ -33,13 +33,15 @@ saves its bundle as ``<out>/<name>.json.gz`` (small, gzip; fit to commit as test
   default foreach implementation on CUDA): expects ``optimizer-state-reset``, and the step window
   still bounded (the step count passes to each new optimizer);
 - ``late_zero_grad``: the same blocks with ``optimizer.zero_grad()`` between ``backward()`` and
-  ``step()``: expects ``updates-without-gradients`` naming the misplaced reset.
+  ``step()``: expects ``updates-without-gradients`` naming the misplaced reset;
+- ``head_only_tuning``: an AdamW given only the head of the residual blocks, the blocks left
+  trainable: expects ``unused-gradients`` (the backward runs on CUDA's autograd thread there).
 
-The last eight check rules built on traces made by hand or recorded on a CPU
+The last nine check rules built on traces made by hand or recorded on a CPU
 (tests/test_allocator_churn.py, test_layout_conversions.py, test_diagnoses.py,
 test_activation_recompute.py, test_inference_mode.py, test_memory_growth.py,
-test_optimizer_state_reset.py, test_updates_without_gradients.py); no GPU recording of them has
-been made yet.
+test_optimizer_state_reset.py, test_updates_without_gradients.py, test_unused_gradients.py); no
+GPU recording of them has been made yet.
 
 With ``--snippets`` it runs instead every fix whose code needs CUDA (the ones
 ``tests/test_snippets.py`` can only compile and resolve on a CPU machine) on the GPU, with the
@@ -279,6 +281,14 @@ def late_zero_grad(torch) -> Callable[[], None]:
     return run
 
 
+def head_only_tuning(torch) -> Callable[[], None]:
+    blocks = _mlp(torch, 1024, 4)
+    head = torch.nn.Linear(1024, 10).cuda()
+    opt = torch.optim.AdamW(head.parameters(), lr=1e-4)  # the head only; the blocks stay trainable
+    x, y = torch.randn(512, 1024, device="cuda"), torch.randint(0, 10, (512,), device="cuda")
+    return _steps(opt, lambda: torch.nn.functional.cross_entropy(head(_residual(blocks, x)), y))
+
+
 WORKLOADS = {
     "starved_loader": (starved_loader, {"dataloader-bound"}),
     "pageable_item": (pageable_item, {"pageable-memcpy", "host-sync"}),
@@ -291,6 +301,7 @@ WORKLOADS = {
     "kept_validation_loss": (kept_validation_loss, {"memory-growth", "inference-grad-enabled"}),
     "rebuilt_optimizer": (rebuilt_optimizer, {"optimizer-state-reset"}),
     "late_zero_grad": (late_zero_grad, {"updates-without-gradients"}),
+    "head_only_tuning": (head_only_tuning, {"unused-gradients"}),
 }
 #: Workloads without optimizer steps: the profile records the whole call, and no step count is checked.
 STEPLESS = frozenset({"inference_grad_train_mode"})

@@ -451,6 +451,12 @@ def test_mistakes_a_profile_catches(run_notebook):
     assert "after 7 steps the weights are the ones before: True" in late
     assert "updates-without-gradients — No optimizer update changed anything" in late
     assert "zero_grad() ran between backward() and step()" in late
+    unread = output_of(nb, "report, unread = head_tuning(freeze_backbone=False)")
+    assert "backbone parameters holding a gradient no optimizer reads: 8" in unread
+    assert "unused-gradients — The backward computes gradients for 8 tensors no optimizer updates" in unread
+    frozen = output_of(nb, "report, unread = head_tuning(freeze_backbone=True)")
+    assert "with the backbone frozen: 0 such gradients" in frozen
+    assert "after the fix: none of the findings this notebook looks for" in frozen
     rebuilt = output_of(nb, "train_step(model, x, y)\n")
     every = [float(v) for v in re.search(r"each step: ([\d. ]+)", rebuilt).group(1).split()]
     assert min(every) > 0.95  # built every step: each update moves the median weight by about the learning rate
