@@ -22,41 +22,19 @@ import torch
 from steptime import alternated, medians, profile_steps
 
 
-def _loop(width: int, blocks: int, batch: int, frozen: str):
-    """One training step; ``frozen``: "none" (optimizer on the head, nothing frozen), "prefix"
-    (the backbone frozen) or "middle" (blocks 1 to n-2 frozen, optimizer on the rest)."""
-    torch.manual_seed(0)
-    backbone = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU())
-                                     for _ in range(blocks)))
-    head = torch.nn.Linear(width, 10)
-    model = torch.nn.Sequential(backbone, head)
-    if frozen == "middle":
-        middle = backbone[1:-1]
-        trained = [p for p in model.parameters() if all(p is not q for q in middle.parameters())]
-    else:
-        trained = list(head.parameters())
-    opt = torch.optim.SGD(trained, lr=1e-3)
-    if frozen == "prefix":
-        backbone.requires_grad_(False)
-    elif frozen == "middle":
-        backbone[1:-1].requires_grad_(False)
-    x, y = torch.randn(batch, width), torch.randint(0, 10, (batch,))
-
-    def step():
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    return step
-
-
-def _middle_unfrozen(width: int, blocks: int, batch: int):
-    """The middle case before its fix: the optimizer holds the first and last blocks and the head, nothing frozen."""
+def _loop(width: int, blocks: int, batch: int, trained: str, freeze: bool):
+    """One training step. The optimizer holds the head (``trained`` "head") or the first and last
+    blocks and the head ("ends"); with ``freeze`` the parameters it does not hold are frozen
+    (``requires_grad_(False)``: the whole backbone, a prefix, or the middle blocks)."""
     torch.manual_seed(0)
     backbone = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU())
                                      for _ in range(blocks)))
     model = torch.nn.Sequential(backbone, torch.nn.Linear(width, 10))
-    middle = list(backbone[1:-1].parameters())
-    opt = torch.optim.SGD([p for p in model.parameters() if all(p is not q for q in middle)], lr=1e-3)
+    rest = list((backbone if trained == "head" else backbone[1:-1]).parameters())
+    opt = torch.optim.SGD([p for p in model.parameters() if all(p is not q for q in rest)], lr=1e-3)
+    if freeze:
+        for p in rest:
+            p.requires_grad_(False)
     x, y = torch.randn(batch, width), torch.randint(0, 10, (batch,))
 
     def step():
@@ -81,11 +59,11 @@ def main() -> None:
     args = parser.parse_args()
     shape = (args.width, args.blocks, args.batch)
     print(f"torch {torch.__version__}; {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
-    print(f"head only, backbone trainable: {_estimate(_loop(*shape, 'none'))}; "
-          f"backbone frozen: {_estimate(_loop(*shape, 'prefix'))}")
-    print(f"middle blocks trainable, not in the optimizer: {_estimate(_middle_unfrozen(*shape))}")
-    loops = {"trainable": _loop(*shape, "none"), "prefix frozen": _loop(*shape, "prefix"),
-             "middle unfrozen": _middle_unfrozen(*shape), "middle frozen": _loop(*shape, "middle")}
+    print(f"head only, backbone trainable: {_estimate(_loop(*shape, 'head', False))}; "
+          f"backbone frozen: {_estimate(_loop(*shape, 'head', True))}")
+    print(f"middle blocks trainable, not in the optimizer: {_estimate(_loop(*shape, 'ends', False))}")
+    loops = {"trainable": _loop(*shape, "head", False), "prefix frozen": _loop(*shape, "head", True),
+             "middle unfrozen": _loop(*shape, "ends", False), "middle frozen": _loop(*shape, "ends", True)}
     med, line = medians(alternated(loops, args.rounds, args.steps))
     print(line)
     print(f"saved: freezing the backbone {1 - med['prefix frozen'] / med['trainable']:.3f}; "
