@@ -35,13 +35,15 @@ saves its bundle as ``<out>/<name>.json.gz`` (small, gzip; fit to commit as test
 - ``late_zero_grad``: the same blocks with ``optimizer.zero_grad()`` between ``backward()`` and
   ``step()``: expects ``updates-without-gradients`` naming the misplaced reset;
 - ``head_only_tuning``: an AdamW given only the head of the residual blocks, the blocks left
-  trainable: expects ``unused-gradients`` (the backward runs on CUDA's autograd thread there).
+  trainable: expects ``unused-gradients`` (the backward runs on CUDA's autograd thread there);
+- ``eval_mode_training``: blocks with dropout put in eval mode before the loop and trained so
+  (profiled with ``shapes=True``): expects ``training-in-eval-mode``.
 
-The last nine check rules built on traces made by hand or recorded on a CPU
+The last ten check rules built on traces made by hand or recorded on a CPU
 (tests/test_allocator_churn.py, test_layout_conversions.py, test_diagnoses.py,
 test_activation_recompute.py, test_inference_mode.py, test_memory_growth.py,
-test_optimizer_state_reset.py, test_updates_without_gradients.py, test_unused_gradients.py); no
-GPU recording of them has been made yet.
+test_optimizer_state_reset.py, test_updates_without_gradients.py, test_unused_gradients.py,
+test_training_in_eval_mode.py); no GPU recording of them has been made yet.
 
 With ``--snippets`` it runs instead every fix whose code needs CUDA (the ones
 ``tests/test_snippets.py`` can only compile and resolve on a CPU machine) on the GPU, with the
@@ -289,6 +291,16 @@ def head_only_tuning(torch) -> Callable[[], None]:
     return _steps(opt, lambda: torch.nn.functional.cross_entropy(head(_residual(blocks, x)), y))
 
 
+def eval_mode_training(torch) -> Callable[[], None]:
+    width = 1024
+    model = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(),
+                                                      torch.nn.Dropout(0.1)) for _ in range(4))).cuda()
+    model.eval()  # left from a validation: trained in eval mode
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(512, width, device="cuda")
+    return _steps(opt, lambda: model(x).square().mean())
+
+
 WORKLOADS = {
     "starved_loader": (starved_loader, {"dataloader-bound"}),
     "pageable_item": (pageable_item, {"pageable-memcpy", "host-sync"}),
@@ -302,11 +314,12 @@ WORKLOADS = {
     "rebuilt_optimizer": (rebuilt_optimizer, {"optimizer-state-reset"}),
     "late_zero_grad": (late_zero_grad, {"updates-without-gradients"}),
     "head_only_tuning": (head_only_tuning, {"unused-gradients"}),
+    "eval_mode_training": (eval_mode_training, {"training-in-eval-mode"}),
 }
 #: Workloads without optimizer steps: the profile records the whole call, and no step count is checked.
 STEPLESS = frozenset({"inference_grad_train_mode"})
 #: Profile options a workload needs beyond the defaults (``memory-growth`` reads the allocator's records).
-PROFILE_OPTIONS: dict[str, dict] = {"kept_validation_loss": {"memory": True}}
+PROFILE_OPTIONS: dict[str, dict] = {"kept_validation_loss": {"memory": True}, "eval_mode_training": {"shapes": True}}
 #: What a workload's findings must also say (the finding id, a phrase of its evidence).
 EVIDENCE = {"gradscaler_unfused": ("host-sync", "GradScaler's"),
             "late_zero_grad": ("updates-without-gradients", "zero_grad() ran between backward() and step()")}

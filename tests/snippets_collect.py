@@ -18,6 +18,7 @@ import test_layout_conversions as tlc
 import test_loader_stages_analysis as tls
 import test_memory_growth as tmg
 import test_optimizer_state_reset as tos
+import test_training_in_eval_mode as tem
 import test_unused_gradients as tun
 import test_updates_without_gradients as tug
 from everystep_blocks import outlier_bundle
@@ -161,6 +162,7 @@ def built_reports():
     yield "updates-without-gradients-order", analyze(tug._loop(reset="between"))
     yield "updates-without-gradients-other", analyze(tug._loop(reset="none"))
     yield "unused-gradients", analyze(tun._loop())
+    yield "training-in-eval-mode", analyze(tem._loop())
     yield "memory-growth-gpu", analyze(tmg._gpu_loop([2**30 + i * 2**26 for i in range(6)]))
     yield "memory-growth-cpu", analyze(tmg._cpu_loop([2**20 + i * 8192 for i in range(6)]))
     yield "custom-matmul", analyze(_matmul_trace((8, 0), "NVIDIA A100-SXM4-80GB", False, "my_fp32_gemm_kernel").to_dict())

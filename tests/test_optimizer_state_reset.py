@@ -153,6 +153,26 @@ def _record(make, fresh: bool, steps: int = 5):
     return run.report
 
 
+def test_recorded_accumulation_counts_the_parameters_once():
+    """Four micro-batches an update: each gradient is written four times, the parameters stay four."""
+    import torch
+
+    import gpumagic
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
+    with gpumagic.profile(steps=5, skip=1, display=False) as run:
+        for _ in range(8):
+            optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+            for _ in range(4):
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    f = run.report.finding(ID)
+    assert f is not None and f.evidence.numbers["parameters"] == 4 and f.evidence.numbers["created_per_param"] == 1.0
+
+
 def _optimizers():
     import torch
 

@@ -87,6 +87,7 @@ GAIN_KINDS: dict[str, str] = {
     "inference-train-mode": "none", "memory-growth": "none",
     "gradients-never-reset": "none", "optimizer-state-reset": "none",
     "updates-without-gradients": "none", "unused-gradients": "estimate",
+    "training-in-eval-mode": "none",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

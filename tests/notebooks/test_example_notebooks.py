@@ -457,6 +457,12 @@ def test_mistakes_a_profile_catches(run_notebook):
     frozen = output_of(nb, "report, unread = head_tuning(freeze_backbone=True)")
     assert "with the backbone frozen: 0 such gradients" in frozen
     assert "after the fix: none of the findings this notebook looks for" in frozen
+    eval_mode = output_of(nb, "report, modes = epochs(train_again=False)")
+    assert "training mode at each training step: True True False False False False" in eval_mode
+    assert "training-in-eval-mode — The model trains in eval mode" in eval_mode
+    train_mode = output_of(nb, "report, modes = epochs(train_again=True)")
+    assert "True True True True True True" in train_mode
+    assert "after the fix: none of the findings this notebook looks for" in train_mode
     rebuilt = output_of(nb, "train_step(model, x, y)\n")
     every = [float(v) for v in re.search(r"each step: ([\d. ]+)", rebuilt).group(1).split()]
     assert min(every) > 0.95  # built every step: each update moves the median weight by about the learning rate

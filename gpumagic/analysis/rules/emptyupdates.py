@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from gpumagic._arrays import median_of
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pytorch, rule, windows
 from gpumagic.analysis.updates import ACCUMULATE_RE, updates
@@ -69,7 +70,7 @@ def updates_without_gradients(ctx: Context, m: Metrics) -> Finding | None:
     between = np.searchsorted(resets, starts) - np.searchsorted(resets, last_write)
     misplaced = int(np.count_nonzero(between > 0))
     count = int(rows.size)
-    params = int(np.median(up.written[judged]))
+    params = int(median_of(up.written[judged]))
     kinds = sorted({c for c, j in zip(up.classes, judged.tolist(), strict=True) if j})
     fixes: tuple[Fix, ...]
     if misplaced == count:

@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from gpumagic._arrays import median_of
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.inference import holding, starts_inside
 from gpumagic.analysis.phases import BACKWARD_RE
@@ -97,9 +98,9 @@ def gradients_never_reset(ctx: Context, m: Metrics) -> Finding | None:
         so the steps grow and training drifts or diverges. Here the backward after each update added to the very
         gradients that update had used, and nothing reset them in between.""",
         summary=(f"After each of {count} optimizer updates, {pct(min(fracs))}{' or more' if min(fracs) < 1 else ''} of "
-                 f"the next backward's {int(np.median(params)):,} gradient writes (AccumulateGrad) added to the gradient "
+                 f"the next backward's {int(median_of(params)):,} gradient writes (AccumulateGrad) added to the gradient "
                  "already there; no Optimizer.zero_grad and no in-place zeroing ran."),
-        numbers={"updates": count, "parameters": int(np.median(params)), "adding_frac": round(min(fracs), 4),
+        numbers={"updates": count, "parameters": int(median_of(params)), "adding_frac": round(min(fracs), 4),
                  "threshold_frac": MIN_ADD_FRAC},
         est_gain=0.0,
         gain_method="not a speed finding: the updates are wrong, not slow",

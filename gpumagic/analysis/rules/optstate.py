@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpumagic._arrays import median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pytorch, rule, windows
@@ -53,7 +54,8 @@ def optimizer_state_reset(ctx: Context, m: Metrics) -> Finding | None:
     of its own (AccumulateGrad nodes since the update before), and every one of them creates the
     optimizer's per-parameter state — ``aten::zeros_like``, ``aten::zeros``, ``aten::full_like``
     or ``aten::new_zeros`` inside the update (``aten::clone`` for SGD's momentum), at least half a
-    call per parameter written. torch.optim creates that state at a parameter's first update only,
+    call per parameter written (one backward pass's writes, where the sequence numbers count the
+    passes: gradient accumulation writes each gradient once a micro-batch). torch.optim creates that state at a parameter's first update only,
     so a loop that keeps its optimizer creates it once: here the optimizer (or the model it
     updates) is built anew every step, or its state cleared. Adam's first update from empty
     state is about ``lr * sign(grad)`` whatever the gradient's size, SGD's momentum never builds
@@ -76,11 +78,13 @@ def optimizer_state_reset(ctx: Context, m: Metrics) -> Finding | None:
         return iv.weight_in_ranges(ev.ts_ns[rows], ev.lane[rows], None, starts, ends, lanes)
 
     created = inside(creators) + np.where([c in CLONED_STATE for c in up.classes], inside(clones), 0)
-    per_param = created[judged] / up.written[judged]
+    # the parameters written: one backward pass's writes (gradient accumulation writes each one per micro-batch)
+    written = up.written[judged] / np.maximum(up.passes[judged], 1)
+    per_param = created[judged] / written
     if per_param.min() < MIN_PER_PARAM:
         return None
     count = int(np.count_nonzero(judged))
-    params = int(np.median(up.written[judged]))
+    params = int(median_of(written))
     kinds = sorted({c for c, j in zip(up.classes, judged.tolist(), strict=True) if j})
     shown = kinds[0] if len(kinds) == 1 else " and ".join(kinds)
     rows = up.rows[judged]

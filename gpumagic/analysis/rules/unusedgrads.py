@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpumagic._arrays import median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.inference import starts_inside
@@ -57,7 +58,7 @@ def unused_gradients(ctx: Context, m: Metrics) -> Finding | None:
     extra = per_pass - held
     if extra.min() < MIN_EXTRA or (extra / per_pass).min() < MIN_EXTRA_FRAC:
         return None
-    written = float(np.median(per_pass))
+    written = median_of(per_pass)
     unused = written - held
     backward = sum(iv.total(parts["backward"]) for parts in phase_intervals(ctx))
     share = ctx.frac(backward)
