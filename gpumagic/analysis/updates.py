@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.inference import holding
@@ -119,15 +120,14 @@ def _pass_starts(ev: EventTable, rows: np.ndarray) -> np.ndarray:
 
 
 def _nested(ev: EventTable, rows: np.ndarray) -> np.ndarray:
-    """Which of ``rows`` (sorted by start, the longest first) start inside an earlier one on their thread."""
+    """Which of ``rows`` (sorted by start, the longest first) start before an earlier one on their
+    thread has ended: inside it."""
     out = np.zeros(rows.size, dtype=bool)
-    last_end: dict[int, int] = {}
-    for i, (lane, ts, dur) in enumerate(zip(ev.lane[rows].tolist(), ev.ts_ns[rows].tolist(), ev.dur_ns[rows].tolist(),
-                                            strict=True)):
-        if ts < last_end.get(lane, np.iinfo(np.int64).min):
-            out[i] = True
-        else:
-            last_end[lane] = ts + dur
+    lanes = ev.lane[rows]
+    for lane in distinct(lanes).tolist():
+        mine = rows[lanes == lane]
+        reach = np.maximum.accumulate(ev.ts_ns[mine] + ev.dur_ns[mine])
+        out[np.flatnonzero(lanes == lane)[1:]] = ev.ts_ns[mine[1:]] < reach[:-1]
     return out
 
 

@@ -60,8 +60,9 @@ def training_in_eval_mode(ctx: Context, m: Metrics) -> Finding | None:
     judged = DROPOUT_OPS | {"aten::batch_norm"}
     numbered = np.flatnonzero(host_ops & ctx.host_name_ids(judged.__contains__)[ev.name] & (ev.seq >= 0))
     trained_off, trained_on, bn_frozen, rows = 0, 0, 0, []
-    for i, name in enumerate(ops.name):
-        if not (ctx.lo <= ops.ts_ns[i] < ctx.hi) or name not in judged:
+    for i in [i for i, name in enumerate(ops.name) if name in judged]:
+        name = ops.name[i]
+        if not ctx.lo <= ops.ts_ns[i] < ctx.hi:
             continue
         seq = _seq_of(ev, numbered, int(ops.lane[i]), int(ops.ts_ns[i]))
         if seq is None or not _in(used, seq):
