@@ -10,6 +10,7 @@ import pytest
 from tracebuilder import DATA, TraceBuilder
 
 from gpumagic import analyze
+from gpumagic.render._format import fmt_gain
 
 ID = "unused-gradients"
 NODE = "torch::autograd::AccumulateGrad"
@@ -72,6 +73,7 @@ def test_a_head_only_optimizer_over_a_trainable_backbone():
     assert n["gradients_per_pass"] == 14 and n["optimizer_parameters"] == 2 and n["unused_gradients"] == 12
     assert 0 < f.est_gain <= n["backward_frac"] and f.est_gain == pytest.approx(n["backward_frac"] * 12 / 14, abs=1e-3)
     assert "requires_grad_(id(p) in trained)" in f.fixes[0].code
+    assert fmt_gain(f.est_gain, f.gain_method).startswith("about") and f.gain_method.startswith("estimate")
 
 
 def test_every_gradient_held_is_silent():

@@ -79,8 +79,9 @@ def unused_gradients(ctx: Context, m: Metrics) -> Finding | None:
                  "unused_gradients": round(unused, 1), "backward_frac": round(share, 4),
                  "threshold_extra": MIN_EXTRA, "threshold_extra_frac": MIN_EXTRA_FRAC},
         est_gain=gain,
-        gain_method=("the backward's share of the window times the share of its gradients no optimizer reads, an "
-                     "estimate: a frozen prefix saves its whole backward, frozen middle layers only their weights'"),
+        gain_method=("estimate: the backward's share of the window times the share of its gradients no optimizer "
+                     "reads (a frozen prefix saves its whole backward and its forward's graph, frozen middle layers "
+                     "only their weights' gradients)"),
         fixes=(pytorch("Turn off gradients for the parameters no optimizer updates", FREEZE_CODE),),
         doc_url=DOC,
     )
