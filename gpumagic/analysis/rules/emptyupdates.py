@@ -80,9 +80,10 @@ def updates_without_gradients(ctx: Context, m: Metrics) -> Finding | None:
         cause = ("no zero_grad ran in between: the optimizer holds other parameters than the ones the backward "
                  "writes, or their gradients were set to None by hand")
         fixes = (pytorch("Check that the parameters with a gradient are the optimizer's", CHECK_CODE, diagnostic=True),
-                 pytorch("Build the optimizer from the model you train, after moving or rebuilding it",
-                         "model = model.to(device)  # move or rebuild the model first\n"
-                         "optimizer = torch.optim.SGD(model.parameters(), lr=lr)  # then the optimizer, from it"))
+                 pytorch("Build the optimizer from the model you train, after it is built, copied or loaded",
+                         "# an optimizer holds the parameters it was built from: build it from the model you train,\n"
+                         "# once that model is built, copied or loaded\n"
+                         "optimizer = torch.optim.SGD(model.parameters(), lr=lr)"))
     return finding(
         severity="high" if misplaced == count else "medium",
         title=f"No optimizer update changed anything: each of {count} found no gradient",

@@ -34,8 +34,12 @@ TORCH_OPTIMIZERS = frozenset({"Adadelta", "Adafactor", "Adagrad", "Adam", "Adama
 
 
 def _fix_code(cls: str) -> str:
-    build = (f"optimizer = torch.optim.{cls}(model.parameters(), lr=lr)  # with your settings"
-             if cls in TORCH_OPTIMIZERS else "# optimizer = YourOptimizer(model.parameters(), ...)  # with your settings")
+    if cls == "SGD":  # its state is the momentum buffer: only SGD with momentum loses anything
+        build = "optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)  # your lr and momentum"
+    elif cls in TORCH_OPTIMIZERS:
+        build = f"optimizer = torch.optim.{cls}(model.parameters(), lr=lr)  # with your settings"
+    else:
+        build = "# optimizer = YourOptimizer(model.parameters(), ...)  # with your settings"
     return f"""
 # build the optimizer (and any learning-rate scheduler on it) once, before the loop:
 {build}

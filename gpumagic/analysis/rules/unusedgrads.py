@@ -26,7 +26,8 @@ DOC = "https://pytorch.org/docs/stable/notes/autograd.html#setting-requires-grad
 FREEZE_CODE = """
 trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
 for p in model.parameters():
-    p.requires_grad_(id(p) in trained)   # no gradient for what no optimizer updates
+    if id(p) not in trained:
+        p.requires_grad_(False)   # no gradient for what no optimizer updates
 """
 
 
