@@ -40,6 +40,8 @@ UPDATE_RE = re.compile(r"^Optimizer\.step#(\w+)\.step$")
 #: The engine's node that writes a parameter's gradient, bare or inside the engine's span.
 ACCUMULATE_RE = re.compile(r"(^|: )torch::autograd::AccumulateGrad$")
 BARE_ACCUMULATE = "torch::autograd::AccumulateGrad"
+#: ``optimizer.zero_grad()``'s annotation.
+ZERO_GRAD_RE = re.compile(r"^Optimizer\.zero_grad#")
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,19 @@ class Updates:
 NO_UPDATES = Updates(np.zeros(0, np.int64), (), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
+def gradient_writes(ctx: Context) -> np.ndarray:
+    """Mask of the trace's gradient writes, one row a node: the bare ``AccumulateGrad`` node where
+    the engine's span around it is written too (computed once per context)."""
+    return ctx.memo("updates.gradient_writes", _gradient_writes)
+
+
+def _gradient_writes(ctx: Context) -> np.ndarray:
+    ev, mk = ctx.trace.events, ctx.masks
+    named: np.ndarray = mk["cpu_op"] & mk["host"] & ctx.host_name_ids(ACCUMULATE_RE.search)[ev.name]
+    bare: np.ndarray = named & ctx.host_name_ids(lambda n: n == BARE_ACCUMULATE)[ev.name]
+    return bare if bare.any() else named
+
+
 def updates(ctx: Context) -> Updates:
     """The window's optimizer updates (computed once per context)."""
     return ctx.memo("updates", _updates)
@@ -82,15 +97,11 @@ def _updates(ctx: Context) -> Updates:
         return NO_UPDATES
     rows = rows[np.lexsort((-ev.dur_ns[rows], ev.ts_ns[rows]))]
     rows = rows[~_nested(ev, rows)]
-    backward = np.flatnonzero(host_ops & ctx.host_name_ids(BACKWARD_RE.search)[ev.name])
-    rows = rows[~holding(ev, rows, backward)]  # a closure's forward and backward inside (LBFGS)
+    backward = host_ops & ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
+    rows = rows[~holding(ev, rows, np.flatnonzero(backward))]  # a closure's forward and backward inside (LBFGS)
     if not rows.size:
         return NO_UPDATES
-    nodes = np.flatnonzero(ctx.events_in_window(host_ops & ctx.host_name_ids(ACCUMULATE_RE.search)[ev.name]))
-    bare = ctx.host_name_ids(lambda n: n == BARE_ACCUMULATE)[ev.name[nodes]]
-    if bare.any():  # one row a node: the bare node, where the engine's span around it is written too
-        nodes = nodes[bare]
-    node_ts = np.sort(ev.ts_ns[nodes])
+    node_ts = np.sort(ev.ts_ns[ctx.events_in_window(gradient_writes(ctx))])
     ends = ev.ts_ns[rows] + ev.dur_ns[rows]
     since = np.append(np.iinfo(np.int64).min, ends[:-1])
     written = np.searchsorted(node_ts, ev.ts_ns[rows]) - np.searchsorted(node_ts, since)
@@ -100,8 +111,7 @@ def _updates(ctx: Context) -> Updates:
     inside = iv.weight_in_ranges(ev.ts_ns[host], ev.lane[host], None, ev.ts_ns[rows], ends, ev.lane[rows])
     classes = tuple(UPDATE_RE.search(ctx.trace.names[n]).group(1)  # type: ignore[union-attr]
                     for n in ev.name[rows].tolist())
-    starts = _pass_starts(ev, np.flatnonzero(ctx.events_in_window(host_ops & ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
-                                                                  & (ev.seq >= 0))))
+    starts = _pass_starts(ev, np.flatnonzero(ctx.events_in_window(backward & (ev.seq >= 0))))
     passes = np.searchsorted(starts, ev.ts_ns[rows]) - np.searchsorted(starts, since)
     return Updates(rows=rows, classes=classes, written=written.astype(np.int64), inside=inside,
                    passes=passes.astype(np.int64))
@@ -131,4 +141,5 @@ def _nested(ev: EventTable, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-__all__ = ["ACCUMULATE_RE", "BARE_ACCUMULATE", "NO_UPDATES", "UPDATE_RE", "Updates", "updates"]
+__all__ = ["ACCUMULATE_RE", "BARE_ACCUMULATE", "NO_UPDATES", "UPDATE_RE", "ZERO_GRAD_RE", "Updates", "gradient_writes",
+           "updates"]

@@ -99,8 +99,7 @@ class OptimizerStepHook:
         new = optimizer not in self._seen
         if new:
             self._seen.add(optimizer)
-            self._held.update(id(p) for group in getattr(optimizer, "param_groups", ())
-                              for p in group.get("params", ()))
+            self._held.update(map(id, _parameters(optimizer)))
         primary = None if self._primary is None else self._primary()
         if optimizer is primary:
             self._new_since_primary = False
@@ -133,9 +132,12 @@ class OptimizerStepHook:
         return False
 
 
+def _parameters(optimizer):
+    """The optimizer's parameters, group by group."""
+    for group in getattr(optimizer, "param_groups", ()):
+        yield from group.get("params", ())
+
+
 def _first_parameter(optimizer):
     """The optimizer's first parameter (None when it has none)."""
-    for group in getattr(optimizer, "param_groups", ()):
-        for p in group.get("params", ()):
-            return p
-    return None
+    return next(_parameters(optimizer), None)

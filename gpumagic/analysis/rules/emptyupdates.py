@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from gpumagic._arrays import median_of
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pytorch, rule, windows
-from gpumagic.analysis.updates import ACCUMULATE_RE, updates
+from gpumagic.analysis.updates import ZERO_GRAD_RE, gradient_writes, updates
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
 
@@ -20,8 +18,6 @@ MIN_UPDATES = 3
 # operator at all (checked on torch 2.13 for Adam, AdamW, SGD with and without momentum,
 # for-loop, foreach and fused), while an update with gradients runs at least one (SGD without
 # momentum: one ``aten::add_`` a parameter; a fused GPU update: its kernel's launch).
-#: ``optimizer.zero_grad()``'s annotation.
-ZERO_GRAD_RE = re.compile(r"^Optimizer\.zero_grad#")
 DOC = "https://pytorch.org/tutorials/recipes/recipes/zeroing_out_gradients.html"
 ORDER_CODE = """
 for inputs, targets in loader:
@@ -64,7 +60,7 @@ def updates_without_gradients(ctx: Context, m: Metrics) -> Finding | None:
     rows = up.rows[judged]
     marks = mk["host"] & (mk["annotation"] | mk["cpu_op"])
     resets = np.sort(ev.ts_ns[marks & ctx.host_name_ids(ZERO_GRAD_RE.search)[ev.name]])
-    nodes = np.sort(ev.ts_ns[mk["host"] & mk["cpu_op"] & ctx.host_name_ids(ACCUMULATE_RE.search)[ev.name]])
+    nodes = np.sort(ev.ts_ns[gradient_writes(ctx)])
     starts = ev.ts_ns[rows]
     last_write = nodes[np.searchsorted(nodes, starts) - 1]  # each judged update has a write before it
     between = np.searchsorted(resets, starts) - np.searchsorted(resets, last_write)

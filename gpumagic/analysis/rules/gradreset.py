@@ -11,15 +11,14 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.inference import holding, starts_inside
 from gpumagic.analysis.phases import BACKWARD_RE
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule
-from gpumagic.analysis.updates import ACCUMULATE_RE, BARE_ACCUMULATE
+from gpumagic.analysis.updates import ZERO_GRAD_RE, gradient_writes
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
 
-# The autograd engine's node that writes a parameter's ``.grad`` (ACCUMULATE_RE): with no
+# The autograd engine's node that writes a parameter's ``.grad`` (updates.gradient_writes): with no
 # gradient there it stores the new one; with one there, it adds in place (``aten::add_`` inside
 # the node; torch/csrc/autograd/functions/accumulate_grad.h, ``accumulateGrad``; checked on torch 2.13).
 OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#")
-OPTIMIZER_ZERO_RE = re.compile(r"^Optimizer\.zero_grad#")
 #: Updates needed, each followed by a backward pass that adds to the gradients the update used:
 #: three in a row.
 MIN_UPDATES = 3
@@ -57,16 +56,13 @@ def gradients_never_reset(ctx: Context, m: Metrics) -> Finding | None:
     ev, mk = ctx.trace.events, ctx.masks
     host_ops = mk["cpu_op"] & mk["host"]
     marks = mk["host"] & (mk["annotation"] | mk["cpu_op"])
-    if (marks & ctx.host_name_ids(OPTIMIZER_ZERO_RE.search)[ev.name]).any():
+    if (marks & ctx.host_name_ids(ZERO_GRAD_RE.search)[ev.name]).any():
         return None
     updates = np.flatnonzero(ctx.events_in_window(marks & ctx.host_name_ids(OPTIMIZER_STEP_RE.search)[ev.name]))
-    nodes = np.flatnonzero(host_ops & ctx.host_name_ids(ACCUMULATE_RE.search)[ev.name])
+    nodes = np.flatnonzero(gradient_writes(ctx))
     if updates.size < MIN_UPDATES or not nodes.size:
         return None
     adding = holding(ev, nodes, np.flatnonzero(host_ops & ctx.host_name_ids(lambda n: n == "aten::add_")[ev.name]))
-    bare = ctx.host_name_ids(lambda n: n == BARE_ACCUMULATE)[ev.name[nodes]]
-    if bare.any():  # one row a node: the bare node, where the engine's span around it is written too
-        nodes, adding = nodes[bare], adding[bare]
     backward = np.flatnonzero(host_ops & ctx.host_name_ids(BACKWARD_RE.search)[ev.name])
     zeros = np.flatnonzero(host_ops & ctx.host_name_ids(lambda n: n == "aten::zero_")[ev.name])
     zeros = zeros[~starts_inside(ev, zeros, backward)]  # the backward's own zeroing is not a reset
