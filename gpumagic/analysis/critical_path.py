@@ -415,11 +415,10 @@ def _top(ctx: Context, s, e, kind, row, host_s, host_e) -> list[dict[str, Any]]:
             if k == "host_compute":  # nested operators: keep the innermost that covers most
                 tot = _innermost(tot, np.bincount(ev.name[rows], weights=ev.dur_ns[rows], minlength=len(names)),
                                  np.bincount(ev.name[rows], minlength=len(names)))
-            for n in np.argsort(-tot)[:TOP_LINKS]:
-                if tot[n] <= 0:
-                    break
+            # equal times in name order, not in the order the file first named them
+            for n in sorted(np.flatnonzero(tot > 0).tolist(), key=lambda n: (-tot[n], names[n]))[:TOP_LINKS]:
                 acc[(names[n], k)] = acc.get((names[n], k), 0.0) + float(tot[n])
-    top = sorted(acc.items(), key=lambda kv: -kv[1])[:TOP_LINKS]
+    top = sorted(acc.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_LINKS]
     return [{"name": n, "kind": k, "ms": _ms(ns)} for (n, k), ns in top]
 
 

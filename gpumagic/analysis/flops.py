@@ -206,23 +206,29 @@ class _Ops:
         else:
             self.parent = np.full(len(table), -1, dtype=np.int64)
             self.parent[order] = np.where(parent >= 0, order[np.maximum(parent, 0)], -1)
-        # each operator's children in the walk's order (thread, start, longest first)
+        # each operator's children in the walk's order (thread, start, longest first), as runs of
+        # one list: an owner's run is found through a dict made at C speed (slicing a list per
+        # owner up front cost 27 ms on the 35 MB ResNet-50 trace, for the few owners walked)
         kids = order[self.parent[order] >= 0]
         kids = kids[np.argsort(self.parent[kids], kind="stable")]
         owners, first = np.unique(self.parent[kids], return_index=True)
-        bounds = [*first.tolist(), kids.size]
-        kid_list = kids.tolist()
-        self.children: dict[int, list[int]] = {
-            p: kid_list[a:b] for p, a, b in zip(owners.tolist(), bounds[:-1], bounds[1:])}
+        self._bounds: list[int] = [*first.tolist(), kids.size]
+        self._kids: list[int] = kids.tolist()
+        self._run: dict[int, int] = dict(zip(owners.tolist(), range(owners.size)))
         self.up: list[int] = self.parent.tolist()  # the parents as Python ints, for the walks below
-        # each operator's depth in its thread's tree (a root is 0): parents come first in the walk
-        depth = [0] * len(self.up)
-        up = self.up
-        for i in order.tolist():
-            if up[i] >= 0:
-                depth[i] = depth[up[i]] + 1
-        self.depth = depth
         self._bwd_out: dict[tuple, list[int]] | None = None
+
+    def children(self, i: int) -> list[int]:
+        """Operator ``i``'s children, in the walk's order."""
+        k = self._run.get(i)
+        return [] if k is None else self._kids[self._bounds[k]:self._bounds[k + 1]]
+
+    def steps_up(self, j: int, i: int) -> int:
+        """How many parent links lead from ``j`` up to its ancestor ``i``."""
+        up, n = self.up, 0
+        while j != i:
+            j, n = up[j], n + 1
+        return n
 
     @property
     def backward_outputs(self) -> dict[tuple, list[int]]:
@@ -240,11 +246,11 @@ class _Ops:
         return tree
 
     def descendants(self, i: int):
-        todo = list(self.children.get(i, ()))
+        todo = self.children(i)
         while todo:
             j = todo.pop()
             yield j
-            todo.extend(self.children.get(j, ()))
+            todo.extend(self.children(j))
 
     def has_family_ancestor(self, i: int, family) -> bool:
         up = self.up
@@ -370,11 +376,11 @@ def _has_counted_ancestor(ops: _Ops, j: int, stop: int, has_flops) -> bool:
 def _unit_dtype(ops: _Ops, i: int, family) -> str | None:
     """The dtype the work ran in: the innermost family operator's inputs (autocast casts inside
     ``aten::linear``, so the ``addmm`` within it shows the reduced precision)."""
-    types, depths = ops.t.types, ops.depth
+    types = ops.t.types
     best, depth_best = _dtype(types[i]), 0
     for j in ops.descendants(i):
         if family[j] and _dtype(types[j]):
-            depth = depths[j] - depths[i]  # steps from j up to i
+            depth = ops.steps_up(j, i)
             if depth > depth_best:
                 best, depth_best = _dtype(types[j]), depth
     return best

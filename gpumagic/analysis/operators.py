@@ -208,7 +208,9 @@ def metrics(ctx: Context, top: int = TOP_OPERATORS) -> dict[str, Any]:
         _add_shaped(ctx, out, groups, shaped, inst, match, gpu_ns, in_graph, shapes[0], tree)
     out["count"] = len(groups)
     out["attributed_ms"] = _ms(sum(g["gpu_ns"] for g in groups.values()))
-    ranked = sorted(groups.values(), key=lambda g: -g["gpu_ns"])[:max(int(top), 0)]
+    # equal GPU times (operators that launched nothing: 0) in name and shape order, not in the
+    # order the file happened to list them
+    ranked = sorted(groups.values(), key=lambda g: (-g["gpu_ns"], g["name"], g["shapes"] or ""))[:max(int(top), 0)]
     out["top"] = [_row(g, name_dev, bw) for g in ranked]
     return out
 
