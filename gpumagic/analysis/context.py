@@ -191,12 +191,7 @@ class Context:
     def _arch_from_kernels(self) -> DeviceInfo | None:
         """Without ``deviceProperties``: an unnamed device whose compute capability is the
         latest architecture its library kernels were built for (``names.kernel_arch``)."""
-        if "arch" not in self.cache:
-            ev = self.trace.events
-            ids = distinct(ev.name[self.masks["kernel"] & self.on_device])
-            arch = [a for a in (nm.kernel_arch(self.trace.names[n]) for n in ids.tolist()) if a is not None]
-            self.cache["arch"] = DeviceInfo(self.device, "", 0, *max(arch)) if arch else None
-        return self.cache["arch"]
+        return self.memo("arch", _arch_from_kernels)
 
     def memory_records(self) -> np.ndarray:
         """Mask of the allocator records of the primary GPU (CUDA or HIP device type). When none
@@ -545,14 +540,22 @@ def _breakdown(ctx: Context) -> dict[str, iv.Intervals]:
     """Step time by category, TensorBoard-plugin style: each moment goes to the highest-priority
     category active then (kernel > memcpy > memset > communication > runtime > dataloader >
     CPU exec > other); computed once per context, on the first read of ``ctx.exclusive``."""
-    if "breakdown" not in ctx.cache:
-        exclusive: dict[str, iv.Intervals] = {}
-        covered = iv.empty()
-        for cat in BREAKDOWN_ORDER[:-1]:
-            raw = ctx.cat_union[cat]
-            exclusive[cat] = iv.subtract(raw, covered)
-            covered = iv.merge(covered, raw)
-        exclusive["other"] = iv.gaps(covered, ctx.lo, ctx.hi)
-        ctx.cache["breakdown"] = exclusive
-    out: dict[str, iv.Intervals] = ctx.cache["breakdown"]
-    return out
+    return ctx.memo("breakdown", _exclusive_parts)
+
+
+def _arch_from_kernels(ctx: Context) -> DeviceInfo | None:
+    ev = ctx.trace.events
+    ids = distinct(ev.name[ctx.masks["kernel"] & ctx.on_device])
+    arch = [a for a in (nm.kernel_arch(ctx.trace.names[n]) for n in ids.tolist()) if a is not None]
+    return DeviceInfo(ctx.device, "", 0, *max(arch)) if arch else None
+
+
+def _exclusive_parts(ctx: Context) -> dict[str, iv.Intervals]:
+    exclusive: dict[str, iv.Intervals] = {}
+    covered = iv.empty()
+    for cat in BREAKDOWN_ORDER[:-1]:
+        raw = ctx.cat_union[cat]
+        exclusive[cat] = iv.subtract(raw, covered)
+        covered = iv.merge(covered, raw)
+    exclusive["other"] = iv.gaps(covered, ctx.lo, ctx.hi)
+    return exclusive

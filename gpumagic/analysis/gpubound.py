@@ -29,10 +29,11 @@ CAP_SHARE = 0.9
 
 
 def slack_runs(ctx: Context) -> iv.Intervals:
-    """The primary GPU's runs that held nothing up (see the module docstring)."""
-    if "slack_runs" in ctx.cache:
-        cached: iv.Intervals = ctx.cache["slack_runs"]
-        return cached
+    """The primary GPU's runs that held nothing up (see the module docstring); computed once per context."""
+    return ctx.memo("slack_runs", _slack_runs)
+
+
+def _slack_runs(ctx: Context) -> iv.Intervals:
     out = iv.empty()
     g = ctx.gaps
     if ctx.device >= 0 and len(g):
@@ -56,7 +57,6 @@ def slack_runs(ctx: Context) -> iv.Intervals:
         blocked = (k >= 0) & (be[np.maximum(k, 0)] >= run_e) if bs.size else np.zeros(run_e.size, bool)
         keep &= ~blocked
         out = (run_s[keep], run_e[keep])
-    ctx.cache["slack_runs"] = out
     return out
 
 

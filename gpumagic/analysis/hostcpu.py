@@ -40,10 +40,8 @@ class HostCpu:
 
 
 def host_cpu(ctx: Context) -> HostCpu:
-    if "host_cpu" not in ctx.cache:
-        ctx.cache["host_cpu"] = _host_cpu(ctx)
-    found: HostCpu = ctx.cache["host_cpu"]
-    return found
+    """The host CPU's figures for the window (computed once per context)."""
+    return ctx.memo("host_cpu", _host_cpu)
 
 
 def _host_cpu(ctx: Context) -> HostCpu:

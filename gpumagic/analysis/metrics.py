@@ -362,20 +362,19 @@ class SyncCost:
 def queued_work(ctx: Context) -> iv.Intervals:
     """When the primary GPU had work queued or running: from each GPU event's launch to its end
     (computed once per context: the sync costs and the critical path both read it)."""
-    if "queued_work" not in ctx.cache:
-        ev, m = ctx.trace.events, ctx.masks
-        on = m["gpu"] & ctx.on_device
-        start = np.where(on & (ctx.launch_ts >= 0), ctx.launch_ts, ev.ts_ns)[on]
-        ctx.cache["queued_work"] = iv.union(np.minimum(start, ev.ts_ns[on]), ev.ts_ns[on] + ev.dur_ns[on])
-    out: iv.Intervals = ctx.cache["queued_work"]
-    return out
+    return ctx.memo("queued_work", _queued_work)
+
+
+def _queued_work(ctx: Context) -> iv.Intervals:
+    ev, m = ctx.trace.events, ctx.masks
+    on = m["gpu"] & ctx.on_device
+    start = np.where(on & (ctx.launch_ts >= 0), ctx.launch_ts, ev.ts_ns)[on]
+    return iv.union(np.minimum(start, ev.ts_ns[on]), ev.ts_ns[on] + ev.dur_ns[on])
 
 
 def sync_costs(ctx: Context) -> SyncCost:
-    if "sync_costs" not in ctx.cache:
-        ctx.cache["sync_costs"] = _sync_costs(ctx)
-    cost: SyncCost = ctx.cache["sync_costs"]
-    return cost
+    """What each blocking call cost (computed once per context)."""
+    return ctx.memo("sync_costs", _sync_costs)
 
 
 def _sync_costs(ctx: Context) -> SyncCost:

@@ -65,9 +65,12 @@ def _ms(ns: float) -> float:
 
 
 def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
-    """Per step, each phase's time as an exclusive interval set inside the step's bounds."""
-    if "phases" in ctx.cache:
-        return ctx.cache["phases"]
+    """Per step, each phase's time as an exclusive interval set inside the step's bounds
+    (computed once per context)."""
+    return ctx.memo("phases", _phase_intervals)
+
+
+def _phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
     ev, m, names = ctx.trace.events, ctx.masks, ctx.trace.names
     host = m["host"]
     annot = {p: np.zeros(len(names), bool) for p in PRIORITY}
@@ -128,7 +131,6 @@ def phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
             covered = iv.merge(covered, raw[p])
         parts["other"] = iv.gaps(covered, lo, hi)
         out.append(parts)
-    ctx.cache["phases"] = out
     return out
 
 

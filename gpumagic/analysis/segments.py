@@ -129,9 +129,7 @@ class Segments:
 
 def segments(ctx: Context) -> Segments:
     """The window's segments (computed once per context)."""
-    if "segments" not in ctx.cache:
-        ctx.cache["segments"] = _segments(ctx)
-    return ctx.cache["segments"]
+    return ctx.memo("segments", _segments)
 
 
 def metrics(ctx: Context) -> dict[str, Any]:
@@ -156,17 +154,13 @@ Piece = tuple[int, int, str]
 
 def _driving(ctx: Context) -> np.ndarray:
     """Per event: on a thread that drives the GPU (``Context.gpu_lanes``); computed once."""
-    if "driving" not in ctx.cache:
-        ev = ctx.trace.events
-        ctx.cache["driving"] = np.isin(ev.lane, np.fromiter(ctx.gpu_lanes, dtype=np.int64, count=len(ctx.gpu_lanes)))
-    return ctx.cache["driving"]
+    return ctx.memo("driving", lambda c: np.isin(c.trace.events.lane,
+                                                 np.fromiter(c.gpu_lanes, dtype=np.int64, count=len(c.gpu_lanes))))
 
 
 def _in_window(ctx: Context) -> np.ndarray:
     """Per event: overlaps the window; computed once."""
-    if "in_window" not in ctx.cache:
-        ctx.cache["in_window"] = ctx.events_in_window(np.ones(len(ctx.trace.events), bool))
-    return ctx.cache["in_window"]
+    return ctx.memo("in_window", lambda c: c.events_in_window(np.ones(len(c.trace.events), bool)))
 
 
 def _name(ctx: Context, row: int) -> str:
@@ -340,9 +334,7 @@ def _first_calls(ctx: Context) -> list[Piece]:
 
 
 def _copy_call_mask(ctx: Context) -> np.ndarray:
-    flags = ctx.host_name_ids(lambda n: "Memcpy" in n or "Memset" in n) if "copy_call" not in ctx.cache \
-        else ctx.cache["copy_call"]
-    ctx.cache["copy_call"] = flags
+    flags = ctx.memo("copy_call", lambda c: c.host_name_ids(lambda n: "Memcpy" in n or "Memset" in n))
     return flags[ctx.trace.events.name]
 
 
@@ -351,8 +343,10 @@ def library_sync_rows(ctx: Context) -> np.ndarray:
     (``names.LIBRARY_SYNC_OP_RE``: cuDNN/MIOpen algorithm search, the allocator freeing cached
     blocks) or inside a graph capture's own frames (cudagraph-trees synchronises before it
     records). They are the library's syncs, not the user's: not ``host-sync``."""
-    if "library_syncs" in ctx.cache:
-        return ctx.cache["library_syncs"]
+    return ctx.memo("library_syncs", _library_sync_rows)
+
+
+def _library_sync_rows(ctx: Context) -> np.ndarray:
     ev, m = ctx.trace.events, ctx.masks
     out = np.zeros(len(ev), dtype=bool)
     syncs = np.flatnonzero(m["name_sync_call"] & m["runtime"])
@@ -366,7 +360,6 @@ def library_sync_rows(ctx: Context) -> np.ndarray:
         k = np.searchsorted(s, ev.ts_ns[mine], side="right") - 1
         inside = (k >= 0) & (ev.ts_ns[mine] + ev.dur_ns[mine] <= e[np.maximum(k, 0)])
         out[mine[inside]] = True
-    ctx.cache["library_syncs"] = out
     return out
 
 
