@@ -75,7 +75,10 @@ def test_fixture_trees_are_the_walks():
         for i in order.tolist():  # children in walk order, as the walk appended them
             if tree.parent[i] >= 0:
                 walked.setdefault(int(tree.parent[i]), []).append(i)
-        assert tree.children == walked
+        assert {p: tree.children(p) for p in walked} == walked
+        assert not any(tree.children(i) for i in range(len(t)) if i not in walked)
+        for j in list(walked.get(next(iter(walked)), []))[:3]:  # one link up from a child to its parent
+            assert tree.steps_up(j, int(tree.parent[j])) == 1
         assert flops._Ops.of(t) is flops._Ops.of(t)
 
 
