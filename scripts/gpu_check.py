@@ -37,13 +37,16 @@ saves its bundle as ``<out>/<name>.json.gz`` (small, gzip; fit to commit as test
 - ``head_only_tuning``: an AdamW given only the head of the residual blocks, the blocks left
   trainable: expects ``unused-gradients`` (the backward runs on CUDA's autograd thread there);
 - ``eval_mode_training``: blocks with dropout put in eval mode before the loop and trained so
-  (profiled with ``shapes=True``): expects ``training-in-eval-mode``.
+  (profiled with ``shapes=True``): expects ``training-in-eval-mode``;
+- ``validation_train_mode``: the same blocks trained in training mode, each step followed by a
+  validation under ``torch.no_grad()`` without ``model.eval()`` (CUDA's fused dropout,
+  ``aten::native_dropout``, inside each call): expects ``inference-train-mode``.
 
-The last ten check rules built on traces made by hand or recorded on a CPU
+The last eleven check rules built on traces made by hand or recorded on a CPU
 (tests/test_allocator_churn.py, test_layout_conversions.py, test_diagnoses.py,
 test_activation_recompute.py, test_inference_mode.py, test_memory_growth.py,
 test_optimizer_state_reset.py, test_updates_without_gradients.py, test_unused_gradients.py,
-test_training_in_eval_mode.py); no GPU recording of them has been made yet.
+test_training_in_eval_mode.py, test_no_grad_train_mode.py); no GPU recording of them has been made yet.
 
 With ``--snippets`` it runs instead every fix whose code needs CUDA (the ones
 ``tests/test_snippets.py`` can only compile and resolve on a CPU machine) on the GPU, with the
@@ -301,6 +304,24 @@ def eval_mode_training(torch) -> Callable[[], None]:
     return _steps(opt, lambda: model(x).square().mean())
 
 
+def validation_train_mode(torch) -> Callable[[], None]:
+    width = 1024
+    model = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(),
+                                                      torch.nn.Dropout(0.1)) for _ in range(4))).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(512, width, device="cuda")
+
+    def run():
+        for _ in range(10):
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+            with torch.no_grad():  # a validation without model.eval(): dropout stays on
+                model(x).square().mean()
+
+    return run
+
+
 WORKLOADS = {
     "starved_loader": (starved_loader, {"dataloader-bound"}),
     "pageable_item": (pageable_item, {"pageable-memcpy", "host-sync"}),
@@ -315,6 +336,7 @@ WORKLOADS = {
     "late_zero_grad": (late_zero_grad, {"updates-without-gradients"}),
     "head_only_tuning": (head_only_tuning, {"unused-gradients"}),
     "eval_mode_training": (eval_mode_training, {"training-in-eval-mode"}),
+    "validation_train_mode": (validation_train_mode, {"inference-train-mode"}),
 }
 #: Workloads without optimizer steps: the profile records the whole call, and no step count is checked.
 STEPLESS = frozenset({"inference_grad_train_mode"})

@@ -17,6 +17,7 @@ import test_gradients_never_reset as tgr
 import test_layout_conversions as tlc
 import test_loader_stages_analysis as tls
 import test_memory_growth as tmg
+import test_no_grad_train_mode as tng
 import test_optimizer_state_reset as tos
 import test_training_in_eval_mode as tem
 import test_unused_gradients as tun
@@ -163,6 +164,7 @@ def built_reports():
     yield "updates-without-gradients-other", analyze(tug._loop(reset="none"))
     yield "unused-gradients", analyze(tun._loop())
     yield "training-in-eval-mode", analyze(tem._loop())
+    yield "inference-train-mode-in-training", tng._recorded("validation without eval()")
     yield "memory-growth-gpu", analyze(tmg._gpu_loop([2**30 + i * 2**26 for i in range(6)]))
     yield "memory-growth-cpu", analyze(tmg._cpu_loop([2**20 + i * 8192 for i in range(6)]))
     yield "custom-matmul", analyze(_matmul_trace((8, 0), "NVIDIA A100-SXM4-80GB", False, "my_fp32_gemm_kernel").to_dict())
@@ -253,6 +255,8 @@ def harness(device: str, calls: list | None = None) -> dict:
         targets=torch.randint(0, 4, (4,), device=device),
         running_loss=torch.zeros((), device=device), log=lambda m: calls.append(("log", m)), metrics={},
         all_inputs=torch.randn(20, 8), all_targets=torch.randint(0, 4, (20,)),
+        val_loader=torch.utils.data.DataLoader(dataset, batch_size=4), inputs=x,
+        backbone=nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1)).to(device),
     )
     return ns
 

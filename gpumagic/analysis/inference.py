@@ -169,6 +169,68 @@ def _dropout(ctx: Context) -> Dropout:
     return Dropout(calls=int(calls.size), active=calls[active])
 
 
+@dataclass(frozen=True)
+class NoGradDropout:
+    """A training trace's dropout calls without grad mode (:func:`no_grad_dropout`)."""
+
+    #: rows of ``trace.events`` of the calls that drew a mask without grad mode, outside the
+    #: backward and outside a custom autograd Function's forward
+    active: np.ndarray
+    #: dropout calls that recorded a sequence number (grad mode on: the trained forward passes)
+    trained: int
+
+
+def no_grad_dropout(ctx: Context) -> NoGradDropout:
+    """In a trace whose forward and backward operators record autograd sequence numbers: the
+    active dropout calls (:func:`dropout`) that recorded none, i.e. ran under ``torch.no_grad()``
+    or ``torch.inference_mode()`` (checked on torch 2.13: ``aten::dropout`` carries ``Sequence
+    number`` in grad mode only), leaving out those inside a backward event and those inside an
+    operator that recorded one (a custom ``autograd.Function``'s forward runs without grad mode
+    inside its ``apply``, which records one: a reentrant checkpoint's ``CheckpointFunction``).
+    Nothing is counted in a trace whose backward events or dropout calls carry no numbers."""
+    return ctx.memo("inference.no_grad_dropout", _no_grad_dropout)
+
+
+def _no_grad_dropout(ctx: Context) -> NoGradDropout:
+    none = NoGradDropout(np.zeros(0, np.int64), 0)
+    d = dropout(ctx)
+    if not d.active.size:
+        return none
+    ev, m = ctx.trace.events, ctx.masks
+    host_ops = m["cpu_op"] & m["host"]
+    calls = np.flatnonzero(ctx.events_in_window(host_ops) & ctx.host_name_ids(DROPOUT_OPS.__contains__)[ev.name])
+    trained = int(np.count_nonzero(ev.seq[calls] >= 0))
+    backward_name = ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
+    backward = np.flatnonzero(host_ops & backward_name)
+    if not trained or not np.any(ev.seq[backward] >= 0):  # the trace does not number its nodes
+        return none
+    active = d.active[ev.seq[d.active] < 0]
+    if active.size and backward.size:
+        active = active[~starts_inside(ev, active, backward)]
+    if active.size:  # inside an operator that ran with grad mode on (a custom Function's apply)
+        graded = np.flatnonzero(host_ops & (ev.seq >= 0) & ~backward_name)
+        active = active[~_inside_any(ev, active, graded)]
+    return NoGradDropout(active=active, trained=trained)
+
+
+def _inside_any(ev: EventTable, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` lie wholly inside one of ``spans`` (rows of events, none of them in
+    ``rows``) on their own thread: some span starting no later ends no earlier."""
+    out = np.zeros(rows.size, dtype=bool)
+    for lane in distinct(ev.lane[rows]).tolist():
+        here = np.flatnonzero(ev.lane[rows] == lane)
+        s = spans[ev.lane[spans] == lane]
+        if not s.size:
+            continue
+        order = np.argsort(ev.ts_ns[s], kind="stable")
+        starts = ev.ts_ns[s][order]
+        reach = np.maximum.accumulate((ev.ts_ns[s] + ev.dur_ns[s])[order])  # the latest end so far
+        r = rows[here]
+        k = np.searchsorted(starts, ev.ts_ns[r], side="right") - 1
+        out[here] = (k >= 0) & (reach[np.maximum(k, 0)] >= ev.ts_ns[r] + ev.dur_ns[r])
+    return out
+
+
 def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Which of ``calls`` (rows of events) hold one of ``rows`` (an event starting inside the
     call, on its thread): e.g. the active dropout calls of a forward computation whose operators
@@ -177,5 +239,5 @@ def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:
                                ev.lane[calls]) > 0
 
 
-__all__ = ["DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "Dropout", "GradMode", "dropout", "grad_mode", "holding",
-           "starts_inside"]
+__all__ = ["DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "Dropout", "GradMode", "NoGradDropout", "dropout", "grad_mode",
+           "holding", "no_grad_dropout", "starts_inside"]

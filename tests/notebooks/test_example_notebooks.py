@@ -463,6 +463,13 @@ def test_mistakes_a_profile_catches(run_notebook):
     train_mode = output_of(nb, "report, modes = epochs(train_again=True)")
     assert "True True True True True True" in train_mode
     assert "after the fix: none of the findings this notebook looks for" in train_mode
+    validated = output_of(nb, "report, same = train_and_validate(evaluate_in_eval_mode=False)")
+    assert "the same batch validated twice gives the same loss: False" in validated
+    assert "inference-train-mode — A forward pass under no_grad ran in training mode: dropout drew a mask in 16 calls" \
+        in validated  # four recorded steps, each validated twice through two dropout layers
+    evaluated = output_of(nb, "report, same = train_and_validate(evaluate_in_eval_mode=True)")
+    assert "with model.eval(), the same batch validated twice gives the same loss: True" in evaluated
+    assert "after the fix: none of the findings this notebook looks for" in evaluated
     rebuilt = output_of(nb, "train_step(model, x, y)\n")
     every = [float(v) for v in re.search(r"each step: ([\d. ]+)", rebuilt).group(1).split()]
     assert min(every) > 0.95  # built every step: each update moves the median weight by about the learning rate

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.inference import dropout, grad_mode, holding
+from gpumagic.analysis.inference import dropout, grad_mode, holding, no_grad_dropout
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, windows
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
@@ -43,6 +43,18 @@ model.eval()                     # before inference: dropout passes activations 
 with torch.inference_mode():
     outputs = model(x)
 model.train()                    # back to training mode before the next training step
+"""
+VALIDATION_CODE = """
+model.eval()                     # dropout off, batch norm uses (and keeps) its running statistics
+with torch.inference_mode():
+    val_loss = sum(loss_fn(model(x), y).item() for x, y in val_loader) / len(val_loader)
+model.train()                    # back to training mode before the next training step
+"""
+FROZEN_PART_CODE = """
+model.train()                    # switches every submodule to training mode, the frozen one too
+backbone.eval()                  # so put the frozen part back in eval mode after each model.train()
+with torch.no_grad():
+    features = backbone(inputs)
 """
 
 
@@ -131,9 +143,16 @@ def inference_train_mode(ctx: Context, m: Metrics) -> Finding | None:
     activations on every call, so the outputs change from run to run and are worse than the
     trained model's, and batch normalisation normalises with the batch's own statistics and
     updates its running ones. Gain: none in speed (the mask is cheap); a correctness fix.
-    False positives: Monte Carlo dropout, which samples with dropout on by design."""
+    False positives: Monte Carlo dropout, which samples with dropout on by design.
+
+    In a training trace: dropout calls that drew a mask under ``torch.no_grad()`` or
+    ``torch.inference_mode()`` (no ``Sequence number``, where the trace's trained forwards record
+    one), outside the backward and outside a custom ``autograd.Function``'s forward (a reentrant
+    checkpoint's first forward runs under no_grad inside ``CheckpointFunction``, which records
+    one): an evaluation, or a frozen part of the model run under no_grad, while the model was in
+    training mode (:func:`_no_grad_train_mode`)."""
     if ctx.workload == "training":
-        return None
+        return _no_grad_train_mode(ctx)
     d = dropout(ctx)
     if d.active.size < MIN_ACTIVE_DROPOUT:
         return None
@@ -156,6 +175,38 @@ def inference_train_mode(ctx: Context, m: Metrics) -> Finding | None:
         est_gain=0.0,
         gain_method="not a speed finding: the outputs are wrong, not slow",
         fixes=(pytorch("Switch the model to eval mode for inference", EVAL_CODE),),
+        doc_url=EVAL_DOC,
+    )
+
+
+
+def _no_grad_train_mode(ctx: Context) -> Finding | None:
+    """``inference-train-mode`` in a training trace: ≥ 2 dropout calls drew a mask in forward
+    passes run without grad mode (:func:`gpumagic.analysis.inference.no_grad_dropout`)."""
+    n = no_grad_dropout(ctx)
+    if n.active.size < MIN_ACTIVE_DROPOUT:
+        return None
+    ev = ctx.trace.events
+    rows = n.active
+    return finding(
+        severity="medium",
+        title=f"A forward pass under no_grad ran in training mode: dropout drew a mask in {n.active.size:,} calls",
+        why="""Besides the training steps, forward passes ran without grad mode (torch.no_grad() or
+        torch.inference_mode(): an evaluation, or a frozen part of the model) while the model was in training
+        mode: their dropout layers zeroed a random share of the activations, so what they computed changes from run
+        to run (validation metrics are noisy and understate the model), and batch normalisation normalised with
+        each batch's statistics and updated its running averages with these batches. model.eval() before them and
+        model.train() after fixes it; a frozen part needs .eval() again after every model.train(), which switches
+        every submodule back to training mode. Monte Carlo dropout samples this way on purpose.""",
+        summary=(f"{n.active.size:,} dropout calls drew a mask in forward passes without grad mode (no autograd "
+                 f"sequence number); the trained forward passes made {n.trained:,} dropout calls."),
+        numbers={"active_no_grad_dropout_calls": int(n.active.size), "trained_dropout_calls": n.trained,
+                 "threshold_calls": MIN_ACTIVE_DROPOUT},
+        windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "dropout on under no_grad"),
+        est_gain=0.0,
+        gain_method="not a speed finding: the evaluation's outputs are wrong, not slow",
+        fixes=(pytorch("Evaluate in eval mode, then switch back to training mode", VALIDATION_CODE),
+               pytorch("Keep a frozen part of the model in eval mode", FROZEN_PART_CODE)),
         doc_url=EVAL_DOC,
     )
 
