@@ -57,3 +57,41 @@ def test_thresholds():
     assert analyze(_steps(MIN_OPS_PER_STEP - 200, 2.0)).finding("cpu-op-overhead") is None  # too few calls
     assert analyze(_steps(MIN_OPS_PER_STEP + 200, 2 * MAX_US_PER_OP)).finding("cpu-op-overhead") is None  # real work
     assert analyze(_steps(MIN_OPS_PER_STEP + 200, 2.0, gpu=True)).finding("cpu-op-overhead") is None  # launch-bound's
+
+
+def _nested_steps(wrappers: int, inner: int, plain: int, us_each: float = 2.0) -> dict:
+    """Three training steps whose forward calls ``wrappers`` × (``aten::linear`` holding ``inner``
+    ``aten::addmm``), then ``plain`` lone ``aten::mul``, back to back."""
+    tb = TraceBuilder(cc=None)
+    wrap_us = (inner + 1) * us_each
+    fwd = wrappers * wrap_us + plain * us_each
+    step = fwd + 300
+    for i in range(3):
+        t = i * step
+        tb.step(i + 1, t, step)
+        at = t
+        for _ in range(wrappers):
+            tb.op("aten::linear", at, wrap_us * 0.95)
+            for k in range(inner):
+                tb.op("aten::addmm", at + (k + 0.5) * us_each, us_each * 0.4)
+            at += wrap_us
+        for _ in range(plain):
+            tb.op("aten::mul", at, us_each * 0.9)
+            at += us_each
+        tb.op("autograd::engine::evaluate_function: AddBackward0", t + fwd, 100)
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t + fwd + 150, dur=100)
+    return tb.to_dict()
+
+
+def test_the_evidence_names_where_the_calls_come_from():
+    """An outermost operator counts the calls nested in it: 300 linears holding 3 addmm each make
+    1,200 of the 1,801 calls a step (the backward's node one more), the 600 lone muls the rest."""
+    f = analyze(_nested_steps(wrappers=300, inner=3, plain=600)).finding("cpu-op-overhead")
+    assert f is not None
+    assert "Most calls, counting those inside each: aten::linear 66.6 %, aten::mul 33.3 %." in f.evidence.summary
+
+
+def test_a_recorded_rnn_names_its_backward_and_linear_calls():
+    summary = analyze(RECORDED).finding("cpu-op-overhead").evidence.summary
+    assert "Most calls, counting those inside each: autograd::engine::evaluate_function: AddmmBackward0" in summary
+    assert "aten::linear" in summary

@@ -54,19 +54,22 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     the forward and backward's share of the window, an upper bound — torch.compile removes the
     calls' cost but still does the work, and the profiler's per-call cost inflates that share.
     Fixes: ``torch.compile(model)``; a loop over time steps → ``nn.RNN``/``LSTM``/``GRU``, when
-    one is a Python loop of many tiny operators. False positives: a model of many small
+    one is a Python loop of many tiny operators. The evidence names the outermost operators that
+    make most of the calls, counting the calls nested in each (a reinforcement-learning loop's
+    ``aten::multinomial``, from sampling actions one at a time, or a backward node). False positives: a model of many small
     operators that each do real work in under 5 µs (a long chain of tiny layers on one sample)
     gains less, though compilation still fuses them."""
     if ctx.device >= 0 or not ctx.step_bounds or m.phases is None:
         return None
     starts = main_op_starts(ctx)
-    per_step, calls, busy = [], 0, 0
+    per_step, calls, busy, spans = [], 0, 0, []
     for parts, (lo, hi) in zip(phase_intervals(ctx), ctx.step_bounds, strict=True):
         model = iv.merge(parts["forward"], parts["backward"])
         n = int(np.count_nonzero(iv.contains(model, starts[slice(*np.searchsorted(starts, (lo, hi)))])))
         per_step.append(n)
         calls += n
         busy += iv.total(model)
+        spans.append(model)
     frac = busy / ctx.window_ns if ctx.window_ns else 0.0
     if not calls or frac < MIN_FRAC:
         return None
@@ -83,7 +86,7 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
         arithmetic, take the time (many small layers, or a Python loop over time steps or elements).
         torch.compile fuses them into a few generated loops; a loop over time steps has a fused layer.""",
         summary=(f"Forward and backward: {ops_per_step:,.0f} operator calls a step (median), {us_per_op:.1f} µs each "
-                 f"on average, {pct(frac)} of the window."),
+                 f"on average, {pct(frac)} of the window.{_callers(ctx, spans)}"),
         numbers={"calls_per_step": int(ops_per_step), "per_call_us": round(us_per_op, 3), "model_frac": round(frac, 4),
                  "threshold_calls_per_step": MIN_OPS_PER_STEP, "threshold_per_call_us": MAX_US_PER_OP},
         est_gain=frac,
@@ -94,6 +97,39 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
                        FUSED_RNN_CODE)),
         doc_url=DOC,
     )
+
+
+#: How many outermost operators the evidence names, each with at least this share of the calls.
+TOP_CALLERS = 3
+MIN_CALLER_SHARE = 0.05
+
+
+def _callers(ctx: Context, spans: list[iv.Intervals]) -> str:
+    """`` Most calls: aten::linear 42 % (with the calls inside it), ...``: the main thread's
+    outermost operators in the steps' forward and backward (``spans``), by the calls they make,
+    their own and those nested in them; empty when none reaches :data:`MIN_CALLER_SHARE`."""
+    ev = ctx.trace.events
+    rows = np.flatnonzero(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane))
+    if not rows.size or not spans:
+        return ""
+    where = iv.union(np.concatenate([s[0] for s in spans]), np.concatenate([s[1] for s in spans]))
+    rows = rows[iv.contains(where, ev.ts_ns[rows])]
+    if not rows.size:
+        return ""
+    s, e = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
+    order = np.lexsort((-e, s))  # by start, the enclosing operator first
+    rows, s, e = rows[order], s[order], e[order]
+    outer = np.ones(rows.size, bool)
+    outer[1:] = np.maximum.accumulate(e)[:-1] <= s[1:]
+    group = np.cumsum(outer) - 1
+    per_name = np.bincount(ev.name[rows[outer]], weights=np.bincount(group), minlength=len(ctx.trace.names))
+    top = [n for n in np.argsort(-per_name, kind="stable")[:TOP_CALLERS].tolist()
+           if per_name[n] >= MIN_CALLER_SHARE * rows.size]
+    if not top:
+        return ""
+    names = ctx.trace.names
+    listed = ", ".join(f"{names[n]} {pct(per_name[n] / rows.size)}" for n in top)
+    return f" Most calls, counting those inside each: {listed}."
 
 
 __all__ = ["cpu_op_overhead"]
