@@ -51,6 +51,12 @@ FEW_STEPS = 3
 #: quarter of the usable cores (``analysis.hostload``'s threshold for a shared machine).
 LOAD_CHANGE_CORES = 0.5
 LOAD_CHANGE_SHARE = 0.25
+#: A run whose loop thread was runnable without a core for this share of its window or more
+#: (``host.main_runqueue_wait_frac``, from /proc/<pid>/schedstat; ``host-contended``'s threshold)
+#: ran on a busy machine: its step times then move with the neighbours' load, and a rerun of the same
+#: code on this project's 2-core machine, beside a test run, read 22× faster (interval 2-34×) and
+#: 1.22× slower (1.00-8.99×).
+CONTENDED_WAIT = 0.05
 #: A GPU clock that moved by 10 % or more (our choice: boost clocks wander by a few percent
 #: under steady load; a cap or thermal slowdown moves them by more).
 CLOCK_CHANGE_FRAC = 0.10
@@ -256,8 +262,36 @@ def step_change(ma: Metrics | None, mb: Metrics | None, steps_a: int, steps_b: i
     db = _get(_get(mb, "steps"), "durations_ms") if steps_b else None
     ci = stats.speedup_interval(da or [], db or []) if ratio is not None else None
     speedup = None if ratio is None else 1 / ratio
+    change = stats.change_of(speedup, ci)
+    factor = contention_factor(ma, mb)
+    if factor is not None and ci is not None and not (ci[0] > factor or ci[1] < 1 / factor):
+        change = stats.NO_CLEAR_CHANGE  # what waiting for a core alone can do to the step times
     return {"speedup_ci": None if ci is None else [_significant(ci[0]), _significant(ci[1])],
-            "change": stats.change_of(speedup, ci), "steps_for_interval": stats.MIN_STEPS}
+            "change": change, "steps_for_interval": stats.MIN_STEPS,
+            "contention_factor": None if factor is None else _significant(factor)}
+
+
+def core_wait(m: Metrics | None) -> float | None:
+    """The share of a run's window its loop thread was runnable without a core (None unrecorded)."""
+    value = _get(_get(m, "host"), "main_runqueue_wait_frac")
+    return None if value is None else float(value)
+
+
+def contention_factor(ma: Metrics | None, mb: Metrics | None) -> float | None:
+    """How far waiting for a core can move one run's step times against the other's, when either
+    run's loop thread waited for one :data:`CONTENDED_WAIT` of its window or more:
+    ``1 / ((1 − wait before) · (1 − wait after))``, a run that waited a share ``w`` of its time
+    taking ``1 / (1 − w)`` the time it computed; None on a machine quiet in both runs (or unrecorded).
+    The steps a neighbour's burst hits can stretch further than the average (an intra-op thread
+    without a core holds its operator up too), so a change beyond this factor is a floor for
+    calling one, not a guarantee."""
+    waits = [w for w in (core_wait(ma), core_wait(mb)) if w is not None]
+    if not waits or max(waits) < CONTENDED_WAIT:
+        return None
+    product = 1.0
+    for w in waits:
+        product *= max(1.0 - min(w, 0.99), 0.01)
+    return 1.0 / product
 
 
 def _cores(x: float | None) -> str:
@@ -463,6 +497,11 @@ def verdict(data: dict[str, Any], tolerance: float = SAME_STEP_TOLERANCE) -> str
                 f"({stats.fmt_speedup(stats.speedup_of(ratio), None).split(' (')[0]}), but the runs have too few steps ({steps}; "
                 f"{stats.MIN_STEPS} each are needed) to tell that from noise.")
     shown = stats.fmt_speedup(stats.speedup_of(ratio), interval)
+    factor = data.get("contention_factor")
+    if data["change"] == stats.NO_CLEAR_CHANGE and factor is not None and not interval[0] <= 1 <= interval[1]:
+        return (f"No clear change: the median step changed by {change_pct:+.1f} % (speed-up interval "
+                f"{shown.split('(')[-1].rstrip(')')}), but the machine was busy: waiting for a core alone can move "
+                f"one run's steps {factor:.2g}× against the other's.")
     if data["change"] == stats.NO_CLEAR_CHANGE:
         return (f"No clear change: the median step changed by {change_pct:+.1f} %; the 95 % interval of the speed-up "
                 f"({shown.split('interval ')[-1].rstrip(')')}) includes no change.")
@@ -481,6 +520,13 @@ def comparability_notes(a: Report, b: Report, data: dict[str, Any]) -> list[str]
             notes.append(f"{facts['label']}: only {facts['steps']} recorded step(s): the median step is a weak estimate.")
     if data["breakdown"]["unit"] != "ms per step":
         notes.append("The breakdown compares totals over each trace, not time per step.")
+    if data.get("contention_factor") is not None:
+        wa, wb = (core_wait(r.metrics) for r in (a, b))
+        said = (f"{'an unrecorded share' if wa is None else f'{wa * 100:.0f} %'} of the time before and "
+                f"{'an unrecorded share' if wb is None else f'{wb * 100:.0f} %'} after")
+        notes.append(f"The loop's thread waited for a core {said} (other processes on the machine): "
+                     f"that alone can move one run's steps {data['contention_factor']:.2g}× against the other's, so "
+                     "only a change beyond it is called one. Compare runs made on a quiet machine.")
     src_a, src_b = data["before"]["source"], data["after"]["source"]
     if src_a and src_a == src_b and a.metrics == b.metrics:
         notes.append("Both sides are the same trace.")

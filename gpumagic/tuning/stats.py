@@ -124,6 +124,11 @@ def speedup_decimals(speedup: float, interval: tuple[float, float] | None) -> in
     return d
 
 
+def _first_digit(x: float) -> int:
+    """Decimals that show the first significant digit of ``0 < x < 1`` (0.38: 1; 0.05: 2); 0 from 1 up."""
+    return 0 if not 0 < x < 1 else -math.floor(math.log10(x))
+
+
 def fmt_speedup(speedup: float | None, interval: tuple[float, float] | None) -> str:
     """``'1.4× faster (1.2–1.6×)'``, ``'1.40× slower (1.38–1.42×)'``, ``'1.0× (no clear change,
     0.9–1.1×)'``; slower figures are after ÷ before. Without an interval: two decimals and
@@ -141,6 +146,8 @@ def fmt_speedup(speedup: float | None, interval: tuple[float, float] | None) -> 
         return f"{value:.2f}\u00d7 {word} (too few steps for an interval)"
     span = f"{bounds[0]:.{d}f}\u2013{bounds[1]:.{d}f}\u00d7"
     if change == NO_CLEAR_CHANGE:
+        # a wide interval below 1 keeps a significant digit: "0.4× speed, 0.1–1.1×", not "0× speed, 0–1×"
+        d = max(d, min(2, max(_first_digit(speedup), _first_digit(lo))))
         return f"no clear change ({speedup:.{d}f}\u00d7 speed, 95 % interval {lo:.{d}f}\u2013{hi:.{d}f}\u00d7)"
     return f"{value:.{d}f}\u00d7 {word} ({span})"
 

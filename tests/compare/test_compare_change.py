@@ -167,3 +167,32 @@ def test_history_rows_carry_each_runs_step_spread(tmp_path, monkeypatch):
     assert row.step_spread["count"] == 6 and row.step_spread["median_ms"] == 100
     assert row.step_spread["p10_ms"] < 100 < row.step_spread["p90_ms"]
     assert "(6)" in runs.history().to_text()
+
+
+def test_a_busy_machine_needs_a_change_beyond_what_waiting_for_a_core_can_do():
+    """The same code rerun beside a test run read 22× faster (interval 2-34×): its loop thread
+    waited for a core 64-67 % of the time in both runs. A change is called only beyond
+    1 / ((1 − wait before)(1 − wait after)), here 1 / (0.4 · 0.4) = 6.25."""
+    busy = {"main_runqueue_wait_frac": 0.6}
+    before, after = _report(_noisy(100, 20, 0.05, 21), "a", busy), _report(_noisy(30, 20, 0.05, 22), "b", busy)
+    d = compare(before, after).to_dict()
+    assert stats.change_of(d["speedup"], tuple(d["speedup_ci"])) == "faster"  # the interval alone excludes 1
+    assert d["contention_factor"] == pytest.approx(6.25)
+    assert d["change"] == "no clear change" and headline(d)[0] == "No clear change"
+    assert "the machine was busy: waiting for a core alone can move one run's steps 6.2× against the other's" \
+        in d["verdict"]
+    assert any(n.startswith("The loop's thread waited for a core 60 % of the time before and 60 % after") for n in d["notes"])
+    assert any("waited for a core" in line for line in render_text(d).splitlines())
+    # beyond the factor, the change is called
+    far = compare(before, _report(_noisy(5, 20, 0.05, 23), "c", busy)).to_dict()
+    assert far["change"] == "faster" and far["speedup_ci"][0] > far["contention_factor"]
+
+
+def test_a_quiet_machine_or_a_small_wait_keeps_the_interval_alone():
+    for host in ({"main_runqueue_wait_frac": 0.02}, {}):
+        d = compare(_report(_noisy(100, 20, 0.05, 21), "a", host), _report(_noisy(70, 20, 0.05, 22), "b", host)).to_dict()
+        assert d["contention_factor"] is None and d["change"] == "faster"
+    # one run on a busy machine is enough to ask for more: 1 / 0.8 = 1.25
+    d = compare(_report(_noisy(100, 20, 0.05, 21), "a", {"main_runqueue_wait_frac": 0.2}),
+                _report(_noisy(90, 20, 0.05, 22), "b", {"main_runqueue_wait_frac": 0.01})).to_dict()
+    assert d["contention_factor"] == pytest.approx(1.25 / 0.99, rel=1e-3) and d["change"] == "no clear change"
