@@ -196,6 +196,38 @@ def test_the_rule_in_a_report_from_a_bundle():
     assert r.to_dict()["metrics"]["steps"]["outliers"][0]["causes"][0]["kind"] == "gc"
 
 
+
+def _busy_samples(bundle: dict, main_wait_pct: float, other_pct: float) -> dict:
+    """The bundle with a 2-core machine record and CPU samples every 2 ms over its 30 ms: this
+    process's main thread at 60 % of a core, waiting for one ``main_wait_pct`` of the time, the
+    machine ``other_pct`` busier than that."""
+    times = list(range(0, 32_000_000, 2_000_000))
+    n = len(times)
+    bundle["gpumagic"]["machine"] = {"cpu_count": 2, "cpu_affinity": [0, 1], "cpu_quota_cores": None,
+                                     "usable_cores": 2.0, "usable_cores_source": "affinity"}
+    total = (60.0 + other_pct) / 2
+    bundle["gpumagic"]["samples"] = {"cpu": {"t_epoch_ns": times, "total": [total] * n, "per_core": [[total] * 2] * n,
+                                             "main": [60.0] * n, "workers": [0.0] * n, "worker_count": [0] * n,
+                                             "main_demand": [60.0 + main_wait_pct] * n, "main_wait": [main_wait_pct] * n,
+                                             "workers_demand": [0.0] * n, "workers_wait": [0.0] * n}}
+    return bundle
+
+
+@pytest.mark.parametrize(("wait", "other", "said"), [(40.0, 120.0, True), (1.0, 5.0, False)])
+def test_unexplained_outliers_on_a_busy_machine_say_the_neighbours_may_be_why(wait, other, said):
+    """Nothing seen in the slow step; the recorded steps show the loop's thread waiting for a core
+    40 % of the time beside 1.2 cores of other work (a busy machine), or barely (a quiet one)."""
+    steps = [10.0] * 30
+    steps[20] = 250.0
+    r = analyze(_busy_samples(with_every_step(_block(steps)), wait, other))
+    f = r.finding("step-outliers")
+    assert f is not None
+    busy = "While the steps were recorded the machine was busy (other processes used 1.2 of 2 cores and the " \
+           "loop's thread waited for a core 40.0 % of the time)"
+    assert (busy in f.evidence.summary) is said
+    assert ("waited for the neighbours" in f.evidence.summary) is said
+
+
 with_every_step = blocks.with_every_step
 
 

@@ -69,6 +69,10 @@ DOCS = {"torch.save": "https://pytorch.org/tutorials/recipes/distributed_async_c
         "eval": "https://pytorch.org/tutorials/beginner/basics/optimization_tutorial.html"}
 #: A cause explains an outlier when it ran for at least half of the step's excess over the median.
 EXPLAINED = 0.5
+#: The loop's thread waited for a core this share of the recorded window or more
+#: (``host.main_runqueue_wait_frac``; ``host-contended``'s threshold): the machine was busy, and a slow
+#: step that nothing explains may be the neighbours'.
+BUSY_WAIT = 0.05
 _WORDS = {"gc": "a Python garbage collection", "torch.save": "torch.save", "compile": "a torch.compile compilation",
           "eval": "an evaluation loop (a module in eval mode)"}
 
@@ -83,7 +87,9 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     nothing seen, the fix is to record such a step. Gain: none inside the recorded window (the
     outliers fall after it); the excess share of the steps after recording is given as a number.
     False positives: a step that waits for something outside the process (a shared file
-    system, another job on the machine) is reported with no cause, which is what it is."""
+    system, another job on the machine) is reported with no cause, which is what it is; when
+    the recorded steps show the machine busy (the loop's thread waiting for a core ≥ 5 % of the
+    window, or other processes on a shared machine), the evidence says so."""
     outliers = m.steps.outliers
     if not outliers:
         return None
@@ -119,7 +125,7 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
         fixes.append(pytorch("Nothing gpumagic watches explains some of them: record such a step to see what it "
                              "does, with its inputs' shapes (skip the steps before it)",
                              RECORD_CODE.format(skip=target.index), diagnostic=True))
-        sizes = _same_operators(ctx)
+        sizes = _same_operators(ctx) + _busy_machine(m)
     return finding(
         severity=severity_for(share), title=f"{len(outliers)} step(s) after the recorded ones took up to "
                                             f"{worst.over_median:.0f}× the median step",
@@ -160,6 +166,24 @@ def _same_operators(ctx: Context) -> str:
     return (f" The recorded steps called the same {int(med):,} operators each, yet took from {durs.min() / 1e6:.1f} to "
             f"{durs.max() / 1e6:.1f} ms: the same work on larger inputs (batches of varying length or size) takes "
             "longer, and so does a busier machine; these later steps may be that.")
+
+
+def _busy_machine(m: Metrics) -> str:
+    """A sentence when the machine was busy while recording (the loop's thread waited for a core
+    :data:`BUSY_WAIT` of the window or more, or other processes used enough to call the machine
+    shared): steps that nothing gpumagic watches explains may have waited for the neighbours.
+    Empty otherwise, or when the capture took no CPU samples."""
+    host = m.host
+    wait, other, shared = host.main_runqueue_wait_frac, host.other_busy_cores, host.shared_machine
+    if not (wait is not None and wait >= BUSY_WAIT) and not shared:
+        return ""
+    parts = []
+    if other is not None:
+        parts.append(f"other processes used {other:.1f} of {host.usable_cores or 0:g} cores")
+    if wait is not None:
+        parts.append(f"the loop's thread waited for a core {pct(wait)} of the time")
+    return (f" While the steps were recorded the machine was busy ({' and '.join(parts)}): a slow step that nothing "
+            "here explains may have waited for the neighbours; compare on a quiet machine.")
 
 
 def _told(o: StepOutlier) -> str:
