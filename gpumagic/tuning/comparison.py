@@ -52,10 +52,9 @@ FEW_STEPS = 3
 LOAD_CHANGE_CORES = 0.5
 LOAD_CHANGE_SHARE = 0.25
 #: A run whose loop thread was runnable without a core for this share of its window or more
-#: (``host.main_runqueue_wait_frac``, from /proc/<pid>/schedstat; ``host-contended``'s threshold)
-#: ran on a busy machine: its step times then move with the neighbours' load, and a rerun of the same
-#: code on this project's 2-core machine, beside a test run, read 22× faster (interval 2-34×) and
-#: 1.22× slower (1.00-8.99×).
+#: (``host.main_runqueue_wait_frac``, from /proc/<pid>/schedstat; ``host-contended``'s threshold), or
+#: whose machine was shared (``host.shared_machine``), ran on a busy machine: its step times then move
+#: with the neighbours' load (see :func:`contention_factor`).
 CONTENDED_WAIT = 0.05
 #: A GPU clock that moved by 10 % or more (our choice: boost clocks wander by a few percent
 #: under steady load; a cap or thermal slowdown moves them by more).
@@ -277,21 +276,56 @@ def core_wait(m: Metrics | None) -> float | None:
     return None if value is None else float(value)
 
 
+def busy(m: Metrics | None) -> bool:
+    """Whether a run was recorded on a busy machine: its loop thread waited for a core
+    :data:`CONTENDED_WAIT` of its window or more, or other processes used enough of the machine to
+    call it shared (``host.shared_machine``)."""
+    w = core_wait(m)
+    return (w is not None and w >= CONTENDED_WAIT) or bool(_get(_get(m, "host"), "shared_machine"))
+
+
+def stretch(m: Metrics | None) -> float:
+    """How far the neighbours' load may have stretched a run's steps: 1 on a quiet machine; on a
+    busy one the larger of ``1 / (1 − w)`` (its loop thread waited for a core a share ``w`` of the
+    time, so it took that much longer than it computed) and ``(1 / (1 − o)) ** T``: other processes
+    kept a share ``o`` of each usable core busy (``other_busy_cores`` ÷ ``usable_cores``), so each of
+    the ``T`` intra-op threads an operator waits for (``intra_op_threads``, 1 when unrecorded) had
+    its core about ``1 − o`` of the time, and an operator ends when its last thread does."""
+    if not busy(m):
+        return 1.0
+    host = _get(m, "host")
+    w = min(core_wait(m) or 0.0, 0.99)
+    other, usable = _get(host, "other_busy_cores"), _get(host, "usable_cores")
+    o = min(float(other) / float(usable), 0.9) if other and usable else 0.0
+    threads = max(int(_get(host, "intra_op_threads") or 1), 1)
+    return max(1.0 / (1.0 - w), (1.0 / (1.0 - o)) ** threads)
+
+
 def contention_factor(ma: Metrics | None, mb: Metrics | None) -> float | None:
-    """How far waiting for a core can move one run's step times against the other's, when either
-    run's loop thread waited for one :data:`CONTENDED_WAIT` of its window or more:
-    ``1 / ((1 − wait before) · (1 − wait after))``, a run that waited a share ``w`` of its time
-    taking ``1 / (1 − w)`` the time it computed; None on a machine quiet in both runs (or unrecorded).
-    The steps a neighbour's burst hits can stretch further than the average (an intra-op thread
-    without a core holds its operator up too), so a change beyond this factor is a floor for
-    calling one, not a guarantee."""
-    waits = [w for w in (core_wait(ma), core_wait(mb)) if w is not None]
-    if not waits or max(waits) < CONTENDED_WAIT:
+    """When either run was recorded on a busy machine (:func:`busy`): the product of both runs'
+    :func:`stretch`, how far the neighbours alone may move one run's step times against the other's;
+    a change must clear it to be called one. None when both machines were quiet (or unrecorded).
+    Measured on this project's 2-core machine beside a test run, two intra-op threads: the same
+    loop read 22× faster (interval 2–34×; waits 64–67 %, 1.3 cores of others) and 2.9× slower
+    (2.2–3.0×; waits 28 % and 16 %, 0.6 of 2 cores of others in each run: 2.04 a run, 4.2 in all,
+    where the waits alone gave 1.7). A preempted thread can hold a step of a few milliseconds up for
+    a whole scheduler slice, so on a busy machine this is a floor for calling a change, not a
+    guarantee."""
+    if not busy(ma) and not busy(mb):
         return None
-    product = 1.0
-    for w in waits:
-        product *= max(1.0 - min(w, 0.99), 0.01)
-    return 1.0 / product
+    return stretch(ma) * stretch(mb)
+
+
+def _load_said(m: Metrics | None, side: str) -> str:
+    """``before: other processes used 0.6 of 2 cores, the loop's thread waited for a core 28 % of the time``."""
+    host = _get(m, "host")
+    other, usable, w = _get(host, "other_busy_cores"), _get(host, "usable_cores"), core_wait(m)
+    parts = []
+    if other is not None:
+        parts.append(f"other processes used {other:.1f}" + (f" of {usable:g} cores" if usable else " cores"))
+    if w is not None:
+        parts.append(f"the loop's thread waited for a core {w * 100:.0f} % of the time")
+    return f"{side}: " + (", ".join(parts) if parts else "not recorded")
 
 
 def _cores(x: float | None) -> str:
@@ -500,7 +534,7 @@ def verdict(data: dict[str, Any], tolerance: float = SAME_STEP_TOLERANCE) -> str
     factor = data.get("contention_factor")
     if data["change"] == stats.NO_CLEAR_CHANGE and factor is not None and not interval[0] <= 1 <= interval[1]:
         return (f"No clear change: the median step changed by {change_pct:+.1f} % (speed-up interval "
-                f"{shown.split('(')[-1].rstrip(')')}), but the machine was busy: waiting for a core alone can move "
+                f"{shown.split('(')[-1].rstrip(')')}), but the machine was busy: the neighbours' load alone can move "
                 f"one run's steps {factor:.2g}× against the other's.")
     if data["change"] == stats.NO_CLEAR_CHANGE:
         return (f"No clear change: the median step changed by {change_pct:+.1f} %; the 95 % interval of the speed-up "
@@ -521,12 +555,10 @@ def comparability_notes(a: Report, b: Report, data: dict[str, Any]) -> list[str]
     if data["breakdown"]["unit"] != "ms per step":
         notes.append("The breakdown compares totals over each trace, not time per step.")
     if data.get("contention_factor") is not None:
-        wa, wb = (core_wait(r.metrics) for r in (a, b))
-        said = (f"{'an unrecorded share' if wa is None else f'{wa * 100:.0f} %'} of the time before and "
-                f"{'an unrecorded share' if wb is None else f'{wb * 100:.0f} %'} after")
-        notes.append(f"The loop's thread waited for a core {said} (other processes on the machine): "
-                     f"that alone can move one run's steps {data['contention_factor']:.2g}× against the other's, so "
-                     "only a change beyond it is called one. Compare runs made on a quiet machine.")
+        said = "; ".join(_load_said(r.metrics, side) for r, side in ((a, "before"), (b, "after")))
+        notes.append(f"The machine was busy ({said}): that alone can move one run's steps "
+                     f"{data['contention_factor']:.2g}× against the other's, so only a change beyond it is called one. "
+                     "Compare runs made on a quiet machine.")
     src_a, src_b = data["before"]["source"], data["after"]["source"]
     if src_a and src_a == src_b and a.metrics == b.metrics:
         notes.append("Both sides are the same trace.")
