@@ -101,9 +101,8 @@ class ComparisonRecord(msgspec.Struct, kw_only=True):
     steps_for_interval: Annotated[int, Meta(description="steps each run needs for an interval (count)")]
     contention_factor: Annotated[float | None, Meta(
         description="when either run was recorded on a busy machine (its loop thread waiting for a core ≥ 5 % of its "
-                    "window, or a shared machine): the product of both runs' stretch, max(1/(1 − wait), (1/(1 − o))^T) on a "
-                    "busy machine (o: other processes' share of each usable core; T: intra-op threads) and 1 on a "
-                    "quiet one (ratio); a change must clear it; null when both were quiet")] = None
+                    "window, or a shared machine): the larger run's 90th-percentile step over its 10th, what the "
+                    "machine did to a run's own steps (ratio); a change must clear it; null when both were quiet")] = None
     conditions: Annotated[list[str], Meta(description="what differed between the runs that can change the result, in words")]
     conditions_detail: list[ConditionDetail]
     caution: Annotated[str | None, Meta(description="leads the view when a difference in conditions alone can explain the change")]
