@@ -315,6 +315,11 @@ def contention_factor(ma: Metrics | None, mb: Metrics | None) -> float | None:
     return max(spreads) if spreads else None
 
 
+def _times(x: float) -> str:
+    """A factor to read: ``117``, ``2.5``."""
+    return f"{x:,.0f}" if x >= 10 else f"{x:.1f}"
+
+
 def _load_said(m: Metrics | None, side: str) -> str:
     """``before: other processes used 0.6 of 2 cores, the loop's thread waited for a core 28 % of the time``."""
     host = _get(m, "host")
@@ -534,7 +539,7 @@ def verdict(data: dict[str, Any], tolerance: float = SAME_STEP_TOLERANCE) -> str
     if data["change"] == stats.NO_CLEAR_CHANGE and factor is not None and not interval[0] <= 1 <= interval[1]:
         return (f"No clear change: the median step changed by {change_pct:+.1f} % (speed-up interval "
                 f"{shown.split('(')[-1].rstrip(')')}), but the machine was busy, and it moved one run's own steps "
-                f"{factor:.2g}× (90th percentile over 10th) apart.")
+                f"{_times(factor)}× (90th percentile over 10th) apart.")
     if data["change"] == stats.NO_CLEAR_CHANGE:
         return (f"No clear change: the median step changed by {change_pct:+.1f} %; the 95 % interval of the speed-up "
                 f"({shown.split('interval ')[-1].rstrip(')')}) includes no change.")
@@ -556,7 +561,7 @@ def comparability_notes(a: Report, b: Report, data: dict[str, Any]) -> list[str]
     if data.get("contention_factor") is not None:
         said = "; ".join(_load_said(r.metrics, side) for r, side in ((a, "before"), (b, "after")))
         notes.append(f"The machine was busy ({said}), and it moved a run's own steps up to "
-                     f"{data['contention_factor']:.2g}× apart (90th percentile over 10th): only a change beyond that is "
+                     f"{_times(data['contention_factor'])}× apart (90th percentile over 10th): only a change beyond that is "
                      "called one. Compare runs made on a quiet machine.")
     src_a, src_b = data["before"]["source"], data["after"]["source"]
     if src_a and src_a == src_b and a.metrics == b.metrics:

@@ -216,3 +216,11 @@ def test_a_quiet_machine_keeps_the_interval_alone():
         d = compare(_report(_bimodal(2.0, 216.0, 5, 15, 41), "a", host),
                     _report(_bimodal(2.0, 216.0, 14, 6, 42), "b", host)).to_dict()
         assert d["contention_factor"] is None and d["change"] == "faster"
+
+
+def test_the_busy_machines_factor_reads_as_a_plain_number():
+    d = compare(_report(_bimodal(2.0, 216.0, 5, 15, 41), "a", BUSY), _report(_bimodal(2.0, 216.0, 14, 6, 42), "b", BUSY)).to_dict()
+    factor = d["contention_factor"]
+    assert factor >= 100
+    assert f"it moved one run's own steps {factor:,.0f}× (90th percentile over 10th) apart." in d["verdict"]
+    assert "e+" not in d["verdict"] and not any("e+" in n for n in d["notes"])
