@@ -179,7 +179,6 @@ def inference_train_mode(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-
 def _no_grad_train_mode(ctx: Context) -> Finding | None:
     """``inference-train-mode`` in a training trace: ≥ 2 dropout calls drew a mask in forward
     passes run without grad mode (:func:`gpumagic.analysis.inference.no_grad_dropout`)."""
