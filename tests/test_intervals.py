@@ -150,3 +150,14 @@ def test_intersect_subtract_match_the_sweep_on_large_sets(seed, n, m, scale):
         assert normalised(got)
         assert got[0].dtype == np.int64 and got[1].dtype == np.int64
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_outermost_orders_by_start_enclosing_first_and_marks_the_outer_spans():
+    # a span holding two, one starting where it ends (adjacent, outer), an equal-start child after its parent
+    s = np.array([10, 0, 2, 5, 0], dtype=np.int64)
+    e = np.array([12, 10, 4, 7, 3], dtype=np.int64)
+    order, outer = iv.outermost(s, e)
+    assert order.tolist() == [1, 4, 2, 3, 0]
+    assert outer.tolist() == [True, False, False, False, True]
+    empty_order, empty_outer = iv.outermost(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert empty_order.size == 0 and empty_outer.size == 0

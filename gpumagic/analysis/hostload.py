@@ -40,12 +40,25 @@ from gpumagic.trace.model import meta_block
 #: moves by less than the run-to-run noise of a quiet machine).
 SHARED_MIN_CORES = 0.5
 SHARED_MIN_SHARE = 0.25
+#: The main thread runnable without a core for this share of the window or more
+#: (``main_runqueue_wait_frac``) makes the machine busy for this run (TensorBoard profiler plugin's
+#: 5 % line for a bottleneck worth naming): ``host-contended`` fires from it, ``step-outliers`` and
+#: comparisons read step times with care (:func:`busy_machine`).
+BUSY_WAIT = 0.05
 #: NVML slowdown bits (a copy of ``capture.nvml.THROTTLE_BITS``: the analysis may not import capture).
 THROTTLE_BITS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
                  0x40: "hardware thermal slowdown", 0x80: "power brake"}
 #: Capture options that change what the profiler costs per operator (and so step times);
 #: ``modules`` (time per nn.Module) adds a range per module call.
 COST_OPTIONS = ("record_shapes", "with_flops", "with_stack", "profile_memory", "modules")
+
+
+def busy_machine(host: Any) -> bool:
+    """Whether a run's ``metrics.host`` (or None) says its machine was busy: the main thread waited
+    for a core :data:`BUSY_WAIT` of the window or more, or other processes used enough of the
+    machine to call it shared (``shared_machine``)."""
+    wait = getattr(host, "main_runqueue_wait_frac", None)
+    return (wait is not None and wait >= BUSY_WAIT) or bool(getattr(host, "shared_machine", None))
 
 
 def _in_window(ctx: Context, block: dict) -> np.ndarray:

@@ -144,6 +144,8 @@ class Dropout:
     calls: int
     #: rows of ``trace.events`` of the calls that drew a mask (training mode)
     active: np.ndarray
+    #: calls that recorded an autograd sequence number (grad mode on)
+    numbered: int = 0
 
 
 NO_DROPOUT = Dropout(0, np.zeros(0, np.int64))
@@ -166,7 +168,7 @@ def _dropout(ctx: Context) -> Dropout:
     inside = iv.weight_in_ranges(ev.ts_ns[op_rows], ev.lane[op_rows], None, ev.ts_ns[calls],
                                  ev.ts_ns[calls] + ev.dur_ns[calls], ev.lane[calls])
     active = inside > 1
-    return Dropout(calls=int(calls.size), active=calls[active])
+    return Dropout(calls=int(calls.size), active=calls[active], numbered=int(np.count_nonzero(ev.seq[calls] >= 0)))
 
 
 @dataclass(frozen=True)
@@ -198,37 +200,17 @@ def _no_grad_dropout(ctx: Context) -> NoGradDropout:
         return none
     ev, m = ctx.trace.events, ctx.masks
     host_ops = m["cpu_op"] & m["host"]
-    calls = np.flatnonzero(ctx.events_in_window(host_ops) & ctx.host_name_ids(DROPOUT_OPS.__contains__)[ev.name])
-    trained = int(np.count_nonzero(ev.seq[calls] >= 0))
     backward_name = ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
     backward = np.flatnonzero(host_ops & backward_name)
-    if not trained or not np.any(ev.seq[backward] >= 0):  # the trace does not number its nodes
+    if not d.numbered or not np.any(ev.seq[backward] >= 0):  # the trace does not number its nodes
         return none
     active = d.active[ev.seq[d.active] < 0]
     if active.size and backward.size:
         active = active[~starts_inside(ev, active, backward)]
     if active.size:  # inside an operator that ran with grad mode on (a custom Function's apply)
         graded = np.flatnonzero(host_ops & (ev.seq >= 0) & ~backward_name)
-        active = active[~_inside_any(ev, active, graded)]
-    return NoGradDropout(active=active, trained=trained)
-
-
-def _inside_any(ev: EventTable, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    """Which of ``rows`` lie wholly inside one of ``spans`` (rows of events, none of them in
-    ``rows``) on their own thread: some span starting no later ends no earlier."""
-    out = np.zeros(rows.size, dtype=bool)
-    for lane in distinct(ev.lane[rows]).tolist():
-        here = np.flatnonzero(ev.lane[rows] == lane)
-        s = spans[ev.lane[spans] == lane]
-        if not s.size:
-            continue
-        order = np.argsort(ev.ts_ns[s], kind="stable")
-        starts = ev.ts_ns[s][order]
-        reach = np.maximum.accumulate((ev.ts_ns[s] + ev.dur_ns[s])[order])  # the latest end so far
-        r = rows[here]
-        k = np.searchsorted(starts, ev.ts_ns[r], side="right") - 1
-        out[here] = (k >= 0) & (reach[np.maximum(k, 0)] >= ev.ts_ns[r] + ev.dur_ns[r])
-    return out
+        active = active[~starts_inside(ev, active, graded)]
+    return NoGradDropout(active=active, trained=d.numbered)
 
 
 def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:

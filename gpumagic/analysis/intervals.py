@@ -136,6 +136,18 @@ def gaps(a: Intervals, lo: int, hi: int) -> Intervals:
     return g_s[keep].astype(np.int64), g_e[keep].astype(np.int64)
 
 
+def outermost(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Spans of one thread by nesting: ``(order, outer)``, ``order`` sorting them by start with the
+    enclosing span first (the longest), and ``outer`` saying which of them, in that order, start
+    when every earlier one has ended (the outermost operators, where the others are nested)."""
+    order = np.lexsort((-ends, starts))
+    s, e = starts[order], ends[order]
+    outer = np.ones(order.size, bool)
+    if order.size:
+        outer[1:] = np.maximum.accumulate(e)[:-1] <= s[1:]
+    return order, outer
+
+
 def contains(a: Intervals, t: np.ndarray) -> np.ndarray:
     """For each time in ``t``, whether normalised ``a`` holds it (``start <= t < end``)."""
     s, e = a

@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
 from gpumagic.errors import GpumagicError
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.views import Viewable
@@ -53,11 +51,6 @@ FEW_STEPS = 3
 #: quarter of the usable cores (``analysis.hostload``'s threshold for a shared machine).
 LOAD_CHANGE_CORES = 0.5
 LOAD_CHANGE_SHARE = 0.25
-#: A run whose loop thread was runnable without a core for this share of its window or more
-#: (``host.main_runqueue_wait_frac``, from /proc/<pid>/schedstat; ``host-contended``'s threshold), or
-#: whose machine was shared (``host.shared_machine``), ran on a busy machine: its step times then move
-#: with the neighbours' load in stretches (see :func:`contention_factor`).
-CONTENDED_WAIT = 0.05
 #: A GPU clock that moved by 10 % or more (our choice: boost clocks wander by a few percent
 #: under steady load; a cap or thermal slowdown moves them by more).
 CLOCK_CHANGE_FRAC = 0.10
@@ -279,21 +272,20 @@ def core_wait(m: Metrics | None) -> float | None:
 
 
 def busy(m: Metrics | None) -> bool:
-    """Whether a run was recorded on a busy machine: its loop thread waited for a core
-    :data:`CONTENDED_WAIT` of its window or more, or other processes used enough of the machine to
-    call it shared (``host.shared_machine``)."""
-    w = core_wait(m)
-    return (w is not None and w >= CONTENDED_WAIT) or bool(_get(_get(m, "host"), "shared_machine"))
+    """Whether a run was recorded on a busy machine (``analysis.hostload.busy_machine``: its loop
+    thread waited for a core 5 % of its window or more, or the machine was shared); its step times
+    then move with the neighbours' load in stretches (see :func:`contention_factor`)."""
+    from gpumagic.analysis.hostload import busy_machine
+
+    return busy_machine(_get(m, "host"))
 
 
 def step_spread(m: Metrics | None) -> float | None:
-    """A run's 90th-percentile step over its 10th (≥ 1; None with fewer than two steps)."""
-    durations = _get(_get(m, "steps"), "durations_ms") or []
-    values = np.asarray([d for d in durations if d and d > 0], dtype=np.float64)
-    if values.size < 2:
+    """A run's 90th-percentile step over its 10th (``stats.spread``; ≥ 1; None with fewer than two steps)."""
+    s = stats.spread(_get(_get(m, "steps"), "durations_ms"))
+    if s["count"] < 2 or not s["p10_ms"]:
         return None
-    lo, hi = np.percentile(values, [10, 90])
-    return max(float(hi / lo), 1.0) if lo > 0 else None
+    return max(s["p90_ms"] / s["p10_ms"], 1.0)
 
 
 def contention_factor(ma: Metrics | None, mb: Metrics | None) -> float | None:

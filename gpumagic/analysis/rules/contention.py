@@ -8,15 +8,16 @@ import math
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.cpuprecision import host_threads
 from gpumagic.analysis.hostcpu import host_cpu
+from gpumagic.analysis.hostload import BUSY_WAIT
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.analysis.rules.cpu import MIN_SAMPLES
 from gpumagic.analysis.rules.dataloader import DATALOADER_FRAC
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
 
-#: A finding from this share of the window spent runnable without a core (TensorBoard profiler
-#: plugin's 5 % line for a bottleneck worth naming).
-MIN_WAIT = 0.05
+#: A finding from this share of the window spent runnable without a core: the share that makes a
+#: machine busy (``analysis.hostload.BUSY_WAIT``, TensorBoard profiler plugin's 5 % line).
+MIN_WAIT = BUSY_WAIT
 DOC = "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html"
 #: benchmarks/contention.py on this project's 2-core machine: the loop beside spinning neighbours
 #: with the default thread count against the count the finding suggests, and alone.

@@ -139,11 +139,8 @@ def _operators_in(ctx: Context, where: iv.Intervals) -> tuple[int, list[tuple[st
     rows, s, e = rows[inside], s[inside], e[inside]
     if rows.size == 0:
         return 0, []
-    order = np.lexsort((-e, s))  # by start, the enclosing operator first
+    order, outer = iv.outermost(s, e)  # by start, the enclosing operator first
     rows, s, e = rows[order], s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    outer = np.ones(rows.size, bool)
-    outer[1:] = reach[:-1] <= s[1:]
     ops_ns = iv.total(iv.intersect(iv.union(s[outer], e[outer]), where))
     by_name: Counter[str] = Counter()
     for r, a, b in zip(rows[outer].tolist(), s[outer].tolist(), e[outer].tolist(), strict=True):

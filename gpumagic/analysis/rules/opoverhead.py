@@ -116,11 +116,8 @@ def _callers(ctx: Context, spans: list[iv.Intervals]) -> str:
     rows = rows[iv.contains(where, ev.ts_ns[rows])]
     if not rows.size:
         return ""
-    s, e = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
-    order = np.lexsort((-e, s))  # by start, the enclosing operator first
-    rows, s, e = rows[order], s[order], e[order]
-    outer = np.ones(rows.size, bool)
-    outer[1:] = np.maximum.accumulate(e)[:-1] <= s[1:]
+    order, outer = iv.outermost(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])
+    rows = rows[order]
     group = np.cumsum(outer) - 1
     per_name = np.bincount(ev.name[rows[outer]], weights=np.bincount(group), minlength=len(ctx.trace.names))
     top = [n for n in np.argsort(-per_name, kind="stable")[:TOP_CALLERS].tolist()

@@ -9,6 +9,7 @@ import numpy as np
 from gpumagic._arrays import median_of
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.everystep import MIN_EXCESS_MS, MIN_RATIO, SPREAD_MADS
+from gpumagic.analysis.hostload import busy_machine
 from gpumagic.analysis.phases import main_op_starts
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics, StepOutlier
@@ -69,10 +70,6 @@ DOCS = {"torch.save": "https://pytorch.org/tutorials/recipes/distributed_async_c
         "eval": "https://pytorch.org/tutorials/beginner/basics/optimization_tutorial.html"}
 #: A cause explains an outlier when it ran for at least half of the step's excess over the median.
 EXPLAINED = 0.5
-#: The loop's thread waited for a core this share of the recorded window or more
-#: (``host.main_runqueue_wait_frac``; ``host-contended``'s threshold): the machine was busy, and a slow
-#: step that nothing explains may be the neighbours'.
-BUSY_WAIT = 0.05
 _WORDS = {"gc": "a Python garbage collection", "torch.save": "torch.save", "compile": "a torch.compile compilation",
           "eval": "an evaluation loop (a module in eval mode)"}
 
@@ -169,14 +166,14 @@ def _same_operators(ctx: Context) -> str:
 
 
 def _busy_machine(m: Metrics) -> str:
-    """A sentence when the machine was busy while recording (the loop's thread waited for a core
-    :data:`BUSY_WAIT` of the window or more, or other processes used enough to call the machine
-    shared): steps that nothing gpumagic watches explains may have waited for the neighbours.
-    Empty otherwise, or when the capture took no CPU samples."""
+    """A sentence when the machine was busy while recording (``analysis.hostload.busy_machine``:
+    the loop's thread waited for a core 5 % of the window or more, or other processes used enough
+    to call the machine shared): steps that nothing gpumagic watches explains may have waited for
+    the neighbours. Empty otherwise, or when the capture took no CPU samples."""
     host = m.host
-    wait, other, shared = host.main_runqueue_wait_frac, host.other_busy_cores, host.shared_machine
-    if not (wait is not None and wait >= BUSY_WAIT) and not shared:
+    if not busy_machine(host):
         return ""
+    wait, other = host.main_runqueue_wait_frac, host.other_busy_cores
     parts = []
     if other is not None:
         parts.append(f"other processes used {other:.1f} of {host.usable_cores or 0:g} cores")
