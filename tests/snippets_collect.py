@@ -14,6 +14,7 @@ import test_compute as tc
 import test_cpu_low_precision as tlp
 import test_diagnoses as td
 import test_gradients_never_reset as tgr
+import test_inference_mode as tim
 import test_layout_conversions as tlc
 import test_loader_stages_analysis as tls
 import test_memory_growth as tmg
@@ -165,6 +166,7 @@ def built_reports():
     yield "unused-gradients", analyze(tun._loop())
     yield "training-in-eval-mode", analyze(tem._loop())
     yield "inference-train-mode-in-training", tng._recorded("validation without eval()")
+    yield "inference-grad-enabled-in-training", analyze(tim._training(evaluation=8))
     yield "memory-growth-gpu", analyze(tmg._gpu_loop([2**30 + i * 2**26 for i in range(6)]))
     yield "memory-growth-cpu", analyze(tmg._cpu_loop([2**20 + i * 8192 for i in range(6)]))
     yield "custom-matmul", analyze(_matmul_trace((8, 0), "NVIDIA A100-SXM4-80GB", False, "my_fp32_gemm_kernel").to_dict())
@@ -257,6 +259,8 @@ def harness(device: str, calls: list | None = None) -> dict:
         all_inputs=torch.randn(20, 8), all_targets=torch.randint(0, 4, (20,)),
         val_loader=torch.utils.data.DataLoader(dataset, batch_size=4), inputs=x,
         backbone=nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1)).to(device),
+        generator=nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU()).to(device),
+        noise=torch.randn(6, 4, device=device),
     )
     return ns
 

@@ -52,11 +52,13 @@ def test_cpu_flags_reads_x86_and_arm_cpuinfo(tmp_path):
 def bundle(flags: list[str] | None = AVX2, *, autocast: bool = True, typed: str | None = None, gpu: bool = False,
            steps: int = 5, cast_in: str = "aten::linear", threads: int | None = 2, arch: str = "x86_64",
            training: bool = True) -> dict:
-    """Five 20 ms CPU steps: a forward ``aten::linear`` of 8 ms (an ``aten::addmm`` inside, and
-    autocast's casts before it with ``autocast``: inside ``cast_in``), a backward ``aten::mm`` of
-    6 ms on the autograd thread, and an ``aten::mul`` holding a scalar's ``aten::to`` as FP32 code
-    does; an optimizer step with ``training``. ``typed`` records the linear's input type
-    (``c10::BFloat16``, ``float``...)."""
+    """Five 20 ms CPU steps: a forward ``aten::linear`` of 8 ms (an ``aten::addmm`` inside; with
+    ``autocast``, as PyTorch records it, autocast's casts and then the inner ``aten::linear``
+    holding the addmm: inside ``cast_in``; ``"vmap"``: the addmm nested in an addmm, as
+    torch.func's batching rules run it, with a scalar's cast inside an ``aten::mul`` there), a
+    backward ``aten::mm`` of 6 ms on the autograd thread, and an ``aten::mul`` holding a scalar's
+    ``aten::to`` as FP32 code does; an optimizer step with ``training``. ``typed`` records the
+    linear's input type (``c10::BFloat16``, ``float``...)."""
     tb = TraceBuilder(cc=(8, 0) if gpu else None)
     types = {"Input type": [typed, typed, typed], "Input Dims": [[128, 512], [1024, 512], [1024]]} if typed else {}
     for i in range(steps):
@@ -66,7 +68,12 @@ def bundle(flags: list[str] | None = AVX2, *, autocast: bool = True, typed: str 
         if autocast and cast_in == "aten::linear":
             tb.op("aten::to", t + 150, 300)
             tb.op("aten::_to_copy", t + 160, 280)
+            tb.op("aten::linear", t + 490, 7_600)  # autocast calls the operator again, on the cast inputs
         tb.op("aten::addmm", t + 500, 7_500)
+        if cast_in == "vmap":
+            tb.op("aten::addmm", t + 510, 7_480)
+            tb.op("aten::mul", t + 7_000, 400)
+            tb.op("aten::to", t + 7_050, 100)
         if cast_in == "between":  # a user's .to() between operators, not autocast's
             tb.op("aten::to", t + 8_200, 300)
         tb.op("aten::mul", t + 8_600, 200)
@@ -114,6 +121,7 @@ def test_emulated_bfloat16_on_avx512_fires_and_says_so():
     ("a GPU run", {"gpu": True}),
     ("no autocast: FP32", {"autocast": False}),
     ("a user's .to() between operators", {"autocast": False, "cast_in": "between"}),
+    ("torch.func.vmap's nested addmm casting a scalar inside", {"autocast": False, "cast_in": "vmap"}),
     ("one call is not a habit", {"steps": 1}),
     ("an architecture not read", {"arch": "ppc64le"}),
     ("recorded FP32 inputs", {"autocast": False, "typed": "float"}),
@@ -183,3 +191,31 @@ def test_a_capture_records_the_cpu_features_and_the_thread_count():
     assert run.report.metrics.host.intra_op_threads == torch.get_num_threads()
     flags = cpu_flags()
     assert run.report.metrics.host.cpu_bf16 == support({"arch": os.uname().machine, "cpu_flags": flags})["bf16"]
+
+
+def test_per_sample_gradients_with_torch_func_are_not_autocast():
+    """torch.func's vmap nests each matrix operator in itself and casts Python scalars deep
+    inside (a recorded FP32 loop once read as 16 matrix calls under autocast); the same model
+    under CPU autocast is counted."""
+    torch = pytest.importorskip("torch")
+    from torch.func import functional_call, grad, vmap
+
+    import gpumagic
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(p, x, y):
+        return torch.nn.functional.cross_entropy(functional_call(model, p, (x.unsqueeze(0),)), y.unsqueeze(0))
+
+    x, y = torch.randn(6, 8), torch.randint(0, 4, (6,))
+    with gpumagic.profile(display=False) as fp32:
+        for _ in range(3):
+            vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
+    assert fp32.report.metrics.host.cpu_low_precision_calls == 0 and ID not in fp32.report.finding_ids
+    with gpumagic.profile(display=False) as amp:
+        for _ in range(3):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(x)
+            torch.nn.functional.cross_entropy(out.float(), y).backward()
+    assert amp.report.metrics.host.cpu_low_precision_calls >= 2  # both linear layers, every call

@@ -202,6 +202,44 @@ def test_an_evaluation_without_no_grad_inside_a_training_loop_fires():
     assert "no backward pass used" in f.title
     assert analyze(_training(evaluation=8, old_names=True)).finding("inference-grad-enabled") is not None
     assert n["train_mode_dropout_calls"] == 0 and "compiled_calls" not in n
+    codes = [fx.code for fx in f.fixes]  # training: an evaluation's fix and a detached forward's, no bare eval()
+    assert "model.train()" in codes[0] and "with torch.no_grad():" in codes[1] and "eval" not in codes[1]
+
+
+def test_a_gan_generator_whose_fakes_are_detached_fires_and_no_grad_silences_it():
+    """A discriminator step on ``generator(noise).detach()`` builds the generator's graph for
+    nothing; under torch.no_grad() it builds none. The advice runs the generator under no_grad
+    and leaves its training mode alone (eval mode would change its batch norm)."""
+    torch = pytest.importorskip("torch")
+    import gpumagic
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    gen = nn.Sequential(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 32))
+    disc = nn.Sequential(nn.Linear(32, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+    opt = torch.optim.SGD(disc.parameters(), lr=1e-3)
+    real = torch.randn(64, 32)
+
+    def d_steps(detach: bool):
+        with gpumagic.profile(steps=4, skip=1, display=False) as run:
+            for _ in range(6):
+                noise = torch.randn(64, 16)
+                if detach:
+                    fake = gen(noise).detach()
+                else:
+                    with torch.no_grad():
+                        fake = gen(noise)
+                loss = disc(fake).mean() - disc(real).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        return run.report
+
+    f = d_steps(detach=True).finding("inference-grad-enabled")
+    assert f is not None and f.evidence.numbers["context"] == "training"
+    assert f.evidence.numbers["unused_nodes"] >= 3 * 8  # 3 linear (t, addmm) + 2 relu a step, each judged step
+    assert "detached before use" in f.why and any("fake = generator(noise)" in fx.code for fx in f.fixes)
+    assert "inference-grad-enabled" not in d_steps(detach=False).finding_ids
 
 
 def test_dropout_drawing_masks_in_the_unused_computation_is_named():

@@ -12,7 +12,7 @@ from tracebuilder import DATA, TraceBuilder
 
 from gpumagic import analyze
 from gpumagic.analysis.context import build_context
-from gpumagic.analysis.operators import _BIG, _by_thread_start_longest, enclosing_op
+from gpumagic.analysis.operators import _BIG, _by_thread_start_longest, enclosing_op, parent_op
 from gpumagic.shells.cli import main
 from gpumagic.trace import load
 
@@ -90,6 +90,26 @@ def test_enclosing_op_matches_a_brute_force_search():
         around = ops[(ev.lane[ops] == lane) & (ev.ts_ns[ops] <= t) & (ev.ts_ns[ops] + ev.dur_ns[ops] > t)]
         want = -1 if around.size == 0 else int(around[np.lexsort((-around, ev.dur_ns[around], -ev.ts_ns[around]))[0]])
         assert g == want
+
+
+def test_parent_op_matches_a_brute_force_search():
+    trace = load(os.path.join(DATA, "a100_training_rank0.json.gz"))  # nested ops, autograd threads, ties
+    ctx = build_context(trace)
+    ev, m = trace.events, ctx.masks
+    ops = np.flatnonzero(m["cpu_op"] & m["host"])
+    rows = np.concatenate([ops[::23], ops[ev.dur_ns[ops] == 0][:50]])  # a sample, and some empty ones
+    got = parent_op(ctx, rows)
+    spans = ops[ev.dur_ns[ops] > 0]
+    start, dur, lane = ev.ts_ns[spans], ev.dur_ns[spans], ev.lane[spans]
+    for r, g in zip(rows.tolist(), got.tolist()):
+        t = ev.ts_ns[r]
+        # open at its start on its thread, and ordered before it: an earlier start, or the same
+        # start and longer, or the same span and an earlier row (the file's order, parent first)
+        before = (start < t) | (dur > ev.dur_ns[r]) | ((dur == ev.dur_ns[r]) & (spans < r))
+        around = spans[(lane == ev.lane[r]) & (start <= t) & (start + dur > t) & (spans != r) & before]
+        want = -1 if around.size == 0 else int(around[np.lexsort((-around, ev.dur_ns[around], -ev.ts_ns[around]))[0]])
+        assert g == want
+    assert (got >= 0).any() and (got == -1).any()
 
 
 def test_top_ops_option(tmp_path):

@@ -13,9 +13,13 @@ native with AVX512_FP16 or AMX-FP16 (``mkldnn_fp16_device_check``). On Arm, FEAT
 - autocast's casts: ``torch.autocast("cpu")`` casts the inputs of the operators it runs in lower
   precision (``aten/src/ATen/autocast_mode.cpp``, the CPU ``lower_precision_fp`` list: linear,
   matmul, mm, addmm, bmm, baddbmm, addbmm, the convolutions, prelu...) inside the operator's own
-  call, so an ``aten::to``/``aten::_to_copy`` inside an ``aten::linear`` or ``aten::conv2d`` is
-  autocast at work: without it those operators never cast (a user's ``.to()`` runs between
-  operators, not inside one). Attention is left out of this evidence: its math path casts in FP32 too;
+  call and then calls the operator again on the cast inputs (its ``WrapFunction_`` calls the
+  ``at::`` function with autocast's key excluded), so the profiler records an ``aten::linear``
+  holding ``aten::to`` calls directly, beside an inner ``aten::linear``. Both must be there: a
+  user's ``.to()`` runs between operators, not inside one, and other layers that nest an
+  operator in itself do not cast its inputs (``torch.func.vmap``'s batching rules nest
+  ``aten::addmm`` in ``aten::addmm`` and cast a Python scalar to a tensor deep inside, in an
+  ``aten::mul``). Attention is left out of this evidence: its math path casts in FP32 too;
 - recorded dtypes (``--shapes``): an operator of the family whose first inputs are
   ``c10::BFloat16`` or ``c10::Half`` (a model cast with ``.to(torch.bfloat16)`` included).
 """
@@ -30,6 +34,7 @@ import numpy as np
 from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.operators import parent_op
 from gpumagic.trace.model import EventTable, meta_block
 
 #: The operators CPU autocast runs in lower precision whose calls show its casts (the CPU
@@ -110,11 +115,25 @@ def _find(ctx: Context) -> LowPrecision:
     ops = ctx.events_in_window(m["cpu_op"] & m["host"])
     family = ops & ctx.trace.name_ids(lambda n: n in COMPUTE_OPS)[ev.name]
     compute = ctx.intervals(family)
-    evidence = np.flatnonzero(ops & ctx.trace.name_ids(lambda n: n in CAST_EVIDENCE_OPS)[ev.name])
-    casts = np.flatnonzero(ops & ctx.trace.name_ids(lambda n: n in CASTS)[ev.name])
-    return LowPrecision(autocast_calls=holders(ev, evidence, casts), typed_calls=_typed(ctx),
+    return LowPrecision(autocast_calls=autocast_calls(ctx, ops), typed_calls=_typed(ctx),
                         compute_ns=iv.total(compute), compute=compute, ops_ns=iv.total(ctx.intervals(ops)),
                         slow_conv_calls=int((ops & ctx.trace.name_ids(lambda n: n in SLOW_CONV)[ev.name]).sum()))
+
+
+def autocast_calls(ctx: Context, ops: np.ndarray) -> int:
+    """How many matrix operator calls among ``ops`` (a mask) show autocast's work: a cast held
+    directly by the call, and the same operator called again directly inside it."""
+    ev = ctx.trace.events
+    evidence = np.flatnonzero(ops & ctx.trace.name_ids(lambda n: n in CAST_EVIDENCE_OPS)[ev.name])
+    casts = np.flatnonzero(ops & ctx.trace.name_ids(lambda n: n in CASTS)[ev.name])
+    if not evidence.size or not casts.size:
+        return 0
+    casting = parent_op(ctx, casts)
+    casting = casting[casting >= 0]
+    holder = parent_op(ctx, evidence)
+    again = holder >= 0
+    again[again] &= ev.name[holder[again]] == ev.name[evidence[again]]
+    return int(np.intersect1d(casting, holder[again]).size)
 
 
 def holders(ev: EventTable, calls: np.ndarray, casts: np.ndarray) -> int:

@@ -56,32 +56,74 @@ def enclosing_op(ctx: Context, rows: np.ndarray) -> np.ndarray:
     thread nest, so in (thread, start, longest first) order an operator's depth is the number of
     earlier ones still open at its start, and the innermost one around a moment is the last
     operator before it of the depth open there minus one."""
-    ev, m = ctx.trace.events, ctx.masks
+    nest = _nesting(ctx)
     out = np.full(rows.size, -1, np.int64)
-    ops = np.flatnonzero(m["cpu_op"] & m["host"] & (ev.dur_ns > 0))  # an empty span encloses nothing
-    if ops.size == 0 or rows.size == 0:
+    if nest.ops.size == 0 or rows.size == 0:
         return out
-    lane = ev.lane[ops].astype(np.int64) + 1
-    s_key = lane * _BIG + ev.ts_ns[ops]
-    e_key = lane * _BIG + ev.ts_ns[ops] + ev.dur_ns[ops]
-    order = _by_thread_start_longest(ev.lane[ops], s_key, ev.dur_ns[ops])
-    ops, s_key, e_key = ops[order], s_key[order], e_key[order]
-    ends_sorted = np.sort(e_key)
-    depth = np.arange(ops.size) - np.searchsorted(ends_sorted, s_key, side="right")
+    ev = ctx.trace.events
     q = (ev.lane[rows].astype(np.int64) + 1) * _BIG + ev.ts_ns[rows]
-    started = np.searchsorted(s_key, q, side="right")  # operators starting at or before the call
-    open_at = started - np.searchsorted(ends_sorted, q, side="right")
-    want = open_at - 1
-    for d in distinct(want[want >= 0]).tolist():
-        at_d = np.flatnonzero(depth == d)
-        sel = np.flatnonzero(want == d)
-        k = np.searchsorted(at_d, started[sel], side="left") - 1
-        ok = k >= 0
-        cand = at_d[np.maximum(k, 0)]
-        ok &= e_key[cand] > q[sel]  # still open, on the same thread
-        ok &= s_key[cand] // _BIG == q[sel] // _BIG
-        out[sel[ok]] = ops[cand[ok]]
-    return out
+    started = np.searchsorted(nest.s_key, q, side="right")  # operators starting at or before the call
+    return nest.innermost(q, started)
+
+
+def parent_op(ctx: Context, rows: np.ndarray) -> np.ndarray:
+    """For host operators ``rows``, the row of the operator that directly holds each (the
+    innermost other ``cpu_op`` on its thread around its start, ordered before it: of two with
+    the same start, the longer holds the shorter); -1 for an outermost one. An empty operator
+    holds nothing but has a parent."""
+    nest = _nesting(ctx)
+    out = np.full(rows.size, -1, np.int64)
+    if nest.ops.size == 0 or rows.size == 0:
+        return out
+    ev = ctx.trace.events
+    q = (ev.lane[rows].astype(np.int64) + 1) * _BIG + ev.ts_ns[rows]
+    # operators ordered before each row: its own place among them, or, for an empty one
+    # (not among them), every operator starting at or before it
+    started = np.searchsorted(nest.s_key, q, side="right")
+    own = np.searchsorted(nest.ops_sorted, rows)
+    own = np.minimum(own, nest.ops.size - 1)
+    mine = nest.ops_sorted[own] == rows
+    started[mine] = nest.by_row[own[mine]]
+    return nest.innermost(q, started)
+
+
+class _Nesting:
+    """The trace's non-empty host operators in (thread, start, longest first) order, with each
+    one's depth: what :func:`enclosing_op` and :func:`parent_op` search (built once per context)."""
+
+    def __init__(self, ctx: Context) -> None:
+        ev, m = ctx.trace.events, ctx.masks
+        ops = np.flatnonzero(m["cpu_op"] & m["host"] & (ev.dur_ns > 0))  # an empty span encloses nothing
+        lane = ev.lane[ops].astype(np.int64) + 1
+        s_key = lane * _BIG + ev.ts_ns[ops]
+        e_key = lane * _BIG + ev.ts_ns[ops] + ev.dur_ns[ops]
+        order = _by_thread_start_longest(ev.lane[ops], s_key, ev.dur_ns[ops])
+        self.ops, self.s_key, self.e_key = ops[order], s_key[order], e_key[order]
+        self.ends_sorted = np.sort(self.e_key)
+        self.depth = np.arange(self.ops.size) - np.searchsorted(self.ends_sorted, self.s_key, side="right")
+        # from a row to its place in the order: the rows sorted, and where each one stands
+        self.by_row = np.argsort(self.ops, kind="stable")
+        self.ops_sorted = self.ops[self.by_row]
+
+    def innermost(self, q: np.ndarray, started: np.ndarray) -> np.ndarray:
+        """The innermost operator open at key ``q`` among the first ``started`` of the order."""
+        out = np.full(q.size, -1, np.int64)
+        open_at = started - np.searchsorted(self.ends_sorted, q, side="right")
+        want = open_at - 1
+        for d in distinct(want[want >= 0]).tolist():
+            at_d = np.flatnonzero(self.depth == d)
+            sel = np.flatnonzero(want == d)
+            k = np.searchsorted(at_d, started[sel], side="left") - 1
+            ok = k >= 0
+            cand = at_d[np.maximum(k, 0)]
+            ok &= self.e_key[cand] > q[sel]  # still open, on the same thread
+            ok &= self.s_key[cand] // _BIG == q[sel] // _BIG
+            out[sel[ok]] = self.ops[cand[ok]]
+        return out
+
+
+def _nesting(ctx: Context) -> _Nesting:
+    return ctx.memo("operator_nesting", _Nesting)
 
 
 def _by_thread_start_longest(lane: np.ndarray, s_key: np.ndarray, dur: np.ndarray) -> np.ndarray:

@@ -50,6 +50,10 @@ with torch.inference_mode():
     val_loss = sum(loss_fn(model(x), y).item() for x, y in val_loader) / len(val_loader)
 model.train()                    # back to training mode before the next training step
 """
+DETACHED_CODE = """
+with torch.no_grad():            # the output is detached anyway (a GAN's fakes, a teacher's targets)
+    fake = generator(noise)      # the same values as generator(noise).detach(); no graph is built
+"""
 FROZEN_PART_CODE = """
 model.train()                    # switches every submodule to training mode, the frozen one too
 backbone.eval()                  # so put the frozen part back in eval mode after each model.train()
@@ -84,13 +88,16 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
     masked = 0
     if g.training:
         title = f"{g.nodes:,} autograd nodes that no backward pass used: a forward computation ran with grad mode on"
-        why = """Besides the training steps, a forward computation here (an evaluation, a metric, a model run on the
-        side, or a part of the model whose output the loss does not use) ran with grad mode on: its operators
-        recorded autograd nodes that no backward pass ever used. Each
-        node keeps alive the tensors its backward would read (a layer's input, an activation) for as long as the
-        output is kept, so the evaluation holds the memory of a training forward pass, and every operator spends
-        host time recording the graph. Wrap it in torch.inference_mode() (or torch.no_grad()), and switch the
-        model to eval mode for it."""
+        why = """Besides the training steps, a forward computation here ran with grad mode on: an evaluation, a
+        metric, a model whose output is detached before use (a GAN's generator making fakes for the
+        discriminator's step, a teacher or target network), or a part of the model whose output the loss does not
+        use. Its operators recorded autograd nodes that no backward pass ever used. Each node keeps alive the
+        tensors its backward would read (a layer's input, an activation) for as long as the output is kept, so
+        that computation holds the memory of a training forward pass, and every operator spends host time
+        recording the graph. Run it under torch.no_grad() (torch.inference_mode() where its outputs never enter
+        autograd again: an inference tensor cannot be saved for a backward pass). Switch the model to eval
+        mode for an evaluation, not for a model that goes on training in the same loop: eval mode changes what
+        its batch norm and dropout compute."""
         what = "no backward pass used them (the backward passes ran every other node the window built)"
         masked = int(np.count_nonzero(holding(ev, dropout(ctx).active, rows)))
         if masked:  # the same forward computation left in training mode too
@@ -128,8 +135,11 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         est_gain=0.0,
         gain_method="not estimated from the trace: recording the graph runs inside each operator's own time, and "
                     "the memory it holds depends on how long the outputs are kept",
-        fixes=(pytorch("Run inference without a graph", INFERENCE_MODE_CODE),
-               pytorch("Or decorate the function that runs the model", DECORATOR_CODE)),
+        fixes=((pytorch("An evaluation: in eval mode, without a graph, then back to training mode", VALIDATION_CODE),
+                pytorch("A forward whose output you detach: build no graph for it", DETACHED_CODE))
+               if g.training else
+               (pytorch("Run inference without a graph", INFERENCE_MODE_CODE),
+                pytorch("Or decorate the function that runs the model", DECORATOR_CODE))),
         doc_url=GRAD_DOC,
     )
 
