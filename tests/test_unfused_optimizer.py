@@ -79,6 +79,35 @@ def test_silent_where_fused_is_no_fix(kwargs, why):
     assert analyze(_bundle(_loop(**kwargs))).finding("unfused-optimizer") is None, why
 
 
+def _two_optimizers(adam_us: float, sparse_us: float = 500, steps: int = 6) -> dict:
+    """A loop stepping a SparseAdam (sparse embeddings: no fused kernel) for ``sparse_us`` and an
+    Adam for ``adam_us`` of each 1 ms step."""
+    tb = TraceBuilder(cc=None)
+    for i in range(steps):
+        t = i * 1_000
+        tb.step(i + 1, t, 1_000)
+        tb.op("aten::embedding_bag", t + 10, 200)
+        tb.op("autograd::engine::evaluate_function: EmbeddingBagBackward0", t + 220, 100)
+        tb.op("Optimizer.step#SparseAdam.step", t + 330, sparse_us, cat="user_annotation")
+        tb.op("aten::_sparse_coo_tensor_unsafe", t + 340, sparse_us - 20)
+        o = t + 340 + sparse_us
+        tb.op("Optimizer.step#Adam.step", o, adam_us, cat="user_annotation")
+        for j, name in enumerate(("aten::lerp_", "aten::mul_", "aten::addcmul_")):
+            tb.op(name, o + 1 + j * adam_us / 3, adam_us / 3 - 2)
+    return _bundle(tb)
+
+
+def test_another_optimizers_steps_are_not_fusings_gain():
+    """SparseAdam's steps (most of the window) have no fused kernel: the gain is Adam's share alone,
+    and a small Adam beside them is silent."""
+    f = analyze(_two_optimizers(adam_us=100)).finding("unfused-optimizer")
+    assert f is not None and f.est_gain == pytest.approx(0.1, abs=0.01)  # Adam's 100 µs of each 1 ms, not 0.6
+    assert f.evidence.numbers["optimizer_steps"] == 6 and f.evidence.numbers["operators_per_step"] == 3
+    assert f.evidence.numbers["implementation"] == "for-loop"
+    assert [w.end_ns - w.start_ns for w in f.evidence.windows] == [100_000] * 6  # Adam's steps, not SparseAdam's
+    assert analyze(_two_optimizers(adam_us=20)).finding("unfused-optimizer") is None  # 2 %, however big SparseAdam's
+
+
 def test_an_older_torch_is_told_to_upgrade():
     f = analyze(_bundle(_loop(), torch_version="2.3.1+cpu")).finding("unfused-optimizer")
     assert "PyTorch 2.3.1+cpu, older than 2.4" in f.evidence.summary

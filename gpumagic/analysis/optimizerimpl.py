@@ -51,16 +51,22 @@ class OptimizerSteps:
     ops_per_call: float  # host operators inside a step, on average
 
 
-def optimizer_steps(ctx: Context) -> OptimizerSteps:
-    """The window's optimizer steps (computed once per context)."""
-    return ctx.memo("optimizer_steps", _find)
+def optimizer_steps(ctx: Context, classes: frozenset[str] | None = None) -> OptimizerSteps:
+    """The window's optimizer steps, or only those of ``classes`` (each set computed once per
+    context): where several optimizers step (a ``SparseAdam`` for the embeddings beside an
+    ``Adam``), what one of them costs and how it ran is its own steps' alone."""
+    if classes is None:
+        return ctx.memo("optimizer_steps", lambda c: _find(c, None))
+    return ctx.memo("optimizer_steps:" + ",".join(sorted(classes)), lambda c: _find(c, classes))
 
 
-def _find(ctx: Context) -> OptimizerSteps:
+def _find(ctx: Context, only: frozenset[str] | None) -> OptimizerSteps:
     ev, names = ctx.trace.events, ctx.trace.names
     host = ctx.masks["host"]
     is_step = ctx.host_name_ids(STEP_RE.search)
-    rows = np.flatnonzero(ctx.events_in_window(host & is_step[ev.name]))
+    chosen_names = is_step if only is None else ctx.host_name_ids(
+        lambda n: (m := STEP_RE.search(n)) is not None and m.group(1) in only)
+    rows = np.flatnonzero(ctx.events_in_window(host & chosen_names[ev.name]))
     if not rows.size:
         return OptimizerSteps(0, (), 0, iv.empty(), None, 0.0)
     classes = tuple(sorted({m.group(1) for i in distinct(ev.name[rows]).tolist() if (m := STEP_RE.search(names[i]))}))

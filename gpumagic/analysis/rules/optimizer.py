@@ -33,8 +33,9 @@ def unfused_optimizer(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: a CPU-only trace (no GPU activity) whose ``Optimizer.step#<Class>.step`` spans in
     the window are of Adam, AdamW or Adagrad and hold no fused kernel (``aten::_fused_*``): the
     for-loop implementation (PyTorch's default on the CPU) or foreach (``analysis.optimizerimpl``).
-    Threshold: the steps take ≥ 5 % of the window (TensorBoard plugin's line). Gain: the steps'
-    share of the window, an upper bound (the fused step still updates every parameter; the
+    Threshold: those classes' steps take ≥ 5 % of the window (TensorBoard plugin's line; another
+    optimizer's steps beside them, such as a ``SparseAdam`` for sparse embeddings, which has no
+    fused kernel, are not counted). Gain: their share of the window, an upper bound (the fused step still updates every parameter; the
     profiler's cost on the for-loop's many small operators inflates the share); measured in
     ``benchmarks/optimizer_fused.py``. Silent with a GPU (its default is foreach; a for-loop step
     there shows as tiny kernels: ``launch-bound``), for other optimizers, and for subclasses (their
@@ -42,10 +43,12 @@ def unfused_optimizer(ctx: Context, m: Metrics) -> Finding | None:
     optimizer, which fused does not support; PyTorch older than 2.4 (the fix says to upgrade)."""
     if ctx.device >= 0:
         return None
-    steps = optimizer_steps(ctx)
-    fusable = [c for c in steps.classes if c in FUSED_ON_CPU]
+    fusable = [c for c in optimizer_steps(ctx).classes if c in FUSED_ON_CPU]
+    if not fusable:
+        return None
+    steps = optimizer_steps(ctx, frozenset(fusable))  # another optimizer's steps (SparseAdam's) gain nothing
     share = ctx.frac(steps.ns)
-    if not fusable or steps.impl == "fused" or share < MIN_SHARE:
+    if steps.impl == "fused" or share < MIN_SHARE:
         return None
     names = " and ".join(fusable)
     torch_version = meta_block(ctx.trace.meta, "versions").get("torch")
