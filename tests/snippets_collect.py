@@ -17,6 +17,7 @@ import test_gradients_never_reset as tgr
 import test_inference_mode as tim
 import test_layout_conversions as tlc
 import test_loader_stages_analysis as tls
+import test_loop_host_work as tlw
 import test_memory_growth as tmg
 import test_no_grad_train_mode as tng
 import test_optimizer_state_reset as tos
@@ -167,6 +168,7 @@ def built_reports():
     yield "training-in-eval-mode", analyze(tem._loop())
     yield "inference-train-mode-in-training", tng._recorded("validation without eval()")
     yield "inference-grad-enabled-in-training", analyze(tim._training(evaluation=8))
+    yield "loop-host-work-tensors", analyze(tlw._training(2000, per_tensor=("aten::mul_", "aten::add_"), tensors=26))
     yield "memory-growth-gpu", analyze(tmg._gpu_loop([2**30 + i * 2**26 for i in range(6)]))
     yield "memory-growth-cpu", analyze(tmg._cpu_loop([2**20 + i * 8192 for i in range(6)]))
     yield "custom-matmul", analyze(_matmul_trace((8, 0), "NVIDIA A100-SXM4-80GB", False, "my_fp32_gemm_kernel").to_dict())
@@ -261,6 +263,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         backbone=nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1)).to(device),
         generator=nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU()).to(device),
         noise=torch.randn(6, 4, device=device),
+        ema_model=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(device), decay=0.999, c=0.01,
     )
     return ns
 

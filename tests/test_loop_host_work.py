@@ -39,9 +39,11 @@ def test_silent_on_every_other_recorded_trace(path):
     assert analyze(path).finding("loop-host-work") is None
 
 
-def _training(bookkeeping_us: float, steps: int = 6, cc=None, backward: bool = True):
+def _training(bookkeeping_us: float, steps: int = 6, cc=None, backward: bool = True,
+              per_tensor: tuple[str, ...] = (), tensors: int = 0, op_us: float = 10):
     """CPU training steps of 1 ms of model work each, after ``bookkeeping_us`` of the loop's own
-    code (an argmax, then Python) that opens each step."""
+    code (an argmax, then Python) that opens each step; with ``per_tensor``, those in-place
+    operators of ``op_us`` each on every one of ``tensors`` tensors there (a Python loop: an EMA)."""
     tb = TraceBuilder(cc=cc)
     t = 0.0
     for k in range(steps):
@@ -49,6 +51,11 @@ def _training(bookkeeping_us: float, steps: int = 6, cc=None, backward: bool = T
         tb.step(k + 1, t, dur)
         tb.op("Optimizer.zero_grad#SGD.zero_grad", t + 1, 4, cat="user_annotation")
         tb.op("aten::argmax", t + 6, 10)
+        at = t + 20
+        for _ in range(tensors):
+            for name in per_tensor:
+                tb.op(name, at, op_us)
+                at += op_us + 5
         f0 = t + bookkeeping_us
         tb.op("aten::linear", f0, 300)
         tb.op("aten::addmm", f0 + 20, 250)
@@ -85,6 +92,41 @@ def test_thresholds():
     assert analyze(_training(MIN_STEP_MS * 1000 * 0.8)).finding("loop-host-work") is None  # under 0.5 ms a step
     assert analyze(_training(MIN_STEP_MS * 1000 * 1.2)).finding("loop-host-work") is not None
     assert analyze(_training(2000, cc=(8, 0))).finding("loop-host-work") is None  # a GPU trace: not this rule's
+
+
+def test_a_python_loop_over_tensors_gets_the_foreach_fix():
+    """An EMA of 26 parameter tensors (mul_ and add_ on each, in Python) between the steps."""
+    f = analyze(_training(2000, per_tensor=("aten::mul_", "aten::add_"), tensors=26)).finding("loop-host-work")
+    assert f is not None and f.evidence.numbers["in_place_calls_per_step"] == 52
+    assert "aten::mul_ ×26, aten::add_ ×26" in f.evidence.summary and "a Python loop over tensors" in f.why
+    assert "torch._foreach_lerp_" in f.fixes[0].code and f.fixes[1].diagnostic and len(f.fixes) == 2
+    # a few in-place calls a step (a running sum), or many tiny ones beside a longer operator: bookkeeping's fix
+    for kwargs in ({"tensors": 7}, {"tensors": 26, "op_us": 0.1}):
+        f = analyze(_training(2000, per_tensor=("aten::mul_", "aten::add_"), **kwargs)).finding("loop-host-work")
+        assert "correct = correct +" in f.fixes[0].code and "Python loop over tensors" not in f.why
+
+
+def test_the_foreach_fix_computes_the_loops_moving_average():
+    import copy
+
+    import torch
+
+    from gpumagic.analysis.rules.loopwork import FOREACH_CODE
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+    ema_model, by_hand = copy.deepcopy(model), copy.deepcopy(model)
+    ns = {"torch": torch, "model": model, "ema_model": ema_model, "decay": 0.9}
+    exec(FOREACH_CODE.split("# in the loop")[0], ns)
+    for _ in range(5):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p))
+            for e, p in zip(by_hand.parameters(), model.parameters(), strict=True):
+                e.mul_(0.9).add_(p, alpha=0.1)
+        exec(FOREACH_CODE.split("# in the loop")[1].split("\n", 1)[1], ns)
+    for e, h in zip(ema_model.parameters(), by_hand.parameters(), strict=True):
+        torch.testing.assert_close(e, h)
 
 
 def test_the_tensor_fix_counts_what_the_python_loop_counts():
