@@ -40,6 +40,9 @@ def pytest_configure(config):
     # Text reports take the terminal's width: the same 100 columns for every test, whatever
     # terminal runs pytest (tests of the width set COLUMNS themselves).
     os.environ["COLUMNS"] = "100"
+    # A rule that raises costs only its finding in a user's report (a note says so); in the tests
+    # it must fail the test (gpumagic.analysis._judge).
+    os.environ["GPUMAGIC_STRICT_RULES"] = "1"
 
 
 def pytest_unconfigure(config):

@@ -6,6 +6,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from gpumagic._env import env_flag
 from gpumagic.analysis import aside, segments, selfcheck
 from gpumagic.analysis import metrics as _metrics
 from gpumagic.analysis.context import Context, build_context
@@ -48,7 +49,7 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
         aside.start(ctx, _metrics.ASIDE, workers, _metrics.before_aside)
         metrics = _metrics.compute(ctx)
         steady, steady_m, seg_notes = _steady_part(ctx, metrics, workers)
-        findings = _findings(ctx, metrics, steady, steady_m, empty)
+        findings, failed = _findings(ctx, metrics, steady, steady_m, empty)
     finally:  # a child whose values were not taken (an error on the way) is stopped
         aside.finish(ctx)
     findings, combined = apportion(ctx, findings, steady=steady)
@@ -57,7 +58,7 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
 
         findings = for_serving(findings)
     checks = selfcheck.notes(ctx, model_on_cpu=any(f.id == "model-on-cpu" for f in findings))
-    notes = list(trace.notes) + checks + ([] if empty else seg_notes)
+    notes = list(trace.notes) + checks + ([] if empty else seg_notes) + failed
     if ctx.window_source == "trace":
         notes.append("No ProfilerStep# markers: the window is the whole trace.")
     notes += filter(None, [long_names_note(trace.names)])  # names past MAX_NAME_CHARS: classified on a prefix
@@ -67,29 +68,46 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
 
 
 def _findings(ctx: Context, metrics: Metrics, steady: Context | None, steady_m: Metrics | None,
-              empty: bool) -> list[Finding]:
+              empty: bool) -> tuple[list[Finding], list[str]]:
     """What the cause rules and the residual rule find: the steady-state rules on ``steady``
     (``None``: not judged), the others on the whole window; nothing when the window is ``empty``
-    (:func:`selfcheck.is_empty`)."""
+    (:func:`selfcheck.is_empty`). Also a note for each rule that failed (:func:`_judge`)."""
     findings: list[Finding] = []
+    failed: list[str] = []
     unjudged = selfcheck.host_rules_unjudged(ctx)  # counter mode, no host events: a note says so
     for rule in () if empty else CAUSE_RULES:
         if getattr(rule, "finding_id", "") in unjudged:
             f = None
         elif rule not in STEADY_RULES:
-            f = rule(ctx, metrics)
+            f = _judge(rule, ctx, metrics, failed)
         elif steady is None or steady_m is None:
             f = None
         else:
-            f = rule(steady, steady_m)
+            f = _judge(rule, steady, steady_m, failed)
             if f is not None and steady is not ctx and f.id not in IDLE_TYPE:  # a share of the whole window
                 f = replace(f, est_gain=round(f.est_gain * steady.window_ns / ctx.window_ns, 4))
         if f is not None:
             findings.append(f)
-    low = None if empty else RESIDUAL_RULE(ctx, metrics)
+    low = None if empty else _judge(RESIDUAL_RULE, ctx, metrics, failed)
     if low is not None:
         findings.append(low)
-    return findings
+    return findings, failed
+
+
+def _judge(rule, ctx: Context, metrics: Metrics, failed: list[str]) -> Finding | None:
+    """One rule's finding. A rule that raises on a trace nobody foresaw costs its own finding,
+    not the report: a note names it and the error. With ``GPUMAGIC_STRICT_RULES=1`` (the test
+    suite sets it) the error propagates, so that no rule's failure goes unseen in a test."""
+    try:
+        found: Finding | None = rule(ctx, metrics)
+        return found
+    except Exception as exc:
+        if env_flag("GPUMAGIC_STRICT_RULES", False):
+            raise
+        name = getattr(rule, "finding_id", getattr(rule, "__name__", "a rule"))
+        failed.append(f"{name} was not judged: the rule failed on this trace ({type(exc).__name__}: {exc}). "
+                      "This is a gpumagic bug; please report it, with the trace if you can share it.")
+        return None
 
 
 def _steady_part(ctx: Context, metrics: Metrics, workers: int = 1) -> tuple[Context | None, Metrics | None, list[str]]:
