@@ -15,6 +15,7 @@ from gpumagic.analysis.names import long_names_note
 from gpumagic.analysis.oom import out_of_memory
 from gpumagic.analysis.operators import TOP_OPERATORS
 from gpumagic.analysis.rules import CAUSE_RULES, RESIDUAL_RULE, STEADY_IDS, STEADY_RULES
+from gpumagic.analysis.rules.base import Rule
 from gpumagic.analysis.rules.warmup import lead_with_warmup
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Report, sort_findings
@@ -94,7 +95,7 @@ def _findings(ctx: Context, metrics: Metrics, steady: Context | None, steady_m: 
     return findings, failed
 
 
-def _judge(rule, ctx: Context, metrics: Metrics, failed: list[str]) -> Finding | None:
+def _judge(rule: Rule, ctx: Context, metrics: Metrics, failed: list[str]) -> Finding | None:
     """One rule's finding. A rule that raises on a trace nobody foresaw costs its own finding,
     not the report: a note names it and the error. With ``GPUMAGIC_STRICT_RULES=1`` (the test
     suite sets it) the error propagates, so that no rule's failure goes unseen in a test."""
