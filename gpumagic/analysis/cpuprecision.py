@@ -133,7 +133,9 @@ def autocast_calls(ctx: Context, ops: np.ndarray) -> int:
     holder = parent_op(ctx, evidence)
     again = holder >= 0
     again[again] &= ev.name[holder[again]] == ev.name[evidence[again]]
-    return int(np.intersect1d(casting, holder[again]).size)
+    both = np.concatenate([distinct(casting), distinct(holder[again])])  # sorted runs: a row in both appears twice
+    both.sort()
+    return int(np.count_nonzero(both[1:] == both[:-1]))
 
 
 def holders(ev: EventTable, calls: np.ndarray, casts: np.ndarray) -> int:
