@@ -169,6 +169,7 @@ def built_reports():
     yield "inference-train-mode-in-training", tng._recorded("validation without eval()")
     yield "inference-grad-enabled-in-training", analyze(tim._training(evaluation=8))
     yield "loop-host-work-tensors", analyze(tlw._training(2000, per_tensor=("aten::mul_", "aten::add_"), tensors=26))
+    yield "loop-host-work-from-python", analyze(tlw._training(2000, from_python_us=400))
     yield "memory-growth-gpu", analyze(tmg._gpu_loop([2**30 + i * 2**26 for i in range(6)]))
     yield "memory-growth-cpu", analyze(tmg._cpu_loop([2**20 + i * 8192 for i in range(6)]))
     yield "custom-matmul", analyze(_matmul_trace((8, 0), "NVIDIA A100-SXM4-80GB", False, "my_fp32_gemm_kernel").to_dict())
@@ -263,6 +264,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         backbone=nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1)).to(device),
         generator=nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU()).to(device),
         noise=torch.randn(6, 4, device=device),
+        data=[[0.5] * 8 for _ in range(10)], labels=[i % 4 for i in range(10)], epochs=2,
         ema_model=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(device), decay=0.999, c=0.01,
     )
     return ns

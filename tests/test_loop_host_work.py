@@ -40,10 +40,12 @@ def test_silent_on_every_other_recorded_trace(path):
 
 
 def _training(bookkeeping_us: float, steps: int = 6, cc=None, backward: bool = True,
-              per_tensor: tuple[str, ...] = (), tensors: int = 0, op_us: float = 10):
+              per_tensor: tuple[str, ...] = (), tensors: int = 0, op_us: float = 10, from_python_us: float = 0):
     """CPU training steps of 1 ms of model work each, after ``bookkeeping_us`` of the loop's own
     code (an argmax, then Python) that opens each step; with ``per_tensor``, those in-place
-    operators of ``op_us`` each on every one of ``tensors`` tensors there (a Python loop: an EMA)."""
+    operators of ``op_us`` each on every one of ``tensors`` tensors there (a Python loop: an EMA);
+    with ``from_python_us``, two tensors built from Python lists there, each filled for that long
+    (``aten::empty``, the fill, ``aten::to``, ``aten::lift_fresh``, as ``torch.tensor`` records it)."""
     tb = TraceBuilder(cc=cc)
     t = 0.0
     for k in range(steps):
@@ -52,6 +54,11 @@ def _training(bookkeeping_us: float, steps: int = 6, cc=None, backward: bool = T
         tb.op("Optimizer.zero_grad#SGD.zero_grad", t + 1, 4, cat="user_annotation")
         tb.op("aten::argmax", t + 6, 10)
         at = t + 20
+        for _ in range(2 if from_python_us else 0):
+            tb.op("aten::empty", at + 100, 2)  # after the walk through the list
+            tb.op("aten::to", at + 102 + from_python_us, 1)
+            tb.op("aten::lift_fresh", at + 104 + from_python_us, 1)
+            at += 110 + from_python_us
         for _ in range(tensors):
             for name in per_tensor:
                 tb.op(name, at, op_us)
@@ -104,6 +111,58 @@ def test_a_python_loop_over_tensors_gets_the_foreach_fix():
     for kwargs in ({"tensors": 7}, {"tensors": 26, "op_us": 0.1}):
         f = analyze(_training(2000, per_tensor=("aten::mul_", "aten::add_"), **kwargs)).finding("loop-host-work")
         assert "correct = correct +" in f.fixes[0].code and "Python loop over tensors" not in f.why
+
+
+def test_batches_built_from_python_lists_get_the_convert_once_fix():
+    f = analyze(_training(2000, from_python_us=400)).finding("loop-host-work")
+    assert f is not None and f.evidence.numbers["from_python_data_frac"] == pytest.approx(2 * 404 / 1996, abs=1e-3)
+    assert "2 tensors a step were built from Python data" in f.evidence.summary
+    assert "torch.tensor(data" in f.fixes[0].code and "randperm" in f.fixes[0].code and f.fixes[1].diagnostic
+    assert "from Python data each step" in f.why
+    # fills under a quarter of the loop's code: the bookkeeping fix
+    f = analyze(_training(2000, from_python_us=200)).finding("loop-host-work")
+    assert "correct = correct +" in f.fixes[0].code and "Python data" not in f.evidence.summary
+
+
+def test_a_recorded_loop_converting_lists_each_step():
+    """torch.tensor of a 256 x 64 list each step takes milliseconds, the model a fraction of one."""
+    import random
+
+    import torch
+
+    import gpumagic
+
+    random.seed(0)
+    data = [[random.random() for _ in range(64)] for _ in range(256)]
+    labels = [random.randrange(4) for _ in range(256)]
+    model = torch.nn.Linear(64, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gpumagic.profile(steps=4, skip=1, display=False) as run:
+        for _ in range(6):
+            x, y = torch.tensor(data), torch.tensor(labels)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    f = run.report.finding("loop-host-work")
+    assert f is not None and "2 tensors a step were built from Python data" in f.evidence.summary
+    assert f.evidence.numbers["from_python_data_frac"] >= 0.25 and "torch.tensor(data" in f.fixes[0].code
+
+
+def test_the_convert_once_fix_visits_every_sample_once_an_epoch():
+    import torch
+
+    from gpumagic.analysis.rules.loopwork import FROM_PYTHON_CODE
+
+    data = [[float(i), float(-i)] for i in range(10)]
+    ns = {"torch": torch, "data": data, "labels": list(range(10)), "epochs": 2, "batch_size": 3}
+    seen = []
+    exec(FROM_PYTHON_CODE + "        seen.append((x.clone(), y.clone()))\n", {**ns, "seen": seen})
+    assert len(seen) == 2 * 4  # 4 batches an epoch (3, 3, 3, 1)
+    for epoch in (seen[:4], seen[4:]):
+        xs, ys = torch.cat([b[0] for b in epoch]), torch.cat([b[1] for b in epoch])
+        assert sorted(ys.tolist()) == list(range(10))
+        assert all(x.tolist() == data[int(y)] for x, y in zip(xs, ys, strict=True))  # rows stay with their labels
 
 
 def test_the_foreach_fix_computes_the_loops_moving_average():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -63,6 +64,24 @@ with torch.no_grad():
     torch._foreach_lerp_(ema_params, params, 1 - decay)
 # a weight clip the same way: torch._foreach_clamp_min_(params, -c); torch._foreach_clamp_max_(params, c)
 """
+#: What building a tensor from Python data records (``torch.tensor``/``torch.as_tensor`` of a list:
+#: ``internal_new_from_data`` sizes the list, allocates, fills element by element, converts; checked
+#: on torch 2.13) ...
+FROM_PYTHON = ("aten::empty", "aten::to", "aten::lift_fresh")
+#: ... and from this share of the loop's own code in the filling alone (a lower bound of the
+#: conversion: the scan of the list before the allocation is not counted) it is the loop's work.
+MIN_FROM_PYTHON_SHARE = 0.25
+#: The data as tensors once, indexed each step. Measured on this project's machine: a 512 x 64 list
+#: of floats took 5.1-6.3 ms through torch.tensor, the same numpy array 0.07 ms through torch.from_numpy.
+FROM_PYTHON_CODE = """
+all_inputs = torch.tensor(data, dtype=torch.float32)   # once, before the loop (a numpy array: torch.from_numpy)
+all_targets = torch.tensor(labels)
+for epoch in range(epochs):
+    order = torch.randperm(len(all_inputs))            # a new shuffle each epoch
+    for start in range(0, len(all_inputs), batch_size):
+        idx = order[start:start + batch_size]
+        x, y = all_inputs[idx], all_targets[idx]       # indexing tensors: no Python object per element
+"""
 PRUN_CODE = """
 %%prun -s tottime -l 15
 # the cell as it is: Python's profiler lists the functions that spend the most time themselves
@@ -100,7 +119,7 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     step_ms = median_of(per_step)
     if frac < MIN_FRAC or step_ms < MIN_STEP_MS:
         return None
-    ops_ns, op_ns, calls = _operators_in(ctx, other)
+    ops_ns, op_ns, calls, from_python_ns, from_python_calls = _operators_in(ctx, other)
     top = op_ns.most_common(TOP_OPS)
     python_frac = max(0.0, (total - ops_ns) / total) if total else 0.0
     named = ", ".join(f"{n} {c / 1e6:.2f} ms" for n, c in top if c >= MIN_OP_SHARE * total) or "none of note"
@@ -108,41 +127,56 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     per_tensor = sum(in_place.values()) / len(ctx.step_bounds)
     # many a step, and most of the operators' time there
     tensor_loop = per_tensor >= MIN_PER_TENSOR_CALLS and 2 * sum(op_ns[n] for n in in_place) >= sum(op_ns.values())
+    from_python = from_python_ns >= MIN_FROM_PYTHON_SHARE * total
     frames = [(n, c) for n, c in _python_frames_in(ctx, other) if c >= MIN_FRAME_SHARE * total]
     lines = ("; Python functions with the most of it (their own time, with_stack): "
              + ", ".join(f"{n} {c / 1e6:.2f} ms" for n, c in frames)) if frames else ""
-    return finding(
-        severity=severity_for(frac),
-        title=f"The loop's own code outside the model takes {pct(frac)} of the time",
-        why="""Between one optimizer step and the next forward pass, each step ran code of the loop itself — not
+    why = """Between one optimizer step and the next forward pass, each step ran code of the loop itself — not
         the data loader, not the model's forward or backward, not the optimizer. That is where per-step bookkeeping
         runs: metrics computed element by element in Python, tensors turned into lists, logging and progress bars.
         A Python loop over a batch pays the interpreter per element; a tensor reduction does the same work in one
         operator, and a number printed every hundred steps costs a hundredth."""
-        + (""" Here most of the operators are in-place updates of one tensor each, many a step: a Python loop over
+    summary = (f"{pct(frac)} of the window ({total / 1e6:.1f} ms; median {step_ms:.2f} ms a step) ran between the "
+               f"optimizer step and the next forward pass, not waiting for data; {pct(python_frac)} of it with no "
+               f"PyTorch operator running (Python). Operators in it: {named}{lines}.")
+    if from_python:
+        why += """ Here the loop builds its batches from Python data each step (torch.tensor or torch.as_tensor of
+        lists): PyTorch walks the lists to find their shape, then converts every element, one Python object at a
+        time. Converting the data once, before the loop, and indexing the tensors each step leaves only the
+        indexing (from a numpy array, torch.from_numpy shares its memory without converting)."""
+        summary += (f" {from_python_calls / len(ctx.step_bounds):.0f} tensors a step were built from Python data "
+                    f"(aten::empty, a fill by element, aten::to, aten::lift_fresh, as torch.tensor of a list records "
+                    f"it); the fills alone took {from_python_ns / 1e6:.1f} ms, {pct(from_python_ns / total)} of it "
+                    f"(the walk through the lists before each allocation not counted).")
+        fix = pytorch("Convert the data to tensors once, before the loop, and index them each step", FROM_PYTHON_CODE)
+    elif tensor_loop:
+        why += """ Here most of the operators are in-place updates of one tensor each, many a step: a Python loop over
         tensors (an exponential moving average of the weights, a weight clip, a hand-written update), which pays the
         interpreter and PyTorch's per-operator cost once per tensor. The torch._foreach_ operators take the whole
-        list in one call.""" if tensor_loop else ""),
-        summary=(f"{pct(frac)} of the window ({total / 1e6:.1f} ms; median {step_ms:.2f} ms a step) ran between the "
-                 f"optimizer step and the next forward pass, not waiting for data; {pct(python_frac)} of it with no PyTorch operator "
-                 f"running (Python). Operators in it: {named}{lines}."
-                 + (f" {per_tensor:.0f} in-place operator calls a step there, most of its operator time ("
+        list in one call."""
+        summary += (f" {per_tensor:.0f} in-place operator calls a step there, most of its operator time ("
                     + ", ".join(f"{n} ×{c / len(ctx.step_bounds):.0f}" for n, c in in_place.most_common(TOP_OPS))
-                    + "): a Python loop over tensors." if tensor_loop else "")),
+                    + "): a Python loop over tensors.")
+        fix = pytorch("Update the tensors in one call: torch._foreach_ operators instead of a Python loop", FOREACH_CODE)
+    else:
+        fix = pytorch("Keep per-step bookkeeping on tensors and bring it to Python only when you print it",
+                      TENSOR_METRICS_CODE)
+    return finding(
+        severity=severity_for(frac),
+        title=f"The loop's own code outside the model takes {pct(frac)} of the time",
+        why=why,
+        summary=summary,
         numbers={"loop_work_frac": round(frac, 4), "loop_work_step_ms": round(step_ms, 4),
                  "no_operator_frac": round(python_frac, 4), "in_place_calls_per_step": round(per_tensor, 1),
+                 "from_python_data_frac": round(from_python_ns / total, 4) if total else 0.0,
                  "threshold_frac": MIN_FRAC,
                  "threshold_loop_work_step_ms": MIN_STEP_MS},
         est_gain=frac,
         gain_method=("estimate: the share of the window the loop's own code took between the optimizer step and "
                      "the next forward pass (torch.save left out); the profiler slows the operators and not the Python "
                      f"between them, which pulls it low ({MEASURED})"),
-        fixes=((pytorch("Update the tensors in one call: torch._foreach_ operators instead of a Python loop",
-                        FOREACH_CODE),) if tensor_loop else
-               (pytorch("Keep per-step bookkeeping on tensors and bring it to Python only when you print it",
-                        TENSOR_METRICS_CODE),)) + (
-               pytorch("Find the lines: profile the cell with Python's profiler (IPython's %%prun), slowest "
-                       "functions by their own time first", PRUN_CODE, diagnostic=True),),
+        fixes=(fix, pytorch("Find the lines: profile the cell with Python's profiler (IPython's %%prun), slowest "
+                            "functions by their own time first", PRUN_CODE, diagnostic=True)),
         doc_url=DOC,
     )
 
@@ -158,27 +192,39 @@ def _saves(ctx: Context) -> iv.Intervals:
     return iv.union(np.array([a for a, _ in spans], np.int64), np.array([b for _, b in spans], np.int64))
 
 
-def _operators_in(ctx: Context, where: iv.Intervals) -> tuple[int, Counter[str], Counter[str]]:
-    """The main thread's operator time inside ``where`` (each moment once), and the outermost
-    operators there: their time and their calls, by name."""
+class _LoopOps(NamedTuple):
+    """The main thread's operators inside the loop's own code (:func:`_operators_in`)."""
+
+    ops_ns: int  # their time, each moment once
+    time: Counter[str]  # the outermost ones' time, by name
+    calls: Counter[str]  # the outermost ones' calls, by name
+    from_python_ns: int  # tensors filled from Python data (:data:`FROM_PYTHON`): from allocation to lift_fresh
+    from_python_calls: int
+
+
+def _operators_in(ctx: Context, where: iv.Intervals) -> _LoopOps:
+    """The main thread's operators inside ``where``."""
     ev, mk = ctx.trace.events, ctx.masks
     rows = np.flatnonzero(mk["cpu_op"] & (ev.lane == ctx.main_lane) & ctx.events_in_window(mk["cpu_op"]))
+    if rows.size and where[0].size:
+        rows = rows[iv.contains(where, ev.ts_ns[rows])]
     if rows.size == 0 or where[0].size == 0:
-        return 0, Counter(), Counter()
+        return _LoopOps(0, Counter(), Counter(), 0, 0)
     s, e = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
-    inside = iv.contains(where, s)
-    rows, s, e = rows[inside], s[inside], e[inside]
-    if rows.size == 0:
-        return 0, Counter(), Counter()
     order, outer = iv.outermost(s, e)  # by start, the enclosing operator first
     rows, s, e = rows[order], s[order], e[order]
     ops_ns = iv.total(iv.intersect(iv.union(s[outer], e[outer]), where))
     by_name: Counter[str] = Counter()
     calls: Counter[str] = Counter()
-    for r, a, b in zip(rows[outer].tolist(), s[outer].tolist(), e[outer].tolist(), strict=True):
-        by_name[ctx.trace.names[ev.name[r]]] += b - a
-        calls[ctx.trace.names[ev.name[r]]] += 1
-    return ops_ns, by_name, calls
+    names = [ctx.trace.names[i] for i in ev.name[rows[outer]].tolist()]
+    for name, a, b in zip(names, s[outer].tolist(), e[outer].tolist(), strict=True):
+        by_name[name] += b - a
+        calls[name] += 1
+    # torch.tensor(list) records aten::empty, then fills it from the Python objects (no operator),
+    # then aten::to and aten::lift_fresh, one after another at the top level
+    starts = s[outer].tolist()
+    filled = [starts[k] - starts[k - 2] for k in range(2, len(names)) if tuple(names[k - 2:k + 1]) == FROM_PYTHON]
+    return _LoopOps(ops_ns, by_name, calls, int(sum(filled)), len(filled))
 
 
 def _python_frames_in(ctx: Context, where: iv.Intervals) -> list[tuple[str, int]]:
