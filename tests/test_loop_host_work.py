@@ -107,6 +107,11 @@ def test_a_python_loop_over_tensors_gets_the_foreach_fix():
     assert f is not None and f.evidence.numbers["in_place_calls_per_step"] == 52
     assert "aten::mul_ ×26, aten::add_ ×26" in f.evidence.summary and "a Python loop over tensors" in f.why
     assert "torch._foreach_lerp_" in f.fixes[0].code and f.fixes[1].diagnostic and len(f.fixes) == 2
+    # the fix follows what the loop does: zeroing each gradient, clipping each weight
+    f = analyze(_training(2000, per_tensor=("aten::zero_",), tensors=26)).finding("loop-host-work")
+    assert "optimizer.zero_grad()" in f.fixes[0].code and "set_to_none" in f.fixes[0].code
+    f = analyze(_training(2000, per_tensor=("aten::clamp_",), tensors=26)).finding("loop-host-work")
+    assert "torch._foreach_clamp_min_(params, -c)" in f.fixes[0].code
     # a few in-place calls a step (a running sum), or many tiny ones beside a longer operator: bookkeeping's fix
     for kwargs in ({"tensors": 7}, {"tensors": 26, "op_us": 0.1}):
         f = analyze(_training(2000, per_tensor=("aten::mul_", "aten::add_"), **kwargs)).finding("loop-host-work")

@@ -57,6 +57,7 @@ def test_fix_runs_on_cpu(code, tmp_path, monkeypatch):
 
     calls: list = []
     ns = sc.harness("cpu", calls)
+    ns["model"](ns["x"]).sum().backward()  # gradients in place: a fix that drops them did something
     before = dict(ns)
     precision = torch.backends.cuda.matmul.fp32_precision
     threads = torch.get_num_threads()
@@ -69,7 +70,7 @@ def test_fix_runs_on_cpu(code, tmp_path, monkeypatch):
             warnings.simplefilter("ignore")  # pin_memory=True without an accelerator warns
             ck.run(code, ns, "cpu")
         changed = (precision != torch.backends.cuda.matmul.fp32_precision or torch.get_num_threads() != SENTINEL_THREADS
-                   or torch.is_anomaly_enabled() != anomaly)
+                   or torch.is_anomaly_enabled() != anomaly or any(p.grad is None for p in before["model"].parameters()))
     finally:
         torch.autograd.set_detect_anomaly(False)  # the test process never keeps the mode on
         torch.backends.cuda.matmul.fp32_precision = precision

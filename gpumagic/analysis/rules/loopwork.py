@@ -16,7 +16,7 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.phases import phase_intervals
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding
+from gpumagic.report.model import Finding, Fix
 
 #: A finding from this share of the window (the TensorBoard profiler plugin's 5 % line for a
 #: bottleneck worth naming, doubled: some loop code between steps is in every loop) ...
@@ -53,17 +53,34 @@ if step % 100 == 0:  # bring the number to Python only when you print it
 MIN_PER_TENSOR_CALLS = 16
 #: ... an in-place operator (``aten::mul_``, ``aten::lerp_``, ``aten::copy_``...: the name ends in ``_``)
 IN_PLACE = re.compile(r"^aten::[a-z][a-z0-9_]*[a-z0-9]_$")
-#: torch._foreach_lerp_ takes the two lists and updates every tensor in one call (timm's ModelEmaV3
-#: and torch.optim.swa_utils.get_ema_multi_avg_fn do the same). On this project's 2-core machine,
-#: 26 tensors of a 6-block MLP: 39-42 µs a call against 291-431 µs for the Python loop of mul_ and add_.
+#: The fix for a Python loop over tensors, by what the loop's in-place operators do. An average
+#: (``mul_``/``add_``/``lerp_``...: an EMA of the weights): torch._foreach_lerp_ takes the two
+#: lists and updates every tensor in one call (timm's ModelEmaV3 and
+#: torch.optim.swa_utils.get_ema_multi_avg_fn do the same); on this project's 2-core machine, 26
+#: tensors of a 6-block MLP: 39-42 µs a call against 291-431 µs for the Python loop of mul_ and add_.
 FOREACH_CODE = """
 # an exponential moving average of the weights, for example (ema = decay * ema + (1 - decay) * p):
 ema_params, params = list(ema_model.parameters()), list(model.parameters())  # once, before the loop
 # in the loop, after optimizer.step(): every tensor in one call
 with torch.no_grad():
     torch._foreach_lerp_(ema_params, params, 1 - decay)
-# a weight clip the same way: torch._foreach_clamp_min_(params, -c); torch._foreach_clamp_max_(params, c)
 """
+#: Zeroing each gradient (``zero_``: ``model.zero_grad(set_to_none=False)`` runs one a parameter on
+#: the CPU, as a loop of ``p.grad.zero_()`` does): dropping the gradients instead runs no operator.
+ZERO_CODE = """
+optimizer.zero_grad()   # set_to_none=True, the default since PyTorch 2.0: the gradients are dropped, not zeroed
+# not: model.zero_grad(set_to_none=False), nor: for p in model.parameters(): p.grad.zero_()
+"""
+#: A weight clip (``clamp_``: a WGAN critic's ``p.data.clamp_(-c, c)``).
+CLAMP_CODE = """
+params = list(model.parameters())   # once, before the loop (the model whose weights are clipped)
+# in the loop, after optimizer.step(): every tensor in one call
+with torch.no_grad():
+    torch._foreach_clamp_min_(params, -c)
+    torch._foreach_clamp_max_(params, c)
+"""
+ZEROING = frozenset({"aten::zero_", "aten::fill_"})
+CLAMPING = frozenset({"aten::clamp_", "aten::clamp_min_", "aten::clamp_max_", "aten::clip_"})
 #: What building a tensor from Python data records (``torch.tensor``/``torch.as_tensor`` of a list:
 #: ``internal_new_from_data`` sizes the list, allocates, fills element by element, converts; checked
 #: on torch 2.13) ...
@@ -153,11 +170,11 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
         why += """ Here most of the operators are in-place updates of one tensor each, many a step: a Python loop over
         tensors (an exponential moving average of the weights, a weight clip, a hand-written update), which pays the
         interpreter and PyTorch's per-operator cost once per tensor. The torch._foreach_ operators take the whole
-        list in one call."""
+        list in one call, and gradients need no zeroing at all (set_to_none=True drops them)."""
         summary += (f" {per_tensor:.0f} in-place operator calls a step there, most of its operator time ("
                     + ", ".join(f"{n} ×{c / len(ctx.step_bounds):.0f}" for n, c in in_place.most_common(TOP_OPS))
                     + "): a Python loop over tensors.")
-        fix = pytorch("Update the tensors in one call: torch._foreach_ operators instead of a Python loop", FOREACH_CODE)
+        fix = _tensor_loop_fix(in_place)
     else:
         fix = pytorch("Keep per-step bookkeeping on tensors and bring it to Python only when you print it",
                       TENSOR_METRICS_CODE)
@@ -179,6 +196,16 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
                             "functions by their own time first", PRUN_CODE, diagnostic=True)),
         doc_url=DOC,
     )
+
+
+def _tensor_loop_fix(in_place: Counter[str]) -> Fix:
+    """The fix for a Python loop over tensors, by the in-place operator it calls most."""
+    top = in_place.most_common(1)[0][0]
+    if top in ZEROING:
+        return pytorch("Drop the gradients instead of zeroing each one", ZERO_CODE)
+    if top in CLAMPING:
+        return pytorch("Clip the weights in one call: torch._foreach_ operators instead of a Python loop", CLAMP_CODE)
+    return pytorch("Update the tensors in one call: torch._foreach_ operators instead of a Python loop", FOREACH_CODE)
 
 
 def _saves(ctx: Context) -> iv.Intervals:
