@@ -14,6 +14,7 @@ from snippets_collect import known_roots
 
 #: Types whose methods fixes call on objects they made (a tensor, a model, a stream, a cache path...).
 def _method_types():
+    import concurrent.futures
     import threading
     from pathlib import Path
 
@@ -21,7 +22,8 @@ def _method_types():
     from torch.utils.data import DataLoader
 
     types = [torch.Tensor, torch.nn.Module, torch.nn.parallel.DistributedDataParallel, torch.optim.Optimizer,
-             torch.amp.GradScaler, DataLoader, Path, str, list, dict, tuple, threading.Thread]
+             torch.amp.GradScaler, DataLoader, Path, str, list, dict, tuple, threading.Thread,
+             concurrent.futures.ThreadPoolExecutor]
     types += [getattr(torch.cuda, n) for n in ("Stream", "Event", "CUDAGraph")]
     from gpumagic.tuning.tuner import TuneResult  # what gpumagic.tune_dataloader returns
 

@@ -170,6 +170,7 @@ def built_reports():
     yield "inference-grad-enabled-in-training", analyze(tim._training(evaluation=8))
     yield "loop-host-work-tensors", analyze(tlw._training(2000, per_tensor=("aten::mul_", "aten::add_"), tensors=26))
     yield "loop-host-work-from-python", analyze(tlw._training(2000, from_python_us=400))
+    yield "loop-host-work-waiting", analyze(tlw._sampled(35.0))
     for kind in ("aten::zero_", "aten::clamp_"):
         yield f"loop-host-work-{kind}", analyze(tlw._training(2000, per_tensor=(kind,), tensors=26))
     yield "memory-growth-gpu", analyze(tmg._gpu_loop([2**30 + i * 2**26 for i in range(6)]))

@@ -11,7 +11,7 @@ import pytest
 from tracebuilder import DATA, TraceBuilder
 
 from gpumagic import analyze
-from gpumagic.analysis.rules.loopwork import MIN_FRAC, MIN_STEP_MS
+from gpumagic.analysis.rules.loopwork import MAX_WAITING_USE, MIN_FRAC, MIN_STEP_MS
 
 RECORDED = os.path.join(DATA, "cpu_loop_host_work.json.gz")
 
@@ -168,6 +168,76 @@ def test_the_convert_once_fix_visits_every_sample_once_an_epoch():
         xs, ys = torch.cat([b[0] for b in epoch]), torch.cat([b[1] for b in epoch])
         assert sorted(ys.tolist()) == list(range(10))
         assert all(x.tolist() == data[int(y)] for x, y in zip(xs, ys, strict=True))  # rows stay with their labels
+
+
+def _sampled(main_demand: float | None, main_thread: float | None = None, every_ms: float = 3.0, **kw) -> dict:
+    """:func:`_training` (2 ms of the loop's own code, then 1 ms of model, six steps) with CPU
+    samples every ``every_ms`` from the start: the main thread's demand (schedstat) or run time,
+    percent of a core; the process's ``main`` always busy (its other threads)."""
+    d = _training(2000, **kw)
+    n = int(18 // every_ms) + 1
+    cpu = {"t_epoch_ns": [int(i * every_ms * 1e6) for i in range(n)], "main": [150.0] * n}
+    if main_demand is not None:
+        cpu["main_demand"] = [main_demand] * n
+    if main_thread is not None:
+        cpu["main_thread"] = [main_thread] * n
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "versions": {},
+                     "clock": {"anchor_epoch_ns": None}, "machine": {}, "samples": {"cpu": cpu}}
+    return d
+
+
+def test_a_loop_that_sleeps_is_told_from_one_that_computes():
+    """The model's operators hold 0.9 ms of each 3 ms step: a main thread wanting 35 % of a core
+    slept through the loop's own code; one wanting a whole core computed there."""
+    f = analyze(_sampled(35.0)).finding("loop-host-work")
+    n = f.evidence.numbers
+    assert n["main_thread_core_use"] < MAX_WAITING_USE and "it mostly waited" in f.evidence.summary
+    assert "mostly slept" in f.why and "(Python)" not in f.evidence.summary
+    assert "ThreadPoolExecutor" in f.fixes[1].code and f.fixes[0].diagnostic  # %%prun first: find the wait
+    f = analyze(_sampled(100.0)).finding("loop-host-work")
+    assert f.evidence.numbers["main_thread_core_use"] == 1.0 and "correct = correct +" in f.fixes[0].code
+    assert "mostly waited" not in f.evidence.summary and "(Python)" in f.evidence.summary
+    # without schedstat, the thread's run time; never the whole process's ("main": other threads too)
+    assert analyze(_sampled(None, main_thread=35.0)).finding("loop-host-work").evidence.numbers[
+        "main_thread_core_use"] < MAX_WAITING_USE
+    assert "main_thread_core_use" not in analyze(_sampled(None)).finding("loop-host-work").evidence.numbers
+
+
+def test_samples_reaching_past_the_window_are_not_read():
+    """A sample holding the profiler's export after the window would read as the loop's own
+    Python: only samples inside the window count, and fewer than one period's worth say nothing."""
+    d = _sampled(35.0, every_ms=6.0)  # samples at 0, 6, 12, 18 ms; then one at 24 ms, past the 18 ms window
+    cpu = d["gpumagic"]["samples"]["cpu"]
+    cpu["t_epoch_ns"].append(24_000_000)
+    cpu["main"].append(150.0)
+    cpu["main_demand"] = [35.0] * 4 + [100.0]  # the export after the window: a busy thread
+    n = analyze(d).finding("loop-host-work").evidence.numbers
+    assert n["main_thread_core_use"] < MAX_WAITING_USE  # from the samples inside alone
+    cpu["t_epoch_ns"], cpu["main"], cpu["main_demand"] = [6_000_000, 24_000_000], [150.0] * 2, [35.0] * 2
+    assert "main_thread_core_use" not in analyze(d).finding("loop-host-work").evidence.numbers
+
+
+def test_a_recorded_loop_that_sleeps_between_steps():
+    """time.sleep after each step (as a blocking upload would): the samples show the main thread
+    idle there. Recorded live: 40 steps of a tiny model, 20 ms asleep each."""
+    import time
+
+    import torch
+
+    import gpumagic
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 8)
+    with gpumagic.profile(steps=40, skip=1, display=False) as run:
+        for _ in range(42):
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            time.sleep(0.02)
+    f = run.report.finding("loop-host-work")
+    assert f is not None and f.evidence.numbers["main_thread_core_use"] < 0.3
+    assert any("ThreadPoolExecutor" in fx.code for fx in f.fixes)
 
 
 def test_the_foreach_fix_computes_the_loops_moving_average():

@@ -149,6 +149,38 @@ def _loader_cpu_bound(ctx: Context, cpu: dict[str, Any], t: np.ndarray, workers:
     return None, ""
 
 
+def main_thread_use(ctx: Context, where: iv.Intervals, computing: iv.Intervals) -> tuple[float | None, int]:
+    """How much of a core the main thread wanted during ``where`` (times with no operator of its
+    own running), from the CPU samples, and how many samples said so.
+
+    Each sample covers the time since the one before it. The main thread's demand there
+    (schedstat's run + run-queue wait, so a thread starved by other processes still counts as
+    wanting; its run time, ``main_thread``, where schedstat is missing; never ``main``, the whole
+    process), less a whole core during ``computing`` (its operators), is laid on ``where``'s time
+    in that sample. Everything else in the sample — Python between the model's operators
+    included — is taken as idle, so the figure leans high: a low one means the thread mostly
+    slept then (``time.sleep``, a blocking write or network call, a lock). Only samples that lie
+    inside the window count (one reaching past it holds the profiler's start or the trace's
+    export). None without samples, or where they cover less of ``where`` than one sampling period."""
+    cpu = ctx.trace.samples.cpu if ctx.trace.samples is not None else {}
+    t = np.asarray(cpu.get("t_ns", np.zeros(0)))
+    key = next((k for k in ("main_demand", "main_thread") if k in cpu and (np.asarray(cpu[k]) >= 0).all()), None)
+    if t.size < 2 or key is None or not where[0].size:
+        return None, 0
+    order = np.argsort(t, kind="stable")
+    ts = t[order]
+    lo, hi = ts[:-1], ts[1:]
+    span = np.maximum(hi - lo, 1).astype(np.float64)
+    wanted = np.asarray(cpu[key], dtype=np.float64)[order][1:] / 100 * span  # ns of CPU the thread wanted
+    there = iv.measure_in(where, lo, hi).astype(np.float64)
+    # samples inside the window only: one reaching past it holds the profiler's start or export
+    used = (there > 0) & (lo >= ctx.lo) & (hi <= ctx.hi)
+    if there[used].sum() < float(np.median(span)):
+        return None, int(used.sum())
+    left = np.maximum(wanted - iv.measure_in(computing, lo, hi), 0.0)
+    return float(min(1.0, left[used].sum() / there[used].sum())), int(used.sum())
+
+
 def _compute_share(wanted: np.ndarray, waited: np.ndarray) -> np.ndarray:
     """Per sample, the share of the time a loading thread was not waiting for a core that it
     spent on a core: ran ÷ (ran + slept), with ran = wanted − waited (schedstat's run and

@@ -13,6 +13,7 @@ from gpumagic._arrays import median_of
 from gpumagic.analysis import everystep
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.hostcpu import main_thread_use
 from gpumagic.analysis.phases import phase_intervals
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics
@@ -99,6 +100,18 @@ for epoch in range(epochs):
         idx = order[start:start + batch_size]
         x, y = all_inputs[idx], all_targets[idx]       # indexing tensors: no Python object per element
 """
+#: Where the main thread used less than this share of a core in the loop's time without operators
+#: (the CPU samples), it mostly slept there: a wait, not Python computing.
+MAX_WAITING_USE = 0.3
+#: A slow call the loop waits on (an upload, a file write) handed to a thread: the loop goes on.
+BACKGROUND_CODE = """
+import concurrent.futures
+background = concurrent.futures.ThreadPoolExecutor(max_workers=1)   # once, before the loop
+# in the loop: hand the slow call to the thread and go on (numbers, not tensors: float(loss))
+background.submit(log, {"step": step, "loss": float(loss)})
+# after the loop: wait for what is still queued
+background.shutdown(wait=True)
+"""
 PRUN_CODE = """
 %%prun -s tottime -l 15
 # the cell as it is: Python's profiler lists the functions that spend the most time themselves
@@ -136,7 +149,11 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     step_ms = median_of(per_step)
     if frac < MIN_FRAC or step_ms < MIN_STEP_MS:
         return None
-    ops_ns, op_ns, calls, from_python_ns, from_python_calls = _operators_in(ctx, other)
+    ops_ns, ops, op_ns, calls, from_python_ns, from_python_calls = _operators_in(ctx, other)
+    # how much of a core the main thread wanted while no operator of its ran there (CPU samples)
+    ev, mk = ctx.trace.events, ctx.masks
+    use, samples = main_thread_use(ctx, iv.subtract(other, ops), ctx.intervals(mk["cpu_op"] & (ev.lane == ctx.main_lane)))
+    waiting = use is not None and use < MAX_WAITING_USE
     top = op_ns.most_common(TOP_OPS)
     python_frac = max(0.0, (total - ops_ns) / total) if total else 0.0
     named = ", ".join(f"{n} {c / 1e6:.2f} ms" for n, c in top if c >= MIN_OP_SHARE * total) or "none of note"
@@ -155,8 +172,18 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
         operator, and a number printed every hundred steps costs a hundredth."""
     summary = (f"{pct(frac)} of the window ({total / 1e6:.1f} ms; median {step_ms:.2f} ms a step) ran between the "
                f"optimizer step and the next forward pass, not waiting for data; {pct(python_frac)} of it with no "
-               f"PyTorch operator running (Python). Operators in it: {named}{lines}.")
-    if from_python:
+               f"PyTorch operator running{'' if waiting else ' (Python)'}. Operators in it: {named}{lines}.")
+    if use is not None:
+        summary += (f" The main thread used {pct(use)} of a core in that time without operators (at most: from "
+                    f"{samples} CPU samples)" + (": it mostly waited." if waiting else "."))
+    if waiting:
+        why += """ Here the main thread mostly slept in that time, by the CPU samples: the loop waits on something
+        outside PyTorch — time.sleep, a synchronous write of logs or files, a network call (an experiment tracker's
+        upload, a request), a lock, a subprocess — rather than computing. %%prun lists the waiting call (time.sleep,
+        a socket's or a file's method) near the top by its own time; hand it to a background thread, or make it
+        every N steps."""
+        fix = pytorch("Hand the slow call to a background thread and go on", BACKGROUND_CODE)
+    elif from_python:
         why += """ Here the loop builds its batches from Python data each step (torch.tensor or torch.as_tensor of
         lists): PyTorch walks the lists to find their shape, then converts every element, one Python object at a
         time. Converting the data once, before the loop, and indexing the tensors each step leaves only the
@@ -178,6 +205,8 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     else:
         fix = pytorch("Keep per-step bookkeeping on tensors and bring it to Python only when you print it",
                       TENSOR_METRICS_CODE)
+    prun = pytorch("Find the lines: profile the cell with Python's profiler (IPython's %%prun), slowest "
+                   "functions by their own time first", PRUN_CODE, diagnostic=True)
     return finding(
         severity=severity_for(frac),
         title=f"The loop's own code outside the model takes {pct(frac)} of the time",
@@ -186,14 +215,14 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
         numbers={"loop_work_frac": round(frac, 4), "loop_work_step_ms": round(step_ms, 4),
                  "no_operator_frac": round(python_frac, 4), "in_place_calls_per_step": round(per_tensor, 1),
                  "from_python_data_frac": round(from_python_ns / total, 4) if total else 0.0,
+                 **({"main_thread_core_use": round(use, 4)} if use is not None else {}),
                  "threshold_frac": MIN_FRAC,
                  "threshold_loop_work_step_ms": MIN_STEP_MS},
         est_gain=frac,
         gain_method=("estimate: the share of the window the loop's own code took between the optimizer step and "
                      "the next forward pass (torch.save left out); the profiler slows the operators and not the Python "
                      f"between them, which pulls it low ({MEASURED})"),
-        fixes=(fix, pytorch("Find the lines: profile the cell with Python's profiler (IPython's %%prun), slowest "
-                            "functions by their own time first", PRUN_CODE, diagnostic=True)),
+        fixes=(prun, fix) if waiting else (fix, prun),
         doc_url=DOC,
     )
 
@@ -223,6 +252,7 @@ class _LoopOps(NamedTuple):
     """The main thread's operators inside the loop's own code (:func:`_operators_in`)."""
 
     ops_ns: int  # their time, each moment once
+    ops: iv.Intervals  # that time
     time: Counter[str]  # the outermost ones' time, by name
     calls: Counter[str]  # the outermost ones' calls, by name
     from_python_ns: int  # tensors filled from Python data (:data:`FROM_PYTHON`): from allocation to lift_fresh
@@ -236,11 +266,12 @@ def _operators_in(ctx: Context, where: iv.Intervals) -> _LoopOps:
     if rows.size and where[0].size:
         rows = rows[iv.contains(where, ev.ts_ns[rows])]
     if rows.size == 0 or where[0].size == 0:
-        return _LoopOps(0, Counter(), Counter(), 0, 0)
+        return _LoopOps(0, iv.empty(), Counter(), Counter(), 0, 0)
     s, e = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
     order, outer = iv.outermost(s, e)  # by start, the enclosing operator first
     rows, s, e = rows[order], s[order], e[order]
-    ops_ns = iv.total(iv.intersect(iv.union(s[outer], e[outer]), where))
+    ops = iv.intersect(iv.union(s[outer], e[outer]), where)
+    ops_ns = iv.total(ops)
     by_name: Counter[str] = Counter()
     calls: Counter[str] = Counter()
     names = [ctx.trace.names[i] for i in ev.name[rows[outer]].tolist()]
@@ -251,7 +282,7 @@ def _operators_in(ctx: Context, where: iv.Intervals) -> _LoopOps:
     # then aten::to and aten::lift_fresh, one after another at the top level
     starts = s[outer].tolist()
     filled = [starts[k] - starts[k - 2] for k in range(2, len(names)) if tuple(names[k - 2:k + 1]) == FROM_PYTHON]
-    return _LoopOps(ops_ns, by_name, calls, int(sum(filled)), len(filled))
+    return _LoopOps(ops_ns, ops, by_name, calls, int(sum(filled)), len(filled))
 
 
 def _python_frames_in(ctx: Context, where: iv.Intervals) -> list[tuple[str, int]]:
