@@ -478,3 +478,8 @@ def test_mistakes_a_profile_catches(run_notebook):
     once = [float(v) for v in re.search(r"built once: +([\d. ]+)", kept).group(1).split()]
     assert once[0] > 0.95 and max(once[1:]) < 0.95  # built once: only its first update is that large
     assert "after the fix: none of the findings this notebook looks for" in kept
+    gan = output_of(nb, "report, detached = discriminator_steps(no_grad=False)")
+    assert "inference-grad-enabled — " in gan and "no backward pass used" in gan  # the generator's graph, detached
+    no_grad = output_of(nb, "report, under_no_grad = discriminator_steps(no_grad=True)")
+    assert "the same fakes either way: True" in no_grad
+    assert "under torch.no_grad(): none of the findings this notebook looks for" in no_grad
