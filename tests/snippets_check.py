@@ -23,7 +23,7 @@ def _method_types():
 
     types = [torch.Tensor, torch.nn.Module, torch.nn.parallel.DistributedDataParallel, torch.optim.Optimizer,
              torch.amp.GradScaler, DataLoader, Path, str, list, dict, tuple, threading.Thread,
-             concurrent.futures.ThreadPoolExecutor]
+             concurrent.futures.ThreadPoolExecutor, torch.distributions.Distribution]
     types += [getattr(torch.cuda, n) for n in ("Stream", "Event", "CUDAGraph")]
     from gpumagic.tuning.tuner import TuneResult  # what gpumagic.tune_dataloader returns
 

@@ -12,6 +12,7 @@ from functools import lru_cache
 import test_allocator_churn as tac
 import test_compute as tc
 import test_cpu_low_precision as tlp
+import test_cpu_op_overhead as tco
 import test_diagnoses as td
 import test_gradients_never_reset as tgr
 import test_inference_mode as tim
@@ -171,6 +172,7 @@ def built_reports():
     yield "loop-host-work-tensors", analyze(tlw._training(2000, per_tensor=("aten::mul_", "aten::add_"), tensors=26))
     yield "loop-host-work-from-python", analyze(tlw._training(2000, from_python_us=400))
     yield "loop-host-work-waiting", analyze(tlw._sampled(35.0))
+    yield "cpu-op-overhead-rollout", analyze(tco._steps(1200, 2.0, name="aten::multinomial", every=12))
     for kind in ("aten::zero_", "aten::clamp_"):
         yield f"loop-host-work-{kind}", analyze(tlw._training(2000, per_tensor=(kind,), tensors=26))
     yield "memory-growth-gpu", analyze(tmg._gpu_loop([2**30 + i * 2**26 for i in range(6)]))
@@ -216,6 +218,13 @@ def known_roots():
         pass
     # Not Triton: a fix that uses it imports it (``import triton``), so that it works when pasted.
     return roots
+
+
+def _cartpole():
+    """One environment for the vector-of-environments fix (gymnasium's CartPole: 4 observations, 2 actions)."""
+    import gymnasium
+
+    return gymnasium.make("CartPole-v1")
 
 
 def harness(device: str, calls: list | None = None) -> dict:
@@ -267,6 +276,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         backbone=nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1)).to(device),
         generator=nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU()).to(device),
         noise=torch.randn(6, 4, device=device),
+        policy=nn.Linear(4, 2).to(device), rollout_steps=3, make_env=_cartpole,
         data=[[0.5] * 8 for _ in range(10)], labels=[i % 4 for i in range(10)], epochs=2,
         ema_model=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(device), decay=0.999, c=0.01,
     )

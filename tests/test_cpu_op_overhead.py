@@ -34,9 +34,10 @@ def test_silent_on_every_other_recorded_trace(path):
     assert analyze(path).finding("cpu-op-overhead") is None
 
 
-def _steps(calls: int, us_each: float, gpu: bool = False):
+def _steps(calls: int, us_each: float, gpu: bool = False, name: str = "aten::add", every: int = 0):
     """Three training steps whose forward calls ``calls`` operators of ``us_each`` µs, back to
-    back, then a backward of one node and an optimizer step."""
+    back (every ``every``-th one ``name`` instead of ``aten::add``), then a backward of one node
+    and an optimizer step."""
     tb = TraceBuilder(cc=(8, 0) if gpu else None)
     fwd = calls * us_each
     step = fwd + 300
@@ -44,7 +45,7 @@ def _steps(calls: int, us_each: float, gpu: bool = False):
         t = i * step
         tb.step(i + 1, t, step)
         for c in range(calls):
-            tb.op("aten::add", t + c * us_each, us_each * 0.9)
+            tb.op(name if every and c % every == 0 else "aten::add", t + c * us_each, us_each * 0.9)
         tb.op("autograd::engine::evaluate_function: AddBackward0", t + fwd, 100)
         tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t + fwd + 150, dur=100)
         if gpu:
@@ -89,6 +90,17 @@ def test_the_evidence_names_where_the_calls_come_from():
     f = analyze(_nested_steps(wrappers=300, inner=3, plain=600)).finding("cpu-op-overhead")
     assert f is not None
     assert "Most calls, counting those inside each: aten::linear 66.6 %, aten::mul 33.3 %." in f.evidence.summary
+
+
+def test_actions_sampled_one_at_a_time_get_the_vector_of_environments():
+    """A rollout: aten::multinomial 100 times a step among the tiny operators (one action after
+    each single-observation forward)."""
+    f = analyze(_steps(1200, 2.0, name="aten::multinomial", every=12)).finding("cpu-op-overhead")
+    assert f.evidence.numbers["samples_per_step"] == 100 and "drawn 100 times a step" in f.why
+    assert "gymnasium.vector.SyncVectorEnv" in f.fixes[0].code and "torch.compile" in f.fixes[1].code
+    f = analyze(_steps(1200, 2.0, name="aten::multinomial", every=100)).finding("cpu-op-overhead")  # 12 a step
+    assert f.evidence.numbers["samples_per_step"] == 12 and "torch.compile" in f.fixes[0].code
+    assert "gymnasium" not in "".join(fx.code for fx in f.fixes)
 
 
 def test_a_recorded_rnn_names_its_backward_and_linear_calls():

@@ -45,6 +45,24 @@ outputs, last_hidden = rnn(x)
 """
 
 
+#: A step that samples this many times (``aten::multinomial``: ``torch.distributions.Categorical.sample``,
+#: ``torch.multinomial``) draws its samples one at a time: a reinforcement-learning rollout acting
+#: in one environment after another, a forward pass on a single observation before each action.
+MIN_SAMPLES_PER_STEP = 16
+SAMPLING = "aten::multinomial"
+VECTOR_ENV_CODE = """
+import gymnasium
+
+envs = gymnasium.vector.SyncVectorEnv([make_env for _ in range(16)])   # make_env builds one environment
+observations, _ = envs.reset(seed=0)
+for t in range(rollout_steps):
+    with torch.no_grad():
+        logits = policy(torch.as_tensor(observations, dtype=torch.float32))   # one forward for all 16
+    actions = torch.distributions.Categorical(logits=logits).sample()        # 16 actions in one call
+    observations, rewards, terminations, truncations, _ = envs.step(actions.numpy())
+"""
+
+
 @rule("cpu-op-overhead")
 def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: a CPU-only trace whose steps' forward and backward phases (``metrics.phases``)
@@ -77,6 +95,17 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     ops_per_step = median_of(per_step)
     if ops_per_step < MIN_OPS_PER_STEP or us_per_op > MAX_US_PER_OP:
         return None
+    ev = ctx.trace.events
+    sampling = ctx.events_in_window(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane)
+                                    & ctx.trace.name_ids(lambda n: n == SAMPLING)[ev.name])
+    samples_per_step = int(np.count_nonzero(sampling)) / len(ctx.step_bounds)
+    one_at_a_time = samples_per_step >= MIN_SAMPLES_PER_STEP
+    fixes = (pytorch("Compile the model: its small operators become a few fused loops, called once", COMPILE_CODE),
+             pytorch("If the model loops over time steps in Python, use PyTorch's fused recurrent layer instead",
+                     FUSED_RNN_CODE))
+    if one_at_a_time:
+        fixes = (pytorch("If this is a reinforcement-learning rollout, step many environments together: one forward "
+                         "and one sample a step serve them all", VECTOR_ENV_CODE), *fixes)
     return finding(
         severity=severity_for(frac),
         title=f"The model calls {ops_per_step:,.0f} tiny operators a step: calling them costs more than their work",
@@ -84,17 +113,20 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
         dispatcher, autograd's bookkeeping — about 3.6 µs on a 1-element tensor. This model's forward and backward
         call {ops_per_step:,.0f} operators a step at {us_per_op:.1f} µs each on average: the calls, not the
         arithmetic, take the time (many small layers, or a Python loop over time steps or elements).
-        torch.compile fuses them into a few generated loops; a loop over time steps has a fused layer.""",
+        torch.compile fuses them into a few generated loops; a loop over time steps has a fused layer."""
+        + (f""" Here samples are drawn {samples_per_step:,.0f} times a step (aten::multinomial), one at a time: a
+        reinforcement-learning rollout acting in one environment after another, each action after a forward pass
+        on one observation, or generation token by token. A vector of environments stepped together turns those
+        calls into one forward and one sample per step for all of them.""" if one_at_a_time else ""),
         summary=(f"Forward and backward: {ops_per_step:,.0f} operator calls a step (median), {us_per_op:.1f} µs each "
                  f"on average, {pct(frac)} of the window.{_callers(ctx, spans)}"),
         numbers={"calls_per_step": int(ops_per_step), "per_call_us": round(us_per_op, 3), "model_frac": round(frac, 4),
+                 "samples_per_step": round(samples_per_step, 1),
                  "threshold_calls_per_step": MIN_OPS_PER_STEP, "threshold_per_call_us": MAX_US_PER_OP},
         est_gain=frac,
         gain_method=("upper bound: the forward and backward's share of the window; compilation removes the calls' "
                      f"cost but still does their work, and the profiler's per-call cost inflates the share ({MEASURED})"),
-        fixes=(pytorch("Compile the model: its small operators become a few fused loops, called once", COMPILE_CODE),
-               pytorch("If the model loops over time steps in Python, use PyTorch's fused recurrent layer instead",
-                       FUSED_RNN_CODE)),
+        fixes=fixes,
         doc_url=DOC,
     )
 
