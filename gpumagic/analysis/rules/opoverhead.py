@@ -11,7 +11,7 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.phases import main_op_starts, phase_intervals
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding
+from gpumagic.report.model import Finding, Fix
 
 #: An operator call costs about 3.6 µs before it does any work: "PyTorch can perform about 280,000
 #: operations per second" on 1-element tensors (Horace He, "Making Deep Learning Go Brrrr From
@@ -100,9 +100,10 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
                                     & ctx.trace.name_ids(lambda n: n == SAMPLING)[ev.name])
     samples_per_step = int(np.count_nonzero(sampling)) / len(ctx.step_bounds)
     one_at_a_time = samples_per_step >= MIN_SAMPLES_PER_STEP
-    fixes = (pytorch("Compile the model: its small operators become a few fused loops, called once", COMPILE_CODE),
-             pytorch("If the model loops over time steps in Python, use PyTorch's fused recurrent layer instead",
-                     FUSED_RNN_CODE))
+    fixes: tuple[Fix, ...] = (
+        pytorch("Compile the model: its small operators become a few fused loops, called once", COMPILE_CODE),
+        pytorch("If the model loops over time steps in Python, use PyTorch's fused recurrent layer instead",
+                FUSED_RNN_CODE))
     if one_at_a_time:
         fixes = (pytorch("If this is a reinforcement-learning rollout, step many environments together: one forward "
                          "and one sample a step serve them all", VECTOR_ENV_CODE), *fixes)
