@@ -37,3 +37,55 @@ def test_the_test_suite_sees_the_failure(monkeypatch):
     monkeypatch.setattr(optimizer_rule, "optimizer_steps", _broken)
     with pytest.raises(IndexError):
         analyze(TRACE)
+
+
+def _analysis_fails(*args, **kwargs):
+    raise ValueError("an analysis bug")
+
+
+def test_a_failed_analysis_keeps_the_codes_result_and_the_recording(monkeypatch, capsys):
+    """gpumagic's failure must not turn a cell that ran into one that failed: no exception, no
+    report, a warning naming the error, and the recording kept where gpumagic analyze reads it."""
+    torch = pytest.importorskip("torch")
+    import gpumagic
+    import gpumagic.capture.session as session
+
+    monkeypatch.setattr(session, "_analyse", _analysis_fails)
+    with gpumagic.profile(display=False) as run:
+        total = torch.ones(3).sum().item()
+    assert total == 3.0 and run.report is None and run.finished
+    assert run.analysis_error == "ValueError: an analysis bug"
+    assert run.kept_at is not None and run.kept_at.is_file() and run.kept_at.name == "trace.json.gz"
+    err = capsys.readouterr().err
+    assert "no report: the analysis failed on this recording (ValueError: an analysis bug)" in err
+    assert str(run.kept_at) in err
+    monkeypatch.undo()
+    assert analyze(str(run.kept_at)).metrics.window.dur_ms > 0  # the kept recording analyses
+    run.kept_at.unlink()
+    run.kept_at.parent.rmdir()
+
+
+def test_the_magic_returns_the_cells_value_when_the_analysis_fails(monkeypatch, tmp_path):
+    pytest.importorskip("torch")
+    from ipyshell import ipython_shell
+    from IPython.utils.capture import capture_output
+
+    import gpumagic.capture.session as session
+
+    monkeypatch.setattr(session, "_analyse", _analysis_fails)
+    target = tmp_path / "kept.json.gz"
+    with ipython_shell("gpumagic") as ip, capture_output() as out:
+        result = ip.run_cell(f"%%gpuprofile --save {target}\nimport torch\ntorch.ones(2).sum().item() + 40")
+    assert result.success and result.result == 42.0
+    assert target.is_file()  # --save still writes the recording, and the warning points there
+    assert f"The recording is kept in {target}" in out.stderr and "ValueError: an analysis bug" in out.stderr
+
+
+def test_after_the_codes_own_error_its_error_still_wins(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import gpumagic
+    import gpumagic.capture.session as session
+
+    monkeypatch.setattr(session, "_analyse", _analysis_fails)
+    with pytest.raises(ZeroDivisionError), gpumagic.profile(display=False):
+        torch.ones(2).sum().item() / 0

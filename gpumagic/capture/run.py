@@ -36,6 +36,21 @@ class Run:
     taken_over: bool = False
     #: Why the bundle asked for with ``save=`` could not be written (the report is kept).
     save_error: str | None = None
+    #: Why no report could be built from the recording (a gpumagic bug: the profiled code's own
+    #: result stands), and where the recording was kept for ``gpumagic analyze`` or a bug report.
+    analysis_error: str | None = None
+    kept_at: Path | None = None
+
+    @property
+    def analysis_warning(self) -> str | None:
+        """The one line that says the report failed and where the recording is; None when it did not fail."""
+        if self.analysis_error is None:
+            return None
+        where = self.saved_to or self.kept_at
+        kept = (f" The recording is kept in {where} (gpumagic analyze reads it)." if where else
+                " The recording is in this run's bundle (run.save(path) writes it).")
+        return (f"no report: the analysis failed on this recording ({self.analysis_error}). This is a gpumagic bug; "
+                f"please report it.{kept}")
 
     @property
     def trace(self) -> Trace | None:

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from gpumagic.capture import bundle
@@ -378,7 +379,14 @@ class CaptureSession:
             section["every_step"] = self._timer.section()
         self.run.bundle = bundle.splice(raw, section)
         checkpoint("analyse")
-        self.run.report = _analyse(self.run.bundle, self.options.label, self.options.top_ops)
+        try:
+            self.run.report = _analyse(self.run.bundle, self.options.label, self.options.top_ops)
+        except Exception as exc:  # gpumagic's bug, not the code's: its result stands, the recording is kept
+            if self._error is not None:
+                raise  # a partial report: the code's own error wins (finish_after)
+            self.run.analysis_error = f"{type(exc).__name__}: {exception_text(exc)}"
+            if not self.options.save:
+                self.run.kept_at = _keep(self.run.bundle)
         if self.options.save:
             checkpoint("save")
             self._save(self.options.save)
@@ -438,6 +446,17 @@ def _intra_op_threads(torch: Any) -> int | None:
     try:
         return int(torch.get_num_threads())
     except Exception:  # a torch without the call, or one that fails: the count is unknown
+        return None
+
+
+def _keep(data: bytes) -> Path | None:
+    """Write a recording the analysis failed on to a new folder of the system's temporary one,
+    for ``gpumagic analyze`` after a fix or for a bug report; None when that fails too."""
+    import tempfile
+
+    try:
+        return bundle.write(os.path.join(tempfile.mkdtemp(prefix="gpumagic-unanalysed-"), "trace.json.gz"), data)
+    except (OSError, ValueError):
         return None
 
 

@@ -64,6 +64,8 @@ class Profiler:
             raise CaptureError("this Profiler is not running: call start() first")
         session, self._session = self._session, None
         run = finish_after(session, error)
+        if run.analysis_warning:
+            print(f"gpumagic: warning: {run.analysis_warning}", file=sys.stderr)
         if run.report is not None and error is None and self.options.label and self.record and not run.taken_over:
             record_run(run, source="api")
         if run.report is not None and _wants_display(self.display):

@@ -143,6 +143,8 @@ class GpuProfileMagics(Magics):
     def _show(self, run: Run, args, baseline=None) -> None:
         if run.save_error:
             print(f"gpumagic: warning: the bundle was not saved: {run.save_error}", file=sys.stderr)
+        if run.analysis_warning:
+            _warn(run.analysis_warning)
         if run.report is None:
             return
         if args.output:

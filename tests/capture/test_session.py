@@ -167,8 +167,11 @@ def test_a_report_failure_does_not_hide_the_codes_error(monkeypatch, capsys):
     assert "the partial report could not be built (RuntimeError: analysis bug)" in capsys.readouterr().err
     session = CaptureSession(CaptureOptions())
     session.start()
-    with pytest.raises(RuntimeError, match="analysis bug"):  # without a user error, ours surfaces
-        session.finish()
+    run = session.finish()  # without a user error, ours costs the report, not the code's success
+    assert run.report is None and run.analysis_error == "RuntimeError: analysis bug"
+    assert run.kept_at is not None and run.kept_at.is_file()
+    run.kept_at.unlink()
+    run.kept_at.parent.rmdir()
 
 
 def test_nested_sessions_are_refused():
