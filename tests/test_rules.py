@@ -253,6 +253,26 @@ def test_a_first_step_within_the_runs_own_variation_is_not_warm_up():
         assert ("warmup-in-window" in ids(tb)) is fires, durations
 
 
+@pytest.mark.parametrize(("main_wait", "fires"), [(None, True), (0.0, True), (20.0, True), (60.0, False)])
+def test_a_first_step_the_machine_made_long_is_not_warm_up(main_wait, fires):
+    """A first step of 30 ms beside 10 ms ones: warm-up, unless the CPU samples show the main
+    thread waiting for a core (schedstat's run-queue wait) for half its 20 ms excess or more —
+    60 % of the step, 18 ms — as beside spinning processes, where the same code needs no warm-up."""
+    tb = TraceBuilder()
+    t = 0
+    for i, d in enumerate([30_000, 10_000, 10_000, 10_000]):
+        tb.step(i + 1, t, d)
+        tb.kernel("k", t + 10, d - 100, launch_ts=t + 1)
+        t += d
+    d = tb.to_dict()
+    if main_wait is not None:  # samples at 0, 30 ms (the first step) and at 60 ms
+        d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "versions": {}, "machine": {},
+                         "clock": {"anchor_epoch_ns": None},
+                         "samples": {"cpu": {"t_epoch_ns": [0, 30_000_000, 60_000_000], "main": [100.0] * 3,
+                                             "main_wait": [0.0, main_wait, 0.0]}}}
+    assert ("warmup-in-window" in analyze(d).finding_ids) is fires
+
+
 # ---- cpu-bound: the GPU waits on host operators (not the loader, not tiny kernels)
 def _host_wait_trace(loader: bool):
     tb = TraceBuilder()

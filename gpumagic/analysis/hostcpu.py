@@ -149,6 +149,20 @@ def _loader_cpu_bound(ctx: Context, cpu: dict[str, Any], t: np.ndarray, workers:
     return None, ""
 
 
+def sampled_ns(ctx: Context, key: str, lo: int, hi: int) -> float | None:
+    """A CPU-sample column in percent of a core (``main_wait``...) over ``[lo, hi)``, as ns of a
+    core: each sample covers the time since the one before it, and counts for its overlap with
+    the span. None without the column (or a negative reading: not measured)."""
+    cpu = ctx.trace.samples.cpu if ctx.trace.samples is not None else {}
+    t = np.asarray(cpu.get("t_ns", np.zeros(0)))
+    if t.size < 2 or key not in cpu or (np.asarray(cpu[key]) < 0).any():
+        return None
+    order = np.argsort(t, kind="stable")
+    ts = t[order]
+    overlap = np.clip(np.minimum(ts[1:], hi) - np.maximum(ts[:-1], lo), 0, None).astype(np.float64)
+    return float((np.asarray(cpu[key], dtype=np.float64)[order][1:] / 100 * overlap).sum())
+
+
 def main_thread_use(ctx: Context, where: iv.Intervals, computing: iv.Intervals) -> tuple[float | None, int]:
     """How much of a core the main thread wanted during ``where`` (times with no operator of its
     own running), from the CPU samples, and how many samples said so.

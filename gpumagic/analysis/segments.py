@@ -15,7 +15,8 @@ frames; a runtime or launch call lasting orders of magnitude longer than its pee
 GPU was idle (a call that waits for queued work keeps the GPU busy); the first call of an
 operator on a thread lasting milliseconds more than its later calls, not counting the time it
 spent copying or waiting; blocking syncs inside a library's operator (cuDNN's benchmark);
-a first step far longer than the others (twice their median, and half again their longest);
+a first step far longer than the others (twice their median, and half again their longest),
+unless the CPU samples show the main thread waiting for a core for half its excess or more;
 import/model-loading frames before the first launch; an evaluation loop that gpumagic's step
 timer saw (a module in eval mode with no optimizer step), which recurs but is not training.
 
@@ -34,6 +35,7 @@ from gpumagic._arrays import distinct, median_of
 from gpumagic.analysis import allocator, everystep
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import LONG_GAP_NS, Context
+from gpumagic.analysis.hostcpu import sampled_ns
 
 SEGMENT_KINDS = ("steady", "cold_start", "graph_capture", "compile", "one_off_host", "evaluation", "idle_tail")
 #: When segments overlap, the more specific kind keeps the time (a capture runs compiled code
@@ -64,6 +66,9 @@ FIRST_STEP_RATIO = 2.0
 #: neighbour on this project's 2-core machine, five steps of unchanged code took 134, 132, 44, 59
 #: and 12 ms (the first 2.6x the median of the others, 1.02x the longest).
 FIRST_STEP_OVER_LONGEST = 1.5
+#: ... unless the main thread waited for a core for at least this share of the first step's
+#: excess over that median (the CPU samples' run-queue wait): then the machine made it long.
+CONTENDED_SHARE = 0.5
 #: Pieces of one kind closer than this merge into one segment (1 ms, or 1 % of the window).
 MERGE_GAP_NS = 1_000_000
 MERGE_GAP_FRAC = 0.01
@@ -409,6 +414,12 @@ def _first_step(ctx: Context) -> list[Piece]:
     d = np.array([e - s for s, e in b], dtype=np.float64)
     rest = median_of(d[1:])
     if rest <= 0 or d[0] < FIRST_STEP_RATIO * rest or d[0] < FIRST_STEP_OVER_LONGEST * float(d[1:].max()):
+        return []
+    # the main thread waiting for a core (CPU samples, schedstat) for half its excess or more: a
+    # busy machine's doing, not a one-off start (beside three spinning processes on this project's
+    # 2-core machine, a first step of 77 ms against 2-22 ms for the others, with no warm-up on a quiet one)
+    waited = sampled_ns(ctx, "main_wait", *b[0])
+    if waited is not None and waited >= CONTENDED_SHARE * (d[0] - rest):
         return []
     return [(b[0][0], b[0][1], f"the first step takes {d[0] / rest:.1f}× the median of the others")]
 
