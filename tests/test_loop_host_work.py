@@ -203,6 +203,15 @@ def test_a_loop_that_sleeps_is_told_from_one_that_computes():
     assert "main_thread_core_use" not in analyze(_sampled(None)).finding("loop-host-work").evidence.numbers
 
 
+def test_waits_between_the_operators_of_a_tensor_loop_keep_the_loops_fix():
+    """The loop's own code mostly in-place operators (an EMA, 52 calls of 30 µs a step): however
+    idle the thread between them, the fix is the operators'."""
+    f = analyze(_sampled(35.0, per_tensor=("aten::mul_", "aten::add_"), tensors=26, op_us=30)).finding(
+        "loop-host-work")
+    assert f.evidence.numbers["no_operator_frac"] < 0.5 and "torch._foreach_lerp_" in f.fixes[0].code
+    assert "mostly slept" not in f.why
+
+
 def test_samples_reaching_past_the_window_are_not_read():
     """A sample holding the profiler's export after the window would read as the loop's own
     Python: only samples inside the window count, and fewer than one period's worth say nothing."""

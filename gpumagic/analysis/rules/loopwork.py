@@ -153,9 +153,10 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     # how much of a core the main thread wanted while no operator of its ran there (CPU samples)
     ev, mk = ctx.trace.events, ctx.masks
     use, samples = main_thread_use(ctx, iv.subtract(other, ops), ctx.intervals(mk["cpu_op"] & (ev.lane == ctx.main_lane)))
-    waiting = use is not None and use < MAX_WAITING_USE
+    slept = use is not None and use < MAX_WAITING_USE
     top = op_ns.most_common(TOP_OPS)
     python_frac = max(0.0, (total - ops_ns) / total) if total else 0.0
+    waiting = slept and python_frac >= 0.5  # the waits are most of the loop's own code, not its operators
     named = ", ".join(f"{n} {c / 1e6:.2f} ms" for n, c in top if c >= MIN_OP_SHARE * total) or "none of note"
     in_place = Counter({n: c for n, c in calls.items() if IN_PLACE.match(n)})
     per_tensor = sum(in_place.values()) / len(ctx.step_bounds)
@@ -175,7 +176,7 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
                f"PyTorch operator running{'' if waiting else ' (Python)'}. Operators in it: {named}{lines}.")
     if use is not None:
         summary += (f" The main thread used {pct(use)} of a core in that time without operators (at most: from "
-                    f"{samples} CPU samples)" + (": it mostly waited." if waiting else "."))
+                    f"{samples} CPU samples)" + (": it mostly waited." if slept else "."))
     if waiting:
         why += """ Here the main thread mostly slept in that time, by the CPU samples: the loop waits on something
         outside PyTorch — time.sleep, a synchronous write of logs or files, a network call (an experiment tracker's
