@@ -1,0 +1,99 @@
+"""Do ``loop-host-work``'s specific fixes pay? Each against the code it replaces, on the CPU.
+
+- EMA: an exponential moving average of a model's weights, a Python loop of ``mul_`` and ``add_``
+  over its parameters, against the fix's one ``torch._foreach_lerp_`` over the two lists (the
+  6-block MLP of 26 parameter tensors the rule's comments cite; ``--blocks`` changes it). Both are
+  checked to give the same average before timing.
+- Batches from lists: a ``--rows`` × 64 list of floats and its labels turned into tensors with
+  ``torch.tensor`` (as a loop that builds each batch from Python data does), against indexing
+  tensors converted once (the fix), and against ``torch.from_numpy`` of the same data as a numpy
+  array.
+
+Each pair is timed in alternated rounds (``steptime.alternated``: a machine that slows down slows
+both); the medians and their ratio are printed with the load average. Numbers depend on the
+machine and on what else runs on it: this prints, it asserts nothing.
+
+    python benchmarks/loop_work_fixes.py [--rounds 7] [--calls 200] [--blocks 6] [--rows 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import random
+
+import numpy as np
+import torch
+from steptime import alternated, medians
+
+
+def ema_pair(blocks: int):
+    torch.manual_seed(0)
+    layers = [m for _ in range(blocks) for m in (torch.nn.Linear(128, 128), torch.nn.LayerNorm(128), torch.nn.GELU())]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(128, 10))
+    ema_loop, ema_fused = copy.deepcopy(model), copy.deepcopy(model)
+    params = list(model.parameters())
+    loop_params, fused_params = list(ema_loop.parameters()), list(ema_fused.parameters())
+    decay = 0.999
+
+    def python_loop():
+        with torch.no_grad():
+            for e, p in zip(loop_params, params, strict=True):
+                e.mul_(decay).add_(p, alpha=1 - decay)
+
+    def foreach():
+        with torch.no_grad():
+            torch._foreach_lerp_(fused_params, params, 1 - decay)
+
+    with torch.no_grad():  # the same average either way: move the weights, update both, compare
+        for p in params:
+            p.add_(torch.randn_like(p))
+    python_loop()
+    foreach()
+    for a, b in zip(loop_params, fused_params, strict=True):
+        torch.testing.assert_close(a, b)
+    return {"python loop": python_loop, "_foreach_lerp_": foreach}, len(params)
+
+
+def batch_pair(rows: int):
+    rng = random.Random(0)
+    data = [[rng.random() for _ in range(64)] for _ in range(rows)]
+    labels = [rng.randrange(10) for _ in range(rows)]
+    all_inputs, all_targets = torch.tensor(data, dtype=torch.float32), torch.tensor(labels)
+    array, label_array = np.asarray(data, dtype=np.float32), np.asarray(labels)
+    order = torch.randperm(rows)
+
+    def from_lists():
+        return torch.tensor(data), torch.tensor(labels)
+
+    def indexed():
+        return all_inputs[order], all_targets[order]
+
+    def from_numpy():
+        return torch.from_numpy(array), torch.from_numpy(label_array)
+
+    return {"torch.tensor(lists)": from_lists, "index tensors": indexed, "torch.from_numpy": from_numpy}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--blocks", type=int, default=6)
+    parser.add_argument("--rows", type=int, default=512)
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}; {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
+    loops, tensors = ema_pair(args.blocks)
+    med, line = medians(alternated(loops, args.rounds, args.calls))
+    print(f"EMA over {tensors} tensors: {line}")
+    print(f"  the Python loop takes {med['python loop'] / med['_foreach_lerp_']:.1f}x the foreach call")
+    med, line = medians(alternated(batch_pair(args.rows), args.rounds, max(1, args.calls // 10)))
+    print(f"a {args.rows} x 64 batch: {line}")
+    print(f"  torch.tensor of the lists takes {med['torch.tensor(lists)'] / med['index tensors']:.0f}x indexing "
+          f"converted tensors, {med['torch.tensor(lists)'] / med['torch.from_numpy']:.0f}x torch.from_numpy")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+
+
+if __name__ == "__main__":
+    main()
