@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpumagic._arrays import distinct
+from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.inference import dropout, grad_mode, holding, no_grad_dropout
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, windows
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding
+from gpumagic.report.model import Finding, Fix
 
 #: Fewer unused autograd nodes than this is a stray computation on a parameter (a norm logged
 #: each call), not a model's forward pass: a single ``nn.Linear`` builds two (``aten::t``, ``aten::addmm``).
@@ -85,7 +87,7 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         return None
     ev = ctx.trace.events
     rows = g.rows
-    masked = 0
+    masked = detached = 0
     if g.training:
         title = f"{g.nodes:,} autograd nodes that no backward pass used: a forward computation ran with grad mode on"
         why = """Besides the training steps, a forward computation here ran with grad mode on: an evaluation, a
@@ -100,6 +102,10 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         its batch norm and dropout compute."""
         what = "no backward pass used them (the backward passes ran every other node the window built)"
         masked = int(np.count_nonzero(holding(ev, dropout(ctx).active, rows)))
+        detached = _detached(ctx, rows)
+        if detached:  # the graph was built only to be thrown away
+            what += (f"; {detached:,} times the next operator was aten::detach: the output was detached right after "
+                     "its graph was built")
         if masked:  # the same forward computation left in training mode too
             what += (f"; {masked:,} dropout calls among those operators drew a random mask: the model was in "
                      "training mode for it")
@@ -135,13 +141,35 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         est_gain=0.0,
         gain_method="not estimated from the trace: recording the graph runs inside each operator's own time, and "
                     "the memory it holds depends on how long the outputs are kept",
-        fixes=((pytorch("An evaluation: in eval mode, without a graph, then back to training mode", VALIDATION_CODE),
-                pytorch("A forward whose output you detach: build no graph for it", DETACHED_CODE))
-               if g.training else
+        fixes=(_training_fixes(detached) if g.training else
                (pytorch("Run inference without a graph", INFERENCE_MODE_CODE),
                 pytorch("Or decorate the function that runs the model", DECORATOR_CODE))),
         doc_url=GRAD_DOC,
     )
+
+
+def _training_fixes(detached: int) -> tuple[Fix, ...]:
+    """A training trace's fixes: the detached forward's first when the trace shows the detach."""
+    evaluation = pytorch("An evaluation: in eval mode, without a graph, then back to training mode", VALIDATION_CODE)
+    detach = pytorch("A forward whose output you detach: build no graph for it", DETACHED_CODE)
+    return (detach, evaluation) if detached else (evaluation, detach)
+
+
+def _detached(ctx: Context, rows: np.ndarray) -> int:
+    """How many ``aten::detach`` calls come, as the next outermost operator on their thread, right
+    after an outermost operator that built one of the unused nodes ``rows``: ``model(x).detach()``
+    records the model's operators, then the detach (checked on torch 2.13)."""
+    ev, mk = ctx.trace.events, ctx.masks
+    is_detach = ctx.trace.name_ids(lambda n: n == "aten::detach")
+    found = 0
+    for lane in distinct(ev.lane[rows]).tolist():
+        ops = np.flatnonzero(ctx.events_in_window(mk["cpu_op"] & mk["host"]) & (ev.lane == lane))
+        order, outer = iv.outermost(ev.ts_ns[ops], ev.ts_ns[ops] + ev.dur_ns[ops])
+        top = ops[order][outer]
+        after = np.flatnonzero(is_detach[ev.name[top[1:]]]) + 1  # positions of detaches with an operator before
+        if after.size:
+            found += int(np.count_nonzero(holding(ev, top[after - 1], rows)))
+    return found
 
 
 @rule("inference-train-mode")
