@@ -134,7 +134,7 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         numbers={"unused_nodes": g.nodes, "grad_mode_ops": g.recorded, "unused_frac": round(g.unused_frac, 4),
                  "context": "training" if g.training else "inference",
                  # what applies only in some traces: dropout in a training trace, compiled calls where there are any
-                 **({"train_mode_dropout_calls": masked} if g.training else {}),
+                 **({"train_mode_dropout_calls": masked, "detached_outputs": detached} if g.training else {}),
                  **({"compiled_calls": g.compiled} if g.compiled else {}),
                  "threshold_nodes": MIN_NODES, "threshold_frac": MIN_UNUSED_FRAC},
         windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "builds an unused autograd node"),
