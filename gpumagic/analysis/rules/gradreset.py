@@ -59,6 +59,9 @@ def gradients_never_reset(ctx: Context, m: Metrics) -> Finding | None:
     if (marks & ctx.host_name_ids(ZERO_GRAD_RE.search)[ev.name]).any():
         return None
     updates = np.flatnonzero(ctx.events_in_window(marks & ctx.host_name_ids(OPTIMIZER_STEP_RE.search)[ev.name]))
+    # an update the window's start cuts is the step before it's (the step ends in its hook, so the
+    # window may start a rounding away before or after that update's end: 4 or 5 for the same steps)
+    updates = updates[ev.ts_ns[updates] >= ctx.lo]
     nodes = np.flatnonzero(gradient_writes(ctx))
     if updates.size < MIN_UPDATES or not nodes.size:
         return None
