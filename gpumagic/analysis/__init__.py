@@ -17,6 +17,7 @@ from gpumagic.analysis.operators import TOP_OPERATORS
 from gpumagic.analysis.rules import CAUSE_RULES, RESIDUAL_RULE, STEADY_IDS, STEADY_RULES
 from gpumagic.analysis.rules.base import Rule
 from gpumagic.analysis.rules.warmup import lead_with_warmup
+from gpumagic.errors import exception_text
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Report, sort_findings
 from gpumagic.trace import Trace, load
@@ -106,7 +107,7 @@ def _judge(rule: Rule, ctx: Context, metrics: Metrics, failed: list[str]) -> Fin
         if env_flag("GPUMAGIC_STRICT_RULES", False):
             raise
         name = getattr(rule, "finding_id", getattr(rule, "__name__", "a rule"))
-        failed.append(f"{name} was not judged: the rule failed on this trace ({type(exc).__name__}: {exc}). "
+        failed.append(f"{name} was not judged: the rule failed on this trace ({type(exc).__name__}: {exception_text(exc)}). "
                       "This is a gpumagic bug; please report it, with the trace if you can share it.")
         return None
 

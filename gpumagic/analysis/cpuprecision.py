@@ -133,9 +133,10 @@ def autocast_calls(ctx: Context, ops: np.ndarray) -> int:
     holder = parent_op(ctx, evidence)
     again = holder >= 0
     again[again] &= ev.name[holder[again]] == ev.name[evidence[again]]
-    both = np.concatenate([distinct(casting), distinct(holder[again])])  # sorted runs: a row in both appears twice
-    both.sort()
-    return int(np.count_nonzero(both[1:] == both[:-1]))
+    holds_cast = np.zeros(len(ev.name), dtype=bool)
+    holds_cast[casting] = True
+    inner = holder[again]  # the calls holding their own operator again
+    return int(distinct(inner[holds_cast[inner]]).size)
 
 
 def holders(ev: EventTable, calls: np.ndarray, casts: np.ndarray) -> int:

@@ -50,7 +50,7 @@ def _host_cpu(ctx: Context) -> HostCpu:
     source = machine.get("usable_cores_source") or ("unknown" if usable is None else "cpu_count")
     if usable is None and machine.get("cpu_count"):  # a bundle from before usable cores were recorded
         usable, source = float(machine["cpu_count"]), "cpu_count"
-    cpu = ctx.trace.samples.cpu if ctx.trace.samples is not None else {}
+    cpu = cpu_samples(ctx)
     t = np.asarray(cpu.get("t_ns", np.zeros(0)))
     sel = window_samples(ctx, t)
     per_sample = _busy_cores(cpu, machine) if t.size else None
@@ -59,6 +59,19 @@ def _host_cpu(ctx: Context) -> HostCpu:
     workers = int(np.max(np.asarray(cpu["worker_count"])[sel])) if sel.any() and "worker_count" in cpu else None
     bound, how = _loader_cpu_bound(ctx, cpu, t, workers, per_sample, usable)
     return HostCpu(usable, source, int(sel.sum()), None if busy is None else round(busy, 3), saturation, bound, how, workers)
+
+
+def cpu_samples(ctx: Context) -> dict[str, Any]:
+    """The trace's CPU sample columns (empty for a plain trace)."""
+    return ctx.trace.samples.cpu if ctx.trace.samples is not None else {}
+
+
+def sample_spans(t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The samples' times ``t`` in order (``order``, stable) and the span each sample after the
+    first covers, ``[lo, hi)``: from the reading before it to its own."""
+    order = np.argsort(t, kind="stable")
+    ts = t[order]
+    return order, ts[:-1], ts[1:]
 
 
 def window_samples(ctx: Context, t: Any) -> np.ndarray:
@@ -118,9 +131,8 @@ def _loader_cpu_bound(ctx: Context, cpu: dict[str, Any], t: np.ndarray, workers:
     if iv.total(waits) == 0:
         return None, ""
     if t.size >= 2 and "main" in cpu:
-        order = np.argsort(t, kind="stable")
-        ts = t[order]
-        weight = iv.measure_in(waits, ts[:-1], ts[1:]) / np.maximum(np.diff(ts), 1).astype(np.float64)
+        order, lo, hi = sample_spans(t)
+        weight = iv.measure_in(waits, lo, hi) / np.maximum(hi - lo, 1).astype(np.float64)
         if weight.sum() >= 1.0:
             procs = workers or 1
             demand_key = "workers_demand" if workers else "main_demand"
@@ -153,13 +165,12 @@ def sampled_ns(ctx: Context, key: str, lo: int, hi: int) -> float | None:
     """A CPU-sample column in percent of a core (``main_wait``...) over ``[lo, hi)``, as ns of a
     core: each sample covers the time since the one before it, and counts for its overlap with
     the span. None without the column (or a negative reading: not measured)."""
-    cpu = ctx.trace.samples.cpu if ctx.trace.samples is not None else {}
+    cpu = cpu_samples(ctx)
     t = np.asarray(cpu.get("t_ns", np.zeros(0)))
     if t.size < 2 or key not in cpu or (np.asarray(cpu[key]) < 0).any():
         return None
-    order = np.argsort(t, kind="stable")
-    ts = t[order]
-    overlap = np.clip(np.minimum(ts[1:], hi) - np.maximum(ts[:-1], lo), 0, None).astype(np.float64)
+    order, start, end = sample_spans(t)
+    overlap = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None).astype(np.float64)
     return float((np.asarray(cpu[key], dtype=np.float64)[order][1:] / 100 * overlap).sum())
 
 
@@ -176,14 +187,12 @@ def main_thread_use(ctx: Context, where: iv.Intervals, computing: iv.Intervals) 
     slept then (``time.sleep``, a blocking write or network call, a lock). Only samples that lie
     inside the window count (one reaching past it holds the profiler's start or the trace's
     export). None without samples, or where they cover less of ``where`` than one sampling period."""
-    cpu = ctx.trace.samples.cpu if ctx.trace.samples is not None else {}
+    cpu = cpu_samples(ctx)
     t = np.asarray(cpu.get("t_ns", np.zeros(0)))
     key = next((k for k in ("main_demand", "main_thread") if k in cpu and (np.asarray(cpu[k]) >= 0).all()), None)
     if t.size < 2 or key is None or not where[0].size:
         return None, 0
-    order = np.argsort(t, kind="stable")
-    ts = t[order]
-    lo, hi = ts[:-1], ts[1:]
+    order, lo, hi = sample_spans(t)
     span = np.maximum(hi - lo, 1).astype(np.float64)
     wanted = np.asarray(cpu[key], dtype=np.float64)[order][1:] / 100 * span  # ns of CPU the thread wanted
     there = iv.measure_in(where, lo, hi).astype(np.float64)

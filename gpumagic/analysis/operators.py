@@ -31,6 +31,7 @@ from gpumagic._arrays import distinct
 from gpumagic.analysis import devices, flops
 from gpumagic.analysis.context import Context
 from gpumagic.report.metrics import Metrics, OperatorRow
+from gpumagic.trace.model import EventTable
 
 TOP_OPERATORS = 20
 MS = 1e6
@@ -57,13 +58,7 @@ def enclosing_op(ctx: Context, rows: np.ndarray) -> np.ndarray:
     earlier ones still open at its start, and the innermost one around a moment is the last
     operator before it of the depth open there minus one."""
     nest = _nesting(ctx)
-    out = np.full(rows.size, -1, np.int64)
-    if nest.ops.size == 0 or rows.size == 0:
-        return out
-    ev = ctx.trace.events
-    q = (ev.lane[rows].astype(np.int64) + 1) * _BIG + ev.ts_ns[rows]
-    started = np.searchsorted(nest.s_key, q, side="right")  # operators starting at or before the call
-    return nest.innermost(q, started)
+    return nest.innermost(*nest.at(ctx.trace.events, rows))
 
 
 def parent_op(ctx: Context, rows: np.ndarray) -> np.ndarray:
@@ -72,18 +67,13 @@ def parent_op(ctx: Context, rows: np.ndarray) -> np.ndarray:
     the same start, the longer holds the shorter); -1 for an outermost one. An empty operator
     holds nothing but has a parent."""
     nest = _nesting(ctx)
-    out = np.full(rows.size, -1, np.int64)
-    if nest.ops.size == 0 or rows.size == 0:
-        return out
-    ev = ctx.trace.events
-    q = (ev.lane[rows].astype(np.int64) + 1) * _BIG + ev.ts_ns[rows]
-    # operators ordered before each row: its own place among them, or, for an empty one
-    # (not among them), every operator starting at or before it
-    started = np.searchsorted(nest.s_key, q, side="right")
-    own = np.searchsorted(nest.ops_sorted, rows)
-    own = np.minimum(own, nest.ops.size - 1)
-    mine = nest.ops_sorted[own] == rows
-    started[mine] = nest.by_row[own[mine]]
+    q, started = nest.at(ctx.trace.events, rows)
+    if nest.ops.size and rows.size:
+        # operators ordered before each row: its own place among them; an empty one (not among
+        # them) keeps every operator starting at or before it
+        own = np.minimum(np.searchsorted(nest.ops_sorted, rows), nest.ops.size - 1)
+        mine = nest.ops_sorted[own] == rows
+        started[mine] = nest.by_row[own[mine]]
     return nest.innermost(q, started)
 
 
@@ -104,6 +94,12 @@ class _Nesting:
         # from a row to its place in the order: the rows sorted, and where each one stands
         self.by_row = np.argsort(self.ops, kind="stable")
         self.ops_sorted = self.ops[self.by_row]
+
+    def at(self, ev: EventTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each of ``rows``'s (thread, start) key, and how many operators of the order start at or
+        before it."""
+        q = (ev.lane[rows].astype(np.int64) + 1) * _BIG + ev.ts_ns[rows]
+        return q, np.searchsorted(self.s_key, q, side="right")
 
     def innermost(self, q: np.ndarray, started: np.ndarray) -> np.ndarray:
         """The innermost operator open at key ``q`` among the first ``started`` of the order."""
