@@ -1,14 +1,20 @@
 """Does ``cpu-op-overhead`` hold? A recurrent cell written as a Python loop over 64 time steps
 (hidden size 32, a batch of 8, SGD) trained on the CPU: eager, compiled with ``torch.compile``
-(the finding's first fix) and as ``nn.RNN`` (its second).
+(the finding's first fix) and as ``nn.RNN`` (its second). Then a step that runs its batch of 32
+a sample at a time (a forward and a backward per sample through a 3-layer MLP, one optimizer
+step): as it is, and as one forward and backward on the whole batch (the fix the finding puts
+first for such a loop). Last, PyTorch's own ``nn.GRU`` (hidden 64, 20 time steps, Adam), whose CPU
+kernel runs each time step as small operators: a batch of 8 sequences eager and compiled, and of
+64 sequences eager, per sequence (the finding suggests more sequences a step there).
 
 The eager loop is profiled by ``gpumagic.profile()`` and the finding's gain read (the forward and
 backward's share of the window, an upper bound); then the three are timed unprofiled, alternated
 round by round, and each saving (1 − time per step ÷ the eager loop's) printed beside it. The
 first compiled call compiles (seconds), before the timing. Numbers depend on the machine and on
 what else runs on it: this prints, it asserts nothing. ``--record DIR`` instead records the
-bundle tests/data keeps (``cpu_rnn_loop.json.gz``: three steps of 32 time steps, a smaller
-file) and exits.
+bundles tests/data keeps (``cpu_rnn_loop.json.gz``: three steps of 32 time steps, a smaller
+file; ``cpu_per_sample.json.gz``: three steps of the per-sample loop; ``cpu_gru.json.gz``: three
+steps of the GRU with 8 sequences) and exits.
 
     python benchmarks/op_overhead.py [--rounds 5] [--steps 30] [--record DIR]
 """
@@ -63,6 +69,54 @@ def _step(model, call=None, time_steps: int = T):
     return step
 
 
+SAMPLES = 32
+
+
+def _per_sample_step(batched: bool):
+    """One optimizer step on a batch of 32: a forward and backward per sample (each loss divided
+    by the batch size, so the gradients add up to the batch mean's), or one on the whole batch."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(SAMPLES, 64), torch.randint(0, 10, (SAMPLES,))
+    loss_fn = torch.nn.functional.cross_entropy
+
+    def step():
+        opt.zero_grad()
+        if batched:
+            loss_fn(model(x), y).backward()
+        else:
+            for i in range(SAMPLES):
+                (loss_fn(model(x[i:i + 1]), y[i:i + 1]) / SAMPLES).backward()
+        opt.step()
+    return step
+
+
+class GRUModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn, self.head = torch.nn.GRU(32, 64, batch_first=True), torch.nn.Linear(64, 32)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
+def _gru_step(sequences: int, compiled: bool = False):
+    """One Adam step of a GRU predicting the next of 20 time steps, for ``sequences`` sequences."""
+    torch.manual_seed(0)
+    model = GRUModel()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    call = torch.compile(model) if compiled else model
+    x = torch.randn(sequences, 21, 32)
+
+    def step():
+        loss = torch.nn.functional.mse_loss(call(x[:, :20]), x[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return step
+
+
 def profiled(path: str | None = None, steps: int = 5, time_steps: int = T):
     torch.manual_seed(0)
     return profile_steps(_step(LoopCell(), time_steps=time_steps), steps, path, warm=2)
@@ -76,7 +130,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.record:
         profiled(os.path.join(args.record, "cpu_rnn_loop.json.gz"), steps=3, time_steps=32)  # a smaller file
-        print("recorded cpu_rnn_loop.json.gz")
+        profile_steps(_per_sample_step(False), 3, os.path.join(args.record, "cpu_per_sample.json.gz"), warm=2)
+        profile_steps(_gru_step(8), 3, os.path.join(args.record, "cpu_gru.json.gz"), warm=2)
+        print("recorded cpu_rnn_loop.json.gz, cpu_per_sample.json.gz, cpu_gru.json.gz")
         return
     print(f"torch {torch.__version__}; load average {os.getloadavg()[0]:.2f}")
     f = profiled().finding("cpu-op-overhead")
@@ -90,6 +146,21 @@ def main() -> None:
     print(line)
     print(f"saved: compiled {1 - med['compiled'] / med['eager']:.3f}, nn.RNN {1 - med['nn.RNN'] / med['eager']:.3f}; "
           f"{said}")
+    f = profile_steps(_per_sample_step(False), 5, None, warm=2).finding("cpu-op-overhead")
+    said = (f"upper bound {f.est_gain:.3f}, {f.evidence.numbers['passes_per_step']:.0f} passes a step"
+            if f else "the rule is silent")
+    med, line = medians(alternated({"per sample": _per_sample_step(False), "batched": _per_sample_step(True)},
+                                   args.rounds, args.steps))
+    print(line)
+    print(f"saved by one pass on the batch: {1 - med['batched'] / med['per sample']:.3f}; {said}")
+    f = profile_steps(_gru_step(8), 5, None, warm=2).finding("cpu-op-overhead")
+    said = f"the finding: {f.title!r}, gain {f.est_gain}" if f else "the rule is silent"
+    gru = {"GRU 8": _gru_step(8), "GRU 8 compiled": _gru_step(8, compiled=True), "GRU 64": _gru_step(64)}
+    gru["GRU 8 compiled"]()  # compiles
+    med, line = medians(alternated(gru, args.rounds, args.steps))
+    print(line)
+    print(f"per sequence: GRU 8 {med['GRU 8'] / 8:.3f} ms, compiled {med['GRU 8 compiled'] / 8:.3f} ms, "
+          f"GRU 64 {med['GRU 64'] / 64:.3f} ms; {said}")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

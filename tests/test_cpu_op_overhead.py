@@ -10,9 +10,11 @@ import pytest
 from tracebuilder import DATA, TraceBuilder
 
 from gpumagic import analyze
-from gpumagic.analysis.rules.opoverhead import MAX_US_PER_OP, MIN_OPS_PER_STEP
+from gpumagic.analysis.rules.opoverhead import MAX_US_PER_OP, MIN_OPS_PER_STEP, MIN_PASSES_PER_STEP
 
 RECORDED = os.path.join(DATA, "cpu_rnn_loop.json.gz")
+PER_SAMPLE = os.path.join(DATA, "cpu_per_sample.json.gz")
+GRU = os.path.join(DATA, "cpu_gru.json.gz")
 
 
 def test_a_recorded_rnn_cell_looped_in_python():
@@ -29,7 +31,7 @@ def test_a_recorded_rnn_cell_looped_in_python():
     assert "torch.compile(model)" in codes and "torch.nn.RNN(" in codes
 
 
-@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED}))
+@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED, PER_SAMPLE, GRU}))
 def test_silent_on_every_other_recorded_trace(path):
     assert analyze(path).finding("cpu-op-overhead") is None
 
@@ -107,3 +109,93 @@ def test_a_recorded_rnn_names_its_backward_and_linear_calls():
     summary = analyze(RECORDED).finding("cpu-op-overhead").evidence.summary
     assert "Most calls, counting those inside each: autograd::engine::evaluate_function: AddmmBackward0" in summary
     assert "aten::linear" in summary
+
+
+def test_a_recorded_per_sample_loop_is_told_to_run_the_batch_at_once():
+    """benchmarks/op_overhead.py --record: 32 samples, each its own forward and backward, one
+    optimizer step (one pass on the batch saved 0.95 of the step, unprofiled)."""
+    f = analyze(PER_SAMPLE).finding("cpu-op-overhead")
+    n = f.evidence.numbers
+    assert n["passes_per_step"] == 32 and "in 32 forward and backward passes" in f.title
+    assert "loss_fn(model(x), y)" in f.fixes[0].code and "32 passes a step" in f.fixes[0].description
+    assert "torch.compile(model)" in f.fixes[1].code  # still offered, after
+    assert f.est_gain == n["model_frac"] > 0.9
+    assert "Each step runs 32 backward passes" in f.why and "BatchNorm" in f.why
+
+
+def test_one_backward_pass_gets_no_batch_fix():
+    f = analyze(RECORDED).finding("cpu-op-overhead")
+    assert f.evidence.numbers["passes_per_step"] == 1 and "passes" not in f.title
+    assert all("loss_fn(model(x), y)" not in fx.code for fx in f.fixes)
+
+
+def _passes_steps(passes: int, calls: int = 1200, us_each: float = 2.0) -> dict:
+    """Three steps, each ``passes`` × (a forward of ``calls // passes`` tiny operators, then a
+    backward node), then an optimizer step: gradient accumulated pass by pass."""
+    tb = TraceBuilder(cc=None)
+    per = calls // passes
+    pass_us = per * us_each + 40
+    step = passes * pass_us + 300
+    for i in range(3):
+        t = i * step
+        tb.step(i + 1, t, step)
+        for k in range(passes):
+            at = t + k * pass_us
+            for c in range(per):
+                tb.op("aten::add", at + c * us_each, us_each * 0.9)
+            tb.op("autograd::engine::evaluate_function: AddBackward0", at + per * us_each + 5, 30)
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t + passes * pass_us + 100, dur=100)
+    return tb.to_dict()
+
+
+def test_the_passes_threshold():
+    few = analyze(_passes_steps(MIN_PASSES_PER_STEP - 1)).finding("cpu-op-overhead")
+    assert few.evidence.numbers["passes_per_step"] == MIN_PASSES_PER_STEP - 1
+    assert "torch.compile" in few.fixes[0].code  # gradient accumulation over a few micro-batches: no batch fix
+    many = analyze(_passes_steps(MIN_PASSES_PER_STEP)).finding("cpu-op-overhead")
+    assert many.evidence.numbers["passes_per_step"] == MIN_PASSES_PER_STEP
+    assert "loss_fn(model(x), y)" in many.fixes[0].code
+
+
+def test_a_recorded_gru_is_not_told_to_compile_or_to_use_a_fused_layer():
+    """nn.GRU on the CPU runs each time step as small operators inside aten::gru: compiling
+    keeps the layer as it is (benchmarks/op_overhead.py: 4.2 ms a step eager, 4.3 compiled), and
+    it is the fused layer already; 64 sequences a step cost 0.10 ms a sequence against 0.53."""
+    f = analyze(GRU).finding("cpu-op-overhead")
+    n = f.evidence.numbers
+    assert f.title.startswith("The recurrent layer (aten::gru) calls") and n["fused_layer_share"] >= 0.5
+    codes = " ".join(fx.code for fx in f.fixes)
+    assert "torch.compile" not in codes and "torch.nn.RNN(" not in codes and "batch_size=8 * batch_size" in codes
+    assert f.est_gain == 0.0 and f.gain_method.startswith("not a step-time saving")
+    assert n["model_frac"] > 0.5 and n["per_call_us"] <= MAX_US_PER_OP
+
+
+def _wrapped_steps(wrapper: str, inner: int, plain: int) -> dict:
+    """Three steps: a forward of one ``wrapper`` holding ``inner`` tiny operators, then ``plain``
+    lone ones, a backward of 600 nodes and an optimizer step."""
+    tb = TraceBuilder(cc=None)
+    us = 2.0
+    fwd = (inner + plain) * us + 10
+    step = fwd + 600 * us + 300
+    for i in range(3):
+        t = i * step
+        tb.step(i + 1, t, step)
+        tb.op(wrapper, t, inner * us + 5)
+        for c in range(inner):
+            tb.op("aten::addmm", t + 2 + c * us, us * 0.8)
+        for c in range(plain):
+            tb.op("aten::mul", t + inner * us + 10 + c * us, us * 0.8)
+        for c in range(600):
+            tb.op("autograd::engine::evaluate_function: AddmmBackward0", t + fwd + c * us, us * 0.8)
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t + fwd + 600 * us + 100, dur=100)
+    return tb.to_dict()
+
+
+@pytest.mark.parametrize("layer", ["aten::gru", "aten::lstm", "aten::rnn_tanh", "aten::rnn_relu"])
+def test_the_fused_layer_must_make_half_the_forward_calls(layer):
+    f = analyze(_wrapped_steps(layer, inner=400, plain=300)).finding("cpu-op-overhead")
+    assert f.title.startswith(f"The recurrent layer ({layer})") and f.est_gain == 0.0
+    f = analyze(_wrapped_steps(layer, inner=300, plain=400)).finding("cpu-op-overhead")  # under half: the usual fixes
+    assert "recurrent layer" not in f.title and "torch.compile" in f.fixes[0].code and f.est_gain > 0
+    f = analyze(_wrapped_steps("aten::linear", inner=400, plain=300)).finding("cpu-op-overhead")  # not a recurrent layer
+    assert "recurrent layer" not in f.title
