@@ -5,7 +5,9 @@ a sample at a time (a forward and a backward per sample through a 3-layer MLP, o
 step): as it is, and as one forward and backward on the whole batch (the fix the finding puts
 first for such a loop). Last, PyTorch's own ``nn.GRU`` (hidden 64, 20 time steps, Adam), whose CPU
 kernel runs each time step as small operators: a batch of 8 sequences eager and compiled, and of
-64 sequences eager, per sequence (the finding suggests more sequences a step there).
+64 sequences eager, per sequence (the finding suggests more sequences a step there). And an
+inference loop with no step: a 3-layer MLP called on 300 samples one at a time, each result read
+with ``.item()``, against one call on the stacked samples (the first fix for such a window).
 
 The eager loop is profiled by ``gpumagic.profile()`` and the finding's gain read (the forward and
 backward's share of the window, an upper bound); then the three are timed unprofiled, alternated
@@ -14,7 +16,8 @@ first compiled call compiles (seconds), before the timing. Numbers depend on the
 what else runs on it: this prints, it asserts nothing. ``--record DIR`` instead records the
 bundles tests/data keeps (``cpu_rnn_loop.json.gz``: three steps of 32 time steps, a smaller
 file; ``cpu_per_sample.json.gz``: three steps of the per-sample loop; ``cpu_gru.json.gz``: three
-steps of the GRU with 8 sequences) and exits.
+steps of the GRU with 8 sequences; ``cpu_infer_per_sample.json.gz``: the inference loop over 100
+samples) and exits.
 
     python benchmarks/op_overhead.py [--rounds 5] [--steps 30] [--record DIR]
 """
@@ -117,6 +120,34 @@ def _gru_step(sequences: int, compiled: bool = False):
     return step
 
 
+def _inference(samples: int = 300):
+    """(the loop calling the model once per sample, the call on the stack of them): each returns
+    the predicted classes, the same."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
+                                torch.nn.ReLU(), torch.nn.Linear(128, 10)).eval()
+    inputs = [torch.randn(64) for _ in range(samples)]
+
+    def one_by_one():
+        with torch.no_grad():
+            return [model(x.unsqueeze(0)).argmax().item() for x in inputs]
+
+    def stacked():
+        with torch.inference_mode():
+            return model(torch.stack(inputs)).argmax(dim=1).tolist()
+    return one_by_one, stacked
+
+
+def _profile_inference(path: str | None, samples: int):
+    import gpumagic
+
+    loop, _ = _inference(samples)
+    loop()
+    with gpumagic.profile(save=path, display=False) as run:
+        loop()
+    return run.report
+
+
 def profiled(path: str | None = None, steps: int = 5, time_steps: int = T):
     torch.manual_seed(0)
     return profile_steps(_step(LoopCell(), time_steps=time_steps), steps, path, warm=2)
@@ -132,7 +163,8 @@ def main() -> None:
         profiled(os.path.join(args.record, "cpu_rnn_loop.json.gz"), steps=3, time_steps=32)  # a smaller file
         profile_steps(_per_sample_step(False), 3, os.path.join(args.record, "cpu_per_sample.json.gz"), warm=2)
         profile_steps(_gru_step(8), 3, os.path.join(args.record, "cpu_gru.json.gz"), warm=2)
-        print("recorded cpu_rnn_loop.json.gz, cpu_per_sample.json.gz, cpu_gru.json.gz")
+        _profile_inference(os.path.join(args.record, "cpu_infer_per_sample.json.gz"), 100)
+        print("recorded cpu_rnn_loop.json.gz, cpu_per_sample.json.gz, cpu_gru.json.gz, cpu_infer_per_sample.json.gz")
         return
     print(f"torch {torch.__version__}; load average {os.getloadavg()[0]:.2f}")
     f = profiled().finding("cpu-op-overhead")
@@ -161,6 +193,13 @@ def main() -> None:
     print(line)
     print(f"per sequence: GRU 8 {med['GRU 8'] / 8:.3f} ms, compiled {med['GRU 8 compiled'] / 8:.3f} ms, "
           f"GRU 64 {med['GRU 64'] / 64:.3f} ms; {said}")
+    f = _profile_inference(None, 300).finding("cpu-op-overhead")
+    said = f"upper bound {f.est_gain:.3f}" if f else "the rule is silent"
+    one_by_one, stacked = _inference(300)
+    assert one_by_one() == stacked()
+    med, line = medians(alternated({"one by one": one_by_one, "stacked": stacked}, args.rounds, 5))
+    print(line)
+    print(f"saved by one call on the stack: {1 - med['stacked'] / med['one by one']:.3f}; {said}")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

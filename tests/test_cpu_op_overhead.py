@@ -15,6 +15,7 @@ from gpumagic.analysis.rules.opoverhead import MAX_US_PER_OP, MIN_OPS_PER_STEP, 
 RECORDED = os.path.join(DATA, "cpu_rnn_loop.json.gz")
 PER_SAMPLE = os.path.join(DATA, "cpu_per_sample.json.gz")
 GRU = os.path.join(DATA, "cpu_gru.json.gz")
+INFER = os.path.join(DATA, "cpu_infer_per_sample.json.gz")
 
 
 def test_a_recorded_rnn_cell_looped_in_python():
@@ -31,7 +32,7 @@ def test_a_recorded_rnn_cell_looped_in_python():
     assert "torch.compile(model)" in codes and "torch.nn.RNN(" in codes
 
 
-@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED, PER_SAMPLE, GRU}))
+@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED, PER_SAMPLE, GRU, INFER}))
 def test_silent_on_every_other_recorded_trace(path):
     assert analyze(path).finding("cpu-op-overhead") is None
 
@@ -163,7 +164,7 @@ def test_a_recorded_gru_is_not_told_to_compile_or_to_use_a_fused_layer():
     it is the fused layer already; 64 sequences a step cost 0.10 ms a sequence against 0.53."""
     f = analyze(GRU).finding("cpu-op-overhead")
     n = f.evidence.numbers
-    assert f.title.startswith("The recurrent layer (aten::gru) calls") and n["fused_layer_share"] >= 0.5
+    assert f.title.startswith("The recurrent layer (aten::gru) calls") and n["fused_layer_frac"] >= 0.5
     codes = " ".join(fx.code for fx in f.fixes)
     assert "torch.compile" not in codes and "torch.nn.RNN(" not in codes and "batch_size=8 * batch_size" in codes
     assert f.est_gain == 0.0 and f.gain_method.startswith("not a step-time saving")
@@ -199,3 +200,42 @@ def test_the_fused_layer_must_make_half_the_forward_calls(layer):
     assert "recurrent layer" not in f.title and "torch.compile" in f.fixes[0].code and f.est_gain > 0
     f = analyze(_wrapped_steps("aten::linear", inner=400, plain=300)).finding("cpu-op-overhead")  # not a recurrent layer
     assert "recurrent layer" not in f.title
+
+
+def test_a_recorded_inference_loop_one_sample_at_a_time():
+    """benchmarks/op_overhead.py --record: a 3-layer MLP called on 100 samples one by one, each
+    result read with .item() (unprofiled, 300 such samples took 14.7 ms, one call on their stack
+    0.35 ms). No optimizer: no step, so the window as a whole is judged."""
+    r = analyze(INFER)
+    assert r.metrics.steps.count == 0
+    f = r.finding("cpu-op-overhead")
+    n = f.evidence.numbers
+    assert n["calls"] >= MIN_OPS_PER_STEP and n["per_call_us"] <= MAX_US_PER_OP and n["item_calls"] == 100
+    assert "torch.stack(samples)" in f.fixes[0].code and "torch.compile(model)" in f.fixes[1].code
+    assert f.est_gain == n["loop_frac"] >= n["operators_frac"] and f.gain_method.startswith("upper bound")
+    assert "100 .item() calls" in f.why and "token by token" in f.why
+
+
+def _inference_window(calls: int, us_each: float, backward: bool = False, gpu: bool = False) -> dict:
+    """No step: ``calls`` operators of ``us_each`` µs back to back on the main thread, 1 µs apart
+    (a backward node at the end, or a kernel, when asked)."""
+    tb = TraceBuilder(cc=(8, 0) if gpu else None)
+    for c in range(calls):
+        tb.op("aten::addmm", c * (us_each + 1), us_each)
+    end = calls * (us_each + 1)
+    if backward:
+        tb.op("autograd::engine::evaluate_function: AddmmBackward0", end + 5, 50)
+    if gpu:
+        tb.kernel("k", 10, 5, launch_ts=5)
+    return tb.to_dict()
+
+
+def test_the_inference_window_thresholds():
+    f = analyze(_inference_window(MIN_OPS_PER_STEP + 100, 2.0)).finding("cpu-op-overhead")
+    assert f is not None and f.evidence.numbers["calls"] == MIN_OPS_PER_STEP + 100
+    assert f.evidence.numbers["item_calls"] == 0 and ".item()" not in f.evidence.summary
+    assert analyze(_inference_window(MIN_OPS_PER_STEP - 100, 2.0)).finding("cpu-op-overhead") is None
+    assert analyze(_inference_window(MIN_OPS_PER_STEP + 100, 2 * MAX_US_PER_OP)).finding("cpu-op-overhead") is None
+    assert analyze(_inference_window(MIN_OPS_PER_STEP + 100, 2.0, gpu=True)).finding("cpu-op-overhead") is None
+    # a backward without a step: training, whose calls are judged per step
+    assert analyze(_inference_window(MIN_OPS_PER_STEP + 100, 2.0, backward=True)).finding("cpu-op-overhead") is None

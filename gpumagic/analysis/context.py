@@ -16,6 +16,7 @@ import numpy as np
 from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
+from gpumagic.trace.links import CODE_START
 from gpumagic.trace.model import GPU_KINDS, LAUNCH_KINDS, DeviceInfo, Kind, Trace
 
 T = TypeVar("T")
@@ -342,6 +343,7 @@ def build_context(trace: Trace, window: tuple[int, int] | None = None, like: Con
         lo = int(ev.ts_ns.min()) if len(ev) else 0
         hi = int((ev.ts_ns + ev.dur_ns).max()) if len(ev) else 1
         source = "trace"
+        lo = _code_start(trace, lo, hi)
     hi = max(hi, lo + 1)
     ctx = Context(trace, lo, hi, source, step_bounds, step_names, main_lane, -1, iv.empty(), [], Gaps.empty(),
                   {}, {}, {}, flags, masks, launch_ts, launch_row)
@@ -351,6 +353,18 @@ def build_context(trace: Trace, window: tuple[int, int] | None = None, like: Con
     ctx.gpu_lanes = frozenset({main_lane, *ev.lane[launch_row[launch_row >= 0]].tolist()}) - {-1}
     _gpu_facts(ctx)
     return ctx
+
+
+def _code_start(trace: Trace, lo: int, hi: int) -> int:
+    """Where the profiled code began in a gpumagic capture (the end of its last
+    :data:`~gpumagic.trace.links.CODE_START` range), or ``lo``: what came before was the capture's
+    own set-up."""
+    if CODE_START not in trace.names:
+        return lo
+    ev = trace.events
+    rows = np.flatnonzero(trace.name_ids(lambda n: n == CODE_START)[ev.name])
+    end = int((ev.ts_ns[rows] + ev.dur_ns[rows]).max())
+    return end if lo <= end < hi else lo
 
 
 def _launch_rows(trace: Trace, masks: dict[str, np.ndarray]) -> np.ndarray:

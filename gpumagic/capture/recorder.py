@@ -25,6 +25,7 @@ from gpumagic.capture.bundle import CLOCK_ANCHOR
 from gpumagic.capture.options import CaptureOptions
 from gpumagic.capture.quiet import profiler_warnings_hidden, quiet_kineto
 from gpumagic.capture.steps import marker_name
+from gpumagic.trace.links import CODE_START
 
 
 def profiler_active() -> bool:
@@ -141,6 +142,13 @@ class TorchRecorder:
         after = time.time_ns()
         rf.__exit__(None, None, None)
         return (before + after) // 2
+
+    def mark_code_start(self) -> None:
+        """Record :data:`~gpumagic.trace.links.CODE_START`: the profiled code starts now."""
+        import torch.profiler as tp
+
+        with tp.record_function(CODE_START):
+            pass
 
     def begin_step(self, step_index: int) -> None:
         """Close the open step marker, if any, and open ``ProfilerStep#step_index``."""

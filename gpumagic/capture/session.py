@@ -150,6 +150,7 @@ class CaptureSession:
         self._hook = OptimizerStepHook(self._on_step)
         self._hook.install()
         self._arm_deadline()
+        self._recorder.mark_code_start()  # last: a window with no step starts here
 
     def _start_samplers(self, cuda: bool) -> None:
         interval_s = self.options.interval_ms / 1000.0

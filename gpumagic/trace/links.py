@@ -29,6 +29,10 @@ MODULE_PREFIX = "gpumagic::module "
 #: worker processes (``gpumagic::DataLoader workers start (N workers)``: ``capture.stages``;
 #: read by ``analysis.loaderrestart``).
 WORKER_START_PREFIX = "gpumagic::DataLoader workers start"
+#: A zero-length range a gpumagic capture records when its own start is done and the profiled
+#: code begins: a window with no step starts there (``analysis.context``), not at the capture's
+#: own set-up (the clock anchor, the step hooks: about 0.5 ms on this project's machine).
+CODE_START = "gpumagic::code_start"
 #: The flow category of forward→backward arrows in Kineto's JSON.
 FWD_BWD = "fwdbwd"
 #: A flow's end point and its event may disagree by a rounding of the microsecond timestamps.

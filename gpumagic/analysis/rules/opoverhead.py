@@ -93,6 +93,17 @@ loader = torch.utils.data.DataLoader(dataset, batch_size=8 * batch_size, shuffle
 # a larger batch changes the optimisation: retune the learning rate and watch the loss curve
 """
 
+#: A window with no step and no backward (inference): from this many ``.item()`` calls in it, the
+#: evidence says the results came back to Python one by one.
+MIN_ITEM_CALLS = 16
+INFER_BATCH_CODE = """
+# samples: the inputs the loop went through one at a time, each of one sample's shape
+# (very many: a few hundred at a time, with torch.split or a DataLoader)
+with torch.inference_mode():
+    outputs = model(torch.stack(samples))       # one call for the whole batch
+predictions = outputs.argmax(dim=1).tolist()    # one conversion to Python, not .item() per sample
+"""
+
 
 @rule("cpu-op-overhead")
 def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
@@ -108,12 +119,20 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     on the whole batch. Where PyTorch's own recurrent layer (``aten::gru``, ``aten::lstm``,
     ``aten::rnn_*``) makes ≥ half of the forward's calls, neither fix applies (the layer is fused
     already and compiling keeps it as it is): the finding says so, suggests more sequences a step,
-    and estimates no step-time gain. The evidence names the outermost operators that
+    and estimates no step-time gain. A window with no step and no backward (inference), its
+    calls counted over the window (≥ 1,000 at ≤ 5 µs, ≥ 10 % of it): a model called once per
+    sample, first told to call it on a stack of samples, then to compile; gain, the share of the
+    window from the first call to the last (the loop's Python included), an upper bound. The
+    evidence names the outermost operators that
     make most of the calls, counting the calls nested in each (a reinforcement-learning loop's
     ``aten::multinomial``, from sampling actions one at a time, or a backward node). False positives: a model of many small
     operators that each do real work in under 5 µs (a long chain of tiny layers on one sample)
     gains less, though compilation still fuses them."""
-    if ctx.device >= 0 or not ctx.step_bounds or m.phases is None:
+    if ctx.device >= 0:
+        return None
+    if not ctx.step_bounds:
+        return _inference(ctx) if ctx.workload == "inference" else None
+    if m.phases is None:
         return None
     starts = main_op_starts(ctx)
     per_step, calls, busy, spans, passes, forwards = [], 0, 0, [], [], []
@@ -194,6 +213,51 @@ TOP_CALLERS = 3
 MIN_CALLER_SHARE = 0.05
 
 
+def _inference(ctx: Context) -> Finding | None:
+    """A window with no step and no backward: its operator calls as a whole (see the rule)."""
+    ev = ctx.trace.events
+    mask = ctx.events_in_window(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane))
+    calls = int(np.count_nonzero(mask))
+    if calls < MIN_OPS_PER_STEP:
+        return None
+    busy = iv.total(ctx.intervals(mask))
+    frac = busy / ctx.window_ns
+    us_per_op = busy / calls / 1e3
+    if frac < MIN_FRAC or us_per_op > MAX_US_PER_OP:
+        return None
+    rows = np.flatnonzero(mask)
+    first, last = int(ev.ts_ns[rows].min()), int((ev.ts_ns[rows] + ev.dur_ns[rows]).max())
+    span = (min(last, ctx.hi) - max(first, ctx.lo)) / ctx.window_ns
+    items = int(np.count_nonzero(mask & ctx.trace.name_ids(lambda n: n == "aten::item")[ev.name]))
+    spans = [ctx.intervals(mask)]
+    return finding(
+        severity=severity_for(span),
+        title=f"The window calls {calls:,} tiny operators at {us_per_op:.1f} µs each: calling them costs more than "
+              "their work",
+        why=f"""Each PyTorch operator call pays a fixed cost before it computes anything — the Python binding, the
+        dispatcher — about 3.6 µs on a 1-element tensor. With no backward and no optimizer step this window is
+        inference, and its {calls:,} operator calls average {us_per_op:.1f} µs: the calls, not the arithmetic, take
+        the time. The usual cause is a model called once per sample (a loop over rows, requests or images): called
+        once on a stack of them, each operator runs once for the whole batch."""
+        + (f""" The results came back to Python one at a time too ({items:,} .item() calls): convert the batch's
+        output once.""" if items >= MIN_ITEM_CALLS else "")
+        + """ A loop that cannot be batched (generation token by token, a policy acting step by step) still gains
+        from torch.compile, which fuses each call's small operators.""",
+        summary=(f"{calls:,} operator calls on the main thread at {us_per_op:.1f} µs each on average, {pct(frac)} of "
+                 f"the window; from the first to the last, {pct(span)}."
+                 + (f" {items:,} .item() calls." if items >= MIN_ITEM_CALLS else "") + _callers(ctx, spans)),
+        numbers={"calls": calls, "per_call_us": round(us_per_op, 3), "operators_frac": round(frac, 4),
+                 "loop_frac": round(span, 4), "item_calls": items,
+                 "threshold_calls": MIN_OPS_PER_STEP, "threshold_per_call_us": MAX_US_PER_OP},
+        est_gain=span,
+        gain_method=("upper bound: the share of the window from the first operator call to the last (the loop's "
+                     "Python between the calls included); one call on a batch, or a compiled one, still does the work"),
+        fixes=(pytorch("If the model is called once per sample, call it once on a stack of them", INFER_BATCH_CODE),
+               pytorch("Compile the model: its small operators become a few fused loops, called once", COMPILE_CODE)),
+        doc_url=DOC,
+    )
+
+
 def _outer_calls(ctx: Context, spans: list[iv.Intervals]) -> tuple[np.ndarray, int]:
     """(per name id, the calls made by the main thread's outermost operators of that name inside
     ``spans``, their own and those nested in them; all the calls inside ``spans``)."""
@@ -245,7 +309,7 @@ def _fused_recurrent(ctx: Context, spans: list[iv.Intervals], layer: str, share:
                  f"on average, {pct(frac)} of the window; {layer} makes {pct(share)} of the forward's calls."
                  f"{_callers(ctx, spans)}"),
         numbers={"calls_per_step": int(ops_per_step), "per_call_us": round(us_per_op, 3), "model_frac": round(frac, 4),
-                 "fused_layer_share": round(share, 4),
+                 "fused_layer_frac": round(share, 4),
                  "threshold_calls_per_step": MIN_OPS_PER_STEP, "threshold_per_call_us": MAX_US_PER_OP},
         est_gain=0.0,
         gain_method=("not a step-time saving: a larger batch takes somewhat longer a step and much less per sequence "
