@@ -279,6 +279,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         policy=nn.Linear(4, 2).to(device), rollout_steps=3, make_env=_cartpole,
         data=[[0.5] * 8 for _ in range(10)], labels=[i % 4 for i in range(10)], epochs=2,
         ema_model=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(device), decay=0.999, c=0.01,
+        num_embeddings=100, embedding_dim=8,
     )
     return ns
 

@@ -26,13 +26,16 @@ from gpumagic.analysis.allocator import churn_idle
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.loaderrestart import worker_starts
 from gpumagic.analysis.metrics import cap_by_critical_path, sync_costs
+from gpumagic.analysis.optimizerimpl import optimizer_steps
 from gpumagic.analysis.rules import STEADY_IDS
 from gpumagic.analysis.rules.base import severity_for
 from gpumagic.analysis.rules.chunks import small_transfer_windows
 from gpumagic.analysis.rules.compute import too_small_windows
 from gpumagic.analysis.rules.cpu import saturated_idle
 from gpumagic.analysis.rules.dataloader import DATALOADER_FRAC
+from gpumagic.analysis.rules.embeddings import embedding_update_time
 from gpumagic.analysis.rules.launch import host_ops_in_wait, launch_wait
+from gpumagic.analysis.rules.optimizer import FUSED_ON_CPU
 from gpumagic.analysis.rules.transfers import exposed_copies
 from gpumagic.analysis.rules.utilization import LONG_GAPS_FRAC, idle_outside_warmup, long_gap_intervals
 from gpumagic.report.model import Finding
@@ -60,7 +63,9 @@ SYMPTOM_MIN_GAIN = {"gpu-idle-gaps": LONG_GAPS_FRAC, "dataloader-bound": DATALOA
 #: may be smaller than the time the finding claims: apportioning never raises it to that time.
 ESTIMATE_PREFIX = "estimate"
 #: Time-based findings outside the idle budget: their windows join the union too.
-OTHER_TIME_BASED = ("communication-heavy",)
+#: (An optimizer's steps, which ``unfused-optimizer`` and ``dense-embedding-grad`` both claim, count
+#: once: fixing both cannot save more than that time.)
+OTHER_TIME_BASED = ("communication-heavy", "unfused-optimizer", "dense-embedding-grad")
 
 #: What each finding's gain is (``gain_method`` starts with "estimate" exactly for an estimate;
 #: ``render._format.fmt_gain`` words it "about N % (estimate)", else "up to N %"):
@@ -87,7 +92,7 @@ GAIN_KINDS: dict[str, str] = {
     "inference-train-mode": "none", "memory-growth": "none",
     "gradients-never-reset": "none", "optimizer-state-reset": "none",
     "updates-without-gradients": "none", "unused-gradients": "estimate",
-    "training-in-eval-mode": "none",
+    "training-in-eval-mode": "none", "dense-embedding-grad": "upper bound",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
@@ -104,6 +109,8 @@ CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
     "too-small-for-gpu": too_small_windows,
     "low-gpu-utilization": idle_outside_warmup,
     "communication-heavy": lambda ctx: ctx.exclusive["communication"],
+    "unfused-optimizer": lambda ctx: optimizer_steps(ctx, frozenset(FUSED_ON_CPU)).intervals,
+    "dense-embedding-grad": embedding_update_time,
 }
 
 
@@ -154,7 +161,7 @@ def apportion(ctx: Context, findings: list[Finding], steady: Context | None = No
         if f.id in granted_by:
             union = iv.merge(union, granted_by[f.id])
         elif f.id in OTHER_TIME_BASED:
-            union = iv.merge(union, CLAIMS[f.id](ctx))
+            union = iv.merge(union, CLAIMS[f.id](steady if steady is not None and f.id in STEADY_IDS else ctx))
     keep = 1.0 - min(1.0, ctx.frac(iv.total(union)))
     for f in out:
         if f.id not in IDLE_TYPE and f.id not in OTHER_TIME_BASED:

@@ -19,6 +19,7 @@ from gpumagic.analysis.rules.contention import host_contended
 from gpumagic.analysis.rules.cpu import host_cpu_saturated
 from gpumagic.analysis.rules.cpuhalf import cpu_low_precision_slow
 from gpumagic.analysis.rules.dataloader import dataloader_bound
+from gpumagic.analysis.rules.embeddings import dense_embedding_grad
 from gpumagic.analysis.rules.emptyupdates import updates_without_gradients
 from gpumagic.analysis.rules.evalmode import training_in_eval_mode
 from gpumagic.analysis.rules.gradreset import gradients_never_reset
@@ -54,7 +55,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer, host_contended, anomaly_detection_on,
     loop_host_work, cpu_op_overhead, activation_recompute, allocator_churn, layout_conversions,
     inference_grad_enabled, inference_train_mode, memory_growth, gradients_never_reset, optimizer_state_reset,
-    updates_without_gradients, unused_gradients, training_in_eval_mode,
+    updates_without_gradients, unused_gradients, training_in_eval_mode, dense_embedding_grad,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
