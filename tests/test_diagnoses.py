@@ -149,6 +149,31 @@ def test_a_leading_gap_whose_work_was_queued_before_the_window_is_not_host_wait(
     assert i["host_wait_ms"] < 0.05 and i["other_ms"] == pytest.approx(3.0, abs=0.05)
 
 
+def _cut_lead(host_us: float) -> TraceBuilder:
+    """A trace whose first kernel (at 5 ms) was launched before it began (no launch recorded):
+    ``host_us`` of host operators on the main thread before it, then a busy step of launches."""
+    tb = TraceBuilder()
+    tb.add(cat="python_function", name="worker loop", ts=0, dur=2, tid=99)  # the trace begins: another thread
+    tb.add(cat="kernel", name="k_first", ts=5_000, dur=1_000, pid=0, tid=7, args={"device": 0, "stream": 7})
+    if host_us:
+        tb.op("aten::copy_", 0, host_us)
+    for i in range(5):
+        tb.kernel("k", 6_000 + i * 1_000, 990, launch_ts=5_990 + i * 1_000)
+    return tb
+
+
+def test_a_leading_gap_without_its_launch_is_host_wait_only_where_the_host_was_recorded_busy():
+    """A trace cut before its first launches (an on-demand trace; the real MI300X vLLM decode trace
+    cut at a tenth held 6.3 ms of such a gap and read launch-bound, 68 %): what the GPU waited for
+    is not recorded, so only the host time recorded in the gap is host wait."""
+    # (the four 10 µs gaps between the later kernels, each launched at its start, add 0.04 ms of host wait)
+    i = report(_cut_lead(0)).metrics["idle"]
+    assert i["host_wait_ms"] == pytest.approx(0.04, abs=0.005) and i["other_ms"] == pytest.approx(5.0, abs=0.02)
+    i = report(_cut_lead(3_000)).metrics["idle"]
+    assert i["host_wait_ms"] == pytest.approx(3.04, abs=0.01) and i["other_ms"] == pytest.approx(2.0, abs=0.02)
+    assert "launch-bound" not in report(_cut_lead(0)).finding_ids
+
+
 def test_collective_and_graph_dependencies_are_named():
     tb = TraceBuilder()
     tb.step(1, 0, 6_000)

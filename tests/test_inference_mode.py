@@ -343,3 +343,32 @@ def test_the_loader_reads_sequence_numbers_on_every_path():
         seq = trace.events.seq
         assert sorted(seq[seq >= 0].tolist()) == written
         assert (seq[trace.events.kind != Kind.CPU_OP] == -1).all()
+
+
+def _cut(trace: dict, keep_backward: int, markers: bool) -> dict:
+    """``trace`` ended inside its last backward pass: of that pass's node events (the last step's),
+    only the first ``keep_backward``, and nothing after them (a profiler stopped by a time limit, an
+    on-demand trace of a fixed duration); with ``markers``, the step markers of the steps that
+    ended before the cut (a marker is written when its step ends), else none (a trace recorded
+    without ``prof.step()``: the window is the whole trace)."""
+    events = trace["traceEvents"]
+    last_step = max(e["ts"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
+    nodes = sorted(e["ts"] for e in events if e.get("name", "").startswith("autograd::engine")
+                   and e["ts"] >= last_step)
+    cut = nodes[keep_backward]
+    out = dict(trace)
+    out["traceEvents"] = [e for e in events if e.get("ph") == "M" or (
+        markers and e["ts"] + e.get("dur", 0) <= cut if e.get("name", "").startswith("ProfilerStep#") else e["ts"] < cut)]
+    return out
+
+
+@pytest.mark.parametrize("markers", [False, True])
+def test_a_trace_cut_inside_a_backward_pass_does_not_call_its_forward_unused(markers):
+    """The last forward's nodes that the cut pass had not reached yet are not judged unused."""
+    assert analyze(_cut(_training(steps=4, nodes=40), keep_backward=5, markers=markers)).finding(
+        "inference-grad-enabled") is None
+    # the same cut trace with an evaluation after each complete step: those are still found, but for
+    # the one right before the cut pass's forward (after the previous pass: not told from that forward)
+    f = analyze(_cut(_training(steps=4, nodes=40, evaluation=20), keep_backward=5, markers=markers)).finding(
+        "inference-grad-enabled")
+    assert f is not None and f.evidence.numbers["unused_nodes"] == 2 * 20

@@ -41,6 +41,18 @@ def test_a_gpu_model_is_not_on_the_cpu():
     assert "model-on-cpu" not in analyze(tb).finding_ids
 
 
+def test_a_replayed_graph_is_the_model_on_the_gpu():
+    """A serving engine's window cut before its graph's kernels (the real MI300X vLLM decode trace
+    cut at a quarter: 99 host operators preparing inputs, 5 launches, no kernel yet): one graph
+    launch replays the model's kernels, so the model is on the GPU."""
+    for name in ("hipGraphLaunch", "cudaGraphLaunch"):
+        tb = TraceBuilder()
+        tb.runtime("hipGetDeviceCount", 0, 5)
+        _cpu_ops(tb)
+        tb.runtime(name, 7_000, 20)
+        assert "model-on-cpu" not in analyze(tb).finding_ids
+
+
 def test_an_empty_window_is_not_analysed():
     tb = TraceBuilder()
     for i in range(3):

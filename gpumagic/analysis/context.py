@@ -456,8 +456,10 @@ def _classify_gaps(ctx: Context) -> tuple[Gaps, dict[str, int]]:
                                                    else queued work that did not start
 
     - host wait: from the gap's start to the launch of the work that ends it, plus the normal
-      launch delay (up to :data:`LAUNCH_LATENCY_MAX_NS`); also a leading gap whose launch is
-      not in the trace;
+      launch delay (up to :data:`LAUNCH_LATENCY_MAX_NS`); in a leading gap whose launch is not in
+      the trace (launched before the window), the time the host threads that drive the GPU were
+      recorded busy in it, the rest ``other`` (a trace cut before its first launches, a graph
+      replayed from before the window: what the GPU waited for is not recorded);
     - whatever remains after that is queued work that did not start: a dependency (an event
       wait on another stream, a collective waiting for other ranks, a graph replay, work outside
       the recorded window), counted as ``other`` and named where the trace shows it;
@@ -487,7 +489,10 @@ def _classify_gaps(ctx: Context) -> tuple[Gaps, dict[str, int]]:
     host_ns = np.where(after, np.minimum(host_end, g_e) - g_s, 0)
     spans = has_next & (launch >= 0) & (launch < g_s) & (launch_end > g_s)
     host_ns = np.where(spans, np.minimum(launch_end, g_e) - g_s, host_ns)
-    host_ns = np.where(unknown_lead, length, np.maximum(host_ns, 0))
+    lead_host = np.zeros(g_s.size, dtype=np.int64)
+    if unknown_lead.any():
+        lead_host[unknown_lead] = _host_recorded(ctx, g_s[unknown_lead], g_e[unknown_lead])
+    host_ns = np.where(unknown_lead, lead_host, np.maximum(host_ns, 0))
     latency = has_next & (launch >= 0) & (launch < g_s) & (length < LAUNCH_LATENCY_MAX_NS) & ~spans
     host_ns = np.where(latency, 0, host_ns)
     queued_ns = np.maximum(length - host_ns - np.where(latency, length, 0), 0)
@@ -497,6 +502,17 @@ def _classify_gaps(ctx: Context) -> tuple[Gaps, dict[str, int]]:
     idle["launch_latency"] = int(length[latency].sum())
     idle["other"] = int(queued_ns.sum())
     return Gaps(g_s, g_e, cause.astype(np.int8), nxt.astype(np.int64), host_ns.astype(np.int64)), idle
+
+
+def _host_recorded(ctx: Context, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per span ``[starts, ends)``, the time in it that the host threads driving the GPU
+    (``ctx.gpu_lanes``) were recorded busy (any host event)."""
+    ev = ctx.trace.events
+    driving = np.zeros(int(ev.lane.max()) + 1 if len(ev) else 1, dtype=bool)
+    driving[[lane for lane in ctx.gpu_lanes if 0 <= lane < driving.size]] = True
+    host = ctx.intervals(ctx.masks["host"] & driving[np.maximum(ev.lane, 0)] & (ev.lane >= 0))
+    return np.fromiter((iv.total(iv.clip(host, int(a), int(b))) for a, b in zip(starts, ends, strict=True)),
+                       np.int64, starts.size)
 
 
 def _dependencies(ctx: Context, nxt: np.ndarray, launch: np.ndarray) -> np.ndarray:

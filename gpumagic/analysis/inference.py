@@ -92,7 +92,8 @@ def _grad_mode(ctx: Context) -> GradMode:
     carry the node's number, so a node whose number none carries was never used by a backward
     pass. Operators inside those events (a checkpoint's recomputation, a double backward) and the
     events themselves are the backward's, and left out; so are operators that start after the last
-    backward event began (their backward may lie past the end of the trace). A trace whose
+    backward event began (their backward may lie past the end of the trace), and, in a trace that
+    ends inside a backward pass (:func:`_cut_pass_start`), those after the pass before it. A trace whose
     backward events carry no numbers cannot be matched: nothing is counted there."""
     ev, m = ctx.trace.events, ctx.masks
     host_ops = m["cpu_op"] & m["host"]
@@ -115,11 +116,30 @@ def _grad_mode(ctx: Context) -> GradMode:
     built = rows[np.flatnonzero((lane[1:] == lane[:-1]) & (seq[1:] > seq[:-1]) & dispatched[:-1])]
     if numbered.size:
         used = np.isin(ev.seq[built], ev.seq[numbered])
-        built = built[~used & (ev.ts_ns[built] < ev.ts_ns[backward].max())]
+        built = built[~used & (ev.ts_ns[built] < min(ev.ts_ns[backward].max(), _cut_pass_start(ev, host_ops, backward)))]
     built = np.sort(built)
     compiled = int(np.count_nonzero(compiled_name[ev.name[built]]))
     return GradMode(recorded=int(rows.size), nodes=int(built.size), unused_ns=iv.total(ctx.intervals(built)),
                     op_ns=iv.total(ctx.intervals(ops)), rows=built, training=bool(backward.size), compiled=compiled)
+
+
+def _cut_pass_start(ev: EventTable, host_ops: np.ndarray, backward: np.ndarray) -> int:
+    """Where the forward of a last backward pass the trace may have cut short began: a trace that
+    ends inside a backward pass (no operator but the backward's starts after its last event ends:
+    a profiler stopped by a time limit, an on-demand trace of a fixed duration) holds only part of
+    that pass, and the nodes its forward built after the previous pass may be used in the part
+    not recorded. That forward starts after the previous pass's last event; the nodes built since
+    are not judged. No cut (an optimizer step or a forward after the last pass): no limit."""
+    not_backward = host_ops.copy()
+    not_backward[backward] = False
+    others = np.flatnonzero(not_backward)
+    others = others[~starts_inside(ev, others, backward)]
+    ends = ev.ts_ns[backward] + ev.dur_ns[backward]
+    if not others.size or (ev.ts_ns[others] >= ends.max()).any():
+        return np.iinfo(np.int64).max
+    last_other = ev.ts_ns[others].max()  # the last forward (or loss) operator before the cut pass
+    before = ends[ends <= last_other]
+    return int(before.max()) if before.size else int(ev.ts_ns[others].min())
 
 
 def starts_inside(ev: EventTable, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.names import GRAPH_LAUNCH_CALLS
 from gpumagic.analysis.rules.base import finding, pytorch, rule
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
@@ -27,7 +28,10 @@ def model_on_cpu(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: the CUDA/HIP runtime was recorded (so the profiler watched a GPU), yet at most
     a handful of kernels ran and were launched, while ≥ 50 ATen operators ran on the CPU: the
     model and its data never moved to the GPU. A trace without any GPU runtime event is not this
-    finding: it was recorded without GPU activity (a note says so). Gain: not estimated (the
+    finding: it was recorded without GPU activity (a note says so); nor is a window that replays a
+    captured graph (``cudaGraphLaunch``/``hipGraphLaunch``: one launch for all of the model's
+    kernels, which a trace cut short may not hold; a serving engine's host operators beside it
+    prepare its inputs). Gain: not estimated (the
     speed-up depends on the model). False positives: a deliberate CPU baseline recorded with
     CUDA activity on."""
     ev, msk = ctx.trace.events, ctx.masks
@@ -41,6 +45,8 @@ def model_on_cpu(ctx: Context, m: Metrics) -> Finding | None:
         lambda n: n.startswith("aten::"))[ev.name])))
     if kernels > HANDFUL or launches > HANDFUL or aten < MIN_CPU_OPS:
         return None
+    if ctx.events_in_window(msk["runtime"] & ctx.host_name_ids(GRAPH_LAUNCH_CALLS.__contains__)[ev.name]).any():
+        return None  # a captured graph replayed: one launch, the model's kernels (past the trace's end, here)
     return finding(
         severity="high", title="The model ran on the CPU: it never moved to the GPU",
         why="""The profiler recorded the CUDA runtime, so this process could use a GPU, yet its operators ran as
