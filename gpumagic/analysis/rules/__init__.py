@@ -39,7 +39,7 @@ from gpumagic.analysis.rules.precision import mixed_precision_off
 from gpumagic.analysis.rules.recompute import activation_recompute
 from gpumagic.analysis.rules.restarts import dataloader_worker_restarts
 from gpumagic.analysis.rules.sync import host_sync
-from gpumagic.analysis.rules.threads import host_cores_idle
+from gpumagic.analysis.rules.threads import host_cores_idle, threads_oversubscribed
 from gpumagic.analysis.rules.transfers import pageable_memcpy, transfer_bound
 from gpumagic.analysis.rules.unusedgrads import unused_gradients
 from gpumagic.analysis.rules.utilization import gpu_idle_gaps, low_gpu_utilization
@@ -55,7 +55,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer, host_contended, anomaly_detection_on,
     loop_host_work, cpu_op_overhead, activation_recompute, allocator_churn, layout_conversions,
     inference_grad_enabled, inference_train_mode, memory_growth, gradients_never_reset, optimizer_state_reset,
-    updates_without_gradients, unused_gradients, training_in_eval_mode, dense_embedding_grad,
+    updates_without_gradients, unused_gradients, training_in_eval_mode, dense_embedding_grad, threads_oversubscribed,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)

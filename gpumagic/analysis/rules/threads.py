@@ -1,5 +1,5 @@
-"""``host-cores-idle``: a CPU-only loop computes on one core while others sit idle — PyTorch's
-intra-op threads did no work."""
+"""``host-cores-idle`` and ``threads-oversubscribed``: a CPU-only loop's intra-op threads, too few
+for the cores (one core computes while others sit idle) or too many (more threads than cores)."""
 
 from __future__ import annotations
 
@@ -99,6 +99,72 @@ def host_cores_idle(ctx: Context, m: Metrics) -> Finding | None:
                        "print(torch.__config__.parallel_info())   # at::get_num_threads() 1 here, and OMP_NUM_THREADS\n"
                        f"torch.set_num_threads({threads})   # before the loop; unset OMP_NUM_THREADS=1 where it is set\n"
                        "# torchrun: OMP_NUM_THREADS=<cores per process> torchrun ..."),),
+        doc_url=DOC,
+    )
+
+
+#: ``threads-oversubscribed``: a finding when the calls long enough to run in parallel take at
+#: least this share of the window (the TensorBoard profiler plugin's 5 % line for a bottleneck
+#: worth naming, doubled: the loss is a part of their time, not all of it).
+OVERSUBSCRIBED_MIN_FRAC = 0.10
+#: benchmarks/threads_speedup.py on this project's 2-core machine (unprofiled, alternated rounds).
+OVERSUBSCRIBED_MEASURED = ("benchmarks/threads_speedup.py --oversubscribe 16 on 2 cores: a step of two 1024 × 1024 "
+                           "layers took 49.3 ms on 16 intra-op threads and 42.4 ms on 2 (0.14 saved)")
+
+
+@rule("threads-oversubscribed")
+def threads_oversubscribed(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: a CPU-only gpumagic capture that recorded ``torch.get_num_threads()``
+    (``capture.intra_op_threads``) above the cores the process may use (``machine.usable_cores``:
+    its CPU affinity, or a cgroup CPU quota, rounded up), while operator calls long enough to run
+    in parallel (innermost calls ≥ 50 µs on the main thread, as ``host-cores-idle`` counts them)
+    take ≥ 10 % of the window. A parallel region hands each thread a share of the work and waits
+    for the last: threads beyond the cores take turns on them, so the region lasts until the
+    turns are done, and OpenMP's spinning threads keep the cores from the ones with work.
+    Silent on a shared machine (``host-contended`` sizes the threads to what the other processes
+    leave). Gain: an upper bound, those calls' share of the window (fewer threads shorten them,
+    never remove them); measured in ``benchmarks/threads_speedup.py --oversubscribe``. Fix:
+    ``torch.set_num_threads`` with the usable cores. False positives: operators that do not
+    parallelise though long; a quota whose cores the process never needed at once."""
+    if ctx.device >= 0 or m.host.get("shared_machine"):
+        return None
+    threads, h = host_threads(ctx), host_cpu(ctx)
+    if threads is None or not h.usable_cores or h.usable_source not in ("affinity", "cgroup quota"):
+        return None
+    cores = max(1, int(np.ceil(float(h.usable_cores) - 1e-6)))
+    if threads <= cores:
+        return None
+    par, par_windows = _parallel_time(ctx)
+    share = ctx.frac(par)
+    if share < OVERSUBSCRIBED_MIN_FRAC:
+        return None
+    suggested = max(1, int(np.floor(float(h.usable_cores) + 1e-6)))
+    source = "its CPU affinity" if h.usable_source == "affinity" else "the container's CPU quota (cgroup)"
+    wait = m.host.get("main_runqueue_wait_frac")
+    return finding(
+        severity=severity_for(share, high=0.4, medium=0.1),
+        title=f"{threads} intra-op threads share {h.usable_cores:g} usable cores",
+        why=f"""PyTorch splits an operator on a large tensor over its intra-op threads and waits for the last of
+        them. This process may use {h.usable_cores:g} cores ({source}) but ran {threads} threads: they take
+        turns on the cores, so every parallel operator lasts until the turns are done, and the threads that
+        spin while they wait keep the cores from those with work. PyTorch sizes its pool from the cores the
+        machine shows; a CPU quota limits the time a container gets, not the cores it sees, and a setting or an
+        OMP_NUM_THREADS copied from a larger machine does the same. One thread per usable core is the most that
+        can run at once.""",
+        summary=(f"torch.get_num_threads() was {threads}; the process may use {h.usable_cores:g} cores ({source}). "
+                 f"Operator calls long enough to run in parallel (≥ {PARALLEL_MIN_NS / 1e3:.0f} µs) take "
+                 f"{pct(share)} of the window."
+                 + (f" The main thread waited for a core {pct(wait)} of the window." if wait else "")),
+        numbers={"intra_op_threads": threads, "usable_cores": h.usable_cores, "usable_cores_source": h.usable_source,
+                 "parallel_ops_frac": round(share, 4), "main_runqueue_wait_frac": wait,
+                 "suggested_num_threads": suggested},
+        windows=windows(par_windows[0], par_windows[1], "cpu", label="operators that could run in parallel"),
+        est_gain=share,
+        gain_method=("upper bound: the share of the window in operator calls long enough to run in parallel; "
+                     f"fewer threads shorten them, never remove them ({OVERSUBSCRIBED_MEASURED})"),
+        fixes=(pytorch(f"One intra-op thread per usable core: {suggested}, not {threads}",
+                       f"torch.set_num_threads({suggested})   # the cores this process may use ({source})\n"
+                       f"# or before Python starts: OMP_NUM_THREADS={suggested}"),),
         doc_url=DOC,
     )
 
