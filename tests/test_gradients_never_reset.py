@@ -89,6 +89,17 @@ def test_never_reset_with_an_update_every_few_steps_fires():
     assert f is not None and f.evidence.numbers["updates"] == 4
 
 
+@pytest.mark.parametrize("reset", ["optimizer", "none_by_hand"])
+def test_a_long_accumulation_reads_only_the_first_pass_after_each_update(reset):
+    """Sixteen micro-batches per update (a Hugging Face Trainer with gradient_accumulation_steps=16
+    read "never reset" on this project's machine): after the reset the first pass stores the
+    gradients and the other fifteen add to them on purpose, 15/16 of the writes between two
+    updates. The first pass after each update is what tells."""
+    assert analyze(_loop(steps=64, reset=reset, update_every=16)).finding("gradients-never-reset") is None
+    f = analyze(_loop(steps=64, update_every=16)).finding("gradients-never-reset")  # never reset: still found
+    assert f is not None and f.evidence.numbers["parameters"] == 4 and f.evidence.numbers["updates"] == 3
+
+
 def test_too_few_updates_are_silent():
     assert analyze(_loop(steps=3)).finding("gradients-never-reset") is None  # two updates with a backward after
 

@@ -113,9 +113,23 @@ def _cpu(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
 
 
 def _op_overhead(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    from gpumagic.analysis.rules.opoverhead import MIN_PASSES_PER_STEP
+
+    out = []
+    # a step of many passes, each a micro-batch of gradient accumulation: the same effective batch
+    # in one pass (the rule's first PyTorch fix, as the Trainer's settings)
+    passes = f.evidence.numbers.get("passes_per_step")
+    batch = _current(current, "per_device_train_batch_size", None)
+    steps = _current(current, "gradient_accumulation_steps", 1)
+    if (isinstance(passes, (int, float)) and passes >= MIN_PASSES_PER_STEP and isinstance(batch, int) and batch >= 1
+            and isinstance(steps, int) and steps > 1):
+        out.append(Advice(f"Run each update's {steps} micro-batches as one batch: one forward and backward, not {steps}",
+                          {"per_device_train_batch_size": batch * steps, "gradient_accumulation_steps": 1},
+                          "the same effective batch; the step then holds the whole batch's activations at once"))
     # torch_compile=True compiles the model with torch.compile's default mode (TrainingArguments docs)
-    return [Advice("Compile the model: its many small operators become a few fused loops", {"torch_compile": True},
-                   "the first steps compile the model: profile after them (skip=)")]
+    out.append(Advice("Compile the model: its many small operators become a few fused loops", {"torch_compile": True},
+                      "the first steps compile the model: profile after them (skip=)"))
+    return out
 
 
 def _memory(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
@@ -434,6 +448,9 @@ def _batch_checked(advice: Advice, training_args: Any, largest: int | None) -> A
     asked = advice.settings.get("per_device_train_batch_size")
     if not isinstance(asked, int) or not isinstance(batch, int) or asked <= batch:
         return advice
+    if advice.settings.get("gradient_accumulation_steps") == 1 and asked == batch * _current(
+            training_args, "gradient_accumulation_steps", 1):
+        return advice  # the micro-batches of an update as one batch: the effective batch is the same
     settings = dict(advice.settings)
     if largest is not None and largest > batch:
         settings["per_device_train_batch_size"] = min(asked, largest)

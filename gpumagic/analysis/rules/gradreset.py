@@ -48,10 +48,12 @@ def gradients_never_reset(ctx: Context, m: Metrics) -> Finding | None:
     nothing reset it in between: no ``Optimizer.zero_grad#`` anywhere in the trace, and fewer
     than half an ``aten::zero_`` a parameter outside the backward (in-place zeroing by hand). Each
     backward then adds to the sum of every earlier step's gradients, and every update follows
-    that sum: training drifts or diverges. Gradient accumulation on purpose resets after its
-    update, and ``model.zero_grad()`` or ``p.grad = None`` leave no gradient to add to (the node
-    stores the new one): silent; so is a window inside one long accumulation, with no update in
-    it. Gain: none in speed; a correctness fix. False positives: accumulating across updates on
+    that sum: training drifts or diverges. Only the first backward pass after each update is
+    read (it ends where the main thread runs an operator outside the backward: the next
+    micro-batch's forward): gradient accumulation's later passes add on purpose. Gradient
+    accumulation resets after its update, and ``model.zero_grad()`` or ``p.grad = None`` leave no
+    gradient to add to (the node stores the new one): silent; so is a window inside one long
+    accumulation, with no update in it. Gain: none in speed; a correctness fix. False positives: accumulating across updates on
     purpose (an unusual training scheme)."""
     ev, mk = ctx.trace.events, ctx.masks
     host_ops = mk["cpu_op"] & mk["host"]
@@ -70,6 +72,10 @@ def gradients_never_reset(ctx: Context, m: Metrics) -> Finding | None:
     zeros = np.flatnonzero(host_ops & ctx.host_name_ids(lambda n: n == "aten::zero_")[ev.name])
     zeros = zeros[~starts_inside(ev, zeros, backward)]  # the backward's own zeroing is not a reset
     node_ts, zero_ts = ev.ts_ns[nodes], ev.ts_ns[zeros]
+    # the main thread's operators outside the backward: the next one after a pass's first gradient
+    # write is the next micro-batch's forward (gradient accumulation) or the update, and ends the pass
+    outside = np.flatnonzero(host_ops & (ev.lane == ctx.main_lane) & ~ctx.host_name_ids(BACKWARD_RE.search)[ev.name])
+    outside_ts = np.sort(ev.ts_ns[outside[~starts_inside(ev, outside, backward)]])
     ends = ev.ts_ns[updates] + ev.dur_ns[updates]
     # each update's window: from its end to the next update's start (or the end of the trace)
     nexts = np.append(ev.ts_ns[updates][1:], np.iinfo(np.int64).max)
@@ -79,6 +85,9 @@ def gradients_never_reset(ctx: Context, m: Metrics) -> Finding | None:
         if b <= a:  # no backward after this update (the last one of the trace)
             continue
         first_write = int(node_ts[a])
+        k = int(np.searchsorted(outside_ts, first_write, side="right"))
+        if k < outside_ts.size and outside_ts[k] < hi:  # the first pass ends where the main thread goes on
+            b = int(np.searchsorted(node_ts, outside_ts[k]))
         zeroed = int(np.count_nonzero((zero_ts >= lo) & (zero_ts < first_write)))
         n = b - a
         if zeroed >= ZEROED_PER_PARAM * n:
