@@ -7,7 +7,10 @@ first for such a loop). Last, PyTorch's own ``nn.GRU`` (hidden 64, 20 time steps
 kernel runs each time step as small operators: a batch of 8 sequences eager and compiled, and of
 64 sequences eager, per sequence (the finding suggests more sequences a step there). And an
 inference loop with no step: a 3-layer MLP called on 300 samples one at a time, each result read
-with ``.item()``, against one call on the stacked samples (the first fix for such a window).
+with ``.item()``, against one call on the stacked samples (the first fix for such a window). Last,
+generation (with transformers installed): a 2-layer GPT-2 of 64 units built from a config, 8
+prompts of 8 tokens, 40 new tokens each (greedy), one ``generate`` call a prompt, the same with
+the model's forward compiled, and one call for all 8 prompts.
 
 The eager loop is profiled by ``gpumagic.profile()`` and the finding's gain read (the forward and
 backward's share of the window, an upper bound); then the three are timed unprofiled, alternated
@@ -17,7 +20,7 @@ what else runs on it: this prints, it asserts nothing. ``--record DIR`` instead 
 bundles tests/data keeps (``cpu_rnn_loop.json.gz``: three steps of 32 time steps, a smaller
 file; ``cpu_per_sample.json.gz``: three steps of the per-sample loop; ``cpu_gru.json.gz``: three
 steps of the GRU with 8 sequences; ``cpu_infer_per_sample.json.gz``: the inference loop over 100
-samples) and exits.
+samples; ``cpu_generate.json.gz``: one prompt, 24 new tokens) and exits.
 
     python benchmarks/op_overhead.py [--rounds 5] [--steps 30] [--record DIR]
 """
@@ -148,6 +151,35 @@ def _profile_inference(path: str | None, samples: int):
     return run.report
 
 
+def _generation(prompts: int = 8, new_tokens: int = 40):
+    """(one generate call a prompt, the same compiled, one call for all): each returns the tokens;
+    None without transformers."""
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError:
+        return None
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=1000, n_positions=256, n_embd=64, n_layer=2, n_head=2, bos_token_id=0,
+                        eos_token_id=0)
+    model, compiled = GPT2LMHeadModel(config).eval(), GPT2LMHeadModel(config).eval()
+    compiled.load_state_dict(model.state_dict())
+    compiled.forward = torch.compile(compiled.forward)
+    inputs = [torch.randint(1, 1000, (1, 8)) for _ in range(prompts)]
+    settings = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False, "pad_token_id": 0}
+
+    def each(m):
+        def run():
+            with torch.inference_mode():
+                return [m.generate(x, **settings)[0].tolist() for x in inputs]
+        return run
+
+    def together():
+        with torch.inference_mode():
+            return model.generate(torch.cat(inputs), attention_mask=torch.ones(prompts, 8, dtype=torch.long),
+                                  **settings).tolist()
+    return each(model), each(compiled), together
+
+
 def profiled(path: str | None = None, steps: int = 5, time_steps: int = T):
     torch.manual_seed(0)
     return profile_steps(_step(LoopCell(), time_steps=time_steps), steps, path, warm=2)
@@ -164,7 +196,15 @@ def main() -> None:
         profile_steps(_per_sample_step(False), 3, os.path.join(args.record, "cpu_per_sample.json.gz"), warm=2)
         profile_steps(_gru_step(8), 3, os.path.join(args.record, "cpu_gru.json.gz"), warm=2)
         _profile_inference(os.path.join(args.record, "cpu_infer_per_sample.json.gz"), 100)
-        print("recorded cpu_rnn_loop.json.gz, cpu_per_sample.json.gz, cpu_gru.json.gz, cpu_infer_per_sample.json.gz")
+        generation = _generation(prompts=1, new_tokens=24)
+        if generation is not None:
+            import gpumagic
+
+            generation[0]()
+            with gpumagic.profile(save=os.path.join(args.record, "cpu_generate.json.gz"), display=False):
+                generation[0]()
+        print("recorded cpu_rnn_loop.json.gz, cpu_per_sample.json.gz, cpu_gru.json.gz, cpu_infer_per_sample.json.gz"
+              + (", cpu_generate.json.gz" if generation is not None else ""))
         return
     print(f"torch {torch.__version__}; load average {os.getloadavg()[0]:.2f}")
     f = profiled().finding("cpu-op-overhead")
@@ -200,6 +240,15 @@ def main() -> None:
     med, line = medians(alternated({"one by one": one_by_one, "stacked": stacked}, args.rounds, 5))
     print(line)
     print(f"saved by one call on the stack: {1 - med['stacked'] / med['one by one']:.3f}; {said}")
+    generation = _generation()
+    if generation is not None:
+        each, each_compiled, together = generation
+        assert each() == each_compiled() == together()  # the same tokens (greedy, no padding)
+        med, line = medians(alternated({"one call a prompt": each, "compiled": each_compiled, "one call": together},
+                                       args.rounds, 1))
+        print(line)
+        print(f"generation saved: compiled {1 - med['compiled'] / med['one call a prompt']:.3f}, one call for all "
+              f"{1 - med['one call'] / med['one call a prompt']:.3f}")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

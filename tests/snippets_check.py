@@ -25,14 +25,24 @@ def _method_types():
              torch.amp.GradScaler, DataLoader, Path, str, list, dict, tuple, threading.Thread,
              concurrent.futures.ThreadPoolExecutor, torch.distributions.Distribution]
     types += [getattr(torch.cuda, n) for n in ("Stream", "Event", "CUDAGraph")]
+    try:  # a tokenizer and a model that generates (the generation fix)
+        import transformers
+
+        types += [transformers.PreTrainedTokenizerBase, transformers.GenerationMixin]
+    except ImportError:  # pragma: no cover - transformers is a test dependency
+        pass
     from gpumagic.tuning.tuner import TuneResult  # what gpumagic.tune_dataloader returns
 
     return [*types, TuneResult]
 
 
 #: Documented attributes an optimizer sets on each instance (not on its class, where ``hasattr``
-#: looks): torch.optim.Optimizer's ``param_groups``, ``state`` and ``defaults``.
-INSTANCE_ATTRIBUTES = frozenset({"param_groups", "state", "defaults"})
+#: looks): torch.optim.Optimizer's ``param_groups``, ``state`` and ``defaults``; and a tokenizer's
+#: special tokens, which transformers 5 resolves per instance (``pad_token``, ``eos_token`` and
+#: their ``_id``: PreTrainedTokenizerBase's documented attributes; checked on an instance by the
+#: generation fix's run in tests/test_snippets.py).
+INSTANCE_ATTRIBUTES = frozenset({"param_groups", "state", "defaults", "pad_token", "eos_token", "pad_token_id",
+                                 "eos_token_id"})
 
 
 def magic_lines(code: str) -> tuple[str, list[str]]:

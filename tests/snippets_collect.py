@@ -227,6 +227,23 @@ def _cartpole():
     return gymnasium.make("CartPole-v1")
 
 
+def _language_model(device: str) -> dict:
+    """A causal language model and its tokenizer built from a config (no hub): a 1-layer GPT-2 and
+    a word-level tokenizer, for the generation fix; none without transformers."""
+    try:
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    except ImportError:  # pragma: no cover - transformers is a test dependency
+        return {}
+    words = ["<unk>", "<pad>", "hello", "world", "the", "cat", "sat", "on", "mat"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>")
+    lm = GPT2LMHeadModel(GPT2Config(vocab_size=len(words), n_positions=64, n_embd=16, n_layer=1, n_head=2,
+                                    bos_token_id=0, eos_token_id=0)).to(device).eval()
+    return {"lm": lm, "tokenizer": tokenizer, "prompts": ["hello world", "the cat sat on the mat"]}
+
+
 def harness(device: str, calls: list | None = None) -> dict:
     """A tiny model, loader and batch in scope under the names the fixes use, on ``device``.
     ``train_step`` appends what it was given to ``calls``."""
@@ -281,6 +298,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         ema_model=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(device), decay=0.999, c=0.01,
         num_embeddings=100, embedding_dim=8,
     )
+    ns.update(_language_model(device))
     return ns
 
 

@@ -16,6 +16,7 @@ RECORDED = os.path.join(DATA, "cpu_rnn_loop.json.gz")
 PER_SAMPLE = os.path.join(DATA, "cpu_per_sample.json.gz")
 GRU = os.path.join(DATA, "cpu_gru.json.gz")
 INFER = os.path.join(DATA, "cpu_infer_per_sample.json.gz")
+GENERATE = os.path.join(DATA, "cpu_generate.json.gz")
 
 
 def test_a_recorded_rnn_cell_looped_in_python():
@@ -32,7 +33,7 @@ def test_a_recorded_rnn_cell_looped_in_python():
     assert "torch.compile(model)" in codes and "torch.nn.RNN(" in codes
 
 
-@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED, PER_SAMPLE, GRU, INFER}))
+@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED, PER_SAMPLE, GRU, INFER, GENERATE}))
 def test_silent_on_every_other_recorded_trace(path):
     assert analyze(path).finding("cpu-op-overhead") is None
 
@@ -213,7 +214,7 @@ def test_a_recorded_inference_loop_one_sample_at_a_time():
     assert n["calls"] >= MIN_OPS_PER_STEP and n["per_call_us"] <= MAX_US_PER_OP and n["item_calls"] == 100
     assert "torch.stack(samples)" in f.fixes[0].code and "torch.compile(model)" in f.fixes[1].code
     assert f.est_gain == n["loop_frac"] >= n["operators_frac"] and f.gain_method.startswith("upper bound")
-    assert "100 .item() calls" in f.why and "token by token" in f.why
+    assert "100 .item() calls" in f.why and "policy acting step by step" in f.why and "generates token" not in f.why
 
 
 def _inference_window(calls: int, us_each: float, backward: bool = False, gpu: bool = False) -> dict:
@@ -239,3 +240,28 @@ def test_the_inference_window_thresholds():
     assert analyze(_inference_window(MIN_OPS_PER_STEP + 100, 2.0, gpu=True)).finding("cpu-op-overhead") is None
     # a backward without a step: training, whose calls are judged per step
     assert analyze(_inference_window(MIN_OPS_PER_STEP + 100, 2.0, backward=True)).finding("cpu-op-overhead") is None
+
+
+def test_a_recorded_generation_is_told_to_batch_its_prompts():
+    """benchmarks/op_overhead.py --record: a 2-layer GPT-2 built from a config generating 24 tokens
+    greedily for one prompt (8 prompts of 40 tokens: 469 ms one call a prompt, 295 compiled, 70 ms
+    in one call). Its tokens come one after another; its prompts need not."""
+    f = analyze(GENERATE).finding("cpu-op-overhead")
+    n = f.evidence.numbers
+    assert n["tokens_picked"] == 24 and "generates token by token (24 tokens picked" in f.why
+    assert "lm.generate(**batch" in f.fixes[0].code and 'padding_side = "left"' in f.fixes[0].code
+    assert "torch.compile(model)" in f.fixes[1].code and "torch.stack(samples)" not in f.fixes[0].code
+
+
+def test_a_classifier_called_per_sample_is_not_taken_for_generation():
+    """An attention model picking a class per sample (argmax) without growing anything by
+    concatenation is a per-sample loop: the stacked call comes first."""
+    tb = TraceBuilder(cc=None)
+    at = 0.0
+    for _ in range(100):
+        for name in ("aten::addmm", "aten::softmax", "aten::addmm", "aten::add", "aten::gelu", "aten::addmm",
+                     "aten::layer_norm", "aten::addmm", "aten::mul", "aten::sum", "aten::argmax"):
+            tb.op(name, at, 2.0)
+            at += 3.0
+    f = analyze(tb.to_dict()).finding("cpu-op-overhead")
+    assert f.evidence.numbers["tokens_picked"] == 100 and "torch.stack(samples)" in f.fixes[0].code

@@ -104,6 +104,25 @@ with torch.inference_mode():
 predictions = outputs.argmax(dim=1).tolist()    # one conversion to Python, not .item() per sample
 """
 
+#: Token-by-token generation: an attention operator, at least this many tokens picked
+#: (``aten::argmax`` for greedy search, ``aten::multinomial`` for sampling, ``aten::topk``), and at
+#: least as many ``aten::cat`` calls (the generated ids and the key/value cache grow by
+#: concatenation each token: Hugging Face ``generate`` does both). One prompt after another
+#: decodes each one's tokens in their own passes; one call for all the prompts decodes a token of
+#: each in one pass. benchmarks/op_overhead.py, a 2-layer GPT-2 of 64 units built from a config, 8
+#: prompts of 40 new tokens: 469 ms one call a prompt, 295 compiled, 70 ms in one call.
+MIN_TOKENS = 16
+TOKEN_PICKS = frozenset({"aten::argmax", "aten::multinomial", "aten::topk"})
+GENERATE_BATCH_CODE = """
+# many prompts: one generate call for all of them (lm: your causal language model, tokenizer: its tokenizer)
+tokenizer.padding_side = "left"                        # decoder-only models pad on the left
+tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+batch = tokenizer(prompts, return_tensors="pt", padding=True)
+with torch.inference_mode():
+    out = lm.generate(**batch, max_new_tokens=40, pad_token_id=tokenizer.pad_token_id)
+texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+"""
+
 
 @rule("cpu-op-overhead")
 def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
@@ -230,6 +249,18 @@ def _inference(ctx: Context) -> Finding | None:
     span = (min(last, ctx.hi) - max(first, ctx.lo)) / ctx.window_ns
     items = int(np.count_nonzero(mask & ctx.trace.name_ids(lambda n: n == "aten::item")[ev.name]))
     spans = [ctx.intervals(mask)]
+    picks = int(np.count_nonzero(mask & ctx.trace.name_ids(TOKEN_PICKS.__contains__)[ev.name]))
+    cats = int(np.count_nonzero(mask & ctx.trace.name_ids(lambda n: n == "aten::cat")[ev.name]))
+    attention = bool((mask & ctx.trace.name_ids(lambda n: "scaled_dot_product" in n or "softmax" in n)[ev.name]).any())
+    decoding = attention and picks >= MIN_TOKENS and cats >= picks
+    if decoding:
+        fixes: tuple[Fix, ...] = (
+            pytorch("If you generate for many prompts one after another, generate for all of them in one call",
+                    GENERATE_BATCH_CODE),
+            pytorch("Compile the model: each token's small operators become a few fused loops", COMPILE_CODE))
+    else:
+        fixes = (pytorch("If the model is called once per sample, call it once on a stack of them", INFER_BATCH_CODE),
+                 pytorch("Compile the model: its small operators become a few fused loops, called once", COMPILE_CODE))
     return finding(
         severity=severity_for(span),
         title=f"The window calls {calls:,} tiny operators at {us_per_op:.1f} µs each: calling them costs more than "
@@ -237,23 +268,28 @@ def _inference(ctx: Context) -> Finding | None:
         why=f"""Each PyTorch operator call pays a fixed cost before it computes anything — the Python binding, the
         dispatcher — about 3.6 µs on a 1-element tensor. With no backward and no optimizer step this window is
         inference, and its {calls:,} operator calls average {us_per_op:.1f} µs: the calls, not the arithmetic, take
-        the time. The usual cause is a model called once per sample (a loop over rows, requests or images): called
+        the time."""
+        + (f""" Here a language model generates token by token ({picks:,} tokens picked, attention, the sequence
+        and its cache grown by concatenation): every new token is a pass through the model for one position. The
+        tokens of one prompt must come one after another, but the prompts need not: one generate call for many
+        prompts decodes a token of each in the same pass. torch.compile fuses each pass's small operators."""
+           if decoding else
+           """ The usual cause is a model called once per sample (a loop over rows, requests or images): called
         once on a stack of them, each operator runs once for the whole batch."""
-        + (f""" The results came back to Python one at a time too ({items:,} .item() calls): convert the batch's
+           + (f""" The results came back to Python one at a time too ({items:,} .item() calls): convert the batch's
         output once.""" if items >= MIN_ITEM_CALLS else "")
-        + """ A loop that cannot be batched (generation token by token, a policy acting step by step) still gains
-        from torch.compile, which fuses each call's small operators.""",
+           + """ A loop that cannot be batched (a policy acting step by step) still gains from torch.compile, which
+        fuses each call's small operators."""),
         summary=(f"{calls:,} operator calls on the main thread at {us_per_op:.1f} µs each on average, {pct(frac)} of "
                  f"the window; from the first to the last, {pct(span)}."
                  + (f" {items:,} .item() calls." if items >= MIN_ITEM_CALLS else "") + _callers(ctx, spans)),
         numbers={"calls": calls, "per_call_us": round(us_per_op, 3), "operators_frac": round(frac, 4),
-                 "loop_frac": round(span, 4), "item_calls": items,
+                 "loop_frac": round(span, 4), "item_calls": items, "tokens_picked": picks,
                  "threshold_calls": MIN_OPS_PER_STEP, "threshold_per_call_us": MAX_US_PER_OP},
         est_gain=span,
         gain_method=("upper bound: the share of the window from the first operator call to the last (the loop's "
                      "Python between the calls included); one call on a batch, or a compiled one, still does the work"),
-        fixes=(pytorch("If the model is called once per sample, call it once on a stack of them", INFER_BATCH_CODE),
-               pytorch("Compile the model: its small operators become a few fused loops, called once", COMPILE_CODE)),
+        fixes=fixes,
         doc_url=DOC,
     )
 
