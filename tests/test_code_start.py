@@ -55,3 +55,34 @@ def test_a_capture_records_the_marker_after_its_own_set_up():
     mm = ev.ts_ns[ev.name == names.index("aten::mm")]
     assert mm.min() > at[0]
     assert run.report.metrics.window.dur_ms * 1e6 <= int((ev.ts_ns + ev.dur_ns).max() - at[0]) + 1
+
+
+def test_a_first_recorded_step_starts_after_the_capture_s_hooks(monkeypatch):
+    """With skip=0 the first step marker opens once the step hooks are installed: their set-up is
+    the capture's, not the step's."""
+    torch = pytest.importorskip("torch")
+    import torch.profiler as tp
+
+    import gpumagic
+    from gpumagic.capture import session
+
+    installed = session.OptimizerStepHook.install
+
+    def install(self):
+        with tp.record_function("test::hooks installed"):
+            pass
+        return installed(self)
+
+    monkeypatch.setattr(session.OptimizerStepHook, "install", install)
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gpumagic.profile(steps=2, skip=0, display=False) as run:
+        for _ in range(3):
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    ev, names = run.trace.events, run.trace.names
+    hooks = ev.ts_ns[ev.name == names.index("test::hooks installed")]
+    first = ev.ts_ns[ev.name == names.index("ProfilerStep#0")]
+    assert hooks.size == 1 and first.size == 1 and first[0] > hooks[0]
+    assert run.report.metrics.window.start_ns == first[0]

@@ -150,7 +150,9 @@ def test_a_recorded_loop_converting_lists_each_step():
             loss.backward()
             opt.step()
     f = run.report.finding("loop-host-work")
-    assert f is not None and "2 tensors a step were built from Python data" in f.evidence.summary
+    # (once in a full run beside the other xdist worker this read no finding: the report says why)
+    assert f is not None, run.report.to_text()[:4000]
+    assert "2 tensors a step were built from Python data" in f.evidence.summary
     assert f.evidence.numbers["from_python_data_frac"] >= 0.25 and "torch.tensor(data" in f.fixes[0].code
 
 

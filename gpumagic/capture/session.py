@@ -143,12 +143,12 @@ class CaptureSession:
         if self.options.modules:
             self._modules = ModuleRanges(*self._namespaces).install()
         self.state = "recording"
-        if self.options.first_recorded_step == 0:
-            self._recorder.begin_step(0)
         self._timer = StepTimer()  # every step of the cell, timestamps only (removed at teardown)
         self._timer.install()
         self._hook = OptimizerStepHook(self._on_step)
         self._hook.install()
+        if self.options.first_recorded_step == 0:  # after the hooks: the first step is the code's time only
+            self._recorder.begin_step(0)
         self._arm_deadline()
         self._recorder.mark_code_start()  # last: a window with no step starts here
 
