@@ -508,11 +508,8 @@ def _host_recorded(ctx: Context, starts: np.ndarray, ends: np.ndarray) -> np.nda
     """Per span ``[starts, ends)``, the time in it that the host threads driving the GPU
     (``ctx.gpu_lanes``) were recorded busy (any host event)."""
     ev = ctx.trace.events
-    driving = np.zeros(int(ev.lane.max()) + 1 if len(ev) else 1, dtype=bool)
-    driving[[lane for lane in ctx.gpu_lanes if 0 <= lane < driving.size]] = True
-    host = ctx.intervals(ctx.masks["host"] & driving[np.maximum(ev.lane, 0)] & (ev.lane >= 0))
-    return np.fromiter((iv.total(iv.clip(host, int(a), int(b))) for a, b in zip(starts, ends, strict=True)),
-                       np.int64, starts.size)
+    host = ctx.intervals(ctx.masks["host"] & np.isin(ev.lane, np.array(sorted(ctx.gpu_lanes), dtype=np.int64)))
+    return iv.measure_in(host, starts, ends)
 
 
 def _dependencies(ctx: Context, nxt: np.ndarray, launch: np.ndarray) -> np.ndarray:

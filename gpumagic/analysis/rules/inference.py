@@ -161,9 +161,10 @@ def _detached(ctx: Context, rows: np.ndarray) -> int:
     records the model's operators, then the detach (checked on torch 2.13)."""
     ev, mk = ctx.trace.events, ctx.masks
     is_detach = ctx.trace.name_ids(lambda n: n == "aten::detach")
+    host_ops = ctx.events_in_window(mk["cpu_op"] & mk["host"])
     found = 0
     for lane in distinct(ev.lane[rows]).tolist():
-        ops = np.flatnonzero(ctx.events_in_window(mk["cpu_op"] & mk["host"]) & (ev.lane == lane))
+        ops = np.flatnonzero(host_ops & (ev.lane == lane))
         order, outer = iv.outermost(ev.ts_ns[ops], ev.ts_ns[ops] + ev.dur_ns[ops])
         top = ops[order][outer]
         after = np.flatnonzero(is_detach[ev.name[top[1:]]]) + 1  # positions of detaches with an operator before

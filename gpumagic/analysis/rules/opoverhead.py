@@ -239,7 +239,8 @@ def _inference(ctx: Context) -> Finding | None:
     calls = int(np.count_nonzero(mask))
     if calls < MIN_OPS_PER_STEP:
         return None
-    busy = iv.total(ctx.intervals(mask))
+    spans = [ctx.intervals(mask)]
+    busy = iv.total(spans[0])
     frac = busy / ctx.window_ns
     us_per_op = busy / calls / 1e3
     if frac < MIN_FRAC or us_per_op > MAX_US_PER_OP:
@@ -248,7 +249,6 @@ def _inference(ctx: Context) -> Finding | None:
     first, last = int(ev.ts_ns[rows].min()), int((ev.ts_ns[rows] + ev.dur_ns[rows]).max())
     span = (min(last, ctx.hi) - max(first, ctx.lo)) / ctx.window_ns
     items = int(np.count_nonzero(mask & ctx.trace.name_ids(lambda n: n == "aten::item")[ev.name]))
-    spans = [ctx.intervals(mask)]
     picks = int(np.count_nonzero(mask & ctx.trace.name_ids(TOKEN_PICKS.__contains__)[ev.name]))
     cats = int(np.count_nonzero(mask & ctx.trace.name_ids(lambda n: n == "aten::cat")[ev.name]))
     attention = bool((mask & ctx.trace.name_ids(lambda n: "scaled_dot_product" in n or "softmax" in n)[ev.name]).any())
