@@ -156,6 +156,8 @@ def built_reports():
         yield f"cpu-fp16-cast-{training}", analyze(tlp.bundle(tlp.ZEN4, autocast=False, typed="c10::Half",
                                                                training=training))
         yield f"cpu-autocast-{training}", analyze(tlp.bundle(tlp.AVX2, training=training))
+        yield f"cpu-float64-typed-{training}", analyze(tlp.bundle(tlp.AVX2, autocast=False, typed="double",
+                                                                  training=training))
     yield "allocator-churn", analyze(tac._loop())
     yield "allocator-churn-near-limit", analyze(tac._loop(peak=78 * 2**30))
     yield "allocator-churn-no-cache", analyze(tac._loop(mallocs=200))

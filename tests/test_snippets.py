@@ -45,6 +45,19 @@ def test_fix_names_only_apis_that_exist(code):
 SENTINEL_THREADS = 7
 
 
+def _in_float64(ns: dict) -> None:
+    """The harness as a float64 finding sees it: the model and its input made float64."""
+    ns["model"].double()
+    ns["x"] = ns["x"].double()
+
+
+#: What the harness must be like before a finding's fixes run, for the fix to have something to
+#: change (a cast to float32 does nothing to a float32 model), and what must hold after.
+BEFORE = {"cpu-float64": _in_float64}
+AFTER = {"cpu-float64": lambda ns: all(p.dtype == ns["torch"].float32 for p in ns["model"].parameters())
+         and (ns["x"].dtype == ns["torch"].float32 or ns["out"].dtype == ns["torch"].float32)}
+
+
 @pytest.mark.parametrize("code", [p for p in PARAMS if FIXES[p.values[0]][1].flavor == "pytorch"
                                   and not ck.needs_cuda(p.values[0]) and ck.has_statements(p.values[0])])
 def test_fix_runs_on_cpu(code, tmp_path, monkeypatch):
@@ -57,6 +70,8 @@ def test_fix_runs_on_cpu(code, tmp_path, monkeypatch):
 
     calls: list = []
     ns = sc.harness("cpu", calls)
+    fid = FIXES[code][0]
+    BEFORE.get(fid, lambda ns: None)(ns)
     ns["model"](ns["x"]).sum().backward()  # gradients in place: a fix that drops them did something
     before = dict(ns)
     precision = torch.backends.cuda.matmul.fp32_precision
@@ -80,6 +95,7 @@ def test_fix_runs_on_cpu(code, tmp_path, monkeypatch):
     # it ran to the end and did something: bound or rebound a name, trained, logged or set a switch
     rebound = {k for k, v in ns.items() if k != "__builtins__" and (k not in before or before[k] is not v)}
     assert rebound or calls or changed
+    assert AFTER.get(fid, lambda ns: True)(ns), f"the fix for {fid} did not do what it says"
     assert not [p.name for p in tmp_path.iterdir() if p.name != "home"], "a fix wrote into the current folder"
 
 

@@ -22,6 +22,12 @@ native with AVX512_FP16 or AMX-FP16 (``mkldnn_fp16_device_check``). On Arm, FEAT
   ``aten::mul``). Attention is left out of this evidence: its math path casts in FP32 too;
 - recorded dtypes (``--shapes``): an operator of the family whose first inputs are
   ``c10::BFloat16`` or ``c10::Half`` (a model cast with ``.to(torch.bfloat16)`` included).
+
+``float64`` finds the same operators computing in double precision: their recorded first input
+types (``double``, ``c10::complex<double>``, with ``--shapes``), and the elements of the
+parameters the optimizers held (``capture.optimizer_parameter_elements``, read by a gpumagic
+capture at each optimizer's first step): a model whose parameters are float64 computes its
+forward and backward in float64 (an ``nn.Linear`` of float64 weights refuses float32 inputs).
 """
 
 from __future__ import annotations
@@ -54,6 +60,11 @@ CASTS = frozenset({"aten::to", "aten::_to_copy"})
 #: PyTorch's generic convolutions, which run where oneDNN cannot take the dtype.
 SLOW_CONV = frozenset({"aten::_slow_conv2d_forward", "aten::thnn_conv2d", "aten::slow_conv3d_forward",
                        "aten::slow_conv_transpose2d"})
+#: ``Input type`` strings of double-precision tensors (real and complex), as the profiler records them.
+DOUBLE_TYPES = frozenset({"double", "c10::complex<double>"})
+#: ``Input type`` strings of the other floating-point tensors: a call with one of these first is
+#: a matrix operator that did not run in double precision.
+FLOAT_TYPES = frozenset({"float", "c10::BFloat16", "BFloat16", "c10::Half", "Half", "c10::complex<float>"})
 #: ``Input type`` strings of the 16-bit floats.
 LOW_TYPES = {"c10::BFloat16": "bf16", "BFloat16": "bf16", "c10::Half": "fp16", "Half": "fp16"}
 X86 = frozenset({"x86_64", "amd64", "i386", "i686", "x86"})
@@ -118,6 +129,55 @@ def _find(ctx: Context) -> LowPrecision:
     return LowPrecision(autocast_calls=autocast_calls(ctx, ops), typed_calls=_typed(ctx),
                         compute_ns=iv.total(compute), compute=compute, ops_ns=iv.total(ctx.intervals(ops)),
                         slow_conv_calls=int((ops & ctx.trace.name_ids(lambda n: n in SLOW_CONV)[ev.name]).sum()))
+
+
+@dataclass(frozen=True)
+class Float64:
+    """What says the host's matrix operators computed in double precision."""
+
+    #: the share of the optimizers' parameter elements that are float64 (None: not recorded,
+    #: a plain trace or a window without an optimizer step)
+    params_frac: float | None
+    #: matrix-operator calls whose recorded first input is double precision, and those whose
+    #: first input is any floating-point type (both 0 without ``--shapes``)
+    typed_calls: int
+    typed_of: int
+
+    @property
+    def typed_frac(self) -> float | None:
+        return self.typed_calls / self.typed_of if self.typed_of else None
+
+
+def float64(ctx: Context) -> Float64:
+    """The window's evidence of float64 matrix work on the host (computed once per context)."""
+    return ctx.memo("cpu_float64", _find_float64)
+
+
+def _find_float64(ctx: Context) -> Float64:
+    held = meta_block(ctx.trace.meta, "capture").get("optimizer_parameter_elements")
+    frac = None
+    if isinstance(held, dict) and all(type(v) is int and v >= 0 for v in held.values()):
+        total = sum(held.values())
+        frac = held.get("float64", 0) / total if total else None
+    doubles = floats = 0
+    t = ctx.trace.ops
+    if t is not None:
+        for i in (i for i, name in enumerate(t.name) if name in COMPUTE_OPS):
+            if not ctx.lo <= t.ts_ns[i] < ctx.hi:
+                continue
+            first = next((typ for typ in (t.types[i] or []) if isinstance(typ, str)
+                          and (typ in DOUBLE_TYPES or typ in FLOAT_TYPES)), None)
+            if first is not None:
+                floats += 1
+                doubles += first in DOUBLE_TYPES
+    return Float64(params_frac=frac, typed_calls=doubles, typed_of=floats)
+
+
+def compute_in_calls_of(ctx: Context, min_ns: int) -> int:
+    """The host matrix operators' time (union, ns) in the window's calls of at least ``min_ns``."""
+    ev, m = ctx.trace.events, ctx.masks
+    family = ctx.events_in_window(m["cpu_op"] & m["host"]) & ctx.trace.name_ids(lambda n: n in COMPUTE_OPS)[ev.name]
+    return iv.total(ctx.intervals(family & (ev.dur_ns >= min_ns)))
 
 
 def autocast_calls(ctx: Context, ops: np.ndarray) -> int:

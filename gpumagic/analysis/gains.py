@@ -93,7 +93,7 @@ GAIN_KINDS: dict[str, str] = {
     "gradients-never-reset": "none", "optimizer-state-reset": "none",
     "updates-without-gradients": "none", "unused-gradients": "estimate",
     "training-in-eval-mode": "none", "dense-embedding-grad": "upper bound",
-    "threads-oversubscribed": "upper bound",
+    "threads-oversubscribed": "upper bound", "cpu-float64": "upper bound",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

@@ -418,6 +418,8 @@ class CaptureSession:
             "optimizer_steps_seen": self._hook.completed if self._hook else 0,
             # distinct parameters held by the optimizers that stepped (analysis/rules/unusedgrads.py)
             "optimizer_parameters": self._hook.held_parameters if self._hook and self._hook.completed else None,
+            # their elements by dtype (analysis/cpuprecision.py: a model in float64)
+            "optimizer_parameter_elements": self._hook.held_elements if self._hook and self._hook.completed else None,
             "stop_reason": self.stop_reason,
             "partial_step": self._partial_step,
             "recording_s": None if self._recording_s is None else round(self._recording_s, 6),

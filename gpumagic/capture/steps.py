@@ -71,12 +71,20 @@ class OptimizerStepHook:
         #: True once the loop was seen building a new optimizer for every step
         self.rebuilt = False
         self._held: set[int] = set()
+        #: elements of those parameters by dtype name (``"float32"``, ``"float64"``...)
+        self._elements: dict[str, int] = {}
 
     @property
     def held_parameters(self) -> int:
         """How many distinct parameters the optimizers that stepped hold (read at each one's first
         step: one pass over its parameter groups per optimizer, none per step)."""
         return len(self._held)
+
+    @property
+    def held_elements(self) -> dict[str, int]:
+        """The elements of those parameters by dtype (``str(dtype)`` without ``torch.``), read
+        with them: what the model computes in, as far as its parameters say."""
+        return dict(self._elements)
 
     def install(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -99,7 +107,7 @@ class OptimizerStepHook:
         new = optimizer not in self._seen
         if new:
             self._seen.add(optimizer)
-            self._held.update(map(id, _parameters(optimizer)))
+            self._hold(optimizer)
         primary = None if self._primary is None else self._primary()
         if optimizer is primary:
             self._new_since_primary = False
@@ -110,6 +118,17 @@ class OptimizerStepHook:
             return
         self.completed += 1
         self._on_step(self.completed)
+
+    def _hold(self, optimizer) -> None:
+        for p in _parameters(optimizer):
+            if id(p) in self._held:
+                continue
+            self._held.add(id(p))
+            try:
+                kind, n = str(p.dtype).removeprefix("torch."), int(p.numel())
+            except (AttributeError, TypeError, RuntimeError):  # not a tensor: nothing to count
+                continue
+            self._elements[kind] = self._elements.get(kind, 0) + n
 
     def _adopt(self, optimizer) -> None:
         self._primary = weakref.ref(optimizer)

@@ -42,6 +42,7 @@ def test_default_window_skips_one_step_and_records_five(train):
     facts = json.loads(run.bundle)["gpumagic"]["capture"]
     assert facts["optimizer_steps_seen"] == 12  # the hook keeps counting; recording stopped at 6
     assert facts["optimizer_parameters"] == 2  # the linear model's weight and bias
+    assert facts["optimizer_parameter_elements"] == {"float32": 16 + 1}  # Linear(16, 1): its elements by dtype
     assert run.report.label == "base"
 
 
