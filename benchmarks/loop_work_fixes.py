@@ -8,12 +8,16 @@
   ``torch.tensor`` (as a loop that builds each batch from Python data does), against indexing
   tensors converted once (the fix), and against ``torch.from_numpy`` of the same data as a numpy
   array.
+- Synthetic inputs: a training step of an MLP (512 → 512 → 10, a batch of ``--rows``, SGD) that
+  draws its inputs and labels with ``torch.randn``/``torch.randint`` every step, against the same
+  step cycling through 8 batches drawn once before the loop (the fix). ``--record DIR`` instead
+  records the drawing loop's bundle tests/data keeps (``cpu_loop_random_inputs.json.gz``) and exits.
 
 Each pair is timed in alternated rounds (``steptime.alternated``: a machine that slows down slows
 both); the medians and their ratio are printed with the load average. Numbers depend on the
 machine and on what else runs on it: this prints, it asserts nothing.
 
-    python benchmarks/loop_work_fixes.py [--rounds 7] [--calls 200] [--blocks 6] [--rows 512]
+    python benchmarks/loop_work_fixes.py [--rounds 7] [--calls 200] [--blocks 6] [--rows 512] [--record DIR]
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import random
 
 import numpy as np
 import torch
-from steptime import alternated, medians
+from steptime import alternated, medians, profile_steps
 
 
 def ema_pair(blocks: int):
@@ -76,13 +80,40 @@ def batch_pair(rows: int):
     return {"torch.tensor(lists)": from_lists, "index tensors": indexed, "torch.from_numpy": from_numpy}
 
 
+def random_pair(rows: int):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    pool = [(torch.randn(rows, 512), torch.randint(0, 10, (rows,))) for _ in range(8)]
+    step_of = iter(range(10**9))
+
+    def train(x, y):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    def drawn():
+        train(torch.randn(rows, 512), torch.randint(0, 10, (rows,)))
+
+    def pooled():
+        train(*pool[next(step_of) % len(pool)])
+
+    return {"drawn each step": drawn, "pool drawn once": pooled}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--rows", type=int, default=512)
+    parser.add_argument("--record", metavar="DIR", help="record the drawing loop's bundle into DIR instead")
     args = parser.parse_args()
+    if args.record:
+        profile_steps(random_pair(args.rows)["drawn each step"], 8,
+                      os.path.join(args.record, "cpu_loop_random_inputs.json.gz"))
+        print("recorded cpu_loop_random_inputs")
+        return
     print(f"torch {torch.__version__}; {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
     loops, tensors = ema_pair(args.blocks)
     med, line = medians(alternated(loops, args.rounds, args.calls))
@@ -92,6 +123,9 @@ def main() -> None:
     print(f"a {args.rows} x 64 batch: {line}")
     print(f"  torch.tensor of the lists takes {med['torch.tensor(lists)'] / med['index tensors']:.0f}x indexing "
           f"converted tensors, {med['torch.tensor(lists)'] / med['torch.from_numpy']:.0f}x torch.from_numpy")
+    med, line = medians(alternated(random_pair(args.rows), args.rounds, max(1, args.calls // 10)))
+    print(f"an MLP step on {args.rows} random rows: {line}")
+    print(f"  the pool saves {1 - med['pool drawn once'] / med['drawn each step']:.3f} of the step")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
