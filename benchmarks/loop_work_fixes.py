@@ -10,14 +10,20 @@
   array.
 - Synthetic inputs: a training step of an MLP (512 → 512 → 10, a batch of ``--rows``, SGD) that
   draws its inputs and labels with ``torch.randn``/``torch.randint`` every step, against the same
-  step cycling through 8 batches drawn once before the loop (the fix). ``--record DIR`` instead
-  records the drawing loop's bundle tests/data keeps (``cpu_loop_random_inputs.json.gz``) and exits.
+  step cycling through 8 batches drawn once before the loop (the fix).
+- Batches prepared each step: an MLP (784 → 32 → 10, SGD), each batch of ``--images`` images cut from
+  a uint8 dataset of 8,192 and cast and normalized on the main thread every step, against the
+  dataset normalized once before the loop and indexed (the fix).
+
+``--record DIR`` instead records the bundles tests/data keeps (``cpu_loop_random_inputs.json.gz``,
+the drawing loop; ``cpu_loop_prepare.json.gz``, the preparing one) and exits.
 
 Each pair is timed in alternated rounds (``steptime.alternated``: a machine that slows down slows
 both); the medians and their ratio are printed with the load average. Numbers depend on the
 machine and on what else runs on it: this prints, it asserts nothing.
 
-    python benchmarks/loop_work_fixes.py [--rounds 7] [--calls 200] [--blocks 6] [--rows 512] [--record DIR]
+    python benchmarks/loop_work_fixes.py [--rounds 7] [--calls 200] [--blocks 6] [--rows 512] [--images 2048]
+                                         [--record DIR]
 """
 
 from __future__ import annotations
@@ -101,18 +107,47 @@ def random_pair(rows: int):
     return {"drawn each step": drawn, "pool drawn once": pooled}
 
 
+def prepare_pair(rows: int):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(784, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    raw = torch.randint(0, 256, (8192, 784), dtype=torch.uint8)
+    labels = torch.randint(0, 10, (8192,))
+    mean, std = 0.1307, 0.3081
+    prepared = (raw.float() / 255 - mean) / std
+    starts = iter(range(10**9))
+
+    def train(x, y):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    def each_step():
+        at = next(starts) * rows % (len(raw) - rows)
+        train((raw[at:at + rows].float() / 255 - mean) / std, labels[at:at + rows])
+
+    def once():
+        at = next(starts) * rows % (len(raw) - rows)
+        train(prepared[at:at + rows], labels[at:at + rows])
+
+    return {"prepared each step": each_step, "prepared once": once}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--rows", type=int, default=512)
+    parser.add_argument("--images", type=int, default=2048)
     parser.add_argument("--record", metavar="DIR", help="record the drawing loop's bundle into DIR instead")
     args = parser.parse_args()
     if args.record:
         profile_steps(random_pair(args.rows)["drawn each step"], 8,
                       os.path.join(args.record, "cpu_loop_random_inputs.json.gz"))
-        print("recorded cpu_loop_random_inputs")
+        profile_steps(prepare_pair(args.images)["prepared each step"], 8,
+                      os.path.join(args.record, "cpu_loop_prepare.json.gz"))
+        print("recorded cpu_loop_random_inputs, cpu_loop_prepare")
         return
     print(f"torch {torch.__version__}; {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
     loops, tensors = ema_pair(args.blocks)
@@ -126,6 +161,9 @@ def main() -> None:
     med, line = medians(alternated(random_pair(args.rows), args.rounds, max(1, args.calls // 10)))
     print(f"an MLP step on {args.rows} random rows: {line}")
     print(f"  the pool saves {1 - med['pool drawn once'] / med['drawn each step']:.3f} of the step")
+    med, line = medians(alternated(prepare_pair(args.images), args.rounds, max(1, args.calls // 10)))
+    print(f"an MLP step on {args.images} uint8 images: {line}")
+    print(f"  preparing once saves {1 - med['prepared once'] / med['prepared each step']:.3f} of the step")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

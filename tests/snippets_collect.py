@@ -276,6 +276,7 @@ def harness(device: str, calls: list | None = None) -> dict:
     dataset = TensorDataset(torch.randn(20, 8), torch.randint(0, 4, (20,)))
     ns.update(
         model=model, optimizer=opt, opt=opt, loss_fn=loss_fn, x=x, y=y, loss=loss.requires_grad_(), lr=1e-3,
+        raw_inputs=torch.randint(0, 256, (20, 8), dtype=torch.uint8),  # a dataset as stored (images: uint8)
         dataset=dataset, batch_size=4, loader=torch.utils.data.DataLoader(dataset, batch_size=4),
         train_step=train_step, batch=(x, y), block=nn.Linear(8, 8).to(device), batch_shape=(4, 8),
         blocks=nn.ModuleList(nn.Linear(8, 8) for _ in range(3)).to(device),

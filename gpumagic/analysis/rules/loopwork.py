@@ -133,6 +133,26 @@ for step in range(100):
     x, y = pool[step % len(pool)]   # no random numbers drawn in the loop
     # ... the forward, backward and optimizer step on x, y as before
 """
+#: Operators per-step bookkeeping calls on the model's output: a prediction, a comparison, a
+#: reduction, a number brought to Python.
+METRIC_OPS = frozenset({
+    "aten::argmax", "aten::argmin", "aten::max", "aten::min", "aten::topk", "aten::eq", "aten::ne", "aten::sum",
+    "aten::mean", "aten::item", "aten::_local_scalar_dense", "aten::softmax", "aten::_softmax", "aten::log_softmax",
+    "aten::index_put_", "aten::bincount", "aten::histc", "aten::tolist", "aten::isfinite", "aten::isnan",
+})
+#: The same work each epoch on the inputs (a cast, a scaling, a normalization), done once on the
+#: whole dataset before the loop; the loop indexes the result (a float32 copy takes 4x a uint8
+#: dataset's memory: the why says so). Random work (augmentation) belongs in the DataLoader.
+PREPARE_ONCE_CODE = """
+# the same every epoch (a cast, a scaling, a normalization): once, before the loop, on the whole dataset
+mean, std = 0.1307, 0.3081                                  # your normalization
+all_inputs = (raw_inputs.float() / 255 - mean) / std        # raw_inputs: every sample as stored (uint8 here)
+for start in range(0, len(all_inputs), batch_size):
+    xb = all_inputs[start:start + batch_size]               # indexing only: no conversion each step
+    # ... the forward, backward and optimizer step on xb as before
+# random work instead (augmentation): in the Dataset's __getitem__ or a collate_fn, so that
+# DataLoader(..., num_workers=2) runs it beside the training step
+"""
 PRUN_CODE = """
 %%prun -s tottime -l 15
 # the cell as it is: Python's profiler lists the functions that spend the most time themselves
@@ -154,7 +174,10 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     that time is in random-number operators (``torch.randn``, ``torch.randint``... outermost), the
     loop draws its inputs or noise each step: a pool of batches drawn once, for synthetic inputs
     (the why says fresh noise training needs is the step's own work), with that time's share as
-    the estimate. False
+    the estimate. Where operators hold most of the time (< half without one running) and the
+    bookkeeping's comparisons and reductions (``METRIC_OPS``: argmax, eq, sum, item...) under half
+    of theirs, the loop prepares its batches (casts, scaling, normalization): the inputs prepared
+    once on the whole dataset and indexed, random augmentation moved into the DataLoader's workers. False
     positives: work that belongs to the step but runs no operator the backward undoes before
     the forward (a Python-side augmentation of the batch outside the DataLoader) counts here."""
     if ctx.device >= 0 or not ctx.step_bounds or m.phases is None or not m.phases.found.backward:
@@ -190,6 +213,8 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     from_python = from_python_ns >= MIN_FROM_PYTHON_SHARE * total
     random_ns = sum(op_ns[n] for n in RANDOM_OPS)
     drawing = random_ns >= MIN_RANDOM_SHARE * total
+    # operators, not Python, are most of it, and not bookkeeping's: the loop prepares its batches
+    preparing = python_frac < 0.5 and 2 * sum(op_ns[n] for n in METRIC_OPS) < sum(op_ns.values())
     frames = [(n, c) for n, c in _python_frames_in(ctx, other) if c >= MIN_FRAME_SHARE * total]
     lines = ("; Python functions with the most of it (their own time, with_stack): "
              + ", ".join(f"{n} {c / 1e6:.2f} ms" for n, c in frames)) if frames else ""
@@ -239,6 +264,14 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
                     + ", ".join(f"{n} ×{c / len(ctx.step_bounds):.0f}" for n, c in in_place.most_common(TOP_OPS))
                     + "): a Python loop over tensors.")
         fix = _tensor_loop_fix(in_place)
+    elif preparing:
+        why += """ Here most of that time is in PyTorch operators, not Python, and not the comparisons and reductions
+        of bookkeeping: the loop prepares its batches on the main thread (casts, scaling, normalization), between
+        one step and the next. Work that is the same every epoch can be done once, on the whole dataset, before
+        the loop, if the result fits in memory (float32 takes four times the bytes of uint8 images); random work
+        (augmentation) belongs in the Dataset or a collate_fn, where DataLoader workers run it beside the step."""
+        fix = pytorch("Prepare the inputs once, before the loop, and index the result each step (random "
+                      "augmentation: in the DataLoader's workers)", PREPARE_ONCE_CODE)
     else:
         fix = pytorch("Keep per-step bookkeeping on tensors and bring it to Python only when you print it",
                       TENSOR_METRICS_CODE)
@@ -260,6 +293,7 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
                  "no_operator_frac": round(python_frac, 4), "in_place_calls_per_step": round(per_tensor, 1),
                  "from_python_data_frac": round(from_python_ns / total, 4) if total else 0.0,
                  "random_ops_frac": round(random_ns / total, 4) if total else 0.0,
+                 "bookkeeping_ops_frac": round(sum(op_ns[n] for n in METRIC_OPS) / total, 4) if total else 0.0,
                  **({"main_thread_core_use": round(use, 4)} if use is not None else {}),
                  "threshold_frac": MIN_FRAC,
                  "threshold_loop_work_step_ms": MIN_STEP_MS},
