@@ -10,7 +10,13 @@ inference loop with no step: a 3-layer MLP called on 300 samples one at a time, 
 with ``.item()``, against one call on the stacked samples (the first fix for such a window). Last,
 generation (with transformers installed): a 2-layer GPT-2 of 64 units built from a config, 8
 prompts of 8 tokens, 40 new tokens each (greedy), one ``generate`` call a prompt, the same with
-the model's forward compiled, and one call for all 8 prompts.
+the model's forward compiled, and one call for all 8 prompts. Then MAML (a 1 → 40 → 40 → 1 MLP,
+sine-regression tasks of 10 points, one inner step of ``autograd.grad(create_graph=True)``, Adam):
+a Python loop over 4 and over 16 tasks against torch.func's vmap over the tasks (the finding's
+first fix there; the gradients checked equal), and the loop with the model compiled, which
+torch.compile refuses (double backward). The LBFGS case, recorded only: a 8 → 32 → 32 → 1 tanh MLP
+fitted with ``LBFGS(max_iter=20, line_search_fn="strong_wolfe")`` on 512 points, whose closure
+passes run inside the optimizer's step.
 
 The eager loop is profiled by ``gpumagic.profile()`` and the finding's gain read (the forward and
 backward's share of the window, an upper bound); then the three are timed unprofiled, alternated
@@ -20,7 +26,8 @@ what else runs on it: this prints, it asserts nothing. ``--record DIR`` instead 
 bundles tests/data keeps (``cpu_rnn_loop.json.gz``: three steps of 32 time steps, a smaller
 file; ``cpu_per_sample.json.gz``: three steps of the per-sample loop; ``cpu_gru.json.gz``: three
 steps of the GRU with 8 sequences; ``cpu_infer_per_sample.json.gz``: the inference loop over 100
-samples; ``cpu_generate.json.gz``: one prompt, 24 new tokens) and exits.
+samples; ``cpu_generate.json.gz``: one prompt, 24 new tokens; ``cpu_maml.json.gz``: the MAML loop
+over 4 tasks; ``cpu_lbfgs.json.gz``: one LBFGS step) and exits.
 
     python benchmarks/op_overhead.py [--rounds 5] [--steps 30] [--record DIR]
 """
@@ -180,6 +187,63 @@ def _generation(prompts: int = 8, new_tokens: int = 40):
     return each(model), each(compiled), together
 
 
+def _maml(tasks: int, how: str = "loop"):
+    """One MAML step over ``tasks`` sine tasks: ``how`` is "loop" (a Python loop over the tasks,
+    an inner autograd.grad with create_graph=True each), "vmap" (torch.func over the tasks) or
+    "compiled" (the loop on the model compiled). Returns (step, gradients after one step)."""
+    from torch.func import functional_call, grad, vmap
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1, 40), torch.nn.ReLU(), torch.nn.Linear(40, 40), torch.nn.ReLU(),
+                                torch.nn.Linear(40, 1))
+    net = torch.compile(model) if how == "compiled" else model
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = torch.nn.MSELoss()
+    amp, phase = torch.rand(tasks, 1, 1) * 4.9 + 0.1, torch.rand(tasks, 1, 1) * 3.1
+    support_x, query_x = torch.rand(tasks, 10, 1) * 10 - 5, torch.rand(tasks, 10, 1) * 10 - 5
+    support_y, query_y = amp * torch.sin(support_x + phase), amp * torch.sin(query_x + phase)
+
+    def adapted_loss(params, sx, sy, qx, qy, inner_lr=0.01):
+        g = grad(lambda p: loss_fn(functional_call(model, p, (sx,)), sy))(params)
+        fast = {k: params[k] - inner_lr * g[k] for k in params}
+        return loss_fn(functional_call(model, fast, (qx,)), qy)
+
+    def step():
+        optimizer.zero_grad()
+        params = dict(model.named_parameters())
+        if how == "vmap":
+            vmap(adapted_loss, in_dims=(None, 0, 0, 0, 0))(params, support_x, support_y, query_x, query_y).sum().backward()
+        else:
+            meta = 0
+            for t in range(tasks):
+                inner = torch.autograd.grad(loss_fn(functional_call(net, params, (support_x[t],)), support_y[t]),
+                                            list(params.values()), create_graph=True)
+                fast = {k: v - 0.01 * g for (k, v), g in zip(params.items(), inner, strict=True)}
+                meta = meta + loss_fn(functional_call(net, fast, (query_x[t],)), query_y[t])
+            meta.backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        optimizer.step()
+        return grads
+    return step
+
+
+def _lbfgs():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                                torch.nn.Linear(32, 1))
+    x = torch.randn(512, 8)
+    y = torch.sin(x.sum(1, keepdim=True))
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=20, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    return lambda: optimizer.step(closure)
+
+
 def profiled(path: str | None = None, steps: int = 5, time_steps: int = T):
     torch.manual_seed(0)
     return profile_steps(_step(LoopCell(), time_steps=time_steps), steps, path, warm=2)
@@ -203,8 +267,10 @@ def main() -> None:
             generation[0]()
             with gpumagic.profile(save=os.path.join(args.record, "cpu_generate.json.gz"), display=False):
                 generation[0]()
+        profile_steps(_maml(4), 3, os.path.join(args.record, "cpu_maml.json.gz"), warm=2)
+        profile_steps(_lbfgs(), 1, os.path.join(args.record, "cpu_lbfgs.json.gz"), warm=1)  # a smaller file
         print("recorded cpu_rnn_loop.json.gz, cpu_per_sample.json.gz, cpu_gru.json.gz, cpu_infer_per_sample.json.gz"
-              + (", cpu_generate.json.gz" if generation is not None else ""))
+              + (", cpu_generate.json.gz" if generation is not None else "") + ", cpu_maml.json.gz, cpu_lbfgs.json.gz")
         return
     print(f"torch {torch.__version__}; load average {os.getloadavg()[0]:.2f}")
     f = profiled().finding("cpu-op-overhead")
@@ -249,6 +315,20 @@ def main() -> None:
         print(line)
         print(f"generation saved: compiled {1 - med['compiled'] / med['one call a prompt']:.3f}, one call for all "
               f"{1 - med['one call'] / med['one call a prompt']:.3f}")
+    f = profile_steps(_maml(4), 5, None, warm=2).finding("cpu-op-overhead")
+    said = (f"upper bound {f.est_gain:.3f}, first fix {f.fixes[0].description[:40]!r}…" if f else "the rule is silent")
+    for tasks in (4, 16):
+        loop, vmapped = _maml(tasks), _maml(tasks, "vmap")
+        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(loop(), vmapped(), strict=True))
+        med, line = medians(alternated({"loop over tasks": _maml(tasks), "vmap": _maml(tasks, "vmap")},
+                                       args.rounds, args.steps))
+        print(f"MAML, {tasks} tasks: {line}")
+        print(f"  saved by vmap: {1 - med['vmap'] / med['loop over tasks']:.3f}" + (f"; {said}" if tasks == 4 else ""))
+    try:
+        _maml(4, "compiled")()
+        print("MAML with the model compiled: ran")
+    except RuntimeError as exc:
+        print(f"MAML with the model compiled: RuntimeError: {str(exc).splitlines()[0][:100]}")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

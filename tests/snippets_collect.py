@@ -277,6 +277,9 @@ def harness(device: str, calls: list | None = None) -> dict:
     ns.update(
         model=model, optimizer=opt, opt=opt, loss_fn=loss_fn, x=x, y=y, loss=loss.requires_grad_(), lr=1e-3,
         raw_inputs=torch.randint(0, 256, (20, 8), dtype=torch.uint8),  # a dataset as stored (images: uint8)
+        # meta-learning tasks' support and query batches, stacked: (tasks, samples, ...)
+        tasks_support_x=torch.stack([x, x.flip(0)]), tasks_support_y=torch.stack([y, y.flip(0)]),
+        tasks_query_x=torch.stack([x.flip(0), x]), tasks_query_y=torch.stack([y.flip(0), y]),
         dataset=dataset, batch_size=4, loader=torch.utils.data.DataLoader(dataset, batch_size=4),
         train_step=train_step, batch=(x, y), block=nn.Linear(8, 8).to(device), batch_shape=(4, 8),
         blocks=nn.ModuleList(nn.Linear(8, 8) for _ in range(3)).to(device),

@@ -17,6 +17,8 @@ PER_SAMPLE = os.path.join(DATA, "cpu_per_sample.json.gz")
 GRU = os.path.join(DATA, "cpu_gru.json.gz")
 INFER = os.path.join(DATA, "cpu_infer_per_sample.json.gz")
 GENERATE = os.path.join(DATA, "cpu_generate.json.gz")
+MAML = os.path.join(DATA, "cpu_maml.json.gz")
+LBFGS = os.path.join(DATA, "cpu_lbfgs.json.gz")
 
 
 def test_a_recorded_rnn_cell_looped_in_python():
@@ -33,7 +35,8 @@ def test_a_recorded_rnn_cell_looped_in_python():
     assert "torch.compile(model)" in codes and "torch.nn.RNN(" in codes
 
 
-@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED, PER_SAMPLE, GRU, INFER, GENERATE}))
+@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED, PER_SAMPLE, GRU, INFER, GENERATE, MAML,
+                                                                                         LBFGS}))
 def test_silent_on_every_other_recorded_trace(path):
     assert analyze(path).finding("cpu-op-overhead") is None
 
@@ -131,9 +134,11 @@ def test_one_backward_pass_gets_no_batch_fix():
     assert all("loss_fn(model(x), y)" not in fx.code for fx in f.fixes)
 
 
-def _passes_steps(passes: int, calls: int = 1200, us_each: float = 2.0) -> dict:
+def _passes_steps(passes: int, calls: int = 1200, us_each: float = 2.0, closure: bool = False,
+                  node: str = "AddBackward0") -> dict:
     """Three steps, each ``passes`` × (a forward of ``calls // passes`` tiny operators, then a
-    backward node), then an optimizer step: gradient accumulated pass by pass."""
+    backward node ``node``), then an optimizer step: gradient accumulated pass by pass. With
+    ``closure``, the passes run inside the optimizer step (``optimizer.step(closure)``, LBFGS)."""
     tb = TraceBuilder(cc=None)
     per = calls // passes
     pass_us = per * us_each + 40
@@ -145,8 +150,11 @@ def _passes_steps(passes: int, calls: int = 1200, us_each: float = 2.0) -> dict:
             at = t + k * pass_us
             for c in range(per):
                 tb.op("aten::add", at + c * us_each, us_each * 0.9)
-            tb.op("autograd::engine::evaluate_function: AddBackward0", at + per * us_each + 5, 30)
-        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t + passes * pass_us + 100, dur=100)
+            tb.op(f"autograd::engine::evaluate_function: {node}", at + per * us_each + 5, 30)
+        if closure:  # the step holds the passes
+            tb.add(cat="user_annotation", name="Optimizer.step#LBFGS.step", ts=t + 1, dur=passes * pass_us + 200)
+        else:
+            tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t + passes * pass_us + 100, dur=100)
     return tb.to_dict()
 
 
@@ -157,6 +165,74 @@ def test_the_passes_threshold():
     many = analyze(_passes_steps(MIN_PASSES_PER_STEP)).finding("cpu-op-overhead")
     assert many.evidence.numbers["passes_per_step"] == MIN_PASSES_PER_STEP
     assert "loss_fn(model(x), y)" in many.fixes[0].code
+
+
+def test_passes_an_optimizer_closure_runs_are_not_a_batch_split_up():
+    """LBFGS evaluates the loss and gradient on the whole batch up to max_iter times inside its
+    step: those passes are the optimizer's, not samples one at a time."""
+    f = analyze(_passes_steps(20, closure=True)).finding("cpu-op-overhead")
+    n = f.evidence.numbers
+    assert n["passes_per_step"] == 0 and n["closure_passes_per_step"] == 20 and "passes" not in f.title
+    assert all("loss_fn(model(x), y)" not in fx.code for fx in f.fixes) and "optimizer.step(closure)" in f.why
+
+
+def test_a_recorded_lbfgs_fit():
+    """benchmarks/op_overhead.py --record: a small tanh MLP fitted with LBFGS (max_iter=20, strong
+    Wolfe line search): 21 closure passes a step, once told to run 'the whole batch in one pass'."""
+    f = analyze(LBFGS).finding("cpu-op-overhead")
+    n = f.evidence.numbers
+    assert n["passes_per_step"] == 0 and n["closure_passes_per_step"] >= 10
+    assert "torch.compile(model)" in f.fixes[0].code and "LBFGS" in f.why
+
+
+def test_double_backward_is_not_told_to_compile():
+    """Nodes of backward formulas (create_graph=True): torch.compile refuses double backward. One
+    pass: more work per call; several inner passes (a loop over tasks): torch.func's vmap first."""
+    one = analyze(_passes_steps(1, node="ThresholdBackwardBackward0")).finding("cpu-op-overhead")
+    assert one.evidence.numbers["double_backward_nodes_per_step"] == 1
+    assert all("torch.compile" not in fx.code for fx in one.fixes) and "double backward" in one.why
+    assert "batch_size=8 * batch_size" in one.fixes[0].code and "vmap" not in one.why
+    tasks = analyze(_passes_steps(4, node="MseLossBackwardBackward0")).finding("cpu-op-overhead")
+    assert "vmap(adapted_loss" in tasks.fixes[0].code and len(tasks.fixes) == 2
+    plain = analyze(_passes_steps(4)).finding("cpu-op-overhead")
+    assert "torch.compile(model)" in plain.fixes[0].code
+
+
+def test_a_recorded_maml_loop():
+    """benchmarks/op_overhead.py --record: MAML over 4 sine tasks, an inner autograd.grad with
+    create_graph=True each; vmap over the tasks gave the same gradients (the benchmark checks)."""
+    f = analyze(MAML).finding("cpu-op-overhead")
+    n = f.evidence.numbers
+    assert n["double_backward_nodes_per_step"] >= 4 and n["passes_per_step"] == 5
+    assert "vmap(adapted_loss" in f.fixes[0].code and all("torch.compile" not in fx.code for fx in f.fixes)
+
+
+def test_the_tasks_fix_gives_the_loops_gradients():
+    """The snippet's vmap over tasks, run on a small model: the gradients of the Python loop over
+    the tasks with autograd.grad(create_graph=True)."""
+    torch = pytest.importorskip("torch")
+    from gpumagic.analysis.rules.opoverhead import TASKS_VMAP_CODE
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    loss_fn = torch.nn.MSELoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the step leaves the weights for the check
+    sx, sy, qx, qy = (torch.randn(5, 6, 3), torch.randn(5, 6, 1), torch.randn(5, 6, 3), torch.randn(5, 6, 1))
+    ns = {"torch": torch, "model": model, "loss_fn": loss_fn, "optimizer": optimizer, "tasks_support_x": sx,
+          "tasks_support_y": sy, "tasks_query_x": qx, "tasks_query_y": qy}
+    exec(compile(TASKS_VMAP_CODE, "<fix>", "exec"), ns)
+    vmapped = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    from torch.func import functional_call
+    params = dict(model.named_parameters())
+    meta = 0
+    for t in range(5):
+        g = torch.autograd.grad(loss_fn(functional_call(model, params, (sx[t],)), sy[t]), list(params.values()),
+                                create_graph=True)
+        fast = {k: v - 0.01 * gi for (k, v), gi in zip(params.items(), g, strict=True)}
+        meta = meta + loss_fn(functional_call(model, fast, (qx[t],)), qy[t])
+    meta.backward()
+    assert all(torch.allclose(a, p.grad, atol=1e-6) for a, p in zip(vmapped, model.parameters(), strict=True))
 
 
 def test_a_recorded_gru_is_not_told_to_compile_or_to_use_a_fused_layer():

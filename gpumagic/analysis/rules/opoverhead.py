@@ -8,6 +8,7 @@ import numpy as np
 from gpumagic._arrays import median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.optimizerimpl import STEP_RE
 from gpumagic.analysis.phases import main_op_starts, phase_intervals
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics
@@ -76,6 +77,45 @@ loss = loss_fn(model(x), y)   # the mean over the batch: the gradient of the sum
 loss.backward()               # (a loop that added the losses undivided: loss_fn with reduction="sum")
 optimizer.step()
 """
+#: Backward passes that start inside an optimizer step (``Optimizer.step#<Class>.step``) are the
+#: optimizer's own closure evaluations (``optimizer.step(closure)``: LBFGS evaluates the loss and
+#: its gradient up to ``max_iter`` times a step, each on the whole batch): not a batch split into
+#: samples, and not counted as passes a step.
+MORE_WORK_CODE = """
+# more samples a step: each operator call works on a larger tensor for the same fixed cost
+loader = torch.utils.data.DataLoader(dataset, batch_size=8 * batch_size, shuffle=True)
+# a larger batch changes the optimisation: retune the learning rate and watch the loss curve
+"""
+
+#: Differentiating through gradients (``torch.autograd.grad(..., create_graph=True)``: MAML's inner
+#: step, a gradient penalty, a physics-informed network's derivatives) records autograd nodes of
+#: backward formulas, ``ThresholdBackwardBackward0``, ``MseLossBackwardBackward0``...; from this
+#: many a step, torch.compile is no fix: "torch.compile with aot_autograd does not currently support
+#: double backward" (RuntimeError; checked on torch 2.13 with a compiled MLP under
+#: ``autograd.grad(create_graph=True)`` and ``.backward()``).
+MIN_DOUBLE_BACKWARD_PER_STEP = 1
+DOUBLE_BACKWARD = "BackwardBackward"
+#: A step of several inner gradient passes through the same model (a meta-learning loop over tasks:
+#: MAML) batches them with torch.func: vmap over the tasks of an inner grad step. The functorch
+#: MAML example does so; benchmarks/op_overhead.py's MAML case (a 1 → 40 → 40 → 1 MLP, sine tasks of
+#: 10 points): the same gradients, 4 tasks 3.1 → 2.2 ms a step, 16 tasks 15.7 → 2.3 ms.
+MIN_INNER_PASSES = 3
+TASKS_VMAP_CODE = """
+from torch.func import functional_call, grad, vmap
+
+def adapted_loss(params, support_x, support_y, query_x, query_y, inner_lr=0.01):
+    # one task: an inner gradient step on its support set, then the adapted weights' loss on its query set
+    g = grad(lambda p: loss_fn(functional_call(model, p, (support_x,)), support_y))(params)
+    fast = {k: params[k] - inner_lr * g[k] for k in params}
+    return loss_fn(functional_call(model, fast, (query_x,)), query_y)
+
+# tasks_*: every task's batch stacked along a first dimension, (tasks, samples, ...)
+optimizer.zero_grad()
+task_losses = vmap(adapted_loss, in_dims=(None, 0, 0, 0, 0))(
+    dict(model.named_parameters()), tasks_support_x, tasks_support_y, tasks_query_x, tasks_query_y)
+task_losses.sum().backward()   # the same gradients as the loop over tasks, from one batched pass
+optimizer.step()
+"""
 
 #: PyTorch's fused recurrent layers (``nn.RNN``/``LSTM``/``GRU``). On the CPU, without a oneDNN
 #: kernel for the case, the layer's one operator runs each time step as separate small operators
@@ -138,7 +178,11 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     on the whole batch. Where PyTorch's own recurrent layer (``aten::gru``, ``aten::lstm``,
     ``aten::rnn_*``) makes ≥ half of the forward's calls, neither fix applies (the layer is fused
     already and compiling keeps it as it is): the finding says so, suggests more sequences a step,
-    and estimates no step-time gain. A window with no step and no backward (inference), its
+    and estimates no step-time gain. Backward passes that start inside an optimizer step are the
+    optimizer's closure evaluations (LBFGS) and are not counted as passes. A step with autograd
+    nodes of backward formulas (``…BackwardBackward0``: ``create_graph=True``) gets no compile fix
+    (torch.compile refuses double backward) but more work per call, and with ≥ 3 inner passes
+    (a loop over tasks) first torch.func's vmap over the tasks. A window with no step and no backward (inference), its
     calls counted over the window (≥ 1,000 at ≤ 5 µs, ≥ 10 % of it): a model called once per
     sample, first told to call it on a stack of samples, then to compile; gain, the share of the
     window from the first call to the last (the loop's Python included), an upper bound. The
@@ -154,10 +198,14 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     if m.phases is None:
         return None
     starts = main_op_starts(ctx)
-    per_step, calls, busy, spans, passes, forwards = [], 0, 0, [], [], []
+    ev = ctx.trace.events
+    steps = ctx.intervals(ctx.events_in_window(ctx.masks["host"] & ctx.host_name_ids(STEP_RE.search)[ev.name]))
+    per_step, calls, busy, spans, passes, forwards, closure = [], 0, 0, [], [], [], []
     for parts, (lo, hi) in zip(phase_intervals(ctx), ctx.step_bounds, strict=True):
         model = iv.merge(parts["forward"], parts["backward"])
-        passes.append(parts["backward"][0].size)
+        in_step = int(np.count_nonzero(iv.contains(steps, parts["backward"][0]))) if steps[0].size else 0
+        passes.append(parts["backward"][0].size - in_step)
+        closure.append(in_step)
         forwards.append(parts["forward"])
         n = int(np.count_nonzero(iv.contains(model, starts[slice(*np.searchsorted(starts, (lo, hi)))])))
         per_step.append(n)
@@ -171,13 +219,17 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     ops_per_step = median_of(per_step)
     if ops_per_step < MIN_OPS_PER_STEP or us_per_op > MAX_US_PER_OP:
         return None
-    ev = ctx.trace.events
     sampling = ctx.events_in_window(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane)
                                     & ctx.trace.name_ids(lambda n: n == SAMPLING)[ev.name])
     samples_per_step = int(np.count_nonzero(sampling)) / len(ctx.step_bounds)
     one_at_a_time = samples_per_step >= MIN_SAMPLES_PER_STEP
     passes_per_step = median_of(passes)
+    closure_per_step = median_of(closure)
     per_sample = passes_per_step >= MIN_PASSES_PER_STEP
+    second_order = int(np.count_nonzero(ctx.events_in_window(
+        ctx.masks["cpu_op"] & ctx.host_name_ids(lambda n: DOUBLE_BACKWARD in n)[ev.name]))) / len(ctx.step_bounds)
+    double = second_order >= MIN_DOUBLE_BACKWARD_PER_STEP
+    tasks = double and passes_per_step >= MIN_INNER_PASSES
     forward_calls, forward_total = _outer_calls(ctx, forwards)
     names = ctx.trace.names
     fused = {names[n]: c for n, c in enumerate(forward_calls.tolist()) if c and names[n] in FUSED_RECURRENT}
@@ -188,6 +240,12 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
         pytorch("Compile the model: its small operators become a few fused loops, called once", COMPILE_CODE),
         pytorch("If the model loops over time steps in Python, use PyTorch's fused recurrent layer instead",
                 FUSED_RNN_CODE))
+    if double:  # torch.compile refuses double backward
+        fixes = (pytorch("Give each call more work: more samples (or collocation points) in each step's batch, "
+                         "fewer steps", MORE_WORK_CODE),)
+    if tasks:
+        fixes = (pytorch("If the step loops over tasks (meta-learning), adapt them all in one batched call: "
+                         "torch.func's vmap over an inner grad step", TASKS_VMAP_CODE), *fixes)
     if per_sample:
         fixes = (pytorch(f"Run the whole batch through one forward and one backward, not {passes_per_step:,.0f} "
                          "passes a step", BATCH_CODE), *fixes)
@@ -213,11 +271,24 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
         whole batch calls each once, on a tensor with a batch dimension, and gives the same gradient when the loss is
         the batch's mean (a model with BatchNorm normalises over the batch, so its results change with the batch's
         size). If you need each sample's own gradient (per-sample clipping, DP-SGD), torch.func's vmap over grad
-        computes them all in one batched pass (PyTorch's per-sample-gradients tutorial).""" if per_sample else ""),
+        computes them all in one batched pass (PyTorch's per-sample-gradients tutorial).""" if per_sample else "")
+        + (f""" The optimizer itself evaluates the model {closure_per_step:,.0f} times a step (optimizer.step(closure),
+        as LBFGS does, each pass on the whole batch): those passes are what the optimizer asks for, not a batch split
+        up.""" if closure_per_step >= 2 else "")
+        + (f""" The step differentiates through gradients ({second_order:,.0f} autograd nodes of backward formulas a
+        step, such as ThresholdBackwardBackward0: autograd.grad with create_graph=True, as MAML's inner step, a gradient
+        penalty or a physics-informed loss does), and torch.compile does not support that ("torch.compile with
+        aot_autograd does not currently support double backward"): the calls' cost stays, so give each call more
+        work.""" if double else "")
+        + (""" Its several inner gradient passes look like a loop over tasks: torch.func's vmap runs an inner grad
+        step for every task in one batched call, with the same gradients (the functorch MAML example).""" if tasks
+           else ""),
         summary=(f"Forward and backward: {ops_per_step:,.0f} operator calls a step (median), {us_per_op:.1f} µs each "
                  f"on average, {pct(frac)} of the window.{_callers(ctx, spans)}"),
         numbers={"calls_per_step": int(ops_per_step), "per_call_us": round(us_per_op, 3), "model_frac": round(frac, 4),
                  "samples_per_step": round(samples_per_step, 1), "passes_per_step": round(passes_per_step, 1),
+                 "closure_passes_per_step": round(closure_per_step, 1),
+                 "double_backward_nodes_per_step": round(second_order, 1),
                  "threshold_calls_per_step": MIN_OPS_PER_STEP, "threshold_per_call_us": MAX_US_PER_OP},
         est_gain=frac,
         gain_method=("upper bound: the forward and backward's share of the window; compilation removes the calls' "
