@@ -253,6 +253,25 @@ def test_a_first_step_within_the_runs_own_variation_is_not_warm_up():
         assert ("warmup-in-window" in ids(tb)) is fires, durations
 
 
+@pytest.mark.parametrize(("first_passes", "fires"), [(1, True), (2, False), (12, False)])
+def test_a_first_step_that_ran_more_passes_is_not_warm_up(first_passes, fires):
+    """LBFGS converging: its first recorded step evaluated the closure 12 times, each later one
+    once, and took 25x their median (a recorded fit). Twice the others' backward passes or more is
+    more work, not a warm-up; the same passes in a longer step still are."""
+    tb = TraceBuilder(cc=None)
+    t = 0
+    for i, d in enumerate([30_000, 10_000, 10_000, 10_000]):
+        tb.step(i + 1, t, d)
+        n = first_passes if i == 0 else 1
+        for k in range(n):  # a forward (the linear layer), then its backward node
+            at = t + 100 + k * (d - 1_000) // n
+            tb.op("aten::linear", at, 40)
+            tb.op("aten::addmm", at + 5, 30)
+            tb.op("autograd::engine::evaluate_function: AddmmBackward0", at + 100, 50)
+        t += d
+    assert ("warmup-in-window" in analyze(tb.to_dict()).finding_ids) is fires
+
+
 @pytest.mark.parametrize(("main_wait", "fires"), [(None, True), (0.0, True), (20.0, True), (60.0, False)])
 def test_a_first_step_the_machine_made_long_is_not_warm_up(main_wait, fires):
     """A first step of 30 ms beside 10 ms ones: warm-up, unless the CPU samples show the main
