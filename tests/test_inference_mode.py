@@ -372,3 +372,49 @@ def test_a_trace_cut_inside_a_backward_pass_does_not_call_its_forward_unused(mar
     f = analyze(_cut(_training(steps=4, nodes=40, evaluation=20), keep_backward=5, markers=markers)).finding(
         "inference-grad-enabled")
     assert f is not None and f.evidence.numbers["unused_nodes"] == 2 * 20
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_batch_norm_in_training_mode_during_inference(mode):
+    """A small CNN with batch norm and no dropout (a ResNet-like model) run under no_grad: in
+    training mode each BatchNorm2d call follows its num_batches_tracked update (aten::add_) and
+    normalises with the batch's statistics; in eval mode neither happens and nothing fires."""
+    torch = pytest.importorskip("torch")
+    import gpumagic
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 2))
+    getattr(model, mode)()
+    x = torch.randn(4, 3, 16, 16)
+    with gpumagic.profile(display=False) as run, torch.no_grad():
+        for _ in range(3):
+            model(x)
+    f = run.report.finding("inference-train-mode")
+    if mode == "eval":
+        assert f is None
+        return
+    n = f.evidence.numbers
+    assert n["train_mode_batch_norm_calls"] == n["batch_norm_calls"] == 6 and n["active_dropout_calls"] == 0
+    assert "Batch normalisation runs in training mode" in f.title and "model.eval()" in f.fixes[0].code
+
+
+def test_a_batch_norm_call_is_judged_by_the_operator_just_before_it():
+    """The thread's previous operator that ended before the call: an aten::add_ (the counter) is
+    training mode; a convolution's inner operator, or an add_ earlier with another operator after
+    it, is not."""
+    def trace(before: list[str]) -> dict:
+        tb = TraceBuilder()
+        t = 0
+        for _ in range(3):
+            for name in before:
+                tb.op(name, t, 20)
+                t += 30
+            tb.op("aten::batch_norm", t, 50)
+            tb.op("aten::native_batch_norm", t + 5, 40)  # inside the call: not before it
+            t += 100
+        return tb.to_dict()
+    assert analyze(trace(["aten::conv2d", "aten::add_"])).finding("inference-train-mode") is not None
+    assert analyze(trace(["aten::add_", "aten::conv2d"])).finding("inference-train-mode") is None
+    assert analyze(trace(["aten::conv2d"])).finding("inference-train-mode") is None

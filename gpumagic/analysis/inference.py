@@ -27,6 +27,13 @@ uses, and dropout left in training mode where nothing trains.
   ``is_fused_kernel_acceptable``). A dropout operator with another operator starting inside it
   is one in training mode (with ``p == 0`` it returns its input in either mode: harmless). This
   matters only where nothing trains (:attr:`Context.workload` is not ``"training"``).
+- **Batch normalisation in training mode.** ``nn.BatchNorm*`` calls ``aten::batch_norm`` in either
+  mode; in training mode with running statistics (the default) its ``forward`` first adds one to
+  ``num_batches_tracked`` (``aten::add_``), then calls ``F.batch_norm``, which normalises with
+  the batch's own statistics and updates the running ones (torch/nn/modules/batchnorm.py; checked
+  on torch 2.13: the ``aten::add_`` precedes the call in train mode only, under ``no_grad`` too).
+  A batch-norm call whose thread's previous operator (one that ended before it started) is an
+  ``aten::add_`` ran in training mode.
 """
 
 from __future__ import annotations
@@ -191,6 +198,68 @@ def _dropout(ctx: Context) -> Dropout:
     return Dropout(calls=int(calls.size), active=calls[active], numbered=int(np.count_nonzero(ev.seq[calls] >= 0)))
 
 
+#: Batch normalisation's operator and the counter update a training-mode module runs before it.
+BATCH_NORM = "aten::batch_norm"
+COUNTER_ADD = "aten::add_"
+
+
+@dataclass(frozen=True)
+class TrainBatchNorm:
+    """The window's batch-norm calls, and those a training-mode module made (:func:`batch_norm`)."""
+
+    calls: int
+    #: rows of ``trace.events``: the calls right after a ``num_batches_tracked`` update
+    active: np.ndarray
+
+
+def batch_norm(ctx: Context) -> TrainBatchNorm:
+    """The window's ``aten::batch_norm`` calls, and which ran in training mode (the thread's
+    previous operator, one that ended before the call began, is ``aten::add_``); computed once
+    per context."""
+    return ctx.memo("inference.batch_norm", _batch_norm)
+
+
+def _batch_norm(ctx: Context) -> TrainBatchNorm:
+    ev, m = ctx.trace.events, ctx.masks
+    ops = m["cpu_op"] & m["host"]
+    calls = np.flatnonzero(ctx.events_in_window(ops) & ctx.host_name_ids(lambda n: n == BATCH_NORM)[ev.name])
+    if not calls.size:
+        return TrainBatchNorm(0, np.zeros(0, np.int64))
+    add = ctx.host_name_ids(lambda n: n == COUNTER_ADD)
+    active = []
+    for lane in distinct(ev.lane[calls]).tolist():
+        rows = np.flatnonzero(ops & (ev.lane == lane))
+        rows = rows[np.argsort(ev.ts_ns[rows], kind="stable")]
+        starts, ends = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
+        mine = calls[ev.lane[calls] == lane]
+        for c, k in zip(mine.tolist(), np.searchsorted(starts, ev.ts_ns[mine], side="left").tolist(), strict=True):
+            j = k - 1
+            while j >= 0 and ends[j] > ev.ts_ns[c]:  # the operators holding the call: not before it
+                j -= 1
+            if j >= 0 and add[ev.name[rows[j]]]:
+                active.append(c)
+    return TrainBatchNorm(int(calls.size), np.array(active, np.int64))
+
+
+def no_grad_batch_norm(ctx: Context) -> np.ndarray:
+    """In a trace that numbers its operators (its backward nodes and its forward operators in grad
+    mode): the training-mode batch-norm calls
+    (:func:`batch_norm`) without a sequence number — run under ``torch.no_grad()`` or
+    ``torch.inference_mode()`` (``aten::batch_norm`` records one in grad mode only, checked on
+    torch 2.13) — outside the backward and outside an operator that recorded one, as
+    :func:`no_grad_dropout` selects them."""
+    b = batch_norm(ctx)
+    ev, m = ctx.trace.events, ctx.masks
+    host_ops = m["cpu_op"] & m["host"]
+    backward_name = ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
+    # the trace numbers its operators: its backward nodes and its forward operators (a frozen
+    # backbone's batch-norm layers may never run in grad mode, so their own calls cannot say)
+    if not b.active.size or not np.any(ev.seq[host_ops & backward_name] >= 0) \
+            or not np.any(ev.seq[host_ops & ~backward_name] >= 0):
+        return np.zeros(0, np.int64)
+    return _outside_grad(ctx, b.active[ev.seq[b.active] < 0])
+
+
 @dataclass(frozen=True)
 class NoGradDropout:
     """A training trace's dropout calls without grad mode (:func:`no_grad_dropout`)."""
@@ -224,13 +293,22 @@ def _no_grad_dropout(ctx: Context) -> NoGradDropout:
     backward = np.flatnonzero(host_ops & backward_name)
     if not d.numbered or not np.any(ev.seq[backward] >= 0):  # the trace does not number its nodes
         return none
-    active = d.active[ev.seq[d.active] < 0]
+    return NoGradDropout(active=_outside_grad(ctx, d.active[ev.seq[d.active] < 0]), trained=d.numbered)
+
+
+def _outside_grad(ctx: Context, active: np.ndarray) -> np.ndarray:
+    """``active`` less the calls inside a backward event or inside an operator that recorded a
+    sequence number (a custom ``autograd.Function``'s apply: a reentrant checkpoint's forward)."""
+    ev, m = ctx.trace.events, ctx.masks
+    host_ops = m["cpu_op"] & m["host"]
+    backward_name = ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
+    backward = np.flatnonzero(host_ops & backward_name)
     if active.size and backward.size:
         active = active[~starts_inside(ev, active, backward)]
     if active.size:  # inside an operator that ran with grad mode on (a custom Function's apply)
         graded = np.flatnonzero(host_ops & (ev.seq >= 0) & ~backward_name)
         active = active[~starts_inside(ev, active, graded)]
-    return NoGradDropout(active=active, trained=d.numbered)
+    return active
 
 
 def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -241,5 +319,5 @@ def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:
                                ev.lane[calls]) > 0
 
 
-__all__ = ["DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "Dropout", "GradMode", "NoGradDropout", "dropout", "grad_mode",
-           "holding", "no_grad_dropout", "starts_inside"]
+__all__ = ["BATCH_NORM", "DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "Dropout", "GradMode", "NoGradDropout", "TrainBatchNorm",
+           "batch_norm", "dropout", "grad_mode", "holding", "no_grad_batch_norm", "no_grad_dropout", "starts_inside"]

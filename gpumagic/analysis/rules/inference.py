@@ -7,7 +7,7 @@ import numpy as np
 from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.inference import dropout, grad_mode, holding, no_grad_dropout
+from gpumagic.analysis.inference import batch_norm, dropout, grad_mode, holding, no_grad_batch_norm, no_grad_dropout
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, windows
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
@@ -177,40 +177,63 @@ def _detached(ctx: Context, rows: np.ndarray) -> int:
 def inference_train_mode(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: nothing in the trace trains (``Context.workload`` is not ``"training"``), yet
     dropout operators drew a random mask (an operator runs inside ``aten::dropout``: in eval mode
-    it returns its input and calls nothing; :mod:`gpumagic.analysis.inference`): the model is in
-    training mode. Threshold: ≥ 2 such calls. Dropout then zeroes a random share of the
+    it returns its input and calls nothing), or batch normalisation ran in training mode (an
+    ``aten::batch_norm`` call right after the module's ``num_batches_tracked`` update,
+    ``aten::add_``, which eval mode skips; :mod:`gpumagic.analysis.inference`): the model is in
+    training mode. Threshold: ≥ 2 such calls of either. Dropout then zeroes a random share of the
     activations on every call, so the outputs change from run to run and are worse than the
     trained model's, and batch normalisation normalises with the batch's own statistics and
-    updates its running ones. Gain: none in speed (the mask is cheap); a correctness fix.
-    False positives: Monte Carlo dropout, which samples with dropout on by design.
+    updates its running ones with the inference data. Gain: none in speed (the mask is cheap); a
+    correctness fix. False positives: Monte Carlo dropout, which samples with dropout on by
+    design; an in-place addition (``x += y``) right before a batch-norm layer's call in eval mode.
 
-    In a training trace: dropout calls that drew a mask under ``torch.no_grad()`` or
-    ``torch.inference_mode()`` (no ``Sequence number``, where the trace's trained forwards record
-    one), outside the backward and outside a custom ``autograd.Function``'s forward (a reentrant
-    checkpoint's first forward runs under no_grad inside ``CheckpointFunction``, which records
-    one): an evaluation, or a frozen part of the model run under no_grad, while the model was in
-    training mode (:func:`_no_grad_train_mode`)."""
+    In a training trace: dropout calls that drew a mask, or training-mode batch-norm calls, under
+    ``torch.no_grad()`` or ``torch.inference_mode()`` (no ``Sequence number``, where the trace's
+    trained forwards record one), outside the backward and outside a custom ``autograd.Function``'s
+    forward (a reentrant checkpoint's first forward runs under no_grad inside
+    ``CheckpointFunction``, which records one): an evaluation, or a frozen part of the model run
+    under no_grad, while the model was in training mode (:func:`_no_grad_train_mode`)."""
     if ctx.workload == "training":
         return _no_grad_train_mode(ctx)
-    d = dropout(ctx)
-    if d.active.size < MIN_ACTIVE_DROPOUT:
+    d, b = dropout(ctx), batch_norm(ctx)
+    drop = d.active if d.active.size >= MIN_ACTIVE_DROPOUT else d.active[:0]
+    norm = b.active if b.active.size >= MIN_ACTIVE_DROPOUT else b.active[:0]
+    if not drop.size and not norm.size:
         return None
     ev = ctx.trace.events
-    rows = d.active
+    rows = np.sort(np.concatenate([drop, norm]))
+    if drop.size and norm.size:
+        title = (f"Dropout and batch normalisation run in training mode during inference ({drop.size:,} dropout "
+                 f"calls drew a mask, {norm.size:,} batch-norm calls updated their running statistics)")
+    elif drop.size:
+        title = (f"Dropout is on during inference: the model is in training mode ({drop.size:,} of "
+                 f"{d.calls:,} dropout calls drew a mask)")
+    else:
+        title = (f"Batch normalisation runs in training mode during inference: {norm.size:,} of {b.calls:,} calls "
+                 "normalised with the batch's statistics and updated the running ones")
+    seen = []
+    if drop.size:
+        seen.append(f"{drop.size:,} of the window's {d.calls:,} dropout calls ran operators inside them (a random "
+                    "mask: training mode)")
+    if norm.size:
+        seen.append(f"{norm.size:,} of its {b.calls:,} batch-norm calls came right after an aten::add_ (the "
+                    "module's num_batches_tracked update: training mode)")
     return finding(
         severity="medium",
-        title=f"Dropout is on during inference: the model is in training mode ({d.active.size:,} of "
-              f"{d.calls:,} dropout calls drew a mask)",
+        title=title,
         why="""A module stays in training mode until model.eval() is called. In training mode every dropout layer
         zeroes a random share of its input on each call, so predictions change from run to run and are worse
-        than the trained model's; batch normalisation also normalises with each batch's own statistics and
-        keeps updating its running averages. Nothing here trains (no backward pass, no optimizer step), so this
-        is inference run in the wrong mode, unless the randomness is wanted (Monte Carlo dropout).""",
-        summary=f"{d.active.size:,} of the window's {d.calls:,} dropout calls ran operators inside them "
-                "(a random mask: training mode); no backward pass or optimizer step ran.",
-        numbers={"active_dropout_calls": int(d.active.size), "dropout_calls": d.calls,
+        than the trained model's; batch normalisation normalises with each batch's own statistics (a prediction
+        then depends on the other samples in its batch) and keeps updating its running averages with the
+        inference data, changing the model itself. Nothing here trains (no backward pass, no optimizer step), so
+        this is inference run in the wrong mode, unless the randomness is wanted (Monte Carlo dropout).""",
+        summary="; ".join(seen) + "; no backward pass or optimizer step ran.",
+        numbers={"active_dropout_calls": int(drop.size), "dropout_calls": d.calls,
+                 "train_mode_batch_norm_calls": int(norm.size), "batch_norm_calls": b.calls,
                  "threshold_calls": MIN_ACTIVE_DROPOUT},
-        windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "dropout in training mode"),
+        windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1,
+                        "dropout in training mode" if not norm.size else
+                        "batch norm in training mode" if not drop.size else "training mode"),
         est_gain=0.0,
         gain_method="not a speed finding: the outputs are wrong, not slow",
         fixes=(pytorch("Switch the model to eval mode for inference", EVAL_CODE),),
@@ -219,16 +242,30 @@ def inference_train_mode(ctx: Context, m: Metrics) -> Finding | None:
 
 
 def _no_grad_train_mode(ctx: Context) -> Finding | None:
-    """``inference-train-mode`` in a training trace: ≥ 2 dropout calls drew a mask in forward
-    passes run without grad mode (:func:`gpumagic.analysis.inference.no_grad_dropout`)."""
+    """``inference-train-mode`` in a training trace: ≥ 2 dropout calls drew a mask, or ≥ 2
+    batch-norm calls ran in training mode, in forward passes run without grad mode
+    (:func:`gpumagic.analysis.inference.no_grad_dropout`, ``no_grad_batch_norm``)."""
     n = no_grad_dropout(ctx)
-    if n.active.size < MIN_ACTIVE_DROPOUT:
+    drop = n.active if n.active.size >= MIN_ACTIVE_DROPOUT else n.active[:0]
+    norm = no_grad_batch_norm(ctx)
+    norm = norm if norm.size >= MIN_ACTIVE_DROPOUT else norm[:0]
+    if not drop.size and not norm.size:
         return None
     ev = ctx.trace.events
-    rows = n.active
+    rows = np.sort(np.concatenate([drop, norm]))
+    what = " and ".join(part for part, on in ((f"dropout drew a mask in {drop.size:,} calls", drop.size),
+                                              (f"{norm.size:,} batch-norm calls updated their running statistics",
+                                               norm.size)) if on)
+    seen = []
+    if drop.size:
+        seen.append(f"{drop.size:,} dropout calls drew a mask in forward passes without grad mode (no autograd "
+                    f"sequence number); the trained forward passes made {n.trained:,} dropout calls")
+    if norm.size:
+        seen.append(f"{norm.size:,} batch-norm calls without grad mode came right after the module's "
+                    "num_batches_tracked update (aten::add_: training mode)")
     return finding(
         severity="medium",
-        title=f"A forward pass under no_grad ran in training mode: dropout drew a mask in {n.active.size:,} calls",
+        title=f"A forward pass under no_grad ran in training mode: {what}",
         why="""Besides the training steps, forward passes ran without grad mode (torch.no_grad() or
         torch.inference_mode(): an evaluation, or a frozen part of the model) while the model was in training
         mode: their dropout layers zeroed a random share of the activations, so what they computed changes from run
@@ -236,11 +273,12 @@ def _no_grad_train_mode(ctx: Context) -> Finding | None:
         each batch's statistics and updated its running averages with these batches. model.eval() before them and
         model.train() after fixes it; a frozen part needs .eval() again after every model.train(), which switches
         every submodule back to training mode. Monte Carlo dropout samples this way on purpose.""",
-        summary=(f"{n.active.size:,} dropout calls drew a mask in forward passes without grad mode (no autograd "
-                 f"sequence number); the trained forward passes made {n.trained:,} dropout calls."),
-        numbers={"active_no_grad_dropout_calls": int(n.active.size), "trained_dropout_calls": n.trained,
-                 "threshold_calls": MIN_ACTIVE_DROPOUT},
-        windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "dropout on under no_grad"),
+        summary="; ".join(seen) + ".",
+        numbers={"active_no_grad_dropout_calls": int(drop.size), "trained_dropout_calls": n.trained,
+                 "no_grad_train_mode_batch_norm_calls": int(norm.size), "threshold_calls": MIN_ACTIVE_DROPOUT},
+        windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1,
+                        "dropout on under no_grad" if not norm.size else
+                        "batch norm in training mode under no_grad" if not drop.size else "training mode under no_grad"),
         est_gain=0.0,
         gain_method="not a speed finding: the evaluation's outputs are wrong, not slow",
         fixes=(pytorch("Evaluate in eval mode, then switch back to training mode", VALIDATION_CODE),
