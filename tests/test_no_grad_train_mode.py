@@ -80,8 +80,6 @@ def test_dropout_drawing_masks_under_no_grad_in_a_training_loop_fires(mode, call
     assert f is not None and f.severity == "medium" and f.est_gain == 0
     assert f.evidence.numbers["active_no_grad_dropout_calls"] == calls
     assert f.evidence.numbers["trained_dropout_calls"] == (2 if mode.startswith("validation") else 1) * STEPS
-    # the backbone's BatchNorm1d, in training mode under no_grad: one call a step, after its counter's add_
-    assert f.evidence.numbers["no_grad_train_mode_batch_norm_calls"] == STEPS and "batch-norm" in f.title
     codes = [fix.code for fix in f.fixes]
     assert "model.eval()" in codes[0] and "model.train()" in codes[0] and "backbone.eval()" in codes[1]
     assert "under no_grad" in f.title
@@ -123,11 +121,7 @@ def test_a_plain_profiler_trace_fires(tmp_path):
 
 
 def test_a_trace_without_numbers_is_not_judged(tmp_path):
-    """Backward events without numbers, or every forward operator without one (a profiler that
-    writes none): grad mode cannot be told, nothing is judged. Dropout calls alone without numbers
-    (so none in the trained forwards either): dropout is not judged, batch norm still is."""
+    """Backward events without numbers, or dropout calls without numbers even in the trained
+    forwards (a profiler that writes none): grad mode cannot be told, nothing is judged."""
     assert analyze(_exported(tmp_path, lambda name: "Backward" in name)).finding(ID) is None
-    assert analyze(_exported(tmp_path, lambda name: "Backward" not in name)).finding(ID) is None
-    f = analyze(_exported(tmp_path, lambda name: name == "aten::dropout")).finding(ID)
-    assert f.evidence.numbers["active_no_grad_dropout_calls"] == 0
-    assert f.evidence.numbers["no_grad_train_mode_batch_norm_calls"] == 4
+    assert analyze(_exported(tmp_path, lambda name: name == "aten::dropout")).finding(ID) is None

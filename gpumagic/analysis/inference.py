@@ -241,25 +241,6 @@ def _batch_norm(ctx: Context) -> TrainBatchNorm:
     return TrainBatchNorm(int(calls.size), np.array(active, np.int64))
 
 
-def no_grad_batch_norm(ctx: Context) -> np.ndarray:
-    """In a trace that numbers its operators (its backward nodes and its forward operators in grad
-    mode): the training-mode batch-norm calls
-    (:func:`batch_norm`) without a sequence number — run under ``torch.no_grad()`` or
-    ``torch.inference_mode()`` (``aten::batch_norm`` records one in grad mode only, checked on
-    torch 2.13) — outside the backward and outside an operator that recorded one, as
-    :func:`no_grad_dropout` selects them."""
-    b = batch_norm(ctx)
-    ev, m = ctx.trace.events, ctx.masks
-    host_ops = m["cpu_op"] & m["host"]
-    backward_name = ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
-    # the trace numbers its operators: its backward nodes and its forward operators (a frozen
-    # backbone's batch-norm layers may never run in grad mode, so their own calls cannot say)
-    if not b.active.size or not np.any(ev.seq[host_ops & backward_name] >= 0) \
-            or not np.any(ev.seq[host_ops & ~backward_name] >= 0):
-        return np.zeros(0, np.int64)
-    return _outside_grad(ctx, b.active[ev.seq[b.active] < 0])
-
-
 @dataclass(frozen=True)
 class NoGradDropout:
     """A training trace's dropout calls without grad mode (:func:`no_grad_dropout`)."""
@@ -320,4 +301,4 @@ def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["BATCH_NORM", "DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "Dropout", "GradMode", "NoGradDropout", "TrainBatchNorm",
-           "batch_norm", "dropout", "grad_mode", "holding", "no_grad_batch_norm", "no_grad_dropout", "starts_inside"]
+           "batch_norm", "dropout", "grad_mode", "holding", "no_grad_dropout", "starts_inside"]

@@ -7,7 +7,7 @@ import numpy as np
 from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.inference import batch_norm, dropout, grad_mode, holding, no_grad_batch_norm, no_grad_dropout
+from gpumagic.analysis.inference import batch_norm, dropout, grad_mode, holding, no_grad_dropout
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, windows
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
@@ -187,12 +187,14 @@ def inference_train_mode(ctx: Context, m: Metrics) -> Finding | None:
     correctness fix. False positives: Monte Carlo dropout, which samples with dropout on by
     design; an in-place addition (``x += y``) right before a batch-norm layer's call in eval mode.
 
-    In a training trace: dropout calls that drew a mask, or training-mode batch-norm calls, under
-    ``torch.no_grad()`` or ``torch.inference_mode()`` (no ``Sequence number``, where the trace's
-    trained forwards record one), outside the backward and outside a custom ``autograd.Function``'s
-    forward (a reentrant checkpoint's first forward runs under no_grad inside
-    ``CheckpointFunction``, which records one): an evaluation, or a frozen part of the model run
-    under no_grad, while the model was in training mode (:func:`_no_grad_train_mode`)."""
+    In a training trace: dropout calls that drew a mask under ``torch.no_grad()`` or
+    ``torch.inference_mode()`` (no ``Sequence number``, where the trace's trained forwards record
+    one), outside the backward and outside a custom ``autograd.Function``'s forward (a reentrant
+    checkpoint's first forward runs under no_grad inside ``CheckpointFunction``, which records
+    one): an evaluation, or a frozen part of the model run under no_grad, while the model was in
+    training mode (:func:`_no_grad_train_mode`). Batch normalisation is not read there: a GAN's
+    generator makes the discriminator's fakes under no_grad in training mode by design, and its
+    batch-norm calls look like an evaluation's."""
     if ctx.workload == "training":
         return _no_grad_train_mode(ctx)
     d, b = dropout(ctx), batch_norm(ctx)
@@ -242,30 +244,16 @@ def inference_train_mode(ctx: Context, m: Metrics) -> Finding | None:
 
 
 def _no_grad_train_mode(ctx: Context) -> Finding | None:
-    """``inference-train-mode`` in a training trace: ≥ 2 dropout calls drew a mask, or ≥ 2
-    batch-norm calls ran in training mode, in forward passes run without grad mode
-    (:func:`gpumagic.analysis.inference.no_grad_dropout`, ``no_grad_batch_norm``)."""
+    """``inference-train-mode`` in a training trace: ≥ 2 dropout calls drew a mask in forward
+    passes run without grad mode (:func:`gpumagic.analysis.inference.no_grad_dropout`)."""
     n = no_grad_dropout(ctx)
-    drop = n.active if n.active.size >= MIN_ACTIVE_DROPOUT else n.active[:0]
-    norm = no_grad_batch_norm(ctx)
-    norm = norm if norm.size >= MIN_ACTIVE_DROPOUT else norm[:0]
-    if not drop.size and not norm.size:
+    if n.active.size < MIN_ACTIVE_DROPOUT:
         return None
     ev = ctx.trace.events
-    rows = np.sort(np.concatenate([drop, norm]))
-    what = " and ".join(part for part, on in ((f"dropout drew a mask in {drop.size:,} calls", drop.size),
-                                              (f"{norm.size:,} batch-norm calls updated their running statistics",
-                                               norm.size)) if on)
-    seen = []
-    if drop.size:
-        seen.append(f"{drop.size:,} dropout calls drew a mask in forward passes without grad mode (no autograd "
-                    f"sequence number); the trained forward passes made {n.trained:,} dropout calls")
-    if norm.size:
-        seen.append(f"{norm.size:,} batch-norm calls without grad mode came right after the module's "
-                    "num_batches_tracked update (aten::add_: training mode)")
+    rows = n.active
     return finding(
         severity="medium",
-        title=f"A forward pass under no_grad ran in training mode: {what}",
+        title=f"A forward pass under no_grad ran in training mode: dropout drew a mask in {n.active.size:,} calls",
         why="""Besides the training steps, forward passes ran without grad mode (torch.no_grad() or
         torch.inference_mode(): an evaluation, or a frozen part of the model) while the model was in training
         mode: their dropout layers zeroed a random share of the activations, so what they computed changes from run
@@ -273,12 +261,11 @@ def _no_grad_train_mode(ctx: Context) -> Finding | None:
         each batch's statistics and updated its running averages with these batches. model.eval() before them and
         model.train() after fixes it; a frozen part needs .eval() again after every model.train(), which switches
         every submodule back to training mode. Monte Carlo dropout samples this way on purpose.""",
-        summary="; ".join(seen) + ".",
-        numbers={"active_no_grad_dropout_calls": int(drop.size), "trained_dropout_calls": n.trained,
-                 "no_grad_train_mode_batch_norm_calls": int(norm.size), "threshold_calls": MIN_ACTIVE_DROPOUT},
-        windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1,
-                        "dropout on under no_grad" if not norm.size else
-                        "batch norm in training mode under no_grad" if not drop.size else "training mode under no_grad"),
+        summary=(f"{n.active.size:,} dropout calls drew a mask in forward passes without grad mode (no autograd "
+                 f"sequence number); the trained forward passes made {n.trained:,} dropout calls."),
+        numbers={"active_no_grad_dropout_calls": int(n.active.size), "trained_dropout_calls": n.trained,
+                 "threshold_calls": MIN_ACTIVE_DROPOUT},
+        windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "dropout on under no_grad"),
         est_gain=0.0,
         gain_method="not a speed finding: the evaluation's outputs are wrong, not slow",
         fixes=(pytorch("Evaluate in eval mode, then switch back to training mode", VALIDATION_CODE),
