@@ -16,7 +16,10 @@ a Python loop over 4 and over 16 tasks against torch.func's vmap over the tasks 
 first fix there; the gradients checked equal), and the loop with the model compiled, which
 torch.compile refuses (double backward). The LBFGS case, recorded only: a 8 → 32 → 32 → 1 tanh MLP
 fitted with ``LBFGS(max_iter=20, line_search_fn="strong_wolfe")`` on 512 points, whose closure
-passes run inside the optimizer's step.
+passes run inside the optimizer's step. And (with transformers installed) a text-classification
+pipeline on BERTs built from a config (2 layers of 64 units, 4 of 256) over 64 texts of 10-29
+words: called once per text, and on the whole list with ``batch_size=16`` (the finding's Hugging
+Face fix for an inference window; the predictions checked equal).
 
 The eager loop is profiled by ``gpumagic.profile()`` and the finding's gain read (the forward and
 backward's share of the window, an upper bound); then the three are timed unprofiled, alternated
@@ -244,6 +247,36 @@ def _lbfgs():
     return lambda: optimizer.step(closure)
 
 
+def _pipelines():
+    """(label, once per text, the whole list with batch_size=16) for two BERTs, or None without
+    transformers."""
+    try:
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast, pipeline
+    except ImportError:
+        return None
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [f"w{i}" for i in range(200)])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]")
+    texts = [" ".join(f"w{(i * 7 + j) % 200}" for j in range(10 + i % 20)) for i in range(64)]
+    out = []
+    for hidden, layers in ((64, 2), (256, 4)):
+        torch.manual_seed(0)
+        config = BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+                            intermediate_size=4 * hidden)
+        pipe = pipeline("text-classification", model=BertForSequenceClassification(config).eval(), tokenizer=tokenizer,
+                        device=-1)
+
+        def each(pipe=pipe):
+            return [pipe(t)[0]["label"] for t in texts]
+
+        def batched(pipe=pipe):
+            return [p["label"] for p in pipe(texts, batch_size=16)]
+        out.append((f"{layers} layers of {hidden}", each, batched))
+    return out
+
+
 def profiled(path: str | None = None, steps: int = 5, time_steps: int = T):
     torch.manual_seed(0)
     return profile_steps(_step(LoopCell(), time_steps=time_steps), steps, path, warm=2)
@@ -324,6 +357,11 @@ def main() -> None:
                                        args.rounds, args.steps))
         print(f"MAML, {tasks} tasks: {line}")
         print(f"  saved by vmap: {1 - med['vmap'] / med['loop over tasks']:.3f}" + (f"; {said}" if tasks == 4 else ""))
+    for label, each, batched in _pipelines() or ():
+        assert each() == batched()
+        med, line = medians(alternated({"one text a call": each, "batch_size=16": batched}, args.rounds, 1))
+        print(f"pipeline, BERT {label}, 64 texts: {line}")
+        print(f"  saved by the whole list: {1 - med['batch_size=16'] / med['one text a call']:.3f}")
     try:
         _maml(4, "compiled")()
         print("MAML with the model compiled: ran")

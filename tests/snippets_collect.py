@@ -243,7 +243,13 @@ def _language_model(device: str) -> dict:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>")
     lm = GPT2LMHeadModel(GPT2Config(vocab_size=len(words), n_positions=64, n_embd=16, n_layer=1, n_head=2,
                                     bos_token_id=0, eos_token_id=0)).to(device).eval()
-    return {"lm": lm, "tokenizer": tokenizer, "prompts": ["hello world", "the cat sat on the mat"]}
+    from transformers import BertConfig, BertForSequenceClassification, pipeline
+
+    classifier = BertForSequenceClassification(BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1,
+                                                          num_attention_heads=2, intermediate_size=32)).eval()
+    pipe = pipeline("text-classification", model=classifier, tokenizer=tokenizer, device=device)
+    return {"lm": lm, "tokenizer": tokenizer, "prompts": ["hello world", "the cat sat on the mat"],
+            "pipe": pipe, "texts": ["the cat sat", "hello world", "on the mat"]}
 
 
 def harness(device: str, calls: list | None = None) -> dict:

@@ -341,3 +341,18 @@ def test_a_classifier_called_per_sample_is_not_taken_for_generation():
             at += 3.0
     f = analyze(tb.to_dict()).finding("cpu-op-overhead")
     assert f.evidence.numbers["tokens_picked"] == 100 and "torch.stack(samples)" in f.fixes[0].code
+
+
+def test_the_pipeline_fix_gives_each_texts_prediction():
+    """The Hugging Face pipeline fix, run on a text-classification pipeline built from a config:
+    the whole list with a batch size gives what calling it once per text gives."""
+    pytest.importorskip("transformers")
+    import snippets_collect as sc
+
+    from gpumagic.analysis.rules.opoverhead import PIPELINE_BATCH_CODE
+
+    ns = sc._language_model("cpu")
+    exec(compile(PIPELINE_BATCH_CODE, "<fix>", "exec"), ns)
+    one_by_one = [ns["pipe"](t)[0] for t in ns["texts"]]
+    assert [p["label"] for p in ns["predictions"]] == [p["label"] for p in one_by_one]
+    assert all(abs(a["score"] - b["score"]) < 1e-4 for a, b in zip(ns["predictions"], one_by_one, strict=True))
