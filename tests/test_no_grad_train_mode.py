@@ -121,7 +121,37 @@ def test_a_plain_profiler_trace_fires(tmp_path):
 
 
 def test_a_trace_without_numbers_is_not_judged(tmp_path):
-    """Backward events without numbers, or dropout calls without numbers even in the trained
-    forwards (a profiler that writes none): grad mode cannot be told, nothing is judged."""
+    """Backward events without numbers, or forward operators without numbers (a profiler that
+    writes none): grad mode cannot be told, nothing is judged."""
     assert analyze(_exported(tmp_path, lambda name: "Backward" in name)).finding(ID) is None
-    assert analyze(_exported(tmp_path, lambda name: name == "aten::dropout")).finding(ID) is None
+    assert analyze(_exported(tmp_path, lambda name: "Backward" not in name)).finding(ID) is None
+
+
+def test_a_teacher_in_training_mode_fires():
+    """Distillation: the teacher, the only model with dropout, runs under no_grad in training mode
+    (teacher.eval() forgotten) and never in grad mode; the student trains. The trace numbers its
+    operators (the student's), so the teacher's calls without numbers are read."""
+    torch = pytest.importorskip("torch")
+    import gpumagic
+
+    torch.manual_seed(0)
+    teacher = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Dropout(0.1),
+                                  torch.nn.Linear(32, 4))
+    student = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    opt = torch.optim.SGD(student.parameters(), lr=0.1)
+    x = torch.randn(8, 16)
+    reports = {}
+    for mode in ("train", "eval"):
+        getattr(teacher, mode)()
+        with gpumagic.profile(steps=STEPS, display=False) as run:
+            for _ in range(STEPS + 3):
+                with torch.no_grad():
+                    targets = teacher(x).softmax(1)
+                loss = torch.nn.functional.kl_div(student(x).log_softmax(1), targets, reduction="batchmean")
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        reports[mode] = run.report
+    f = reports["train"].finding(ID)
+    assert f.evidence.numbers["active_no_grad_dropout_calls"] == STEPS and f.evidence.numbers["trained_dropout_calls"] == 0
+    assert reports["eval"].finding(ID) is None

@@ -259,7 +259,9 @@ def no_grad_dropout(ctx: Context) -> NoGradDropout:
     number`` in grad mode only), leaving out those inside a backward event and those inside an
     operator that recorded one (a custom ``autograd.Function``'s forward runs without grad mode
     inside its ``apply``, which records one: a reentrant checkpoint's ``CheckpointFunction``).
-    Nothing is counted in a trace whose backward events or dropout calls carry no numbers."""
+    Nothing is counted in a trace whose backward events or forward operators carry no numbers
+    (a distillation's teacher may be the only model with dropout, and never run in grad mode: its
+    own calls cannot say whether the trace numbers them)."""
     return ctx.memo("inference.no_grad_dropout", _no_grad_dropout)
 
 
@@ -271,9 +273,8 @@ def _no_grad_dropout(ctx: Context) -> NoGradDropout:
     ev, m = ctx.trace.events, ctx.masks
     host_ops = m["cpu_op"] & m["host"]
     backward_name = ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
-    backward = np.flatnonzero(host_ops & backward_name)
-    if not d.numbered or not np.any(ev.seq[backward] >= 0):  # the trace does not number its nodes
-        return none
+    if not np.any(ev.seq[host_ops & backward_name] >= 0) or not np.any(ev.seq[host_ops & ~backward_name] >= 0):
+        return none  # the trace does not number its nodes and operators
     return NoGradDropout(active=_outside_grad(ctx, d.active[ev.seq[d.active] < 0]), trained=d.numbered)
 
 

@@ -61,6 +61,7 @@ model.train()                    # switches every submodule to training mode, th
 backbone.eval()                  # so put the frozen part back in eval mode after each model.train()
 with torch.no_grad():
     features = backbone(inputs)
+# a distillation's teacher: teacher.eval() once, before the loop (unless something calls teacher.train())
 """
 
 
@@ -255,7 +256,7 @@ def _no_grad_train_mode(ctx: Context) -> Finding | None:
         severity="medium",
         title=f"A forward pass under no_grad ran in training mode: dropout drew a mask in {n.active.size:,} calls",
         why="""Besides the training steps, forward passes ran without grad mode (torch.no_grad() or
-        torch.inference_mode(): an evaluation, or a frozen part of the model) while the model was in training
+        torch.inference_mode(): an evaluation, a frozen part of the model, a distillation's teacher) while the model was in training
         mode: their dropout layers zeroed a random share of the activations, so what they computed changes from run
         to run (validation metrics are noisy and understate the model), and batch normalisation normalised with
         each batch's statistics and updated its running averages with these batches. model.eval() before them and
@@ -269,7 +270,7 @@ def _no_grad_train_mode(ctx: Context) -> Finding | None:
         est_gain=0.0,
         gain_method="not a speed finding: the evaluation's outputs are wrong, not slow",
         fixes=(pytorch("Evaluate in eval mode, then switch back to training mode", VALIDATION_CODE),
-               pytorch("Keep a frozen part of the model in eval mode", FROZEN_PART_CODE)),
+               pytorch("Keep a frozen part of the model, or a distillation's teacher, in eval mode", FROZEN_PART_CODE)),
         doc_url=EVAL_DOC,
     )
 
