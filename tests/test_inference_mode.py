@@ -418,3 +418,23 @@ def test_a_batch_norm_call_is_judged_by_the_operator_just_before_it():
     assert analyze(trace(["aten::conv2d", "aten::add_"])).finding("inference-train-mode") is not None
     assert analyze(trace(["aten::add_", "aten::conv2d"])).finding("inference-train-mode") is None
     assert analyze(trace(["aten::conv2d"])).finding("inference-train-mode") is None
+
+
+def test_an_in_place_residual_before_some_batch_norms_is_not_training_mode():
+    """A pre-activation ResNet in eval mode: ``out += shortcut`` ends a block and the next block
+    starts with its batch norm, so an add_ comes right before half of the calls; in training mode
+    every call follows its counter's add_."""
+    def trace(training: bool) -> dict:
+        tb = TraceBuilder()
+        t = 0
+        for _ in range(6):  # blocks: bn1 right after the residual join, bn2 after conv1
+            for before in ("aten::add_", "aten::conv2d"):
+                tb.op(before, t, 20)
+                if training:  # the module's counter, before every call
+                    tb.op("aten::add_", t + 25, 2)
+                tb.op("aten::batch_norm", t + 30, 50)
+                t += 100
+        return tb.to_dict()
+    assert analyze(trace(training=False)).finding("inference-train-mode") is None
+    f = analyze(trace(training=True)).finding("inference-train-mode")
+    assert f is not None and f.evidence.numbers["train_mode_batch_norm_calls"] == 12

@@ -27,6 +27,11 @@ MEDIUM_FRAC = 0.25
 #: At least this many dropout calls drew a mask: a model has one per block, and a single call
 #: can be deliberate.
 MIN_ACTIVE_DROPOUT = 2
+#: Batch norm in training mode: at least this share of the window's batch-norm calls come right
+#: after an ``aten::add_``. A training-mode module adds to its counter before every call; an
+#: eval-mode model whose residual join is in place (``out += shortcut``, then the next block's
+#: batch norm: a pre-activation ResNet) puts an add_ before some of them only, about half.
+MIN_TRAIN_BATCH_NORM_SHARE = 0.9
 GRAD_DOC = "https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation"
 EVAL_DOC = "https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval"
 INFERENCE_MODE_CODE = """
@@ -181,12 +186,14 @@ def inference_train_mode(ctx: Context, m: Metrics) -> Finding | None:
     it returns its input and calls nothing), or batch normalisation ran in training mode (an
     ``aten::batch_norm`` call right after the module's ``num_batches_tracked`` update,
     ``aten::add_``, which eval mode skips; :mod:`gpumagic.analysis.inference`): the model is in
-    training mode. Threshold: ≥ 2 such calls of either. Dropout then zeroes a random share of the
+    training mode. Threshold: ≥ 2 such calls of either, and for batch norm ≥ 90 % of its calls
+    (an in-place residual join right before a batch norm, as in a pre-activation ResNet, puts an
+    add_ before about half of an eval-mode model's calls). Dropout then zeroes a random share of the
     activations on every call, so the outputs change from run to run and are worse than the
     trained model's, and batch normalisation normalises with the batch's own statistics and
     updates its running ones with the inference data. Gain: none in speed (the mask is cheap); a
     correctness fix. False positives: Monte Carlo dropout, which samples with dropout on by
-    design; an in-place addition (``x += y``) right before a batch-norm layer's call in eval mode.
+    design; an eval-mode model whose batch-norm calls nearly all follow an in-place addition.
 
     In a training trace: dropout calls that drew a mask under ``torch.no_grad()`` or
     ``torch.inference_mode()`` (no ``Sequence number``, where the trace's trained forwards record
@@ -200,7 +207,8 @@ def inference_train_mode(ctx: Context, m: Metrics) -> Finding | None:
         return _no_grad_train_mode(ctx)
     d, b = dropout(ctx), batch_norm(ctx)
     drop = d.active if d.active.size >= MIN_ACTIVE_DROPOUT else d.active[:0]
-    norm = b.active if b.active.size >= MIN_ACTIVE_DROPOUT else b.active[:0]
+    norm = b.active if b.active.size >= max(MIN_ACTIVE_DROPOUT, MIN_TRAIN_BATCH_NORM_SHARE * b.calls) \
+        else b.active[:0]
     if not drop.size and not norm.size:
         return None
     ev = ctx.trace.events
