@@ -5,14 +5,14 @@ convolution network (two 3×3 convolutions on 32 images of 32×32), a transforme
 layers of width 128, 4 heads, 16 sequences of 64) and a tiny MLP (20 → 64 → 1, a batch of 64,
 whose step is mostly per-operator overhead) — are made float64 with ``.double()`` and profiled
 by ``gpumagic.profile()``; the finding's upper bound is read (or its absence reported). Then the
-plain loops (no profiler) are timed in float64 and in float32, alternated round by round, and the
-measured saving of float32 (1 − float32 step ÷ float64 step) is printed beside the bound, which
-it must not exceed. Numbers depend on the machine and on what else runs on it: this prints, it
-asserts nothing. ``--record DIR`` instead records the bundle tests/data keeps
-(``cpu_float64.json.gz``: the MLP in float64) and exits. ``--calls`` instead times one
-``nn.Linear`` call on a batch of 64 in both types, from 16 to 512 features (alternated rounds):
-the call length from which float64 costs more than a call's fixed cost, the rule's
-``LONG_CALL_NS``.
+plain loops (no profiler) are timed in float64 and in float32, alternated round by round (each
+round's mean over ``--steps`` steps; ``steptime.alternated``), and the measured saving of float32
+(1 − float32 step ÷ float64 step) is printed beside the bound, which it must not exceed. Numbers
+depend on the machine and on what else runs on it: this prints, it asserts nothing. ``--record
+DIR`` instead records the bundle tests/data keeps (``cpu_float64.json.gz``: the MLP in float64)
+and exits. ``--calls`` instead times one ``nn.Linear`` call on a batch of 64 in both types, from
+16 to 512 features (alternated rounds): the call length from which float64 costs more than a
+call's fixed cost, the rule's ``LONG_CALL_NS``.
 
     python benchmarks/cpu_float64.py [--rounds 7] [--steps 10] [--record DIR | --calls]
 """
@@ -25,6 +25,7 @@ import statistics
 import time
 
 import torch
+from steptime import alternated, medians
 
 import gpumagic
 from gpumagic.capture.machine import machine_info
@@ -77,18 +78,6 @@ def profiled(kind: str, path: str | None = None):
     return run.report
 
 
-def timed(kind: str, dtype: torch.dtype, steps: int) -> float:
-    """Median step time (ms) of the plain loop."""
-    step = _step(kind, dtype)
-    step()
-    out = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        step()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out) * 1e3
-
-
 def calls(rounds: int) -> None:
     """One ``nn.Linear`` call on a batch of 64, float64 against float32, by width."""
     for n in (16, 32, 64, 128, 256, 512):
@@ -129,16 +118,11 @@ def main() -> None:
     for kind in LOOPS:
         f = profiled(kind).finding("cpu-float64")
         bound = None if f is None else f.est_gain
-        times: dict[torch.dtype, list[float]] = {torch.float32: [], torch.float64: []}
-        for _ in range(args.rounds):
-            for dtype in (torch.float32, torch.float64):
-                times[dtype].append(timed(kind, dtype, args.steps))
-        f32, f64 = statistics.median(times[torch.float32]), statistics.median(times[torch.float64])
-        print(f"{kind:11s} float32 {f32:8.2f} ms  float64 {f64:8.2f} ms  ({f64 / f32:.2f}× slower in float64)"
-              f"  saved by float32 {1 - f32 / f64:.3f}  rule's bound "
-              f"{'(silent)' if bound is None else f'{bound:.3f}'}  [rounds: float32 "
-              f"{min(times[torch.float32]):.2f}–{max(times[torch.float32]):.2f}, float64 "
-              f"{min(times[torch.float64]):.2f}–{max(times[torch.float64]):.2f} ms]")
+        med, line = medians(alternated({"float32": _step(kind, torch.float32), "float64": _step(kind, torch.float64)},
+                                       args.rounds, args.steps))
+        print(f"{kind}: {line}")
+        print(f"  {med['float64'] / med['float32']:.2f}× slower in float64; saved by float32 "
+              f"{1 - med['float32'] / med['float64']:.3f}; rule's bound {'(silent)' if bound is None else f'{bound:.3f}'}")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

@@ -29,8 +29,8 @@ LONG_CALL_NS = 50_000
 DOC = "https://pytorch.org/docs/stable/tensor_attributes.html#torch-dtype"
 #: Measured by benchmarks/cpu_float64.py on this project's 2-core AMD EPYC (AVX2): the training
 #: step in float64 over the same step in float32 (see docs/performance.md for the run).
-MEASURED = ("2.65× slower in float64 for an MLP of 1024-wide layers, 2.30× for a small convolution network, "
-            "1.83× for a transformer encoder, no slower (0.98×) for a tiny MLP whose step is per-operator overhead")
+MEASURED = ("2.20× slower in float64 for an MLP of 1024-wide layers, 2.37× for a small convolution network, "
+            "1.85× for a transformer encoder, no slower (0.98×) for a tiny MLP whose step is per-operator overhead")
 INFERENCE_CODE = """
 model = model.float()          # parameters and buffers to float32 (in place)
 with torch.inference_mode():
@@ -48,8 +48,8 @@ def cpu_float64(ctx: Context, m: Metrics) -> Finding | None:
     capture reads them at each optimizer's first step). A NumPy array is float64, and so is a
     tensor made from one; a model given such inputs and made to match with ``.double()``
     computes everything in float64. On a CPU a vector instruction takes twice as many float32
-    numbers as float64 and the memory traffic halves: measured 1.8× (a transformer encoder) to
-    2.65× (1024-wide layers) faster in float32 on an AVX2 CPU
+    numbers as float64 and the memory traffic halves: measured 1.85× (a transformer encoder) to
+    2.37× (a small CNN) faster in float32 on an AVX2 CPU
     (``benchmarks/cpu_float64.py``). Gain, an upper bound: the share of the window in host
     operators, counted once — as if float32 made them free (the measured saving exceeds the
     matrix operators' share alone: every operator on float64 tensors moves twice the bytes).
