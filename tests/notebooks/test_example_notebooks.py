@@ -483,3 +483,14 @@ def test_mistakes_a_profile_catches(run_notebook):
     no_grad = output_of(nb, "report, under_no_grad = discriminator_steps(no_grad=True)")
     assert "the same fakes either way: True" in no_grad
     assert "under torch.no_grad(): none of the findings this notebook looks for" in no_grad
+    bn = output_of(nb, "net, images = conv_net(), torch.randn(32, 3, 32, 32)")
+    assert "the first image alone and in its batch gives the same output: False" in bn
+    assert "the running averages moved: True" in bn
+    assert "inference-train-mode — Batch normalisation runs in training mode during inference" in bn
+    bn_eval = output_of(nb, "net = conv_net().eval()")
+    assert "gives the same output: True" in bn_eval and "the running averages moved: False" in bn_eval
+    assert "after model.eval(): none of the findings this notebook looks for" in bn_eval
+    f64 = output_of(nb, "step64 = tabular_training(torch.float64)")
+    assert "cpu-float64 — The model computes in float64" in f64
+    f32 = output_of(nb, "step32 = tabular_training(torch.float32)")
+    assert "after .float(): none of the findings this notebook looks for" in f32 and "a step: float64" in f32
