@@ -70,10 +70,6 @@ FIRST_STEP_OVER_LONGEST = 1.5
 #: ... unless the main thread waited for a core for at least this share of the first step's
 #: excess over that median (the CPU samples' run-queue wait): then the machine made it long.
 CONTENDED_SHARE = 0.5
-#: ... unless the first step ran at least FIRST_STEP_RATIO times the median of the others'
-#: backward passes: more work, not a warm-up (LBFGS converging: 12 closure evaluations in its
-#: first recorded step, 1 in each later one, and a first step 25x the others' median).
-
 #: Pieces of one kind closer than this merge into one segment (1 ms, or 1 % of the window).
 MERGE_GAP_NS = 1_000_000
 MERGE_GAP_FRAC = 0.01
@@ -426,6 +422,8 @@ def _first_step(ctx: Context) -> list[Piece]:
     waited = sampled_ns(ctx, "main_wait", *b[0])
     if waited is not None and waited >= CONTENDED_SHARE * (d[0] - rest):
         return []
+    # a first step of FIRST_STEP_RATIO times the others' backward passes or more ran more work, not a
+    # warm-up (LBFGS converging: 12 closure evaluations in its first recorded step, 1 in each later one)
     passes = [p["backward"][0].size for p in phase_intervals(ctx)]
     if passes[0] and passes[0] >= FIRST_STEP_RATIO * max(1.0, median_of(passes[1:])):
         return []

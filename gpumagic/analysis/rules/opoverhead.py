@@ -272,8 +272,9 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
         why=f"""Each PyTorch operator call pays a fixed cost before it computes anything — the Python binding, the
         dispatcher, autograd's bookkeeping — about 3.6 µs on a 1-element tensor. This model's forward and backward
         call {ops_per_step:,.0f} operators a step at {us_per_op:.1f} µs each on average: the calls, not the
-        arithmetic, take the time (many small layers, or a Python loop over time steps or elements).
-        torch.compile fuses them into a few generated loops; a loop over time steps has a fused layer."""
+        arithmetic, take the time (many small layers, or a Python loop over time steps or elements)."""
+        + ("" if double else """ torch.compile fuses them into a few generated loops; a loop over time steps has a fused
+        layer.""")
         + (f""" Here samples are drawn {samples_per_step:,.0f} times a step (aten::multinomial), one at a time: a
         reinforcement-learning rollout acting in one environment after another, each action after a forward pass
         on one observation, or generation token by token. A vector of environments stepped together turns those
