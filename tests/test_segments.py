@@ -208,6 +208,22 @@ def test_compilation_on_a_thread_that_drives_the_gpu(tid, compiled):
     assert ("compile" in kinds(analyze(tb))) is compiled
 
 
+@pytest.mark.parametrize(("cold", "compiling"), [(True, True), (True, False), (False, True)])
+def test_one_skip_fix_for_compilation_and_a_cold_start(cold, compiling):
+    """Compilation and context creation in one window: both are skipped the same way, so one fix
+    says so, not the same snippet twice under two descriptions."""
+    tb = TraceBuilder()
+    busy_steps(tb, 4, 10_000, 9_000)
+    if cold:
+        tb.runtime("cuDevicePrimaryCtxRetain", 0, 6_000)
+    if compiling:  # in the second step, apart from the context creation
+        tb.op("torch/_dynamo/convert_frame.py(600): _compile", 10_100, 9_000, cat="python_function", tid=100)
+    f = analyze(tb).finding("warmup-in-window")
+    assert f is not None and len(f.fixes) == 1
+    words = f.fixes[0].description
+    assert ("compilation" in words) is compiling and ("context creation" in words) is cold
+
+
 # ---- one_off_host: needs import/model-loading frames before the first launch -----------------
 @pytest.mark.parametrize(("frame", "before", "one_off"), [
     ("<frozen importlib._bootstrap>(1176): _find_and_load", True, True),

@@ -75,10 +75,16 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
                              "profiler is slow anyway (benchmarks/profiler_aftermath.py: about 100 ms for a 2 ms "
                              "step): a cost of profiling that skipping steps does not avoid, only dilutes",
                              PROFILER_START_CODE))
-    if "cold_start" in shares or "one_off_host" in shares:
+    once = "cold_start" in shares or "one_off_host" in shares
+    compiled = "compile" in shares or ("graph_capture" in shares and not serving)
+    if once and compiled:  # one skip serves both: one fix, not the same snippet twice
+        fixes.append(pytorch("Skip more steps before recording: compilation and graph capture happen in the first "
+                             "calls, and so do context creation, lazy loading and imports, which need no fix in "
+                             "the code", SKIP_CODE))
+    elif once:
         fixes.append(pytorch("Nothing to fix in the code for context creation, lazy loading or imports: they "
                              "happen once. Start recording later, after a few steps", SKIP_CODE))
-    if "compile" in shares or ("graph_capture" in shares and not serving) or not fixes:
+    elif compiled or not fixes:
         fixes.append(pytorch("Skip more steps before recording: compilation and graph capture happen in the first "
                              "calls", SKIP_CODE))
     steady = seg.steady_span
