@@ -6,10 +6,11 @@ profiled by ``gpumagic.profile()`` and the finding's bound read (the optimizer s
 the window); then the plain loop (no profiler) is timed with the for-loop, ``foreach=True`` and
 ``fused=True`` optimizers, alternated round by round, and the measured saving of each (1 − time
 per step ÷ the for-loop's) is printed beside the bound, which the fused saving must not exceed.
-SGD is one of the cases: its fused kernel exists on the CPU, but the rule leaves SGD alone, and
-this case says why. Numbers depend on the machine and what else runs on it: this prints, it
-asserts nothing. ``--record DIR`` instead records the bundles tests/data keeps
-(``cpu_adam_forloop.json.gz`` and ``cpu_adam_fused.json.gz``: the first case, eight steps) and exits.
+SGD with momentum is one of the cases: its fused kernel exists on the CPU, but the rule suggests
+``foreach=True`` for it, and this case says why. Numbers depend on the machine and what else runs
+on it: this prints, it asserts nothing. ``--record DIR`` instead records the bundles tests/data
+keeps (``cpu_adam_forloop.json.gz`` and ``cpu_adam_fused.json.gz``: the first case, eight steps;
+``cpu_sgd_momentum.json.gz``: the SGD case's for-loop, eight steps) and exits.
 
     python benchmarks/optimizer_fused.py [--rounds 5] [--steps 60] [--record DIR]
 """
@@ -74,6 +75,8 @@ def main() -> None:
         for name, impl in (("forloop", {}), ("fused", {"fused": True})):
             profiled(CASES[0], impl, steps=8, path=os.path.join(args.record, f"cpu_adam_{name}.json.gz"))
             print("recorded", f"cpu_adam_{name}.json.gz")
+        profiled(CASES[-1], {}, steps=8, path=os.path.join(args.record, "cpu_sgd_momentum.json.gz"))
+        print("recorded cpu_sgd_momentum.json.gz")
         return
     print(f"torch {torch.__version__}; {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
     for case in CASES:

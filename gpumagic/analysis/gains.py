@@ -35,7 +35,7 @@ from gpumagic.analysis.rules.cpu import saturated_idle
 from gpumagic.analysis.rules.dataloader import DATALOADER_FRAC
 from gpumagic.analysis.rules.embeddings import embedding_update_time
 from gpumagic.analysis.rules.launch import host_ops_in_wait, launch_wait
-from gpumagic.analysis.rules.optimizer import FUSED_ON_CPU
+from gpumagic.analysis.rules.optimizer import judged_classes
 from gpumagic.analysis.rules.transfers import exposed_copies
 from gpumagic.analysis.rules.utilization import LONG_GAPS_FRAC, idle_outside_warmup, long_gap_intervals
 from gpumagic.report.model import Finding
@@ -110,7 +110,7 @@ CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
     "too-small-for-gpu": too_small_windows,
     "low-gpu-utilization": idle_outside_warmup,
     "communication-heavy": lambda ctx: ctx.exclusive["communication"],
-    "unfused-optimizer": lambda ctx: optimizer_steps(ctx, frozenset(FUSED_ON_CPU)).intervals,
+    "unfused-optimizer": lambda ctx: optimizer_steps(ctx, judged_classes(ctx)).intervals,
     "dense-embedding-grad": embedding_update_time,
 }
 
