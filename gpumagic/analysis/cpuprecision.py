@@ -124,7 +124,7 @@ def low_precision(ctx: Context) -> LowPrecision:
 def _find(ctx: Context) -> LowPrecision:
     ev, m = ctx.trace.events, ctx.masks
     ops = ctx.events_in_window(m["cpu_op"] & m["host"])
-    family = ops & ctx.trace.name_ids(lambda n: n in COMPUTE_OPS)[ev.name]
+    family = _compute_family(ctx, ops)
     compute = ctx.intervals(family)
     return LowPrecision(autocast_calls=autocast_calls(ctx, ops), typed_calls=_typed(ctx),
                         compute_ns=iv.total(compute), compute=compute, ops_ns=iv.total(ctx.intervals(ops)),
@@ -176,8 +176,14 @@ def _find_float64(ctx: Context) -> Float64:
 def compute_in_calls_of(ctx: Context, min_ns: int) -> int:
     """The host matrix operators' time (union, ns) in the window's calls of at least ``min_ns``."""
     ev, m = ctx.trace.events, ctx.masks
-    family = ctx.events_in_window(m["cpu_op"] & m["host"]) & ctx.trace.name_ids(lambda n: n in COMPUTE_OPS)[ev.name]
+    family = _compute_family(ctx, ctx.events_in_window(m["cpu_op"] & m["host"]))
     return iv.total(ctx.intervals(family & (ev.dur_ns >= min_ns)))
+
+
+def _compute_family(ctx: Context, ops: np.ndarray) -> np.ndarray:
+    """The matrix operators (:data:`COMPUTE_OPS`) among ``ops`` (a mask)."""
+    family: np.ndarray = ops & ctx.trace.name_ids(lambda n: n in COMPUTE_OPS)[ctx.trace.events.name]
+    return family
 
 
 def autocast_calls(ctx: Context, ops: np.ndarray) -> int:

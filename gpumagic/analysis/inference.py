@@ -275,22 +275,14 @@ def _no_grad_dropout(ctx: Context) -> NoGradDropout:
     backward_name = ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
     if not np.any(ev.seq[host_ops & backward_name] >= 0) or not np.any(ev.seq[host_ops & ~backward_name] >= 0):
         return none  # the trace does not number its nodes and operators
-    return NoGradDropout(active=_outside_grad(ctx, d.active[ev.seq[d.active] < 0]), trained=d.numbered)
-
-
-def _outside_grad(ctx: Context, active: np.ndarray) -> np.ndarray:
-    """``active`` less the calls inside a backward event or inside an operator that recorded a
-    sequence number (a custom ``autograd.Function``'s apply: a reentrant checkpoint's forward)."""
-    ev, m = ctx.trace.events, ctx.masks
-    host_ops = m["cpu_op"] & m["host"]
-    backward_name = ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
+    active = d.active[ev.seq[d.active] < 0]
     backward = np.flatnonzero(host_ops & backward_name)
     if active.size and backward.size:
         active = active[~starts_inside(ev, active, backward)]
     if active.size:  # inside an operator that ran with grad mode on (a custom Function's apply)
         graded = np.flatnonzero(host_ops & (ev.seq >= 0) & ~backward_name)
         active = active[~starts_inside(ev, active, graded)]
-    return active
+    return NoGradDropout(active=active, trained=d.numbered)
 
 
 def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:

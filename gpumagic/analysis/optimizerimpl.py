@@ -49,6 +49,7 @@ class OptimizerSteps:
     intervals: iv.Intervals
     impl: str | None  # "fused", "foreach" or "for-loop" (None without a step, or another library's class)
     ops_per_call: float  # host operators inside a step, on average
+    spans: iv.Intervals  # the steps' whole spans, closures included (``intervals`` leaves those out)
 
 
 def optimizer_steps(ctx: Context, classes: frozenset[str] | None = None) -> OptimizerSteps:
@@ -68,7 +69,7 @@ def _find(ctx: Context, only: frozenset[str] | None) -> OptimizerSteps:
         lambda n: (m := STEP_RE.search(n)) is not None and m.group(1) in only)
     rows = np.flatnonzero(ctx.events_in_window(host & chosen_names[ev.name]))
     if not rows.size:
-        return OptimizerSteps(0, (), 0, iv.empty(), None, 0.0)
+        return OptimizerSteps(0, (), 0, iv.empty(), None, 0.0, iv.empty())
     classes = tuple(sorted({m.group(1) for i in distinct(ev.name[rows]).tolist() if (m := STEP_RE.search(names[i]))}))
     chosen = np.zeros(len(ev.name), dtype=bool)
     chosen[rows] = True
@@ -83,7 +84,7 @@ def _find(ctx: Context, only: frozenset[str] | None) -> OptimizerSteps:
             "foreach" if any(n.startswith(FOREACH_PREFIX) for n in inner) else
             "for-loop" if set(classes) <= TORCH_OPTIM else None)
     own = iv.subtract(spans, _closures(ctx, spans))
-    return OptimizerSteps(int(rows.size), classes, iv.total(own), own, impl, float(inside.sum()) / rows.size)
+    return OptimizerSteps(int(rows.size), classes, iv.total(own), own, impl, float(inside.sum()) / rows.size, spans)
 
 
 def _closures(ctx: Context, spans: iv.Intervals) -> iv.Intervals:

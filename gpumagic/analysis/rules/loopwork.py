@@ -214,7 +214,8 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     random_ns = sum(op_ns[n] for n in RANDOM_OPS)
     drawing = random_ns >= MIN_RANDOM_SHARE * total
     # operators, not Python, are most of it, and not bookkeeping's: the loop prepares its batches
-    preparing = python_frac < 0.5 and 2 * sum(op_ns[n] for n in METRIC_OPS) < sum(op_ns.values())
+    metric_ns = sum(op_ns[n] for n in METRIC_OPS)
+    preparing = python_frac < 0.5 and 2 * metric_ns < sum(op_ns.values())
     frames = [(n, c) for n, c in _python_frames_in(ctx, other) if c >= MIN_FRAME_SHARE * total]
     lines = ("; Python functions with the most of it (their own time, with_stack): "
              + ", ".join(f"{n} {c / 1e6:.2f} ms" for n, c in frames)) if frames else ""
@@ -229,6 +230,9 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     if use is not None:
         summary += (f" The main thread used {pct(use)} of a core in that time without operators (at most: from "
                     f"{samples} CPU samples)" + (": it mostly waited." if slept else "."))
+    gain, method = frac, ("estimate: the share of the window the loop's own code took between the optimizer step "
+                          "and the next forward pass (torch.save left out); the profiler slows the operators and not "
+                          f"the Python between them, which pulls it low ({MEASURED})")
     if waiting:
         why += """ Here the main thread mostly slept in that time, by the CPU samples: the loop waits on something
         outside PyTorch — time.sleep, a synchronous write of logs or files, a network call (an experiment tracker's
@@ -255,6 +259,9 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
         summary += (f" Random-number operators took {random_ns / 1e6:.1f} ms of it ({pct(random_ns / total)}).")
         fix = pytorch("Synthetic inputs: draw a few batches once, before the loop, and cycle through them",
                       RANDOM_POOL_CODE)
+        gain = ctx.frac(random_ns)
+        method = ("estimate: the share of the window in random-number operators in the loop's own code, which a "
+                  f"pool drawn once takes out of the step ({RANDOM_MEASURED})")
     elif tensor_loop:
         why += """ Here most of the operators are in-place updates of one tensor each, many a step: a Python loop over
         tensors (an exponential moving average of the weights, a weight clip, a hand-written update), which pays the
@@ -277,13 +284,6 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
                       TENSOR_METRICS_CODE)
     prun = pytorch("Find the lines: profile the cell with Python's profiler (IPython's %%prun), slowest "
                    "functions by their own time first", PRUN_CODE, diagnostic=True)
-    gain, method = frac, ("estimate: the share of the window the loop's own code took between the optimizer step "
-                          "and the next forward pass (torch.save left out); the profiler slows the operators and not "
-                          f"the Python between them, which pulls it low ({MEASURED})")
-    if drawing and not (waiting or from_python):
-        gain = ctx.frac(random_ns)
-        method = ("estimate: the share of the window in random-number operators in the loop's own code, which a "
-                  f"pool drawn once takes out of the step ({RANDOM_MEASURED})")
     return finding(
         severity=severity_for(gain),
         title=f"The loop's own code outside the model takes {pct(frac)} of the time",
@@ -293,7 +293,7 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
                  "no_operator_frac": round(python_frac, 4), "in_place_calls_per_step": round(per_tensor, 1),
                  "from_python_data_frac": round(from_python_ns / total, 4) if total else 0.0,
                  "random_ops_frac": round(random_ns / total, 4) if total else 0.0,
-                 "bookkeeping_ops_frac": round(sum(op_ns[n] for n in METRIC_OPS) / total, 4) if total else 0.0,
+                 "bookkeeping_ops_frac": round(metric_ns / total, 4) if total else 0.0,
                  **({"main_thread_core_use": round(use, 4)} if use is not None else {}),
                  "threshold_frac": MIN_FRAC,
                  "threshold_loop_work_step_ms": MIN_STEP_MS},

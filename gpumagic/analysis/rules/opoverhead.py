@@ -8,7 +8,7 @@ import numpy as np
 from gpumagic._arrays import median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.optimizerimpl import STEP_RE
+from gpumagic.analysis.optimizerimpl import optimizer_steps
 from gpumagic.analysis.phases import main_op_starts, phase_intervals
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics
@@ -211,7 +211,7 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
         return None
     starts = main_op_starts(ctx)
     ev = ctx.trace.events
-    steps = ctx.intervals(ctx.events_in_window(ctx.masks["host"] & ctx.host_name_ids(STEP_RE.search)[ev.name]))
+    steps = optimizer_steps(ctx).spans  # closures run inside them
     per_step, calls, busy, spans, passes, forwards, closure = [], 0, 0, [], [], [], []
     for parts, (lo, hi) in zip(phase_intervals(ctx), ctx.step_bounds, strict=True):
         model = iv.merge(parts["forward"], parts["backward"])

@@ -115,7 +115,7 @@ def _judged(ctx: Context) -> frozenset[str]:
         ops = ctx.events_in_window(ctx.masks["cpu_op"] & ctx.masks["host"]
                                    & ctx.host_name_ids(lambda n: n == MOMENTUM_OP)[ev.name])
         rows = np.flatnonzero(ops)
-        # spans, not the closures' time: the steps' own intervals hold the momentum updates
+        # the steps' own time (closures left out) holds the momentum updates
         if steps.impl == "for-loop" and rows.size and \
                 np.count_nonzero(iv.contains(steps.intervals, ev.ts_ns[rows])) >= steps.calls:
             out.add(c)
