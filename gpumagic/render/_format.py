@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from gpumagic.report.model import MISTAKES
+
 if TYPE_CHECKING:  # pragma: no cover
     from gpumagic.report.metrics import CriticalPathMetrics, PhasesMetrics
     from gpumagic.report.model import Finding, Report, Window
@@ -363,7 +365,12 @@ def loader_stage_rows(report: Report) -> list[tuple[str, str, str, float, str]]:
 
 
 def checklist_order(findings: list[Finding]) -> str:
-    """How the checklist is ordered, for its heading: by gain, except that warm-up filling the
-    window (which claims no speed gain) leads (``analysis.rules.warmup.lead_with_warmup``)."""
-    lead = len(findings) > 1 and findings[0].id == "warmup-in-window" and findings[0].est_gain == 0
-    return "warm-up first, then biggest gain" if lead else "biggest gain first"
+    """How the checklist is ordered, for its heading: by gain, except that mistakes in what the code
+    computes (``report.model.MISTAKES``) lead, then warm-up filling the window (which claims no
+    speed gain: ``analysis.rules.warmup.lead_with_warmup``)."""
+    mistakes = next((i for i, f in enumerate(findings) if f.id not in MISTAKES), len(findings))
+    rest = findings[mistakes:]
+    warmup = len(rest) > 1 and rest[0].id == "warmup-in-window" and rest[0].est_gain == 0
+    first = [name for name, leads in (("mistakes", mistakes and rest), ("warm-up", warmup)) if leads]
+    return " then ".join([f"{first[0]} first,", *(f"{name}," for name in first[1:]), "biggest gain"]) if first \
+        else "biggest gain first"

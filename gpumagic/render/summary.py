@@ -116,7 +116,8 @@ def _window_hint(m: Metrics | None) -> str:
 
 
 def top_finding(report: Report) -> Finding | None:
-    """The finding to act on first (findings are sorted by estimated gain)."""
+    """The finding to act on first (findings are sorted by estimated gain, mistakes in what the code
+    computes first: ``report.model.sort_findings``)."""
     return report.findings[0] if report.findings else None
 
 

@@ -37,7 +37,8 @@ SERVER_NAME = "gpumagic"
 MCP_INSTALL_HINT = "gpumagic mcp needs the MCP Python SDK: pip install 'gpumagic[mcp]'"
 INSTRUCTIONS = (
     "gpumagic analyses PyTorch profiler (Kineto) traces: why the GPU waits, and what to change. "
-    "analyze_trace gives a report whose findings are sorted by estimated gain (est_gain, a fraction of step time); "
+    "analyze_trace gives a report whose findings are sorted by estimated gain (est_gain, a fraction of step time), "
+    "mistakes in what the code computes (no speed gain: a new optimizer each step, gradients never reset) first; "
     "each finding has evidence, fixes (code) and a doc_url. explain_finding tells what a finding id means. "
     "Runs recorded with %%gpuprofile --label NAME are in the history: list_runs, show_run, compare_runs."
 )
@@ -179,7 +180,7 @@ def _tools() -> dict[str, ToolSpec]:
     specs = (
         ToolSpec("analyze_trace", "Analyse a trace",
                  "Analyse one PyTorch profiler trace (Kineto .json / .json.gz, or a gpumagic bundle) into a report: "
-                 "metrics, and findings sorted by estimated gain, each with evidence, fixes and a link. "
+                 "metrics, and findings sorted by estimated gain (mistakes in what the code computes first), each with evidence, fixes and a link. "
                  "'example' is the bundled example trace. Same JSON as `gpumagic analyze PATH --format json`.",
                  {"type": "object", "properties": {
                      "path": {"type": "string", "minLength": 1, "description": "trace file (relative to the server's folder, ~ allowed)"},

@@ -468,7 +468,8 @@ def _headline_row(row: tuple[str, str, Callable[[Metrics], float | None], str, s
 
 def _findingsdifference(a: Report, b: Report) -> dict[str, Any]:
     """Finding ids resolved (before only), new (after only) and persisting (both), each in its
-    report's order (largest estimated gain first; warm-up that fills the window leads)."""
+    report's order (largest estimated gain first; mistakes in what the code computes, then warm-up that
+    fills the window, lead)."""
     ids_a, ids_b = a.finding_ids, b.finding_ids
     details = {}
     for fid in dict.fromkeys(ids_a + ids_b):

@@ -10,7 +10,7 @@ from gpumagic.analysis import segments as sg
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, windows
 from gpumagic.report.metrics import Metrics
-from gpumagic.report.model import Finding, Fix, Window
+from gpumagic.report.model import MISTAKES, Finding, Fix, Window
 from gpumagic.trace.model import meta_block
 
 #: Warm-up segments (cold start, graph capture, compilation, one-off host work) worth a finding
@@ -145,7 +145,9 @@ def warmup_intervals(ctx: Context) -> iv.Intervals:
 
 def lead_with_warmup(findings: list[Finding]) -> list[Finding]:
     """The sorted findings, the warm-up one first when warm-up fills at least :data:`LEADS_FRAC`
-    of the window (it claims no speed gain, so the gain order would put it last)."""
-    first = [f for f in findings if f.id == "warmup-in-window"
-             and float(f.evidence.numbers.get("warmup_frac") or 0.0) >= LEADS_FRAC]
-    return first + [f for f in findings if f not in first]
+    of the window (it claims no speed gain, so the gain order would put it last) — after the
+    mistakes in what the code computes (``report.model.MISTAKES``), which lead every list."""
+    lead = [f for f in findings if f.id == "warmup-in-window"
+            and float(f.evidence.numbers.get("warmup_frac") or 0.0) >= LEADS_FRAC]
+    mistakes = [f for f in findings if f.id in MISTAKES]
+    return mistakes + lead + [f for f in findings if f not in lead and f not in mistakes]
