@@ -3,7 +3,10 @@
 The counts and reasons come from the bundle's ``capture.dynamo`` block, which the capture reads
 from dynamo's own counters and graph-break log before and after the cell
 (:mod:`gpumagic.capture.dynamo`); ``compile_ms`` is the window's ``compile`` segments
-(:mod:`gpumagic.analysis.segments`), so the two always agree. With ``--modules``, the recompilation
+(:mod:`gpumagic.analysis.segments`), so the two always agree. Dynamo records a guard failure for every
+cached entry a call fails, newest first down to the frame's first entry (``entry`` 0), so a
+recompilation is a run of failures that ends at entry 0; a run that stops earlier found an older
+entry that fits, and compiled nothing. Bundles from before the entries were kept count every failure. With ``--modules``, the recompilation
 its global hooks cause (a guard on their number) is left out: it is gpumagic's, not the code's. A trace without that block (not
 recorded by gpumagic, or a cell that never compiled) has no ``metrics.compile``.
 """
@@ -37,14 +40,62 @@ def metrics(ctx: Context) -> CompileMetrics | None:
     if capture.get("modules") is True:  # --modules' own hooks: dynamo guards on their number
         recompiles = [r for r in recompiles if not _OUR_HOOKS.search(str(r.get("reason", "")))]
     cell = facts.get("compile_ms")
+    runs = _recompilations(recompiles)
     return as_record({
         "compile_ms": round(compile_ns / 1e6, 4),
         "graph_breaks": graph_breaks,
         "break_reasons": _break_reasons(facts),
-        "recompiles": len(recompiles),
-        "recompile_reasons": _grouped(recompiles),
+        "recompiles": len(runs),
+        "recompile_reasons": _grouped([run[0] for run in runs]),
         "cell_compile_ms": float(cell) if isinstance(cell, (int, float)) and not isinstance(cell, bool) else None,
+        "recompiles_first_change": _first_changes(runs),
     }, CompileMetrics)
+
+
+#: Guards that dynamo relaxes after their first failure when ``dynamic=None`` (automatic dynamic
+#: shapes, PyTorch's "Dealing with Recompilations"): a tensor's size along one dimension, and an
+#: integer argument (dynamo specialises ints at first, ``n == 0``; a bool is not made dynamic).
+_SIZE = re.compile(r"tensor '(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])?' size mismatch at index (?P<dim>\d+)")
+_INT = re.compile(r"^(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])? == -?\d+(?:\s|$)")
+
+
+def _recompilations(failures: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The guard failures grouped into recompilations, each run newest entry first; a failure
+    without an entry number (an older bundle) is one recompilation by itself."""
+    runs: list[list[dict[str, Any]]] = []
+    run: list[dict[str, Any]] = []
+    where = None
+    for r in failures:
+        entry = r.get("entry")
+        if (r.get("file"), r.get("line")) != where:  # another function: an unfinished run found its entry
+            run, where = [], (r.get("file"), r.get("line"))
+        if not isinstance(entry, int) or isinstance(entry, bool):
+            runs.append([r])
+            run = []
+            continue
+        run.append(r)
+        if entry == 0:
+            runs.append(run)
+            run = []
+    return runs
+
+
+def _first_changes(runs: list[list[dict[str, Any]]]) -> int:
+    """How many recompilations met a size or integer that had not changed before in the same
+    function (the one recompilation with which dynamo makes it dynamic)."""
+    seen: set[tuple[Any, ...]] = set()
+    first = 0
+    for run in runs:
+        subjects = set()
+        for r in run:
+            reason = str(r.get("reason", ""))
+            m = _SIZE.search(reason) or _INT.search(reason)
+            if m is not None:
+                subjects.add((r.get("file"), r.get("line"), m.group("name"), m.groupdict().get("dim")))
+        new = subjects - seen
+        seen |= subjects
+        first += bool(new)
+    return first
 
 
 def _count(value: Any) -> int:

@@ -4,9 +4,11 @@ Read before and after the cell, so that the bundle holds this cell's share only:
 
 - ``torch._dynamo.utils.counters["graph_break"]``: a Counter of graph-break reasons (dynamo
   counts one per break each time it traces the frame);
-- ``torch._dynamo.utils.guard_failures``: per code object, the guard-failure reason of every
-  recompilation (``torch/_dynamo/guards.py``, ``get_guard_fail_reason`` appends one string per
-  recompile, ``"0/0: tensor 'x' size mismatch at index 0. expected 4, actual 8"``);
+- ``torch._dynamo.utils.guard_failures``: per code object, one string per cache entry whose guards
+  failed on a call (``torch/_dynamo/guards.py``, ``get_guard_fail_reason``), prefixed with that
+  entry's compile id, ``"0/1: tensor 'x' size mismatch at index 0. expected 5, actual 8"``. A call
+  checks the entries newest first, so a recompilation appends one string per entry, down to the
+  frame's first (``…/0``); each is kept with its entry's number (``entry``);
 - ``torch._dynamo.utils.compilation_time_metrics["_compile.compile_inner"]``: seconds spent in
   each frame compilation (dynamo's ``dynamo_timed``);
 - the ``graph_breaks`` log artifact (``torch._dynamo.symbolic_convert``'s
@@ -85,7 +87,8 @@ class DynamoWatch:
         failures = []
         for key, (file, line, reasons) in after["failures"].items():
             seen = before.get("failures", {}).get(key, (file, line, []))[2]
-            failures += [{"reason": _guard_text(r), "file": file, "line": line} for r in reasons[len(seen):]]
+            failures += [{"reason": _guard_text(r), "file": file, "line": line, "entry": _entry(r)}
+                         for r in reasons[len(seen):]]
         compile_s = after["compile_s"] - before.get("compile_s", 0.0)
         graph_breaks = sum(n for n in breaks.values() if n > 0)
         if not graph_breaks and not failures and compile_s <= 0:
@@ -115,13 +118,21 @@ def _snapshot() -> dict[str, Any]:
     }
 
 
-_COMPILE_ID = re.compile(r"^\[?\d+/\d+\]?:\s*")
+#: The source comment dynamo pads a guard's text with (``n == 0      #   # train.py:3 in f``).
+_SOURCE_NOTE = re.compile(r"\s+#.*$")
+_COMPILE_ID = re.compile(r"^\[?\d+/(?P<entry>\d+)(?:_\d+)?\]?:\s*")
+
+
+def _entry(reason: str) -> int | None:
+    """The number of the cache entry whose guard failed (``1`` in ``"0/1: …"``), or None."""
+    m = _COMPILE_ID.match(reason.strip())
+    return int(m.group("entry")) if m else None
 
 
 def _guard_text(reason: str) -> str:
     """A guard failure without its compile id and user stack: ``tensor 'x' size mismatch …``."""
     first = reason.strip().splitlines()[0] if reason.strip() else ""
-    return _COMPILE_ID.sub("", first)[:500]
+    return _SOURCE_NOTE.sub("", _COMPILE_ID.sub("", first))[:500]
 
 
 def _parse_breaks(messages: list[str]) -> list[dict[str, Any]]:

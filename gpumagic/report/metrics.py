@@ -701,10 +701,15 @@ class CompileMetrics(Record, frozen=True):
     compile_ms: Annotated[float, _d("compiling inside the window: the window's compile segments (ms)")]
     graph_breaks: Annotated[int, _d("graph breaks in the cell: the rise of dynamo's graph_break counter (count)")]
     break_reasons: Annotated[list[CompileReason], _d("graph breaks by reason and source line, most frequent first")]
-    recompiles: Annotated[int, _d("recompilations in the cell: guard failures dynamo recorded (count)")]
-    recompile_reasons: Annotated[list[CompileReason], _d("recompilations by failed guard, most frequent first")]
+    recompiles: Annotated[int, _d("recompilations in the cell: calls whose every cached entry failed its guards "
+                                  "(count)")]
+    recompile_reasons: Annotated[list[CompileReason], _d("recompilations by the failed guard of the newest entry, "
+                                                         "most frequent first")]
     cell_compile_ms: Annotated[float | None, _d("dynamo's own frame-compilation time over the whole cell, "
                                                 "recorded steps or not; null in traces without it (ms)")] = None
+    recompiles_first_change: Annotated[int, _d(
+        "recompilations at the first change of a tensor's size or an integer argument of a function; "
+        "dynamo then compiles it as dynamic (dynamic=None, the default), so these do not recur (count)")] = 0
 
 
 # -- all of them -----------------------------------------------------------------------------

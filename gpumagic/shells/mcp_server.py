@@ -180,7 +180,8 @@ def _tools() -> dict[str, ToolSpec]:
     specs = (
         ToolSpec("analyze_trace", "Analyse a trace",
                  "Analyse one PyTorch profiler trace (Kineto .json / .json.gz, or a gpumagic bundle) into a report: "
-                 "metrics, and findings sorted by estimated gain (mistakes in what the code computes first), each with evidence, fixes and a link. "
+                 "metrics, and findings sorted by estimated gain (mistakes in what the code computes first), "
+                 "each with evidence, fixes and a link. "
                  "'example' is the bundled example trace. Same JSON as `gpumagic analyze PATH --format json`.",
                  {"type": "object", "properties": {
                      "path": {"type": "string", "minLength": 1, "description": "trace file (relative to the server's folder, ~ allowed)"},

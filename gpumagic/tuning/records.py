@@ -22,7 +22,8 @@ class RunFacts(msgspec.Struct, kw_only=True):
     step_p90_ms: Annotated[float | None, Meta(description="90th percentile of the step durations (ms)")]
     step_mean_ms: Annotated[float | None, Meta(description="mean step duration (ms)")]
     window_ms: Annotated[float | None, Meta(description="analysis window duration (ms)")]
-    findings: Annotated[list[str], Meta(description="its finding ids, in the report's order (mistakes in what the code computes, then largest gain first)")]
+    findings: Annotated[list[str], Meta(description="its finding ids, in the report's order (mistakes in what the code "
+                                                    "computes, then largest gain first)")]
 
 
 class GpuBusyChange(msgspec.Struct, kw_only=True):

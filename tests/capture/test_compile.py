@@ -5,6 +5,7 @@ built traces whose bundle carries the same facts."""
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 
 import pytest
@@ -102,6 +103,70 @@ def test_the_rules_read_the_cells_counts_and_name_the_line():
     window_ms = report.metrics.window.dur_ms
     assert rc.est_gain == pytest.approx(30.0 / window_ms, abs=1e-3)  # at most the compile time in the window
     assert any("mark_dynamic(x, 0)" in fx.code for fx in rc.fixes) and any("dynamic=True" in fx.code for fx in rc.fixes)
+
+
+def _recompiling(sizes, dynamic):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(_doubled_sum, backend="eager", dynamic=dynamic)
+    with gpumagic.profile(nvml=False, display=False, max_seconds=60) as run:
+        for n in sizes:
+            compiled(torch.randn(n))
+    return run.report
+
+
+def _doubled_sum(x):
+    return (x * 2).sum()
+
+
+def test_recompilations_are_counted_once_each_and_a_first_change_is_a_one_time_cost():
+    """Dynamo logs a guard failure for every cached entry a call fails (1 + 2 + … + 5 = 15 for six
+    sizes under dynamic=False), read once as "recompiled 15 time(s)"; and the one recompilation
+    with which the default (dynamic=None) makes a changed size dynamic read "high, up to 93 %",
+    though it never recurs."""
+    sizes = (4, 5, 6, 7, 9, 11)
+    default = _recompiling(sizes, None)
+    c = default.metrics.compile
+    assert (c.recompiles, c.recompiles_first_change) == (1, 1)
+    f = default.finding("recompiles")
+    assert f.severity == "low" and f.est_gain == 0.0 and f.gain_method.startswith("not a speed gain")
+    assert f.title.startswith("torch.compile recompiled once, when a size (or integer) first changed")
+    assert any("mark_dynamic(x, 0)" in fx.code for fx in f.fixes)
+    fixed = _recompiling(sizes, False)  # an entry per size: five recompilations
+    c = fixed.metrics.compile
+    assert (c.recompiles, c.recompiles_first_change) == (5, 1)
+    assert [r.reason for r in c.recompile_reasons] == [  # the newest entry's failed guard, once per recompilation
+        f"tensor 'x' size mismatch at index 0. expected {a}, actual {b}" for a, b in itertools.pairwise(sizes)]
+    f = fixed.finding("recompiles")
+    assert f.title == "torch.compile recompiled 5 time(s)" and f.est_gain > 0 and "4 of them came after" in f.evidence.summary
+    back = _recompiling((4, 5, 4, 5, 4), False)  # later calls fail the newer entry and find the older: no compile
+    assert back.metrics.compile.recompiles == 1
+
+
+def test_recompilations_are_read_from_the_entries_dynamo_names():
+    """A run of failures down to entry 0 is one recompilation; a run that stops earlier found an
+    older entry; a bundle from before the entries were kept counts every failure."""
+    def failure(entry, reason="tensor 'x' size mismatch at index 0. expected 4, actual 5"):
+        return {"reason": reason, "file": "train.py", "line": 10, **({} if entry is None else {"entry": entry})}
+
+    trace = compiled_trace(breaks=0, recompiles=0)
+    dynamo = trace["gpumagic"]["capture"]["dynamo"]
+    dynamo["recompiles"] = [failure(0), failure(1, "n == 3"), failure(0, "n == 0"), failure(2), failure(1)]
+    c = gpumagic.analyze(trace).metrics.compile
+    assert (c.recompiles, c.recompiles_first_change) == (2, 2)  # the size, then an integer: each its first change
+    assert gpumagic.analyze(trace).finding("recompiles").est_gain == 0.0
+    dynamo["recompiles"] = [failure(None), failure(None)]
+    c = gpumagic.analyze(trace).metrics.compile
+    assert (c.recompiles, c.recompiles_first_change) == (2, 1)
+
+
+def test_a_guard_failure_is_kept_without_its_id_and_source_comment():
+    from gpumagic.capture.dynamo import _entry, _guard_text
+
+    logged = "[0/2]: n == 0                                         #   # train.py:3 in f\nUser stack trace:\n  ..."
+    assert (_guard_text(logged), _entry(logged)) == ("n == 0", 2)
+    assert (_guard_text("tensor 'x' dtype mismatch"), _entry("tensor 'x' dtype mismatch")) == ("tensor 'x' dtype mismatch", None)
 
 
 def test_no_break_and_no_recompile_no_finding():

@@ -31,6 +31,52 @@ compiled = torch.compile(model, dynamic=True)"""
 _SIZE_GUARD = re.compile(r"tensor '(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])?' size mismatch at index (?P<dim>\d+)")
 
 
+def _fixes(c: CompileMetrics) -> list[Fix]:
+    """``mark_dynamic`` on the first size guard that failed, then ``dynamic=True``."""
+    fixes: list[Fix] = []
+    size = next((g for g in (_SIZE_GUARD.search(r.reason) for r in c.recompile_reasons) if g), None)
+    if size is not None:
+        name, dim = size.group("name"), size.group("dim")
+        fixes.append(pytorch(
+            f"Dimension {dim} of {name} changes between calls: mark it dynamic before the first call, so that one "
+            "compilation serves every size",
+            f"compiled = torch.compile(model)\n"
+            f"torch._dynamo.mark_dynamic({name}, {dim})  # {name}: the tensor the compiled code takes as {name}; "
+            "mark it before its first call"))
+    fixes.append(pytorch("Compile shape-generic code from the start (torch.compile's dynamic=True)", DYNAMIC_CODE))
+    return fixes
+
+
+def _first_changes(ctx: Context, c: CompileMetrics) -> Finding:
+    """Every recompilation met a size (or integer) changing for the first time: dynamo compiled
+    it as dynamic and will not recompile for it again."""
+    share = min(1.0, c.compile_ms * 1e6 / ctx.window_ns)
+    n = c.recompiles
+    quoted = "; ".join(f"{_where(r)}: {r.reason}" for r in c.recompile_reasons[:QUOTED])
+    return finding(
+        severity="low",
+        title=(f"torch.compile recompiled {'once' if n == 1 else f'{n} times'}, when a size (or integer) first changed, "
+               "and not after: a one-time cost"),
+        why="""Compiled code is guarded: dynamo checks that the inputs still look as they did when it compiled, and
+        compiles again when a guard fails. With torch.compile's default (dynamic=None), the first time a tensor's
+        size (or an integer argument) changes, dynamo recompiles with that size as a symbol, and that one graph
+        then serves every later size (0 and 1 aside, which dynamo still specialises): the recompilation does not
+        recur, so it is start-up cost, not time each step loses, and no later call here recompiled. (With
+        dynamic=False, each new size compiles an entry of its own, up to torch._dynamo.config.recompile_limit,
+        after which the function runs eagerly.) Marking the dimension dynamic before the first call saves that one
+        compilation, which matters in short runs and in notebooks that recompile on every run of the cell.""",
+        summary=(f"{n} recompilation(s) in the cell, each at the first change of a size or integer{_compile_time(c, share)}: "
+                 f"{quoted}; none after it."),
+        numbers={"recompiles": n, "recompiles_first_change": c.recompiles_first_change, "compile_ms": c.compile_ms,
+                 "compile_frac": round(share, 4)},
+        est_gain=0.0,
+        gain_method=("not a speed gain: each recompilation met a size or integer changing for the first time, which "
+                     "dynamo then compiles as dynamic (dynamic=None, the default); none recurred (a one-time cost, "
+                     "like the first compilation)"),
+        fixes=tuple(_fixes(c)), doc_url=RECOMPILES_DOC,
+    )
+
+
 def _compile_time(c: CompileMetrics, share: float) -> str:
     cell = f"; dynamo compiled for {c.cell_compile_ms:.0f} ms over the whole cell" if c.cell_compile_ms else ""
     inside = f", compiling {pct(share)} of the recorded window" if share > 0 else ", none of it inside the recorded window"
@@ -85,27 +131,22 @@ def graph_breaks(ctx: Context, m: Metrics) -> Finding | None:
 @rule("recompiles")
 def recompiles(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: dynamo recompiled a function during the cell (``metrics.compile.recompiles`` ≥ 1: a
-    guard of the compiled code failed, recorded by dynamo in ``guard_failures``). Gain: the share
-    of the window spent compiling (``compile_ms``, the window's compile segments), an upper bound:
-    avoiding recompiles can save at most the compile time. False positives: the one recompilation
-    with which dynamo (``dynamic=None``, the default) turns a changed size dynamic — the finding
-    names it, and marking the dimension dynamic up front avoids it."""
+    call failed the guards of every compiled entry, recorded by dynamo in ``guard_failures``).
+    Gain: the share of the window spent compiling (``compile_ms``, the window's compile segments),
+    an upper bound: avoiding recompiles can save at most the compile time. When every
+    recompilation met the first change of a size or an integer (``recompiles_first_change``), dynamo
+    (``dynamic=None``, the default) compiled it as dynamic and will not recompile for it again: a
+    one-time cost, like the first compilation, claimed as no speed gain and low; marking the
+    dimension dynamic up front saves that one compilation. False positives: a recompilation for a
+    change that does not recur (a dtype, a flag switched once) reads as recurring."""
     c = m.compile
     if c is None or c.recompiles < 1:
         return None
+    if c.recompiles_first_change >= c.recompiles:
+        return _first_changes(ctx, c)
     top = c.recompile_reasons[:QUOTED]
     quoted = "; ".join(f"{_where(r)}: {r.reason}" + (f" ({r.count}×)" if r.count > 1 else "") for r in top)
-    fixes: list[Fix] = []
-    size = next((g for g in (_SIZE_GUARD.search(r.reason) for r in c.recompile_reasons) if g), None)
-    if size is not None:
-        name, dim = size.group("name"), size.group("dim")
-        fixes.append(pytorch(
-            f"Dimension {dim} of {name} changes between calls: mark it dynamic before the first call, so that one "
-            "compilation serves every size",
-            f"compiled = torch.compile(model)\n"
-            f"torch._dynamo.mark_dynamic({name}, {dim})  # {name}: the tensor the compiled code takes as {name}; "
-            "mark it before its first call"))
-    fixes.append(pytorch("Compile shape-generic code from the start (torch.compile's dynamic=True)", DYNAMIC_CODE))
+    fixes = _fixes(c)
     share = min(1.0, c.compile_ms * 1e6 / ctx.window_ns)
     return finding(
         severity=severity_for(share) if share > 0 else "low",
@@ -114,8 +155,12 @@ def recompiles(ctx: Context, m: Metrics) -> Finding | None:
         (sizes, dtypes, Python constants), and compiles again when a guard fails. Every recompilation
         costs compile time, and past torch._dynamo.config.recompile_limit the function falls back to
         eager; sizes that vary are the usual cause, fixed by marking them dynamic.""",
-        summary=f"{c.recompiles} recompilation(s) in the cell{_compile_time(c, share)}: {quoted}.",
-        numbers={"recompiles": c.recompiles, "compile_ms": c.compile_ms, "compile_frac": round(share, 4)},
+        summary=(f"{c.recompiles} recompilation(s) in the cell{_compile_time(c, share)}: {quoted}."
+                 + (f" {c.recompiles - c.recompiles_first_change} of them came after the first change of what they "
+                    "guard: a size or value that keeps changing, or a change dynamo does not make dynamic (a dtype, a "
+                    "flag)" if c.recompiles_first_change else "")),
+        numbers={"recompiles": c.recompiles, "recompiles_first_change": c.recompiles_first_change,
+                 "compile_ms": c.compile_ms, "compile_frac": round(share, 4)},
         est_gain=share, gain_method="share of the window spent compiling (an upper bound)",
         fixes=tuple(fixes), doc_url=RECOMPILES_DOC,
     )
