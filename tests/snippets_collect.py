@@ -139,7 +139,8 @@ def built_reports():
         yield f"loader-{training}", analyze(td._loader_trace(training).to_dict())
     yield "loader-cpu", analyze(td._loader_trace(True, False).to_dict())
     yield "saturated", td._with_samples(td._loader_trace(training=True), 95.0, main_pct=100.0)
-    for top in ("RandomResizedCrop", "default_loader", "MyDataset.__getitem__", "my_collate", "pin_memory"):
+    for top in ("RandomResizedCrop", "default_loader", "MyDataset.__getitem__", "my_collate", "pad_batch (collate_fn)",
+                "pin_memory"):
         for gpu in (True, False):  # issue 29: the fix that fits the pipeline's slowest stage
             yield f"loader-stage-{top}-{gpu}", analyze(tls.bundle(td._loader_trace(True, gpu), tls.stage_block(top)))
     yield "tiny", analyze(tc.tiny_trace(1e7).to_dict())
@@ -307,6 +308,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         noise=torch.randn(6, 4, device=device),
         policy=nn.Linear(4, 2).to(device), rollout_steps=3, make_env=_cartpole,
         data=[[0.5] * 8 for _ in range(10)], labels=[i % 4 for i in range(10)], epochs=2,
+        sequences=[torch.randint(1, 8, (n,)) for n in (3, 5, 2, 7, 4, 6, 1, 8, 3, 5)],  # token ids, one per label
         ema_model=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(device), decay=0.999, c=0.01,
         num_embeddings=100, embedding_dim=8,
     )

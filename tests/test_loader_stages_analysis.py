@@ -57,7 +57,9 @@ def test_a_plain_trace_has_no_stages():
     ("TensorDataset.__getitem__", "a whole list of indices", True),
     ("MyDataset.__getitems__", "already makes the batch in one call", False),
     ("MyStream.__iter__", "yield whole batches", False),
-    ("my_collate", "make the whole batch", True),
+    ("my_collate", "make the whole batch", True),  # a bundle from before the role was named: stacking
+    ("pad_batch (collate_fn)", "pad the whole dataset once", False),
+    ("DataCollatorWithPadding (collate_fn)", "pad the whole dataset once", True),
     ("pin_memory", "pin fewer bytes", True),
 ])
 def test_the_finding_names_the_dominant_stage_and_a_fix_that_fits_it(top, expect, gpu):
@@ -99,9 +101,56 @@ def test_a_bad_block_is_ignored_with_a_note(mutate):
     ("other", "other"), ("pin_memory", "pin"), ("Subset.__getitem__", "dataset"), ("Stream.__iter__", "dataset"),
     ("default_collate", "collate"), ("PILToTensor", "decode"), ("Loader.decode_jpeg", "decode"),
     ("RandomHorizontalFlip", "transform"), ("Normalize", "transform"), ("read_file", "decode"),
+    ("pad_batch (collate_fn)", "collate"), ("DataCollatorWithPadding (collate_fn)", "collate"),
 ])
 def test_stage_kinds(name, expected):
     assert kind(name) == expected
+
+
+def test_the_capture_names_a_collate_function_of_your_own_by_its_role():
+    """A collate function named pad_batch read as a transform ("v2 transforms on uint8 tensors"), and
+    one named collate as default_collate's stacking ("let the dataset make the whole batch"): the
+    capture names the role, and padding once fits what such a function does."""
+    from torch.utils.data import default_collate
+
+    from gpumagic.analysis.loaderstages import CUSTOM_COLLATE
+    from gpumagic.capture.stages import COLLATE_ROLE, collate_stage
+
+    def pad_batch(batch):
+        return batch
+
+    assert COLLATE_ROLE == CUSTOM_COLLATE  # the bundle's spelling, written by one side and read by the other
+    assert collate_stage(default_collate) == "default_collate"
+    assert collate_stage(pad_batch).endswith("pad_batch (collate_fn)")
+
+
+def test_a_recorded_padding_collate_gets_the_pad_once_fix():
+    """tests/data/cpu_collate_pad.json.gz: token sequences padded by a collate_fn of the loop's own."""
+    import os
+
+    from tracebuilder import DATA
+
+    r = analyze(os.path.join(DATA, "cpu_collate_pad.json.gz"))
+    f = loader_finding(r)
+    assert f.evidence.numbers["slowest_stage"] == "pad_batch (collate_fn)"
+    staged = [fx for fx in f.fixes if "slowest stage" in fx.description]
+    assert staged and "pad the whole dataset once" in staged[0].description and "pad_sequence(sequences" in staged[0].code
+    assert not any("BatchSampler" in fx.code or "v2 transforms" in fx.description for fx in f.fixes)
+
+
+def test_padding_once_gives_the_batches_padding_each_batch_gives():
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
+
+    from gpumagic.analysis.rules.stagefixes import PAD_ONCE_CODE
+
+    torch.manual_seed(0)
+    sequences = [torch.randint(1, 50, (n,)) for n in (3, 9, 1, 12, 5, 7, 2, 4)]
+    ns = {"torch": torch, "sequences": sequences, "labels": list(range(8)), "epochs": 1, "batch_size": 3}
+    exec(PAD_ONCE_CODE, ns)
+    idx = ns["idx"].tolist()  # the last batch: two samples
+    assert torch.equal(ns["x"], pad_sequence([sequences[i] for i in idx], batch_first=True))
+    assert ns["y"].tolist() == idx and ns["x"].shape[1] == max(len(sequences[i]) for i in idx)
 
 
 def test_with_the_cores_saturated_the_stage_fix_comes_first():

@@ -28,6 +28,9 @@ OTHER = "other"
 #: ``Image.open``, ``imread``, ...).
 _DECODE = re.compile(r"decode|read|load|open|imread|jpe?g|png|pil|image", re.IGNORECASE)
 _DATASET = (".__getitem__", ".__getitems__", ".__iter__")
+#: How the capture names a collate function of the user's own (``capture.stages.COLLATE_ROLE``):
+#: ``pad_batch (collate_fn)``; ``default_collate`` keeps its name.
+CUSTOM_COLLATE = " (collate_fn)"
 
 
 def loader_stages(ctx: Context) -> list[LoaderStage] | None:
@@ -45,6 +48,13 @@ def loader_stages(ctx: Context) -> list[LoaderStage] | None:
                         where=r["where"]) for r, ns in per_batch]
 
 
+def custom_collate(name: str) -> bool:
+    """Whether a collate stage is the user's own function (padding, tokenizing: work of its own),
+    not ``default_collate`` (stacking the samples). Bundles from before the role was named call
+    the user's collate by its name alone, read as stacking."""
+    return name.endswith(CUSTOM_COLLATE)
+
+
 def kind(name: str) -> str:
     """What a stage is, for the fix: ``"dataset"`` (the dataset's own per-sample Python),
     ``"collate"``, ``"pin"``, ``"decode"`` (reading/decoding files), ``"other"`` or ``"transform"``."""
@@ -54,7 +64,7 @@ def kind(name: str) -> str:
         return "pin"
     if name.endswith(_DATASET):
         return "dataset"
-    if "collate" in name.lower():
+    if "collate" in name.lower():  # default_collate, or the user's own: custom_collate() tells them apart
         return "collate"
     if _DECODE.search(name.rsplit(".", 1)[-1] if "." in name else name):
         return "decode"

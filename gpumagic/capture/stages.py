@@ -99,6 +99,18 @@ def stage_name(fn: Any) -> str:
     return type(fn).__qualname__
 
 
+#: What a collate function of the user's own is called after its name (``pad_batch (collate_fn)``,
+#: ``DataCollatorWithPadding (collate_fn)``): its role, which its name need not say.
+COLLATE_ROLE = " (collate_fn)"
+
+
+def collate_stage(fn: Any) -> str:
+    """A loader's collate function as a stage: ``default_collate`` as it is, any other one by its
+    name and role, so that the analysis tells padding or tokenizing apart from stacking."""
+    name = stage_name(fn)
+    return name if name == "default_collate" else name + COLLATE_ROLE
+
+
 class _ThreadTotals:
     """One thread's open frames (time their children took) and totals per stage."""
 
@@ -500,7 +512,7 @@ def _prepare(fetcher: Any, undo: _Undo | None, touched: list | None) -> None:
     else:
         fetcher.dataset = proxy_for(dataset)
     if _wrappable(fetcher.collate_fn):
-        fetcher.collate_fn = Timed(fetcher.collate_fn)
+        fetcher.collate_fn = Timed(fetcher.collate_fn, collate_stage(fetcher.collate_fn))
 
 
 def _timed_fetch(original: Any, undo: _Undo | None, touched: list | None) -> Any:

@@ -12,14 +12,16 @@ with its public source:
   iterable dataset's ``__iter__``: yield whole batches, automatic batching off; a
   ``__getitems__`` already makes the batch in one call: preprocess once and cache;
 - ``collate_fn``: the dataset makes the whole batch, automatic batching off (torch.utils.data,
-  "Disabling automatic batching");
+  "Disabling automatic batching"); a collate function of the user's own (padding, tokenizing):
+  the same result every epoch, so pad once before the loop and index (``pad_sequence``), each
+  batch trimmed to its longest sequence as padding per batch does;
 - ``pin_memory``: fewer bytes to pin (CUDA semantics, "Use pinned memory buffers": pinning is
   often an expensive operation).
 """
 
 from __future__ import annotations
 
-from gpumagic.analysis.loaderstages import kind
+from gpumagic.analysis.loaderstages import custom_collate, kind
 from gpumagic.analysis.rules.base import pct, pytorch
 from gpumagic.analysis.rules.cachefix import CACHE_CODE, CACHE_FIX
 from gpumagic.report.metrics import LoaderStage
@@ -30,6 +32,7 @@ CACHE_SOURCE = "https://www.tensorflow.org/guide/data_performance#caching"
 TRANSFORMS_SOURCE = "https://pytorch.org/vision/stable/transforms.html#performance-considerations"
 GETITEMS_SOURCE = "https://pytorch.org/docs/stable/data.html#torch.utils.data.Dataset"
 BATCHING_SOURCE = "https://pytorch.org/docs/stable/data.html#disable-automatic-batching"
+PAD_SOURCE = "https://pytorch.org/docs/stable/generated/torch.nn.utils.rnn.pad_sequence.html"
 PIN_SOURCE = "https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers"
 
 DECODE_GPU_CODE = """
@@ -104,6 +107,22 @@ ITERABLE_BATCHES_CODE = """
 # instead of one sample at a time; automatic batching off: DataLoader passes them through as they are
 loader = DataLoader(dataset, batch_size=None)"""
 
+PAD_ONCE_CODE = """
+from torch.nn.utils.rnn import pad_sequence
+
+# once, before the loop: every sequence padded into one tensor (zeros after each one's end), with
+# its length; the same tensors every epoch instead of padding each batch again. The tensor holds
+# samples x longest: with a few very long sequences, pad per length bucket instead
+lengths = torch.tensor([len(s) for s in sequences])
+padded = pad_sequence(sequences, batch_first=True)
+all_labels = torch.tensor(labels)
+for epoch in range(epochs):
+    order = torch.randperm(len(padded))
+    for start in range(0, len(padded), batch_size):
+        idx = order[start:start + batch_size]
+        width = int(lengths[idx].max())                    # the batch's longest, as padding per batch gives
+        x, y = padded[idx, :width], all_labels[idx]"""
+
 PIN_CODE = """
 # the dataset returns uint8 images, not float32: a quarter of the bytes to pin and copy
 loader = DataLoader(dataset, batch_size=batch_size, pin_memory=True)
@@ -145,6 +164,11 @@ def stage_fixes(stages: list[LoaderStage] | None, gpu: bool, training: bool = Tr
         return out
     if what == "dataset":
         return [_dataset_fix(top.name, named, training)]
+    if what == "collate" and custom_collate(top.name):
+        return [pytorch(f"{named}: your collate function runs for every batch; if it pads (or tokenizes), its result "
+                        "is the same every epoch: pad the whole dataset once before the loop and index each batch, "
+                        "trimmed to its longest sequence (source: "
+                        f"{PAD_SOURCE})", PAD_ONCE_CODE)]
     if what == "collate":
         return [pytorch(f"{named}: collation stacks sample by sample; let the dataset make the whole batch "
                         f"(source: {BATCHING_SOURCE})", batch_sampler_code(training))]
