@@ -9,8 +9,10 @@ suggested one, alternated round by round; and once more with the neighbours stop
 machine the estimate speaks of). Printed: each time per step, the measured saving of the
 suggested count (1 − its time ÷ the default's) and of a quiet machine, beside the estimate.
 Numbers depend on the machine and on what else runs on it: this prints, it asserts nothing.
-``--record DIR`` instead records the bundle tests/data keeps (``cpu_contended.json.gz``: the
-loop beside one spinning process per usable core) and exits.
+``--record DIR`` instead records the bundles tests/data keeps (``cpu_contended.json.gz``: the
+loop beside one spinning process per usable core; ``cpu_contended_loader.json.gz``: the same loop
+fed by a ``DataLoader`` over a ``TensorDataset``, no workers, beside one more neighbour than cores)
+and exits.
 
     python benchmarks/contention.py [--rounds 5] [--steps 20] [--record DIR]
 """
@@ -60,6 +62,30 @@ def _loop():
     return step
 
 
+def _loader_loop():
+    """A narrower step (512 → 256 → 512), its batches from a DataLoader (TensorDataset, no workers)
+    made in the loop: the loader's share of the window is larger than in :func:`_loop`."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 512))
+    opt = torch.optim.AdamW(model.parameters(), fused=True)
+    data = torch.utils.data.TensorDataset(torch.randn(8192, 512))
+    loader = torch.utils.data.DataLoader(data, batch_size=256, shuffle=True)
+    batches = iter(())
+
+    def step():
+        nonlocal batches
+        try:
+            (x,) = next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            (x,) = next(batches)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return step
+
+
 def profiled(path: str | None = None, steps: int = 12):
     return profile_steps(_loop(), steps, path)
 
@@ -80,7 +106,9 @@ def main() -> None:
     if args.record:
         with neighbours(CORES):
             profiled(os.path.join(args.record, "cpu_contended.json.gz"))
-        print("recorded cpu_contended.json.gz")
+        with neighbours(CORES + 1):
+            profile_steps(_loader_loop(), 12, os.path.join(args.record, "cpu_contended_loader.json.gz"))
+        print("recorded cpu_contended.json.gz, cpu_contended_loader.json.gz")
         return
     print(f"torch {torch.__version__}; {CORES} usable cores; {default} intra-op threads by default; "
           f"load average {os.getloadavg()[0]:.2f}")

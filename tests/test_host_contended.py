@@ -69,3 +69,24 @@ def test_silent_without_samples_and_with_a_gpu():
     assert analyze(d).finding("host-contended") is None
     h100 = analyze(os.path.join(DATA, "h100_bert_small_inference.json.gz"))
     assert h100.finding("host-contended") is None and h100.metrics.host.main_runqueue_wait_frac is None
+
+
+LOADER = os.path.join(DATA, "cpu_contended_loader.json.gz")
+
+
+def test_a_loader_wait_does_not_hide_a_longer_wait_for_a_core():
+    """Recorded beside three spinning processes on 2 cores (tests/data/MANIFEST.md): the loop waited
+    7 % of the window for its batches and 60 % for a core. It read only "add a worker" while any
+    loader wait over 5 % silenced host-contended; the larger wait leads now."""
+    r = analyze(LOADER)
+    h = r.metrics.host
+    assert 0.05 < h.dataloader_frac < h.main_runqueue_wait_frac
+    assert {"host-contended", "dataloader-bound"} <= set(r.finding_ids)
+    assert r.findings[0].id == "host-contended"
+    with gzip.open(LOADER, "rt") as fh:
+        d = json.load(fh)
+    cpu = d["gpumagic"]["samples"]["cpu"]
+    cpu["main_wait"] = [min(w, 2.0) for w in cpu["main_wait"]]  # the thread hardly waited: the loader's wait is larger
+    quiet = analyze(d)
+    assert quiet.metrics.host.main_runqueue_wait_frac < quiet.metrics.host.dataloader_frac
+    assert quiet.finding("host-contended") is None and quiet.finding("dataloader-bound") is not None

@@ -37,8 +37,10 @@ def host_contended(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: a CPU-only trace whose CPU samples (a gpumagic capture, ≥ 3 in the window) show
     other processes on the machine (``host.shared_machine``: ≥ 0.5 core and ≥ a quarter of the
     usable ones) and the main thread runnable but without a core for ≥ 5 % of the window
-    (``host.main_runqueue_wait_frac``, ``/proc/<pid>/schedstat``), the loop not waiting for data
-    (a data-loader wait over 5 % is ``dataloader-bound``'s or ``host-cpu-saturated``'s). Gain, an
+    (``host.main_runqueue_wait_frac``, ``/proc/<pid>/schedstat``), unless the loop's data-loader
+    wait is over 5 % of the window and at least that run-queue wait (the loader's wait is then the
+    larger story, ``dataloader-bound``'s or ``host-cpu-saturated``'s: a loop beside three spinning
+    processes that waited 7.5 % for its batches and 60 % for a core read only "add a worker"). Gain, an
     estimate: that wait's share of the window, what a quiet machine gives the main thread back;
     intra-op threads that lose their core too stall each parallel region (an OpenMP region waits
     for its slowest thread), so the loss can be larger, and it changes with the neighbours' load.
@@ -50,7 +52,7 @@ def host_contended(ctx: Context, m: Metrics) -> Finding | None:
     h, host = host_cpu(ctx), m.host
     wait, other = host.get("main_runqueue_wait_frac"), host.get("other_busy_cores")
     if (h.sample_count < MIN_SAMPLES or not h.usable_cores or not host.get("shared_machine") or wait is None
-            or other is None or wait < MIN_WAIT or (host.dataloader_frac or 0.0) > DATALOADER_FRAC):
+            or other is None or wait < MIN_WAIT or (host.dataloader_frac or 0.0) > max(DATALOADER_FRAC, wait)):
         return None
     usable = float(h.usable_cores)
     free = max(1, math.floor(usable - other + 0.25))  # a core three-quarters free counts
