@@ -58,6 +58,19 @@ DROPOUT_OPS = frozenset({"aten::dropout", "aten::dropout_", "aten::feature_dropo
                          "aten::feature_alpha_dropout_"})
 
 
+#: Operators that compute a layer with parameters, as the profiler records the one that builds its
+#: autograd node (checked on torch 2.13: ``nn.Linear`` → ``aten::addmm`` or ``aten::mm``,
+#: ``nn.Conv2d`` → ``aten::convolution``, ``nn.Embedding`` → ``aten::embedding``, attention →
+#: ``aten::bmm``); a metric's ``sigmoid``, ``cat`` or ``clone`` builds none of these.
+LAYER_OPS = frozenset({"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                       "aten::convolution", "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
+                       "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d",
+                       "aten::embedding", "aten::embedding_bag", "aten::_embedding_bag", "aten::lstm", "aten::gru",
+                       "aten::rnn_tanh", "aten::rnn_relu", "aten::scaled_dot_product_attention",
+                       "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+                       "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_native_multi_head_attention"})
+
+
 @dataclass(frozen=True)
 class GradMode:
     """The window's operators that ran with grad mode on, and the autograd nodes they built that
@@ -77,6 +90,9 @@ class GradMode:
     compiled: int = 0
     #: whether the trace runs backward passes (then ``nodes`` counts only what they left unused)
     training: bool = False
+    #: of those nodes, the ones a layer's operator built (:data:`LAYER_OPS`: a matmul, a
+    #: convolution, an embedding lookup, attention): a model's forward pass, not a metric's arithmetic
+    layers: int = 0
 
     @property
     def unused_frac(self) -> float:
@@ -126,8 +142,10 @@ def _grad_mode(ctx: Context) -> GradMode:
         built = built[~used & (ev.ts_ns[built] < min(ev.ts_ns[backward].max(), _cut_pass_start(ev, host_ops, backward)))]
     built = np.sort(built)
     compiled = int(np.count_nonzero(compiled_name[ev.name[built]]))
+    layers = int(np.count_nonzero(ctx.host_name_ids(LAYER_OPS.__contains__)[ev.name[built]]))
     return GradMode(recorded=int(rows.size), nodes=int(built.size), unused_ns=iv.total(ctx.intervals(built)),
-                    op_ns=iv.total(ctx.intervals(ops)), rows=built, training=bool(backward.size), compiled=compiled)
+                    op_ns=iv.total(ctx.intervals(ops)), rows=built, training=bool(backward.size), compiled=compiled,
+                    layers=layers)
 
 
 def _cut_pass_start(ev: EventTable, host_ops: np.ndarray, backward: np.ndarray) -> int:

@@ -20,8 +20,14 @@ MIN_NODES = 16
 MIN_COMPILED = 2
 #: ... and the operators that built them must cover this share of the window's operator time
 #: (the TensorBoard profiler plugin's 5 % line): a training loop's ``torch.sigmoid(logits)`` for
-#: a metric (eight small operators a step in the bundled A100 trace) is not worth a finding.
+#: a metric (eight small operators a step in the bundled A100 trace) is not worth a finding ...
 MIN_UNUSED_FRAC = 0.05
+#: ... or at least this many of them were built by a layer's operator (a matmul, a convolution, an
+#: embedding: ``inference.LAYER_OPS``), a model's forward pass with grad mode on whatever its share of
+#: the time. A time share moves with the machine's load (a validation forward read 6–10 % of the
+#: operator time on a quiet machine, under 5 % beside busy neighbours); whether a layer built the
+#: node does not.
+MIN_LAYER_NODES = 1
 #: From this share of the operator time the unused graph is most of what runs: medium, else low.
 MEDIUM_FRAC = 0.25
 #: At least this many dropout calls drew a mask: a model has one per block, and a single call
@@ -72,24 +78,27 @@ with torch.no_grad():
 
 @rule("inference-grad-enabled")
 def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
-    """Signal: the window's operators built autograd nodes (grad mode on: their ``Sequence
-    number`` advances) that no backward pass in the trace used (no ``evaluate_function`` span
-    carries their number; :mod:`gpumagic.analysis.inference`): inference run with grad mode on,
-    or, in a training loop, an evaluation or a metric computed without ``torch.no_grad()``.
-    Threshold: ≥ 16 such nodes (or ≥ 2 calls of a torch.compile'd model: under grad mode
-    AOTAutograd runs its training graph, one ``CompiledFunction`` node a call), built by operators
-    covering ≥ 5 % of the window's operator time (medium from 25 %). Each node keeps the tensors its backward would need (a layer's input, an
-    activation) alive for as long as the output is, so the forward pass holds what a training
-    step's forward holds; and each operator spends host time recording the graph. In a training
-    trace, dropout calls that drew a mask inside that computation (an operator of theirs built an
-    unused node) are counted too: the model was in training mode for it. Gain: not
+    """Signal: the window's operators built autograd nodes (grad mode on: their ``Sequence number``
+    advances) that no backward pass in the trace used (no ``evaluate_function`` span carries their
+    number; :mod:`gpumagic.analysis.inference`): inference run with grad mode on, or, in a training
+    loop, an evaluation or a metric computed without ``torch.no_grad()``. Threshold: ≥ 16 such nodes
+    (or ≥ 2 calls of a torch.compile'd model: under grad mode AOTAutograd runs its training graph,
+    one ``CompiledFunction`` node a call), built by operators covering ≥ 5 % of the window's
+    operator time or including a layer's operator (a matmul, a convolution, an embedding: a model's
+    forward, whatever the load does to its time share; a metric's ``sigmoid`` builds none); medium
+    from 25 % of the operator time. Each node keeps the tensors its backward would need (a layer's
+    input, an activation) alive for as long as the output is, so the forward pass holds what a
+    training step's forward holds; and each operator spends host time recording the graph. In a
+    training trace, dropout calls that drew a mask inside that computation (an operator of theirs
+    built an unused node) are counted too: the model was in training mode for it. Gain: not
     estimated from the trace (the bookkeeping runs inside each operator's own time);
     ``benchmarks/inference_mode.py`` times a loop under grad mode, ``no_grad`` and
     ``inference_mode``. False positives: a cell that runs a forward pass whose backward runs in
-    another cell (the finding says so); a trace whose backward spans carry no numbers (Kineto
-    before about 2022) is not judged when it trains."""
+    another cell (the finding says so); a trace whose backward spans carry no numbers (Kineto before
+    about 2022) is not judged when it trains."""
     g = grad_mode(ctx)
-    if (g.nodes < MIN_NODES and g.compiled < MIN_COMPILED) or g.unused_frac < MIN_UNUSED_FRAC:
+    if (g.nodes < MIN_NODES and g.compiled < MIN_COMPILED) or (g.unused_frac < MIN_UNUSED_FRAC
+                                                                and g.layers < MIN_LAYER_NODES):
         return None
     ev = ctx.trace.events
     rows = g.rows
@@ -135,14 +144,16 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         title=title,
         why=why,
         summary=(f"{g.recorded:,} operators recorded an autograd sequence number (grad mode on); {g.nodes:,} autograd "
-                 f"nodes were built by operators covering {pct(g.unused_frac)} of the window's operator time, and "
-                 f"{what}."),
+                 f"nodes were built by operators covering {pct(g.unused_frac)} of the window's operator time"
+                 + (f" ({g.layers:,} of them by a layer's operator: a matmul, a convolution, an embedding)"
+                    if g.layers else "") + f", and {what}."),
         numbers={"unused_nodes": g.nodes, "grad_mode_ops": g.recorded, "unused_frac": round(g.unused_frac, 4),
-                 "context": "training" if g.training else "inference",
+                 "context": "training" if g.training else "inference", "layer_nodes": g.layers,
                  # what applies only in some traces: dropout in a training trace, compiled calls where there are any
                  **({"train_mode_dropout_calls": masked, "detached_outputs": detached} if g.training else {}),
                  **({"compiled_calls": g.compiled} if g.compiled else {}),
-                 "threshold_nodes": MIN_NODES, "threshold_frac": MIN_UNUSED_FRAC},
+                 "threshold_nodes": MIN_NODES, "threshold_frac": MIN_UNUSED_FRAC,
+                 "threshold_layer_nodes": MIN_LAYER_NODES},
         windows=windows(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows], "cpu", -1, "builds an unused autograd node"),
         est_gain=0.0,
         gain_method="not estimated from the trace: recording the graph runs inside each operator's own time, and "
