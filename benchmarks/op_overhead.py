@@ -3,7 +3,9 @@
 (the finding's first fix) and as ``nn.RNN`` (its second). Then a step that runs its batch of 32
 a sample at a time (a forward and a backward per sample through a 3-layer MLP, one optimizer
 step): as it is, and as one forward and backward on the whole batch (the fix the finding puts
-first for such a loop). Last, PyTorch's own ``nn.GRU`` (hidden 64, 20 time steps, Adam), whose CPU
+first for such a loop), and a step that calls the model per sample and adds the losses up before
+one backward (the same fix, put first when the loss is computed 8 or more times a step). Last,
+PyTorch's own ``nn.GRU`` (hidden 64, 20 time steps, Adam), whose CPU
 kernel runs each time step as small operators: a batch of 8 sequences eager and compiled, and of
 64 sequences eager, per sequence (the finding suggests more sequences a step there). And an
 inference loop with no step: a 3-layer MLP called on 300 samples one at a time, each result read
@@ -30,7 +32,8 @@ bundles tests/data keeps (``cpu_rnn_loop.json.gz``: three steps of 32 time steps
 file; ``cpu_per_sample.json.gz``: three steps of the per-sample loop; ``cpu_gru.json.gz``: three
 steps of the GRU with 8 sequences; ``cpu_infer_per_sample.json.gz``: the inference loop over 100
 samples; ``cpu_generate.json.gz``: one prompt, 24 new tokens; ``cpu_maml.json.gz``: the MAML loop
-over 4 tasks; ``cpu_lbfgs.json.gz``: one LBFGS step) and exits.
+over 4 tasks; ``cpu_summed_losses.json.gz``: three steps of the summed per-sample losses;
+``cpu_lbfgs.json.gz``: one LBFGS step) and exits.
 
     python benchmarks/op_overhead.py [--rounds 5] [--steps 30] [--record DIR]
 """
@@ -88,9 +91,11 @@ def _step(model, call=None, time_steps: int = T):
 SAMPLES = 32
 
 
-def _per_sample_step(batched: bool):
-    """One optimizer step on a batch of 32: a forward and backward per sample (each loss divided
-    by the batch size, so the gradients add up to the batch mean's), or one on the whole batch."""
+def _per_sample_step(how: str):
+    """One optimizer step on a batch of 32: a forward and backward per sample (``"per sample"``, each
+    loss divided by the batch size, so the gradients add up to the batch mean's), a forward per
+    sample and one backward of the losses' mean (``"summed"``), or one on the whole batch
+    (``"batched"``)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -99,8 +104,10 @@ def _per_sample_step(batched: bool):
 
     def step():
         opt.zero_grad()
-        if batched:
+        if how == "batched":
             loss_fn(model(x), y).backward()
+        elif how == "summed":
+            (sum(loss_fn(model(x[i:i + 1]), y[i:i + 1]) for i in range(SAMPLES)) / SAMPLES).backward()
         else:
             for i in range(SAMPLES):
                 (loss_fn(model(x[i:i + 1]), y[i:i + 1]) / SAMPLES).backward()
@@ -290,7 +297,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.record:
         profiled(os.path.join(args.record, "cpu_rnn_loop.json.gz"), steps=3, time_steps=32)  # a smaller file
-        profile_steps(_per_sample_step(False), 3, os.path.join(args.record, "cpu_per_sample.json.gz"), warm=2)
+        profile_steps(_per_sample_step("per sample"), 3, os.path.join(args.record, "cpu_per_sample.json.gz"), warm=2)
         profile_steps(_gru_step(8), 3, os.path.join(args.record, "cpu_gru.json.gz"), warm=2)
         _profile_inference(os.path.join(args.record, "cpu_infer_per_sample.json.gz"), 100)
         generation = _generation(prompts=1, new_tokens=24)
@@ -301,9 +308,11 @@ def main() -> None:
             with gpumagic.profile(save=os.path.join(args.record, "cpu_generate.json.gz"), display=False):
                 generation[0]()
         profile_steps(_maml(4), 3, os.path.join(args.record, "cpu_maml.json.gz"), warm=2)
+        profile_steps(_per_sample_step("summed"), 3, os.path.join(args.record, "cpu_summed_losses.json.gz"), warm=2)
         profile_steps(_lbfgs(), 1, os.path.join(args.record, "cpu_lbfgs.json.gz"), warm=1)  # a smaller file
         print("recorded cpu_rnn_loop.json.gz, cpu_per_sample.json.gz, cpu_gru.json.gz, cpu_infer_per_sample.json.gz"
-              + (", cpu_generate.json.gz" if generation is not None else "") + ", cpu_maml.json.gz, cpu_lbfgs.json.gz")
+              + (", cpu_generate.json.gz" if generation is not None else "")
+              + ", cpu_maml.json.gz, cpu_summed_losses.json.gz, cpu_lbfgs.json.gz")
         return
     print(f"torch {torch.__version__}; load average {os.getloadavg()[0]:.2f}")
     f = profiled().finding("cpu-op-overhead")
@@ -317,13 +326,21 @@ def main() -> None:
     print(line)
     print(f"saved: compiled {1 - med['compiled'] / med['eager']:.3f}, nn.RNN {1 - med['nn.RNN'] / med['eager']:.3f}; "
           f"{said}")
-    f = profile_steps(_per_sample_step(False), 5, None, warm=2).finding("cpu-op-overhead")
+    f = profile_steps(_per_sample_step("per sample"), 5, None, warm=2).finding("cpu-op-overhead")
     said = (f"upper bound {f.est_gain:.3f}, {f.evidence.numbers['passes_per_step']:.0f} passes a step"
             if f else "the rule is silent")
-    med, line = medians(alternated({"per sample": _per_sample_step(False), "batched": _per_sample_step(True)},
+    med, line = medians(alternated({"per sample": _per_sample_step("per sample"), "batched": _per_sample_step("batched")},
                                    args.rounds, args.steps))
     print(line)
     print(f"saved by one pass on the batch: {1 - med['batched'] / med['per sample']:.3f}; {said}")
+    f = profile_steps(_per_sample_step("summed"), 5, None, warm=2).finding("cpu-op-overhead")
+    said = (f"upper bound {f.est_gain:.3f}, {f.evidence.numbers['loss_calls_per_step']:.0f} losses a step, first fix "
+            f"{f.fixes[0].description[:40]!r}…" if f else "the rule is silent")
+    med, line = medians(alternated({"summed": _per_sample_step("summed"), "batched": _per_sample_step("batched")},
+                                   args.rounds, args.steps))
+    print(line)
+    print(f"saved by one call on the batch instead of per-sample losses summed: "
+          f"{1 - med['batched'] / med['summed']:.3f}; {said}")
     f = profile_steps(_gru_step(8), 5, None, warm=2).finding("cpu-op-overhead")
     said = f"the finding: {f.title!r}, gain {f.est_gain}" if f else "the rule is silent"
     gru = {"GRU 8": _gru_step(8), "GRU 8 compiled": _gru_step(8, compiled=True), "GRU 64": _gru_step(64)}

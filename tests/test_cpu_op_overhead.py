@@ -19,6 +19,7 @@ INFER = os.path.join(DATA, "cpu_infer_per_sample.json.gz")
 GENERATE = os.path.join(DATA, "cpu_generate.json.gz")
 MAML = os.path.join(DATA, "cpu_maml.json.gz")
 LBFGS = os.path.join(DATA, "cpu_lbfgs.json.gz")
+SUMMED = os.path.join(DATA, "cpu_summed_losses.json.gz")
 
 
 def test_a_recorded_rnn_cell_looped_in_python():
@@ -36,7 +37,7 @@ def test_a_recorded_rnn_cell_looped_in_python():
 
 
 @pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED, PER_SAMPLE, GRU, INFER, GENERATE, MAML,
-                                                                                         LBFGS}))
+                                                                                         LBFGS, SUMMED}))
 def test_silent_on_every_other_recorded_trace(path):
     assert analyze(path).finding("cpu-op-overhead") is None
 
@@ -356,3 +357,18 @@ def test_the_pipeline_fix_gives_each_texts_prediction():
     one_by_one = [ns["pipe"](t)[0] for t in ns["texts"]]
     assert [p["label"] for p in ns["predictions"]] == [p["label"] for p in one_by_one]
     assert all(abs(a["score"] - b["score"]) < 1e-4 for a, b in zip(ns["predictions"], one_by_one, strict=True))
+
+
+def test_a_recorded_step_that_sums_per_sample_losses_is_told_to_batch():
+    """benchmarks/op_overhead.py --record: 32 samples through an MLP one at a time, the losses summed
+    into one backward. One backward pass a step, so no batch split was seen: it read "compile the
+    model". The loss computed 32 times a step is the sign; one call on the batch comes first."""
+    f = analyze(SUMMED).finding("cpu-op-overhead")
+    n = f.evidence.numbers
+    assert n["passes_per_step"] == 1 and n["loss_calls_per_step"] == 32
+    assert f.fixes[0].description == "Call the model and the loss once on the whole batch, not 32 times a step"
+    assert "loss_fn(model(x), y)" in f.fixes[0].code and "the loss computed 32 times" in f.title
+    assert "torch.compile(model)" in f.fixes[1].code
+    for other in (RECORDED, LBFGS, MAML, PER_SAMPLE):  # a time-step loop, closure passes, inner passes, a split batch
+        g = analyze(other).finding("cpu-op-overhead")
+        assert not g.fixes[0].description.startswith("Call the model and the loss once"), other

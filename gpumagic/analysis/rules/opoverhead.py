@@ -122,6 +122,14 @@ optimizer.step()
 #: (and autograd records a node for each of them): the calls are inside the fused layer already,
 #: and torch.compile keeps the layer as one call to the same operator. Where these hold at least
 #: :data:`MIN_FUSED_SHARE` of the forward's calls, neither fix applies.
+#: The loss functions of ``torch.nn.functional`` as the profiler names their operators
+#: (native_functions.yaml); ``cross_entropy`` calls ``nll_loss`` inside its own call, counted once.
+LOSS_OPS = frozenset({"aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss_nd", "aten::mse_loss",
+                      "aten::l1_loss", "aten::smooth_l1_loss", "aten::huber_loss", "aten::binary_cross_entropy",
+                      "aten::binary_cross_entropy_with_logits", "aten::kl_div", "aten::poisson_nll_loss",
+                      "aten::soft_margin_loss", "aten::multilabel_margin_loss", "aten::multi_margin_loss",
+                      "aten::margin_ranking_loss", "aten::hinge_embedding_loss", "aten::cosine_embedding_loss",
+                      "aten::triplet_margin_loss", "aten::ctc_loss"})
 FUSED_RECURRENT = frozenset({"aten::gru", "aten::lstm", "aten::rnn_tanh", "aten::rnn_relu"})
 MIN_FUSED_SHARE = 0.5
 #: benchmarks/op_overhead.py, the GRU case (hidden 64, 20 time steps, Adam), unprofiled.
@@ -185,7 +193,9 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     the forward and backward's share of the window, an upper bound — torch.compile removes the
     calls' cost but still does the work, and the profiler's per-call cost inflates that share.
     Fixes: ``torch.compile(model)``; a loop over time steps → ``nn.RNN``/``LSTM``/``GRU``, when
-    one is a Python loop of many tiny operators; first, where a step runs ≥ 8 backward passes
+    one is a Python loop of many tiny operators; first, where a step with one backward pass calls a
+    loss function (``LOSS_OPS``) ≥ 8 times in its forward (the model called per sample, the losses
+    summed), one call of the model and the loss on the batch; first, where a step runs ≥ 8 backward passes
     (median; each after its own forward: the batch a sample at a time), one forward and backward
     on the whole batch. Where PyTorch's own recurrent layer (``aten::gru``, ``aten::lstm``,
     ``aten::rnn_*``) makes ≥ half of the forward's calls, neither fix applies (the layer is fused
@@ -242,6 +252,11 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
         ctx.masks["cpu_op"] & ctx.host_name_ids(lambda n: DOUBLE_BACKWARD in n)[ev.name]))) / len(ctx.step_bounds)
     double = second_order >= MIN_DOUBLE_BACKWARD_PER_STEP
     tasks = double and passes_per_step >= MIN_INNER_PASSES
+    losses_per_step = _loss_calls(ctx, forwards) / len(ctx.step_bounds)
+    # one backward a step, but the loss computed sample by sample: the forward called per sample, the
+    # losses summed (not the optimizer's closure passes, nor a double backward's inner passes)
+    summed = (not per_sample and not double and closure_per_step < 2 and passes_per_step >= 1
+              and losses_per_step >= MIN_PASSES_PER_STEP)
     forward_calls, forward_total = _outer_calls(ctx, forwards)
     names = ctx.trace.names
     fused = {names[n]: c for n, c in enumerate(forward_calls.tolist()) if c and names[n] in FUSED_RECURRENT}
@@ -261,6 +276,9 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     if per_sample:
         fixes = (pytorch(f"Run the whole batch through one forward and one backward, not {passes_per_step:,.0f} "
                          "passes a step", BATCH_CODE), *fixes)
+    if summed:
+        fixes = (pytorch(f"Call the model and the loss once on the whole batch, not {losses_per_step:,.0f} times a step",
+                         BATCH_CODE), *fixes)
     if one_at_a_time:
         fixes = (pytorch("If this is a reinforcement-learning rollout, step many environments together: one forward "
                          "and one sample a step serve them all", VECTOR_ENV_CODE), *fixes)
@@ -268,6 +286,7 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
         severity=severity_for(frac),
         title=(f"The model calls {ops_per_step:,.0f} tiny operators a step"
                + (f" in {passes_per_step:,.0f} forward and backward passes" if per_sample else "")
+               + (f", the loss computed {losses_per_step:,.0f} times" if summed else "")
                + ": calling them costs more than their work"),
         why=f"""Each PyTorch operator call pays a fixed cost before it computes anything — the Python binding, the
         dispatcher, autograd's bookkeeping — about 3.6 µs on a 1-element tensor. This model's forward and backward
@@ -285,6 +304,10 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
         the batch's mean (a model with BatchNorm normalises over the batch, so its results change with the batch's
         size). If you need each sample's own gradient (per-sample clipping, DP-SGD), torch.func's vmap over grad
         computes them all in one batched pass (PyTorch's per-sample-gradients tutorial).""" if per_sample else "")
+        + (f""" The loss is computed {losses_per_step:,.0f} times a step before one backward pass: the forward runs a
+        sample (or a few) at a time and the losses are added up. One call of the model and the loss on the whole
+        batch does the same arithmetic in one call per operator; with the loss's mean over the batch, the gradient
+        is the summed losses' divided by the batch size (reduction="sum" keeps the sum).""" if summed else "")
         + (f""" The optimizer itself evaluates the model {closure_per_step:,.0f} times a step (optimizer.step(closure),
         as LBFGS does, each pass on the whole batch): those passes are what the optimizer asks for, not a batch split
         up.""" if closure_per_step >= 2 else "")
@@ -302,6 +325,7 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
                  "samples_per_step": round(samples_per_step, 1), "passes_per_step": round(passes_per_step, 1),
                  "closure_passes_per_step": round(closure_per_step, 1),
                  "double_backward_nodes_per_step": round(second_order, 1),
+                 "loss_calls_per_step": round(losses_per_step, 1),
                  "threshold_calls_per_step": MIN_OPS_PER_STEP, "threshold_per_call_us": MAX_US_PER_OP},
         est_gain=frac,
         gain_method=("upper bound: the forward and backward's share of the window; compilation removes the calls' "
@@ -378,6 +402,19 @@ def _inference(ctx: Context) -> Finding | None:
         fixes=fixes,
         doc_url=DOC,
     )
+
+
+def _loss_calls(ctx: Context, spans: list[iv.Intervals]) -> int:
+    """The main thread's loss-function calls (:data:`LOSS_OPS`) inside ``spans``, one nested in
+    another counted once."""
+    ev = ctx.trace.events
+    rows = np.flatnonzero(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane)
+                          & ctx.host_name_ids(LOSS_OPS.__contains__)[ev.name])
+    if not rows.size or not spans:
+        return 0
+    where = iv.union(np.concatenate([s[0] for s in spans]), np.concatenate([s[1] for s in spans]))
+    rows = rows[iv.contains(where, ev.ts_ns[rows])]
+    return int(np.count_nonzero(iv.outermost(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])[1])) if rows.size else 0
 
 
 def _outer_calls(ctx: Context, spans: list[iv.Intervals]) -> tuple[np.ndarray, int]:
