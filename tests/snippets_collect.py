@@ -135,6 +135,7 @@ def built_reports():
     yield "sync", analyze(td._sync_step_trace(20, 1_990).to_dict())
     yield "sync-gradscaler", analyze(td._scaler_step_trace().to_dict())
     yield "sync-gradscaler-rmsprop", analyze(td._scaler_step_trace(opt="RMSprop").to_dict())
+    yield "sync-gradscaler-bf16", analyze(td._scaler_step_trace(kernel="ampere_bf16_s16816gemm_bf16_128x128_nn").to_dict())
     for training in (True, False):
         yield f"loader-{training}", analyze(td._loader_trace(training).to_dict())
     yield "loader-cpu", analyze(td._loader_trace(True, False).to_dict())

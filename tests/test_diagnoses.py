@@ -540,7 +540,7 @@ def test_the_sampler_records_what_the_loading_threads_wanted():
     assert "main_demand" not in cpu_row(CpuTimes([(0, 0)], 0), CpuTimes([(1, 1)], 0), 1.0, 100, 1)
 
 
-def _scaler_step_trace(opt="Adam", scaler=True, cc=(8, 0)):
+def _scaler_step_trace(opt="Adam", scaler=True, cc=(8, 0), kernel="k_elementwise"):
     """Five 4 ms AMP steps: a 2 ms kernel launched at the step's start; GradScaler's unscale, then
     its found_inf read (``aten::item`` around a ``cudaStreamSynchronize`` that blocks until the
     kernel ends) right before ``Optimizer.step#Adam.step``; with ``scaler=False`` the same read is
@@ -549,7 +549,7 @@ def _scaler_step_trace(opt="Adam", scaler=True, cc=(8, 0)):
     for i in range(5):
         t = i * 4_000
         tb.step(i + 1, t, 4_000)
-        tb.kernel("k_elementwise", t + 10, 2_000, launch_ts=t + 1)
+        tb.kernel(kernel, t + 10, 2_000, launch_ts=t + 1)
         if scaler:
             tb.op("aten::_amp_foreach_non_finite_check_and_unscale_", t + 15, 4)
         tb.op("aten::item", t + 20, 1_995)
@@ -570,6 +570,20 @@ def test_gradscalers_own_sync_is_told_apart_and_fixed_with_a_fused_optimizer():
     assert "fused=True" in volta.fixes[0].code and "bfloat16" not in volta.fixes[1].code
     other = report(_scaler_step_trace(opt="RMSprop")).finding("host-sync")  # no fused step: the generic name
     assert "torch.optim.AdamW(model.parameters(), lr=lr, fused=True)   # Adam, AdamW" in other.fixes[0].code
+
+
+def test_a_gradscaler_beside_bf16_matmuls_is_told_to_go():
+    """Autocast to bfloat16 with a GradScaler copied from a float16 recipe: the scaler scales for
+    nothing (bf16 keeps fp32's exponent range) and syncs each step. fp16 matmuls keep it."""
+    bf16 = report(_scaler_step_trace(kernel="ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_nn"))
+    assert bf16.metrics.kernels.matmul_bf16_ms == 10.0 and bf16.metrics.kernels.matmul_fp16_ms == 0
+    f = bf16.finding("host-sync")
+    assert f.fixes[0].description.startswith("Drop the GradScaler: the matmuls already run in bfloat16")
+    assert "no scaler.scale" in f.fixes[0].code and not any("fused=True" in x.code for x in f.fixes)
+    fp16 = report(_scaler_step_trace(kernel="ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_64x3_nn"))
+    assert fp16.metrics.kernels.matmul_fp16_ms == 10.0
+    g = fp16.finding("host-sync")
+    assert "fused=True" in g.fixes[0].code and not g.fixes[0].description.startswith("Drop the GradScaler")
 
 
 def test_an_item_the_loop_reads_itself_is_not_gradscalers():

@@ -251,6 +251,7 @@ def _kernels(ctx: Context) -> KernelsMetrics:
     ev, m = ctx.trace.events, ctx.masks
     k = kernel_mask(ctx)
     dur = ev.dur_ns[k]
+    mm = m["name_matmul"][k]
     median_us = short_frac = None
     top: list[KernelMetrics] = []
     if dur.size:
@@ -270,18 +271,21 @@ def _kernels(ctx: Context) -> KernelsMetrics:
                           tensor_core_ms=_ms(dur[m["name_tensor_core"][k]].sum()),
                           matmul_ms=_ms(dur[m["name_matmul"][k]].sum()),
                           matmul_tensor_core_ms=_ms(dur[(m["name_matmul"] & m["name_tensor_core"])[k]].sum()),
-                          matmul_fp64_ms=_ms(fp64_matmul_ns(ctx.trace.names, ev.name[k], dur, m["name_matmul"][k])),
+                          matmul_fp64_ms=_ms(matmul_ns_saying(nm.says_fp64, ctx.trace.names, ev.name[k], dur, mm)),
+                          matmul_bf16_ms=_ms(matmul_ns_saying(nm.says_bf16, ctx.trace.names, ev.name[k], dur, mm)),
+                          matmul_fp16_ms=_ms(matmul_ns_saying(nm.says_fp16, ctx.trace.names, ev.name[k], dur, mm)),
                           short_kernel_us=SHORT_KERNEL_NS / 1000, graph_frac=graph_frac(ctx), top=top)
 
 
-def fp64_matmul_ns(names: list[str], ids: np.ndarray, dur: np.ndarray, matmul: np.ndarray) -> int:
+def matmul_ns_saying(says: Callable[[str], bool], names: list[str], ids: np.ndarray, dur: np.ndarray,
+                     matmul: np.ndarray) -> int:
     """Of the kernels named ``ids`` (lasting ``dur``, ``matmul`` where they are matmuls: the
-    window's kernels on the primary GPU), the time of the matmuls that compute in float64
-    (``names.says_fp64``, checked once per distinct matmul name)."""
+    window's kernels on the primary GPU), the time of the matmuls whose names ``says`` reads a dtype
+    in (``names.says_fp64``, ``says_bf16``, ``says_fp16``), checked once per distinct matmul name."""
     mm = distinct(ids[matmul])
-    fp64 = np.zeros(len(names), dtype=bool)
-    fp64[mm] = [nm.says_fp64(names[i]) for i in mm.tolist()]
-    return int(dur[fp64[ids]].sum())
+    flag = np.zeros(len(names), dtype=bool)
+    flag[mm] = [says(names[i]) for i in mm.tolist()]
+    return int(dur[flag[ids]].sum())
 
 
 def graph_frac(ctx: Context) -> float | None:

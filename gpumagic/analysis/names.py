@@ -250,6 +250,25 @@ def is_tensor_core(name: str) -> bool:
     return bool(_TENSOR_CORE.search(_low(name)))
 
 
+#: Matmul kernels whose names say 16-bit inputs: bfloat16 (cuBLAS ``ampere_bf16_s16816gemm_bf16_…``,
+#: ``sm90_xmma_gemm_bf16bf16_bf16f32_…``, cutlass ``…tensorop_bf16_s16816gemm…``, Composable Kernel
+#: ``…_bf16bf16bf16_…``) or float16 (cuBLAS ``ampere_fp16_s16816gemm_fp16_…``, Volta/Turing
+#: ``h884gemm``/``h1688gemm``/``h16816gemm``, ``f16f16`` types, ``__half``/``c10::Half`` templates).
+#: Many names say neither (Hopper's ``nvjet_…``, Tensile's ``Cijk_…``): they count in neither.
+BF16_MATMUL_RE = re.compile(r"(?i:bf16|bfloat16)")
+FP16_MATMUL_RE = re.compile(r"(?i:(?<!b)fp16|(?<!b)f16f16|_f16_|h884|h1688|h16816|__half\b|c10::Half)")
+
+
+def says_bf16(name: str) -> bool:
+    """The name of a kernel already known to be a matmul says it takes bfloat16 inputs."""
+    return bool(BF16_MATMUL_RE.search(_head(name)))
+
+
+def says_fp16(name: str) -> bool:
+    """The name of a kernel already known to be a matmul says it takes float16 inputs."""
+    return bool(FP16_MATMUL_RE.search(_head(name)))
+
+
 def says_fp64(name: str) -> bool:
     """The name of a kernel already known to be a matmul says it computes in float64."""
     return bool(FP64_MATMUL_RE.search(_head(name)))

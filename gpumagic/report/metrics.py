@@ -281,6 +281,10 @@ class KernelsMetrics(Record, frozen=True):
     top: Annotated[list[KernelMetrics], _d("the up to 15 kernel names with most time, largest first")]
     matmul_fp64_ms: Annotated[float, _d("summed duration of the matmul kernels that compute in float64 (ms; "
                                         "dgemm/zgemm/dgemv, f64/d884/dmma, double templates, Tensile _DB_)")] = 0.0
+    matmul_bf16_ms: Annotated[float, _d("summed duration of the matmul kernels whose names say bfloat16 inputs "
+                                        "(ms; bf16, bfloat16)")] = 0.0
+    matmul_fp16_ms: Annotated[float, _d("summed duration of the matmul kernels whose names say float16 inputs "
+                                        "(ms; fp16, f16f16, h884/h1688/h16816, __half)")] = 0.0
 
 
 class CopyGroupMetrics(Record, frozen=True):

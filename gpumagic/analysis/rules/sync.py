@@ -10,7 +10,7 @@ from gpumagic.analysis.metrics import cap_by_critical_path, harmful_syncs
 from gpumagic.analysis.optimizerimpl import optimizer_steps
 from gpumagic.analysis.rules.anomaly import anomaly_checks
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
-from gpumagic.report.metrics import Metrics, SyncMetrics
+from gpumagic.report.metrics import KernelsMetrics, Metrics, SyncMetrics
 from gpumagic.report.model import Finding, Fix
 
 #: gpumagic default: harmful syncs must block the host for ≥ 2 % of the window — about the
@@ -55,7 +55,7 @@ def host_sync(ctx: Context, m: Metrics) -> Finding | None:
     scaler = scaler_frac >= SCALER_SHARE
     fixes: tuple[Fix, ...] = (TRAINING_FIX if ctx.workload == "training" else INFERENCE_FIX,)
     if scaler:
-        fixes = (*_scaler_fixes(ctx), *fixes)
+        fixes = (*_scaler_fixes(ctx, m.kernels), *fixes)
     return finding(
         severity=severity_for(frac),
         title=f"Syncs block the host: {_top_sync(s)}",
@@ -175,9 +175,22 @@ def _grad_scaler_share(ctx: Context, harm: np.ndarray) -> float:
     return float(iv.measure_in(reads, start, end).sum()) / total if total else 0.0
 
 
-def _scaler_fixes(ctx: Context) -> tuple[Fix, ...]:
+#: The matmuls already run in bfloat16 when kernels naming bf16 hold this share of the time of those
+#: naming bf16 or fp16 (``metrics.kernels.matmul_bf16_ms``, ``matmul_fp16_ms``): GradScaler is then
+#: there for nothing (PyTorch's AMP examples scale gradients for float16, whose narrow exponent range
+#: underflows; bfloat16 keeps float32's).
+BF16_SHARE = 0.9
+
+
+def _scaler_fixes(ctx: Context, kernels: KernelsMetrics) -> tuple[Fix, ...]:
     """Fused optimizer (its class when the trace names one that has a fused step), and bf16
-    without a scaler where the device has bf16 tensor cores (compute capability 8.0)."""
+    without a scaler where the device has bf16 tensor cores (compute capability 8.0); where the
+    matmuls already run in bf16 (:data:`BF16_SHARE`), first: drop the scaler."""
+    half = kernels.matmul_bf16_ms + kernels.matmul_fp16_ms
+    if kernels.matmul_bf16_ms > 0 and kernels.matmul_bf16_ms >= BF16_SHARE * half:
+        return (pytorch("Drop the GradScaler: the matmuls already run in bfloat16, which keeps float32's exponent range "
+                        "and needs no loss scaling; the scaler only adds its unscale pass and the found_inf read",
+                        BF16_NO_SCALER_CODE),)
     classes = [c for c in optimizer_steps(ctx).classes if c in FUSABLE]
     cls = classes[0] if classes else "AdamW"
     note = "" if classes else "   # Adam, AdamW, SGD and Adagrad have fused=True"
@@ -188,13 +201,17 @@ optimizer = torch.optim.{cls}(model.parameters(), lr=lr, fused=True){note}""")
     cc = ctx.device_info.compute_capability if ctx.device_info is not None else None
     if not cc or cc < 8.0:
         return (fused,)
-    bf16 = pytorch("Or autocast to bfloat16, which needs no GradScaler (bf16 keeps fp32's exponent range)", """
+    bf16 = pytorch("Or autocast to bfloat16, which needs no GradScaler (bf16 keeps fp32's exponent range)",
+                   BF16_NO_SCALER_CODE)
+    return (fused, bf16)
+
+
+BF16_NO_SCALER_CODE = """
 with torch.autocast("cuda", dtype=torch.bfloat16):
     loss = loss_fn(model(x), y)
 loss.backward()            # no scaler.scale / scaler.step / scaler.update
 optimizer.step()
-optimizer.zero_grad()""")
-    return (fused, bf16)
+optimizer.zero_grad()"""
 
 
 def _anomaly_mode_syncs(ctx: Context, harm: np.ndarray) -> bool:
