@@ -477,6 +477,7 @@ def test_mistakes_a_profile_catches(run_notebook):
     every = [float(v) for v in re.search(r"each step: ([\d. ]+)", rebuilt).group(1).split()]
     assert min(every) > 0.95  # built every step: each update moves the median weight by about the learning rate
     assert "optimizer-state-reset — Every Adam update starts from empty optimizer state" in rebuilt
+    assert "the report's findings, in its order: optimizer-state-reset" in rebuilt  # the mistake before any speed-up
     kept = output_of(nb, "train_step(model, optimizer, x, y)\n")
     once = [float(v) for v in re.search(r"built once: +([\d. ]+)", kept).group(1).split()]
     assert once[0] > 0.95 and max(once[1:]) < 0.95  # built once: only its first update is that large
