@@ -10,7 +10,10 @@ autocast, alternated round by round, and the measured saving of FP32 (1 − FP32
 step) is printed beside the bound, which it must not exceed. The CPU's features as gpumagic
 records them are printed first. Numbers depend on the machine and on what else runs on it: this
 prints, it asserts nothing. ``--record DIR`` instead records the bundles tests/data keeps
-(``cpu_autocast_bf16.json.gz`` and ``cpu_autocast_fp32.json.gz``: the linear loop) and exits.
+(``cpu_autocast_bf16.json.gz`` and ``cpu_autocast_fp32.json.gz``: the linear loop;
+``cpu_model_half.json.gz``: the linear loop with the model cast to float16) and exits. Last, the
+linear loop with the model and its input cast with ``.half()`` (no autocast), profiled without
+``--shapes`` (the optimizer's parameters give the type), against FP32.
 
     python benchmarks/cpu_low_precision.py [--rounds 5] [--steps 5] [--record DIR]
 """
@@ -50,9 +53,13 @@ def _transformer():
 LOOPS = {"linear": _linear, "conv": _conv, "transformer": _transformer}
 
 
-def _step(kind: str, bf16: bool):
+def _step(kind: str, bf16: bool, half: bool = False):
+    """A step of loop ``kind``: in FP32, under bf16 autocast (``bf16``), or with the model and its
+    input cast to float16 (``half``: ``model.half()``, no autocast)."""
     torch.manual_seed(0)
     model, opt, x = LOOPS[kind]()
+    if half:
+        model, x = model.half(), x.half()
 
     def step():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -63,17 +70,17 @@ def _step(kind: str, bf16: bool):
     return step
 
 
-def profiled(kind: str, bf16: bool, path: str | None = None):
-    step = _step(kind, bf16)
+def profiled(kind: str, bf16: bool, path: str | None = None, half: bool = False):
+    step = _step(kind, bf16, half)
     with gpumagic.profile(steps=3, save=path, display=False) as run:
         for _ in range(5):
             step()
     return run.report
 
 
-def timed(kind: str, bf16: bool, steps: int) -> float:
+def timed(kind: str, bf16: bool, steps: int, half: bool = False) -> float:
     """Median step time (ms) of the plain loop."""
-    step = _step(kind, bf16)
+    step = _step(kind, bf16, half)
     step()
     out = []
     for _ in range(steps):
@@ -93,6 +100,8 @@ def main() -> None:
         for bf16, name in ((True, "cpu_autocast_bf16"), (False, "cpu_autocast_fp32")):
             profiled("linear", bf16, os.path.join(args.record, f"{name}.json.gz"))
             print("recorded", name)
+        profiled("linear", False, os.path.join(args.record, "cpu_model_half.json.gz"), half=True)
+        print("recorded cpu_model_half")
         return
     machine = machine_info()
     print(f"{machine['cpu_model']}; features {machine['cpu_flags']}; 16-bit support {support(machine)}; "
@@ -109,6 +118,15 @@ def main() -> None:
               f"  saved by FP32 {1 - fp32 / bf16:.3f}  rule's bound "
               f"{'(silent)' if bound is None else f'{bound:.3f}'}  [rounds: FP32 "
               f"{min(times[False]):.1f}–{max(times[False]):.1f}, bf16 {min(times[True]):.1f}–{max(times[True]):.1f} ms]")
+    f = profiled("linear", False, half=True).finding("cpu-low-precision-slow")  # no --shapes: the parameters tell
+    bound = None if f is None else f.est_gain
+    times = {False: [], True: []}
+    for _ in range(args.rounds):
+        for half in (False, True):
+            times[half].append(timed("linear", False, args.steps, half=half))
+    fp32, fp16 = statistics.median(times[False]), statistics.median(times[True])
+    print(f"linear, model.half(): FP32 {fp32:.1f} ms  float16 {fp16:.1f} ms  saved by FP32 {1 - fp32 / fp16:.3f}  "
+          f"rule's bound {'(silent)' if bound is None else f'{bound:.3f}'}")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

@@ -177,6 +177,36 @@ def test_the_recorded_loops():
     assert fp32.metrics.host.cpu_bf16 == "none"
 
 
+def test_a_model_cast_to_float16_is_read_from_its_parameters():
+    """tests/data/cpu_model_half.json.gz: the linear loop with model.half() on an AVX-512 CPU with
+    bfloat16 instructions and no float16 ones, recorded without --shapes: no autocast and no input
+    types, so it read nothing, though FP32 saved 0.952 of the step (181.6 → 8.7 ms). The optimizer's
+    parameters, all float16, tell. With float16 instructions, or the parameters in bfloat16 on this
+    CPU (native), it stays silent."""
+    import copy
+    import gzip
+    import json
+
+    path = os.path.join(DATA, "cpu_model_half.json.gz")
+    f = analyze(path).finding(ID)
+    n = f.evidence.numbers
+    assert n["params_16bit_frac"] == 1.0 and n["fp16_calls"] == n["autocast_calls"] == 0 and n["cpu_fp16"] == "none"
+    assert f.title.startswith("Float16 matrix work") and "are float16 (a model cast to 16 bits)" in f.evidence.summary
+    assert f.fixes[0].code.startswith("model = model.float()") and f.est_gain >= 0.952
+    with gzip.open(path, "rt") as fh:
+        raw = json.load(fh)
+    native = copy.deepcopy(raw)
+    native["gpumagic"]["machine"]["cpu_flags"] = SPR
+    assert analyze(native).finding(ID) is None
+    bf16 = copy.deepcopy(raw)
+    held = bf16["gpumagic"]["capture"]["optimizer_parameter_elements"]
+    bf16["gpumagic"]["capture"]["optimizer_parameter_elements"] = {"bfloat16": held["float16"]}
+    assert analyze(bf16).finding(ID) is None  # avx512_bf16: native here
+    half_of_it = copy.deepcopy(raw)
+    half_of_it["gpumagic"]["capture"]["optimizer_parameter_elements"] = {"float16": 10, "float32": 90}
+    assert analyze(half_of_it).finding(ID) is None  # a few 16-bit parameters are no model cast
+
+
 def test_a_capture_records_the_cpu_features_and_the_thread_count():
     torch = pytest.importorskip("torch")
     import gpumagic

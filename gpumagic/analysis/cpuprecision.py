@@ -67,6 +67,12 @@ DOUBLE_TYPES = frozenset({"double", "c10::complex<double>"})
 FLOAT_TYPES = frozenset({"float", "c10::BFloat16", "BFloat16", "c10::Half", "Half", "c10::complex<float>"})
 #: ``Input type`` strings of the 16-bit floats.
 LOW_TYPES = {"c10::BFloat16": "bf16", "BFloat16": "bf16", "c10::Half": "fp16", "Half": "fp16"}
+#: The optimizers' parameter dtypes as the capture names them (``capture.optimizer_parameter_elements``),
+#: for the 16-bit ones.
+PARAM_LOW = {"bfloat16": "bf16", "float16": "fp16"}
+#: A model cast to 16 bits (``model.half()``, ``.bfloat16()``): at least this share of the optimizers'
+#: parameter elements in one 16-bit type.
+MIN_PARAM_SHARE = 0.5
 X86 = frozenset({"x86_64", "amd64", "i386", "i686", "x86"})
 ARM = frozenset({"aarch64", "arm64", "armv8l"})
 
@@ -104,6 +110,10 @@ class LowPrecision:
     ops_ns: int = 0
     #: calls of PyTorch's generic convolution, which runs where oneDNN cannot take the dtype
     slow_conv_calls: int = 0
+    #: the 16-bit types holding at least :data:`MIN_PARAM_SHARE` of the optimizers' parameter elements
+    #: (a model cast to 16 bits, seen without ``--shapes``), and that share
+    param_types: tuple[str, ...] = ()
+    param_share: float = 0.0
 
     @property
     def calls(self) -> int:
@@ -111,9 +121,10 @@ class LowPrecision:
 
     @property
     def dtypes(self) -> tuple[str, ...]:
-        """The 16-bit types they ran in: from the recorded dtypes, else autocast's bf16 or fp16."""
+        """The 16-bit types they ran in: from the recorded dtypes, else the parameters' 16-bit type,
+        else autocast's bf16 or fp16."""
         typed = tuple(sorted(d for d, n in self.typed_calls.items() if n))
-        return typed or (("bf16", "fp16") if self.autocast_calls else ())
+        return typed or self.param_types or (("bf16", "fp16") if self.autocast_calls else ())
 
 
 def low_precision(ctx: Context) -> LowPrecision:
@@ -126,9 +137,23 @@ def _find(ctx: Context) -> LowPrecision:
     ops = ctx.events_in_window(m["cpu_op"] & m["host"])
     family = _compute_family(ctx, ops)
     compute = ctx.intervals(family)
+    types, share = _param_types(ctx)
     return LowPrecision(autocast_calls=autocast_calls(ctx, ops), typed_calls=_typed(ctx),
                         compute_ns=iv.total(compute), compute=compute, ops_ns=iv.total(ctx.intervals(ops)),
-                        slow_conv_calls=int((ops & ctx.trace.name_ids(lambda n: n in SLOW_CONV)[ev.name]).sum()))
+                        slow_conv_calls=int((ops & ctx.trace.name_ids(lambda n: n in SLOW_CONV)[ev.name]).sum()),
+                        param_types=types, param_share=share)
+
+
+def _param_types(ctx: Context) -> tuple[tuple[str, ...], float]:
+    """The 16-bit type holding most of the optimizers' parameter elements, when it holds at least
+    :data:`MIN_PARAM_SHARE` of them, and its share; nothing without the capture's record."""
+    held = meta_block(ctx.trace.meta, "capture").get("optimizer_parameter_elements")
+    if not isinstance(held, dict) or not all(type(v) is int and v >= 0 for v in held.values()):
+        return (), 0.0
+    total = sum(held.values())
+    low = {PARAM_LOW[k]: v / total for k, v in held.items() if k in PARAM_LOW and total}
+    best = max(low, key=low.__getitem__, default=None)
+    return ((best,), round(low[best], 4)) if best is not None and low[best] >= MIN_PARAM_SHARE else ((), 0.0)
 
 
 @dataclass(frozen=True)

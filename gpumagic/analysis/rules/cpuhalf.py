@@ -30,7 +30,9 @@ MEASURED = ("8× slower for a transformer encoder, 12–15× for two linear laye
 def cpu_low_precision_slow(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: a CPU-only trace whose matrix operators ran in bfloat16 or float16 — autocast's
     casts inside ``aten::linear``/``aten::conv2d``... calls, or 16-bit input dtypes recorded with
-    ``--shapes`` (``analysis.cpuprecision``), in at least 2 calls — on a CPU whose recorded
+    ``--shapes`` (``analysis.cpuprecision``), in at least 2 calls, or at least half of the
+    optimizers' parameter elements in one 16-bit type (``capture.optimizer_parameter_elements``: a
+    model cast with ``.half()`` or ``.bfloat16()``, seen without ``--shapes``) — on a CPU whose recorded
     features (``machine.cpu_flags``, a gpumagic capture) compute none of those types natively:
     x86 without AVX512_BF16/AMX-BF16 for bfloat16 (with AVX-512 alone oneDNN converts to FP32;
     with AVX2 PyTorch runs generic kernels), without AVX512_FP16/AMX-FP16 for float16; Arm
@@ -49,7 +51,8 @@ def cpu_low_precision_slow(ctx: Context, m: Metrics) -> Finding | None:
     support = machine_support(ctx)
     lp = low_precision(ctx)
     dtypes = lp.dtypes
-    if lp.calls < MIN_CALLS or not dtypes or any(support.get(d) in (None, "native") for d in dtypes):
+    if (lp.calls < MIN_CALLS and not lp.param_types) or not dtypes or any(support.get(d) in (None, "native")
+                                                                          for d in dtypes):
         return None
     matrix = ctx.frac(lp.compute_ns)
     if matrix < MIN_GAIN:
@@ -65,6 +68,9 @@ def cpu_low_precision_slow(ctx: Context, m: Metrics) -> Finding | None:
     typed = ", ".join(f"{n} with {NAMES[d]} inputs" for d, n in sorted(lp.typed_calls.items()) if n)
     if typed:
         seen = (seen + "; " if seen else "") + f"the recorded input types show {typed}"
+    if lp.param_types and not typed:
+        seen = ((seen + "; " if seen else "") + f"{pct(lp.param_share)} of the optimizer's parameter elements are "
+                f"{NAMES[lp.param_types[0]]} (a model cast to 16 bits)")
     slow_conv = lp.slow_conv_calls
     emulated = [d for d in dtypes if support.get(d) == "emulated"]
     cpu = str(machine.get("cpu_model") or "this CPU")
@@ -89,13 +95,14 @@ def cpu_low_precision_slow(ctx: Context, m: Metrics) -> Finding | None:
                  "fp16_calls": lp.typed_calls.get("fp16", 0), "matrix_ops_frac": round(matrix, 4),
                  "host_ops_frac": round(gain, 4),
                  "cpu_bf16": support.get("bf16"), "cpu_fp16": support.get("fp16"), "cpu_flags": " ".join(flags),
-                 "slow_conv_calls": slow_conv},
+                 "slow_conv_calls": slow_conv, "params_16bit_frac": lp.param_share},
         windows=windows(lp.compute[0], lp.compute[1], "cpu", label="matrix operators"),
         est_gain=gain,
         gain_method=("upper bound: the share of the window in host operators, counted once, as if FP32 made them "
                      "free (under autocast every operator works on 16-bit tensors or casts between the types, not "
                      f"only the matrix ones, which take matrix_ops_frac); measured {MEASURED} in bf16"),
-        fixes=_fixes(bool(lp.autocast_calls), sum(lp.typed_calls.values()) > 0 and not lp.autocast_calls,
+        fixes=_fixes(bool(lp.autocast_calls),
+                     (sum(lp.typed_calls.values()) > 0 or bool(lp.param_types)) and not lp.autocast_calls,
                      ctx.workload == "training"),
         doc_url=DOC,
     )
