@@ -16,7 +16,8 @@
   dataset normalized once before the loop and indexed (the fix).
 
 ``--record DIR`` instead records the bundles tests/data keeps (``cpu_loop_random_inputs.json.gz``,
-the drawing loop; ``cpu_loop_prepare.json.gz``, the preparing one) and exits.
+the drawing loop; ``cpu_loop_prepare.json.gz``, the preparing one; ``cpu_loop_from_lists.json.gz``,
+a linear layer trained on a list of lists converted with ``torch.tensor`` each step) and exits.
 
 Each pair is timed in alternated rounds (``steptime.alternated``: a machine that slows down slows
 both); the medians and their ratio are printed with the load average. Numbers depend on the
@@ -107,6 +108,25 @@ def random_pair(rows: int):
     return {"drawn each step": drawn, "pool drawn once": pooled}
 
 
+def lists_loop():
+    """The loop tests/data/cpu_loop_from_lists.json.gz records: a linear layer (64 → 4, SGD) trained on
+    a 256 × 64 list of floats and its labels, turned into tensors with ``torch.tensor`` every step."""
+    random.seed(0)
+    torch.manual_seed(0)
+    data = [[random.random() for _ in range(64)] for _ in range(256)]
+    labels = [random.randrange(4) for _ in range(256)]
+    model = torch.nn.Linear(64, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step():
+        x, y = torch.tensor(data), torch.tensor(labels)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return step
+
+
 def prepare_pair(rows: int):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(784, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
@@ -147,7 +167,8 @@ def main() -> None:
                       os.path.join(args.record, "cpu_loop_random_inputs.json.gz"))
         profile_steps(prepare_pair(args.images)["prepared each step"], 8,
                       os.path.join(args.record, "cpu_loop_prepare.json.gz"))
-        print("recorded cpu_loop_random_inputs, cpu_loop_prepare")
+        profile_steps(lists_loop(), 4, os.path.join(args.record, "cpu_loop_from_lists.json.gz"))
+        print("recorded cpu_loop_random_inputs, cpu_loop_prepare, cpu_loop_from_lists")
         return
     print(f"torch {torch.__version__}; {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
     loops, tensors = ema_pair(args.blocks)
