@@ -55,7 +55,7 @@ def metrics(ctx: Context) -> CompileMetrics | None:
 #: Guards that dynamo relaxes after their first failure when ``dynamic=None`` (automatic dynamic
 #: shapes, PyTorch's "Dealing with Recompilations"): a tensor's size along one dimension, and an
 #: integer argument (dynamo specialises ints at first, ``n == 0``; a bool is not made dynamic).
-_SIZE = re.compile(r"tensor '(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])?' size mismatch at index (?P<dim>\d+)")
+SIZE_GUARD = re.compile(r"tensor '(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])?' size mismatch at index (?P<dim>\d+)")
 _INT = re.compile(r"^(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])? == -?\d+(?:\s|$)")
 
 
@@ -89,7 +89,7 @@ def _first_changes(runs: list[list[dict[str, Any]]]) -> int:
         subjects = set()
         for r in run:
             reason = str(r.get("reason", ""))
-            m = _SIZE.search(reason) or _INT.search(reason)
+            m = SIZE_GUARD.search(reason) or _INT.search(reason)
             if m is not None:
                 subjects.add((r.get("file"), r.get("line"), m.group("name"), m.groupdict().get("dim")))
         new = subjects - seen

@@ -144,11 +144,21 @@ def _find(ctx: Context) -> LowPrecision:
                         param_types=types, param_share=share)
 
 
+def _parameter_elements(ctx: Context) -> dict[str, int] | None:
+    """The optimizers' parameter elements by dtype as the capture recorded them
+    (``capture.optimizer_parameter_elements``, ``{"float32": n, ...}``); None when not recorded or
+    not valid."""
+    held = meta_block(ctx.trace.meta, "capture").get("optimizer_parameter_elements")
+    if not isinstance(held, dict) or not all(type(v) is int and v >= 0 for v in held.values()):
+        return None
+    return held
+
+
 def _param_types(ctx: Context) -> tuple[tuple[str, ...], float]:
     """The 16-bit type holding most of the optimizers' parameter elements, when it holds at least
     :data:`MIN_PARAM_SHARE` of them, and its share; nothing without the capture's record."""
-    held = meta_block(ctx.trace.meta, "capture").get("optimizer_parameter_elements")
-    if not isinstance(held, dict) or not all(type(v) is int and v >= 0 for v in held.values()):
+    held = _parameter_elements(ctx)
+    if held is None:
         return (), 0.0
     total = sum(held.values())
     low = {PARAM_LOW[k]: v / total for k, v in held.items() if k in PARAM_LOW and total}
@@ -179,9 +189,9 @@ def float64(ctx: Context) -> Float64:
 
 
 def _find_float64(ctx: Context) -> Float64:
-    held = meta_block(ctx.trace.meta, "capture").get("optimizer_parameter_elements")
+    held = _parameter_elements(ctx)
     frac = None
-    if isinstance(held, dict) and all(type(v) is int and v >= 0 for v in held.values()):
+    if held is not None:
         total = sum(held.values())
         frac = held.get("float64", 0) / total if total else None
     doubles = floats = 0

@@ -371,6 +371,5 @@ def checklist_order(findings: list[Finding]) -> str:
     mistakes = next((i for i, f in enumerate(findings) if f.id not in MISTAKES), len(findings))
     rest = findings[mistakes:]
     warmup = len(rest) > 1 and rest[0].id == "warmup-in-window" and rest[0].est_gain == 0
-    first = [name for name, leads in (("mistakes", mistakes and rest), ("warm-up", warmup)) if leads]
-    return " then ".join([f"{first[0]} first,", *(f"{name}," for name in first[1:]), "biggest gain"]) if first \
-        else "biggest gain first"
+    leads = (["mistakes"] if mistakes and rest else []) + (["warm-up"] if warmup else [])
+    return ", then ".join([f"{leads[0]} first", *leads[1:], "biggest gain"]) if leads else "biggest gain first"

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
+from gpumagic.analysis.compile import SIZE_GUARD
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import CompileMetrics, CompileReason, Metrics
@@ -28,13 +27,12 @@ print(explanation)"""
 DYNAMIC_CODE = """
 # Compile shape-generic code up front instead of recompiling when a size changes
 compiled = torch.compile(model, dynamic=True)"""
-_SIZE_GUARD = re.compile(r"tensor '(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])?' size mismatch at index (?P<dim>\d+)")
 
 
 def _fixes(c: CompileMetrics) -> list[Fix]:
     """``mark_dynamic`` on the first size guard that failed, then ``dynamic=True``."""
     fixes: list[Fix] = []
-    size = next((g for g in (_SIZE_GUARD.search(r.reason) for r in c.recompile_reasons) if g), None)
+    size = next((g for g in (SIZE_GUARD.search(r.reason) for r in c.recompile_reasons) if g), None)
     if size is not None:
         name, dim = size.group("name"), size.group("dim")
         fixes.append(pytorch(
@@ -47,10 +45,9 @@ def _fixes(c: CompileMetrics) -> list[Fix]:
     return fixes
 
 
-def _first_changes(ctx: Context, c: CompileMetrics) -> Finding:
+def _first_changes(c: CompileMetrics, share: float) -> Finding:
     """Every recompilation met a size (or integer) changing for the first time: dynamo compiled
-    it as dynamic and will not recompile for it again."""
-    share = min(1.0, c.compile_ms * 1e6 / ctx.window_ns)
+    it as dynamic and will not recompile for it again. ``share``: the window's compile share."""
     n = c.recompiles
     quoted = "; ".join(f"{_where(r)}: {r.reason}" for r in c.recompile_reasons[:QUOTED])
     return finding(
@@ -142,12 +139,12 @@ def recompiles(ctx: Context, m: Metrics) -> Finding | None:
     c = m.compile
     if c is None or c.recompiles < 1:
         return None
+    share = min(1.0, c.compile_ms * 1e6 / ctx.window_ns)
     if c.recompiles_first_change >= c.recompiles:
-        return _first_changes(ctx, c)
+        return _first_changes(c, share)
     top = c.recompile_reasons[:QUOTED]
     quoted = "; ".join(f"{_where(r)}: {r.reason}" + (f" ({r.count}×)" if r.count > 1 else "") for r in top)
     fixes = _fixes(c)
-    share = min(1.0, c.compile_ms * 1e6 / ctx.window_ns)
     return finding(
         severity=severity_for(share) if share > 0 else "low",
         title=f"torch.compile recompiled {c.recompiles} time(s)",

@@ -77,10 +77,8 @@ loss = loss_fn(model(x), y)   # the mean over the batch: the gradient of the sum
 loss.backward()               # (a loop that added the losses undivided: loss_fn with reduction="sum")
 optimizer.step()
 """
-#: Backward passes that start inside an optimizer step (``Optimizer.step#<Class>.step``) are the
-#: optimizer's own closure evaluations (``optimizer.step(closure)``: LBFGS evaluates the loss and
-#: its gradient up to ``max_iter`` times a step, each on the whole batch): not a batch split into
-#: samples, and not counted as passes a step.
+#: Where torch.compile is no fix (a double backward): more samples a step, the same fixed cost per
+#: call spread over more work.
 MORE_WORK_CODE = """
 # more samples a step: each operator call works on a larger tensor for the same fixed cost
 loader = torch.utils.data.DataLoader(dataset, batch_size=8 * batch_size, shuffle=True)
@@ -117,11 +115,6 @@ task_losses.sum().backward()   # the same gradients as the loop over tasks, from
 optimizer.step()
 """
 
-#: PyTorch's fused recurrent layers (``nn.RNN``/``LSTM``/``GRU``). On the CPU, without a oneDNN
-#: kernel for the case, the layer's one operator runs each time step as separate small operators
-#: (and autograd records a node for each of them): the calls are inside the fused layer already,
-#: and torch.compile keeps the layer as one call to the same operator. Where these hold at least
-#: :data:`MIN_FUSED_SHARE` of the forward's calls, neither fix applies.
 #: The loss functions of ``torch.nn.functional`` as the profiler names their operators
 #: (native_functions.yaml); ``cross_entropy`` calls ``nll_loss`` inside its own call, counted once.
 LOSS_OPS = frozenset({"aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss_nd", "aten::mse_loss",
@@ -130,6 +123,11 @@ LOSS_OPS = frozenset({"aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_l
                       "aten::soft_margin_loss", "aten::multilabel_margin_loss", "aten::multi_margin_loss",
                       "aten::margin_ranking_loss", "aten::hinge_embedding_loss", "aten::cosine_embedding_loss",
                       "aten::triplet_margin_loss", "aten::ctc_loss"})
+#: PyTorch's fused recurrent layers (``nn.RNN``/``LSTM``/``GRU``). On the CPU, without a oneDNN
+#: kernel for the case, the layer's one operator runs each time step as separate small operators
+#: (and autograd records a node for each of them): the calls are inside the fused layer already,
+#: and torch.compile keeps the layer as one call to the same operator. Where these hold at least
+#: :data:`MIN_FUSED_SHARE` of the forward's calls, neither fix applies.
 FUSED_RECURRENT = frozenset({"aten::gru", "aten::lstm", "aten::rnn_tanh", "aten::rnn_relu"})
 MIN_FUSED_SHARE = 0.5
 #: benchmarks/op_overhead.py, the GRU case (hidden 64, 20 time steps, Adam), unprofiled.
@@ -408,27 +406,29 @@ def _loss_calls(ctx: Context, spans: list[iv.Intervals]) -> int:
     """The main thread's loss-function calls (:data:`LOSS_OPS`) inside ``spans``, one nested in
     another counted once."""
     ev = ctx.trace.events
-    rows = np.flatnonzero(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane)
-                          & ctx.host_name_ids(LOSS_OPS.__contains__)[ev.name])
-    if not rows.size or not spans:
-        return 0
-    where = iv.union(np.concatenate([s[0] for s in spans]), np.concatenate([s[1] for s in spans]))
-    rows = rows[iv.contains(where, ev.ts_ns[rows])]
+    rows = _main_ops_in(ctx, spans, ctx.host_name_ids(LOSS_OPS.__contains__)[ev.name])
     return int(np.count_nonzero(iv.outermost(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])[1])) if rows.size else 0
+
+
+def _main_ops_in(ctx: Context, spans: list[iv.Intervals], mask: np.ndarray | None = None) -> np.ndarray:
+    """Rows of the main thread's operators (among ``mask``, when given) that start inside ``spans``."""
+    ev = ctx.trace.events
+    ops = ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane)
+    rows = np.flatnonzero(ops if mask is None else ops & mask)
+    if not rows.size or not spans:
+        return rows[:0]
+    where = iv.union(np.concatenate([s[0] for s in spans]), np.concatenate([s[1] for s in spans]))
+    inside: np.ndarray = rows[iv.contains(where, ev.ts_ns[rows])]
+    return inside
 
 
 def _outer_calls(ctx: Context, spans: list[iv.Intervals]) -> tuple[np.ndarray, int]:
     """(per name id, the calls made by the main thread's outermost operators of that name inside
     ``spans``, their own and those nested in them; all the calls inside ``spans``)."""
     ev = ctx.trace.events
-    none = np.zeros(len(ctx.trace.names))
-    rows = np.flatnonzero(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane))
-    if not rows.size or not spans:
-        return none, 0
-    where = iv.union(np.concatenate([s[0] for s in spans]), np.concatenate([s[1] for s in spans]))
-    rows = rows[iv.contains(where, ev.ts_ns[rows])]
+    rows = _main_ops_in(ctx, spans)
     if not rows.size:
-        return none, 0
+        return np.zeros(len(ctx.trace.names)), 0
     order, outer = iv.outermost(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])
     rows = rows[order]
     group = np.cumsum(outer) - 1

@@ -109,15 +109,17 @@ def judged_classes(ctx: Context) -> frozenset[str]:
 def _judged(ctx: Context) -> frozenset[str]:
     classes = optimizer_steps(ctx).classes
     out = {c for c in classes if c in FUSED_ON_CPU}
-    for c in (c for c in classes if c in FOREACH_ON_CPU):
+    foreach = [c for c in classes if c in FOREACH_ON_CPU]
+    if not foreach:
+        return frozenset(out)
+    ev = ctx.trace.events
+    momentum = np.flatnonzero(ctx.events_in_window(ctx.masks["cpu_op"] & ctx.masks["host"]
+                                                   & ctx.host_name_ids(lambda n: n == MOMENTUM_OP)[ev.name]))
+    for c in foreach:
         steps = optimizer_steps(ctx, frozenset({c}))
-        ev = ctx.trace.events
-        ops = ctx.events_in_window(ctx.masks["cpu_op"] & ctx.masks["host"]
-                                   & ctx.host_name_ids(lambda n: n == MOMENTUM_OP)[ev.name])
-        rows = np.flatnonzero(ops)
         # the steps' own time (closures left out) holds the momentum updates
-        if steps.impl == "for-loop" and rows.size and \
-                np.count_nonzero(iv.contains(steps.intervals, ev.ts_ns[rows])) >= steps.calls:
+        if steps.impl == "for-loop" and momentum.size and \
+                np.count_nonzero(iv.contains(steps.intervals, ev.ts_ns[momentum])) >= steps.calls:
             out.add(c)
     return frozenset(out)
 
