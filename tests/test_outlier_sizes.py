@@ -4,8 +4,12 @@ its record fix records the shapes."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import os
+
 import everystep_blocks as blocks
-from tracebuilder import TraceBuilder
+from tracebuilder import DATA, TraceBuilder
 
 from gpumagic import analyze
 
@@ -40,3 +44,32 @@ def test_no_sentence_when_the_steps_called_different_operators_or_took_alike():
         "step-outliers").evidence.summary  # the long step did more: something else ran in it
     assert "called the same" not in analyze(_bundle([10_000, 11_000, 12_000], [50, 50, 50])).finding(
         "step-outliers").evidence.summary  # steps alike: the recorded window shows no such spread
+
+
+def _contended_with_a_late_outlier(event=None):
+    """The loop recorded beside two spinning processes (tests/data/cpu_contended.json.gz), its
+    step timer carried on for 20 more steps of 30 ms, one of them 400 ms (with ``event`` beside it,
+    or nothing)."""
+    with gzip.open(os.path.join(DATA, "cpu_contended.json.gz"), "rt") as fh:
+        d = json.load(fh)
+    es = d["gpumagic"]["every_step"]
+    for i in range(20):
+        es["start_ms"].append(es["start_ms"][-1] + es["step_ms"][-1] + 0.01)
+        es["step_ms"].append(400.0 if i == 12 else 30.0)
+    if event is not None:
+        es["events"] = [{"kind": event, "start_ms": es["start_ms"][-8] + 1, "dur_ms": 380.0, "detail": ""}]
+    return d
+
+
+def test_unexplained_outliers_on_a_busy_machine_are_low_and_say_so():
+    """Nothing in the process explains the slow step and the neighbours took cores while recording:
+    host-contended tells that story; the outlier is listed, low, "on a busy machine"."""
+    r = analyze(_contended_with_a_late_outlier())
+    f = r.finding("step-outliers")
+    assert r.finding("host-contended") is not None
+    assert f.severity == "low" and f.title.endswith(", on a busy machine"), (f.severity, f.title)
+    assert "may have waited for the neighbours" in f.evidence.summary
+    # a garbage collection explains it: the loop's own pause, judged by its share as on a quiet machine
+    g = analyze(_contended_with_a_late_outlier("gc")).finding("step-outliers")
+    assert g.evidence.numbers["explained_by_gc"] == 1
+    assert g.severity == "high" and not g.title.endswith("busy machine")

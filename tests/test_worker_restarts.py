@@ -122,3 +122,19 @@ def test_the_recorded_loop():
     r = analyze(os.path.join(DATA, "cpu_loader_restarts.json.gz"))
     f = r.finding(ID)
     assert f is not None and f.evidence.numbers["starts"] >= 1 and 0.3 <= f.est_gain <= 0.8
+
+
+def test_a_later_epochs_restart_explains_its_slow_step():
+    """The same recording: the step timer ran on after the eight recorded steps, and the step that
+    began the fourth epoch took 74 ms against a median of 3. The timer saw the old workers stop and
+    the new ones start (until their first batch) inside it: step-outliers names that and keeps the
+    workers, where it once said "nothing gpumagic watches" and offered to record the step."""
+    r = analyze(os.path.join(DATA, "cpu_loader_restarts.json.gz"))
+    assert not r.metrics.host.shared_machine  # the exited workers' CPU is the loop's own (sample column reaped)
+    f = r.finding("step-outliers")
+    assert f.evidence.numbers["explained_by_loader"] == f.evidence.numbers["outliers"] >= 1
+    assert "the DataLoader's workers stopping and starting (a new epoch)" in f.evidence.summary
+    [fix] = f.fixes
+    assert "num_workers=2, persistent_workers=True" in fix.code and not fix.diagnostic  # the two it started
+    compile(fix.code, "<fix>", "exec")
+    assert f.doc_url.endswith("#torch.utils.data.DataLoader")

@@ -3,7 +3,8 @@
 The capture's step timer (:mod:`gpumagic.capture.everystep`) writes the bundle's ``every_step``
 block: each optimizer step's duration and start (ms from the timer's start), which steps were
 recorded, how many leading steps ran under the profiler, and the events it saw beside them
-(garbage collections, ``torch.save``, compilations, evaluation). The block comes from a file, so
+(garbage collections, ``torch.save``, compilations, evaluation, a DataLoader's workers
+starting until their first batch). The block comes from a file, so
 it is checked before use; a block that does not fit is left out with a note.
 
 An outlier is a judged step — not the first (warm-up), not one that ran under the profiler (its
@@ -45,7 +46,7 @@ MIN_EXCESS_MS = 20.0
 MIN_JUDGED = 5
 #: At most this many outliers are listed (the longest).
 MAX_OUTLIERS = 50
-KINDS = ("gc", "torch.save", "compile", "eval")
+KINDS = ("gc", "torch.save", "compile", "eval", "loader")
 
 
 def fields(ctx: Context) -> dict[str, Any]:

@@ -15,7 +15,15 @@ it notes, with their times:
 - ``torch.compile`` compilations and recompilations, through dynamo's compile callbacks
   (``torch._dynamo.callback.callback_handler``), registered once ``torch._dynamo`` is loaded;
 - a switch to evaluation mode, ``Module.eval()`` (``Module.train(False)``), the start of an
-  evaluation loop, and the switch back (``Module.train`` is wrapped likewise).
+  evaluation loop, and the switch back (``Module.train`` is wrapped likewise);
+- a DataLoader starting its worker processes (``DataLoader._get_iterator`` of a loader with
+  ``num_workers > 0``: every epoch without ``persistent_workers=True``), from the call until the
+  new iterator's first batch is in (the workers set up and make it while the loop waits), and
+  stopping them (``_MultiProcessingDataLoaderIter._shutdown_workers`` on an iterator whose
+  workers still run: the end of each such epoch joins them).
+  The iterator's ``_next_data`` is wrapped on that one instance for its first call only, through a
+  weak reference, so no batch after the first pays anything and the iterator's shutdown of its
+  workers is not held up by a reference cycle.
 
 Times are ``time.perf_counter_ns()``; the bundle holds them in ms from the timer's start. A
 step's duration runs from the end of gpumagic's work in the previous step's hook to the start of
@@ -30,6 +38,7 @@ import gc
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 #: Collections shorter than this (ns) are not kept: young-generation collections run every few
@@ -63,7 +72,9 @@ class StepTimer:
         self._compile_starts: dict[str, int] = {}
         self._eval_started: int | None = None
         self._train_depth = 0
-        self._lock = threading.Lock()
+        # re-entrant: a garbage collection can run a callback (or an iterator's __del__) that adds an
+        # event while this thread is adding one
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------------- install
     def install(self) -> StepTimer:
@@ -74,6 +85,7 @@ class StepTimer:
         if torch is not None:
             self._wrap_save(torch)
             self._wrap_train(torch)
+            self._wrap_loader()
         if "torch._dynamo" in sys.modules:  # never imported here: loading dynamo takes seconds
             self._watch_dynamo()
         return self
@@ -179,6 +191,67 @@ class StepTimer:
                     timer._mode(bool(mode))
 
         self._patch(module_cls, "train", original, train)
+
+    def _wrap_loader(self) -> None:
+        data = sys.modules.get("torch.utils.data")
+        loader_cls = getattr(data, "DataLoader", None)
+        original = None if loader_cls is None else loader_cls.__dict__.get("_get_iterator")
+        if not callable(original):
+            return
+        timer = self
+
+        @functools.wraps(original)
+        def _get_iterator(loader: Any) -> Any:
+            workers = getattr(loader, "num_workers", 0)
+            if not isinstance(workers, int) or workers <= 0:
+                return original(loader)
+            start = time.perf_counter_ns()
+            it = original(loader)
+            timer._until_first_batch(it, start, f"{workers} worker(s)")
+            return it
+
+        self._patch(loader_cls, "_get_iterator", original, _get_iterator)
+        iter_cls = getattr(sys.modules.get("torch.utils.data.dataloader"), "_MultiProcessingDataLoaderIter", None)
+        shutdown = None if iter_cls is None else iter_cls.__dict__.get("_shutdown_workers")
+        if not callable(shutdown):
+            return
+
+        @functools.wraps(shutdown)
+        def _shutdown_workers(it: Any) -> Any:
+            live = getattr(it, "_shutdown", True) is False  # a second call (its __del__) stops nothing
+            start = time.perf_counter_ns()
+            try:
+                return shutdown(it)
+            finally:
+                if live:
+                    timer._event("loader", start, time.perf_counter_ns(), "workers stopped")
+
+        self._patch(iter_cls, "_shutdown_workers", shutdown, _shutdown_workers)
+
+    def _until_first_batch(self, it: Any, start: int, detail: str) -> None:
+        """A ``loader`` event from ``start`` to the end of ``it``'s first batch (``__next__`` calls
+        ``self._next_data()``, an attribute lookup an instance attribute answers); at once if the
+        iterator cannot be wrapped."""
+        method = getattr(type(it), "_next_data", None)  # the class's function: a bound method would hold `it`
+        try:
+            ref = weakref.ref(it)
+        except TypeError:
+            ref = None
+        if not callable(method) or ref is None or not hasattr(it, "__dict__"):
+            self._event("loader", start, time.perf_counter_ns(), detail)
+            return
+        timer = self
+
+        def first_batch() -> Any:
+            owner = ref()
+            try:
+                return method(owner)
+            finally:
+                if owner is not None:
+                    owner.__dict__.pop("_next_data", None)  # later batches go straight to the method
+                timer._event("loader", start, time.perf_counter_ns(), detail)
+
+        it._next_data = first_batch
 
     def _mode(self, training: bool) -> None:
         now = time.perf_counter_ns()

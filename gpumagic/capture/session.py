@@ -134,7 +134,6 @@ class CaptureSession:
         if not cuda:
             self.notes.append(NO_CUDA_NOTE)
         self._start_samplers(cuda)
-        self._start_stages()
         self._intra_op_threads = _intra_op_threads(torch)
         self._recorder = TorchRecorder(self.options, cuda)
         self._anchor_ns = self._recorder.start()
@@ -145,6 +144,9 @@ class CaptureSession:
         self.state = "recording"
         self._timer = StepTimer()  # every step of the cell, timestamps only (removed at teardown)
         self._timer.install()
+        # after the timer: both wrap DataLoader._get_iterator, and the stages' timers, stopped first
+        # (when recording ends), put back the timer's wrapper, which sees the cell's later epochs
+        self._start_stages()
         self._hook = OptimizerStepHook(self._on_step)
         self._hook.install()
         if self.options.first_recorded_step == 0:  # after the hooks: the first step is the code's time only

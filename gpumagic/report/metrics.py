@@ -157,8 +157,9 @@ class StepCause(Record, frozen=True):
     """Something gpumagic saw run during a step."""
 
     kind: Annotated[str, _d("'gc' (a Python garbage collection), 'torch.save', 'compile' (torch.compile compiling "
-                            "or recompiling) or 'eval' (an evaluation loop: a module in evaluation mode with no "
-                            "optimizer step before it left it)")]
+                            "or recompiling), 'eval' (an evaluation loop: a module in evaluation mode with no "
+                            "optimizer step before it left it) or 'loader' (a DataLoader starting its worker "
+                            "processes, until their first batch: each epoch without persistent_workers)")]
     ms: Annotated[float, _d("how long it ran inside the step (ms)")]
     detail: Annotated[str, _d("what gpumagic knows of it (a collection's generation, a compile id)")]
 

@@ -530,8 +530,9 @@ def verdict(data: dict[str, Any], tolerance: float = SAME_STEP_TOLERANCE) -> str
     shown = stats.fmt_speedup(stats.speedup_of(ratio), interval)
     factor = data.get("contention_factor")
     if data["change"] == stats.NO_CLEAR_CHANGE and factor is not None and not interval[0] <= 1 <= interval[1]:
-        return (f"No clear change: the median step changed by {change_pct:+.1f} % (speed-up interval "
-                f"{shown.split('(')[-1].rstrip(')')}), but the machine was busy, and it moved one run's own steps "
+        # shown reads "2.9× slower (2–7×)": the interval in the direction it names
+        return (f"No clear change: the median step changed by {change_pct:+.1f} % ({shown.replace(' (', ', 95 % interval ')}"
+                f", but the machine was busy, and it moved one run's own steps "
                 f"{_times(factor)}× (90th percentile over 10th) apart.")
     if data["change"] == stats.NO_CLEAR_CHANGE:
         return (f"No clear change: the median step changed by {change_pct:+.1f} %; the 95 % interval of the speed-up "

@@ -11,11 +11,14 @@ from __future__ import annotations
 import gc
 import json
 import time
+import weakref
 
 import everystep_blocks as blocks
 import pytest
 import torch
 from IPython.utils.capture import capture_output
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter as WorkersIter
 
 from gpumagic import analyze
 from gpumagic.analysis import everystep as es
@@ -63,14 +66,70 @@ def test_a_cell_of_30_steps_flags_the_step_that_slept(shell, tmp_path):
 
 def test_the_timer_puts_back_what_it_wrapped(train):
     save, module_train, callbacks = torch.save, torch.nn.Module.train, list(gc.callbacks)
+    start, stop = DataLoader.__dict__["_get_iterator"], WorkersIter.__dict__["_shutdown_workers"]
     session = CaptureSession(CaptureOptions(nvml=False, cpu=False))
     session.start()
     assert torch.save is not save and torch.nn.Module.train is not module_train
+    assert DataLoader.__dict__["_get_iterator"] is not start and WorkersIter.__dict__["_shutdown_workers"] is not stop
     train(3)
     run = session.finish()
     assert torch.save is save and torch.nn.Module.train is module_train and gc.callbacks == callbacks
+    assert DataLoader.__dict__["_get_iterator"] is start and WorkersIter.__dict__["_shutdown_workers"] is stop
     block = json.loads(run.bundle)["gpumagic"]["every_step"]
     assert len(block["step_ms"]) == len(block["start_ms"]) == 3
+
+
+def _epochs(loader, n):
+    for _ in range(n):
+        for _batch in loader:
+            pass
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_loader_starting_and_stopping_its_workers_is_seen(persistent):
+    """Each epoch of a loader without persistent workers starts two processes (the event runs until
+    the first batch is in) and stops them at its end; persistent workers start once and stop with
+    their iterator, after the cell. No batch after the first passes through the timer."""
+    loader = DataLoader(TensorDataset(torch.arange(32.0)), batch_size=8, num_workers=2, persistent_workers=persistent)
+    timer = StepTimer().install()
+    try:
+        _epochs(loader, 3)
+    finally:
+        timer.remove()
+    loaders = [e for e in timer.events if e[0] == "loader"]
+    starts = [e for e in loaders if e[3] == "2 worker(s)"]
+    stops = [e for e in loaders if e[3] == "workers stopped"]
+    assert len(starts) == (1 if persistent else 3) and len(stops) == (0 if persistent else 3)
+    assert all(end > begin for _, begin, end, _ in loaders)
+    if not persistent:  # each epoch stops its workers before the next starts its own
+        assert [e[3] for e in sorted(loaders, key=lambda e: e[1])] == ["2 worker(s)", "workers stopped"] * 3
+    it = iter(DataLoader(TensorDataset(torch.arange(8.0)), batch_size=4, num_workers=1))  # timer removed: untouched
+    assert "_next_data" not in it.__dict__
+    del it
+
+
+def test_the_first_batch_wrapper_leaves_the_iterator_free():
+    """The wrapper on the iterator's first batch holds it weakly: dropped, it is freed at once (its
+    __del__ stops the workers), with no cycle for a garbage collection to find; after the first
+    batch the wrapper is gone from the instance."""
+    timer = StepTimer().install()
+    try:
+        loader = DataLoader(TensorDataset(torch.arange(16.0)), batch_size=4, num_workers=1)
+        it = iter(loader)
+        assert "_next_data" in it.__dict__
+        next(it)
+        assert "_next_data" not in it.__dict__
+        unused = iter(loader)
+        ref = weakref.ref(unused)
+        gc.disable()
+        try:
+            del unused
+            assert ref() is None  # reference counting freed it
+        finally:
+            gc.enable()
+        del it
+    finally:
+        timer.remove()
 
 
 def test_garbage_collections_of_a_millisecond_or_more_are_kept():
@@ -226,6 +285,8 @@ def test_unexplained_outliers_on_a_busy_machine_say_the_neighbours_may_be_why(wa
            "loop's thread waited for a core 40.0 % of the time)"
     assert (busy in f.evidence.summary) is said
     assert ("waited for the neighbours" in f.evidence.summary) is said
+    # nothing explains the step, and other processes used the machine: low, and the title says why
+    assert (f.severity, f.title.endswith(", on a busy machine")) == (("low", True) if said else ("high", False))
 
 
 with_every_step = blocks.with_every_step

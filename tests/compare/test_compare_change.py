@@ -4,6 +4,7 @@ statistics and the decisions are checked on numbers, never on how fast this mach
 from __future__ import annotations
 
 import json
+import re
 
 import msgspec
 import numpy as np
@@ -190,6 +191,11 @@ def test_a_busy_machine_needs_a_change_beyond_what_it_did_to_a_runs_own_steps():
     assert d["contention_factor"] > 30
     assert d["change"] == "no clear change" and headline(d)[0] == "No clear change"
     assert "but the machine was busy, and it moved one run's own steps" in d["verdict"]
+    # the interval is read in the direction the sentence names: never "speed-up interval 2–7×" for a slow-down
+    assert re.search(r"\(\d[\d.]*× faster, 95 % interval [\d.]+–[\d.]+×\)", d["verdict"]), d["verdict"]
+    back = compare(after, before).to_dict()
+    assert back["change"] == "no clear change"
+    assert re.search(r"\(\d[\d.]*× slower, 95 % interval [\d.]+–[\d.]+×\)", back["verdict"]), back["verdict"]
     assert any(n.startswith("The machine was busy (before: other processes used 1.3 of 2 cores, the loop's thread "
                             "waited for a core 30 % of the time; after: ") for n in d["notes"])
     assert any("The machine was busy" in line for line in render_text(d).splitlines())

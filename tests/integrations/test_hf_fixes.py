@@ -296,6 +296,24 @@ def test_step_outliers_from_saves_and_evaluations_become_save_and_eval_steps(tmp
     assert all(x.flavor == "pytorch" for x in f.fixes)
 
 
+def test_step_outliers_from_worker_restarts_keep_the_workers(tmp_path):
+    """A step stalled by the DataLoader's workers stopping and starting for a new epoch:
+    dataloader_persistent_workers=True, accepted by the installed TrainingArguments; not where the
+    run's arguments have it on already."""
+    from everystep_blocks import outlier_bundle
+
+    transformers = pytest.importorskip("transformers")
+    restarted = gpumagic.analyze(outlier_bundle("loader"))
+    assert restarted.finding("step-outliers").evidence.numbers["explained_by_loader"] == 1
+    f = huggingface_fixes(restarted).finding("step-outliers")
+    assert f.fixes[0].flavor == "huggingface" and f.fixes[0].code == "TrainingArguments(..., dataloader_persistent_workers=True)"
+    assert "persistent_workers=True" in f.fixes[1].code and f.fixes[1].flavor == "pytorch"
+    on = transformers.TrainingArguments(output_dir=str(tmp_path), report_to="none", dataloader_num_workers=2,
+                                        dataloader_persistent_workers=True)
+    f = huggingface_fixes(restarted, training_args=on).finding("step-outliers")
+    assert all(x.flavor == "pytorch" for x in f.fixes)
+
+
 def test_a_trainer_that_empties_the_cache_is_told_to_stop():
     """allocator-churn: torch_empty_cache_steps set → unset it; not set → the rule's own fixes stand."""
     from types import SimpleNamespace

@@ -208,15 +208,22 @@ def _step_outliers(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
     ``"steps"`` (TrainingArguments docs, "Checkpointing & Saving", "Evaluation"); a number below 1
     is a share of the total steps. ``load_best_model_at_end=True`` needs ``save_steps`` a multiple
     of ``eval_steps`` (unless ``save_strategy="best"``): doubling both keeps it. Nothing without the run's arguments, or with an
-    ``"epoch"``/``"best"`` strategy (the interval is not a number to change)."""
+    ``"epoch"``/``"best"`` strategy (the interval is not a number to change). Steps stalled by the
+    DataLoader's workers stopping and starting for a new epoch: ``dataloader_persistent_workers=True``
+    (also without the run's arguments; not where they say it is on already)."""
     numbers = f.evidence.numbers
     saves, evals = numbers.get("explained_by_torch_save"), numbers.get("explained_by_eval")
+    restarts = numbers.get("explained_by_loader")
     save_every = _doubled(current, "save_strategy", "save_steps")
     eval_every = _doubled(current, "eval_strategy", "eval_steps")
     save_strategy = _current(current, "save_strategy", None)
     load_best = (_current(current, "load_best_model_at_end", False) is True
                  and getattr(save_strategy, "value", save_strategy) != "best")  # "best" needs no multiple
     out = []
+    if restarts and _current(current, "dataloader_persistent_workers", False) is not True:
+        out.append(Advice(f"The DataLoader's workers stopped and started again for a new epoch in {restarts} of these "
+                          "steps: keep them between epochs", {"dataloader_persistent_workers": True},
+                          "the workers and their copies of the dataset stay in memory between epochs"))
     if saves and save_every is not None:
         out.append(Advice(f"Checkpoint saves stalled {saves} of these steps: save half as often (save_steps counts "
                           "optimizer steps)", {"save_steps": save_every},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -56,6 +57,18 @@ EVAL_CODE = """
 # or on a fixed subset, e.g. with a step counter in the loop:
 eval_every = 500  # steps between evaluations
 """
+#: PyTorch's DataLoader documentation: persistent_workers=True keeps the worker processes (and
+#: their dataset instances) alive after the data has been consumed once.
+LOADER_CODE = """
+# Keep the worker processes between epochs: only the first epoch starts them (keep your other arguments)
+loader = DataLoader(dataset, batch_size=batch_size, num_workers={workers}, persistent_workers=True)
+"""
+#: The same when no start the timer saw says how many workers (it needs more than 0).
+LOADER_CODE_UNKNOWN = """
+num_workers = 2   # as many as your loader starts now: persistent workers need at least one
+""" + LOADER_CODE.format(workers="num_workers").lstrip("\n")
+#: A loader start's ``detail`` (``capture.everystep``): its worker count.
+_WORKERS = re.compile(r"^(\d+) worker\(s\)$")
 RECORD_CODE = "%%gpuprofile --skip {skip} --steps 1 --shapes"
 #: The recorded steps "ran the same operators" when each step's count of main-thread operator calls
 #: is within this share of their median (a model whose batches differ only in size calls the same
@@ -67,11 +80,13 @@ SAME_OPS_SPREAD = MIN_RATIO
 #: The page for the cause that explains the most outliers (Python's gc.freeze otherwise).
 DOCS = {"torch.save": "https://pytorch.org/tutorials/recipes/distributed_async_checkpoint_recipe.html",
         "compile": "https://docs.pytorch.org/docs/stable/compile/programming_model.recompilation.html",
-        "eval": "https://pytorch.org/tutorials/beginner/basics/optimization_tutorial.html"}
+        "eval": "https://pytorch.org/tutorials/beginner/basics/optimization_tutorial.html",
+        "loader": "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"}
 #: A cause explains an outlier when it ran for at least half of the step's excess over the median.
 EXPLAINED = 0.5
 _WORDS = {"gc": "a Python garbage collection", "torch.save": "torch.save", "compile": "a torch.compile compilation",
-          "eval": "an evaluation loop (a module in eval mode)"}
+          "eval": "an evaluation loop (a module in eval mode)",
+          "loader": "the DataLoader's workers stopping and starting (a new epoch)"}
 
 
 @rule("step-outliers")
@@ -80,13 +95,17 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     beyond the spread of the rest (median + 3 scaled MADs), at least 2× their median and 20 ms
     longer; never the first step (warm-up) nor one that ran under the profiler
     (:mod:`gpumagic.analysis.everystep`). Only a gpumagic capture has them. What coincided —
-    a garbage collection, ``torch.save``, a compilation, evaluation — names the fix; with
+    a garbage collection, ``torch.save``, a compilation, evaluation, a DataLoader starting its
+    workers for a new epoch — names the fix; with
     nothing seen, the fix is to record such a step. Gain: none inside the recorded window (the
     outliers fall after it); the excess share of the steps after recording is given as a number.
     False positives: a step that waits for something outside the process (a shared file
     system, another job on the machine) is reported with no cause, which is what it is; when
     the recorded steps show the machine busy (the loop's thread waiting for a core ≥ 5 % of the
-    window, or other processes on a shared machine), the evidence says so."""
+    window, or other processes on a shared machine), the evidence says so, and where nothing
+    explains any of the outliers and other processes used the machine (``host.shared_machine``),
+    the finding is low and its title says "on a busy machine":
+    the neighbours most likely made them (``host-contended``), not the loop."""
     outliers = m.steps.outliers
     if not outliers:
         return None
@@ -101,7 +120,7 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     steps = ", ".join(str(o.index) for o in sorted(outliers, key=lambda o: o.index)[:12])
     told = "; ".join(_told(o) for o in sorted(outliers, key=lambda o: -o.ms)[:3])
     unexplained = [o for o in outliers if sum(c.ms for c in o.causes) < EXPLAINED * o.excess_ms]
-    explained = Counter(k for o in outliers for k in {c.kind for c in o.causes if c.ms >= EXPLAINED * o.excess_ms})
+    explained = Counter(k for o in outliers for k, ms in _by_kind(o).items() if ms >= EXPLAINED * o.excess_ms)
     explains = set(explained)
     fixes: list[Fix] = []
     if "gc" in explains:
@@ -113,6 +132,11 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     if "compile" in explains:
         fixes.append(pytorch("torch.compile compiled again during the run: find the guard that failed and mark the "
                              "changing dimension dynamic", COMPILE_CODE))
+    if "loader" in explains:
+        counts = [int(w[1]) for o in outliers for c in o.causes if c.kind == "loader" and (w := _WORKERS.match(c.detail))]
+        fixes.append(pytorch("The DataLoader started its worker processes again for a new epoch: keep them "
+                             "between epochs (persistent_workers=True)",
+                             LOADER_CODE.format(workers=max(counts)) if counts else LOADER_CODE_UNKNOWN))
     if "eval" in explains:
         fixes.append(pytorch("Evaluation ran inside these steps: expected, but evaluate less often if it costs too "
                              "much", EVAL_CODE))
@@ -123,9 +147,14 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
                              "does, with its inputs' shapes (skip the steps before it)",
                              RECORD_CODE.format(skip=target.index), diagnostic=True))
         sizes = _same_operators(ctx) + _busy_machine(m)
+    # nothing in the process explains any of them and other processes took cores while recording
+    # (not the loop's own threads and workers waiting for each other): most likely the neighbours'
+    # doing, which host-contended reports; nothing in the loop to change
+    neighbours = not explains and bool(m.host.shared_machine)
     return finding(
-        severity=severity_for(share), title=f"{len(outliers)} step(s) after the recorded ones took up to "
-                                            f"{worst.over_median:.0f}× the median step",
+        severity="low" if neighbours else severity_for(share),
+        title=f"{len(outliers)} step(s) after the recorded ones took up to {worst.over_median:.0f}× the median step"
+              + (", on a busy machine" if neighbours else ""),
         why=f"""Every step of the cell was timed, not only the recorded ones: {len(outliers)} of them
         {'was' if len(outliers) == 1 else 'were'} beyond the spread of the rest (more than {SPREAD_MADS:g}
         scaled median absolute deviations above the median), at least {MIN_RATIO:g}× the median and
@@ -183,8 +212,17 @@ def _busy_machine(m: Metrics) -> str:
             "here explains may have waited for the neighbours; compare on a quiet machine.")
 
 
+def _by_kind(o: StepOutlier) -> dict[str, float]:
+    """The outlier's causes' time by kind, longest first: a loader's workers stopping at the end of
+    an epoch and starting for the next are one cause, and so are two collections."""
+    kinds: dict[str, float] = {}
+    for c in o.causes:
+        kinds[c.kind] = kinds.get(c.kind, 0.0) + c.ms
+    return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+
 def _told(o: StepOutlier) -> str:
-    what = ", ".join(f"{_WORDS[c.kind]} {c.ms:.0f} ms of it" for c in o.causes[:2]) or "nothing seen"
+    what = ", ".join(f"{_WORDS[k]} {ms:.0f} ms of it" for k, ms in list(_by_kind(o).items())[:2]) or "nothing seen"
     return f"step {o.index}: {o.ms:.0f} ms, {what}"
 
 
