@@ -6,7 +6,10 @@ Three scenarios on this machine's CPU (issue 21):
 2. ``cpu-busy-cores``: a CPU-bound loader (numpy work per item) beside a training step whose
    intra-op threads use every core;
 3. ``io-neighbours``: the I/O-like loader beside CPU-bound neighbours (one spinning process per
-   core, started and stopped here).
+   core, started and stopped here);
+4. ``io-workers``: the I/O-like loader already in two workers (one per core here), which a short
+   window once read as "the workers running already take what the cores allow: more would not
+   help" while they slept; the fix's count is timed against the two.
 
 Each scenario profiles the loop with ``num_workers=0``, reads the finding that advises on the loader
 (``dataloader-bound`` or ``host-cpu-saturated``) — its estimated gain, and the fix's
@@ -17,6 +20,7 @@ the rate) and whether they agree within 0.15 of step time.
 Numbers depend on the machine and on what else runs on it: this prints, it asserts nothing.
 
     python benchmarks/dataloader_advice.py [--rounds 3] [--steps 12]
+    python benchmarks/dataloader_advice.py --record tests/data   # the io-workers profile the tests keep
 """
 
 from __future__ import annotations
@@ -90,10 +94,11 @@ def train(dataset, steps: int, workers: int, width: int, batch_size: int = 16) -
     return times
 
 
-def advice(dataset, width: int) -> tuple[float | None, int, int | None, str]:
-    """(promised gain, num_workers, set_num_threads, finding id) from a profile of the loop."""
-    with gpumagic.profile(skip=2, steps=8, interval_ms=20, display=False) as run:
-        train(dataset, 12, 0, width)
+def advice(dataset, width: int, workers: int = 0, save: str | None = None) -> tuple[float | None, int, int | None, str]:
+    """(promised gain, num_workers, set_num_threads, finding id) from a profile of the loop with
+    ``workers`` (the batches they prefetched while starting used up before the recorded steps)."""
+    with gpumagic.profile(skip=2 + 2 * workers, steps=8, interval_ms=20, display=False, save=save) as run:
+        train(dataset, 12 + 2 * workers, workers, width)
     for fid in ("host-cpu-saturated", "dataloader-bound"):
         f = run.report.finding(fid)
         if f is None:
@@ -107,18 +112,19 @@ def advice(dataset, width: int) -> tuple[float | None, int, int | None, str]:
     return None, 0, None, "none"
 
 
-def scenario(name: str, dataset, width: int, threads: int, neighbours: int, rounds: int, steps: int) -> None:
+def scenario(name: str, dataset, width: int, threads: int, neighbours: int, rounds: int, steps: int,
+             running: int = 0) -> None:
     procs = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(neighbours)]
     try:
         time.sleep(0.5 if procs else 0)
         torch.set_num_threads(threads)
-        promised, workers, fix_threads, fid = advice(dataset, width)
+        promised, workers, fix_threads, fid = advice(dataset, width, running)
         if not workers:  # the finding says workers cannot help: the plain fix (one worker) must gain ≤ 0.15
-            promised, workers = 0.0, 1
+            promised, workers = 0.0, running + 1
         before, after = [], []
         for _ in range(rounds):  # interleaved
             torch.set_num_threads(threads)
-            before += train(dataset, steps, 0, width)
+            before += train(dataset, steps, running, width)
             torch.set_num_threads(fix_threads or threads)
             after += train(dataset, steps, workers, width)
         gain = 1 - statistics.fmean(after) / statistics.fmean(before)  # mean: batches from workers come in bursts
@@ -139,11 +145,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--record", metavar="DIR", help="record the io-workers profile tests/data keeps into DIR instead")
     args = parser.parse_args()
-    print(f"{CORES} usable cores; torch {torch.__version__}")
+    if args.record:  # three steps of the io-workers loop: a short window, few CPU samples
+        torch.set_num_threads(1)
+        with gpumagic.profile(steps=3, display=False, save=os.path.join(args.record, "cpu_io_loader_workers.json.gz")):
+            train(SleepyItems(), 12, CORES, 64)
+        print("recorded cpu_io_loader_workers")
+        return
+    print(f"{CORES} usable cores; torch {torch.__version__}; load average {os.getloadavg()[0]:.2f}")
     scenario("io", SleepyItems(), 64, 1, 0, args.rounds, args.steps)
     scenario("cpu-busy-cores", NumpyItems(), 2048, CORES, 0, args.rounds, args.steps)
     scenario("io-neighbours", SleepyItems(), 64, 1, CORES, args.rounds, args.steps)
+    scenario("io-workers", SleepyItems(), 64, 1, 0, args.rounds, args.steps, running=CORES)
 
 
 if __name__ == "__main__":

@@ -69,3 +69,45 @@ def test_without_the_wait_columns_run_plus_wait_still_decides():
     """An older bundle (demand recorded, run-queue wait not): the previous rule, run + wait."""
     r = _bundle(RECORDED["scenarios"]["cpu"], drop=("main_wait", "workers_wait"))
     assert r.metrics.host.loader_cpu_bound is True
+
+
+IO_WORKERS = os.path.join(DATA, "cpu_io_loader_workers.json.gz")
+
+
+def test_two_sleeping_workers_in_a_short_window_get_more_workers():
+    """Recorded by benchmarks/dataloader_advice.py --record (tests/data/MANIFEST.md): two workers whose
+    items sleep 3 ms (a read), three steps recorded, so the loop's waits cover less than one CPU
+    sample's span. It read "the 2 worker(s) running already take what the cores allow (0.2 busy
+    of 2): more would not help"; half a span of waiting judges the loading, which slept."""
+    r = analyze(IO_WORKERS)
+    h = r.metrics.host
+    assert h.loader_cpu_bound is False and h.cpu_busy_cores < 1.0
+    f = r.finding("dataloader-bound")
+    assert "more would not help" not in f.evidence.summary and "workers waiting on I/O need no core" in f.evidence.summary
+    assert f.evidence.numbers["suggested_num_workers"] == 4
+    assert "num_workers=4" in f.fixes[0].code
+    # the gain of two workers doubled: each makes a batch in two of today's steps, four one every half step
+    # (benchmarks/dataloader_advice.py, io-workers: 26.3 → 13.1 ms a step, 0.50 saved)
+    assert f.est_gain == pytest.approx(0.5, abs=0.01) and "each taking 2 of today's steps" in f.gain_method
+
+
+def test_worker_restarts_do_not_judge_the_loading():
+    """The waits for new workers starting (each epoch without persistent workers) time a process
+    start: the loading's own CPU is judged without them (tests/data/cpu_loader_restarts.json.gz,
+    where they are most of the waits and read as "not CPU work, 4 workers can help")."""
+    r = analyze(os.path.join(DATA, "cpu_loader_restarts.json.gz"))
+    assert r.finding("dataloader-worker-restarts") is not None
+    assert r.metrics.host.loader_cpu_bound is not False
+    assert "workers waiting on I/O" not in r.finding("dataloader-bound").evidence.summary
+
+
+def test_the_gain_of_more_workers_counts_those_running():
+    """worker_gain: from the main process (running 0) w workers deliver a batch every wait / w; with
+    r running, every r / w of today's step."""
+    from gpumagic.analysis.loadergain import worker_gain
+
+    host = {"own_busy_cores": 0.2, "other_busy_cores": 0.0, "usable_cores": 2.0}  # what worker_gain reads
+    assert worker_gain(0.9, host, 4, running=0).gain == pytest.approx(1 - max(0.1, 0.9 / 4, 0.2 / 2))
+    assert worker_gain(0.9, host, 4, running=2).gain == pytest.approx(0.5)
+    assert worker_gain(0.9, host, 8, running=2).gain == pytest.approx(0.75)
+    assert worker_gain(0.3, host, 4, running=2).gain == pytest.approx(0.3)  # the wait bounds it

@@ -19,12 +19,19 @@ import numpy as np
 
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.loaderrestart import worker_starts
 from gpumagic.trace.model import meta_block
 
 #: A data-loader wait is CPU work when the loading side (the main process with
 #: ``num_workers=0``, else the workers) uses at least half of the CPU it could get during it
 #: (gpumagic default: below that, most of the wait is I/O, sleeps or locks).
 LOADER_CPU_SHARE = 0.5
+#: The samples judge the loading when the loop's waits for data cover at least this many samples'
+#: spans in all. While the loop waits, loading that is CPU work keeps its processes busy (they are
+#: the bottleneck), so half a span spent waiting already says what the loading does; a window
+#: of a few sampling periods (a short cell: two workers that slept on reads while the loop waited
+#: 79 % of the one span inside it) had nothing said of it under a whole span's worth.
+MIN_WAIT_SAMPLES = 0.5
 
 
 @dataclass(frozen=True)
@@ -119,21 +126,26 @@ def _loader_cpu_bound(ctx: Context, cpu: dict[str, Any], t: np.ndarray, workers:
                       busy: np.ndarray | None, usable: float | None) -> tuple[bool | None, str]:
     """Is the data-loader wait CPU work? From the samples: each covers the time since the one
     before it and counts in proportion to how much of that time the loop waited for data (at
-    least one sample's worth in all). The loading processes (the main one with
+    least half a sample's worth in all, :data:`MIN_WAIT_SAMPLES`). The loading processes (the main one with
     ``num_workers=0``, else the workers) are CPU-bound when they used at least half of the CPU
     they could get — a core each, or what other processes left of the usable cores — so a
     loader starved of CPU by other work still counts as CPU-bound, and a sleeping one does not.
     With schedstat's run-queue wait recorded, the share is of the time the threads were not
     waiting for a core (:func:`_compute_share`): a thread that sleeps and then waits for a core
     behind busy neighbours wanted only its run time. Else from how much of the wait main-thread operators (not Python frames) cover; unknown
-    when neither says."""
+    when neither says. The waits for workers starting again (``analysis.loaderrestart``: each
+    epoch without persistent workers) are left out: they time a process start, which
+    ``dataloader-worker-restarts`` reports."""
     waits = ctx.cat_union["dataloader"]
+    restarts = worker_starts(ctx).intervals  # new worker processes starting: a process start, not the loading
+    if restarts[0].size:
+        waits = iv.subtract(waits, restarts)
     if iv.total(waits) == 0:
         return None, ""
     if t.size >= 2 and "main" in cpu:
         order, lo, hi = sample_spans(t)
         weight = iv.measure_in(waits, lo, hi) / np.maximum(hi - lo, 1).astype(np.float64)
-        if weight.sum() >= 1.0:
+        if weight.sum() >= MIN_WAIT_SAMPLES:
             procs = workers or 1
             demand_key = "workers_demand" if workers else "main_demand"
             if demand_key in cpu and (np.asarray(cpu[demand_key]) >= 0).all():

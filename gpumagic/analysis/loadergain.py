@@ -9,7 +9,11 @@ the cores it can get::
     gain       = 1 − step_after / step            (0 ≤ gain ≤ wait share)
 
 (``wait / workers``: each worker takes about as long for a batch as the main process does now —
-the same sleeps, reads and waits for a core — so ``w`` of them deliver one every ``wait / w``.)
+the same sleeps, reads and waits for a core — so ``w`` of them deliver one every ``wait / w``.
+With ``r`` workers running already, the loop waiting on them gets a batch every step, so one
+worker takes about ``r × step`` for a batch, and ``w`` of them deliver one every ``r / w`` of
+today's step: that term is ``step × r / w``. ``benchmarks/dataloader_advice.py``'s io-workers
+case, two sleeping workers to four: 26.3 → 13.1 ms a step, the ``r / w`` = 0.5 it predicts.)
 
 ``cores_available`` is the usable cores less other processes' load. When other processes fill
 the cores and the loading is CPU work, more runnable threads get a larger share: Linux's CFS
@@ -67,9 +71,10 @@ def cores_with_workers(usable: float, other: float, workers: int, cpu_bound: boo
 
 
 def worker_gain(wait_frac: float, host: HostMetrics, workers: int | None, profiler_cost: bool = False,
-                handoff_share: float = 1.0) -> WorkerGain:
+                handoff_share: float = 1.0, running: int = 0) -> WorkerGain:
     """The share of step time ``workers`` DataLoader workers would save (see the module docstring);
-    ``wait_frac`` is the data-loader wait with nothing else running (the GPU idle too).
+    ``wait_frac`` is the data-loader wait with nothing else running (the GPU idle too);
+    ``running``: the workers the loop runs now (0: it loads in the main process).
     ``handoff_share``: the part of that wait left once each batch's hand-off from a worker is paid
     on the main thread (``analysis.loaderwait.worker_gain_share``; 1 when not known)."""
     handoff = ""
@@ -89,14 +94,17 @@ def worker_gain(wait_frac: float, host: HostMetrics, workers: int | None, profil
     cores = cores_with_workers(float(usable), float(other), w, cpu_bound)
     floor = own / cores if cores > 0 else math.inf
     # each worker takes about as long for a batch as the main process did (the same sleeps, reads and
-    # waits for a core): w of them deliver one every wait / w
-    per_worker = wait_frac / w
+    # waits for a core): w of them deliver one every wait / w; with r running, a worker's batch takes
+    # about r steps now, so w of them deliver one every r / w of the step
+    per_worker = min(1.0, running / w) if running > 0 else wait_frac / w
     gain = max(0.0, min(wait_frac, 1.0 - max(1.0 - wait_frac, floor, per_worker)))
     shared = (f", its share beside other processes' {other:.1f} busy cores (the scheduler splits cores equally "
               "between runnable threads; assumes the neighbours keep their load)") if other >= 0.5 else (
         f" (of {float(usable):g} usable, {other:.1f} busy with other processes)")
-    method = (f"estimate: the data-loader wait that {w} worker(s) would hide — each taking as long for a batch as "
-              f"the main process does now — less what the cores cannot absorb: this run's own CPU work "
+    each = (f"each taking {running} of today's steps for a batch, as now" if running > 0 else
+            "each taking as long for a batch as the main process does now")
+    method = (f"estimate: the data-loader wait that {w} worker(s) would hide — {each} — less what the cores "
+              f"cannot absorb: this run's own CPU work "
               f"({own:.2f} cores' worth) spread over the {cores:.2f} cores it can get{shared}; assumes the loading "
               "work itself stays the same" + handoff + inflated)
     return WorkerGain(round(gain, 4), method, round(cores, 3))

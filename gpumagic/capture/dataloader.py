@@ -19,11 +19,17 @@ stopped: a dataset stuck for ever keeps that thread).
 
 How a setting is measured::
 
-    iter() ─ first batch ─┬─ warm-up (num_workers batches) ─┬── measured batches ──┐
-    └── startup_s ────────┘                                 └── batches_per_s ─────┘ ≤ max_seconds
+    iter() ─ first batch ─┬─ warm-up (num_workers × prefetch_factor batches) ─┬── measured batches ──┐
+    └── startup_s ────────┘                                                   └── batches_per_s ─────┘ ≤ max_seconds
 
-The warm-up skips the batches the workers prepared while the first one was being made, which
-would otherwise inflate the rate. ``restart_s`` is the time to the first batch of a new epoch:
+The warm-up skips every batch the workers can have prepared while the first one was being made
+(the loader keeps ``prefetch_factor`` batches a worker in flight), which would otherwise time
+their head start instead of their rate. An epoch that ends before the time or the batches are
+used up is followed by the next, as in training, for the single process and persistent workers;
+workers started anew each epoch stop at its end (their restart is ``restart_s``'s to measure).
+With the default worker counts, more workers than CPUs are measured while doubling them keeps
+paying (:data:`EXTEND_MIN_SPEEDUP`): a loader that waits on reads is faster with more processes
+than cores. ``restart_s`` is the time to the first batch of a new epoch:
 the cost ``persistent_workers=True`` saves. It is timed at a real epoch boundary, on a short
 epoch of the same setting read to its end: restarting mid-epoch would make a persistent iterator
 first drain every batch its workers had prefetched for the abandoned epoch (torch's
@@ -37,6 +43,8 @@ processes); what it returns, :class:`~gpumagic.tuning.tuner.TuneResult`, is plai
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import math
 import multiprocessing
@@ -44,6 +52,7 @@ import os
 import pickle
 import sys
 import time
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -71,6 +80,17 @@ WATCH_INTERVAL_S = 0.05
 #: Rounds of the grid: each setting is measured this many times, the settings in turn (ABAB, not
 #: AABB), so that a change in the machine's load during the call hits every setting alike.
 DEFAULT_ROUNDS = 2
+#: With the default worker counts, when the most workers measured (as many as the CPUs) were the
+#: fastest setting and clearly faster than the count before them (the lower bound of the 95 %
+#: interval of their speed-up at least this), the loading waits more than it computes — files or
+#: network read, a library that releases the GIL — and processes beyond the cores keep helping:
+#: the count doubles, measured the same way, while each doubling is that much faster. A loader
+#: bound by its CPU stops after one doubling that gains nothing.
+EXTEND_MIN_SPEEDUP = 1.2
+#: The most workers such doublings try (each worker is a process holding a copy of the dataset
+#: object; PyTorch's DataLoader warns above the CPU count, which a waiting loader has no reason
+#: to heed).
+MAX_EXTENDED_WORKERS = 32
 #: Start methods that pickle the dataset into each worker (everything but ``fork``).
 PICKLING_START_METHODS = ("spawn", "forkserver")
 
@@ -86,7 +106,10 @@ def tune_dataloader(dataset_or_loader: Any, *, num_workers: Iterable[int] | None
     """Measure batches per second of a dataset (or of an existing DataLoader's dataset, batching
     and collate function) for each setting of the grid, and recommend the fastest.
 
-    ``num_workers`` defaults to 0 and powers of two up to the CPUs this process may use.
+    ``num_workers`` defaults to 0 and powers of two up to the CPUs this process may use; when
+    the most of those workers are the fastest and clearly faster than half as many (a loader that
+    waits on reads rather than computes), twice as many are measured next, and so on while each
+    doubling is clearly faster (:data:`EXTEND_MIN_SPEEDUP`, up to :data:`MAX_EXTENDED_WORKERS`).
     ``pin_memory=True`` is measured only where CUDA is available (it does nothing otherwise).
     ``device`` is where each batch is copied, as a training loop would, with
     ``non_blocking=pin_memory``; by default ``"cuda"`` when available, else nothing is copied.
@@ -111,8 +134,34 @@ def tune_dataloader(dataset_or_loader: Any, *, num_workers: Iterable[int] | None
         raise ValueError(f"rounds must be an integer >= 1, not {rounds!r}")
     warnings, workers_ok = fragility(base, notes)
     found: dict[TuneConfig, TuneRow] = {}
-    start_s: float | None = None
-    seconds = max_seconds_per_config / rounds
+    start: list[float] = []  # the probe worker's start time, measured once
+    measure = functools.partial(_measure_rounds, base, found, start, workers_ok, max_seconds_per_config,
+                                max_batches, device, rounds)
+    measure(grid)
+    if num_workers is None:  # the default counts: beyond the CPUs while that keeps paying
+        while (more := _doubled(grid, found)) is not None:
+            grid.append(more)
+            measure([more])
+    rows = [found[c] for c in grid]
+    baseline = next((r for r in rows if r.config.num_workers == 0 and r.batch_s), None)
+    for r in rows:
+        if baseline is not None and r.batch_s:
+            ci = stats.speedup_interval(baseline.batch_s, r.batch_s, statistic="mean")
+            r.speedup_ci = None if ci is None else [round(ci[0], 4), round(ci[1], 4)]
+    bs = base.get("batch_size")
+    result = TuneResult(rows=rows, batch_size=bs, warnings=warnings, notes=notes,
+                        elapsed_s=round(time.perf_counter() - t0, 3))
+    _add_result_notes(result, base["dataset"])
+    if num_workers is None:
+        _note_beyond_cpus(result, grid)
+    return result
+
+
+def _measure_rounds(base: dict[str, Any], found: dict[TuneConfig, TuneRow], start: list[float], workers_ok: bool,
+                    max_seconds: float, max_batches: int, device: str | None, rounds: int,
+                    grid: list[TuneConfig]) -> None:
+    """Measure ``grid``'s settings ``rounds`` times, interleaved, into ``found``."""
+    seconds = max_seconds / rounds
     for i in range(rounds):  # interleaved: every setting once per round, the batch limit shared out
         batches = max_batches // rounds + (1 if i < max_batches % rounds else 0)
         if batches == 0:
@@ -124,24 +173,53 @@ def tune_dataloader(dataset_or_loader: Any, *, num_workers: Iterable[int] | None
                 continue
             if config in found and found[config].status != "ok":
                 continue  # a setting that failed or timed out is not tried again
-            if config.num_workers > 0 and start_s is None:
-                start_s = worker_start_s(base)
-            row = _measure(base, config, seconds, batches, device, start_s or 0.0)
+            if config.num_workers > 0 and not start:
+                start.append(worker_start_s(base))
+            row = _measure(base, config, seconds, batches, device, start[0] if start else 0.0)
             if config in found:
                 found[config].merge(row)
             else:
                 found[config] = row
-    rows = [found[c] for c in grid]
-    baseline = next((r for r in rows if r.config.num_workers == 0 and r.batch_s), None)
-    for r in rows:
-        if baseline is not None and r.batch_s:
-            ci = stats.speedup_interval(baseline.batch_s, r.batch_s, statistic="mean")
-            r.speedup_ci = None if ci is None else [round(ci[0], 4), round(ci[1], 4)]
-    bs = base.get("batch_size")
-    result = TuneResult(rows=rows, batch_size=bs, warnings=warnings, notes=notes,
-                        elapsed_s=round(time.perf_counter() - t0, 3))
-    _add_result_notes(result, base["dataset"])
-    return result
+
+
+def _doubled(grid: list[TuneConfig], found: dict[TuneConfig, TuneRow]) -> TuneConfig | None:
+    """The fastest setting with twice its workers, when it has the most workers measured and is
+    clearly faster (:data:`EXTEND_MIN_SPEEDUP`) than the fastest with the next fewer; None otherwise."""
+    ok = [found[c] for c in grid if c in found and found[c].batches_per_s and found[c].batch_s]
+    if not ok:
+        return None
+    top = max(ok, key=lambda r: r.batches_per_s or 0.0)
+    most = max(r.config.num_workers for r in ok)
+    if top.config.num_workers != most or most == 0 or 2 * most > MAX_EXTENDED_WORKERS:
+        return None
+    fewer = [r for r in ok if r.config.num_workers < most]
+    if not fewer:
+        return None
+    below = max(r.config.num_workers for r in fewer)
+    prev = max((r for r in fewer if r.config.num_workers == below), key=lambda r: r.batches_per_s or 0.0)
+    ci = stats.speedup_interval(prev.batch_s, top.batch_s, statistic="mean")
+    if ci is None or ci[0] < EXTEND_MIN_SPEEDUP:
+        return None
+    more = dataclasses.replace(top.config, num_workers=2 * most)
+    return None if more in grid else more
+
+
+def _note_beyond_cpus(result: TuneResult, grid: list[TuneConfig]) -> None:
+    """Why counts above the CPUs were measured, and what they showed (the recommendation's count)."""
+    cpus = max(default_workers())
+    beyond = [c.num_workers for c in grid if c.num_workers > cpus]
+    if not beyond:
+        return
+    best = result.best
+    fewer = max([0, *[c.num_workers for c in grid if c.num_workers < cpus]])
+    result.notes.append(
+        f"Up to {max(beyond)} workers, more than the {cpus} CPUs here, were measured: {cpus} workers were clearly "
+        f"faster than {fewer}, and each doubling after them was tried while the one before had been clearly faster "
+        f"(≥ {EXTEND_MIN_SPEEDUP:g}× at the low end of its 95 % interval)."
+        + (" More processes than cores were faster: the loading waits (reads files or the network) more than it "
+           "computes. PyTorch's DataLoader warns above the CPU count; the measurement is what counts."
+           if best is not None and best.config.num_workers > cpus else
+           f" More than {cpus} were not clearly faster: the loading computes, and the cores bound it."))
 
 
 def default_workers() -> tuple[int, ...]:
@@ -322,7 +400,11 @@ def _measure(base: dict[str, Any], config: TuneConfig, max_seconds: float, max_b
                         config, batch_timeout_s)
     batch_timeout_s = round(batch_timeout_s + 2 * start_s, 1)
     try:
-        return _read_setting(base, config, max_seconds, max_batches, device, batch_timeout_s)
+        with warnings.catch_warnings():
+            # "This DataLoader will create N worker processes in total. Our suggested max number of
+            # worker...": the measurement of those workers is the answer this warning guesses at
+            warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+            return _read_setting(base, config, max_seconds, max_batches, device, batch_timeout_s)
     except Exception as exc:
         if "timed out" in str(exc):  # DataLoader's RuntimeError("DataLoader timed out after N seconds")
             return _timed_out(TuneRow(config), f"a worker took more than {batch_timeout_s:g} s for a batch")
@@ -377,8 +459,17 @@ def _watched(measure, config: TuneConfig, batch_timeout_s: float) -> TuneRow:
 
 def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: str | None, iterators: list,
           on_batch=None) -> bool:
-    """First batch (startup), warm-up, then the measured batches; False when there was no batch."""
-    pinned = row.config.pin_memory
+    """First batch (startup), warm-up, then the measured batches; False when there was no batch.
+
+    The warm-up is every batch that can have been under way before the first one arrived: the
+    loader keeps ``prefetch_factor`` batches a worker in flight, and while the slowest worker
+    started the others made theirs. Read at once, those would time the workers' head start, not
+    their rate (a 16-batch epoch read by 8 workers once measured 30× the single process for a
+    dataset that allows at most 4×). Where an epoch ends before the time or the batches are used
+    up, the next epoch is read on, with a persistent loader or the single process (a loader
+    that starts new workers each epoch stops at its end: those starts are ``restart_s``'s)."""
+    config = row.config
+    pinned = config.pin_memory
     t0 = time.perf_counter()
     iterator = iter(loader)
     iterators.append(iterator)
@@ -387,9 +478,22 @@ def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: st
     t_first = time.perf_counter()
     row.startup_s = round(t_first - t0, 4)
     deadline = t_first + max_seconds
-    _take(iterator, row.config.num_workers, device, pinned, deadline, on_batch)
+    go_on = config.num_workers == 0 or config.persistent_workers
+    ahead = config.num_workers * (config.prefetch_factor or 0)
+    warmed = _take(iterator, ahead, device, pinned, deadline, on_batch)
+    if warmed < ahead and go_on and time.perf_counter() < deadline:  # the epoch ended inside the warm-up
+        iterator = iter(loader)
+        iterators.append(iterator)
     t_start = time.perf_counter()
-    row.batches = _take(iterator, max_batches, device, pinned, deadline, on_batch, row.batch_s)
+    row.batches = 0
+    while True:
+        want = max_batches - row.batches
+        got = _take(iterator, want, device, pinned, deadline, on_batch, row.batch_s)
+        row.batches += got
+        if got == want or time.perf_counter() >= deadline or not go_on or (got == 0 and row.batches == 0):
+            break
+        iterator = iter(loader)  # the epoch ended: the next one, as a training loop goes on
+        iterators.append(iterator)
     elapsed = time.perf_counter() - t_start
     row.seconds = round(elapsed, 4)
     # the rate from the clock's own reading: rounded first, a batch of under 50 µs (a tiny

@@ -141,3 +141,59 @@ def test_the_grid_is_measured_interleaved(monkeypatch):
     result = dl.tune_dataloader(list(range(20)), batch_size=2, num_workers=(0, 1), rounds=3)
     assert order == [0, 1, 0, 1, 0, 1]  # ABABAB, not AAABBB
     assert result.rows[0].batches == 15 and len(result.rows[0].batch_s) == 15
+
+
+def _scaling(monkeypatch, rate_of, cpus=2):
+    """tune_dataloader with the default worker counts on ``cpus`` CPUs, each setting's batches taking
+    1 / rate_of(workers) s (a little noise, so the intervals are intervals); the order measured."""
+    import os
+
+    import numpy as np
+
+    from gpumagic.capture import dataloader as dl
+
+    order = []
+    rng = np.random.default_rng(0)
+
+    def fake_measure(base, config, seconds, batches, device, start_s=0.0):
+        order.append(config.num_workers)
+        rate = rate_of(config.num_workers)
+        batch_s = list((1 / rate) * (1 + 0.05 * rng.standard_normal(20)))
+        return dl.TuneRow(config, batches=20, seconds=sum(batch_s), batches_per_s=20 / sum(batch_s), batch_s=batch_s)
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    monkeypatch.setattr(dl, "_measure", fake_measure)
+    monkeypatch.setattr(dl, "worker_start_s", lambda base: 0.0)
+    return dl.tune_dataloader(list(range(20)), batch_size=2, rounds=2), order
+
+
+def test_a_loader_that_waits_gets_more_workers_than_cpus_while_doubling_pays(monkeypatch):
+    """A loader that waits on reads: each worker adds its rate up to 8 of them (the main process's
+    limit), on 2 CPUs. The grid goes on past the CPUs — 4, 8, then 16, which gains nothing and ends
+    it — and recommends 8, with a note saying why more processes than cores were measured."""
+    result, order = _scaling(monkeypatch, lambda w: 10.0 * max(1, min(w, 8)))
+    assert order == [0, 2, 0, 2, 4, 4, 8, 8, 16, 16]  # the defaults interleaved, then each doubling on its own
+    assert result.best.config.num_workers == 8
+    assert any(n.startswith("Up to 16 workers, more than the 2 CPUs here, were measured") and
+               "More processes than cores were faster" in n for n in result.notes)
+
+
+def test_a_loader_bound_by_its_cpu_stops_after_one_doubling(monkeypatch):
+    """Two workers on two CPUs are 1.8× one process; four are no faster: one doubling tried, two kept."""
+    result, order = _scaling(monkeypatch, lambda w: {0: 10.0, 2: 18.0}.get(w, 18.0))
+    assert order == [0, 2, 0, 2, 4, 4]
+    assert result.best.config.num_workers == 2
+    assert any("More than 2 were not clearly faster: the loading computes" in n for n in result.notes)
+
+
+def test_no_doubling_when_the_cpus_workers_are_not_clearly_faster_or_counts_are_given(monkeypatch):
+    result, order = _scaling(monkeypatch, lambda w: 10.0)  # workers do not help at all
+    assert order == [0, 2, 0, 2] and not any("were measured" in n for n in result.notes)
+    from gpumagic.capture import dataloader as dl
+
+    given = []
+    monkeypatch.setattr(dl, "_measure", lambda base, config, *a, **k: given.append(config.num_workers) or dl.TuneRow(
+        config, batches=20, seconds=20 / (10.0 * max(1, config.num_workers)),
+        batches_per_s=10.0 * max(1, config.num_workers), batch_s=[1 / (10.0 * max(1, config.num_workers))] * 20))
+    dl.tune_dataloader(list(range(20)), batch_size=2, num_workers=(0, 2), rounds=1)
+    assert given == [0, 2]  # counts the caller chose are the grid: nothing added

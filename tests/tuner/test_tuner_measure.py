@@ -49,17 +49,41 @@ def test_takes_a_dataloader_and_keeps_its_batching_and_collate():
     assert "batches" in result.to_text()
 
 
-def test_epoch_end_stops_the_measurement_and_says_so():
-    # a time limit far beyond the two batches: the epoch's end stops it, never the clock (with 1 s,
-    # a busy machine's stall once ended the measurement before its one batch)
+def test_a_short_epoch_is_followed_by_the_next_up_to_the_batch_limit():
+    # a time limit far beyond the batches: the batch limit stops it, never the clock (with 1 s, a
+    # busy machine's stall once ended the measurement before its one batch)
     t0 = time.perf_counter()
-    result = tune_dataloader(Sleepy(n=8, item_s=0), batch_size=4, num_workers=(0,), max_seconds_per_config=60, rounds=1)
-    assert time.perf_counter() - t0 < 60  # stopped by the epoch's end
-    assert result.rows[0].batches == 1  # two batches in the epoch: the first one is the startup
+    result = tune_dataloader(Sleepy(n=8, item_s=0), batch_size=4, num_workers=(0,), max_seconds_per_config=60,
+                             max_batches=30, rounds=1)
+    assert time.perf_counter() - t0 < 60
+    assert result.rows[0].batches == 30  # two batches an epoch: fifteen epochs, read on as training would
     # a rate however short the batch (four in-memory items: tens of µs, which rounded to 0 s
-    # once gave no rate, and so no note)
+    # once gave no rate)
     assert result.rows[0].batches_per_s > 0
-    assert any("Fewer than 5 batches" in n for n in result.notes)
+
+
+def test_workers_started_each_epoch_stop_at_its_end_and_say_so():
+    """Without persistent workers a new epoch starts new processes (restart_s's to measure): the
+    measurement ends with the epoch. Eight batches, one worker keeping two in flight: the first
+    is the startup, two the warm-up, five are measured."""
+    result = tune_dataloader(Sleepy(n=32, item_s=0), batch_size=4, num_workers=(1,), persistent_workers=(False,),
+                             max_seconds_per_config=60, rounds=1)
+    [row] = [r for r in result.rows if r.config.num_workers == 1]
+    assert row.batches == 5 and row.batches_per_s > 0
+    assert any("Fewer than 5 batches" in n for n in result.notes) is False
+
+
+def test_a_short_epoch_read_by_many_workers_is_measured_at_their_rate():
+    """Eight workers, two batches each in flight, an epoch of sixteen batches: the workers run in
+    step, so the batches after the first come in bursts, and an epoch's tail read at once measured
+    many times what they can make. With an item taking 2 ms and 8 items a batch, eight workers make
+    at most 8 / 16 ms = 500 batches/s: the warm-up skips every batch in flight before the first
+    arrived, and the measurement reads on into the next epochs."""
+    result = tune_dataloader(Sleepy(n=8 * 16, item_s=0.002), batch_size=8, num_workers=(8,),
+                             max_seconds_per_config=1.5, max_batches=60, rounds=1)
+    [row] = result.rows
+    assert row.status == "ok" and row.batches >= 1
+    assert row.batches_per_s <= 8 / (8 * 0.002) * 1.05  # never above what eight workers can make
 
 
 def test_failing_workers_are_reported_not_raised():

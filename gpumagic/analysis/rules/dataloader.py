@@ -91,7 +91,8 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     if not no_more:
         capture = (m.get("conditions") or {}).get("capture_options") or []
         wg = worker_gain(gain, host, workers, profiler_cost=any(o in COST_OPTIONS for o in capture),
-                         handoff_share=worker_gain_share(w.median_ms, w.in_workers))
+                         handoff_share=worker_gain_share(w.median_ms, w.in_workers),
+                         running=h.worker_count or (1 if w.in_workers else 0))
         gain, method = wg.gain, wg.method
         if wg.cores_available is not None:
             numbers["cores_available_with_workers"] = wg.cores_available
