@@ -91,6 +91,10 @@ EXTEND_MIN_SPEEDUP = 1.2
 #: object; PyTorch's DataLoader warns above the CPU count, which a waiting loader has no reason
 #: to heed).
 MAX_EXTENDED_WORKERS = 32
+#: An epoch that ends with fewer batches measured than this is followed by the next (the single
+#: process, persistent workers): enough batches for the interval of a speed-up, without resetting
+#: a persistent iterator epoch after epoch for a dataset of a few dozen batches.
+READ_ON_BELOW = 20
 #: Start methods that pickle the dataset into each worker (everything but ``fork``).
 PICKLING_START_METHODS = ("spawn", "forkserver")
 
@@ -466,8 +470,9 @@ def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: st
     started the others made theirs. Read at once, those would time the workers' head start, not
     their rate (a 16-batch epoch read by 8 workers once measured 30× the single process for a
     dataset that allows at most 4×). Where an epoch ends before the time or the batches are used
-    up, the next epoch is read on, with a persistent loader or the single process (a loader
-    that starts new workers each epoch stops at its end: those starts are ``restart_s``'s)."""
+    up and fewer than :data:`READ_ON_BELOW` batches were measured, the next epoch is read on, with
+    a persistent loader or the single process (a loader that starts new workers each epoch stops
+    at its end: those starts are ``restart_s``'s)."""
     config = row.config
     pinned = config.pin_memory
     t0 = time.perf_counter()
@@ -490,7 +495,8 @@ def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: st
         want = max_batches - row.batches
         got = _take(iterator, want, device, pinned, deadline, on_batch, row.batch_s)
         row.batches += got
-        if got == want or time.perf_counter() >= deadline or not go_on or (got == 0 and row.batches == 0):
+        if (got == want or time.perf_counter() >= deadline or not go_on or row.batches >= READ_ON_BELOW
+                or (got == 0 and row.batches == 0)):
             break
         iterator = iter(loader)  # the epoch ended: the next one, as a training loop goes on
         iterators.append(iterator)

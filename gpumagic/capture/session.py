@@ -49,8 +49,8 @@ TAKEN_OVER_NOTE = ("A torch.profiler in the cell took over the profiler; nothing
                    "(torch can run one profiler at a time: remove it, or %%gpuprofile, to profile this cell).")
 #: The named moments of :meth:`CaptureSession.finish`, in order, where tests inject interrupts
 #: (``stop-sampler`` once per sampler; ``build``, ``analyse`` and ``save`` only when a trace is built).
-CHECKPOINTS = ("finish", "stop-recording", "cancel-deadline", "remove-hook", "end-step", "stop-profiler",
-               "stop-sampler", "stop-loader-stages", "shutdown-nvml", "release", "export", "build", "analyse", "save")
+CHECKPOINTS = ("finish", "stop-recording", "cancel-deadline", "stop-loader-stages", "remove-hook", "end-step",
+               "stop-profiler", "stop-sampler", "shutdown-nvml", "release", "export", "build", "analyse", "save")
 
 _active_lock = threading.Lock()
 _active: CaptureSession | None = None
@@ -318,6 +318,10 @@ class CaptureSession:
         steps: list[tuple[str, Callable[[], None]]] = []
         if self._deadline is not None:
             steps.append(("cancel-deadline", self._deadline.cancel))
+        if self._stages is not None:
+            # before the step timer: the stage timers wrapped DataLoader._get_iterator over its wrapper,
+            # and put back what they found (the timer's), which the timer then puts back in turn
+            steps.append(("stop-loader-stages", self._stages.stop))
         if self._hook is not None or self._timer is not None:
             steps.append(("remove-hook", self._remove_hooks))
         if self._modules is not None:
@@ -327,8 +331,6 @@ class CaptureSession:
         if self._recorder is not None:
             steps += [("end-step", self._recorder.end_step), ("stop-profiler", self._recorder.stop)]
         steps += [("stop-sampler", s.stop) for s in self._samplers]
-        if self._stages is not None:
-            steps.append(("stop-loader-stages", self._stages.stop))
         if self._nvml is not None:
             steps.append(("shutdown-nvml", self._nvml.shutdown))
         return steps

@@ -347,6 +347,11 @@ def test_a_failure_in_the_step_hook_never_breaks_the_training_loop(monkeypatch, 
     train(8)  # the hook fails at step 1; the loop goes on
     with pytest.raises(CaptureError, match=r"profiling failed while the code ran \(RuntimeError: marker failure\)"):
         session.finish()
+    # torn down without the normal stop: the loader-stage timers and the step timer both wrapped
+    # DataLoader._get_iterator, and both are undone, the later first (it once stayed wrapped)
+    from torch.utils.data import DataLoader
+
+    assert not hasattr(DataLoader.__dict__["_get_iterator"], "__wrapped__")
 
 
 @pytest.mark.slow
