@@ -11,7 +11,9 @@
 
    Printed: the median time per step of each, and ``timer`` ÷ ``hook`` and ``timer`` − ``hook``
    per step (the timer's own cost), with the spread over rounds; then the timer's two calls alone,
-   100,000 times (on a busy machine the loop's own noise is far larger than the timer's cost).
+   100,000 times (on a busy machine the loop's own noise is far larger than the timer's cost);
+   then what its ``DataLoader`` ``next()`` wrapper (each step's wait for its batch) adds to a
+   batch of a cheap loader, with and without the timer installed, interleaved.
 
 2. ``%gputimeit``'s floor: the per-call time it reports for ``pass`` (the ``exec`` of a compiled
    statement in the user's namespace), beside ``timeit``'s for the same statement.
@@ -73,6 +75,36 @@ def one(kind: str, run) -> float:
             timer.remove()
 
 
+def _next_cost(rounds: int, batches: int = 20_000) -> tuple[float, float]:
+    """Seconds per batch of a cheap DataLoader without and with the step timer installed (its
+    ``_BaseDataLoaderIter.__next__`` wrapper keeps each step's wait), interleaved."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from gpumagic.capture.everystep import StepTimer
+
+    loader = DataLoader(TensorDataset(torch.arange(float(batches))), batch_size=1)
+
+    def epoch() -> float:
+        t0 = time.perf_counter()
+        for _batch in loader:
+            pass
+        return (time.perf_counter() - t0) / batches
+
+    bare, timed = [], []
+    for i in range(rounds):
+        for kind in (("bare", "timed") if i % 2 == 0 else ("timed", "bare")):
+            if kind == "bare":
+                bare.append(epoch())
+                continue
+            timer = StepTimer().install()
+            try:
+                timed.append(epoch())
+            finally:
+                timer.remove()
+    return statistics.median(bare), statistics.median(timed)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=2000)
@@ -103,6 +135,10 @@ def main() -> None:
         timer.resume()
     per_call = (time.perf_counter() - t0) / calls
     print(f"  the timer's calls alone: {per_call * 1e9:.0f} ns per step (step_end + resume, {calls:,} steps)")
+    bare_next, timed_next = _next_cost(args.rounds)
+    print(f"  a DataLoader batch (TensorDataset, batch 1, main process): {bare_next * 1e9:.0f} ns bare, "
+          f"{timed_next * 1e9:.0f} ns with the timer's next() wrapper: {(timed_next - bare_next) * 1e9:+.0f} ns a batch "
+          f"(medians of {args.rounds} interleaved rounds)")
 
     from IPython.core.interactiveshell import InteractiveShell
 

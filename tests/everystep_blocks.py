@@ -29,10 +29,14 @@ def with_every_step(every_step):
 
 
 def outlier_bundle(kind):
-    """Step 20 of 30 took 250 ms, with an event of ``kind`` (or none) running 230 ms of it."""
+    """Step 20 of 30 took 250 ms, with an event of ``kind`` (or none) running 230 ms of it; for
+    ``"data"``, 230 ms of it waiting in the DataLoader's next() (the block's ``wait_ms``)."""
     steps = [10.0] * 30
     steps[20] = 250.0
     b = block(steps)
-    if kind is not None:
+    if kind == "data":
+        b["wait_ms"] = [0.5] * 30
+        b["wait_ms"][20] = 230.0
+    elif kind is not None:
         b["events"] = [{"kind": kind, "start_ms": b["start_ms"][20] + 1, "dur_ms": 230.0, "detail": ""}]
     return with_every_step(b)

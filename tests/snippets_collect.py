@@ -151,7 +151,7 @@ def built_reports():
     yield "efficiency", analyze(tc.efficiency_trace(1e9).to_dict())
     yield "model-on-cpu", analyze(_model_on_cpu_trace().to_dict())
     yield "host-creation", analyze(_host_creation_trace().to_dict())
-    for kind in ("gc", "torch.save", "compile", "eval", "loader", None):
+    for kind in ("gc", "torch.save", "compile", "eval", "loader", "data", None):
         yield f"step-outliers-{kind}", analyze(outlier_bundle(kind))
     yield "compile", analyze(_compiled_trace())
     for training in (True, False):

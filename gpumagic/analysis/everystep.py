@@ -4,7 +4,8 @@ The capture's step timer (:mod:`gpumagic.capture.everystep`) writes the bundle's
 block: each optimizer step's duration and start (ms from the timer's start), which steps were
 recorded, how many leading steps ran under the profiler, and the events it saw beside them
 (garbage collections, ``torch.save``, compilations, evaluation, a DataLoader's workers
-starting until their first batch). The block comes from a file, so
+starting until their first batch), and each step's wait in the DataLoader's ``next()``
+(``wait_ms``, when the cell used one). The block comes from a file, so
 it is checked before use; a block that does not fit is left out with a note.
 
 An outlier is a judged step — not the first (warm-up), not one that ran under the profiler (its
@@ -58,7 +59,8 @@ def fields(ctx: Context) -> dict[str, Any]:
         return {}
     found = outliers(block)
     s = saves(block)
-    return {"all_ms": block["step_ms"], "all_recorded": block["recorded"], "all_profiled": block["profiled"],
+    return {"all_ms": block["step_ms"], "all_wait_ms": block["wait_ms"], "all_recorded": block["recorded"],
+            "all_profiled": block["profiled"],
             "outliers": [as_record(o, StepOutlier) for o in found], "torch_save_count": s["count"],
             "torch_save_frac": round(s["ms"] / s["steps_ms"], 4) if s["steps_ms"] > 0 else None}
 
@@ -103,11 +105,17 @@ def read(block: Any, notes: list[str]) -> dict[str, Any] | None:
                 is not None):
             events.append({"kind": e["kind"], "start_ms": float(e["start_ms"]), "dur_ms": float(e["dur_ms"]),
                            "detail": str(e.get("detail", ""))[:200]})
+    waits = block.get("wait_ms")
+    if waits is not None:
+        waits = _floats(waits)
+        if waits is None or len(waits) != len(steps):
+            notes.append("The every_step block's DataLoader waits (wait_ms) are not valid; they were ignored.")
+            waits = None
     dropped = block.get("dropped_steps", 0)
     if type(dropped) is int and dropped > 0:
         notes.append(f"The step timer kept the first {len(steps):,} steps; {dropped:,} more ran.")
     return {"step_ms": steps, "start_ms": starts, "recorded": sorted(set(recorded)), "profiled": profiled,
-            "events": events}
+            "events": events, "wait_ms": waits}
 
 
 def judged(block: dict[str, Any]) -> list[int]:
@@ -145,8 +153,15 @@ def outliers(block: dict[str, Any]) -> list[dict[str, Any]]:
     for h in hits.tolist():
         i = idx[h]
         start, dur = block["start_ms"][i], block["step_ms"][i]
+        causes = _causes(events, start, start + dur)
+        wait = block["wait_ms"][i] if block.get("wait_ms") else 0.0
+        # the step's own time in the DataLoader's next(), less its workers stopping and starting (a
+        # loader cause of its own: both run inside next())
+        wait -= sum(c.ms for c in causes if c.kind == "loader")
+        if wait > 0:
+            causes = sorted([*causes, StepCause(kind="data", ms=round(wait, 4), detail="")], key=lambda c: -c.ms)
         out.append({"index": i, "ms": round(dur, 4), "over_median": round(dur / med, 3) if med > 0 else 0.0,
-                    "excess_ms": round(dur - med, 4), "causes": _causes(events, start, start + dur)})
+                    "excess_ms": round(dur - med, 4), "causes": causes})
     return out
 
 

@@ -23,7 +23,11 @@ it notes, with their times:
   workers still run: the end of each such epoch joins them).
   The iterator's ``_next_data`` is wrapped on that one instance for its first call only, through a
   weak reference, so no batch after the first pays anything and the iterator's shutdown of its
-  workers is not held up by a reference cycle.
+  workers is not held up by a reference cycle;
+- how long each step waited in the DataLoader's ``next()`` (``_BaseDataLoaderIter.__next__``,
+  wrapped while the cell runs: two clock reads a batch), summed per step: the steps after the
+  recorded ones may wait for batches the recorded ones found made (workers prefetch while the
+  first steps run).
 
 Times are ``time.perf_counter_ns()``; the bundle holds them in ms from the timer's start. A
 step's duration runs from the end of gpumagic's work in the previous step's hook to the start of
@@ -63,6 +67,9 @@ class StepTimer:
         self.profiled = 0
         self.dropped_steps = 0
         self.events: list[tuple[str, int, int, str]] = []
+        self.waits_ns: list[int] = []  # each step's time in DataLoader next() calls
+        self._wait_ns = 0
+        self._loader_used = False
         self.dropped_events = 0
         self._gc_start: int | None = None
         self._gc_owner: list | None = None
@@ -115,6 +122,8 @@ class StepTimer:
         if len(self.durations_ns) < MAX_STEPS:
             self.durations_ns.append(now - self._resume)
             self.starts_ns.append(self._resume - self._t0)
+            self.waits_ns.append(self._wait_ns)
+            self._wait_ns = 0
         else:
             self.dropped_steps += 1
         if not self._dynamo_tried and "torch._dynamo" in sys.modules:  # the cell started compiling
@@ -211,6 +220,19 @@ class StepTimer:
             return it
 
         self._patch(loader_cls, "_get_iterator", original, _get_iterator)
+        base_cls = getattr(sys.modules.get("torch.utils.data.dataloader"), "_BaseDataLoaderIter", None)
+        next_batch = None if base_cls is None else base_cls.__dict__.get("__next__")
+        if callable(next_batch):
+            @functools.wraps(next_batch)
+            def __next__(it: Any) -> Any:
+                start = time.perf_counter_ns()
+                try:
+                    return next_batch(it)
+                finally:
+                    timer._wait_ns += time.perf_counter_ns() - start
+                    timer._loader_used = True
+
+            self._patch(base_cls, "__next__", next_batch, __next__)
         iter_cls = getattr(sys.modules.get("torch.utils.data.dataloader"), "_MultiProcessingDataLoaderIter", None)
         shutdown = None if iter_cls is None else iter_cls.__dict__.get("_shutdown_workers")
         if not callable(shutdown):
@@ -299,4 +321,5 @@ class StepTimer:
             "events": [{"kind": k, "start_ms": round((s - self._t0) / MS, 4), "dur_ms": round((e - s) / MS, 4),
                         "detail": d} for k, s, e, d in self.events],
             "dropped_events": self.dropped_events,
+            **({"wait_ms": [round(w / MS, 4) for w in self.waits_ns]} if self._loader_used else {}),
         }

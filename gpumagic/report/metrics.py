@@ -142,6 +142,8 @@ class StepMetrics(Record, frozen=True):
     all_ms: Annotated[list[float] | None, _d("every optimizer step of the cell, recorded or not, in order: its duration "
                                              "on the host (ms; gpumagic's own hook work left out); null without "
                                              "gpumagic's step timer (a plain trace)")] = None
+    all_wait_ms: Annotated[list[float] | None, _d("each step of all_ms: its time waiting in the DataLoader's next() "
+                                                  "(ms; null without a gpumagic capture or a DataLoader in the cell)")] = None
     all_recorded: Annotated[list[int] | None, _d("indices into all_ms of the recorded steps (the ProfilerStep# markers)")] = None
     all_profiled: Annotated[int | None, _d("how many leading steps of all_ms ran while the profiler recorded, "
                                            "recorded or skipped (count); the outlier check judges only later steps")] = None
@@ -158,8 +160,9 @@ class StepCause(Record, frozen=True):
 
     kind: Annotated[str, _d("'gc' (a Python garbage collection), 'torch.save', 'compile' (torch.compile compiling "
                             "or recompiling), 'eval' (an evaluation loop: a module in evaluation mode with no "
-                            "optimizer step before it left it) or 'loader' (a DataLoader starting its worker "
-                            "processes, until their first batch: each epoch without persistent_workers)")]
+                            "optimizer step before it left it), 'loader' (a DataLoader starting its worker "
+                            "processes, until their first batch, or stopping them: each epoch without "
+                            "persistent_workers) or 'data' (the step's wait in the DataLoader's next())")]
     ms: Annotated[float, _d("how long it ran inside the step (ms)")]
     detail: Annotated[str, _d("what gpumagic knows of it (a collection's generation, a compile id)")]
 

@@ -18,6 +18,7 @@ import pytest
 import torch
 from IPython.utils.capture import capture_output
 from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.dataloader import _BaseDataLoaderIter as BaseIter
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter as WorkersIter
 
 from gpumagic import analyze
@@ -67,6 +68,7 @@ def test_a_cell_of_30_steps_flags_the_step_that_slept(shell, tmp_path):
 def test_the_timer_puts_back_what_it_wrapped(train):
     save, module_train, callbacks = torch.save, torch.nn.Module.train, list(gc.callbacks)
     start, stop = DataLoader.__dict__["_get_iterator"], WorkersIter.__dict__["_shutdown_workers"]
+    next_batch = BaseIter.__dict__["__next__"]
     session = CaptureSession(CaptureOptions(nvml=False, cpu=False))
     session.start()
     assert torch.save is not save and torch.nn.Module.train is not module_train
@@ -75,6 +77,7 @@ def test_the_timer_puts_back_what_it_wrapped(train):
     run = session.finish()
     assert torch.save is save and torch.nn.Module.train is module_train and gc.callbacks == callbacks
     assert DataLoader.__dict__["_get_iterator"] is start and WorkersIter.__dict__["_shutdown_workers"] is stop
+    assert BaseIter.__dict__["__next__"] is next_batch
     block = json.loads(run.bundle)["gpumagic"]["every_step"]
     assert len(block["step_ms"]) == len(block["start_ms"]) == 3
 
@@ -106,6 +109,40 @@ def test_a_loader_starting_and_stopping_its_workers_is_seen(persistent):
     it = iter(DataLoader(TensorDataset(torch.arange(8.0)), batch_size=4, num_workers=1))  # timer removed: untouched
     assert "_next_data" not in it.__dict__
     del it
+
+
+class _SlowItems(torch.utils.data.Dataset):
+    """Items that take at least 5 ms each (a read)."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        time.sleep(0.005)
+        return torch.tensor(float(i))
+
+
+def test_each_steps_wait_for_the_loader_is_kept():
+    """Four steps, each after a batch of two 5 ms items loaded in the main process: each step
+    waited at least 10 ms in next() (a lower bound the sleeps guarantee, whatever the load). A
+    cell without a DataLoader writes no waits."""
+    timer = StepTimer().install()
+    try:
+        for _batch in DataLoader(_SlowItems(), batch_size=2):
+            timer.step_end()
+            timer.resume()
+    finally:
+        timer.remove()
+    waits = timer.section()["wait_ms"]
+    assert len(waits) == 4 and all(w >= 10.0 for w in waits)
+    plain = StepTimer().install()
+    try:
+        for _ in range(3):
+            plain.step_end()
+            plain.resume()
+    finally:
+        plain.remove()
+    assert "wait_ms" not in plain.section()
 
 
 def test_the_first_batch_wrapper_leaves_the_iterator_free():
@@ -234,6 +271,47 @@ def test_causes_are_what_overlapped_the_step():
                        {"kind": "torch.save", "start_ms": start - 50, "dur_ms": 10.0, "detail": ""}]
     (o,) = _outliers(block)
     assert [c.kind for c in o["causes"]] == ["gc"] and o["causes"][0].ms == pytest.approx(150.0)
+
+
+def _waiting_block(wait_ms, events=()):
+    steps = [10.0] * 30
+    steps[20] = 250.0
+    b = _block(steps, events=events)
+    b["wait_ms"] = [1.0] * 30
+    b["wait_ms"][20] = wait_ms
+    return b
+
+
+def test_a_step_that_waited_for_its_batch_names_the_loader():
+    """Step 20 took 250 ms, 235 of them in the DataLoader's next(): the cause is the wait, and the
+    finding suggests measuring the loader's settings."""
+    [o] = _outliers(_waiting_block(235.0))
+    assert [(c.kind, c.ms) for c in o["causes"]] == [("data", 235.0)]
+    r = analyze(with_every_step(_waiting_block(235.0)))
+    assert r.metrics.steps.all_wait_ms[20] == 235.0
+    f = r.finding("step-outliers")
+    assert f.evidence.numbers["explained_by_data"] == 1
+    assert "the loop waiting for the DataLoader's next batch" in f.evidence.summary
+    [fix] = f.fixes
+    assert fix.diagnostic and "gpumagic.tune_dataloader(loader)" in fix.code
+
+
+def test_a_restart_inside_the_wait_is_the_restarts_not_the_waits():
+    """The workers stopping and starting run inside next(): that time is the loader cause's, and
+    only the rest of the wait counts as waiting for a batch."""
+    start = _block([10.0] * 30)["start_ms"][20]
+    restart = {"kind": "loader", "start_ms": start + 1, "dur_ms": 200.0, "detail": "2 worker(s)"}
+    [o] = _outliers(_waiting_block(235.0, events=[restart]))
+    assert [(c.kind, c.ms) for c in o["causes"]] == [("loader", 200.0), ("data", 35.0)]
+
+
+def test_waits_that_do_not_fit_the_steps_are_ignored_with_a_note():
+    b = _waiting_block(235.0)
+    b["wait_ms"] = b["wait_ms"][:10]
+    notes: list[str] = []
+    block = es.read(b, notes)
+    assert block is not None and block["wait_ms"] is None
+    assert notes == ["The every_step block's DataLoader waits (wait_ms) are not valid; they were ignored."]
 
 
 def test_a_malformed_block_is_left_out_with_a_note():

@@ -63,6 +63,13 @@ LOADER_CODE = """
 # Keep the worker processes between epochs: only the first epoch starts them (keep your other arguments)
 loader = DataLoader(dataset, batch_size=batch_size, num_workers={workers}, persistent_workers=True)
 """
+#: gpumagic's tuner measures the loader's settings on this machine (batches per second each).
+TUNE_CODE = """
+import gpumagic
+
+result = gpumagic.tune_dataloader(loader)   # batches per second for each num_workers, in bounded time
+print(result.recommended_kwargs)
+"""
 #: The same when no start the timer saw says how many workers (it needs more than 0).
 LOADER_CODE_UNKNOWN = """
 num_workers = 2   # as many as your loader starts now: persistent workers need at least one
@@ -81,12 +88,14 @@ SAME_OPS_SPREAD = MIN_RATIO
 DOCS = {"torch.save": "https://pytorch.org/tutorials/recipes/distributed_async_checkpoint_recipe.html",
         "compile": "https://docs.pytorch.org/docs/stable/compile/programming_model.recompilation.html",
         "eval": "https://pytorch.org/tutorials/beginner/basics/optimization_tutorial.html",
-        "loader": "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"}
+        "loader": "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader",
+        "data": "https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading"}
 #: A cause explains an outlier when it ran for at least half of the step's excess over the median.
 EXPLAINED = 0.5
 _WORDS = {"gc": "a Python garbage collection", "torch.save": "torch.save", "compile": "a torch.compile compilation",
           "eval": "an evaluation loop (a module in eval mode)",
-          "loader": "the DataLoader's workers stopping and starting (a new epoch)"}
+          "loader": "the DataLoader's workers stopping and starting (a new epoch)",
+          "data": "the loop waiting for the DataLoader's next batch"}
 
 
 @rule("step-outliers")
@@ -96,7 +105,7 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     longer; never the first step (warm-up) nor one that ran under the profiler
     (:mod:`gpumagic.analysis.everystep`). Only a gpumagic capture has them. What coincided —
     a garbage collection, ``torch.save``, a compilation, evaluation, a DataLoader starting its
-    workers for a new epoch — names the fix; with
+    workers for a new epoch, the step's own wait for the DataLoader's next batch — names the fix; with
     nothing seen, the fix is to record such a step. Gain: none inside the recorded window (the
     outliers fall after it); the excess share of the steps after recording is given as a number.
     False positives: a step that waits for something outside the process (a shared file
@@ -137,6 +146,10 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
         fixes.append(pytorch("The DataLoader started its worker processes again for a new epoch: keep them "
                              "between epochs (persistent_workers=True)",
                              LOADER_CODE.format(workers=max(counts)) if counts else LOADER_CODE_UNKNOWN))
+    if "data" in explains:
+        fixes.append(pytorch("The loop waited for its next batch in these steps: the loader cannot keep up when the "
+                             "batches made ahead run out (the recorded steps may have used those); measure its "
+                             "settings on this machine", TUNE_CODE, diagnostic=True))
     if "eval" in explains:
         fixes.append(pytorch("Evaluation ran inside these steps: expected, but evaluate less often if it costs too "
                              "much", EVAL_CODE))
