@@ -17,6 +17,7 @@ import test_diagnoses as td
 import test_gradients_never_reset as tgr
 import test_inference_mode as tim
 import test_layout_conversions as tlc
+import test_loader_demand as tld
 import test_loader_stages_analysis as tls
 import test_loop_host_work as tlw
 import test_memory_growth as tmg
@@ -151,6 +152,7 @@ def built_reports():
     yield "efficiency", analyze(tc.efficiency_trace(1e9).to_dict())
     yield "model-on-cpu", analyze(_model_on_cpu_trace().to_dict())
     yield "host-creation", analyze(_host_creation_trace().to_dict())
+    yield "dataloader-bound-later", analyze(tld._with_later_waits(tld._no_wait_trace(), 5.0))
     for kind in ("gc", "torch.save", "compile", "eval", "loader", "data", None):
         yield f"step-outliers-{kind}", analyze(outlier_bundle(kind))
     yield "compile", analyze(_compiled_trace())

@@ -111,3 +111,85 @@ def test_the_gain_of_more_workers_counts_those_running():
     assert worker_gain(0.9, host, 4, running=2).gain == pytest.approx(0.5)
     assert worker_gain(0.9, host, 8, running=2).gain == pytest.approx(0.75)
     assert worker_gain(0.3, host, 4, running=2).gain == pytest.approx(0.3)  # the wait bounds it
+
+
+def test_a_dataset_that_waits_gets_the_cache_not_a_batched_getitems():
+    """The io-workers recording's slowest stage is the dataset's __getitem__, which sleeps (a read):
+    a batched __getitems__ saves per-sample Python, not waiting; each sample read once does."""
+    f = analyze(IO_WORKERS).finding("dataloader-bound")
+    staged = f.fixes[-1]
+    assert staged.description.startswith("SleepyItems.__getitem__ is the slowest stage")
+    assert "mostly waits rather than computes" in staged.description and "__getitems__" not in staged.code
+    assert "torch.save(" in staged.code  # the cache: read once, kept
+
+
+def test_workers_that_leave_a_core_idle_are_not_called_enough_when_the_samples_cannot_tell(monkeypatch):
+    """When the window is too short for the samples to judge the loading and the workers leave a
+    whole core idle, "the workers running already take what the cores allow: more would not help"
+    is not shown: the finding says so and measures (gpumagic.tune_dataloader) instead of a count."""
+    from gpumagic.analysis import hostcpu
+
+    monkeypatch.setattr(hostcpu, "MIN_WAIT_SAMPLES", 1e9)  # the samples never judge the loading
+    f = analyze(IO_WORKERS).finding("dataloader-bound")
+    assert "more would not help" not in f.evidence.summary
+    assert "of the 2 usable cores idle" in f.evidence.summary and "too short for the CPU samples" in f.evidence.summary
+    assert f.fixes[0].diagnostic and "gpumagic.tune_dataloader(loader)" in f.fixes[0].code
+    assert not any("num_workers=" in x.code for x in f.fixes)  # no count below the workers running
+    assert f.gain_method.startswith("upper bound") and f.est_gain == pytest.approx(f.evidence.numbers["gpu_idle_during_wait_frac"])
+
+
+def _with_later_waits(d, later_wait_ms, later_steps=30, step_ms=10.0):
+    """Bundle ``d`` with a step timer block: steps 1..4 recorded, then ``later_steps`` steps of
+    ``step_ms`` each waiting ``later_wait_ms`` in the DataLoader's next()."""
+    import everystep_blocks as blocks
+
+    steps = [step_ms] * (5 + later_steps)
+    b = blocks.block(steps, recorded=(1, 2, 3, 4), profiled=5)
+    b["wait_ms"] = [0.0] * 6 + [later_wait_ms] * (len(steps) - 6)
+    g = d.setdefault("gpumagic", {"format": 1, "label": "", "notes": [], "capture": {}, "machine": {}, "versions": {},
+                                  "clock": {"anchor_epoch_ns": None}, "samples": {}})
+    g["every_step"] = b
+    return d
+
+
+def _no_wait_trace():
+    """A CPU-only loop (a GPU's idle time would bound a loader finding by the recorded steps')."""
+    tb = TraceBuilder(cc=None)
+    for i in range(4):
+        t = i * 10_000
+        tb.step(i + 1, t, 10_000)
+        tb.op("aten::addmm", t + 100, 8_000)
+        tb.op("autograd::engine::evaluate_function: AddmmBackward0", t + 8_500, 1_000)
+    return tb.to_dict()
+
+
+def test_steps_after_the_recorded_ones_that_wait_for_batches_are_reported():
+    """The recorded steps waited for no batch (workers had made them ahead); the 30 steps after
+    them (29 judged: the first after the profiler stopped is not) spent half their time in the
+    loader's next(): dataloader-bound says so, with that share
+    as an upper bound (dataloader-bound-later: the window's own finding stays silent), and measures
+    instead of giving a count."""
+    r = analyze(_with_later_waits(_no_wait_trace(), 5.0))
+    assert r.finding("dataloader-bound") is None  # the recorded window waited for nothing
+    f = r.finding("dataloader-bound-later")
+    assert f.title == "The loop waits for the data loader after the recorded steps"
+    assert f.evidence.numbers["later_wait_frac"] == pytest.approx(0.5) and f.evidence.numbers["later_steps"] == 29
+    assert f.est_gain == pytest.approx(0.5) and f.gain_method.startswith("upper bound")
+    assert all(x.diagnostic for x in f.fixes) and "tune_dataloader" in f.fixes[0].code
+    assert f.fixes[1].code.startswith("%%gpuprofile --skip ")
+
+
+@pytest.mark.parametrize(("wait", "later"), [(0.3, 30), (5.0, 5)])
+def test_little_or_few_later_waits_say_nothing(wait, later):
+    """3 % of the later steps (under the 5 % line), or five steps only: no finding."""
+    assert analyze(_with_later_waits(_no_wait_trace(), wait, later)).finding("dataloader-bound-later") is None
+
+
+def test_a_recorded_wait_with_longer_later_waits_says_the_estimate_is_low():
+    """The recorded window waits 40 % of the time; the later steps 90 %: the finding adds that its
+    estimate, from the recorded steps, is low."""
+    f = analyze(_with_later_waits(_loader_trace().to_dict(), 9.0)).finding("dataloader-bound")
+    assert "After the recorded steps the loop waited longer: 90.0 % of the time of the 29 steps" in f.evidence.summary
+    assert analyze(_with_later_waits(_loader_trace().to_dict(), 9.0)).finding("dataloader-bound-later") is None
+    near = analyze(_with_later_waits(_loader_trace().to_dict(), 5.0)).finding("dataloader-bound")
+    assert "waited longer" not in near.evidence.summary and near.evidence.numbers["later_wait_frac"] == pytest.approx(0.5)

@@ -231,6 +231,25 @@ def _causes(events: list[dict[str, Any]], start: float, end: float) -> list[Step
     return sorted(out, key=lambda c: -c.ms)
 
 
+def later_waits(block: dict[str, Any]) -> tuple[float, float, int] | None:
+    """The steps after the recorded ones (the judged steps, :func:`judged`): their time in the
+    DataLoader's ``next()`` less the workers stopping and starting inside it (``loader`` events,
+    ``dataloader-worker-restarts``' story), their summed duration (ms) and how many; None without
+    the block's ``wait_ms`` or such steps."""
+    waits = block.get("wait_ms")
+    idx = judged(block)
+    if not waits or not idx:
+        return None
+    restarts = [(e["start_ms"], e["start_ms"] + e["dur_ms"]) for e in block["events"] if e["kind"] == "loader"]
+    waited = total = 0.0
+    for i in idx:
+        lo, dur = block["start_ms"][i], block["step_ms"][i]
+        inside = sum(max(0.0, min(lo + dur, b) - max(lo, a)) for a, b in restarts)
+        waited += max(0.0, waits[i] - inside)
+        total += dur
+    return waited, total, len(idx)
+
+
 def saves(block: dict[str, Any], skip: frozenset[int] = frozenset(), only: frozenset[int] | None = None
           ) -> dict[str, Any]:
     """``torch.save`` during the steps after the first (the warm-up): ``count`` (calls that overlap

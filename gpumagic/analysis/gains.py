@@ -77,7 +77,8 @@ OTHER_TIME_BASED = ("communication-heavy", "unfused-optimizer", "dense-embedding
 #: speed gain is claimed (0; the warm-up in a
 #: window is what the measurement overstates, not time the run would save). tests/test_gain_kinds.py holds every finding on the fixtures to it.
 GAIN_KINDS: dict[str, str] = {
-    "host-cpu-saturated": "either", "dataloader-bound": "either", "pageable-memcpy": "upper bound",
+    "host-cpu-saturated": "either", "dataloader-bound": "either", "dataloader-bound-later": "upper bound",
+    "pageable-memcpy": "upper bound",
     "host-sync": "upper bound", "launch-bound": "upper bound", "cpu-bound": "upper bound",
     "gpu-idle-gaps": "upper bound", "mixed-precision-off": "upper bound", "transfer-bound": "upper bound",
     "memory-pressure": "none", "communication-heavy": "upper bound", "warmup-in-window": "none",

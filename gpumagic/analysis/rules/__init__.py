@@ -19,7 +19,7 @@ from gpumagic.analysis.rules.contention import host_contended
 from gpumagic.analysis.rules.cpu import host_cpu_saturated
 from gpumagic.analysis.rules.cpudouble import cpu_float64
 from gpumagic.analysis.rules.cpuhalf import cpu_low_precision_slow
-from gpumagic.analysis.rules.dataloader import dataloader_bound
+from gpumagic.analysis.rules.dataloader import dataloader_bound, dataloader_bound_later
 from gpumagic.analysis.rules.embeddings import dense_embedding_grad
 from gpumagic.analysis.rules.emptyupdates import updates_without_gradients
 from gpumagic.analysis.rules.evalmode import training_in_eval_mode
@@ -49,7 +49,7 @@ from gpumagic.analysis.rules.warmup import warmup_in_window
 #: Rules that name a cause, run first; ``low-gpu-utilization`` then reports the idle time they
 #: leave unexplained (``analysis.gains`` counts overlapping time once).
 CAUSE_RULES: tuple[Rule, ...] = (
-    host_cpu_saturated, dataloader_bound, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
+    host_cpu_saturated, dataloader_bound, dataloader_bound_later, pageable_memcpy, host_sync, launch_bound, cpu_bound, gpu_idle_gaps,
     mixed_precision_off, transfer_bound, memory_pressure, communication_heavy, warmup_in_window,
     small_transfers, too_small_for_gpu, low_compute_efficiency, unfused_attention, elementwise_bound,
     model_on_cpu, step_outliers, graph_breaks, recompiles, host_cores_idle, cpu_low_precision_slow,

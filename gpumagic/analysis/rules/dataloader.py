@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpumagic.analysis import everystep
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.hostcpu import HostCpu, host_cpu, loading_in_main, suggested_workers
@@ -61,8 +62,9 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     dataset with one shard."""
     dl = ctx.cat_union["dataloader"]
     frac = ctx.frac(iv.total(dl))
+    later = _later(ctx)
     if frac <= DATALOADER_FRAC:
-        return None
+        return None  # dataloader-bound-later judges the steps after the recorded ones
     gain = exclusive = ctx.frac(iv.total(ctx.exclusive["dataloader"]))
     h = host_cpu(ctx)
     numbers: dict[str, float | int | str | None] = {"dataloader_ms": m.host.dataloader_ms, "dataloader_frac": m.host.dataloader_frac,
@@ -88,7 +90,11 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         numbers["suggested_num_workers"] = workers
     threads = _intra_op_threads(h, host, workers)
     method = "data-loader wait that does not overlap GPU work or other host activity"
-    if not no_more:
+    unjudged = _unjudged_idle(h)
+    if unjudged:
+        method = ("upper bound: the data-loader wait that does not overlap other work, what more workers could "
+                  "hide; whether they can, the window is too short to tell: measure")
+    elif not no_more:
         capture = (m.get("conditions") or {}).get("capture_options") or []
         wg = worker_gain(gain, host, workers, profiler_cost=any(o in COST_OPTIONS for o in capture),
                          handoff_share=worker_gain_share(w.median_ms, w.in_workers),
@@ -112,6 +118,20 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         numbers.update(slowest_stage=top.name, slowest_stage_share=top.share,
                        slowest_stage_ms_per_batch=top.ms_per_batch, slowest_stage_where=top.where)
         advice += " " + stage_sentence(stages)
+    if later is not None:
+        numbers.update(later_wait_frac=round(later[0], 4), later_steps=later[1])
+        if later[0] >= LATER_MORE * frac:
+            advice += (f" After the recorded steps the loop waited longer: {pct(later[0])} of the time of the "
+                       f"{later[1]:,} steps after them (every step timed), against {pct(frac)} here: the recorded "
+                       "steps had batches made ahead of them, so the estimate here is low.")
+    staged = stage_fixes(stages, ctx.device >= 0, ctx.workload == "training", waits=h.loader_cpu_bound is False)
+    if unjudged:  # no count to give: measure, then the stage's fix
+        fixes: tuple[Fix, ...] = (pytorch("Measure more workers than run now on this machine and keep the fastest "
+                                          "(the tuner tries more than the cores while that pays)", TUNE_CODE,
+                                          diagnostic=True), *staged)
+    else:
+        fixes = _with_stage_fixes(_fixes(ctx, h, workers, host, threads, no_more, _cheap_batch(w)), staged, no_more,
+                                  _measure(w, workers))
     return finding(
         severity=severity_for(gain), title=f"The {loop} waits for the data loader",
         why="""Each step asks the DataLoader for the next batch on the main Python thread. With few or
@@ -126,9 +146,74 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         numbers=numbers,
         windows=windows(dl[0], dl[1], "cpu", label="DataLoader wait"),
         est_gain=cap_by_critical_path(ctx, "dataloader-bound", gain), gain_method=method,
-        fixes=_with_stage_fixes(_fixes(ctx, h, workers, host, threads, no_more, _cheap_batch(w)),
-                                stage_fixes(stages, ctx.device >= 0, ctx.workload == "training"), no_more,
-                                _measure(w, workers)),
+        fixes=fixes,
+        doc_url=DOC,
+    )
+
+
+#: The steps after the recorded ones are said to wait longer when their share in the loader's
+#: next() is at least this many times the window's (our choice: beyond the step-to-step spread of
+#: a loader's waits, which come in bursts).
+LATER_MORE = 2.0
+#: Fewer steps after the recorded ones than this say too little for a finding of their own.
+MIN_LATER_STEPS = 10
+#: gpumagic's tuner measures each setting's batches per second on this machine.
+TUNE_CODE = """
+import gpumagic
+
+result = gpumagic.tune_dataloader(loader)   # batches per second for each num_workers, in bounded time
+print(result.recommended_kwargs)            # then build the loader with them
+"""
+
+
+def _later(ctx: Context) -> tuple[float, int] | None:
+    """The share of the steps after the recorded ones spent waiting in the loader's next() (their
+    own restarts left out), and how many; None without a step timer's waits."""
+    block = everystep.block_of(ctx)
+    found = None if block is None else everystep.later_waits(block)
+    if found is None or found[1] <= 0:
+        return None
+    return found[0] / found[1], found[2]
+
+
+@rule("dataloader-bound-later")
+def dataloader_bound_later(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: the recorded window waits for data ≤ 5 % (``dataloader-bound``'s line, so the two
+    never both fire), but the steps after the recorded ones — every step timed by a gpumagic
+    capture, with its time in the DataLoader's ``next()`` (``steps.all_wait_ms``), less the
+    workers' restarts inside it — spend more than 5 % there, over at least
+    :data:`MIN_LATER_STEPS` steps: workers had batches made ahead while the first steps ran (a
+    compiled model's first step, a slow warm-up), and the loader sets the pace once they run out.
+    Gain: that share of the later steps, an upper bound (what more or faster loading could hide;
+    the cores may not absorb it all), outside the recorded window. Fixes (diagnostic): measure
+    the loader's settings (``gpumagic.tune_dataloader``), and record later steps (``--skip``).
+    False positives: later steps that wait for a reason the loader cannot change (a dataset
+    streamed from a slower source after a cached start)."""
+    frac = ctx.frac(iv.total(ctx.cat_union["dataloader"]))
+    later = _later(ctx)
+    if frac > DATALOADER_FRAC or later is None or later[0] <= DATALOADER_FRAC or later[1] < MIN_LATER_STEPS:
+        return None
+    share, count = later
+    skip = (ctx.trace.meta.get("every_step") or {}).get("profiled", 0) + 1
+    return finding(
+        severity=severity_for(share), title="The loop waits for the data loader after the recorded steps",
+        why=f"""Every step of the cell was timed, not only the recorded ones, with its time in the DataLoader's
+        next(). The recorded steps waited little for their batches ({pct(frac)} of the window), but the
+        {count:,} steps after them spent {pct(share)} of their time waiting: while the first steps ran (a slow
+        first step, a compilation, a warm-up), the workers made batches ahead, and once those ran out the loader set
+        the pace. More workers, or a cheaper batch, hide that wait where the cores allow.""",
+        summary=(f"{pct(share)} of the time of the {count:,} steps after the recorded ones was spent in the "
+                 f"DataLoader's next() (every step timed; its workers' restarts left out), against {pct(frac)} of "
+                 "the recorded window."),
+        numbers={"later_wait_frac": round(share, 4), "later_steps": count, "dataloader_frac": round(frac, 4),
+                 "threshold_frac": DATALOADER_FRAC},
+        est_gain=share,
+        gain_method=("upper bound: the later steps' share of their time in the DataLoader's next(), which faster "
+                     "loading hides at most; the cores may not absorb all of it"),
+        fixes=(pytorch("Measure the loader's settings on this machine and keep the fastest", TUNE_CODE,
+                       diagnostic=True),
+               pytorch("Record steps after the batches made ahead have run out, to see the wait and its stages",
+                       f"%%gpuprofile --skip {max(skip, 20)}", diagnostic=True)),
         doc_url=DOC,
     )
 
@@ -193,6 +278,12 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
     suggested = suggested_workers(h, moving)
     busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
     running = h.worker_count if h.worker_count is not None else (1 if w.in_workers else None)
+    if _enough_workers(running, suggested) and _unjudged_idle(h):
+        return (f"The {h.worker_count} worker(s) running leave {float(h.usable_cores or 0) - (h.busy_cores or 0):.1f} "
+                f"of the {h.usable_cores:g} usable cores idle ({h.busy_cores:.1f} busy on average): if the loading "
+                "computed, they would keep them busy, so it may wait (reads from disk or the network), and workers "
+                "that wait need no core each; the window is too short for the CPU samples to tell. Measure more "
+                "workers before choosing."), None, False
     if _enough_workers(running, suggested):
         who = (f"The {h.worker_count} worker(s) running" if h.worker_count is not None else
                "The workers running (the trace's loader is the multi-process one; how many it does not record)")
@@ -215,6 +306,18 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
     return ("The trace does not record how many cores the run could use: the worker count in the fix is "
             "computed on the machine that runs it (an assumption: one core per worker, one for the main process"
             f"{unknown})."), None, False
+
+
+#: A core is idle when the busy cores leave at least this much of the usable ones.
+IDLE_CORE = 1.0
+
+
+def _unjudged_idle(h: HostCpu) -> bool:
+    """Workers run, the samples cannot say whether their loading computes (too short a window),
+    and a whole usable core stayed idle while the loop waited for them: CPU-bound workers would
+    have kept it busy, so "the cores allow no more" is not shown."""
+    return (h.loader_cpu_bound is None and bool(h.worker_count) and h.busy_cores is not None
+            and bool(h.usable_cores) and float(h.usable_cores or 0) - h.busy_cores >= IDLE_CORE)
 
 
 def _enough_workers(running: int | None, suggested: int | None) -> bool:

@@ -141,14 +141,21 @@ def stage_sentence(stages: list[LoaderStage]) -> str:
             f"({top.ms_per_batch:.2f} ms per batch {where}).")
 
 
-def stage_fixes(stages: list[LoaderStage] | None, gpu: bool, training: bool = True) -> list[Fix]:
+def stage_fixes(stages: list[LoaderStage] | None, gpu: bool, training: bool = True, waits: bool = False) -> list[Fix]:
     """Fixes that fit the dominant stage (none when it is ``other``); ``training``: the loader's
-    batches may be drawn at random (not when inference or evaluation relies on their order)."""
+    batches may be drawn at random (not when inference or evaluation relies on their order).
+    ``waits``: the CPU samples say the loading mostly waits rather than computes (a read from disk
+    or the network): the dataset's own stage then gets the cache fix, each sample read once,
+    not a batched ``__getitems__``, which saves per-sample Python, not waiting."""
     if not stages:
         return []
     top = stages[0]
     what = kind(top.name)
     named = f"{top.name} is the slowest stage ({pct(top.share)} of each batch)"
+    if what == "dataset" and waits and top.name != TENSOR_DATASET_ITEM and not top.name.endswith("." + TENSOR_DATASET_ITEM):
+        return [pytorch(f"{named}, and it mostly waits rather than computes (a read from disk or the network): "
+                        f"{CACHE_FIX[0].lower()}{CACHE_FIX[1:]}, so that each sample is read once (source: "
+                        f"{CACHE_SOURCE})", CACHE_CODE)]
     if what == "decode":
         out = [pytorch(f"{named}: {CACHE_FIX[0].lower()}{CACHE_FIX[1:]}, so that files are read and decoded once "
                        f"(source: {CACHE_SOURCE})", CACHE_CODE)]
