@@ -19,7 +19,7 @@ from gpumagic.analysis.rules.contention import host_contended
 from gpumagic.analysis.rules.cpu import host_cpu_saturated
 from gpumagic.analysis.rules.cpudouble import cpu_float64
 from gpumagic.analysis.rules.cpuhalf import cpu_low_precision_slow
-from gpumagic.analysis.rules.dataloader import dataloader_bound, dataloader_bound_later
+from gpumagic.analysis.rules.dataloader import dataloader_bound
 from gpumagic.analysis.rules.embeddings import dense_embedding_grad
 from gpumagic.analysis.rules.emptyupdates import updates_without_gradients
 from gpumagic.analysis.rules.evalmode import training_in_eval_mode
@@ -28,6 +28,7 @@ from gpumagic.analysis.rules.inference import inference_grad_enabled, inference_
 from gpumagic.analysis.rules.kernels import elementwise_bound, unfused_attention
 from gpumagic.analysis.rules.launch import cpu_bound, launch_bound
 from gpumagic.analysis.rules.layout import layout_conversions
+from gpumagic.analysis.rules.loaderlater import dataloader_bound_later
 from gpumagic.analysis.rules.loopwork import loop_host_work
 from gpumagic.analysis.rules.memgrowth import memory_growth
 from gpumagic.analysis.rules.memory import memory_pressure
