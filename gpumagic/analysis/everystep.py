@@ -48,6 +48,9 @@ MIN_JUDGED = 5
 #: At most this many outliers are listed (the longest).
 MAX_OUTLIERS = 50
 KINDS = ("gc", "torch.save", "compile", "eval", "loader")
+#: Events whose time inside a step's DataLoader wait is not the training loop waiting for its batch:
+#: the workers stopping and starting (a restart), an evaluation loop (its own loader's waits).
+NOT_THE_LOOPS_WAIT = frozenset({"loader", "eval"})
 
 
 def fields(ctx: Context) -> dict[str, Any]:
@@ -156,8 +159,9 @@ def outliers(block: dict[str, Any]) -> list[dict[str, Any]]:
         causes = _causes(events, start, start + dur)
         wait = block["wait_ms"][i] if block.get("wait_ms") else 0.0
         # the step's own time in the DataLoader's next(), less its workers stopping and starting (a
-        # loader cause of its own: both run inside next())
-        wait -= sum(c.ms for c in causes if c.kind == "loader")
+        # loader cause of its own: both run inside next()) and an evaluation loop's time (its own
+        # loader's waits run inside it)
+        wait -= sum(c.ms for c in causes if c.kind in NOT_THE_LOOPS_WAIT)
         if wait > 0:
             causes = sorted([*causes, StepCause(kind="data", ms=round(wait, 4), detail="")], key=lambda c: -c.ms)
         out.append({"index": i, "ms": round(dur, 4), "over_median": round(dur / med, 3) if med > 0 else 0.0,
@@ -234,13 +238,15 @@ def _causes(events: list[dict[str, Any]], start: float, end: float) -> list[Step
 def later_waits(block: dict[str, Any]) -> tuple[float, float, int] | None:
     """The steps after the recorded ones (the judged steps, :func:`judged`): their time in the
     DataLoader's ``next()`` less the workers stopping and starting inside it (``loader`` events,
-    ``dataloader-worker-restarts``' story), their summed duration (ms) and how many; None without
-    the block's ``wait_ms`` or such steps."""
+    ``dataloader-worker-restarts``' story) and less evaluation loops (whose own loader's waits
+    are the evaluation's), their summed duration (ms) and how many; None without the block's
+    ``wait_ms`` or such steps."""
     waits = block.get("wait_ms")
     idx = judged(block)
     if not waits or not idx:
         return None
-    restarts = [(e["start_ms"], e["start_ms"] + e["dur_ms"]) for e in block["events"] if e["kind"] == "loader"]
+    restarts = [(e["start_ms"], e["start_ms"] + e["dur_ms"]) for e in _loop_events(block)
+                if e["kind"] in NOT_THE_LOOPS_WAIT]
     waited = total = 0.0
     for i in idx:
         lo, dur = block["start_ms"][i], block["step_ms"][i]

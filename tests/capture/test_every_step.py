@@ -457,3 +457,17 @@ def test_a_plain_trace_has_no_energy():
     assert "J/step" not in analyze(tb.to_dict()).to_text()
     assert "energy_j" not in analyze(tb.to_dict()).to_dict()["metrics"]["gpu"] or \
         analyze(tb.to_dict()).to_dict()["metrics"]["gpu"]["energy_j"] is None
+
+
+def test_an_evaluation_loops_waits_are_the_evaluations():
+    """Step 20's 235 ms in next() lie inside a 230 ms evaluation loop (its validation loader): the
+    evaluation explains the step, and only 5 ms count as the loop waiting for its batch; the steps
+    after the recorded ones are judged the same way."""
+    start = _block([10.0] * 30)["start_ms"][20]
+    evaluation = {"kind": "eval", "start_ms": start + 1, "dur_ms": 230.0, "detail": ""}
+    b = _waiting_block(235.0, events=[evaluation])
+    b["step_ms"][21:] = [10.0] * 9
+    [o] = _outliers(b)
+    assert [(c.kind, c.ms) for c in o["causes"]] == [("eval", 230.0), ("data", 5.0)]
+    waited, _total, steps = es.later_waits(es.read(b, []))
+    assert waited == pytest.approx(5.0 + 1.0 * (steps - 1))  # 1 ms of waiting in every other judged step

@@ -13,6 +13,7 @@ from gpumagic.analysis.everystep import MIN_EXCESS_MS, MIN_RATIO, SPREAD_MADS
 from gpumagic.analysis.hostload import busy_machine
 from gpumagic.analysis.phases import main_op_starts
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
+from gpumagic.analysis.rules.dataloader import TUNE_CODE
 from gpumagic.report.metrics import Metrics, StepOutlier
 from gpumagic.report.model import Finding, Fix
 
@@ -62,13 +63,6 @@ eval_every = 500  # steps between evaluations
 LOADER_CODE = """
 # Keep the worker processes between epochs: only the first epoch starts them (keep your other arguments)
 loader = DataLoader(dataset, batch_size=batch_size, num_workers={workers}, persistent_workers=True)
-"""
-#: gpumagic's tuner measures the loader's settings on this machine (batches per second each).
-TUNE_CODE = """
-import gpumagic
-
-result = gpumagic.tune_dataloader(loader)   # batches per second for each num_workers, in bounded time
-print(result.recommended_kwargs)
 """
 #: The same when no start the timer saw says how many workers (it needs more than 0).
 LOADER_CODE_UNKNOWN = """
