@@ -25,7 +25,8 @@ it notes, with their times:
   weak reference, so no batch after the first pays anything and the iterator's shutdown of its
   workers is not held up by a reference cycle;
 - how long each step waited in the DataLoader's ``next()`` (``_BaseDataLoaderIter.__next__``,
-  wrapped while the cell runs: two clock reads a batch), summed per step: the steps after the
+  wrapped while the cell runs: two clock reads a batch; calls from the cell's thread only, not a
+  thread that prefetches batches into a queue), summed per step: the steps after the
   recorded ones may wait for batches the recorded ones found made (workers prefetch while the
   first steps run).
 
@@ -70,6 +71,7 @@ class StepTimer:
         self.waits_ns: list[int] = []  # each step's time in DataLoader next() calls
         self._wait_ns = 0
         self._loader_used = False
+        self._thread = threading.get_ident()
         self.dropped_events = 0
         self._gc_start: int | None = None
         self._gc_owner: list | None = None
@@ -86,6 +88,7 @@ class StepTimer:
     # ------------------------------------------------------------------------- install
     def install(self) -> StepTimer:
         self._t0 = self._resume = time.perf_counter_ns()
+        self._thread = threading.get_ident()  # the cell's thread: its waits for a batch are the steps'
         gc.callbacks.append(self._on_gc)
         self._gc_owner = gc.callbacks
         torch = sys.modules.get("torch")
@@ -225,6 +228,8 @@ class StepTimer:
         if callable(next_batch):
             @functools.wraps(next_batch)
             def __next__(it: Any) -> Any:
+                if threading.get_ident() != timer._thread:  # a prefetching thread's wait blocks no step
+                    return next_batch(it)
                 start = time.perf_counter_ns()
                 try:
                     return next_batch(it)

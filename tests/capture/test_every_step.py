@@ -471,3 +471,24 @@ def test_an_evaluation_loops_waits_are_the_evaluations():
     assert [(c.kind, c.ms) for c in o["causes"]] == [("eval", 230.0), ("data", 5.0)]
     waited, _total, steps = es.later_waits(es.read(b, []))
     assert waited == pytest.approx(5.0 + 1.0 * (steps - 1))  # 1 ms of waiting in every other judged step
+
+
+def test_a_prefetching_threads_waits_are_no_steps():
+    """A thread that pulls batches into a queue waits in next() beside the steps, blocking none:
+    only the cell's own thread's waits are kept."""
+    import queue
+    import threading
+
+    timer = StepTimer().install()
+    try:
+        batches: queue.Queue = queue.Queue()
+        feeder = threading.Thread(target=lambda: [batches.put(b) for b in DataLoader(_SlowItems(), batch_size=2)])
+        feeder.start()
+        feeder.join()
+        for _ in range(4):
+            batches.get()
+            timer.step_end()
+            timer.resume()
+    finally:
+        timer.remove()
+    assert "wait_ms" not in timer.section()  # the cell's thread never called next()
