@@ -132,7 +132,7 @@ def test_workers_that_leave_a_core_idle_are_not_called_enough_when_the_samples_c
     monkeypatch.setattr(hostcpu, "MIN_WAIT_SAMPLES", 1e9)  # the samples never judge the loading
     f = analyze(IO_WORKERS).finding("dataloader-bound")
     assert "more would not help" not in f.evidence.summary
-    assert "of the 2 usable cores idle" in f.evidence.summary and "too short for the CPU samples" in f.evidence.summary
+    assert "The 2 worker(s) running used 0." in f.evidence.summary and "too short for the CPU samples" in f.evidence.summary
     assert f.fixes[0].diagnostic and "gpumagic.tune_dataloader(loader)" in f.fixes[0].code
     assert not any("num_workers=" in x.code for x in f.fixes)  # no count below the workers running
     assert f.gain_method.startswith("upper bound") and f.est_gain == pytest.approx(f.evidence.numbers["gpu_idle_during_wait_frac"])
@@ -193,3 +193,26 @@ def test_a_recorded_wait_with_longer_later_waits_says_the_estimate_is_low():
     assert analyze(_with_later_waits(_loader_trace().to_dict(), 9.0)).finding("dataloader-bound-later") is None
     near = analyze(_with_later_waits(_loader_trace().to_dict(), 5.0)).finding("dataloader-bound")
     assert "waited longer" not in near.evidence.summary and near.evidence.numbers["later_wait_frac"] == pytest.approx(0.5)
+
+
+def test_busy_cores_that_are_not_the_workers_do_not_make_them_enough(monkeypatch):
+    """The same short window with the cores shown 85 % busy (the main process and the profiler, not
+    the workers, which used a fifth of a core between them): CPU-bound workers would have used a
+    core each, so the workers are not called enough; the finding measures."""
+    import copy
+    import gzip
+
+    from gpumagic.analysis import hostcpu
+
+    monkeypatch.setattr(hostcpu, "MIN_WAIT_SAMPLES", 1e9)  # the samples never judge the loading
+    with gzip.open(IO_WORKERS, "rt") as fh:
+        d = json.load(fh)
+    busy = copy.deepcopy(d)
+    cpu = busy["gpumagic"]["samples"]["cpu"]
+    cpu["per_core"] = [[85.0] * len(row) for row in cpu["per_core"]]
+    cpu["total"] = [85.0] * len(cpu["total"])
+    r = analyze(busy)
+    assert r.metrics.host.cpu_busy_cores >= 1.5 and r.metrics.host.own_workers_cores < 0.5
+    f = r.finding("dataloader-bound")
+    assert "more would not help" not in f.evidence.summary and "The 2 worker(s) running used" in f.evidence.summary
+    assert f.fixes[0].diagnostic and "tune_dataloader" in f.fixes[0].code

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpumagic.analysis import everystep
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.hostcpu import HostCpu, host_cpu, loading_in_main, suggested_workers
+from gpumagic.analysis.hostcpu import LOADER_CPU_SHARE, HostCpu, host_cpu, loading_in_main, suggested_workers
 from gpumagic.analysis.hostload import COST_OPTIONS
 from gpumagic.analysis.loadergain import saturated_by, worker_gain
 from gpumagic.analysis.loaderwait import HANDOFF_MS, MARGINAL_MS, LoaderWait, loader_wait, worker_gain_share
@@ -90,7 +90,7 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         numbers["suggested_num_workers"] = workers
     threads = _intra_op_threads(h, host, workers)
     method = "data-loader wait that does not overlap GPU work or other host activity"
-    unjudged = _unjudged_idle(h)
+    unjudged = _unjudged_idle(h, host)
     if unjudged:
         method = ("upper bound: the data-loader wait that does not overlap other work, what more workers could "
                   "hide; whether they can, the window is too short to tell: measure")
@@ -234,12 +234,16 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
     suggested = suggested_workers(h, moving)
     busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
     running = h.worker_count if h.worker_count is not None else (1 if w.in_workers else None)
-    if _enough_workers(running, suggested) and _unjudged_idle(h):
-        return (f"The {h.worker_count} worker(s) running leave {float(h.usable_cores or 0) - (h.busy_cores or 0):.1f} "
-                f"of the {h.usable_cores:g} usable cores idle ({h.busy_cores:.1f} busy on average): if the loading "
-                "computed, they would keep them busy, so it may wait (reads from disk or the network), and workers "
-                "that wait need no core each; the window is too short for the CPU samples to tell. Measure more "
-                "workers before choosing."), None, False
+    if _enough_workers(running, suggested) and _unjudged_idle(h, host):
+        used = host.get("own_workers_cores")
+        seen = (f"used {used:.2f} core(s) in all ({h.busy_cores:.1f} of the {h.usable_cores:g} usable busy on average)"
+                if used is not None else
+                f"leave {float(h.usable_cores or 0) - (h.busy_cores or 0):.1f} of the {h.usable_cores:g} usable cores "
+                f"idle ({h.busy_cores:.1f} busy on average)")
+        return (f"The {h.worker_count} worker(s) running {seen} while the loop waited for them: loading that computed "
+                "would keep a core busy per worker, so it may wait (reads from disk or the network), and workers that "
+                "wait need no core each; the window is too short for the CPU samples to tell. Measure more workers "
+                "before choosing."), None, False
     if _enough_workers(running, suggested):
         who = (f"The {h.worker_count} worker(s) running" if h.worker_count is not None else
                "The workers running (the trace's loader is the multi-process one; how many it does not record)")
@@ -268,12 +272,17 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
 IDLE_CORE = 1.0
 
 
-def _unjudged_idle(h: HostCpu) -> bool:
+def _unjudged_idle(h: HostCpu, host: HostMetrics) -> bool:
     """Workers run, the samples cannot say whether their loading computes (too short a window),
-    and a whole usable core stayed idle while the loop waited for them: CPU-bound workers would
-    have kept it busy, so "the cores allow no more" is not shown."""
-    return (h.loader_cpu_bound is None and bool(h.worker_count) and h.busy_cores is not None
-            and bool(h.usable_cores) and float(h.usable_cores or 0) - h.busy_cores >= IDLE_CORE)
+    and either a whole usable core stayed idle or the workers themselves used under half a core
+    each (``host.own_workers_cores``) while the loop waited for them: CPU-bound workers would have
+    kept their cores busy, so "the cores allow no more" is not shown (the busy cores may be the
+    main process's, the profiler's own work included)."""
+    if h.loader_cpu_bound is not None or not h.worker_count or h.busy_cores is None or not h.usable_cores:
+        return False
+    workers_cores = host.get("own_workers_cores")
+    idle = float(h.usable_cores) - h.busy_cores >= IDLE_CORE
+    return idle or (workers_cores is not None and workers_cores < LOADER_CPU_SHARE * h.worker_count)
 
 
 def _enough_workers(running: int | None, suggested: int | None) -> bool:
