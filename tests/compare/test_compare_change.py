@@ -230,3 +230,20 @@ def test_the_busy_machines_factor_reads_as_a_plain_number():
     assert factor >= 100
     assert f"it moved one run's own steps {factor:,.0f}× (90th percentile over 10th) apart." in d["verdict"]
     assert "e+" not in d["verdict"] and not any("e+" in n for n in d["notes"])
+
+
+def test_a_wait_for_a_core_from_the_runs_own_workers_is_no_busy_machine():
+    """Four DataLoader workers beside the loop on 2 cores kept its thread waiting for a core 15 % of
+    the window, while other processes used 0.3 core: the run's own processes taking turns, not a
+    busy machine. A 7× faster loop whose workers deliver in bursts (steps 1–8 ms) was read "no clear
+    change, the machine was busy"; the interval alone decides now. With the other processes' load
+    unknown (a cgroup quota), the same wait still marks the machine busy."""
+    own = {"main_runqueue_wait_frac": 0.15, "other_busy_cores": 0.3, "shared_machine": False}
+    before = _report(_noisy(11.8, 40, 0.03, 47), "nw0", {"main_runqueue_wait_frac": 0.0, "other_busy_cores": 0.0,
+                                                        "shared_machine": False})
+    after = _report(_bimodal(1.0, 8.0, 30, 10, 48), "nw4", own)
+    d = compare(before, after).to_dict()
+    assert d["contention_factor"] is None and d["change"] == "faster", d["verdict"]
+    unknown = _report(_bimodal(1.0, 8.0, 30, 10, 48), "nw4", {"main_runqueue_wait_frac": 0.15,
+                                                               "other_busy_cores": None, "shared_machine": None})
+    assert compare(before, unknown).to_dict()["contention_factor"] is not None

@@ -90,7 +90,7 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         numbers["suggested_num_workers"] = workers
     threads = _intra_op_threads(h, host, workers)
     method = "data-loader wait that does not overlap GPU work or other host activity"
-    unjudged = _unjudged_idle(h, host)
+    unjudged = _unjudged_idle(h, host, w)
     if unjudged:
         method = ("upper bound: the data-loader wait that does not overlap other work, what more workers could "
                   "hide; whether they can, the window is too short to tell: measure")
@@ -234,7 +234,7 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
     suggested = suggested_workers(h, moving)
     busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
     running = h.worker_count if h.worker_count is not None else (1 if w.in_workers else None)
-    if _enough_workers(running, suggested) and _unjudged_idle(h, host):
+    if _enough_workers(running, suggested) and _unjudged_idle(h, host, w):
         used = host.get("own_workers_cores")
         seen = (f"used {used:.2f} core(s) in all ({h.busy_cores:.1f} of the {h.usable_cores:g} usable busy on average)"
                 if used is not None else
@@ -272,17 +272,32 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
 IDLE_CORE = 1.0
 
 
-def _unjudged_idle(h: HostCpu, host: HostMetrics) -> bool:
+def _unjudged_idle(h: HostCpu, host: HostMetrics, w: LoaderWait | None = None) -> bool:
     """Workers run, the samples cannot say whether their loading computes (too short a window),
-    and either a whole usable core stayed idle or the workers themselves used under half a core
-    each (``host.own_workers_cores``) while the loop waited for them: CPU-bound workers would have
-    kept their cores busy, so "the cores allow no more" is not shown (the busy cores may be the
-    main process's, the profiler's own work included)."""
+    and while the loop waited for them either a whole usable core stayed idle, or the workers
+    themselves used under half a core each (``host.own_workers_cores``) though their timed stages
+    say they are what the loop waits for (:func:`_workers_pace`): CPU-bound workers would have kept
+    their cores busy, so "the cores allow no more" is not shown (the busy cores may be the main
+    process's, the profiler's own work included)."""
     if h.loader_cpu_bound is not None or not h.worker_count or h.busy_cores is None or not h.usable_cores:
         return False
+    if float(h.usable_cores) - h.busy_cores >= IDLE_CORE:
+        return True
     workers_cores = host.get("own_workers_cores")
-    idle = float(h.usable_cores) - h.busy_cores >= IDLE_CORE
-    return idle or (workers_cores is not None and workers_cores < LOADER_CPU_SHARE * h.worker_count)
+    return (workers_cores is not None and workers_cores < LOADER_CPU_SHARE * h.worker_count
+            and _workers_pace(host, h.worker_count, w))
+
+
+def _workers_pace(host: HostMetrics, running: int, w: LoaderWait | None) -> bool:
+    """The workers set the loop's pace: their timed stages take at least half the loop's wait per
+    batch, shared between them (each worker's batch ÷ the workers ≥ half the wait). Otherwise the
+    wait is the main process receiving each batch (a small batch's hand-off: a TensorDataset's
+    workers make theirs in a fraction of the wait), which more workers do not shorten."""
+    stages = host.loader_stages
+    if not stages or w is None or w.median_ms is None or running <= 0:
+        return False
+    in_workers = sum(s.ms_per_batch for s in stages if s.where == "worker")
+    return in_workers / running >= 0.5 * w.median_ms
 
 
 def _enough_workers(running: int | None, suggested: int | None) -> bool:
