@@ -133,7 +133,7 @@ def test_a_later_epochs_restart_explains_its_slow_step():
     assert not r.metrics.host.shared_machine  # the exited workers' CPU is the loop's own (sample column reaped)
     f = r.finding("step-outliers")
     assert f.evidence.numbers["explained_by_loader"] == f.evidence.numbers["outliers"] >= 1
-    assert "the DataLoader's workers stopping and starting (a new epoch)" in f.evidence.summary
+    assert "a DataLoader's workers stopping and starting (a new pass over it: an epoch, an evaluation)" in f.evidence.summary
     [fix] = f.fixes
     assert "num_workers=2, persistent_workers=True" in fix.code and not fix.diagnostic  # the two it started
     compile(fix.code, "<fix>", "exec")

@@ -221,8 +221,8 @@ def _step_outliers(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
                  and getattr(save_strategy, "value", save_strategy) != "best")  # "best" needs no multiple
     out = []
     if restarts and _current(current, "dataloader_persistent_workers", False) is not True:
-        out.append(Advice(f"The DataLoader's workers stopped and started again for a new epoch in {restarts} of these "
-                          "steps: keep them between epochs", {"dataloader_persistent_workers": True},
+        out.append(Advice(f"A DataLoader's workers stopped and started again for a new pass (an epoch, an evaluation) in "
+                          f"{restarts} of these steps: keep them between passes", {"dataloader_persistent_workers": True},
                           "the workers and their copies of the dataset stay in memory between epochs"))
     if saves and save_every is not None:
         out.append(Advice(f"Checkpoint saves stalled {saves} of these steps: save half as often (save_steps counts "

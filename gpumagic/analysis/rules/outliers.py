@@ -88,7 +88,7 @@ DOCS = {"torch.save": "https://pytorch.org/tutorials/recipes/distributed_async_c
 EXPLAINED = 0.5
 _WORDS = {"gc": "a Python garbage collection", "torch.save": "torch.save", "compile": "a torch.compile compilation",
           "eval": "an evaluation loop (a module in eval mode)",
-          "loader": "the DataLoader's workers stopping and starting (a new epoch)",
+          "loader": "a DataLoader's workers stopping and starting (a new pass over it: an epoch, an evaluation)",
           "data": "the loop waiting for the DataLoader's next batch"}
 
 
@@ -137,8 +137,9 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
                              "changing dimension dynamic", COMPILE_CODE))
     if "loader" in explains:
         counts = [int(w[1]) for o in outliers for c in o.causes if c.kind == "loader" and (w := _WORKERS.match(c.detail))]
-        fixes.append(pytorch("The DataLoader started its worker processes again for a new epoch: keep them "
-                             "between epochs (persistent_workers=True)",
+        fixes.append(pytorch("A DataLoader started its worker processes again for a new pass over it (each epoch, "
+                             "or each evaluation of a validation loader): keep them between passes "
+                             "(persistent_workers=True)",
                              LOADER_CODE.format(workers=max(counts)) if counts else LOADER_CODE_UNKNOWN))
     if "data" in explains:
         fixes.append(pytorch("The loop waited for its next batch in these steps: the loader cannot keep up when the "
