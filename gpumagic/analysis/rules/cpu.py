@@ -120,10 +120,14 @@ x = torch.stack([augment(img) for img in imgs]).float().div_(255)
         batch: decode and augment on the GPU, cache preprocessed tensors, a cheaper format or resolution."""
         usable = max(1, int(float(h.usable_cores or 1)))
         if threads is not None and threads >= 0.5:
-                fixes.insert(0, pytorch("Fewer threads than cores: intra-op threads and workers together at most the usable cores",
-                                    f"torch.set_num_threads({max(1, usable - 1)})   # leave a core for the data loading\n"
-                                    "loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=1, "
-                                    "persistent_workers=True)"))
+            # after the cheaper batch, which the gain is about: with a step whose own matmuls want every
+            # core, one thread and one worker ran 13-58 % slower (benchmarks/dataloader_advice.py,
+            # cpu-busy-cores, 2 cores)
+            fixes.append(pytorch("Fewer threads than cores: intra-op threads and workers together at most the usable "
+                                 "cores (measure it: a step whose own matmuls want every core can get slower)",
+                                 f"torch.set_num_threads({max(1, usable - 1)})   # leave a core for the data loading\n"
+                                 "loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=1, "
+                                 "persistent_workers=True)"))
     else:
         title = f"Host CPU saturated ({pct(h.saturation)} of {h.usable_cores:g} cores)"
         why = f"""Every usable core of the host is busy, and the loop still waits for its data{waits_for}. The samples
