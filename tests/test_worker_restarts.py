@@ -138,3 +138,18 @@ def test_a_later_epochs_restart_explains_its_slow_step():
     assert "num_workers=2, persistent_workers=True" in fix.code and not fix.diagnostic  # the two it started
     compile(fix.code, "<fix>", "exec")
     assert f.doc_url.endswith("#torch.utils.data.DataLoader")
+
+
+@pytest.mark.parametrize(("detail", "code"), [
+    ("3 worker(s)", "num_workers=3, persistent_workers=True"),
+    ("", "num_workers = 2   # as many as your loader starts now"),  # no count seen: the fix says to set it
+    ("99999999 worker(s)", "num_workers = 2   # as many as your loader starts now"),  # a damaged file's count
+])
+def test_the_restart_fix_takes_the_worker_count_the_timer_saw(detail, code):
+    from everystep_blocks import outlier_bundle
+
+    d = outlier_bundle("loader")
+    d["gpumagic"]["every_step"]["events"][0]["detail"] = detail
+    [fix] = analyze(d).finding("step-outliers").fixes
+    assert code in fix.code
+    compile(fix.code, "<fix>", "exec")

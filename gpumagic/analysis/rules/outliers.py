@@ -68,8 +68,10 @@ loader = DataLoader(dataset, batch_size=batch_size, num_workers={workers}, persi
 LOADER_CODE_UNKNOWN = """
 num_workers = 2   # as many as your loader starts now: persistent workers need at least one
 """ + LOADER_CODE.format(workers="num_workers").lstrip("\n")
-#: A loader start's ``detail`` (``capture.everystep``): its worker count.
-_WORKERS = re.compile(r"^(\d+) worker\(s\)$")
+#: A loader start's ``detail`` (``capture.everystep``): its worker count; a count above
+#: ``MAX_WORKERS`` (a damaged file) is not pasted into a fix.
+_WORKERS = re.compile(r"^(\d{1,6}) worker\(s\)$")
+MAX_WORKERS = 1024
 RECORD_CODE = "%%gpuprofile --skip {skip} --steps 1 --shapes"
 #: The recorded steps "ran the same operators" when each step's count of main-thread operator calls
 #: is within this share of their median (a model whose batches differ only in size calls the same
@@ -136,7 +138,8 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
         fixes.append(pytorch("torch.compile compiled again during the run: find the guard that failed and mark the "
                              "changing dimension dynamic", COMPILE_CODE))
     if "loader" in explains:
-        counts = [int(w[1]) for o in outliers for c in o.causes if c.kind == "loader" and (w := _WORKERS.match(c.detail))]
+        counts = [n for o in outliers for c in o.causes
+                  if c.kind == "loader" and (w := _WORKERS.match(c.detail)) and 0 < (n := int(w[1])) <= MAX_WORKERS]
         fixes.append(pytorch("A DataLoader started its worker processes again for a new pass over it (each epoch, "
                              "or each evaluation of a validation loader): keep them between passes "
                              "(persistent_workers=True)",
