@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import median_of
+from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.report.metrics import StepCause, StepOutlier, as_record
 
@@ -48,6 +49,7 @@ MIN_JUDGED = 5
 #: At most this many outliers are listed (the longest).
 MAX_OUTLIERS = 50
 KINDS = ("gc", "torch.save", "compile", "eval", "loader")
+MS_NS = 1_000_000
 #: Events whose time inside a step's DataLoader wait is not the training loop waiting for its batch:
 #: the workers stopping and starting (a restart), an evaluation loop (its own loader's waits).
 NOT_THE_LOOPS_WAIT = frozenset({"loader", "eval"})
@@ -153,15 +155,10 @@ def outliers(block: dict[str, Any]) -> list[dict[str, Any]]:
     hits = hits[np.argsort(-d[hits], kind="stable")][:MAX_OUTLIERS]
     out = []
     events = _loop_events(block)
-    for h in hits.tolist():
-        i = idx[h]
+    steps = [idx[h] for h in hits.tolist()]
+    for i, wait in zip(steps, own_waits(block, steps, events).tolist(), strict=True):
         start, dur = block["start_ms"][i], block["step_ms"][i]
         causes = _causes(events, start, start + dur)
-        wait = block["wait_ms"][i] if block.get("wait_ms") else 0.0
-        # the step's own time in the DataLoader's next(), less its workers stopping and starting (a
-        # loader cause of its own: both run inside next()) and an evaluation loop's time (its own
-        # loader's waits run inside it)
-        wait -= sum(c.ms for c in causes if c.kind in NOT_THE_LOOPS_WAIT)
         if wait > 0:
             causes = sorted([*causes, StepCause(kind="data", ms=round(wait, 4), detail="")], key=lambda c: -c.ms)
         out.append({"index": i, "ms": round(dur, 4), "over_median": round(dur / med, 3) if med > 0 else 0.0,
@@ -241,19 +238,33 @@ def later_waits(block: dict[str, Any]) -> tuple[float, float, int] | None:
     ``dataloader-worker-restarts``' story) and less evaluation loops (whose own loader's waits
     are the evaluation's), their summed duration (ms) and how many; None without the block's
     ``wait_ms`` or such steps."""
-    waits = block.get("wait_ms")
     idx = judged(block)
-    if not waits or not idx:
+    if not block.get("wait_ms") or not idx:
         return None
-    restarts = [(e["start_ms"], e["start_ms"] + e["dur_ms"]) for e in _loop_events(block)
-                if e["kind"] in NOT_THE_LOOPS_WAIT]
-    waited = total = 0.0
-    for i in idx:
-        lo, dur = block["start_ms"][i], block["step_ms"][i]
-        inside = sum(max(0.0, min(lo + dur, b) - max(lo, a)) for a, b in restarts)
-        waited += max(0.0, waits[i] - inside)
-        total += dur
-    return waited, total, len(idx)
+    waited = float(own_waits(block, idx, _loop_events(block)).sum())
+    return waited, float(sum(block["step_ms"][i] for i in idx)), len(idx)
+
+
+def own_waits(block: dict[str, Any], steps: list[int], events: list[dict[str, Any]]) -> np.ndarray:
+    """Each of ``steps``' wait in the DataLoader's ``next()`` (ms) that is the loop's own: less the
+    time inside ``events`` of a :data:`NOT_THE_LOOPS_WAIT` kind (a loader's workers stopping and
+    starting run inside ``next()``; an evaluation loop's own loader waits inside it), their
+    overlaps counted once, never below 0. Zeros without the block's ``wait_ms``."""
+    if not block.get("wait_ms"):
+        return np.zeros(len(steps))
+    waits = np.asarray([block["wait_ms"][i] for i in steps], dtype=np.float64)
+    spans = [(e["start_ms"], e["start_ms"] + e["dur_ms"]) for e in events if e["kind"] in NOT_THE_LOOPS_WAIT]
+    if spans:
+        starts = np.asarray([block["start_ms"][i] for i in steps], dtype=np.float64)
+        ends = starts + np.asarray([block["step_ms"][i] for i in steps], dtype=np.float64)
+        lo, hi = (np.asarray(x, dtype=np.float64) for x in zip(*spans, strict=True))
+        inside = iv.measure_in(iv.union(_ns(lo), _ns(hi)), _ns(starts), _ns(ends)) / MS_NS
+        waits -= inside
+    return np.maximum(waits, 0.0)
+
+
+def _ns(ms: np.ndarray) -> np.ndarray:
+    return np.round(ms * MS_NS).astype(np.int64)
 
 
 def saves(block: dict[str, Any], skip: frozenset[int] = frozenset(), only: frozenset[int] | None = None

@@ -495,8 +495,8 @@ def _read(loader, row: TuneRow, max_seconds: float, max_batches: int, device: st
         want = max_batches - row.batches
         got = _take(iterator, want, device, pinned, deadline, on_batch, row.batch_s)
         row.batches += got
-        if (got == want or time.perf_counter() >= deadline or not go_on or row.batches >= READ_ON_BELOW
-                or (got == 0 and row.batches == 0)):
+        # got 0: an epoch with nothing left (or nothing at all) ends it, never another empty epoch
+        if got in (0, want) or time.perf_counter() >= deadline or not go_on or row.batches >= READ_ON_BELOW:
             break
         iterator = iter(loader)  # the epoch ended: the next one, as a training loop goes on
         iterators.append(iterator)

@@ -62,7 +62,6 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     dataset with one shard."""
     dl = ctx.cat_union["dataloader"]
     frac = ctx.frac(iv.total(dl))
-    later = later_share(ctx)
     if frac <= DATALOADER_FRAC:
         return None  # dataloader-bound-later judges the steps after the recorded ones
     gain = exclusive = ctx.frac(iv.total(ctx.exclusive["dataloader"]))
@@ -118,6 +117,7 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         numbers.update(slowest_stage=top.name, slowest_stage_share=top.share,
                        slowest_stage_ms_per_batch=top.ms_per_batch, slowest_stage_where=top.where)
         advice += " " + stage_sentence(stages)
+    later = later_share(ctx)
     if later is not None:
         numbers.update(later_wait_frac=round(later[0], 4), later_steps=later[1])
         if later[0] >= LATER_MORE * frac:

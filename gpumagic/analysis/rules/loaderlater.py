@@ -27,8 +27,10 @@ def dataloader_bound_later(ctx: Context, m: Metrics) -> Finding | None:
     False positives: later steps that wait for a reason the loader cannot change (a dataset
     streamed from a slower source after a cached start)."""
     frac = ctx.frac(iv.total(ctx.cat_union["dataloader"]))
+    if frac > DATALOADER_FRAC:
+        return None  # dataloader-bound's: the recorded window waits
     later = later_share(ctx)
-    if frac > DATALOADER_FRAC or later is None or later[0] <= DATALOADER_FRAC or later[1] < MIN_LATER_STEPS:
+    if later is None or later[0] <= DATALOADER_FRAC or later[1] < MIN_LATER_STEPS:
         return None
     share, count = later
     skip = (ctx.trace.meta.get("every_step") or {}).get("profiled", 0) + 1

@@ -14,6 +14,7 @@ from gpumagic.analysis.hostload import busy_machine
 from gpumagic.analysis.phases import main_op_starts
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.analysis.rules.dataloader import TUNE_CODE
+from gpumagic.analysis.rules.restarts import persistent_loader_code
 from gpumagic.report.metrics import Metrics, StepOutlier
 from gpumagic.report.model import Finding, Fix
 
@@ -58,16 +59,6 @@ EVAL_CODE = """
 # or on a fixed subset, e.g. with a step counter in the loop:
 eval_every = 500  # steps between evaluations
 """
-#: PyTorch's DataLoader documentation: persistent_workers=True keeps the worker processes (and
-#: their dataset instances) alive after the data has been consumed once.
-LOADER_CODE = """
-# Keep the worker processes between epochs: only the first epoch starts them (keep your other arguments)
-loader = DataLoader(dataset, batch_size=batch_size, num_workers={workers}, persistent_workers=True)
-"""
-#: The same when no start the timer saw says how many workers (it needs more than 0).
-LOADER_CODE_UNKNOWN = """
-num_workers = 2   # as many as your loader starts now: persistent workers need at least one
-""" + LOADER_CODE.format(workers="num_workers").lstrip("\n")
 #: A loader start's ``detail`` (``capture.everystep``): its worker count; a count above
 #: ``MAX_WORKERS`` (a damaged file) is not pasted into a fix.
 _WORKERS = re.compile(r"^(\d{1,6}) worker\(s\)$")
@@ -143,7 +134,7 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
         fixes.append(pytorch("A DataLoader started its worker processes again for a new pass over it (each epoch, "
                              "or each evaluation of a validation loader): keep them between passes "
                              "(persistent_workers=True)",
-                             LOADER_CODE.format(workers=max(counts)) if counts else LOADER_CODE_UNKNOWN))
+                             persistent_loader_code(max(counts) if counts else None)))
     if "data" in explains:
         fixes.append(pytorch("The loop waited for its next batch in these steps: the loader cannot keep up when the "
                              "batches made ahead run out (the recorded steps may have used those); measure its "

@@ -40,7 +40,6 @@ def dataloader_worker_restarts(ctx: Context, m: Metrics) -> Finding | None:
         return None
     n = found.count
     workers = f"{found.workers} worker processes" if found.workers else "its worker processes"
-    count = f"num_workers={found.workers}, " if found.workers else ""
     return finding(
         severity=severity_for(gain),
         title=f"The DataLoader starts {workers} again each epoch: {pct(gain)} of the window",
@@ -61,12 +60,22 @@ def dataloader_worker_restarts(ctx: Context, m: Metrics) -> Finding | None:
                      "and the shutdown waits before them; persistent workers still make each epoch's first batch, "
                      "but without the profiler the rest of the loop runs faster, so the share, and the saving, can "
                      f"be larger ({MEASURED})"),
-        fixes=(pytorch("Keep the workers between epochs",
-                       f"loader = DataLoader(dataset, batch_size=batch_size, {count}persistent_workers=True)"),
+        fixes=(pytorch("Keep the workers between epochs", persistent_loader_code(found.workers)),
                huggingface("Trainer: keep the workers between epochs",
                            "TrainingArguments(..., dataloader_persistent_workers=True)")),
         doc_url=DOC,
     )
 
 
-__all__ = ["dataloader_worker_restarts"]
+def persistent_loader_code(workers: int | None) -> str:
+    """The loader kept between passes over it (PyTorch's DataLoader documentation:
+    ``persistent_workers=True`` keeps the worker processes, and their dataset instances, alive
+    after the data has been consumed once), with the ``workers`` it starts now; without that
+    count, a line that sets it (persistent workers need at least one)."""
+    if workers:
+        return f"loader = DataLoader(dataset, batch_size=batch_size, num_workers={workers}, persistent_workers=True)"
+    return ("num_workers = 2   # as many as your loader starts now: persistent workers need at least one\n"
+            "loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, persistent_workers=True)")
+
+
+__all__ = ["dataloader_worker_restarts", "persistent_loader_code"]
