@@ -53,8 +53,9 @@ class TraceBuilder:
         args = {"device": device, "stream": stream, "correlation": self._corr, **(extra or {})}
         self.add(cat=cat, name=name, ts=ts, dur=dur, pid=device, tid=stream, args=args)
 
-    def kernel(self, name: str, ts: float, dur: float, launch_ts: float | None = None, stream: int = 7, device: int = 0):
-        self._gpu("kernel", name, ts, dur, launch_ts, stream, device)
+    def kernel(self, name: str, ts: float, dur: float, launch_ts: float | None = None, stream: int = 7, device: int = 0,
+               launch: str = "cudaLaunchKernel"):
+        self._gpu("kernel", name, ts, dur, launch_ts, stream, device, launch=launch)
 
     def memcpy(self, name: str, ts: float, dur: float, nbytes: int, launch_ts: float | None = None, stream: int = 7):
         self._gpu("gpu_memcpy", name, ts, dur, launch_ts, stream, 0, {"bytes": nbytes}, "cudaMemcpyAsync")

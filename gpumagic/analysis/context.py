@@ -226,6 +226,20 @@ class Context:
         return self.device < 0
 
     @cached_property
+    def rocm(self) -> bool:
+        """The GPU is AMD's, run through ROCm: its ``deviceProperties`` name says AMD
+        (``"AMD Instinct MI300X VF"``), or the host called the HIP runtime (``hipLaunchKernel``,
+        ``hipMemcpyAsync``: traces without device names). Advice that only NVIDIA's stack
+        accepts (TF32 switches, ``TrainingArguments(tf32=True)``) is left out then."""
+        if self.device < 0:
+            return False
+        info = self.device_info
+        if info is not None and nm.says_amd_device(info.name):
+            return True
+        calls = distinct(self.trace.events.name[self.masks["runtime"]])
+        return any(self.trace.names[i].startswith("hip") for i in calls.tolist())
+
+    @cached_property
     def _host_names(self) -> np.ndarray:
         return host_names(self.trace)
 

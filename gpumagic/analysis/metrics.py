@@ -274,6 +274,8 @@ def _kernels(ctx: Context) -> KernelsMetrics:
                           matmul_fp64_ms=_ms(matmul_ns_saying(nm.says_fp64, ctx.trace.names, ev.name[k], dur, mm)),
                           matmul_bf16_ms=_ms(matmul_ns_saying(nm.says_bf16, ctx.trace.names, ev.name[k], dur, mm)),
                           matmul_fp16_ms=_ms(matmul_ns_saying(nm.says_fp16, ctx.trace.names, ev.name[k], dur, mm)),
+                          matmul_fp32_matrix_ms=_ms(matmul_ns_saying(nm.says_fp32_matrix, ctx.trace.names, ev.name[k],
+                                                                     dur, mm)),
                           short_kernel_us=SHORT_KERNEL_NS / 1000, graph_frac=graph_frac(ctx), top=top)
 
 
@@ -281,7 +283,7 @@ def matmul_ns_saying(says: Callable[[str], bool], names: list[str], ids: np.ndar
                      matmul: np.ndarray) -> int:
     """Of the kernels named ``ids`` (lasting ``dur``, ``matmul`` where they are matmuls: the
     window's kernels on the primary GPU), the time of the matmuls whose names ``says`` reads a dtype
-    in (``names.says_fp64``, ``says_bf16``, ``says_fp16``), checked once per distinct matmul name."""
+    in (``names.says_fp64``, ``says_bf16``, ``says_fp16``, ``says_fp32_matrix``), checked once per distinct matmul name."""
     mm = distinct(ids[matmul])
     flag = np.zeros(len(names), dtype=bool)
     flag[mm] = [says(names[i]) for i in mm.tolist()]

@@ -258,20 +258,68 @@ def is_tensor_core(name: str) -> bool:
 BF16_MATMUL_RE = re.compile(r"(?i:bf16|bfloat16)")
 FP16_MATMUL_RE = re.compile(r"(?i:(?<!b)fp16|(?<!b)f16f16|_f16_|h884|h1688|h16816|__half\b|c10::Half)")
 
+#: AMD Tensile and hipBLASLt GEMM names spell the problem type first: ``Cijk`` (the indices of C),
+#: ``A`` and ``B`` with theirs, then the data type of A and B by Tensile's one-letter codes
+#: (Tensile ``DataType.toChar``: S float32, D float64, C complex64, Z complex128, H float16,
+#: B bfloat16, X xfloat32, I int32, I8 int8, ``4xi8``, F8/B8 and their ``N`` (fnuz) and mixed
+#: forms for 8-bit floats), which Tensile writes either fused with what follows (``SB`` = single
+#: with beta, ``HHS`` = half in and out, single compute) or as its own ``_``-separated part
+#: (``S_B``, ``B_BS``, ``BBS_BH``), as observed in real MI300X traces and Tensile's
+#: ``ProblemType.__str__``. A complex-conjugate mark ``C`` may come before a complex type.
+#: Longer codes come first in the alternation so ``B8`` is not read as ``B``.
+TENSILE_TYPE_RE = re.compile(
+    r"^Cijk_A[A-Za-z]+_B[A-Za-z]+_(?:C_(?=[CZ]))?(4xi8|F8B8N|B8F8N|F8B8|B8F8|F8N|B8N|F8|B8|I64|I8|[SDCZHBIX])")
+#: Tensile's mark of FP32 matmuls run in xfloat32 on the matrix cores (``F32XdlMathOp``: ``_MX``).
+TENSILE_XF32_RE = re.compile(r"_MX(?:_|$)")
+#: An MFMA matrix instruction in a Tensile name (``MI16x16x1``, ``MI32x32x2x1``; Tensile's kernel
+#: naming, ``MatrixInstruction``).
+TENSILE_MFMA_RE = re.compile(r"_MI\d+x\d+x\d+")
+#: MIOpen's implicit-GEMM convolutions on the matrix cores name their precision
+#: (``igemm_fwd_gtcx_nhwc_fp32_…``, ``igemm_bwd_data_gtcx_nhwc_fp32_…``, ``igemm_fwd_gtcx3_nhwc_bf16_…``).
+MIOPEN_XDLOPS_FP32_RE = re.compile(r"_gtcx\d*_\w*?fp32(?:_|$)")
+
+
+#: The device names AMD GPUs report (``"AMD Instinct MI300X VF"``, ``"AMD Radeon PRO W7900"``).
+AMD_DEVICE_RE = re.compile(r"\bAMD\b|Instinct|Radeon")
+
+
+def says_amd_device(device_name: str) -> bool:
+    """A GPU's name (``deviceProperties``) says AMD."""
+    return bool(AMD_DEVICE_RE.search(device_name))
+
+
+def tensile_type(name: str) -> str | None:
+    """The A/B data type a Tensile/hipBLASLt kernel name spells (:data:`TENSILE_TYPE_RE`: ``"S"``,
+    ``"B"``, ``"H"``, ``"D"``...), or None for any other name."""
+    found = TENSILE_TYPE_RE.match(name) if name.startswith("Cijk_") else None
+    return found.group(1) if found else None
+
 
 def says_bf16(name: str) -> bool:
     """The name of a kernel already known to be a matmul says it takes bfloat16 inputs."""
-    return bool(BF16_MATMUL_RE.search(_head(name)))
+    return bool(BF16_MATMUL_RE.search(_head(name))) or tensile_type(name) == "B"
 
 
 def says_fp16(name: str) -> bool:
     """The name of a kernel already known to be a matmul says it takes float16 inputs."""
-    return bool(FP16_MATMUL_RE.search(_head(name)))
+    return bool(FP16_MATMUL_RE.search(_head(name))) or tensile_type(name) == "H"
 
 
 def says_fp64(name: str) -> bool:
     """The name of a kernel already known to be a matmul says it computes in float64."""
-    return bool(FP64_MATMUL_RE.search(_head(name)))
+    return bool(FP64_MATMUL_RE.search(_head(name))) or tensile_type(name) in ("D", "Z")
+
+
+def says_fp32_matrix(name: str) -> bool:
+    """The name of a kernel already known to be a matmul says it multiplies float32 on AMD's matrix
+    cores at their FP32 rate: a Tensile/hipBLASLt GEMM of type S or C with an MFMA instruction and
+    no xfloat32 mark (``Cijk_Ailk_Bljk_SB_MT128x96x16_MI32x32x2x1_…``), or an MIOpen xdlops
+    convolution in fp32. Such kernels count as matrix-core kernels (:func:`is_tensor_core`), yet
+    they run at the FP32 matrix rate, an eighth of bf16's on an MI300X (AMD's datasheet)."""
+    head = _head(name)
+    if tensile_type(head) in ("S", "C"):
+        return bool(TENSILE_MFMA_RE.search(head)) and not TENSILE_XF32_RE.search(head)
+    return bool(MIOPEN_XDLOPS_FP32_RE.search(head))
 
 
 def is_fp64_matmul(name: str) -> bool:

@@ -284,11 +284,15 @@ class KernelsMetrics(Record, frozen=True):
                                            "kernel count); null without kernels")]
     top: Annotated[list[KernelMetrics], _d("the up to 15 kernel names with most time, largest first")]
     matmul_fp64_ms: Annotated[float, _d("summed duration of the matmul kernels that compute in float64 (ms; "
-                                        "dgemm/zgemm/dgemv, f64/d884/dmma, double templates, Tensile _DB_)")] = 0.0
+                                        "dgemm/zgemm/dgemv, f64/d884/dmma, double templates, Tensile type D or Z)")] = 0.0
     matmul_bf16_ms: Annotated[float, _d("summed duration of the matmul kernels whose names say bfloat16 inputs "
-                                        "(ms; bf16, bfloat16)")] = 0.0
+                                        "(ms; bf16, bfloat16, Tensile type B)")] = 0.0
     matmul_fp16_ms: Annotated[float, _d("summed duration of the matmul kernels whose names say float16 inputs "
-                                        "(ms; fp16, f16f16, h884/h1688/h16816, __half)")] = 0.0
+                                        "(ms; fp16, f16f16, h884/h1688/h16816, __half, Tensile type H)")] = 0.0
+    matmul_fp32_matrix_ms: Annotated[float, _d(
+        "summed duration of the matmul kernels that multiply float32 on AMD matrix cores at the FP32 rate (ms; "
+        "Tensile/hipBLASLt type S or C with an MFMA instruction and no xfloat32 mark, MIOpen xdlops fp32): "
+        "counted in matmul_tensor_core_ms too, yet not reduced precision")] = 0.0
 
 
 class CopyGroupMetrics(Record, frozen=True):

@@ -42,6 +42,8 @@ SPELLINGS: dict[str, tuple[str, ...]] = {
 DEFAULT_WORKERS = 4
 #: Compute capability from which bf16 and TF32 tensor cores exist (Ampere; NVIDIA CUDA guide).
 BF16_MIN_CC = 8.0
+#: Compute capability from which tensor cores exist (Volta; NVIDIA CUDA guide, "Warp Matrix Functions").
+TENSOR_CORE_MIN_CC = 7.0
 #: Activation checkpointing recomputes the forward pass of each checkpointed block during the
 #: backward pass: about one extra forward, i.e. ~20-30 % more compute per step (Chen et al. 2016,
 #: "Training Deep Nets with Sublinear Memory Cost"; the transformers docs quote ~20 %).
@@ -86,11 +88,24 @@ def _pinned(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
 
 
 def _precision(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
-    cc = f.evidence.numbers.get("compute_capability")
-    if isinstance(cc, (int, float)) and cc >= BF16_MIN_CC:
-        return [Advice("Train in bfloat16 mixed precision, with TF32 for the remaining FP32 matmuls",
+    numbers = f.evidence.numbers
+    cc = numbers.get("compute_capability")
+    if not isinstance(cc, (int, float)):
+        return []
+    # float64 matmuls: the cast to float32 (a code change, the rule's first fix) must come first, since
+    # autocast skips float64 tensors; without tensor cores there is no Trainer setting to add
+    first = "After the cast to float32 below (autocast skips float64 tensors), t" if "fp64_share_of_matmul" in numbers \
+        else "T"
+    if first != "T" and cc < TENSOR_CORE_MIN_CC:
+        return []
+    if cc >= BF16_MIN_CC and numbers.get("vendor") == "AMD":
+        # transformers' is_torch_tf32_available() needs CUDA: tf32=True raises ValueError on ROCm
+        return [Advice(f"{first}rain in bfloat16 mixed precision (no tf32 on ROCm: the Trainer refuses it there)",
+                       {"bf16": True})]
+    if cc >= BF16_MIN_CC:
+        return [Advice(f"{first}rain in bfloat16 mixed precision, with TF32 for the remaining FP32 matmuls",
                        {"bf16": True, "tf32": True})]
-    return [Advice("Train in float16 mixed precision (this GPU has no bf16 tensor cores; the Trainer adds the "
+    return [Advice(f"{first}rain in float16 mixed precision (this GPU has no bf16 tensor cores; the Trainer adds the "
                    "loss scaler)", {"fp16": True})]
 
 

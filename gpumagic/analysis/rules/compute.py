@@ -6,6 +6,7 @@ import numpy as np
 
 from gpumagic.analysis import devices
 from gpumagic.analysis import intervals as iv
+from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.gpubound import CAP_SHARE, bounding_ns
 from gpumagic.analysis.metrics import kernel_mask
@@ -106,9 +107,10 @@ def _efficiency_fixes(c: ComputeMetrics, training: bool) -> tuple[Fix, ...]:
     peak = devices.peak_for(c.device_name or "")
     if c.dtype in ("fp32", "tf32") and peak and peak.tflops.get("bf16"):
         body = "    loss = loss_fn(model(x), y)" if training else "    out = model(x)"
+        # no TF32 line on an AMD GPU: NVIDIA's switch, whose ROCm twin depends on the GPU and the build
+        tf32 = "" if nm.says_amd_device(c.device_name or "") else tf32_fix().code + "\n"
         fixes.append(pytorch(f"Use the faster dtype: bf16/fp16 peaks at {peak.tflops.get('bf16', 0):g} TFLOP/s here",
-                             tf32_fix().code + "\n"
-                             f'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n{body}'))
+                             tf32 + f'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n{body}'))
     fixes += [
         pytorch("Give each matmul more work: a bigger batch (or sequence packing)" if training else
                 "Give each matmul more work: batch requests together",

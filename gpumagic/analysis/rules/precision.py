@@ -36,8 +36,12 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
     ``Cijk_``, MIOpen xdlops; Triton ``attn_fwd``, ``_matmul``: ``names.MATMUL_RE``) take ≥ 10 %
     of kernel time on a GPU of compute capability ≥ 7.0 (AMD CDNA GPUs report 9.x), and < 10 % of
     that time runs tensor-core / matrix-core kernels (h884/s1688/16816/tensorop/gmma/nvjet/bf16;
-    MFMA ``MI16x16x1``, xdlops: ``names.TENSOR_CORE_RE``). Inference traces get autocast without
-    a GradScaler. Gain, an upper bound: matmul
+    MFMA ``MI16x16x1``, xdlops: ``names.TENSOR_CORE_RE``), not counting AMD matrix-core kernels
+    that multiply FP32 at the FP32 matrix rate (``names.says_fp32_matrix``: Tensile type ``S``
+    with an MFMA instruction, MIOpen xdlops fp32), which gain the bf16 rate only in bf16.
+    Inference traces get autocast without a GradScaler. On ROCm (``Context.rocm``) the fixes leave
+    out TF32: ``TrainingArguments(tf32=True)`` raises there (transformers' ``is_torch_tf32_available``
+    requires CUDA) and PyTorch's xfloat32 path depends on the GPU and the build. Gain, an upper bound: matmul
     time share × (1 − FP32 peak / BF16-or-FP16 peak) from the device's own datasheet peaks
     (``analysis.devices``: ~16× on A100, ~8× on V100, ~4× on L4/L40S, ~2× on GeForce Ampere/Ada
     with FP32 accumulate) — a peak ratio is a ceiling no real kernel mix reaches; on a device
@@ -54,7 +58,8 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
         return _float64(ctx, m)
     if info is None or info.compute_capability < TENSOR_CORE_MIN_CC or not k.total_ms:
         return None
-    matmul, tc = k.matmul_ms, k.matmul_tensor_core_ms
+    # reduced precision on tensor/matrix cores: AMD's FP32 MFMA kernels are matrix-core kernels at FP32's rate
+    matmul, tc = k.matmul_ms, max(k.matmul_tensor_core_ms - k.matmul_fp32_matrix_ms, 0.0)
     if matmul / k.total_ms < MATMUL_KERNEL_FRAC or tc / max(matmul, 1e-9) >= TENSOR_CORE_SHARE_MAX:
         return None
     low = "bf16" if info.compute_capability >= BF16_MIN_CC else "fp16"
@@ -69,17 +74,26 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
     if bounded and critical is not None:  # the host sets the pace: faster kernels save only what the host waited on
         gain = ctx.frac(critical) * speedup_share
     method = (f"upper bound: matmul/conv share of the window × (1 − 1/{ratio:.1f}), the {gpu}'s "
-              f"{low.upper()} tensor-core over FP32 peak ratio (datasheet ceilings, not a measured speed-up)"
+              f"{low.upper()} {'matrix' if ctx.rocm else 'tensor'}-core over FP32 peak ratio (datasheet ceilings, not a measured speed-up)"
               if ratio else "upper bound: the whole matmul/conv share of the window (this GPU is not in the "
               "peak table)")
     if bounded and critical is not None:
         method += (f"; capped at the {critical / 1e6:.1f} ms of matmul kernels after which the next GPU work was "
                    "already queued: after the others the GPU waited for the host, which sets the step's pace")
-    lowp = "BF16/FP16 (and TF32)" if info.compute_capability >= BF16_MIN_CC else "FP16 (no BF16 before Ampere)"
+    amd = ctx.rocm
+    cores = "matrix cores" if amd else "tensor cores"
+    lowp = ("BF16/FP16" if amd else "BF16/FP16 (and TF32)") if info.compute_capability >= BF16_MIN_CC \
+        else "FP16 (no BF16 before Ampere)"
     ceiling = f": its datasheet peak is {ratio:.0f}x the FP32 one, a ceiling real kernels do not reach" if ratio else ""
     custom_ms, custom_names = _custom_matmuls(ctx)
     custom = custom_ms >= CUSTOM_SHARE * max(matmul - tc, 1e-9)
-    fixes = _fixes(info.compute_capability) if ctx.workload == "training" else _inference_fixes(info.compute_capability)
+    fixes = _fixes(info.compute_capability, amd) if ctx.workload == "training" \
+        else _inference_fixes(info.compute_capability, amd)
+    fp32_matrix = k.matmul_fp32_matrix_ms
+    plain = (f"""These matmul and convolution kernels run in FP32 ({pct(fp32_matrix / matmul)} of their time on the
+        matrix cores at the FP32 rate: MFMA instructions on FP32 inputs), so the matrix cores' BF16 rate goes
+        unused.""" if fp32_matrix > 0 else f"These matmul and convolution kernels run in plain FP32, so the {cores} sit unused.")
+    ordinary = "" if amd else " on ordinary cores"
     custom_why = ""
     if custom:
         fixes = (pytorch("These matmul kernels are hand-written: autocast changes the inputs of library calls "
@@ -90,16 +104,18 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
                       f" names ({', '.join(custom_names)}): hand-written, so autocast alone will not move them to"
                       " tensor cores.")
     return finding(
-        severity=severity_for(gain), title="Matmuls run in FP32 on a tensor-core GPU",
-        why=f"""The {gpu} (compute capability {info.compute_capability:.1f}) has tensor cores that multiply
-        matrices in {lowp} faster than FP32 on ordinary cores{ceiling}. These matmul and convolution kernels run in
-        plain FP32, so the tensor cores sit unused. Autocast runs matmuls and convolutions in reduced
+        severity=severity_for(gain), title=f"Matmuls run in FP32 on a {cores.replace(' cores', '-core')} GPU",
+        why=f"""The {gpu} (compute capability {info.compute_capability:.1f}) has {cores} that multiply
+        matrices in {lowp} faster than FP32{ordinary}{ceiling}. {plain} Autocast runs matmuls and convolutions in reduced
         precision and keeps the ops on its FP32 list (layer_norm, softmax, losses and friends) in FP32
         (PyTorch AMP docs, "Autocast Op Reference").{custom_why}""",
         summary=f"Matmul/conv kernels take {matmul:.1f} ms ({pct(matmul / k.total_ms)} of kernel time); "
-                f"{pct(tc / max(matmul, 1e-9))} of it uses tensor cores.",
+                f"{pct(tc / max(matmul, 1e-9))} of it uses {cores}"
+                + (f" in reduced precision, {pct(fp32_matrix / matmul)} in FP32." if fp32_matrix > 0 else "."),
         numbers={"matmul_ms": matmul, "matmul_tensor_core_ms": tc, "matmul_kernel_frac": round(matmul / k.total_ms, 4),
                  "compute_capability": info.compute_capability,
+                 **({"matmul_fp32_matrix_ms": fp32_matrix} if fp32_matrix > 0 else {}),
+                 **({"vendor": "AMD"} if amd else {}),
                  **({"peak_ratio": round(ratio, 2)} if ratio else {})},
         est_gain=gain, gain_method=method,
         fixes=fixes,
@@ -135,7 +151,7 @@ def _float64(ctx: Context, m: Metrics) -> Finding:
     gpu = (info.name if info is not None else "") or "GPU"
     training = ctx.workload == "training"
     later = () if info is None or info.compute_capability < TENSOR_CORE_MIN_CC else (
-        _fixes(info.compute_capability) if training else _inference_fixes(info.compute_capability))
+        _fixes(info.compute_capability, ctx.rocm) if training else _inference_fixes(info.compute_capability, ctx.rocm))
     # once in float32, the mixed-precision steps follow: none of them comes "first" any more
     then = tuple(replace(f, description=f.description.replace("First, one line", "Then, one line"))
                  for f in later)
@@ -149,7 +165,9 @@ def _float64(ctx: Context, m: Metrics) -> Finding:
         summary=f"Float64 matmul kernels take {fp64:.1f} ms of {k.matmul_ms:.1f} ms of matmul time "
                 f"({pct(k.matmul_ms / k.total_ms)} of kernel time).",
         numbers={"matmul_ms": k.matmul_ms, "matmul_fp64_ms": fp64, "matmul_kernel_frac": round(k.matmul_ms / k.total_ms, 4),
-                 "fp64_share_of_matmul": round(fp64 / k.matmul_ms, 4)},
+                 "fp64_share_of_matmul": round(fp64 / k.matmul_ms, 4),
+                 **({"compute_capability": info.compute_capability} if info is not None else {}),
+                 **({"vendor": "AMD"} if ctx.rocm else {})},
         est_gain=gain, gain_method=method,
         fixes=(pytorch("Compute in float32: cast the model and every floating-point input (autocast and TF32 "
                        "leave float64 alone)", FLOAT32_CODE), *then),
@@ -219,22 +237,36 @@ def tf32_fix() -> Fix:
     return pytorch("First, one line: let FP32 matmuls use TF32 tensor cores", code)
 
 
-def _inference_fixes(cc: float) -> tuple[Fix, ...]:
+def _inference_fixes(cc: float, rocm: bool = False) -> tuple[Fix, ...]:
     """Inference: on Ampere and later TF32 first (one line), then autocast the forward pass (no loss
-    scaling, no optimizer); bf16 from cc 8.0."""
+    scaling, no optimizer); bf16 from cc 8.0. On ROCm, autocast alone (no TF32 line)."""
     dtype = "bfloat16" if cc >= 8.0 else "float16"
-    autocast = pytorch(f"{'Then a' if cc >= 8.0 else 'A'}utocast inference to {dtype}",
+    tf32 = cc >= 8.0 and not rocm
+    autocast = pytorch(f"{'Then a' if tf32 else 'A'}utocast inference to {dtype}",
                        f"""
 with torch.inference_mode(), torch.autocast(device_type="cuda", dtype=torch.{dtype}):
     out = model(x)""")
-    if cc >= 8.0:
+    if tf32:
         return (tf32_fix(), autocast)
     return (autocast,)
 
 
-def _fixes(cc: float) -> tuple[Fix, ...]:
+def _fixes(cc: float, rocm: bool = False) -> tuple[Fix, ...]:
     """On Ampere and later (cc ≥ 8.0): TF32 first (one line, FP32 code unchanged), then bf16
-    autocast; fp16 with a GradScaler on Volta/Turing, whose tensor cores have no bf16 or TF32."""
+    autocast; fp16 with a GradScaler on Volta/Turing, whose tensor cores have no bf16 or TF32. On
+    ROCm (AMD CDNA reports cc 9.x): bf16 autocast and the Trainer's ``bf16=True``, no TF32
+    (``TrainingArguments(tf32=True)`` raises without CUDA)."""
+    if rocm and cc >= 8.0:
+        return (
+            pytorch("Autocast the forward pass to bfloat16: matmuls and convolutions run at the matrix cores' BF16 "
+                    "rate",
+                    """
+with torch.autocast(device_type="cuda", dtype=torch.bfloat16):   # "cuda" is ROCm's device type too
+    loss = loss_fn(model(x), y)
+loss.backward()"""),
+            huggingface("Through TrainingArguments (tf32=True raises on ROCm: leave it out)",
+                        "TrainingArguments(..., bf16=True)"),
+        )
     if cc >= 8.0:
         return (
             tf32_fix(),
