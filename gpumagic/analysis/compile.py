@@ -41,6 +41,7 @@ def metrics(ctx: Context) -> CompileMetrics | None:
         recompiles = [r for r in recompiles if not _OUR_HOOKS.search(str(r.get("reason", "")))]
     cell = facts.get("compile_ms")
     runs = _recompilations(recompiles)
+    first, few = _one_time(runs)
     return as_record({
         "compile_ms": round(compile_ns / 1e6, 4),
         "graph_breaks": graph_breaks,
@@ -48,7 +49,9 @@ def metrics(ctx: Context) -> CompileMetrics | None:
         "recompiles": len(runs),
         "recompile_reasons": _grouped([run[0] for run in runs]),
         "cell_compile_ms": float(cell) if isinstance(cell, (int, float)) and not isinstance(cell, bool) else None,
-        "recompiles_first_change": _first_changes(runs),
+        "recompiles_first_change": first,
+        "recompiles_few_values": few,
+        "recompiles_dtype": sum(any(DTYPE_GUARD.search(str(r.get("reason", ""))) for r in run) for run in runs),
     }, CompileMetrics)
 
 
@@ -80,12 +83,34 @@ def _recompilations(failures: list[dict[str, Any]]) -> list[list[dict[str, Any]]
     return runs
 
 
-def _first_changes(runs: list[list[dict[str, Any]]]) -> int:
+#: Guards on properties that take few values: a tensor's dtype, device, requires_grad or dispatch
+#: keys (dynamo's ``TensorCheck`` messages: "dtype mismatch. expected Float, actual Double"), the
+#: global state (grad mode, autocast: "GLOBAL_STATE changed: grad_mode") and a module's training
+#: flag ("….training == True"). Dynamo keeps every compiled entry of a function (up to
+#: ``torch._dynamo.config.recompile_limit``) and a call runs the first whose guards pass, so a
+#: recompilation for one of these compiles the new value once; switching back reuses the entry
+#: (seen here: six alternations of ``no_grad`` recompiled once).
+FEW_VALUES_GUARD = re.compile(
+    r"(?:dtype|device index|device|requires_grad|dispatch key set) mismatch|^GLOBAL_STATE changed|"
+    r"\.training == (?:True|False)$")
+
+
+#: A failed dtype guard (dynamo's ``TensorCheck``: "tensor 'x' dtype mismatch. expected Float, actual Double").
+DTYPE_GUARD = re.compile(r"dtype mismatch")
+
+
+def _one_time(runs: list[list[dict[str, Any]]]) -> tuple[int, int]:
     """How many recompilations met a size or integer that had not changed before in the same
-    function (the one recompilation with which dynamo makes it dynamic)."""
+    function (the one recompilation with which dynamo makes it dynamic), and how many others failed
+    only guards of :data:`FEW_VALUES_GUARD`, on every entry they tried (a dtype, grad mode or eval
+    mode compiled once, whose entry later calls reuse)."""
     seen: set[tuple[Any, ...]] = set()
-    first = 0
+    failed: set[tuple[Any, ...]] = set()  # runs already met: the same failures again means an entry was not reused
+    first = few = 0
     for run in runs:
+        key = tuple((r.get("file"), r.get("line"), str(r.get("reason", ""))) for r in run)
+        again = key in failed
+        failed.add(key)
         subjects = set()
         for r in run:
             reason = str(r.get("reason", ""))
@@ -94,8 +119,11 @@ def _first_changes(runs: list[list[dict[str, Any]]]) -> int:
                 subjects.add((r.get("file"), r.get("line"), m.group("name"), m.groupdict().get("dim")))
         new = subjects - seen
         seen |= subjects
-        first += bool(new)
-    return first
+        if new:
+            first += 1
+        elif not again and all(FEW_VALUES_GUARD.search(str(r.get("reason", ""))) for r in run):
+            few += 1
+    return first, few
 
 
 def _count(value: Any) -> int:

@@ -31,6 +31,7 @@ import numpy as np
 
 from gpumagic._arrays import distinct
 from gpumagic.analysis import devices
+from gpumagic.analysis import names as nm
 from gpumagic.report.metrics import ComputeMetrics
 
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
@@ -457,7 +458,8 @@ def _next_input(ops: _Ops, i: int, x: list[int], w: list[int]) -> list[int] | No
 #: FP32 matmuls count as TF32 when kernels whose names say TF32 carry most of the matmul
 #: kernel time (cuBLAS/cutlass put ``tf32`` in the name, e.g. ``cutlass_80_tensorop_s1688tf32gemm``
 #: and ``sm80_xmma_gemm_f32f32_tf32f32``; on Ampere ``s1688gemm`` tensor-op kernels on FP32 data
-#: are TF32 too: FP32 has no tensor-core path of its own).
+#: are TF32 too: FP32 has no tensor-core path of its own). AMD's Tensile/hipBLASLt GEMMs say
+#: xfloat32, its twin, with ``_MX`` (``names.says_xf32``).
 TF32_KERNEL_RE = re.compile(r"tf32|tensorop_s1688|tensorop_s16816", re.IGNORECASE)
 
 
@@ -572,5 +574,5 @@ def _tf32_kernels(ctx) -> bool:
     total = ev.dur_ns[sel].sum()
     if not total:
         return False
-    ids = np.flatnonzero(ctx.trace.name_ids(lambda n: bool(TF32_KERNEL_RE.search(n))))
+    ids = np.flatnonzero(ctx.trace.name_ids(lambda n: bool(TF32_KERNEL_RE.search(n)) or nm.says_xf32(n)))
     return bool(ev.dur_ns[sel & np.isin(ev.name, ids)].sum() * 2 > total)

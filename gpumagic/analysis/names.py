@@ -310,6 +310,15 @@ def says_fp64(name: str) -> bool:
     return bool(FP64_MATMUL_RE.search(_head(name))) or tensile_type(name) in ("D", "Z")
 
 
+def says_xf32(name: str) -> bool:
+    """A Tensile/hipBLASLt GEMM name says it multiplies FP32 inputs as xfloat32 on the matrix cores
+    (type ``S`` with the ``_MX`` math mark, or type ``X``): AMD's twin of TF32 (MI300X: 653.7
+    TFLOP/s against 163.4 in FP32, AMD's datasheet)."""
+    head = _head(name)
+    kind = tensile_type(head)
+    return kind == "X" or (kind == "S" and bool(TENSILE_XF32_RE.search(head)))
+
+
 def says_fp32_matrix(name: str) -> bool:
     """The name of a kernel already known to be a matmul says it multiplies float32 on AMD's matrix
     cores at their FP32 rate: a Tensile/hipBLASLt GEMM of type S or C with an MFMA instruction and

@@ -722,6 +722,13 @@ class CompileMetrics(Record, frozen=True):
     recompiles_first_change: Annotated[int, _d(
         "recompilations at the first change of a tensor's size or an integer argument of a function; "
         "dynamo then compiles it as dynamic (dynamic=None, the default), so these do not recur (count)")] = 0
+    recompiles_few_values: Annotated[int, _d(
+        "the other recompilations whose failed guards were all on properties with few values (a tensor's dtype, "
+        "device or requires_grad, grad mode or autocast, a module's training flag): each value compiles once and "
+        "dynamo reuses its entry when the value comes back, so these do not recur either (count)")] = 0
+    recompiles_dtype: Annotated[int, _d(
+        "recompilations in which some compiled entry failed a dtype guard: a tensor of another dtype reached "
+        "the compiled code (count)")] = 0
 
 
 # -- all of them -----------------------------------------------------------------------------

@@ -161,6 +161,54 @@ def test_recompilations_are_read_from_the_entries_dynamo_names():
     assert (c.recompiles, c.recompiles_first_change) == (2, 1)
 
 
+def test_a_new_dtype_or_mode_compiles_once_and_is_reused():
+    """A no_grad evaluation between training calls, and a second dtype, each recompile once: dynamo
+    keeps the entries and switches between them (six alternations, one recompilation each), so the
+    finding is a one-time cost with no gain, and it does not suggest dynamic=True, which changes
+    nothing for a dtype or a mode."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(_doubled_sum, backend="eager")
+    x = torch.randn(8)
+    compiled(x)
+    with gpumagic.profile(nvml=False, display=False, max_seconds=60) as run:
+        for _ in range(6):
+            compiled(x)
+            with torch.no_grad():
+                compiled(x)
+            compiled(x.double())
+    c = run.report.metrics.compile
+    assert (c.recompiles, c.recompiles_first_change, c.recompiles_few_values) == (2, 0, 2)
+    assert sum(r.count for r in c.recompile_reasons) == 2   # each quoted by the newest entry's failed guard
+    f = run.report.finding("recompiles")
+    assert f.severity == "low" and f.est_gain == 0.0
+    assert f.title.startswith("torch.compile recompiled 2 times, for a dtype or mode it had not compiled for")
+    codes = "\n".join(fx.code for fx in f.fixes)
+    assert "dynamic=True" not in codes and "x.to(torch.float32)" in codes and "set_logs(recompiles=True)" in codes
+
+
+def test_few_valued_guards_that_fail_again_still_read_as_recurring():
+    """The same failures twice in one function mean an entry was not reused: not a one-time cost."""
+    trace = compiled_trace(breaks=0, recompiles=0)
+    dynamo = trace["gpumagic"]["capture"]["dynamo"]
+    dtype = "tensor 'x' dtype mismatch. expected Float, actual Double"
+    mode = "GLOBAL_STATE changed: grad_mode"
+    dynamo["recompiles"] = [{"reason": dtype, "file": "train.py", "line": 10, "entry": 0},
+                            {"reason": mode, "file": "train.py", "line": 10, "entry": 0}]
+    c = gpumagic.analyze(trace).metrics.compile
+    assert (c.recompiles, c.recompiles_few_values) == (2, 2)
+    assert gpumagic.analyze(trace).finding("recompiles").est_gain == 0.0
+    dynamo["recompiles"].append({"reason": dtype, "file": "train.py", "line": 10, "entry": 0})
+    c = gpumagic.analyze(trace).metrics.compile
+    assert (c.recompiles, c.recompiles_few_values) == (3, 2)
+    f = gpumagic.analyze(trace).finding("recompiles")
+    assert f.title == "torch.compile recompiled 3 time(s)"
+    assert any("x.to(torch.float32)" in fx.code for fx in f.fixes)   # a dtype guard failed: one dtype in
+    dynamo["recompiles"] = [{"reason": "___check_obj_id(L['cfg'], 1403)", "file": "train.py", "line": 10, "entry": 0}]
+    assert gpumagic.analyze(trace).metrics.compile.recompiles_few_values == 0   # an object's identity: unbounded
+
+
 def test_a_guard_failure_is_kept_without_its_id_and_source_comment():
     from gpumagic.capture.dynamo import _entry, _guard_text
 

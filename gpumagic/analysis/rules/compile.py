@@ -29,8 +29,17 @@ DYNAMIC_CODE = """
 compiled = torch.compile(model, dynamic=True)"""
 
 
-def _fixes(c: CompileMetrics) -> list[Fix]:
-    """``mark_dynamic`` on the first size guard that failed, then ``dynamic=True``."""
+DTYPE_CODE = """
+# one dtype into the compiled model: each new dtype compiles a graph of its own (dtypes are never
+# made dynamic); a NumPy array or torch.from_numpy(array) is float64
+x = x.to(torch.float32)
+out = compiled(x)"""
+
+
+def _fixes(c: CompileMetrics, sizes: bool = True) -> list[Fix]:
+    """``mark_dynamic`` on the first size guard that failed, then ``dynamic=True`` (``sizes``: some
+    recompilation may be about a size or integer); one dtype into the compiled code when a dtype
+    guard failed."""
     fixes: list[Fix] = []
     size = next((g for g in (SIZE_GUARD.search(r.reason) for r in c.recompile_reasons) if g), None)
     if size is not None:
@@ -41,36 +50,52 @@ def _fixes(c: CompileMetrics) -> list[Fix]:
             f"compiled = torch.compile(model)\n"
             f"torch._dynamo.mark_dynamic({name}, {dim})  # {name}: the tensor the compiled code takes as {name}; "
             "mark it before its first call"))
-    fixes.append(pytorch("Compile shape-generic code from the start (torch.compile's dynamic=True)", DYNAMIC_CODE))
+    if c.recompiles_dtype:
+        fixes.append(pytorch("Give the compiled code one dtype: a second dtype compiles a second graph", DTYPE_CODE))
+    if sizes:
+        fixes.append(pytorch("Compile shape-generic code from the start (torch.compile's dynamic=True)", DYNAMIC_CODE))
     return fixes
 
 
-def _first_changes(c: CompileMetrics, share: float) -> Finding:
-    """Every recompilation met a size (or integer) changing for the first time: dynamo compiled
-    it as dynamic and will not recompile for it again. ``share``: the window's compile share."""
-    n = c.recompiles
+LOG_FIX = pytorch("See the guard each recompilation failed, as it happens (TORCH_LOGS=\"recompiles\" from Python)",
+                  "torch._logging.set_logs(recompiles=True)   # before the compiled calls; prints each failed guard",
+                  diagnostic=True)
+def _one_time(c: CompileMetrics, share: float) -> Finding:
+    """Every recompilation met a size (or integer) changing for the first time, which dynamo then
+    compiles as dynamic, or a new value of a property with few values (a dtype, grad mode, eval
+    mode: ``recompiles_few_values``), whose entry dynamo reuses: none recurs. ``share``: the
+    window's compile share."""
+    n, first, few = c.recompiles, c.recompiles_first_change, c.recompiles_few_values
     quoted = "; ".join(f"{_where(r)}: {r.reason}" for r in c.recompile_reasons[:QUOTED])
+    times = "once" if n == 1 else f"{n} times"
+    what = ("when a size (or integer) first changed" if not few else
+            "for a dtype or mode it had not compiled for" if not first else
+            "when a size (or integer) first changed or a dtype or mode was new")
+    sizes_why = """With torch.compile's default (dynamic=None), the first time a tensor's
+        size (or an integer argument) changes, dynamo recompiles with that size as a symbol, and that one graph
+        then serves every later size (0 and 1 aside, which dynamo still specialises). (With dynamic=False, each
+        new size compiles an entry of its own, up to torch._dynamo.config.recompile_limit, after which the
+        function runs eagerly.) Marking the dimension dynamic before the first call saves that one compilation,
+        which matters in short runs and in notebooks that recompile on every run of the cell."""
+    few_why = f"""{"A" if not first else "And a"} guard on a property with few values (a tensor's dtype, device or
+        requires_grad, grad mode or autocast, a module's training flag) compiles each new value once: dynamo keeps
+        every compiled entry (up to torch._dynamo.config.recompile_limit) and runs the one whose guards pass, so
+        switching between training and no_grad evaluation, or back to a dtype, reuses an entry. Only a dtype
+        changed by accident (a float64 batch from NumPy) is worth fixing."""
     return finding(
         severity="low",
-        title=(f"torch.compile recompiled {'once' if n == 1 else f'{n} times'}, when a size (or integer) first changed, "
-               "and not after: a one-time cost"),
-        why="""Compiled code is guarded: dynamo checks that the inputs still look as they did when it compiled, and
-        compiles again when a guard fails. With torch.compile's default (dynamic=None), the first time a tensor's
-        size (or an integer argument) changes, dynamo recompiles with that size as a symbol, and that one graph
-        then serves every later size (0 and 1 aside, which dynamo still specialises): the recompilation does not
-        recur, so it is start-up cost, not time each step loses, and no later call here recompiled. (With
-        dynamic=False, each new size compiles an entry of its own, up to torch._dynamo.config.recompile_limit,
-        after which the function runs eagerly.) Marking the dimension dynamic before the first call saves that one
-        compilation, which matters in short runs and in notebooks that recompile on every run of the cell.""",
-        summary=(f"{n} recompilation(s) in the cell, each at the first change of a size or integer{_compile_time(c, share)}: "
-                 f"{quoted}; none after it."),
-        numbers={"recompiles": n, "recompiles_first_change": c.recompiles_first_change, "compile_ms": c.compile_ms,
-                 "compile_frac": round(share, 4)},
+        title=f"torch.compile recompiled {times}, {what}, and not after: a one-time cost",
+        why=f"""Compiled code is guarded: dynamo checks that the inputs still look as they did when it compiled, and
+        compiles again when a guard fails. {sizes_why if first else ""} {few_why if few else ""} No recompilation
+        here recurred, so it is start-up cost, not time each step loses.""",
+        summary=(f"{n} recompilation(s) in the cell, each {what}{_compile_time(c, share)}: {quoted}; none after it."),
+        numbers={"recompiles": n, "recompiles_first_change": first, "recompiles_few_values": few,
+                 "compile_ms": c.compile_ms, "compile_frac": round(share, 4)},
         est_gain=0.0,
         gain_method=("not a speed gain: each recompilation met a size or integer changing for the first time, which "
-                     "dynamo then compiles as dynamic (dynamic=None, the default); none recurred (a one-time cost, "
-                     "like the first compilation)"),
-        fixes=tuple(_fixes(c)), doc_url=RECOMPILES_DOC,
+                     "dynamo then compiles as dynamic (dynamic=None, the default), or a new dtype or mode whose "
+                     "compiled entry is reused; none recurred (a one-time cost, like the first compilation)"),
+        fixes=tuple(_fixes(c, sizes=first > 0)) + ((LOG_FIX,) if few else ()), doc_url=RECOMPILES_DOC,
     )
 
 
@@ -134,14 +159,17 @@ def recompiles(ctx: Context, m: Metrics) -> Finding | None:
     recompilation met the first change of a size or an integer (``recompiles_first_change``), dynamo
     (``dynamic=None``, the default) compiled it as dynamic and will not recompile for it again: a
     one-time cost, like the first compilation, claimed as no speed gain and low; marking the
-    dimension dynamic up front saves that one compilation. False positives: a recompilation for a
-    change that does not recur (a dtype, a flag switched once) reads as recurring."""
+    dimension dynamic up front saves that one compilation. So is a recompilation whose failed guards
+    are all on properties with few values (``recompiles_few_values``: a dtype, device,
+    requires_grad, grad mode or autocast, a module's training flag): dynamo keeps each compiled
+    entry and reuses it when the value returns. False positives: a recompilation for a change that
+    does not recur by any other guard (a Python object's identity replaced once) reads as recurring."""
     c = m.compile
     if c is None or c.recompiles < 1:
         return None
     share = min(1.0, c.compile_ms * 1e6 / ctx.window_ns)
-    if c.recompiles_first_change >= c.recompiles:
-        return _first_changes(c, share)
+    if c.recompiles_first_change + c.recompiles_few_values >= c.recompiles:
+        return _one_time(c, share)
     top = c.recompile_reasons[:QUOTED]
     quoted = "; ".join(f"{_where(r)}: {r.reason}" + (f" ({r.count}×)" if r.count > 1 else "") for r in top)
     fixes = _fixes(c)
