@@ -313,7 +313,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         data=[[0.5] * 8 for _ in range(10)], labels=[i % 4 for i in range(10)], epochs=2,
         sequences=[torch.randint(1, 8, (n,)) for n in (3, 5, 2, 7, 4, 6, 1, 8, 3, 5)],  # token ids, one per label
         ema_model=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(device), decay=0.999, c=0.01,
-        num_embeddings=100, embedding_dim=8,
+        num_embeddings=100, embedding_dim=8, lam=1e-4, wd=0.01,
     )
     ns.update(_language_model(device))
     return ns

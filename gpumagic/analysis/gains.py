@@ -94,7 +94,7 @@ GAIN_KINDS: dict[str, str] = {
     "gradients-never-reset": "none", "optimizer-state-reset": "none",
     "updates-without-gradients": "none", "unused-gradients": "estimate",
     "training-in-eval-mode": "none", "dense-embedding-grad": "upper bound",
-    "threads-oversubscribed": "upper bound", "cpu-float64": "upper bound",
+    "threads-oversubscribed": "upper bound", "cpu-float64": "upper bound", "l2-penalty-in-loss": "estimate",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
