@@ -14,6 +14,9 @@ cheap in-memory batch holds.
    worker and with the batched-indexing fix (``BatchSampler``, ``batch_size=None``), alternated.
    The same for a batch close to a hand-off (256 floats a sample, shuffled, a deeper MLP): the wait
    per batch between one and two hand-offs, where the finding leads with the batch made in one call.
+   And (2b) a batch above that line, 128 images of 3×64×64, beside a small CNN whose intra-op
+   threads keep the cores busy: each of the finding's fixes timed as given (the worker fix with the
+   thread count it sets), where the batch made in one call leads.
 
 3. Pin thread: the same loop with one and two workers and ``pin_memory=True``, whose pin-memory
    thread receives the batches instead of the main thread (on a machine without an accelerator the
@@ -24,7 +27,8 @@ Numbers depend on the machine and on what else runs on it: this prints, it asser
 ``--record DIR`` instead records the three bundles tests/data keeps of such loops (under
 ``gpumagic.profile()``, the iterator made before it): ``cpu_tensordataset_workers0.json.gz``
 (``num_workers=0``), ``cpu_tensordataset_workers2.json.gz`` (two persistent workers), and
-``cpu_tensordataset_marginal.json.gz`` (256 floats a sample, ``num_workers=0``, twelve steps).
+``cpu_tensordataset_marginal.json.gz`` (256 floats a sample, ``num_workers=0``, twelve steps) and
+``cpu_tensordataset_images.json.gz`` (the image case, ``num_workers=0``, eight steps).
 
     python benchmarks/loader_handoff.py [--rounds 5] [--batches 60] [--steps 300] [--record DIR]
 """
@@ -141,6 +145,77 @@ def advice(rounds: int, steps: int, features: int = 128) -> None:
         print(f"   {k:20} {med:6.3f} ms a step [{min(v):.3f}–{max(v):.3f}]  gain {1 - med / base:+.2f}")
 
 
+def _cnn():
+    """The image case's small CNN (strided convolutions on 3×64×64 images), whose step keeps both
+    cores busy through its intra-op threads."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1, stride=2), torch.nn.ReLU(),
+                               torch.nn.Conv2d(8, 16, 3, padding=1, stride=4), torch.nn.ReLU(),
+                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10))
+
+
+def image_loop(loader, steps: int, threads: int | None = None) -> float:
+    """Mean step time (ms) of the CNN over ``loader`` after 10 warm-up steps, under ``threads``
+    intra-op threads (None: as set)."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        model = _cnn()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        it = iter(loader)
+        t = 0.0
+        for i in range(steps + 10):
+            if i == 10:
+                t = time.perf_counter()
+            x, y = next(it)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return (time.perf_counter() - t) / steps * 1e3
+    finally:
+        torch.set_num_threads(before)
+
+
+def image_data(n: int = 24_000):
+    torch.manual_seed(0)
+    return TensorDataset(torch.randn(n, 3, 64, 64), torch.randint(0, 10, (n,)))
+
+
+def image_advice(rounds: int, steps: int) -> None:
+    """A batch above the marginal line (128 images of 3×64×64 from a ``TensorDataset``) beside a
+    CNN whose intra-op threads keep the cores busy: the finding's fixes in order, then each timed
+    as given (the worker fix with the thread count it sets), alternated."""
+    data = image_data()
+    shuffled = dict(batch_size=128, shuffle=True)
+    loaders = {
+        "num_workers=0": (DataLoader(data, **shuffled), None),
+        "batched (one call)": (DataLoader(data, sampler=BatchSampler(RandomSampler(data), 128, False), batch_size=None),
+                               None),
+    }
+    with gpumagic.profile(skip=5, steps=8, display=False) as run:
+        image_loop(loaders["num_workers=0"][0], 20)
+    f = run.report.finding("dataloader-bound")
+    if f is None:
+        print("2b. advice (128 images of 3×64×64 a batch, a CNN): dataloader-bound did not fire")
+    else:
+        n = f.evidence.numbers
+        workers, threads = n.get("suggested_num_workers") or 1, n.get("suggested_num_threads")
+        loaders[f"{workers} worker(s), {threads or 'all'} thread(s)"] = (
+            DataLoader(data, **shuffled, num_workers=int(workers), persistent_workers=True), threads)
+        print(f"2b. advice (128 images of 3×64×64 a batch, a CNN): dataloader-bound, gain {f.est_gain:.2f}, wait per "
+              f"batch {n.get('wait_per_batch_ms')} ms; fixes: " + " | ".join(x.description[:60] for x in f.fixes))
+    got: dict[str, list[float]] = {k: [] for k in loaders}
+    for _ in range(rounds):
+        for k, (loader, threads) in loaders.items():
+            got[k].append(image_loop(loader, steps, threads))
+    base = statistics.median(got["num_workers=0"])
+    for k, v in got.items():
+        med = statistics.median(v)
+        print(f"   {k:26} {med:7.3f} ms a step [{min(v):.3f}–{max(v):.3f}]  gain {1 - med / base:+.2f}")
+
+
 def pin_thread(rounds: int, steps: int) -> None:
     if not torch.accelerator.is_available():  # emulate: start the thread, make pinning a no-op
         import torch.utils.data._utils.pin_memory as pm
@@ -187,6 +262,20 @@ def record(folder: str) -> None:
                 loss.item()
         print("recorded", path)
         del it, loader
+    data = image_data(2_048)
+    loader = DataLoader(data, batch_size=128, shuffle=True)
+    path = os.path.join(folder, "cpu_tensordataset_images.json.gz")
+    model = _cnn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    it = iter(loader)
+    with gpumagic.profile(steps=8, save=path, display=False):
+        for _ in range(11):
+            x, y = next(it)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    print("recorded", path)
 
 
 def main() -> None:
@@ -205,6 +294,7 @@ def main() -> None:
     handoff(args.rounds, args.batches)
     advice(args.rounds, args.steps)
     advice(args.rounds, args.steps, features=256)
+    image_advice(args.rounds, max(20, args.steps // 5))
     pin_thread(args.rounds, args.steps)
     print(f"load average {os.getloadavg()[0]:.2f}")
 

@@ -13,7 +13,14 @@ from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.cachefix import CACHE_CODE, CACHE_FIX
 from gpumagic.analysis.rules.cpu import MIN_SAMPLES, SATURATION
-from gpumagic.analysis.rules.stagefixes import BATCHING_SOURCE, batch_sampler_code, makes_batch_at_once, stage_fixes, stage_sentence
+from gpumagic.analysis.rules.stagefixes import (
+    BATCHING_SOURCE,
+    TENSOR_DATASET_ITEM,
+    batch_sampler_code,
+    makes_batch_at_once,
+    stage_fixes,
+    stage_sentence,
+)
 from gpumagic.report.metrics import HostMetrics, Metrics
 from gpumagic.report.model import Finding, Fix
 
@@ -51,7 +58,12 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     ``benchmarks/loader_handoff.py``): the batch is indexed at once instead, the wait the upper
     bound; otherwise the gain leaves the hand-off out, and a batch up to ``MARGINAL_MS`` (twice the
     hand-off) gets the count with a warning, the stage's fix first and ``gpumagic.tune_dataloader``
-    as a diagnostic. A multi-process loader in the trace counts
+    as a diagnostic; so does a dearer single-process batch from a ``TensorDataset`` (the batched
+    index needs no code of the user's) whose loading is CPU work and whose slowest stage a batch
+    made in one call removes (``stagefixes.makes_batch_at_once``), when the workers' estimate is
+    below that stage's share of the wait (a model whose intra-op threads keep the cores busy: one worker with
+    one thread measured 0.45× slower, the batched index 3 % faster, ``benchmarks/loader_handoff.py``),
+    the wait then the upper bound. A multi-process loader in the trace counts
     as one worker running at least when the samples do not count them, and workers that deliver
     each batch within a hand-off get no more.
     ``pin_memory`` only with a GPU; ``shuffle`` and ``TrainingArguments`` only when training.
@@ -102,13 +114,23 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         if wg.cores_available is not None:
             numbers["cores_available_with_workers"] = wg.cores_available
     stages = host.loader_stages
-    if _marginal(w) and makes_batch_at_once(stages) and exclusive > gain:
+    # the batch made in one call removes the per-sample work where a worker only moves it, and
+    # costs no core: it leads for a batch close to a hand-off, and for a TensorDataset (where it
+    # needs no code of the user's) whose loading is CPU work, wherever the workers' estimate is
+    # below what the slowest stage alone takes of the window
+    removed = stages[0].share * exclusive if stages else 0.0
+    drop_in = any(st.name == TENSOR_DATASET_ITEM or st.name.endswith("." + TENSOR_DATASET_ITEM) for st in stages or ())
+    stage_first = makes_batch_at_once(stages) and not no_more and not unjudged and (
+        _marginal(w) or (drop_in and h.loader_cpu_bound is not False and w.in_workers is False and gain < removed))
+    if stage_first and exclusive > gain:
+        workers_less = (f"workers would save less still, as each batch costs the main process a hand-off (about "
+                        f"{HANDOFF_MS:g} ms)" if _marginal(w) else
+                        f"workers were estimated to save {pct(gain)}, as the cores leave them little room")
         gain, method = exclusive, (
             "data-loader wait that does not overlap other work: the most the slowest stage's fix (the batch made "
             "in one call, not sample by sample) can save; it removes the per-sample indexing and stacking, not "
             "the batch's own copy, and each of the loader's many small operators carries the profiler's cost too, "
-            "so less is saved without the profiler; workers would save less still, as each batch costs the main "
-            f"process a hand-off (about {HANDOFF_MS:g} ms)")
+            f"so less is saved without the profiler; {workers_less}")
     if threads is not None:
         numbers["suggested_num_threads"] = threads
     loop = "training loop" if ctx.workload == "training" else "loop"
@@ -131,7 +153,7 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
                                           diagnostic=True), *staged)
     else:
         fixes = _with_stage_fixes(_fixes(ctx, h, workers, host, threads, no_more, _cheap_batch(w)), staged, no_more,
-                                  _measure(w, workers))
+                                  _measure(w, workers, stage_first))
     return finding(
         severity=severity_for(gain), title=f"The {loop} waits for the data loader",
         why="""Each step asks the DataLoader for the next batch on the main Python thread. With few or
@@ -313,14 +335,16 @@ def _marginal(w: LoaderWait) -> bool:
     return w.in_workers is False and w.median_ms is not None and HANDOFF_MS < w.median_ms <= MARGINAL_MS
 
 
-def _measure(w: LoaderWait, workers: int | None) -> tuple[Fix, ...]:
-    """For a marginal batch, the measurement that settles it: gpumagic's DataLoader tuner times
-    ``num_workers=0`` against worker processes on this machine."""
-    if not _marginal(w):
+def _measure(w: LoaderWait, workers: int | None, stage_first: bool = False) -> tuple[Fix, ...]:
+    """For a marginal batch, or one whose stage fix leads (``stage_first``: the workers' estimate is
+    below what that stage takes), the measurement that settles it: gpumagic's DataLoader tuner
+    times ``num_workers=0`` against worker processes on this machine."""
+    if not (_marginal(w) or stage_first):
         return ()
+    why = ("the batch is close to a worker's hand-off" if _marginal(w) else
+           "the busy cores leave a worker little room")
     grid = f"num_workers=[0, {workers}]" if workers else "num_workers=None"
-    return (pytorch("Measure num_workers=0 against workers on this machine before switching: the batch is "
-                    "close to a worker's hand-off",
+    return (pytorch(f"Measure num_workers=0 against workers on this machine before switching: {why}",
                     "import gpumagic\n\n"
                     f"result = gpumagic.tune_dataloader(loader, {grid})   # batches per second, each setting\n"
                     "print(result.recommended_kwargs)", diagnostic=True),)
