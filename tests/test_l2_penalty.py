@@ -92,6 +92,10 @@ def _profiled(opt_cls, penalty: str, layers: int = 6, **kwargs):
         loss = torch.nn.functional.cross_entropy(model(x), y)
         if penalty == "l2":
             loss = loss + LAM * sum(p.pow(2).sum() for p in model.parameters())
+        elif penalty == "norms":
+            loss = loss + LAM * sum(p.norm() ** 2 for p in model.parameters())
+        elif penalty == "squares":
+            loss = loss + LAM * sum(torch.square(p).sum() for p in model.parameters())
         elif penalty == "two squares":  # a loss that squares and sums two activations, not the parameters
             loss = loss + (model[0](h).pow(2).sum() + model[2](h).pow(2).sum()) * LAM
         opt.zero_grad()
@@ -108,6 +112,14 @@ def _profiled(opt_cls, penalty: str, layers: int = 6, **kwargs):
 def test_a_loop_with_weight_decay_or_a_few_squares_is_silent():
     assert "l2-penalty-in-loss" not in _profiled(torch.optim.SGD, "none", weight_decay=2 * LAM).finding_ids
     assert "l2-penalty-in-loss" not in _profiled(torch.optim.SGD, "two squares").finding_ids
+
+
+@pytest.mark.parametrize("form", ["norms", "squares"])
+def test_the_penalty_written_as_norms_squared_or_squares_is_found(form):
+    f = _profiled(torch.optim.SGD, form).finding("l2-penalty-in-loss")
+    assert f is not None
+    n = f.evidence.numbers   # a term for each of the 14 tensors (per update: the window may cut one short)
+    assert n["penalty_terms_per_update"] == n["parameter_tensors_per_update"] >= 10
 
 
 def test_an_optimizer_without_weight_decay_is_silent():

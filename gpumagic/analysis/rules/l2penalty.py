@@ -90,6 +90,18 @@ def _next_ops(ctx: Context, rows: np.ndarray, ops: np.ndarray) -> np.ndarray:
     return out
 
 
+def _outermost(ctx: Context, rows: np.ndarray) -> np.ndarray:
+    """``rows`` (time-sorted) less those inside another of them on the same thread."""
+    ev = ctx.trace.events
+    keep = np.ones(rows.size, dtype=bool)
+    for lane in distinct(ev.lane[rows]).tolist():
+        at = np.flatnonzero(ev.lane[rows] == lane)
+        ends = ev.ts_ns[rows[at]] + ev.dur_ns[rows[at]]
+        before = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]))
+        keep[at] = ev.ts_ns[rows[at]] >= before
+    return rows[keep]
+
+
 def _terms(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     """The penalty's terms in the window: rows of their first operator (a square or a norm) and of
     the operator that follows it (the sum, or the square of the norm)."""
@@ -99,7 +111,7 @@ def _terms(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     ops = ops[np.argsort(ev.ts_ns[ops], kind="stable")]
     square = ctx.host_name_ids(SQUARE_OPS.__contains__)[ev.name[ops]]
     norm = ctx.host_name_ids(NORM_OPS.__contains__)[ev.name[ops]]
-    first = ops[square | norm]
+    first = _outermost(ctx, ops[square | norm])  # torch.square runs aten::pow inside: one term
     if not first.size:
         return first, first
     nxt = _next_ops(ctx, first, ops)
