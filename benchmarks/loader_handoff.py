@@ -100,14 +100,15 @@ def _model(features: int = 128):
                                torch.nn.ReLU(), torch.nn.Linear(512, 10))
 
 
-def loop(loader, steps: int, features: int = 128) -> float:
-    """Mean step time (ms) of a plain training loop over ``loader``, after 20 warm-up steps."""
-    model = _model(features)
+def loop(loader, steps: int, features: int = 128, model: torch.nn.Module | None = None, warm: int = 20) -> float:
+    """Mean step time (ms) of a plain training loop of ``model`` (default: the MLP for ``features``)
+    over ``loader``, after ``warm`` warm-up steps."""
+    model = _model(features) if model is None else model
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     it = iter(loader)
     t = 0.0
-    for i in range(steps + 20):
-        if i == 20:
+    for i in range(steps + warm):
+        if i == warm:
             t = time.perf_counter()
         x, y = next(it)
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -161,19 +162,7 @@ def image_loop(loader, steps: int, threads: int | None = None) -> float:
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        model = _cnn()
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        it = iter(loader)
-        t = 0.0
-        for i in range(steps + 10):
-            if i == 10:
-                t = time.perf_counter()
-            x, y = next(it)
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        return (time.perf_counter() - t) / steps * 1e3
+        return loop(loader, steps, model=_cnn(), warm=10)
     finally:
         torch.set_num_threads(before)
 

@@ -145,28 +145,26 @@ def test_the_mi300x_fixtures_bf16_gemms_are_counted_as_bf16():
     assert "mixed-precision-off" not in analyze(os.path.join(DATA, "mi300_bert_small_infer.json.gz")).finding_ids
 
 
-def test_low_compute_efficiency_on_an_amd_gpu_has_no_tf32_line():
+def _counted(kernel: str) -> dict:
+    """Three MI300X steps of one FP32 matmul the profiler counted (9 GFLOP) and its 8 ms kernel."""
     tb = TraceBuilder(cc=(9, 4), gpu_name=MI300X, total_mem=192 * 2**30)
     for i in range(3):
         t = i * 10_000
         tb.step(i + 1, t, 10_000)
         tb.add(cat="cpu_op", name="aten::mm", ts=t + 5, dur=20, tid=100,
                args={"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["float", "float"], "flops": 9e9})
-        tb.kernel(FP32_MFMA, t + 100, 8_000, launch_ts=t + 20, launch="hipLaunchKernel")
-    f = analyze(tb.to_dict()).finding("low-compute-efficiency")
+        tb.kernel(kernel, t + 100, 8_000, launch_ts=t + 20, launch="hipLaunchKernel")
+    return tb.to_dict()
+
+
+def test_low_compute_efficiency_on_an_amd_gpu_has_no_tf32_line():
+    f = analyze(_counted(FP32_MFMA)).finding("low-compute-efficiency")
     assert f is not None and f.fixes[0].code.startswith("with torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16)")
 
 
 def test_xf32_gemms_are_measured_against_the_xf32_peak():
     """FP32 matmuls that Tensile runs as xfloat32 (``_MX``) are AMD's TF32: the MFU's peak is the
     MI300X's 653.7 TFLOP/s, not its FP32 163.4."""
-    tb = TraceBuilder(cc=(9, 4), gpu_name=MI300X, total_mem=192 * 2**30)
-    for i in range(3):
-        t = i * 10_000
-        tb.step(i + 1, t, 10_000)
-        tb.add(cat="cpu_op", name="aten::mm", ts=t + 5, dur=20, tid=100,
-               args={"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["float", "float"], "flops": 9e9})
-        tb.kernel(NAMES[5][0], t + 100, 8_000, launch_ts=t + 20, launch="hipLaunchKernel")
-    c = analyze(tb.to_dict()).metrics.compute
+    c = analyze(_counted(NAMES[5][0])).metrics.compute
     assert nm.says_xf32(NAMES[5][0]) and not nm.says_xf32(FP32_MFMA)
     assert (c.dtype, c.peak_tflops) == ("tf32", 653.7)
