@@ -168,3 +168,13 @@ def test_xf32_gemms_are_measured_against_the_xf32_peak():
     c = analyze(_counted(NAMES[5][0])).metrics.compute
     assert nm.says_xf32(NAMES[5][0]) and not nm.says_xf32(FP32_MFMA)
     assert (c.dtype, c.peak_tflops) == ("tf32", 653.7)
+
+
+def test_fp32_matmuls_on_the_vector_units_count_with_twice_the_ratio():
+    """A Tensile FP32 GEMM without an MFMA instruction runs on the vector units, at half the FP32
+    matrix rate the peak table holds: its ceiling is 1 − 1/16 on an MI300X, not 1 − 1/8, so that
+    "up to" stays an upper bound."""
+    vector = analyze(_loop("Cijk_Ailk_Bljk_SB_MT64x64x16_SN_K1")).finding("mixed-precision-off")
+    mfma = analyze(_loop(FP32_MFMA)).finding("mixed-precision-off")   # the same loop's timings
+    assert "vector units count with 16.0×" in vector.gain_method and "vector units" not in mfma.gain_method
+    assert vector.est_gain / mfma.est_gain == pytest.approx((1 - 1 / 16) / (1 - 1 / 8), rel=0.01)

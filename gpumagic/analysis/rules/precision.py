@@ -25,6 +25,11 @@ TENSOR_CORE_SHARE_MAX = 0.10
 #: (NVIDIA CUDA C++ Programming Guide, "Warp Matrix Functions", element types).
 BF16_MIN_CC = 8.0
 DOC = "https://pytorch.org/docs/stable/amp.html"
+#: AMD CDNA GPUs multiply FP32 on the matrix cores at twice their vector FP32 rate (datasheets:
+#: MI300X 163.4 against 81.7 TFLOPS, MI250X 95.7 against 47.9, MI210 45.3 against 22.6). The peak
+#: table holds the matrix rate, so an FP32 matmul on the vector units is that much further from
+#: bf16: counting it with the matrix ratio would make "up to" no upper bound.
+AMD_FP32_MATRIX_OVER_VECTOR = 2.0
 #: The gain is capped by the matmul time on the critical path (``critical_matmul_ns``) when that is
 #: under 90 % of the matmul time; above it the step is GPU-bound and the cap changes nothing.
 CRITICAL_SHARE = 0.9
@@ -44,7 +49,9 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
     requires CUDA) and PyTorch's xfloat32 path depends on the GPU and the build. Gain, an upper bound: matmul
     time share × (1 − FP32 peak / BF16-or-FP16 peak) from the device's own datasheet peaks
     (``analysis.devices``: ~16× on A100, ~8× on V100, ~4× on L4/L40S, ~2× on GeForce Ampere/Ada
-    with FP32 accumulate) — a peak ratio is a ceiling no real kernel mix reaches; on a device
+    with FP32 accumulate; on AMD, FP32 kernels on the vector units count with twice the ratio, as
+    the table holds the FP32 matrix rate, twice the vector one) — a peak ratio is a ceiling no real
+    kernel mix reaches; on a device
     missing from the table, the whole matmul share. Float64: when kernels whose names say double
     precision (``names.is_fp64_matmul``) hold ≥ half of the matmul time (≥ 10 % of kernel time),
     on any GPU, the finding says so and leads with the cast to float32 (autocast skips float64
@@ -68,6 +75,11 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
     low_peak, _src = peak_tflops(info.name, low)
     ratio = low_peak / fp32_peak if fp32_peak and low_peak else None
     speedup_share = 1 - 1 / ratio if ratio else 1.0
+    # AMD's table rate is FP32 on the matrix cores; FP32 kernels on the vector units run at half of it
+    vector_ms = max(matmul - tc - k.matmul_fp32_matrix_ms, 0.0) if ctx.rocm else 0.0
+    if ratio and vector_ms > 0:
+        on_matrix = k.matmul_fp32_matrix_ms / (vector_ms + k.matmul_fp32_matrix_ms)
+        speedup_share = on_matrix * (1 - 1 / ratio) + (1 - on_matrix) * (1 - 1 / (AMD_FP32_MATRIX_OVER_VECTOR * ratio))
     gain = ctx.frac(matmul * 1e6) * speedup_share
     critical = critical_matmul_ns(ctx)
     bounded = critical is not None and critical < CRITICAL_SHARE * matmul * 1e6
@@ -77,6 +89,9 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
               f"{low.upper()} {'matrix' if ctx.rocm else 'tensor'}-core over FP32 peak ratio (datasheet ceilings, not a measured speed-up)"
               if ratio else "upper bound: the whole matmul/conv share of the window (this GPU is not in the "
               "peak table)")
+    if ratio and vector_ms > 0:
+        method += (f"; FP32 matmuls on the vector units count with {AMD_FP32_MATRIX_OVER_VECTOR * ratio:.1f}× (AMD's "
+                   "FP32 vector rate is half its FP32 matrix rate)")
     if bounded and critical is not None:
         method += (f"; capped at the {critical / 1e6:.1f} ms of matmul kernels after which the next GPU work was "
                    "already queued: after the others the GPU waited for the host, which sets the step's pace")
