@@ -47,7 +47,10 @@ def metrics(ctx: Context) -> CompileMetrics | None:
         "graph_breaks": graph_breaks,
         "break_reasons": _break_reasons(facts),
         "recompiles": len(runs),
-        "recompile_reasons": _grouped([run[0] for run in runs]),
+        # each recompilation by its failure on the first entry compiled (the run's last): what changed since
+        # the code was first compiled; the newest entry's may name an unrelated difference (a dtype
+        # recompilation after a no_grad one quoted "grad_mode")
+        "recompile_reasons": _grouped([run[-1] for run in runs]),
         "cell_compile_ms": float(cell) if isinstance(cell, (int, float)) and not isinstance(cell, bool) else None,
         "recompiles_first_change": first,
         "recompiles_few_values": few,

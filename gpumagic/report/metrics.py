@@ -715,8 +715,8 @@ class CompileMetrics(Record, frozen=True):
     break_reasons: Annotated[list[CompileReason], _d("graph breaks by reason and source line, most frequent first")]
     recompiles: Annotated[int, _d("recompilations in the cell: calls whose every cached entry failed its guards "
                                   "(count)")]
-    recompile_reasons: Annotated[list[CompileReason], _d("recompilations by the failed guard of the newest entry, "
-                                                         "most frequent first")]
+    recompile_reasons: Annotated[list[CompileReason], _d("recompilations by the guard that failed on the first "
+                                                         "entry compiled, most frequent first")]
     cell_compile_ms: Annotated[float | None, _d("dynamo's own frame-compilation time over the whole cell, "
                                                 "recorded steps or not; null in traces without it (ms)")] = None
     recompiles_first_change: Annotated[int, _d(
