@@ -75,8 +75,7 @@ if set(FINDING_IDS) != {getattr(r, "finding_id", "") for r in (*CAUSE_RULES, RES
 #: any segment.
 STEADY_RULES: tuple[Rule, ...] = (launch_bound, cpu_bound, host_sync, memory_pressure, low_compute_efficiency,
                                   dataloader_bound, too_small_for_gpu, unfused_optimizer, loop_host_work,
-                                  cpu_op_overhead, activation_recompute, allocator_churn, memory_growth,
-                                  l2_penalty_in_loss)
+                                  cpu_op_overhead, activation_recompute, allocator_churn, memory_growth)
 STEADY_IDS: frozenset[str] = frozenset(getattr(r, "finding_id", "") for r in STEADY_RULES)
 
 __all__ = ["CAUSE_RULES", "FINDING_IDS", "RESIDUAL_RULE", "RULES", "STEADY_IDS", "STEADY_RULES", "low_gpu_utilization"]
