@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpumagic._arrays import distinct
+from gpumagic._arrays import distinct, median
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
@@ -210,7 +210,7 @@ def l2_penalty_in_loss(ctx: Context, m: Metrics) -> Finding | None:
     # does not decide it); with fewer than two whole steps, of the window
     busy = _busy_before(ctx.intervals(ctx.events_in_window(host_ops)), update_ts)
     between = np.diff(busy)
-    gain = (float(np.median(per_group[1:n_updates] / between)) if n_updates >= 3 and (between > 0).all()
+    gain = (median(per_group[1:n_updates] / between) if n_updates >= 3 and (between > 0).all()
             else ctx.frac(penalty_ms * 1e6))
     if gain < MIN_FRAC:
         return None
