@@ -76,9 +76,17 @@ def gradient_writes(ctx: Context) -> np.ndarray:
 
 
 def _gradient_writes(ctx: Context) -> np.ndarray:
+    return backward_nodes(ctx, BARE_ACCUMULATE)
+
+
+def backward_nodes(ctx: Context, node: str) -> np.ndarray:
+    """Mask of the trace's autograd nodes named ``node`` (``torch::autograd::AccumulateGrad``,
+    ``PowBackward0``), one row a node: the bare node where the engine's
+    ``autograd::engine::evaluate_function: …`` span around it is recorded too."""
     ev, mk = ctx.trace.events, ctx.masks
-    named: np.ndarray = mk["cpu_op"] & mk["host"] & ctx.host_name_ids(ACCUMULATE_RE.search)[ev.name]
-    bare: np.ndarray = named & ctx.host_name_ids(lambda n: n == BARE_ACCUMULATE)[ev.name]
+    named: np.ndarray = mk["cpu_op"] & mk["host"] & ctx.host_name_ids(
+        lambda n: n == node or n.endswith(": " + node))[ev.name]
+    bare: np.ndarray = named & ctx.host_name_ids(lambda n: n == node)[ev.name]
     return bare if bare.any() else named
 
 
@@ -96,7 +104,7 @@ def _updates(ctx: Context) -> Updates:
     if not rows.size:
         return NO_UPDATES
     rows = rows[np.lexsort((-ev.dur_ns[rows], ev.ts_ns[rows]))]
-    rows = rows[~_nested(ev, rows)]
+    rows = rows[~nested(ev, rows)]
     backward = host_ops & ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
     rows = rows[~holding(ev, rows, np.flatnonzero(backward))]  # a closure's forward and backward inside (LBFGS)
     if not rows.size:
@@ -123,13 +131,13 @@ def _pass_starts(ev: EventTable, rows: np.ndarray) -> np.ndarray:
     if not rows.size:
         return np.zeros(0, np.int64)
     rows = rows[np.lexsort((-ev.dur_ns[rows], ev.ts_ns[rows]))]
-    rows = rows[~_nested(ev, rows)]
+    rows = rows[~nested(ev, rows)]
     seq = ev.seq[rows]
     before = np.concatenate([[-1], np.maximum.accumulate(seq)[:-1]])
     return np.sort(ev.ts_ns[rows[seq > before]])
 
 
-def _nested(ev: EventTable, rows: np.ndarray) -> np.ndarray:
+def nested(ev: EventTable, rows: np.ndarray) -> np.ndarray:
     """Which of ``rows`` (sorted by start, the longest first) start before an earlier one on their
     thread has ended: inside it."""
     out = np.zeros(rows.size, dtype=bool)
@@ -141,5 +149,5 @@ def _nested(ev: EventTable, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-__all__ = ["ACCUMULATE_RE", "BARE_ACCUMULATE", "NO_UPDATES", "UPDATE_RE", "ZERO_GRAD_RE", "Updates", "gradient_writes",
-           "updates"]
+__all__ = ["ACCUMULATE_RE", "BARE_ACCUMULATE", "NO_UPDATES", "UPDATE_RE", "ZERO_GRAD_RE", "Updates", "backward_nodes",
+           "gradient_writes", "nested", "updates"]

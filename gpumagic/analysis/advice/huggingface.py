@@ -40,10 +40,6 @@ SPELLINGS: dict[str, tuple[str, ...]] = {
 #: Data-loader workers suggested when the Trainer uses none (the dataloader-bound rule's default;
 #: ``gpumagic.tune_dataloader(trainer.get_train_dataloader())`` measures the best value).
 DEFAULT_WORKERS = 4
-#: Compute capability from which bf16 and TF32 tensor cores exist (Ampere; NVIDIA CUDA guide).
-BF16_MIN_CC = 8.0
-#: Compute capability from which tensor cores exist (Volta; NVIDIA CUDA guide, "Warp Matrix Functions").
-TENSOR_CORE_MIN_CC = 7.0
 #: Activation checkpointing recomputes the forward pass of each checkpointed block during the
 #: backward pass: about one extra forward, i.e. ~20-30 % more compute per step (Chen et al. 2016,
 #: "Training Deep Nets with Sublinear Memory Cost"; the transformers docs quote ~20 %).
@@ -88,6 +84,8 @@ def _pinned(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
 
 
 def _precision(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
+    from gpumagic.analysis.rules.precision import BF16_MIN_CC, TENSOR_CORE_MIN_CC
+
     numbers = f.evidence.numbers
     cc = numbers.get("compute_capability")
     if not isinstance(cc, (int, float)):

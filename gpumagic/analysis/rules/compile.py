@@ -60,6 +60,8 @@ def _fixes(c: CompileMetrics, sizes: bool = True) -> list[Fix]:
 LOG_FIX = pytorch("See the guard each recompilation failed, as it happens (TORCH_LOGS=\"recompiles\" from Python)",
                   "torch._logging.set_logs(recompiles=True)   # before the compiled calls; prints each failed guard",
                   diagnostic=True)
+
+
 def _one_time(c: CompileMetrics, share: float) -> Finding:
     """Every recompilation met a size (or integer) changing for the first time, which dynamo then
     compiles as dynamic, or a new value of a property with few values (a dtype, grad mode, eval

@@ -6,7 +6,6 @@ import numpy as np
 
 from gpumagic.analysis import devices
 from gpumagic.analysis import intervals as iv
-from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.gpubound import CAP_SHARE, bounding_ns
 from gpumagic.analysis.metrics import kernel_mask
@@ -97,18 +96,18 @@ def low_compute_efficiency(ctx: Context, m: Metrics) -> Finding | None:
                  **({} if op is None else {"operator": op.name, "operator_tflops": op.tflops,
                                            "operator_frac_of_peak": op.frac_of_peak})},
         est_gain=gain, gain_method=method,
-        fixes=_efficiency_fixes(c, is_training(ctx)),
+        fixes=_efficiency_fixes(c, is_training(ctx), ctx.rocm),
         doc_url=MFU_DOC,
     )
 
 
-def _efficiency_fixes(c: ComputeMetrics, training: bool) -> tuple[Fix, ...]:
+def _efficiency_fixes(c: ComputeMetrics, training: bool, rocm: bool = False) -> tuple[Fix, ...]:
     fixes: list[Fix] = []
     peak = devices.peak_for(c.device_name or "")
     if c.dtype in ("fp32", "tf32") and peak and peak.tflops.get("bf16"):
         body = "    loss = loss_fn(model(x), y)" if training else "    out = model(x)"
         # no TF32 line on an AMD GPU: NVIDIA's switch, whose ROCm twin depends on the GPU and the build
-        tf32 = "" if nm.says_amd_device(c.device_name or "") else tf32_fix().code + "\n"
+        tf32 = "" if rocm else tf32_fix().code + "\n"
         fixes.append(pytorch(f"Use the faster dtype: bf16/fp16 peaks at {peak.tflops.get('bf16', 0):g} TFLOP/s here",
                              tf32 + f'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n{body}'))
     fixes += [

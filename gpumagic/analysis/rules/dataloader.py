@@ -15,11 +15,11 @@ from gpumagic.analysis.rules.cachefix import CACHE_CODE, CACHE_FIX
 from gpumagic.analysis.rules.cpu import MIN_SAMPLES, SATURATION
 from gpumagic.analysis.rules.stagefixes import (
     BATCHING_SOURCE,
-    TENSOR_DATASET_ITEM,
     batch_sampler_code,
     makes_batch_at_once,
     stage_fixes,
     stage_sentence,
+    tensor_dataset_item,
 )
 from gpumagic.report.metrics import HostMetrics, Metrics
 from gpumagic.report.model import Finding, Fix
@@ -119,7 +119,7 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     # needs no code of the user's) whose loading is CPU work, wherever the workers' estimate is
     # below what the slowest stage alone takes of the window
     removed = stages[0].share * exclusive if stages else 0.0
-    drop_in = any(st.name == TENSOR_DATASET_ITEM or st.name.endswith("." + TENSOR_DATASET_ITEM) for st in stages or ())
+    drop_in = any(tensor_dataset_item(st.name) for st in stages or ())
     stage_first = makes_batch_at_once(stages) and not no_more and not unjudged and (
         _marginal(w) or (drop_in and h.loader_cpu_bound is not False and w.in_workers is False and gain < removed))
     if stage_first and exclusive > gain:

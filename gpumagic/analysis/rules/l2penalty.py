@@ -9,7 +9,7 @@ from gpumagic._arrays import distinct, median
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
-from gpumagic.analysis.updates import gradient_writes, updates
+from gpumagic.analysis.updates import backward_nodes, gradient_writes, nested, updates
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
 
@@ -90,56 +90,28 @@ def _next_ops(ctx: Context, rows: np.ndarray, ops: np.ndarray) -> np.ndarray:
     return out
 
 
-def _outermost(ctx: Context, rows: np.ndarray) -> np.ndarray:
-    """``rows`` (time-sorted) less those inside another of them on the same thread."""
-    ev = ctx.trace.events
-    keep = np.ones(rows.size, dtype=bool)
-    for lane in distinct(ev.lane[rows]).tolist():
-        at = np.flatnonzero(ev.lane[rows] == lane)
-        ends = ev.ts_ns[rows[at]] + ev.dur_ns[rows[at]]
-        before = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]))
-        keep[at] = ev.ts_ns[rows[at]] >= before
-    return rows[keep]
-
-
-def _terms(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
-    """The penalty's terms in the window: rows of their first operator (a square or a norm) and of
-    the operator that follows it (the sum, or the square of the norm)."""
+def _terms(ctx: Context) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The penalty's terms in the window: rows of their first operator (a square or a norm), of the
+    operator that follows it (the sum, or the square of the norm), and of the additions after those
+    (Python's ``sum()`` of the terms; fewer where a term is not added at once)."""
     ev, names = ctx.trace.events, ctx.trace.names
     host_ops = ctx.masks["host"] & ctx.masks["cpu_op"]
     ops = np.flatnonzero(ctx.events_in_window(host_ops))
-    ops = ops[np.argsort(ev.ts_ns[ops], kind="stable")]
+    ops = ops[np.lexsort((-ev.dur_ns[ops], ev.ts_ns[ops]))]  # by start, an enclosing operator first
     square = ctx.host_name_ids(SQUARE_OPS.__contains__)[ev.name[ops]]
     norm = ctx.host_name_ids(NORM_OPS.__contains__)[ev.name[ops]]
-    first = _outermost(ctx, ops[square | norm])  # torch.square runs aten::pow inside: one term
+    first = ops[square | norm]
+    first = first[~nested(ev, first)]  # torch.square runs aten::pow inside: one term
     if not first.size:
-        return first, first
+        return first, first, first
     nxt = _next_ops(ctx, first, ops)
     want = np.where(ctx.host_name_ids(SQUARE_OPS.__contains__)[ev.name[first]], "aten::sum", "aten::pow")
     got = np.array([names[ev.name[j]] if j >= 0 else "" for j in nxt.tolist()], dtype=object)
     keep = got == want
-    return first[keep], nxt[keep]
-
-
-def _nodes(ctx: Context, node: str) -> np.ndarray:
-    """Mask of the window's backward nodes named ``node``, one row a node: the bare node where the
-    engine's ``autograd::engine::evaluate_function: …`` span around it is recorded too."""
-    ev = ctx.trace.events
-    host_ops = ctx.masks["host"] & ctx.masks["cpu_op"]
-    bare: np.ndarray = ctx.events_in_window(host_ops & ctx.host_name_ids(lambda n: n == node)[ev.name])
-    if bare.any():
-        return bare
-    spans: np.ndarray = ctx.events_in_window(host_ops & ctx.host_name_ids(lambda n: n.endswith(": " + node))[ev.name])
-    return spans
-
-
-def _busy_before(spans: iv.Intervals, at: np.ndarray) -> np.ndarray:
-    """For each time of ``at``, how much of ``spans`` (merged, sorted) lies before it (ns)."""
-    starts, ends = spans
-    done = np.concatenate(([0], np.cumsum(ends - starts)))
-    k = np.searchsorted(starts, at, side="right")  # spans starting at or before each time
-    partial = np.where(k > 0, np.minimum(at, ends[np.maximum(k - 1, 0)]) - starts[np.maximum(k - 1, 0)], 0)
-    return done[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(partial, 0)
+    first, second = first[keep], nxt[keep]
+    after = _next_ops(ctx, second, ops)
+    adds = after[after >= 0]
+    return first, second, adds[ctx.host_name_ids(lambda n: n == "aten::add")[ev.name[adds]]]
 
 
 @rule("l2-penalty-in-loss")
@@ -172,44 +144,35 @@ def l2_penalty_in_loss(ctx: Context, m: Metrics) -> Finding | None:
     classes = sorted(set(ups.classes))
     if n_updates == 0 or len(classes) > 1 or set(classes) & NO_DECAY:
         return None
-    first, second = _terms(ctx)
+    first, second, adds = _terms(ctx)
     terms = int(first.size)
     ev = ctx.trace.events
     written = int(np.count_nonzero(ctx.events_in_window(gradient_writes(ctx))))
     if terms < MIN_TERMS * n_updates or terms < MIN_COVER * written:
         return None
-    host_ops = ctx.masks["host"] & ctx.masks["cpu_op"]
-    pow_backward = _nodes(ctx, POW_BACKWARD)
+    pow_backward = np.flatnonzero(ctx.events_in_window(backward_nodes(ctx, POW_BACKWARD)))
     # the squared tensors require grad (parameters): a backward node for (most of) the terms; the
     # window may end between a step's forward and its backward
-    if int(np.count_nonzero(pow_backward)) < MIN_COVER * terms:
+    if pow_backward.size < MIN_COVER * terms:
         return None
-    # the forward: each term's square, its sum and the addition after it (Python's sum() of the terms)
-    ops = np.flatnonzero(ctx.events_in_window(host_ops))
-    after = _next_ops(ctx, second, ops[np.argsort(ev.ts_ns[ops], kind="stable")])
-    ids_add = np.flatnonzero(ctx.host_name_ids(lambda n: n == "aten::add"))
-    adds = after[after >= 0]
-    adds = adds[np.isin(ev.name[adds], ids_add)]
-    update_ts = np.sort(ev.ts_ns[ups.rows])
-    per_group = np.zeros(n_updates + 1)  # the penalty's operator time before each update (and after the last)
-    # the forward: each term's square, its sum and the addition after it (Python's sum() of the terms)
-    forward = [first, second, adds]
-    # the backward: a PowBackward0 a term, and of the sums' and additions' nodes as many as terms
-    weights = [1.0, 1.0, 1.0, 1.0]
-    backward = [np.flatnonzero(pow_backward)]
+    # the penalty's operator time before each update (and after the last): in the forward each term's
+    # square, sum and addition; in the backward a PowBackward0 a term, and of the sums' and additions'
+    # nodes as many as there are terms
+    parts = [(first, 1.0), (second, 1.0), (adds, 1.0), (pow_backward, 1.0)]
     for node in (SUM_BACKWARD, ADD_BACKWARD):
-        rows = np.flatnonzero(_nodes(ctx, node))
+        rows = np.flatnonzero(ctx.events_in_window(backward_nodes(ctx, node)))
         if rows.size:
-            backward.append(rows)
-            weights.append(min(1.0, terms / rows.size))
-    for rows, weight in zip([*forward, *backward], weights, strict=True):
+            parts.append((rows, min(1.0, terms / rows.size)))
+    update_ts = np.sort(ev.ts_ns[ups.rows])
+    per_group = np.zeros(n_updates + 1)
+    for rows, weight in parts:
         np.add.at(per_group, np.searchsorted(update_ts, ev.ts_ns[rows]), ev.dur_ns[rows] * weight)
     penalty_ms = float(per_group.sum()) / 1e6
     # the share: of the host's operator time between two updates, the median over those steps (time
     # a busy machine took from the process between operators counts in neither; a step it slowed
     # does not decide it); with fewer than two whole steps, of the window
-    busy = _busy_before(ctx.intervals(ctx.events_in_window(host_ops)), update_ts)
-    between = np.diff(busy)
+    host_ops = ctx.masks["host"] & ctx.masks["cpu_op"]
+    between = iv.measure_in(ctx.intervals(ctx.events_in_window(host_ops)), update_ts[:-1], update_ts[1:])
     gain = (median(per_group[1:n_updates] / between) if n_updates >= 3 and (between > 0).all()
             else ctx.frac(penalty_ms * 1e6))
     if gain < MIN_FRAC:

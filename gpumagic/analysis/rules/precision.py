@@ -75,8 +75,9 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
     low_peak, _src = peak_tflops(info.name, low)
     ratio = low_peak / fp32_peak if fp32_peak and low_peak else None
     speedup_share = 1 - 1 / ratio if ratio else 1.0
+    amd = ctx.rocm
     # AMD's table rate is FP32 on the matrix cores; FP32 kernels on the vector units run at half of it
-    vector_ms = max(matmul - tc - k.matmul_fp32_matrix_ms, 0.0) if ctx.rocm else 0.0
+    vector_ms = max(matmul - tc - k.matmul_fp32_matrix_ms, 0.0) if amd else 0.0
     if ratio and vector_ms > 0:
         on_matrix = k.matmul_fp32_matrix_ms / (vector_ms + k.matmul_fp32_matrix_ms)
         speedup_share = on_matrix * (1 - 1 / ratio) + (1 - on_matrix) * (1 - 1 / (AMD_FP32_MATRIX_OVER_VECTOR * ratio))
@@ -86,7 +87,7 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
     if bounded and critical is not None:  # the host sets the pace: faster kernels save only what the host waited on
         gain = ctx.frac(critical) * speedup_share
     method = (f"upper bound: matmul/conv share of the window × (1 − 1/{ratio:.1f}), the {gpu}'s "
-              f"{low.upper()} {'matrix' if ctx.rocm else 'tensor'}-core over FP32 peak ratio (datasheet ceilings, not a measured speed-up)"
+              f"{low.upper()} {'matrix' if amd else 'tensor'}-core over FP32 peak ratio (datasheet ceilings, not a measured speed-up)"
               if ratio else "upper bound: the whole matmul/conv share of the window (this GPU is not in the "
               "peak table)")
     if ratio and vector_ms > 0:
@@ -95,7 +96,6 @@ def mixed_precision_off(ctx: Context, m: Metrics) -> Finding | None:
     if bounded and critical is not None:
         method += (f"; capped at the {critical / 1e6:.1f} ms of matmul kernels after which the next GPU work was "
                    "already queued: after the others the GPU waited for the host, which sets the step's pace")
-    amd = ctx.rocm
     cores = "matrix cores" if amd else "tensor cores"
     lowp = ("BF16/FP16" if amd else "BF16/FP16 (and TF32)") if info.compute_capability >= BF16_MIN_CC \
         else "FP16 (no BF16 before Ampere)"

@@ -201,9 +201,14 @@ def makes_batch_at_once(stages: list[LoaderStage] | None) -> bool:
     return what == "collate" or (what == "dataset" and not top.name.endswith(".__getitems__"))
 
 
+def tensor_dataset_item(name: str) -> bool:
+    """A stage's name is a ``TensorDataset``'s ``__getitem__`` (bare, or under its qualifier)."""
+    return name == TENSOR_DATASET_ITEM or name.endswith("." + TENSOR_DATASET_ITEM)
+
+
 def _dataset_fix(name: str, named: str, training: bool) -> Fix:
     """The fix for the dataset's own stage, by the method that takes the time."""
-    if name == TENSOR_DATASET_ITEM or name.endswith("." + TENSOR_DATASET_ITEM):
+    if tensor_dataset_item(name):
         return pytorch(f"{named}: a TensorDataset indexes its tensors with a whole list of indices; automatic "
                        f"batching off hands it the batch's indices in one call (source: {BATCHING_SOURCE})",
                        batch_sampler_code(training))
