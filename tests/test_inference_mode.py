@@ -253,6 +253,45 @@ def test_a_gan_generator_whose_fakes_are_detached_fires_and_no_grad_silences_it(
     assert "inference-grad-enabled" not in d_steps(detach=False).finding_ids
 
 
+def test_a_gan_step_cut_at_its_first_optimizer_is_judged_without_its_last_step():
+    """A whole GAN iteration: the discriminator's update, then the generator's on the same fakes.
+    The capture ends each step at the first optimizer's update, so the window's last step holds the
+    generator's forward whose backward (the generator's loss) runs after the window: its nodes are
+    used, just not inside the window, and the last step's are not judged. Fakes made twice, once
+    under grad mode only to be detached for the discriminator, are unused in every step: found."""
+    torch = pytest.importorskip("torch")
+    import gpumagic
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    gen = nn.Sequential(nn.Linear(16, 64), *[m for _ in range(6) for m in (nn.Linear(64, 64), nn.ReLU())],
+                        nn.Linear(64, 32))
+    disc = nn.Sequential(nn.Linear(32, 64), nn.LeakyReLU(0.2), nn.Linear(64, 1))
+    opt_d = torch.optim.Adam(disc.parameters(), lr=2e-4)
+    opt_g = torch.optim.Adam(gen.parameters(), lr=2e-4)
+    bce = nn.BCEWithLogitsLoss()
+    real, ones, zeros = torch.randn(64, 32), torch.ones(64, 1), torch.zeros(64, 1)
+
+    def iterations(twice: bool):
+        with gpumagic.profile(steps=4, skip=1, display=False, nvml=False) as run:
+            for _ in range(7):
+                disc.zero_grad()
+                bce(disc(real), ones).backward()
+                fake = gen(torch.randn(64, 16))
+                bce(disc(gen(torch.randn(64, 16)).detach() if twice else fake.detach()), zeros).backward()
+                opt_d.step()
+                gen.zero_grad()
+                bce(disc(fake), ones).backward()
+                opt_g.step()
+        return run.report
+
+    assert "inference-grad-enabled" not in iterations(twice=False).finding_ids
+    f = iterations(twice=True).finding("inference-grad-enabled")
+    # the unused forward a step: 8 linear layers (aten::t, aten::addmm) and 6 ReLUs; 3 of the 4 steps judged
+    assert f is not None and f.evidence.numbers["unused_nodes"] == 3 * 22
+    assert f.evidence.numbers["layer_nodes"] == 3 * 8
+
+
 def test_dropout_drawing_masks_in_the_unused_computation_is_named():
     """The evaluation's training-mode dropout is counted; the training forward's is not (its node
     feeds the backward)."""

@@ -116,7 +116,8 @@ def _grad_mode(ctx: Context) -> GradMode:
     pass. Operators inside those events (a checkpoint's recomputation, a double backward) and the
     events themselves are the backward's, and left out; so are operators that start after the last
     backward event began (their backward may lie past the end of the trace), and, in a trace that
-    ends inside a backward pass (:func:`_cut_pass_start`), those after the pass before it. A trace whose
+    ends inside a backward pass (:func:`_cut_pass_start`), those after the pass before it, and in a
+    window whose last step runs several backward passes (:func:`_cut_step_start`), that step's. A trace whose
     backward events carry no numbers cannot be matched: nothing is counted there."""
     ev, m = ctx.trace.events, ctx.masks
     host_ops = m["cpu_op"] & m["host"]
@@ -139,7 +140,8 @@ def _grad_mode(ctx: Context) -> GradMode:
     built = rows[np.flatnonzero((lane[1:] == lane[:-1]) & (seq[1:] > seq[:-1]) & dispatched[:-1])]
     if numbered.size:
         used = np.isin(ev.seq[built], ev.seq[numbered])
-        built = built[~used & (ev.ts_ns[built] < min(ev.ts_ns[backward].max(), _cut_pass_start(ev, host_ops, backward)))]
+        limit = min(ev.ts_ns[backward].max(), _cut_pass_start(ev, host_ops, backward), _cut_step_start(ctx, numbered))
+        built = built[~used & (ev.ts_ns[built] < limit)]
     built = np.sort(built)
     compiled = int(np.count_nonzero(compiled_name[ev.name[built]]))
     layers = int(np.count_nonzero(ctx.host_name_ids(LAYER_OPS.__contains__)[ev.name[built]]))
@@ -167,6 +169,24 @@ def _cut_pass_start(ev: EventTable, host_ops: np.ndarray, backward: np.ndarray) 
     return int(before.max()) if before.size else int(ev.ts_ns[others].min())
 
 
+def _cut_step_start(ctx: Context, numbered: np.ndarray) -> int:
+    """Where the window's last step began, when that step runs more than one backward pass (and
+    the window holds another step): a step of several backward passes (a GAN's discriminator and
+    generator losses, an actor's and a critic's, each with its optimizer) may end between them —
+    gpumagic's capture ends a step at its first optimizer's update, before the second optimizer's
+    backward of the same iteration — so a forward the step ran may have its backward past the end
+    of the window. That step's nodes are not judged; a graph left unused every step shows in the
+    others. One pass in the last step (a plain loop ends its step with the update that follows its
+    one backward): no limit."""
+    none = int(np.iinfo(np.int64).max)
+    if len(ctx.step_bounds) < 2:
+        return none
+    ev = ctx.trace.events
+    start, end = ctx.step_bounds[-1]
+    starts = pass_starts(ev, numbered[(ev.ts_ns[numbered] >= start) & (ev.ts_ns[numbered] < end)])
+    return int(start) if starts.size >= 2 else none
+
+
 def starts_inside(ev: EventTable, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
     """Which of ``rows`` start inside one of the ``spans`` (rows of events) on their own thread."""
     out = np.zeros(rows.size, dtype=bool)
@@ -179,6 +199,30 @@ def starts_inside(ev: EventTable, rows: np.ndarray, spans: np.ndarray) -> np.nda
         s = spans[ev.lane[spans] == lane]
         lo, hi = iv.union(ev.ts_ns[s], ev.ts_ns[s] + ev.dur_ns[s])
         out[here] = iv.contains((lo, hi), ev.ts_ns[rows[here]])
+    return out
+
+
+def pass_starts(ev: EventTable, rows: np.ndarray) -> np.ndarray:
+    """The start times of the backward passes among ``rows`` (backward nodes with a sequence
+    number): each top-level node whose number is above every earlier one's (sorted)."""
+    if not rows.size:
+        return np.zeros(0, np.int64)
+    rows = rows[np.lexsort((-ev.dur_ns[rows], ev.ts_ns[rows]))]
+    rows = rows[~nested(ev, rows)]
+    seq = ev.seq[rows]
+    before = np.concatenate([[-1], np.maximum.accumulate(seq)[:-1]])
+    return np.sort(ev.ts_ns[rows[seq > before]])
+
+
+def nested(ev: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` (sorted by start, the longest first) start before an earlier one on their
+    thread has ended: inside it."""
+    out = np.zeros(rows.size, dtype=bool)
+    lanes = ev.lane[rows]
+    for lane in distinct(lanes).tolist():
+        mine = rows[lanes == lane]
+        reach = np.maximum.accumulate(ev.ts_ns[mine] + ev.dur_ns[mine])
+        out[np.flatnonzero(lanes == lane)[1:]] = ev.ts_ns[mine[1:]] < reach[:-1]
     return out
 
 
@@ -312,4 +356,4 @@ def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["BATCH_NORM", "DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "Dropout", "GradMode", "NoGradDropout", "TrainBatchNorm",
-           "batch_norm", "dropout", "grad_mode", "holding", "no_grad_dropout", "starts_inside"]
+           "batch_norm", "dropout", "grad_mode", "holding", "nested", "no_grad_dropout", "pass_starts", "starts_inside"]

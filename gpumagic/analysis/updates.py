@@ -28,12 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.inference import holding
+from gpumagic.analysis.inference import holding, nested, pass_starts
 from gpumagic.analysis.phases import BACKWARD_RE
-from gpumagic.trace.model import EventTable
 
 #: An optimizer update's annotation; group 1 is the optimizer's class.
 UPDATE_RE = re.compile(r"^Optimizer\.step#(\w+)\.step$")
@@ -119,35 +117,11 @@ def _updates(ctx: Context) -> Updates:
     inside = iv.weight_in_ranges(ev.ts_ns[host], ev.lane[host], None, ev.ts_ns[rows], ends, ev.lane[rows])
     classes = tuple(UPDATE_RE.search(ctx.trace.names[n]).group(1)  # type: ignore[union-attr]
                     for n in ev.name[rows].tolist())
-    starts = _pass_starts(ev, np.flatnonzero(ctx.events_in_window(backward & (ev.seq >= 0))))
+    starts = pass_starts(ev, np.flatnonzero(ctx.events_in_window(backward & (ev.seq >= 0))))
     passes = np.searchsorted(starts, ev.ts_ns[rows]) - np.searchsorted(starts, since)
     return Updates(rows=rows, classes=classes, written=written.astype(np.int64), inside=inside,
                    passes=passes.astype(np.int64))
 
 
-def _pass_starts(ev: EventTable, rows: np.ndarray) -> np.ndarray:
-    """The start times of the backward passes among ``rows`` (backward nodes with a sequence
-    number): each top-level node whose number is above every earlier one's (sorted)."""
-    if not rows.size:
-        return np.zeros(0, np.int64)
-    rows = rows[np.lexsort((-ev.dur_ns[rows], ev.ts_ns[rows]))]
-    rows = rows[~nested(ev, rows)]
-    seq = ev.seq[rows]
-    before = np.concatenate([[-1], np.maximum.accumulate(seq)[:-1]])
-    return np.sort(ev.ts_ns[rows[seq > before]])
-
-
-def nested(ev: EventTable, rows: np.ndarray) -> np.ndarray:
-    """Which of ``rows`` (sorted by start, the longest first) start before an earlier one on their
-    thread has ended: inside it."""
-    out = np.zeros(rows.size, dtype=bool)
-    lanes = ev.lane[rows]
-    for lane in distinct(lanes).tolist():
-        mine = rows[lanes == lane]
-        reach = np.maximum.accumulate(ev.ts_ns[mine] + ev.dur_ns[mine])
-        out[np.flatnonzero(lanes == lane)[1:]] = ev.ts_ns[mine[1:]] < reach[:-1]
-    return out
-
-
 __all__ = ["ACCUMULATE_RE", "BARE_ACCUMULATE", "NO_UPDATES", "UPDATE_RE", "ZERO_GRAD_RE", "Updates", "backward_nodes",
-           "gradient_writes", "nested", "updates"]
+           "gradient_writes", "updates"]

@@ -8,8 +8,9 @@ import numpy as np
 from gpumagic._arrays import distinct, median
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.inference import nested
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
-from gpumagic.analysis.updates import backward_nodes, gradient_writes, nested, updates
+from gpumagic.analysis.updates import backward_nodes, gradient_writes, updates
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
 
