@@ -73,3 +73,40 @@ def test_unexplained_outliers_on_a_busy_machine_are_low_and_say_so():
     g = analyze(_contended_with_a_late_outlier("gc")).finding("step-outliers")
     assert g.evidence.numbers["explained_by_gc"] == 1
     assert g.severity == "high" and not g.title.endswith("busy machine")
+
+
+def _periodic(later_long_ms, event=None):
+    """A loop whose every fifth step runs more (a WGAN's generator update after five critic
+    updates): 40 ms against 10; the window recorded steps 1–10 (two long ones, 5 and 10), and the
+    long steps after it took ``later_long_ms`` (with ``event`` running through them, or nothing)."""
+    steps = [40.0 if i % 5 == 0 and i else 10.0 for i in range(40)]
+    for i in range(15, 40, 5):
+        steps[i] = later_long_ms
+    b = blocks.block(steps, recorded=range(1, 11), profiled=11)
+    if event is not None:
+        b["events"] = [{"kind": event, "start_ms": b["start_ms"][i] + 1, "dur_ms": later_long_ms - 12.0, "detail": ""}
+                       for i in range(15, 40, 5)]
+    return blocks.with_every_step(b)
+
+
+def test_later_steps_as_long_as_recorded_ones_are_the_loops_own_work():
+    """The window recorded such steps; the others findings judge them there: not outliers."""
+    assert analyze(_periodic(40.0)).finding("step-outliers") is None
+    assert analyze(_periodic(33.0)).finding("step-outliers") is None  # within 2/3 to 3/2 of 40 ms
+
+
+def test_later_steps_far_longer_than_any_recorded_or_explained_are_still_outliers():
+    f = analyze(_periodic(250.0)).finding("step-outliers")  # 6× the recorded long steps: a pause the window missed
+    assert f is not None and f.evidence.numbers["outliers"] == 5 and "like_recorded" not in f.evidence.numbers
+    g = analyze(_periodic(40.0, event="gc")).finding("step-outliers")  # a collection each time: its own fix
+    assert g is not None and g.evidence.numbers["explained_by_gc"] == 5
+
+
+def test_some_outliers_like_recorded_ones_are_named_apart():
+    b = _periodic(40.0)
+    b["gpumagic"]["every_step"]["step_ms"][23] = 300.0  # one pause besides the periodic steps
+    f = analyze(b).finding("step-outliers")
+    assert f.evidence.numbers["outliers"] == 1 and f.evidence.numbers["worst_index"] == 23
+    assert f.evidence.numbers["like_recorded"] == 5
+    assert "5 more took about as long as steps the window recorded (step 5, 40 ms, step 10, 40 ms)" in \
+        f.evidence.summary

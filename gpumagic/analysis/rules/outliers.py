@@ -79,6 +79,11 @@ DOCS = {"torch.save": "https://pytorch.org/tutorials/recipes/distributed_async_c
         "data": "https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading"}
 #: A cause explains an outlier when it ran for at least half of the step's excess over the median.
 EXPLAINED = 0.5
+#: An outlier nothing explains is "like" a long step the window recorded when its time is within
+#: this range of that step's: the loop's own periodic work — a second optimizer's update every
+#: N steps (a WGAN's generator after five critic updates), a metric computed every N steps — which
+#: the window recorded and the other findings judge; not a pause the window missed.
+LIKE = (2 / 3, 3 / 2)
 _WORDS = {"gc": "a Python garbage collection", "torch.save": "torch.save", "compile": "a torch.compile compilation",
           "eval": "an evaluation loop (a module in eval mode)",
           "loader": "a DataLoader's workers stopping and starting (a new pass over it: an epoch, an evaluation)",
@@ -93,7 +98,10 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     (:mod:`gpumagic.analysis.everystep`). Only a gpumagic capture has them. What coincided —
     a garbage collection, ``torch.save``, a compilation, evaluation, a DataLoader starting its
     workers for a new epoch, the step's own wait for the DataLoader's next batch — names the fix; with
-    nothing seen, the fix is to record such a step. Gain: none inside the recorded window (the
+    nothing seen, the fix is to record such a step. An outlier nothing explains that took about as
+    long as a step the window recorded (2/3 to 3/2 of one that passed the same bars against the
+    recorded steps' median, the first recorded step left out) is the loop's own work every few
+    steps — a second optimizer's update every N steps — which the window holds: not counted. Gain: none inside the recorded window (the
     outliers fall after it); the excess share of the steps after recording is given as a number.
     False positives: a step that waits for something outside the process (a shared file
     system, another job on the machine) is reported with no cause, which is what it is; when
@@ -103,6 +111,12 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     the finding is low and its title says "on a busy machine":
     the neighbours most likely made them (``host-contended``), not the loop."""
     outliers = m.steps.outliers
+    if not outliers:
+        return None
+    recorded = _recorded_long(m)
+    like = [o for o in outliers if sum(c.ms for c in o.causes) < EXPLAINED * o.excess_ms
+            and any(LIKE[0] <= o.ms / r <= LIKE[1] for _, r in recorded)]
+    outliers = [o for o in outliers if o not in like]
     if not outliers:
         return None
     all_ms = m.steps.all_ms or []
@@ -166,15 +180,39 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
         summary=(f"{'Step' if len(outliers) == 1 else 'Steps'} {steps} took up to {worst.ms:.1f} ms against a median "
                  f"of {median:.1f} ms; together "
                  f"{excess:.0f} ms more than the median, {pct(share)} of the steps after recording. "
-                 f"Coinciding: {seen} ({told}).{sizes}"),
+                 f"Coinciding: {seen} ({told}).{sizes}{_like_recorded(like, recorded)}"),
         numbers={"outliers": len(outliers), "worst_ms": round(worst.ms, 4), "median_ms": round(median, 4),
                  "excess_ms": round(excess, 4), "excess_frac_after_recording": round(share, 4),
-                 "worst_index": worst.index, **{f"with_{k.replace('.', '_')}": n for k, n in kinds.items()},
+                 "worst_index": worst.index, **({"like_recorded": len(like)} if like else {}),
+                 **{f"with_{k.replace('.', '_')}": n for k, n in kinds.items()},
                  **{f"explained_by_{k.replace('.', '_')}": n for k, n in explained.items()}},
         est_gain=0.0, gain_method="not a gain inside the recorded window (the outliers fall after it); "
                                   "excess_frac_after_recording is their share of the later steps",
         fixes=tuple(fixes), doc_url=DOCS.get(explained.most_common(1)[0][0], DOC) if explained else DOC,
     )
+
+
+def _recorded_long(m: Metrics) -> list[tuple[int, float]]:
+    """The recorded steps (their index into ``steps.all_ms`` and time, from the step timer) that
+    pass the outlier rule's own bars against the recorded steps' median — at least
+    :data:`MIN_RATIO` × and :data:`MIN_EXCESS_MS` longer — the first recorded step left out (it
+    may hold a warm-up). Empty without every step's times."""
+    all_ms, rec = m.steps.all_ms or [], [i for i in (m.steps.all_recorded or []) if 0 <= i < len(m.steps.all_ms or [])]
+    if len(rec) < 3:
+        return []
+    times = [all_ms[i] for i in rec]
+    med = median_of(np.asarray(times))
+    return [(i, t) for i, t in zip(rec[1:], times[1:], strict=True)
+            if t >= MIN_RATIO * med and t - med >= MIN_EXCESS_MS]
+
+
+def _like_recorded(like: list[StepOutlier], recorded: list[tuple[int, float]]) -> str:
+    """A sentence on the outliers left out as like long steps the window recorded; empty without."""
+    if not like:
+        return ""
+    shown = ", ".join(f"step {i}, {t:.0f} ms" for i, t in recorded[:4])
+    return (f" {len(like)} more took about as long as steps the window recorded ({shown}): the loop's own work every "
+            "few steps, which the window recorded and its other findings judge, so not counted here.")
 
 
 def _same_operators(ctx: Context) -> str:
