@@ -117,7 +117,10 @@ def _grad_mode(ctx: Context) -> GradMode:
     events themselves are the backward's, and left out; so are operators that start after the last
     backward event began (their backward may lie past the end of the trace), and, in a trace that
     ends inside a backward pass (:func:`_cut_pass_start`), those after the pass before it, and in a
-    window whose last step runs several backward passes (:func:`_cut_step_start`), that step's. A trace whose
+    window whose last step runs several backward passes (:func:`_cut_step_start`), that step's. So are
+    operators inside compilation frames (``names.COMPILE_RE``: dynamo tracing the model's first call
+    runs its operators under grad mode, building nodes nothing will run; their neighbours' numbers
+    still tell which nodes the operators outside built). A trace whose
     backward events carry no numbers cannot be matched: nothing is counted there."""
     ev, m = ctx.trace.events, ctx.masks
     host_ops = m["cpu_op"] & m["host"]
@@ -142,6 +145,10 @@ def _grad_mode(ctx: Context) -> GradMode:
         used = np.isin(ev.seq[built], ev.seq[numbered])
         limit = min(ev.ts_ns[backward].max(), _cut_pass_start(ev, host_ops, backward), _cut_step_start(ctx, numbered))
         built = built[~used & (ev.ts_ns[built] < limit)]
+    compiling = np.flatnonzero(m["name_compile"] & m["host"])
+    if compiling.size:  # torch.compile tracing the model: its operators' nodes are the tracer's
+        rows = rows[~starts_inside(ev, rows, compiling)]
+        built = built[~starts_inside(ev, built, compiling)]
     built = np.sort(built)
     compiled = int(np.count_nonzero(compiled_name[ev.name[built]]))
     layers = int(np.count_nonzero(ctx.host_name_ids(LAYER_OPS.__contains__)[ev.name[built]]))
