@@ -352,8 +352,12 @@ class CaptureSession:
             self.notes.append(f"Only {seen} optimizer step(s) ran; gpumagic skips {opts.skip} and records "
                               f"{opts.steps}, so fewer steps were recorded than asked.")
         if self._partial_step is not None and seen:
-            self.notes.append(f"Step {self._partial_step} was still running when recording ended; "
-                              "it is not counted as a step.")
+            # a cell that returned after its last optimizer step ran no step then: what followed it is
+            # the loop's end and the rest of the cell
+            self.notes.append("The code after the last optimizer step (the end of the loop and whatever follows it "
+                              "in the cell) is not counted as a step." if self.stop_reason == "end" and error is None
+                              else f"Step {self._partial_step} was still running when recording ended; "
+                                   "it is not counted as a step.")
         if error is not None:
             self.notes.append(f"The profiled code raised {type(error).__name__}: this profile is partial.")
         for sampler in self._samplers:
