@@ -327,7 +327,26 @@ def test_a_recorded_generation_is_told_to_batch_its_prompts():
     n = f.evidence.numbers
     assert n["tokens_picked"] == 24 and "generates token by token (24 tokens picked" in f.why
     assert "lm.generate(**batch" in f.fixes[0].code and 'padding_side = "left"' in f.fixes[0].code
-    assert "torch.compile(model)" in f.fixes[1].code and "torch.stack(samples)" not in f.fixes[0].code
+    assert "lm.forward = torch.compile(lm.forward)" in f.fixes[1].code and "torch.stack(samples)" not in f.fixes[0].code
+
+
+def test_compiling_the_wrapper_compiles_nothing_that_generate_runs():
+    """The reason the generation fix compiles ``lm.forward``: ``torch.compile(lm).generate(...)``
+    runs the original module, and dynamo compiles no frame."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=1,
+                                                              n_head=2, bos_token_id=0, eos_token_id=0)).eval()
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.inference_mode():
+        out = torch.compile(lm).generate(torch.tensor([[3, 4, 5]]), max_new_tokens=4, do_sample=False,
+                                         pad_token_id=0, eos_token_id=None)
+    assert out.shape == (1, 7)
+    assert counters["frames"]["total"] == 0  # nothing went through the compiled wrapper
 
 
 def test_a_classifier_called_per_sample_is_not_taken_for_generation():
