@@ -42,7 +42,10 @@ def _method_types():
 #: their ``_id``: PreTrainedTokenizerBase's documented attributes; checked on an instance by the
 #: generation fix's run in tests/test_snippets.py).
 INSTANCE_ATTRIBUTES = frozenset({"param_groups", "state", "defaults", "pad_token", "eos_token", "pad_token_id",
-                                 "eos_token_id"})
+                                 "eos_token_id",
+                                 # a generating model's config and its cache setting, set per instance
+                                 # (tests/test_cpu_op_overhead.py runs the static-cache fix on one)
+                                 "generation_config", "cache_implementation"})
 
 
 def magic_lines(code: str) -> tuple[str, list[str]]:

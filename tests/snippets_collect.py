@@ -23,6 +23,7 @@ import test_loop_host_work as tlw
 import test_memory_growth as tmg
 import test_no_grad_train_mode as tng
 import test_optimizer_state_reset as tos
+import test_rules as trl
 import test_training_in_eval_mode as tem
 import test_unused_gradients as tun
 import test_updates_without_gradients as tug
@@ -183,6 +184,7 @@ def built_reports():
         yield f"loop-host-work-{kind}", analyze(tlw._training(2000, per_tensor=(kind,), tensors=26))
     yield "memory-growth-gpu", analyze(tmg._gpu_loop([2**30 + i * 2**26 for i in range(6)]))
     yield "memory-growth-cpu", analyze(tmg._cpu_loop([2**20 + i * 8192 for i in range(6)]))
+    yield "launch-bound-generation", analyze(trl._decoding(trl._launch_trace(4)).to_dict())
     yield "custom-matmul", analyze(_matmul_trace((8, 0), "NVIDIA A100-SXM4-80GB", False, "my_fp32_gemm_kernel").to_dict())
 
 

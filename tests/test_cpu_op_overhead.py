@@ -349,6 +349,26 @@ def test_compiling_the_wrapper_compiles_nothing_that_generate_runs():
     assert counters["frames"]["total"] == 0  # nothing went through the compiled wrapper
 
 
+def test_the_static_cache_fix_runs_and_generates_the_same_tokens():
+    """The GPU rules' generation fix (``analysis.generation.GENERATE_GPU_CODE``), run as given on a
+    GPT-2 built from a config: the same greedy tokens with the static cache (on a GPU transformers
+    then compiles the forward; here, on the CPU, it runs eagerly)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from gpumagic.analysis.generation import GENERATE_GPU_CODE
+
+    torch.manual_seed(0)
+    lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=1,
+                                                              n_head=2, bos_token_id=0, eos_token_id=0)).eval()
+    settings = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0, "eos_token_id": None}
+    ids = torch.tensor([[3, 4, 5]])
+    with torch.inference_mode():
+        before = lm.generate(ids, **settings)
+        exec(GENERATE_GPU_CODE, {"lm": lm, "torch": torch})
+        assert lm.generation_config.cache_implementation == "static"
+        assert torch.equal(lm.generate(ids, **settings), before)
+
+
 def test_a_classifier_called_per_sample_is_not_taken_for_generation():
     """An attention model picking a class per sample (argmax) without growing anything by
     concatenation is a per-sample loop: the stacked call comes first."""

@@ -83,6 +83,29 @@ def test_launch_bound():
     assert "launch-bound" not in ids(_launch_trace(40))  # kernels not tiny (and GPU busy ~ 90 %)
 
 
+def _decoding(tb: TraceBuilder, tokens: int = 20, t0: float = 5.0, every: float = 900.0) -> TraceBuilder:
+    """Token-by-token generation on the host: each token an attention call, a pick and the ids grown
+    by concatenation, as Hugging Face generate() records them."""
+    for i in range(tokens):
+        t = t0 + i * every
+        tb.op("aten::scaled_dot_product_attention", t, 3)
+        tb.op("aten::argmax", t + 5, 2)
+        tb.op("aten::cat", t + 8, 2)
+    return tb
+
+
+def test_launch_bound_generation_gets_generates_own_compile():
+    """torch.compile(model) does not reach what generate() runs: a decoding window's first fix is
+    the static cache, with which transformers compiles the forward itself on a GPU."""
+    f = get(_decoding(_launch_trace(4)), "launch-bound")
+    assert "cache_implementation = \"static\"" in f.fixes[0].code and f.fixes[0].flavor == "huggingface"
+    assert "torch.compile(model" in f.fixes[1].code  # a decoding loop of one's own
+    plain = get(_launch_trace(4), "launch-bound")  # other inference: compile, then a CUDA graph
+    assert not any("cache_implementation" in x.code for x in plain.fixes) and "CUDAGraph" in plain.fixes[1].code
+    few = get(_decoding(_launch_trace(4), tokens=8), "launch-bound")  # 8 picks: a classifier's argmaxes
+    assert not any("cache_implementation" in x.code for x in few.fixes)
+
+
 # ---- low-gpu-utilization: busy < 50 %
 @pytest.mark.parametrize(("kernel_us", "fires"), [(4_000, True), (6_000, False)])
 def test_low_gpu_utilization(kernel_us, fires):
@@ -304,6 +327,12 @@ def _host_wait_trace(loader: bool):
             tb.op("aten::python_heavy_preprocessing", t, 4_000)
         tb.kernel("k_big", t + 4_100, 5_800, launch_ts=t + 4_010)
     return tb
+
+
+def test_cpu_bound_generation_gets_generates_own_compile():
+    f = get(_decoding(_host_wait_trace(loader=False), tokens=20, every=1_900), "cpu-bound")
+    assert "cache_implementation" in f.fixes[0].code and f.fixes[1].code == "model = torch.compile(model)"
+    assert not any("cache_implementation" in x.code for x in get(_host_wait_trace(loader=False), "cpu-bound").fixes)
 
 
 def test_cpu_bound_versus_dataloader_bound():

@@ -7,6 +7,7 @@ import numpy as np
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import names as nm
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.generation import GENERATE_GPU_CODE, generation
 from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.report.metrics import Metrics
@@ -121,6 +122,8 @@ def _launch_fixes(ctx: Context) -> tuple[Fix, ...]:
                           "outputs are overwritten by the next call: clone what you keep across steps)",
                           "model = torch.compile(model, mode=\"reduce-overhead\")")
     if ctx.workload != "training":
+        if ctx.workload == "inference" and generation(ctx).decoding:  # generate() runs the module's own forward
+            return (_generate_fix(), compile_fix)
         return (compile_fix, pytorch("Or replay a recorded forward pass with a CUDA graph", GRAPH_INFERENCE_CODE))
     return (
         compile_fix,
@@ -132,6 +135,15 @@ def _launch_fixes(ctx: Context) -> tuple[Fix, ...]:
         huggingface("Through TrainingArguments (torch_compile alone uses the default mode, without CUDA graphs)",
                     "TrainingArguments(..., torch_compile=True, torch_compile_mode=\"reduce-overhead\")"),
     )
+
+
+def _generate_fix() -> Fix:
+    """The compile fix for token-by-token generation (``analysis.generation``): ``generate()`` calls
+    the model's own forward, which ``torch.compile(model)`` leaves uncompiled; a static cache
+    makes transformers compile it on a GPU."""
+    return huggingface("Token-by-token generation: give generate() a static key/value cache, and it compiles the "
+                       "model's forward itself, with CUDA graphs (torch.compile(model) does not reach what generate() "
+                       "runs; for a decoding loop of your own, the next fix)", GENERATE_GPU_CODE)
 
 
 @rule("cpu-bound")
@@ -164,6 +176,8 @@ def cpu_bound(ctx: Context, m: Metrics) -> Finding | None:
     if ctx.workload == "training" and creation < CREATION_SHARE:
         fixes.append(huggingface("Through TrainingArguments",
                                  "TrainingArguments(..., torch_compile=True)"))
+    elif ctx.workload == "inference" and creation < CREATION_SHARE and generation(ctx).decoding:
+        fixes.insert(0, _generate_fix())
     return finding(
         severity=severity_for(gain),
         title=f"GPU idle while the host is in {where}" if where else "Host-side Python and operators keep the GPU waiting",

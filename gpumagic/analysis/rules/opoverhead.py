@@ -8,6 +8,7 @@ import numpy as np
 from gpumagic._arrays import median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.generation import GENERATE_COMPILE_CODE, generation
 from gpumagic.analysis.optimizerimpl import optimizer_steps
 from gpumagic.analysis.phases import main_op_starts, phase_intervals
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
@@ -162,15 +163,10 @@ predictions = pipe(texts, batch_size=16)   # the whole list: the pipeline pads a
 # from a datasets.Dataset: pipe(KeyDataset(dataset, "text"), batch_size=16)
 """
 
-#: Token-by-token generation: an attention operator, at least this many tokens picked
-#: (``aten::argmax`` for greedy search, ``aten::multinomial`` for sampling, ``aten::topk``), and at
-#: least as many ``aten::cat`` calls (the generated ids and the key/value cache grow by
-#: concatenation each token: Hugging Face ``generate`` does both). One prompt after another
+#: Token-by-token generation (:mod:`gpumagic.analysis.generation`): one prompt after another
 #: decodes each one's tokens in their own passes; one call for all the prompts decodes a token of
 #: each in one pass. benchmarks/op_overhead.py, a 2-layer GPT-2 of 64 units built from a config, 8
 #: prompts of 40 new tokens: 469 ms one call a prompt, 295 compiled, 70 ms in one call.
-MIN_TOKENS = 16
-TOKEN_PICKS = frozenset({"aten::argmax", "aten::multinomial", "aten::topk"})
 GENERATE_BATCH_CODE = """
 # many prompts: one generate call for all of them (lm: your causal language model, tokenizer: its tokenizer)
 tokenizer.padding_side = "left"                        # decoder-only models pad on the left
@@ -180,19 +176,6 @@ with torch.inference_mode():
     out = lm.generate(**batch, max_new_tokens=40, pad_token_id=tokenizer.pad_token_id)
 texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
 """
-
-#: ``generate()`` (transformers' GenerationMixin) calls the module itself, ``self(**inputs)``; the
-#: wrapper ``torch.compile(lm)`` returns compiles only calls made through it, and its
-#: ``.generate`` is the original module's (``OptimizedModule.__getattr__``): nothing is compiled
-#: (checked on torch 2.13, transformers 5.25: 44.6 ms against 45.9 eager for 32 tokens of a
-#: 4-layer GPT-2; ``lm.forward`` compiled, 26.0 ms). ``benchmarks/op_overhead.py`` times the fix.
-GENERATE_COMPILE_CODE = """
-# generate() calls the model's own forward: compile that (torch.compile(lm) returns a wrapper
-# whose .generate() still runs the uncompiled model). The first calls compile: seconds.
-lm.forward = torch.compile(lm.forward)
-# a decoding loop of your own that calls the model for each token: model = torch.compile(model)
-"""
-
 
 @rule("cpu-op-overhead")
 def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
@@ -367,10 +350,8 @@ def _inference(ctx: Context) -> Finding | None:
     first, last = int(ev.ts_ns[rows].min()), int((ev.ts_ns[rows] + ev.dur_ns[rows]).max())
     span = (min(last, ctx.hi) - max(first, ctx.lo)) / ctx.window_ns
     items = int(np.count_nonzero(mask & ctx.trace.name_ids(lambda n: n == "aten::item")[ev.name]))
-    picks = int(np.count_nonzero(mask & ctx.trace.name_ids(TOKEN_PICKS.__contains__)[ev.name]))
-    cats = int(np.count_nonzero(mask & ctx.trace.name_ids(lambda n: n == "aten::cat")[ev.name]))
-    attention = bool((mask & ctx.trace.name_ids(lambda n: "scaled_dot_product" in n or "softmax" in n)[ev.name]).any())
-    decoding = attention and picks >= MIN_TOKENS and cats >= picks
+    gen = generation(ctx)
+    picks, decoding = gen.picks, gen.decoding
     if decoding:
         fixes: tuple[Fix, ...] = (
             pytorch("If you generate for many prompts one after another, generate for all of them in one call",
