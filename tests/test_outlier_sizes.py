@@ -110,3 +110,20 @@ def test_some_outliers_like_recorded_ones_are_named_apart():
     assert f.evidence.numbers["like_recorded"] == 5
     assert "5 more took about as long as steps the window recorded (step 5, 40 ms, step 10, 40 ms)" in \
         f.evidence.summary
+
+
+def test_workers_started_again_in_an_outlier_get_persistent_workers_even_when_the_start_is_short():
+    """The start is timed (30 ms of a 240 ms excess), not the new workers' first batches made beside
+    the step: persistent workers come first, then recording such a step for the rest."""
+    steps = [10.0] * 30
+    steps[20] = 250.0
+    b = blocks.block(steps)
+    b["events"] = [{"kind": "loader", "start_ms": b["start_ms"][20] + 1, "dur_ms": 30.0, "detail": "2 worker(s)"}]
+    f = analyze(blocks.with_every_step(b)).finding("step-outliers")
+    assert "explained_by_loader" not in f.evidence.numbers and f.evidence.numbers["with_loader"] == 1
+    assert "persistent_workers=True" in f.fixes[0].code and "num_workers=2" in f.fixes[0].code
+    assert "not the new workers' first batches" in f.fixes[0].description
+    assert f.fixes[1].code.startswith("%%gpuprofile --skip 20") and f.doc_url.endswith("data.html#torch.utils.data.DataLoader")
+    b["events"][0]["detail"] = "workers stopped"  # a stop alone: no start in the step, nothing to keep alive
+    g = analyze(blocks.with_every_step(b)).finding("step-outliers")
+    assert not any("persistent_workers" in x.code for x in g.fixes)
