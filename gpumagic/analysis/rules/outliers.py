@@ -12,7 +12,7 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.everystep import MIN_EXCESS_MS, MIN_RATIO, SPREAD_MADS
 from gpumagic.analysis.hostload import busy_machine
 from gpumagic.analysis.phases import main_op_starts
-from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
 from gpumagic.analysis.rules.dataloader import TUNE_CODE
 from gpumagic.analysis.rules.restarts import persistent_loader_code
 from gpumagic.report.metrics import Metrics, StepOutlier
@@ -156,6 +156,8 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
                                 "; the start is timed, not the new workers' first batches made beside the step, "
                                 "so more of these steps may be theirs than the start shows"),
                              persistent_loader_code(max(counts) if counts else None)))
+        fixes.append(huggingface("Trainer: keep the workers between epochs",
+                                 "TrainingArguments(..., dataloader_persistent_workers=True)"))
     if "data" in explains:
         fixes.append(pytorch("The loop waited for its next batch in these steps: the loader cannot keep up when the "
                              "batches made ahead run out (the recorded steps may have used those); measure its "
