@@ -144,3 +144,4 @@ def test_a_live_frozen_submodule_is_no_evaluation():
 def test_the_outliers_page_follows_what_explains_them(kind, page):
     f = analyze(blocks.outlier_bundle(kind)).finding("step-outliers")
     assert page in f.doc_url
+

@@ -134,9 +134,8 @@ def test_a_later_epochs_restart_explains_its_slow_step():
     f = r.finding("step-outliers")
     assert f.evidence.numbers["explained_by_loader"] == f.evidence.numbers["outliers"] >= 1
     assert "a DataLoader's workers stopping and starting (a new pass over it: an epoch, an evaluation)" in f.evidence.summary
-    fix, trainer = f.fixes
+    [fix] = f.fixes
     assert "num_workers=2, persistent_workers=True" in fix.code and not fix.diagnostic  # the two it started
-    assert trainer.flavor == "huggingface" and "dataloader_persistent_workers=True" in trainer.code
     compile(fix.code, "<fix>", "exec")
     assert f.doc_url.endswith("#torch.utils.data.DataLoader")
 
@@ -151,6 +150,6 @@ def test_the_restart_fix_takes_the_worker_count_the_timer_saw(detail, code):
 
     d = outlier_bundle("loader")
     d["gpumagic"]["every_step"]["events"][0]["detail"] = detail
-    fix, trainer = analyze(d).finding("step-outliers").fixes
-    assert code in fix.code and trainer.code == "TrainingArguments(..., dataloader_persistent_workers=True)"
+    [fix] = analyze(d).finding("step-outliers").fixes
+    assert code in fix.code
     compile(fix.code, "<fix>", "exec")

@@ -314,6 +314,22 @@ def test_step_outliers_from_worker_restarts_keep_the_workers(tmp_path):
     assert all(x.flavor == "pytorch" for x in f.fixes)
 
 
+def test_step_outliers_where_the_workers_started_again_keep_them_too():
+    """The workers' start timed at 30 ms of a 240 ms excess: not "explained", yet the start's
+    aftermath is untimed (a Trainer's epoch boundary: 174-209 ms, 68-73 with persistent workers)."""
+    import everystep_blocks as blocks
+
+    pytest.importorskip("transformers")
+    steps = [10.0] * 30
+    steps[20] = 250.0
+    b = blocks.block(steps)
+    b["events"] = [{"kind": "loader", "start_ms": b["start_ms"][20] + 1, "dur_ms": 30.0, "detail": "2 worker(s)"}]
+    r = gpumagic.analyze(blocks.with_every_step(b))
+    assert "explained_by_loader" not in r.finding("step-outliers").evidence.numbers
+    f = huggingface_fixes(r).finding("step-outliers")
+    assert f.fixes[0].flavor == "huggingface" and f.fixes[0].code == "TrainingArguments(..., dataloader_persistent_workers=True)"
+
+
 def test_a_trainer_that_empties_the_cache_is_told_to_stop():
     """allocator-churn: torch_empty_cache_steps set → unset it; not set → the rule's own fixes stand."""
     from types import SimpleNamespace

@@ -222,11 +222,14 @@ def _step_outliers(f: Finding, current: Any, cpu_only: bool) -> list[Advice]:
     is a share of the total steps. ``load_best_model_at_end=True`` needs ``save_steps`` a multiple
     of ``eval_steps`` (unless ``save_strategy="best"``): doubling both keeps it. Nothing without the run's arguments, or with an
     ``"epoch"``/``"best"`` strategy (the interval is not a number to change). Steps stalled by the
-    DataLoader's workers stopping and starting for a new epoch: ``dataloader_persistent_workers=True``
-    (also without the run's arguments; not where they say it is on already)."""
+    DataLoader's workers stopping and starting for a new epoch, or starting inside the step at all
+    (``workers_started``): ``dataloader_persistent_workers=True`` (also without the run's
+    arguments; not where they say it is on already)."""
     numbers = f.evidence.numbers
     saves, evals = numbers.get("explained_by_torch_save"), numbers.get("explained_by_eval")
-    restarts = numbers.get("explained_by_loader")
+    # steps the workers' restart explains, or where they started again at all (their start is timed,
+    # not the new workers' first batches made beside the step)
+    restarts = max(numbers.get("explained_by_loader") or 0, numbers.get("workers_started") or 0)
     save_every = _doubled(current, "save_strategy", "save_steps")
     eval_every = _doubled(current, "eval_strategy", "eval_steps")
     save_strategy = _current(current, "save_strategy", None)

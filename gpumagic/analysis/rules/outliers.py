@@ -12,7 +12,7 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.everystep import MIN_EXCESS_MS, MIN_RATIO, SPREAD_MADS
 from gpumagic.analysis.hostload import busy_machine
 from gpumagic.analysis.phases import main_op_starts
-from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.analysis.rules.dataloader import TUNE_CODE
 from gpumagic.analysis.rules.restarts import persistent_loader_code
 from gpumagic.report.metrics import Metrics, StepOutlier
@@ -156,8 +156,6 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
                                 "; the start is timed, not the new workers' first batches made beside the step, "
                                 "so more of these steps may be theirs than the start shows"),
                              persistent_loader_code(max(counts) if counts else None)))
-        fixes.append(huggingface("Trainer: keep the workers between epochs",
-                                 "TrainingArguments(..., dataloader_persistent_workers=True)"))
     if "data" in explains:
         fixes.append(pytorch("The loop waited for its next batch in these steps: the loader cannot keep up when the "
                              "batches made ahead run out (the recorded steps may have used those); measure its "
@@ -193,6 +191,7 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
         numbers={"outliers": len(outliers), "worst_ms": round(worst.ms, 4), "median_ms": round(median, 4),
                  "excess_ms": round(excess, 4), "excess_frac_after_recording": round(share, 4),
                  "worst_index": worst.index, **({"like_recorded": len(like)} if like else {}),
+                 **({"workers_started": len(starts)} if starts else {}),
                  **{f"with_{k.replace('.', '_')}": n for k, n in kinds.items()},
                  **{f"explained_by_{k.replace('.', '_')}": n for k, n in explained.items()}},
         est_gain=0.0, gain_method="not a gain inside the recorded window (the outliers fall after it); "
