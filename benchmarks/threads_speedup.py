@@ -8,11 +8,16 @@ with the threads ÷ with one) is printed beside the bound, which it must not exc
 Numbers depend on the machine and on what else runs on it: this prints, it asserts nothing.
 ``--oversubscribe N`` runs the loop on ``N`` intra-op threads instead of one (more than the usable
 cores, for ``threads-oversubscribed``) and times it against the finding's suggested count.
+``--loader`` runs a small CNN fed by a DataLoader whose dataset makes each sample with a few
+small operators (one intra-op thread, no workers: ``host-cores-idle`` and ``dataloader-bound``
+both fire, and both count on the one idle core), and times one and two threads, each with no
+worker and with one, alternated round by round: whether a worker still pays once the threads
+take the idle core.
 ``--record DIR`` instead records the bundles tests/data keeps (``cpu_threads1.json.gz``: one
-thread; ``cpu_threads2.json.gz``: the default count; ``cpu_threads16.json.gz``: 16 threads) and
-exits.
+thread; ``cpu_threads2.json.gz``: the default count; ``cpu_threads16.json.gz``: 16 threads;
+``cpu_threads1_loader.json.gz``: the ``--loader`` loop on one thread, no workers) and exits.
 
-    python benchmarks/threads_speedup.py [--rounds 5] [--steps 20] [--oversubscribe N] [--record DIR]
+    python benchmarks/threads_speedup.py [--rounds 5] [--steps 20] [--oversubscribe N] [--loader] [--record DIR]
 """
 
 from __future__ import annotations
@@ -39,6 +44,70 @@ def _loop():
         loss.backward()
         opt.step()
     return step
+
+
+class _Samples(torch.utils.data.Dataset):
+    """Each sample made with a few small operators (below ATen's parallel grain: one thread each)."""
+
+    def __len__(self):
+        return 1_000_000
+
+    def __getitem__(self, i):
+        x = torch.randn(3, 32, 32)
+        for _ in range(3):
+            x = torch.nn.functional.avg_pool2d(x.unsqueeze(0), 3, 1, 1)[0]
+        return x, i % 10
+
+
+def _loader_loop(threads: int, workers: int, batch: int = 64):
+    """A small CNN's SGD step on batches from a DataLoader of :class:`_Samples`."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=True)
+    batches = iter(torch.utils.data.DataLoader(_Samples(), batch_size=batch, num_workers=workers,
+                                               persistent_workers=workers > 0))
+
+    def steps(n: int) -> float:
+        """Mean step time (ms) over ``n`` steps, on this loop's thread count."""
+        torch.set_num_threads(threads)
+        start = time.perf_counter()
+        for _ in range(n):
+            x, y = next(batches)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return (time.perf_counter() - start) / n * 1e3
+    steps(3)
+    return steps
+
+
+def loader_case(rounds: int, steps: int, path: str | None = None) -> None:
+    """``--loader``: the findings on one thread without workers, then the four settings timed."""
+    torch.set_num_threads(1)
+    step = _loader_loop(1, 0)
+    with gpumagic.profile(steps=8, save=path, display=False) as run:  # enough CPU samples (every 100 ms)
+        step(10)
+    if path:
+        return
+    r = run.report
+    for rule in ("host-cores-idle", "dataloader-bound"):
+        f = r.finding(rule)
+        print(f"{rule}: " + (f"up to {f.est_gain:.3f}; first fix {f.fixes[0].description[:70]!r}" if f else "silent"))
+    loops = {(t, w): _loader_loop(t, w) for t in (1, 2) for w in (0, 1)}
+    times: dict = {k: [] for k in loops}
+    for _ in range(rounds):
+        for k, loop in loops.items():
+            times[k].append(loop(steps))
+    for (t, w), v in times.items():
+        print(f"  {t} thread(s), {w} worker(s): {statistics.median(v):7.2f} ms a step [{min(v):.2f}–{max(v):.2f}]")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"  a worker: {med[(1, 1)] / med[(1, 0)]:.2f}× the step on one thread, {med[(2, 1)] / med[(2, 0)]:.2f}× on "
+          f"two; two threads and no worker {1 - med[(2, 0)] / med[(1, 0)]:.3f} saved; load average "
+          f"{os.getloadavg()[0]:.2f}")
 
 
 def profiled(threads: int, path: str | None = None):
@@ -69,6 +138,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--oversubscribe", type=int, metavar="N", help="N intra-op threads, against the suggestion")
+    parser.add_argument("--loader", action="store_true", help="the loop with a DataLoader: threads against workers")
     parser.add_argument("--record", metavar="DIR", help="record the bundles tests/data keeps into DIR instead")
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -76,8 +146,13 @@ def main() -> None:
         for threads, name in ((1, "cpu_threads1"), (cores, "cpu_threads2"), (16, "cpu_threads16")):
             profiled(threads, os.path.join(args.record, f"{name}.json.gz"))
             print("recorded", name)
+        loader_case(1, 1, os.path.join(args.record, "cpu_threads1_loader.json.gz"))
+        print("recorded cpu_threads1_loader")
         return
     print(f"{cores} usable cores; torch {torch.__version__}; load average {os.getloadavg()[0]:.2f}")
+    if args.loader:
+        loader_case(args.rounds, args.steps)
+        return
     start, rule = (args.oversubscribe, "threads-oversubscribed") if args.oversubscribe else (1, "host-cores-idle")
     f = profiled(start).finding(rule)
     if f is None:

@@ -77,3 +77,19 @@ def test_the_recorded_loops():
     one = analyze(os.path.join(DATA, "cpu_threads1.json.gz")).finding("host-cores-idle")
     assert one is not None and 0.45 <= one.est_gain <= 0.5 and one.evidence.numbers["suggested_num_threads"] == 2
     assert "host-cores-idle" not in analyze(os.path.join(DATA, "cpu_threads2.json.gz")).finding_ids
+
+
+def test_the_idle_core_is_not_promised_to_both_threads_and_workers():
+    """One intra-op thread, no workers (tests/data/MANIFEST.md): host-cores-idle wants the idle core
+    for a second thread; dataloader-bound's worker count counts on it too. The loader finding says
+    the core is contested and puts the stage's fix and the measurement before the workers."""
+    r = analyze(os.path.join(DATA, "cpu_threads1_loader.json.gz"))
+    threads, loader = r.finding("host-cores-idle"), r.finding("dataloader-bound")
+    assert threads is not None and loader is not None
+    assert loader.evidence.numbers["idle_core_threads_gain"] == round(threads.est_gain, 4)
+    assert "also what more intra-op threads would use" in loader.evidence.summary
+    assert "which more intra-op threads would take" in loader.gain_method
+    kinds = [f.description.split(" ")[0] for f in loader.fixes]
+    measure = next(i for i, f in enumerate(loader.fixes) if "tune_dataloader" in f.code)
+    workers = next(i for i, f in enumerate(loader.fixes) if "num_workers=" in f.code and "tune" not in f.code)
+    assert measure < workers and "after setting the intra-op threads" in loader.fixes[measure].description, kinds

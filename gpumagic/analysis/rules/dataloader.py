@@ -21,6 +21,7 @@ from gpumagic.analysis.rules.stagefixes import (
     stage_sentence,
     tensor_dataset_item,
 )
+from gpumagic.analysis.rules.threads import threads_for_idle_cores
 from gpumagic.report.metrics import HostMetrics, Metrics
 from gpumagic.report.model import Finding, Fix
 
@@ -122,6 +123,20 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     drop_in = any(tensor_dataset_item(st.name) for st in stages or ())
     stage_first = makes_batch_at_once(stages) and not no_more and not unjudged and (
         _marginal(w) or (drop_in and h.loader_cpu_bound is not False and w.in_workers is False and gain < removed))
+    # the idle core the workers' estimate counts on is the one host-cores-idle's threads would take
+    # (a loop on one intra-op thread): both cannot have it
+    claim = threads_for_idle_cores(ctx, m)
+    contested = (claim is not None and workers is not None and not no_more and not unjudged
+                 and w.in_workers is False and h.loader_cpu_bound is not False and not _cheap_batch(w))
+    if contested and claim is not None:
+        numbers["idle_core_threads_gain"] = round(claim.gain, 4)
+        advice += (f" The idle core this count relies on is also what more intra-op threads would use "
+                   f"(host-cores-idle: {claim.threads} threads, up to {pct(claim.gain)} of the window): a CPU-bound "
+                   "worker beside them takes a core from them, and a parallel operator waits for its slowest thread. "
+                   "Set the threads first, then measure workers against none (benchmarks/threads_speedup.py "
+                   "--loader, 2 cores: two threads saved 0.32–0.41 of the step; a worker beside them took 1.00–1.15× "
+                   "as long as none).")
+        method += "; assumes the idle core stays free for the workers, which more intra-op threads would take"
     if stage_first and exclusive > gain:
         workers_less = (f"workers would save less still, as each batch costs the main process a hand-off (about "
                         f"{HANDOFF_MS:g} ms)" if _marginal(w) else
@@ -153,7 +168,7 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
                                           diagnostic=True), *staged)
     else:
         fixes = _with_stage_fixes(_fixes(ctx, h, workers, host, threads, no_more, _cheap_batch(w)), staged, no_more,
-                                  _measure(w, workers, stage_first))
+                                  _measure(w, workers, stage_first, contested))
     return finding(
         severity=severity_for(gain), title=f"The {loop} waits for the data loader",
         why="""Each step asks the DataLoader for the next batch on the main Python thread. With few or
@@ -335,14 +350,16 @@ def _marginal(w: LoaderWait) -> bool:
     return w.in_workers is False and w.median_ms is not None and HANDOFF_MS < w.median_ms <= MARGINAL_MS
 
 
-def _measure(w: LoaderWait, workers: int | None, stage_first: bool = False) -> tuple[Fix, ...]:
-    """For a marginal batch, or one whose stage fix leads (``stage_first``: the workers' estimate is
-    below what that stage takes), the measurement that settles it: gpumagic's DataLoader tuner
+def _measure(w: LoaderWait, workers: int | None, stage_first: bool = False, contested: bool = False) -> tuple[Fix, ...]:
+    """For a marginal batch, one whose stage fix leads (``stage_first``: the workers' estimate is
+    below what that stage takes), or one whose workers would take the idle core more intra-op
+    threads want (``contested``), the measurement that settles it: gpumagic's DataLoader tuner
     times ``num_workers=0`` against worker processes on this machine."""
-    if not (_marginal(w) or stage_first):
+    if not (_marginal(w) or stage_first or contested):
         return ()
     why = ("the batch is close to a worker's hand-off" if _marginal(w) else
-           "the busy cores leave a worker little room")
+           "the busy cores leave a worker little room" if stage_first else
+           "after setting the intra-op threads (host-cores-idle), which want the same idle core")
     grid = f"num_workers=[0, {workers}]" if workers else "num_workers=None"
     return (pytorch(f"Measure num_workers=0 against workers on this machine before switching: {why}",
                     "import gpumagic\n\n"

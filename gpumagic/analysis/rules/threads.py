@@ -3,6 +3,8 @@ for the cores (one core computes while others sit idle) or too many (more thread
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from gpumagic.analysis import intervals as iv
@@ -54,28 +56,15 @@ def host_cores_idle(ctx: Context, m: Metrics) -> Finding | None:
     (``capture.intra_op_threads``) above 1 rules the cause out: the threads were allowed, and the
     long calls ran on one thread for another reason (bfloat16 on a CPU without bf16 instructions
     runs generic single-threaded kernels: ``cpu-low-precision-slow``)."""
-    if ctx.device >= 0:
-        return None
-    threads_set = host_threads(ctx)
-    if threads_set is not None and threads_set > 1:
+    idle_threads = threads_for_idle_cores(ctx, m)
+    if idle_threads is None:
         return None
     h, host = host_cpu(ctx), m.host
+    threads_set = host_threads(ctx)
     main, others = host.get("own_main_thread_cores"), host.get("own_other_threads_cores")
-    if (h.sample_count < MIN_SAMPLES or not h.usable_cores or h.busy_cores is None or main is None or others is None
-            or main < MAIN_BUSY_CORES or others >= OTHER_THREADS_CORES):
-        return None
-    idle = float(h.usable_cores) - h.busy_cores
-    if idle < IDLE_CORES:
-        return None
-    par, par_windows = _parallel_time(ctx)
-    share = ctx.frac(par)
-    k = 1 + int(np.floor(idle + 0.25))  # the main thread's core and the idle ones (0.75 of a core counts)
-    gain = share * (1.0 - 1.0 / k)
-    if gain < MIN_GAIN or others >= OTHER_THREADS_SHARE * share * (k - 1):
-        return None  # too little to gain, or threads did engage on the long calls (the count is not 1)
-    usable = int(np.floor(float(h.usable_cores) + 1e-6))
-    workers = host.get("own_workers_cores") or 0.0
-    threads = max(2, min(k, usable - int(np.ceil(workers - 0.25)))) if workers > 0.25 else k
+    idle, share, k, gain, threads = (idle_threads.idle, idle_threads.share, idle_threads.cores, idle_threads.gain,
+                                     idle_threads.threads)
+    par_windows = idle_threads.windows
     return finding(
         severity=severity_for(gain),
         title=f"CPU operators run on one core while {idle:.1f} of {h.usable_cores:g} sit idle",
@@ -101,6 +90,46 @@ def host_cores_idle(ctx: Context, m: Metrics) -> Finding | None:
                        "# torchrun: OMP_NUM_THREADS=<cores per process> torchrun ..."),),
         doc_url=DOC,
     )
+
+
+@dataclass(frozen=True)
+class IdleThreads:
+    """What ``host-cores-idle`` sees (:func:`threads_for_idle_cores`)."""
+
+    idle: float  # usable cores left idle by every process
+    share: float  # the window's share in operator calls long enough to run in parallel
+    cores: int  # the cores more threads could use: the main thread's and the idle ones
+    gain: float  # the Amdahl bound: share × (1 − 1/cores)
+    threads: int  # the count the fix suggests
+    windows: iv.Intervals  # those operator calls
+
+
+def threads_for_idle_cores(ctx: Context, m: Metrics) -> IdleThreads | None:
+    """``host-cores-idle``'s signal (its docstring says when), or None; ``dataloader-bound`` asks it
+    too, as the idle core it counts workers on is the one these threads would take."""
+    if ctx.device >= 0:
+        return None
+    threads_set = host_threads(ctx)
+    if threads_set is not None and threads_set > 1:
+        return None
+    h, host = host_cpu(ctx), m.host
+    main, others = host.get("own_main_thread_cores"), host.get("own_other_threads_cores")
+    if (h.sample_count < MIN_SAMPLES or not h.usable_cores or h.busy_cores is None or main is None or others is None
+            or main < MAIN_BUSY_CORES or others >= OTHER_THREADS_CORES):
+        return None
+    idle = float(h.usable_cores) - h.busy_cores
+    if idle < IDLE_CORES:
+        return None
+    par, par_windows = _parallel_time(ctx)
+    share = ctx.frac(par)
+    k = 1 + int(np.floor(idle + 0.25))  # the main thread's core and the idle ones (0.75 of a core counts)
+    gain = share * (1.0 - 1.0 / k)
+    if gain < MIN_GAIN or others >= OTHER_THREADS_SHARE * share * (k - 1):
+        return None  # too little to gain, or threads did engage on the long calls (the count is not 1)
+    usable = int(np.floor(float(h.usable_cores) + 1e-6))
+    workers = host.get("own_workers_cores") or 0.0
+    threads = max(2, min(k, usable - int(np.ceil(workers - 0.25)))) if workers > 0.25 else k
+    return IdleThreads(idle=idle, share=share, cores=k, gain=gain, threads=threads, windows=par_windows)
 
 
 #: ``threads-oversubscribed``: a finding when the calls long enough to run in parallel take at
