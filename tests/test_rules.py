@@ -1,5 +1,6 @@
 """Each rule on small hand-built traces, on both sides of its threshold."""
 
+import numpy as np
 import pytest
 from tracebuilder import TraceBuilder, busy_steps
 
@@ -313,6 +314,56 @@ def test_a_first_step_the_machine_made_long_is_not_warm_up(main_wait, fires):
                          "samples": {"cpu": {"t_epoch_ns": [0, 30_000_000, 60_000_000], "main": [100.0] * 3,
                                              "main_wait": [0.0, main_wait, 0.0]}}}
     assert ("warmup-in-window" in analyze(d).finding_ids) is fires
+
+
+@pytest.mark.parametrize(("later_wait", "fires"), [(0.0, True), (20.0, False)])
+def test_a_first_step_no_sample_reaches_is_judged_by_the_rest_of_the_window(later_wait, fires):
+    """The sampler's first reading comes as the first step ends (samples at 30, 45 and 60 ms: the
+    first covers nothing before it), so the samples say nothing of the 30 ms first step. Where the
+    loop's thread waited for a core over the rest of the window (20 % of two samples: 10 % of it),
+    a neighbour's burst cannot be told from a warm-up: not called one; on a quiet machine it is."""
+    tb = TraceBuilder()
+    t = 0
+    for i, d in enumerate([30_000, 10_000, 10_000, 10_000]):
+        tb.step(i + 1, t, d)
+        tb.kernel("k", t + 10, d - 100, launch_ts=t + 1)
+        t += d
+    d = tb.to_dict()
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "versions": {}, "machine": {},
+                     "clock": {"anchor_epoch_ns": None},
+                     "samples": {"cpu": {"t_epoch_ns": [30_000_000, 45_000_000, 60_000_000], "main": [100.0] * 3,
+                                         "main_wait": [0.0, later_wait, later_wait]}}}
+    assert ("warmup-in-window" in analyze(d).finding_ids) is fires
+
+
+def test_the_first_samples_span_reaches_the_first_step_when_recorded():
+    """The capture's ``span_ns`` column gives each sample its time since the reading before it, the
+    first one's too: a sample at 30 ms with a 30 ms span covers the first step, which waited for a
+    core for 60 % of it (18 ms of its 20 ms excess): a busy machine, not a warm-up."""
+    tb = TraceBuilder()
+    t = 0
+    for i, d in enumerate([30_000, 10_000, 10_000, 10_000]):
+        tb.step(i + 1, t, d)
+        tb.kernel("k", t + 10, d - 100, launch_ts=t + 1)
+        t += d
+    d = tb.to_dict()
+    cpu = {"t_epoch_ns": [30_000_000, 45_000_000, 60_000_000], "main": [100.0] * 3, "main_wait": [60.0, 0.0, 0.0]}
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "versions": {}, "machine": {},
+                     "clock": {"anchor_epoch_ns": None}, "samples": {"cpu": cpu}}
+    assert "warmup-in-window" in analyze(d).finding_ids  # the first sample's span unknown: nothing waited
+    cpu["span_ns"] = [30_000_000, 15_000_000, 15_000_000]
+    assert "warmup-in-window" not in analyze(d).finding_ids
+
+
+def test_sample_spans_use_the_recorded_span_and_refuse_a_bad_one():
+    from gpumagic.analysis.hostcpu import sample_spans
+
+    t = np.array([300, 100, 200])
+    rows, lo, hi = sample_spans(t, np.array([50, 100, 100]))
+    assert rows.tolist() == [1, 2, 0] and lo.tolist() == [0, 100, 250] and hi.tolist() == [100, 200, 300]
+    for bad in (None, np.array([0, 100, 100]), np.array([100, 100])):  # absent, a zero, a wrong length
+        rows, lo, hi = sample_spans(t, bad)
+        assert rows.tolist() == [2, 0] and lo.tolist() == [100, 200] and hi.tolist() == [200, 300]
 
 
 # ---- cpu-bound: the GPU waits on host operators (not the loader, not tiny kernels)

@@ -73,12 +73,19 @@ def cpu_samples(ctx: Context) -> dict[str, Any]:
     return ctx.trace.samples.cpu if ctx.trace.samples is not None else {}
 
 
-def sample_spans(t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The samples' times ``t`` in order (``order``, stable) and the span each sample after the
-    first covers, ``[lo, hi)``: from the reading before it to its own."""
+def sample_spans(t: np.ndarray, span: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The samples whose span is known, in time order (``rows``, indices into ``t``), and the span
+    each covers, ``[lo, hi)``: from the reading before it to its own. With ``span`` (the capture's
+    ``span_ns`` column: each sample's time since the reading before it, the sampler's first reading
+    included, which makes no sample itself) every sample has one; without it the first sample's
+    reading before it is unknown and it is left out."""
     order = np.argsort(t, kind="stable")
     ts = t[order]
-    return order, ts[:-1], ts[1:]
+    if span is not None:
+        sp = np.asarray(span)
+        if sp.shape == t.shape and sp.dtype.kind in "iuf" and (sp > 0).all():
+            return order, ts - sp[order].astype(np.int64), ts
+    return order[1:], ts[:-1], ts[1:]
 
 
 def window_samples(ctx: Context, t: Any) -> np.ndarray:
@@ -143,22 +150,22 @@ def _loader_cpu_bound(ctx: Context, cpu: dict[str, Any], t: np.ndarray, workers:
     if iv.total(waits) == 0:
         return None, ""
     if t.size >= 2 and "main" in cpu:
-        order, lo, hi = sample_spans(t)
+        rows, lo, hi = sample_spans(t, cpu.get("span_ns"))
         weight = iv.measure_in(waits, lo, hi) / np.maximum(hi - lo, 1).astype(np.float64)
         if weight.sum() >= MIN_WAIT_SAMPLES:
             procs = workers or 1
             demand_key = "workers_demand" if workers else "main_demand"
             if demand_key in cpu and (np.asarray(cpu[demand_key]) >= 0).all():
-                wanted = np.asarray(cpu[demand_key], dtype=np.float64)[order][1:] / 100 / procs
+                wanted = np.asarray(cpu[demand_key], dtype=np.float64)[rows] / 100 / procs
                 share = np.minimum(wanted, 1.0)
                 wait_key = "workers_wait" if workers else "main_wait"
                 if wait_key in cpu and (np.asarray(cpu[wait_key]) >= 0).all():
-                    share = _compute_share(wanted, np.asarray(cpu[wait_key], dtype=np.float64)[order][1:] / 100 / procs)
+                    share = _compute_share(wanted, np.asarray(cpu[wait_key], dtype=np.float64)[rows] / 100 / procs)
                 return bool(np.average(share, weights=weight) >= LOADER_CPU_SHARE), "samples"
-            loading = np.asarray(cpu["workers" if workers else "main"], dtype=np.float64)[order][1:] / 100
+            loading = np.asarray(cpu["workers" if workers else "main"], dtype=np.float64)[rows] / 100
             could = np.full(loading.size, float(procs))
             if busy is not None and usable:
-                others = np.maximum(busy[order][1:] - _own_cores(cpu)[order][1:], 0.0)
+                others = np.maximum(busy[rows] - _own_cores(cpu)[rows], 0.0)
                 could = np.clip(float(usable) - others, 0.0, procs)
             if np.average(could, weights=weight) < LOADER_CPU_SHARE * procs:
                 return None, ""  # other processes left too little CPU to tell sleeping from starved
@@ -176,14 +183,18 @@ def _loader_cpu_bound(ctx: Context, cpu: dict[str, Any], t: np.ndarray, workers:
 def sampled_ns(ctx: Context, key: str, lo: int, hi: int) -> float | None:
     """A CPU-sample column in percent of a core (``main_wait``...) over ``[lo, hi)``, as ns of a
     core: each sample covers the time since the one before it, and counts for its overlap with
-    the span. None without the column (or a negative reading: not measured)."""
+    the span. None without the column (or a negative reading: not measured), or where the samples
+    cover less than half of the span (the sampler's first reading, taken as the capture starts,
+    covers nothing before it: a first step ending before the second reading is not measured)."""
     cpu = cpu_samples(ctx)
     t = np.asarray(cpu.get("t_ns", np.zeros(0)))
     if t.size < 2 or key not in cpu or (np.asarray(cpu[key]) < 0).any():
         return None
-    order, start, end = sample_spans(t)
+    rows, start, end = sample_spans(t, cpu.get("span_ns"))
     overlap = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None).astype(np.float64)
-    return float((np.asarray(cpu[key], dtype=np.float64)[order][1:] / 100 * overlap).sum())
+    if overlap.sum() < 0.5 * (hi - lo):
+        return None
+    return float((np.asarray(cpu[key], dtype=np.float64)[rows] / 100 * overlap).sum())
 
 
 def main_thread_use(ctx: Context, where: iv.Intervals, computing: iv.Intervals) -> tuple[float | None, int]:
@@ -204,9 +215,9 @@ def main_thread_use(ctx: Context, where: iv.Intervals, computing: iv.Intervals) 
     key = next((k for k in ("main_demand", "main_thread") if k in cpu and (np.asarray(cpu[k]) >= 0).all()), None)
     if t.size < 2 or key is None or not where[0].size:
         return None, 0
-    order, lo, hi = sample_spans(t)
+    rows, lo, hi = sample_spans(t, cpu.get("span_ns"))
     span = np.maximum(hi - lo, 1).astype(np.float64)
-    wanted = np.asarray(cpu[key], dtype=np.float64)[order][1:] / 100 * span  # ns of CPU the thread wanted
+    wanted = np.asarray(cpu[key], dtype=np.float64)[rows] / 100 * span  # ns of CPU the thread wanted
     there = iv.measure_in(where, lo, hi).astype(np.float64)
     # samples inside the window only: one reaching past it holds the profiler's start or export
     used = (there > 0) & (lo >= ctx.lo) & (hi <= ctx.hi)

@@ -153,7 +153,9 @@ class CpuSampler(PeriodicSampler):
         last, self._last = self._last, (t_epoch_ns, now)
         if last is None:
             return []
-        return [cpu_row(last[1], now, (t_epoch_ns - last[0]) / 1e9, self._hz, t_epoch_ns)]
+        row = cpu_row(last[1], now, (t_epoch_ns - last[0]) / 1e9, self._hz, t_epoch_ns)
+        row["span_ns"] = t_epoch_ns - last[0]  # the time since the reading before, the first one's too
+        return [row]
 
 
 def cpu_row(before: CpuTimes, after: CpuTimes, dt_s: float, hz: int, t_epoch_ns: int) -> dict[str, Any]:

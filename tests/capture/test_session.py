@@ -8,6 +8,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -258,6 +259,9 @@ def test_cpu_samples_are_recorded():
     assert len(cpu["t_ns"]) >= 5
     assert cpu["per_core"].shape == (len(cpu["t_ns"]), os.cpu_count())
     assert cpu["main"].max() > 20  # this process was busy
+    # each sample's time since the reading before it: the first one's too (the sampler's first
+    # reading, at the start, makes no sample, so without it the first sample's span is unknown)
+    assert (cpu["span_ns"] > 0).all() and (cpu["span_ns"][1:] == np.diff(cpu["t_ns"])).all()
 
 
 def test_save_writes_a_bundle_that_gpumagic_reads(tmp_path, train):
