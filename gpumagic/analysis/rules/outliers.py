@@ -98,11 +98,14 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     (:mod:`gpumagic.analysis.everystep`). Only a gpumagic capture has them. What coincided —
     a garbage collection, ``torch.save``, a compilation, evaluation, a DataLoader starting its
     workers for a new epoch, the step's own wait for the DataLoader's next batch — names the fix; with
-    nothing seen, the fix is to record such a step. An outlier nothing explains that took about as
-    long as a step the window recorded (2/3 to 3/2 of one that passed the same bars against the
-    recorded steps' median, the first recorded step left out) is the loop's own work every few
-    steps — a second optimizer's update every N steps — which the window holds: not counted. Gain: none inside the recorded window (the
-    outliers fall after it); the excess share of the steps after recording is given as a number.
+    nothing seen, the fix is to record such a step; a DataLoader's workers starting inside an
+    outlier bring the persistent-workers fix even when their start explains less than half of it
+    (what follows the start is not timed). An outlier nothing explains that took about as long as
+    a step the window recorded (2/3 to 3/2 of one that passed the same bars against the recorded
+    steps' median, the first recorded step left out) is the loop's own work every few steps — a
+    second optimizer's update every N steps — which the window holds: not counted. Gain: none
+    inside the recorded window (the outliers fall after it); the excess share of the steps after
+    recording is given as a number.
     False positives: a step that waits for something outside the process (a shared file
     system, another job on the machine) is reported with no cause, which is what it is; when
     the recorded steps show the machine busy (the loop's thread waiting for a core ≥ 5 % of the
