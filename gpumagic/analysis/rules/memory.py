@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule
+from gpumagic.analysis.rules.precision import BF16_MIN_CC
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
 
@@ -67,15 +68,10 @@ def _fixes(ctx: Context) -> tuple[Fix, ...]:
     return (check, *_shrink_fixes(ctx))
 
 
-#: bf16 from compute capability 8.0 (Ampere); Volta and Turing have fp16 tensor cores only, and bf16
-#: there runs without them (``rules.precision.BF16_MIN_CC``, NVIDIA CUDA C++ Programming Guide,
-#: "Warp Matrix Functions").
-BF16_MIN_CC = 8.0
-
-
 def _low_dtype(ctx: Context) -> str:
-    """``"bfloat16"`` or ``"float16"`` by the device's compute capability; unknown (no device
-    properties in the trace): ``""``, and the fix chooses at run time."""
+    """``"bfloat16"`` or ``"float16"`` by the device's compute capability (bf16 from
+    ``rules.precision.BF16_MIN_CC``: Volta and Turing have fp16 tensor cores only); unknown (no
+    device properties in the trace): ``""``, and the fix chooses at run time."""
     cc = ctx.device_info.compute_capability if ctx.device_info is not None else None
     if not cc:
         return ""
