@@ -263,6 +263,49 @@ def test_operators_dynamo_traces_while_compiling_are_not_judged():
     assert analyze(_training(evaluation=8, compiling=True)).finding("inference-grad-enabled") is None
 
 
+def test_a_policys_draws_are_not_a_forward_run_with_grad_mode_on():
+    """A REINFORCE rollout: ``Categorical(logits=policy(obs)).sample()`` computes the probabilities
+    (softmax, reshape) under grad mode and draws with ``torch.multinomial``; the loss differentiates
+    ``log_prob``, which reads the logits, so those nodes go unused every draw. They are the draw's,
+    not a forward computation to run without a graph (the fix told a rollout to evaluate in eval
+    mode): not counted. The policy's own forward, used by the backward, never was."""
+    torch = pytest.importorskip("torch")
+    import gpumagic
+    from gpumagic.analysis.context import build_context
+    from gpumagic.analysis.inference import grad_mode
+
+    torch.manual_seed(0)
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2))
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
+
+    def episode(draws: bool):
+        obs, logps, probs = torch.zeros(4), [], []
+        for t in range(40):
+            logits = policy(obs)
+            d = torch.distributions.Categorical(logits=logits)
+            if draws:
+                a = d.sample()
+            else:  # the probabilities computed, kept and never differentiated: an unused graph
+                probs.append(logits.softmax(-1).reshape(-1, 2))
+                a = torch.tensor(t % 2)
+            logps.append(d.log_prob(a))
+            obs = torch.randn(4)
+        loss = -torch.stack(logps).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    def unused(draws: bool) -> int:
+        episode(draws)
+        with gpumagic.profile(steps=3, skip=1, display=False, nvml=False) as run:
+            for _ in range(5):
+                episode(draws)
+        return grad_mode(build_context(run.trace)).nodes
+
+    assert unused(draws=True) == 0
+    assert unused(draws=False) >= 3 * 40 * 2  # softmax and reshape a step of each judged episode
+
+
 def test_a_gan_step_cut_at_its_first_optimizer_is_judged_without_its_last_step():
     """A whole GAN iteration: the discriminator's update, then the generator's on the same fakes.
     The capture ends each step at the first optimizer's update, so the window's last step holds the

@@ -150,6 +150,8 @@ def _grad_mode(ctx: Context) -> GradMode:
         rows = rows[~starts_inside(ev, rows, compiling)]
         built = built[~starts_inside(ev, built, compiling)]
     built = np.sort(built)
+    if built.size:
+        built = built[~_sampling(ctx, built)]
     compiled = int(np.count_nonzero(compiled_name[ev.name[built]]))
     layers = int(np.count_nonzero(ctx.host_name_ids(LAYER_OPS.__contains__)[ev.name[built]]))
     return GradMode(recorded=int(rows.size), nodes=int(built.size), unused_ns=iv.total(ctx.intervals(built)),
@@ -174,6 +176,45 @@ def _cut_pass_start(ev: EventTable, host_ops: np.ndarray, backward: np.ndarray) 
     last_other = ev.ts_ns[others].max()  # the last forward (or loss) operator before the cut pass
     before = ends[ends <= last_other]
     return int(before.max()) if before.size else int(ev.ts_ns[others].min())
+
+
+#: Drawing from a categorical distribution: ``Categorical.sample`` computes the probabilities from
+#: the logits (``aten::softmax``) and reshapes them under grad mode, then calls ``torch.multinomial``
+#: (torch/distributions/categorical.py, torch 2.13); ``Bernoulli`` and ``Normal`` sample under
+#: ``torch.no_grad()`` and build nothing.
+SAMPLING_OPS = frozenset({"aten::multinomial"})
+
+
+def _sampling(ctx: Context, built: np.ndarray) -> np.ndarray:
+    """Mask of ``built`` (operators that built an unused node) inside the outermost operators that
+    run, one after another on their thread, right before a draw (:data:`SAMPLING_OPS`): the
+    probabilities a policy's ``Categorical(logits=...).sample()`` computes for the draw, whose nodes
+    no backward runs — the ``log_prob`` a policy-gradient loss differentiates reads the logits. Not
+    a forward computation run with grad mode on (a REINFORCE rollout read 306 such nodes, 5 % of
+    its operator time, and was told to evaluate in eval mode without a graph); what the draw's
+    caller computed before them, a model's forward, still counts."""
+    ev, mk = ctx.trace.events, ctx.masks
+    draws = ctx.host_name_ids(SAMPLING_OPS.__contains__)
+    host_ops = ctx.events_in_window(mk["cpu_op"] & mk["host"])
+    out = np.zeros(built.size, dtype=bool)
+    for lane in distinct(ev.lane[built]).tolist():
+        ops = np.flatnonzero(host_ops & (ev.lane == lane))
+        order, outer = iv.outermost(ev.ts_ns[ops], ev.ts_ns[ops] + ev.dur_ns[ops])
+        top = ops[order][outer]
+        at = np.flatnonzero(draws[ev.name[top]])
+        if not at.size:
+            continue
+        holds = holding(ev, top, built)
+        feeding = np.zeros(top.size, dtype=bool)
+        for k in at.tolist():
+            j = k - 1
+            while j >= 0 and holds[j] and not draws[ev.name[top[j]]]:
+                feeding[j] = True
+                j -= 1
+        if feeding.any():
+            here = np.flatnonzero(ev.lane[built] == lane)
+            out[here] = starts_inside(ev, built[here], top[feeding])
+    return out
 
 
 def _cut_step_start(ctx: Context, numbered: np.ndarray) -> int:
@@ -362,5 +403,5 @@ def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:
                                ev.lane[calls]) > 0
 
 
-__all__ = ["BATCH_NORM", "DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "Dropout", "GradMode", "NoGradDropout", "TrainBatchNorm",
+__all__ = ["BATCH_NORM", "DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "SAMPLING_OPS", "Dropout", "GradMode", "NoGradDropout", "TrainBatchNorm",
            "batch_norm", "dropout", "grad_mode", "holding", "nested", "no_grad_dropout", "pass_starts", "starts_inside"]
