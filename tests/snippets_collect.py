@@ -176,6 +176,7 @@ def built_reports():
     yield "training-in-eval-mode", analyze(tem._loop())
     yield "inference-train-mode-in-training", tng._recorded("validation without eval()")
     yield "inference-grad-enabled-in-training", analyze(tim._training(evaluation=8))
+    yield "inference-grad-enabled-acting", analyze(tim._training(evaluation=8, pick=True))
     yield "loop-host-work-tensors", analyze(tlw._training(2000, per_tensor=("aten::mul_", "aten::add_"), tensors=26))
     yield "loop-host-work-from-python", analyze(tlw._training(2000, from_python_us=400))
     yield "loop-host-work-waiting", analyze(tlw._sampled(35.0))
@@ -311,7 +312,8 @@ def harness(device: str, calls: list | None = None) -> dict:
         backbone=nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1)).to(device),
         generator=nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU()).to(device),
         noise=torch.randn(6, 4, device=device),
-        policy=nn.Linear(4, 2).to(device), rollout_steps=3, make_env=_cartpole,
+        policy=nn.Linear(4, 2).to(device), observation=torch.randn(4, device=device), rollout_steps=3,
+        make_env=_cartpole,
         data=[[0.5] * 8 for _ in range(10)], labels=[i % 4 for i in range(10)], epochs=2,
         sequences=[torch.randint(1, 8, (n,)) for n in (3, 5, 2, 7, 4, 6, 1, 8, 3, 5)],  # token ids, one per label
         ema_model=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(device), decay=0.999, c=0.01,

@@ -141,7 +141,7 @@ def test_a_trace_whose_backward_carries_no_numbers_is_not_judged():
 
 
 def _training(steps: int = 4, nodes: int = 6, evaluation: int = 0, recompute: int = 0, old_names: bool = False,
-              tail: int = 0, dropout: bool = False, compiling: bool = False) -> dict:
+              tail: int = 0, dropout: bool = False, compiling: bool = False, pick: bool = False) -> dict:
     """CPU training steps: a forward of ``nodes`` operators each building a node, a backward that
     evaluates each (``evaluate_function`` spans carrying the node's number, an operator inside;
     with ``old_names`` the 2021 spelling, the bare node ``AddmmBackward``), ``recompute`` operators
@@ -150,7 +150,8 @@ def _training(steps: int = 4, nodes: int = 6, evaluation: int = 0, recompute: in
     ``tail`` forward operators at the end whose backward lies past the trace. ``dropout``: a
     training-mode dropout call in every forward, the training step's (its ``aten::mul`` builds a
     node the backward uses) and the evaluation's (one nobody uses). ``compiling``: the evaluation's
-    operators run inside torch.compile's frame, as dynamo tracing a model's first call records them."""
+    operators run inside torch.compile's frame, as dynamo tracing a model's first call records them.
+    ``pick``: an ``aten::argmax`` right after the evaluation's operators (an action chosen)."""
     tb = TraceBuilder(cc=None)
     counter, t = 500, 0.0
     step_us = nodes * 12 * 3 + recompute * 12 + evaluation * 12 + 100
@@ -186,6 +187,9 @@ def _training(steps: int = 4, nodes: int = 6, evaluation: int = 0, recompute: in
             _op(tb, "aten::addmm", at, 10, counter)
             counter += 1
             at += 12
+        if evaluation and pick:
+            _op(tb, "aten::argmax", at, 3, None)
+            at += 5
         if evaluation and dropout:
             _op(tb, "aten::dropout", at, 10, counter)
             _op(tb, "aten::mul", at + 2, 5, counter)
@@ -256,6 +260,14 @@ def test_a_gan_generator_whose_fakes_are_detached_fires_and_no_grad_silences_it(
     assert "inference-grad-enabled" not in d_steps(detach=False).finding_ids
 
 
+def test_an_unused_forward_whose_output_is_picked_from_leads_with_no_grad_acting():
+    f = analyze(_training(evaluation=8, pick=True)).finding("inference-grad-enabled")
+    # the last step's evaluation follows the last backward: not judged (its backward may lie past the trace)
+    assert f.evidence.numbers["picked_outputs"] == 3 and f.fixes[0].code.lstrip().startswith("with torch.no_grad():")
+    g = analyze(_training(evaluation=8)).finding("inference-grad-enabled")
+    assert g.evidence.numbers["picked_outputs"] == 0 and "model.eval()" in g.fixes[0].code
+
+
 def test_operators_dynamo_traces_while_compiling_are_not_judged():
     """torch.compile's first call traces the model's forward under grad mode inside its compile
     frame (16 nodes in a probe of a 3-layer MLP on torch 2.13): the tracer's nodes, not the loop's."""
@@ -304,6 +316,35 @@ def test_a_policys_draws_are_not_a_forward_run_with_grad_mode_on():
 
     assert unused(draws=True) == 0
     assert unused(draws=False) >= 3 * 40 * 2  # softmax and reshape a step of each judged episode
+
+
+def test_an_agent_acting_with_grad_mode_on_is_told_to_act_under_no_grad():
+    """A DQN acting each step (``q_net(obs).argmax().item()``) with grad mode on: its forward builds
+    a graph no backward reads; the argmax right after it says an action was chosen, and the fix
+    for that comes first (not an evaluation in eval mode)."""
+    torch = pytest.importorskip("torch")
+    import gpumagic
+
+    torch.manual_seed(0)
+    q_net = torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+    opt = torch.optim.SGD(q_net.parameters(), lr=1e-2)
+    states, targets = torch.randn(32, 4), torch.randn(32)
+
+    def step():
+        for _ in range(4):
+            q_net(torch.randn(4)).argmax().item()  # acting
+        loss = (q_net(states).max(1).values - targets).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    step()
+    with gpumagic.profile(steps=4, skip=1, display=False, nvml=False) as run:
+        for _ in range(6):
+            step()
+    f = run.report.finding("inference-grad-enabled")
+    assert f is not None and f.evidence.numbers["picked_outputs"] >= 3 * 4  # each judged step's four actions
+    assert "policy(observation).argmax" in f.fixes[0].code and "an agent choosing its actions" in f.why
 
 
 def test_a_gan_step_cut_at_its_first_optimizer_is_judged_without_its_last_step():

@@ -67,6 +67,15 @@ DETACHED_CODE = """
 with torch.no_grad():            # the output is detached anyway (a GAN's fakes, a teacher's targets)
     fake = generator(noise)      # the same values as generator(noise).detach(); no graph is built
 """
+#: An action (or a label) chosen from the model's output: ``q_net(obs).argmax().item()`` records the
+#: model's operators, then ``aten::argmax`` (``aten::max`` for ``.max(...)``, ``aten::topk``) as the
+#: next outermost operator; the choice is an integer, so no backward ever reads that graph.
+PICKS = frozenset({"aten::argmax", "aten::max", "aten::topk"})
+ACTING_CODE = """
+with torch.no_grad():            # choosing an action needs no graph (labels for a batch: the same block)
+    action = policy(observation).argmax(dim=-1).item()
+# the training step's forward, whose loss you backpropagate, stays outside the no_grad block
+"""
 FROZEN_PART_CODE = """
 model.train()                    # switches every submodule to training mode, the frozen one too
 backbone.eval()                  # so put the frozen part back in eval mode after each model.train()
@@ -106,7 +115,7 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
     if g.training:
         title = f"{g.nodes:,} autograd nodes that no backward pass used: a forward computation ran with grad mode on"
         why = """Besides the training steps, a forward computation here ran with grad mode on: an evaluation, a
-        metric, a model whose output is detached before use (a GAN's generator making fakes for the
+        metric, an agent choosing its actions, a model whose output is detached before use (a GAN's generator making fakes for the
         discriminator's step, a teacher or target network), or a part of the model whose output the loss does not
         use. Its operators recorded autograd nodes that no backward pass ever used. Each node keeps alive the
         tensors its backward would read (a layer's input, an activation) for as long as the output is kept, so
@@ -117,10 +126,14 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         its batch norm and dropout compute."""
         what = "no backward pass used them (the backward passes ran every other node the window built)"
         masked = int(np.count_nonzero(holding(ev, dropout(ctx).active, rows)))
-        detached = _detached(ctx, rows)
+        detached = _followed_by(ctx, rows, DETACH)
+        picked = _followed_by(ctx, rows, PICKS)
         if detached:  # the graph was built only to be thrown away
             what += (f"; {detached:,} times the next operator was aten::detach: the output was detached right after "
                      "its graph was built")
+        if picked:  # the output only chose an action or a label
+            what += (f"; {picked:,} times the next operator picked from the output (argmax, max, topk): an action "
+                     "or a label chosen, which no backward reads")
         if masked:  # the same forward computation left in training mode too
             what += (f"; {masked:,} dropout calls among those operators drew a random mask: the model was in "
                      "training mode for it")
@@ -150,7 +163,8 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         numbers={"unused_nodes": g.nodes, "grad_mode_ops": g.recorded, "unused_frac": round(g.unused_frac, 4),
                  "context": "training" if g.training else "inference", "layer_nodes": g.layers,
                  # what applies only in some traces: dropout in a training trace, compiled calls where there are any
-                 **({"train_mode_dropout_calls": masked, "detached_outputs": detached} if g.training else {}),
+                 **({"train_mode_dropout_calls": masked, "detached_outputs": detached, "picked_outputs": picked}
+                    if g.training else {}),
                  **({"compiled_calls": g.compiled} if g.compiled else {}),
                  "threshold_nodes": MIN_NODES, "threshold_frac": MIN_UNUSED_FRAC,
                  "threshold_layer_nodes": MIN_LAYER_NODES},
@@ -158,33 +172,42 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
         est_gain=0.0,
         gain_method="not estimated from the trace: recording the graph runs inside each operator's own time, and "
                     "the memory it holds depends on how long the outputs are kept",
-        fixes=(_training_fixes(detached) if g.training else
+        fixes=(_training_fixes(detached, picked) if g.training else
                (pytorch("Run inference without a graph", INFERENCE_MODE_CODE),
                 pytorch("Or decorate the function that runs the model", DECORATOR_CODE))),
         doc_url=GRAD_DOC,
     )
 
 
-def _training_fixes(detached: int) -> tuple[Fix, ...]:
-    """A training trace's fixes: the detached forward's first when the trace shows the detach."""
+def _training_fixes(detached: int, picked: int = 0) -> tuple[Fix, ...]:
+    """A training trace's fixes: the one fitting what the trace shows after the unused forward —
+    an action or a label picked from it (an agent acting), its output detached — first."""
     evaluation = pytorch("An evaluation: in eval mode, without a graph, then back to training mode", VALIDATION_CODE)
     detach = pytorch("A forward whose output you detach: build no graph for it", DETACHED_CODE)
+    acting = pytorch("A forward whose output only chooses an action or a label: run it under torch.no_grad()",
+                     ACTING_CODE)
+    if picked and picked >= detached:
+        return (acting, detach, evaluation)
     return (detach, evaluation) if detached else (evaluation, detach)
 
 
-def _detached(ctx: Context, rows: np.ndarray) -> int:
-    """How many ``aten::detach`` calls come, as the next outermost operator on their thread, right
+DETACH = frozenset({"aten::detach"})
+
+
+def _followed_by(ctx: Context, rows: np.ndarray, names: frozenset[str]) -> int:
+    """How many calls of ``names`` come, as the next outermost operator on their thread, right
     after an outermost operator that built one of the unused nodes ``rows``: ``model(x).detach()``
-    records the model's operators, then the detach (checked on torch 2.13)."""
+    records the model's operators, then the detach; ``q_net(obs).argmax()``, then the argmax
+    (checked on torch 2.13)."""
     ev, mk = ctx.trace.events, ctx.masks
-    is_detach = ctx.trace.name_ids(lambda n: n == "aten::detach")
+    wanted = ctx.trace.name_ids(names.__contains__)
     host_ops = ctx.events_in_window(mk["cpu_op"] & mk["host"])
     found = 0
     for lane in distinct(ev.lane[rows]).tolist():
         ops = np.flatnonzero(host_ops & (ev.lane == lane))
         order, outer = iv.outermost(ev.ts_ns[ops], ev.ts_ns[ops] + ev.dur_ns[ops])
         top = ops[order][outer]
-        after = np.flatnonzero(is_detach[ev.name[top[1:]]]) + 1  # positions of detaches with an operator before
+        after = np.flatnonzero(wanted[ev.name[top[1:]]]) + 1  # positions of those calls with an operator before
         if after.size:
             found += int(np.count_nonzero(holding(ev, top[after - 1], rows)))
     return found
