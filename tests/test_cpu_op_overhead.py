@@ -330,6 +330,7 @@ def test_a_recorded_generation_is_told_to_batch_its_prompts():
     assert "lm.forward = torch.compile(lm.forward)" in f.fixes[1].code and "torch.stack(samples)" not in f.fixes[0].code
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # importing transformers
 def test_compiling_the_wrapper_compiles_nothing_that_generate_runs():
     """The reason the generation fix compiles ``lm.forward``: ``torch.compile(lm).generate(...)``
     runs the original module, and dynamo compiles no frame."""
@@ -349,6 +350,7 @@ def test_compiling_the_wrapper_compiles_nothing_that_generate_runs():
     assert counters["frames"]["total"] == 0  # nothing went through the compiled wrapper
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # importing transformers
 def test_the_static_cache_fix_runs_and_generates_the_same_tokens():
     """The GPU rules' generation fix (``analysis.generation.GENERATE_GPU_CODE``), run as given on a
     GPT-2 built from a config: the same greedy tokens with the static cache (on a GPU transformers

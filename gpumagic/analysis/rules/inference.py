@@ -115,9 +115,9 @@ def inference_grad_enabled(ctx: Context, m: Metrics) -> Finding | None:
     if g.training:
         title = f"{g.nodes:,} autograd nodes that no backward pass used: a forward computation ran with grad mode on"
         why = """Besides the training steps, a forward computation here ran with grad mode on: an evaluation, a
-        metric, an agent choosing its actions, a model whose output is detached before use (a GAN's generator making fakes for the
-        discriminator's step, a teacher or target network), or a part of the model whose output the loss does not
-        use. Its operators recorded autograd nodes that no backward pass ever used. Each node keeps alive the
+        metric, an agent choosing its actions, a model whose output is detached before use (a GAN's generator
+        making fakes for the discriminator's step, a teacher or target network), or a part of the model whose
+        output the loss does not use. Its operators recorded autograd nodes that no backward pass ever used. Each node keeps alive the
         tensors its backward would read (a layer's input, an activation) for as long as the output is kept, so
         that computation holds the memory of a training forward pass, and every operator spends host time
         recording the graph. Run it under torch.no_grad() (torch.inference_mode() where its outputs never enter
