@@ -296,24 +296,30 @@ def test_a_first_step_that_ran_more_passes_is_not_warm_up(first_passes, fires):
     assert ("warmup-in-window" in analyze(tb.to_dict()).finding_ids) is fires
 
 
-@pytest.mark.parametrize(("main_wait", "fires"), [(None, True), (0.0, True), (20.0, True), (60.0, False)])
-def test_a_first_step_the_machine_made_long_is_not_warm_up(main_wait, fires):
-    """A first step of 30 ms beside 10 ms ones: warm-up, unless the CPU samples show the main
-    thread waiting for a core (schedstat's run-queue wait) for half its 20 ms excess or more —
-    60 % of the step, 18 ms — as beside spinning processes, where the same code needs no warm-up."""
+def _long_first_step(cpu: dict | None) -> dict:
+    """A first step of 30 ms beside three of 10 ms on a GPU, with these CPU sample columns (a
+    gpumagic bundle) or none (a plain trace)."""
     tb = TraceBuilder()
     t = 0
     for i, d in enumerate([30_000, 10_000, 10_000, 10_000]):
         tb.step(i + 1, t, d)
         tb.kernel("k", t + 10, d - 100, launch_ts=t + 1)
         t += d
-    d = tb.to_dict()
-    if main_wait is not None:  # samples at 0, 30 ms (the first step) and at 60 ms
-        d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "versions": {}, "machine": {},
-                         "clock": {"anchor_epoch_ns": None},
-                         "samples": {"cpu": {"t_epoch_ns": [0, 30_000_000, 60_000_000], "main": [100.0] * 3,
-                                             "main_wait": [0.0, main_wait, 0.0]}}}
-    assert ("warmup-in-window" in analyze(d).finding_ids) is fires
+    out = tb.to_dict()
+    if cpu is not None:
+        out["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "versions": {}, "machine": {},
+                           "clock": {"anchor_epoch_ns": None}, "samples": {"cpu": cpu}}
+    return out
+
+
+@pytest.mark.parametrize(("main_wait", "fires"), [(None, True), (0.0, True), (20.0, True), (60.0, False)])
+def test_a_first_step_the_machine_made_long_is_not_warm_up(main_wait, fires):
+    """A first step of 30 ms beside 10 ms ones: warm-up, unless the CPU samples show the main
+    thread waiting for a core (schedstat's run-queue wait) for half its 20 ms excess or more —
+    60 % of the step, 18 ms — as beside spinning processes, where the same code needs no warm-up."""
+    cpu = None if main_wait is None else {  # samples at 0, 30 ms (the first step) and at 60 ms
+        "t_epoch_ns": [0, 30_000_000, 60_000_000], "main": [100.0] * 3, "main_wait": [0.0, main_wait, 0.0]}
+    assert ("warmup-in-window" in analyze(_long_first_step(cpu)).finding_ids) is fires
 
 
 @pytest.mark.parametrize(("later_wait", "fires"), [(0.0, True), (20.0, False)])
@@ -322,37 +328,19 @@ def test_a_first_step_no_sample_reaches_is_judged_by_the_rest_of_the_window(late
     first covers nothing before it), so the samples say nothing of the 30 ms first step. Where the
     loop's thread waited for a core over the rest of the window (20 % of two samples: 10 % of it),
     a neighbour's burst cannot be told from a warm-up: not called one; on a quiet machine it is."""
-    tb = TraceBuilder()
-    t = 0
-    for i, d in enumerate([30_000, 10_000, 10_000, 10_000]):
-        tb.step(i + 1, t, d)
-        tb.kernel("k", t + 10, d - 100, launch_ts=t + 1)
-        t += d
-    d = tb.to_dict()
-    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "versions": {}, "machine": {},
-                     "clock": {"anchor_epoch_ns": None},
-                     "samples": {"cpu": {"t_epoch_ns": [30_000_000, 45_000_000, 60_000_000], "main": [100.0] * 3,
-                                         "main_wait": [0.0, later_wait, later_wait]}}}
-    assert ("warmup-in-window" in analyze(d).finding_ids) is fires
+    cpu = {"t_epoch_ns": [30_000_000, 45_000_000, 60_000_000], "main": [100.0] * 3,
+           "main_wait": [0.0, later_wait, later_wait]}
+    assert ("warmup-in-window" in analyze(_long_first_step(cpu)).finding_ids) is fires
 
 
 def test_the_first_samples_span_reaches_the_first_step_when_recorded():
     """The capture's ``span_ns`` column gives each sample its time since the reading before it, the
     first one's too: a sample at 30 ms with a 30 ms span covers the first step, which waited for a
     core for 60 % of it (18 ms of its 20 ms excess): a busy machine, not a warm-up."""
-    tb = TraceBuilder()
-    t = 0
-    for i, d in enumerate([30_000, 10_000, 10_000, 10_000]):
-        tb.step(i + 1, t, d)
-        tb.kernel("k", t + 10, d - 100, launch_ts=t + 1)
-        t += d
-    d = tb.to_dict()
     cpu = {"t_epoch_ns": [30_000_000, 45_000_000, 60_000_000], "main": [100.0] * 3, "main_wait": [60.0, 0.0, 0.0]}
-    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "versions": {}, "machine": {},
-                     "clock": {"anchor_epoch_ns": None}, "samples": {"cpu": cpu}}
-    assert "warmup-in-window" in analyze(d).finding_ids  # the first sample's span unknown: nothing waited
+    assert "warmup-in-window" in analyze(_long_first_step(cpu)).finding_ids  # the first span unknown: nothing waited
     cpu["span_ns"] = [30_000_000, 15_000_000, 15_000_000]
-    assert "warmup-in-window" not in analyze(d).finding_ids
+    assert "warmup-in-window" not in analyze(_long_first_step(cpu)).finding_ids
 
 
 def test_sample_spans_use_the_recorded_span_and_refuse_a_bad_one():
