@@ -113,6 +113,23 @@ def test_the_gain_of_more_workers_counts_those_running():
     assert worker_gain(0.3, host, 4, running=2).gain == pytest.approx(0.3)  # the wait bounds it
 
 
+def test_the_gain_of_workers_counts_the_threads_their_fix_takes_from_the_model():
+    """A fix that sets fewer intra-op threads (to leave the workers their cores) slows the model's
+    operators: those that used 1 + 0.85 / 0.85 = 2 cores run on one, about twice as long, and the
+    workers hide the 15 % wait for a step 1.7× as long — nothing saved (benchmarks/loader_handoff.py
+    case 2b measured such a fix 0.45× as fast). The threads left alone: the estimate as before."""
+    from gpumagic.analysis.loadergain import compute_slowdown, worker_gain
+
+    host = {"own_busy_cores": 1.9, "other_busy_cores": 0.0, "usable_cores": 2.0, "own_other_threads_cores": 0.85}
+    slowdown, cores = compute_slowdown(host, 0.15, 1)
+    assert cores == pytest.approx(2.0) and slowdown == pytest.approx(2.0)
+    assert compute_slowdown(host, 0.15, None) == (1.0, 1.0) and compute_slowdown(host, 0.15, 2)[0] == 1.0
+    slow = worker_gain(0.15, host, 1, threads_after=1)
+    assert slow.gain == 0.0 and "about 2.00× as long" in slow.method
+    plain = worker_gain(0.15, host, 1)
+    assert plain.gain == pytest.approx(1 - max(0.85, 0.15, 1.9 / 2)) and "as long (as if" not in plain.method
+
+
 def test_a_dataset_that_waits_gets_the_cache_not_a_batched_getitems():
     """The io-workers recording's slowest stage is the dataset's __getitem__, which sleeps (a read):
     a batched __getitems__ saves per-sample Python, not waiting; each sample read once does."""

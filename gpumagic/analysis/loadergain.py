@@ -70,13 +70,34 @@ def cores_with_workers(usable: float, other: float, workers: int, cpu_bound: boo
     return max(left, min(usable, share))
 
 
+def compute_slowdown(host: HostMetrics, wait_frac: float, threads_after: int | None) -> tuple[float, float]:
+    """How many times longer the rest of the step (the model's operators) runs on ``threads_after``
+    intra-op threads, and the cores it used now: the main thread's and, while it computed, the
+    process's other threads' (``own_other_threads_cores`` over the share of the window that is
+    not the data-loader wait) — as if the operators scaled with the threads (an estimate).
+    ``(1.0, 1.0)`` when the fix leaves the threads alone or the samples do not say."""
+    other = host.get("own_other_threads_cores")
+    compute = 1.0 - wait_frac
+    if threads_after is None or other is None or compute <= 0:
+        return 1.0, 1.0
+    cores = 1.0 + float(other) / compute
+    return max(1.0, cores / max(1, threads_after)), cores
+
+
 def worker_gain(wait_frac: float, host: HostMetrics, workers: int | None, profiler_cost: bool = False,
-                handoff_share: float = 1.0, running: int = 0) -> WorkerGain:
+                handoff_share: float = 1.0, running: int = 0, threads_after: int | None = None) -> WorkerGain:
     """The share of step time ``workers`` DataLoader workers would save (see the module docstring);
     ``wait_frac`` is the data-loader wait with nothing else running (the GPU idle too);
     ``running``: the workers the loop runs now (0: it loads in the main process).
     ``handoff_share``: the part of that wait left once each batch's hand-off from a worker is paid
-    on the main thread (``analysis.loaderwait.worker_gain_share``; 1 when not known)."""
+    on the main thread (``analysis.loaderwait.worker_gain_share``; 1 when not known).
+    ``threads_after``: the intra-op threads the fix sets to leave the workers their cores (None:
+    left alone): the model's operators, which used more cores, then run on fewer
+    (:func:`compute_slowdown`; ``benchmarks/loader_handoff.py`` case 2b, a small CNN whose intra-op
+    threads kept both cores busy: the fix as given, one worker and one thread, measured 0.45× as
+    fast, and this estimate reads nothing saved on that recording, ``cpu_tensordataset_images``)."""
+    slowdown, cores_now = compute_slowdown(host, wait_frac, threads_after)
+    longer = (1.0 - wait_frac) * (slowdown - 1.0)  # what the operators add on fewer threads
     handoff = ""
     if handoff_share < 1.0:
         wait_frac *= handoff_share
@@ -97,7 +118,9 @@ def worker_gain(wait_frac: float, host: HostMetrics, workers: int | None, profil
     # waits for a core): w of them deliver one every wait / w; with r running, a worker's batch takes
     # about r steps now, so w of them deliver one every r / w of the step
     per_worker = min(1.0, running / w) if running > 0 else wait_frac / w
-    gain = max(0.0, min(wait_frac, 1.0 - max(1.0 - wait_frac, floor, per_worker)))
+    # the rest of the step stays (with the hand-off the main process still pays) and grows by
+    # what fewer intra-op threads add
+    gain = max(0.0, min(wait_frac, 1.0 - max(1.0 - wait_frac + longer, floor, per_worker)))
     shared = (f", its share beside other processes' {other:.1f} busy cores (the scheduler splits cores equally "
               "between runnable threads; assumes the neighbours keep their load)") if other >= 0.5 else (
         f" (of {float(usable):g} usable, {other:.1f} busy with other processes)")
@@ -106,5 +129,8 @@ def worker_gain(wait_frac: float, host: HostMetrics, workers: int | None, profil
     method = (f"estimate: the data-loader wait that {w} worker(s) would hide — {each} — less what the cores "
               f"cannot absorb: this run's own CPU work "
               f"({own:.2f} cores' worth) spread over the {cores:.2f} cores it can get{shared}; assumes the loading "
-              "work itself stays the same" + handoff + inflated)
+              "work itself stays the same" + handoff
+              + (f"; and the model's operators on the {threads_after} intra-op thread(s) the fix sets instead of the "
+                 f"{cores_now:.1f} cores they used, about {slowdown:.2f}× as long (as if they scaled with the threads)"
+                 if slowdown > 1.0 else "") + inflated)
     return WorkerGain(round(gain, 4), method, round(cores, 3))

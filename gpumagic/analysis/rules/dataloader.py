@@ -110,7 +110,7 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         capture = (m.get("conditions") or {}).get("capture_options") or []
         wg = worker_gain(gain, host, workers, profiler_cost=any(o in COST_OPTIONS for o in capture),
                          handoff_share=worker_gain_share(w.median_ms, w.in_workers),
-                         running=h.worker_count or (1 if w.in_workers else 0))
+                         running=h.worker_count or (1 if w.in_workers else 0), threads_after=threads)
         gain, method = wg.gain, wg.method
         if wg.cores_available is not None:
             numbers["cores_available_with_workers"] = wg.cores_available
@@ -121,8 +121,12 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     # below what the slowest stage alone takes of the window
     removed = stages[0].share * exclusive if stages else 0.0
     drop_in = any(tensor_dataset_item(st.name) for st in stages or ())
+    # the workers' fix takes intra-op threads the model was using, and they cost more than the wait
+    # the workers would hide: the batch made at once (no core needed) and a measurement lead
+    workers_lose = threads is not None and not no_more and not unjudged and gain < WORKERS_LOSE_GAIN
     stage_first = makes_batch_at_once(stages) and not no_more and not unjudged and (
-        _marginal(w) or (drop_in and h.loader_cpu_bound is not False and w.in_workers is False and gain < removed))
+        _marginal(w) or workers_lose
+        or (drop_in and h.loader_cpu_bound is not False and w.in_workers is False and gain < removed))
     # the idle core the workers' estimate counts on is the one host-cores-idle's threads would take
     # (a loop on one intra-op thread): both cannot have it
     claim = threads_for_idle_cores(ctx, m)
@@ -140,6 +144,8 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     if stage_first and exclusive > gain:
         workers_less = (f"workers would save less still, as each batch costs the main process a hand-off (about "
                         f"{HANDOFF_MS:g} ms)" if _marginal(w) else
+                        "workers were estimated to save nothing: the fewer intra-op threads their fix sets slow the "
+                        "model's operators more than the wait they would hide" if workers_lose else
                         f"workers were estimated to save {pct(gain)}, as the cores leave them little room")
         gain, method = exclusive, (
             "data-loader wait that does not overlap other work: the most the slowest stage's fix (the batch made "
@@ -168,7 +174,7 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
                                           diagnostic=True), *staged)
     else:
         fixes = _with_stage_fixes(_fixes(ctx, h, workers, host, threads, no_more, _cheap_batch(w)), staged, no_more,
-                                  _measure(w, workers, stage_first, contested))
+                                  _measure(w, workers, stage_first, contested, workers_lose))
     return finding(
         severity=severity_for(gain), title=f"The {loop} waits for the data loader",
         why="""Each step asks the DataLoader for the next batch on the main Python thread. With few or
@@ -188,6 +194,9 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
+#: Workers whose fix sets fewer intra-op threads are estimated to lose when they save less than
+#: this share of the step (the slowdown of the model's operators outweighs the wait they hide).
+WORKERS_LOSE_GAIN = 0.01
 #: The steps after the recorded ones are said to wait longer when their share in the loader's
 #: next() is at least this many times the window's (our choice: beyond the step-to-step spread of
 #: a loader's waits, which come in bursts).
@@ -350,14 +359,17 @@ def _marginal(w: LoaderWait) -> bool:
     return w.in_workers is False and w.median_ms is not None and HANDOFF_MS < w.median_ms <= MARGINAL_MS
 
 
-def _measure(w: LoaderWait, workers: int | None, stage_first: bool = False, contested: bool = False) -> tuple[Fix, ...]:
+def _measure(w: LoaderWait, workers: int | None, stage_first: bool = False, contested: bool = False,
+             losing: bool = False) -> tuple[Fix, ...]:
     """For a marginal batch, one whose stage fix leads (``stage_first``: the workers' estimate is
-    below what that stage takes), or one whose workers would take the idle core more intra-op
-    threads want (``contested``), the measurement that settles it: gpumagic's DataLoader tuner
-    times ``num_workers=0`` against worker processes on this machine."""
-    if not (_marginal(w) or stage_first or contested):
+    below what that stage takes), one whose workers would take the idle core more intra-op
+    threads want (``contested``), or whose workers' fix takes threads the model uses (``losing``),
+    the measurement that settles it: gpumagic's DataLoader tuner times ``num_workers=0`` against
+    worker processes on this machine."""
+    if not (_marginal(w) or stage_first or contested or losing):
         return ()
     why = ("the batch is close to a worker's hand-off" if _marginal(w) else
+           "a worker's core comes from the intra-op threads the model uses" if losing else
            "the busy cores leave a worker little room" if stage_first else
            "after setting the intra-op threads (host-cores-idle), which want the same idle core")
     grid = f"num_workers=[0, {workers}]" if workers else "num_workers=None"
