@@ -1,6 +1,7 @@
 """What the step benchmarks share (``checkpoint_cost``, ``worker_restarts``, ``contention``,
-``optimizer_fused``, ``anomaly_mode``, ``loop_work``, ``op_overhead``): a loop's mean wall time per
-call, several loops timed in alternated rounds, and a loop's steps recorded by gpumagic."""
+``optimizer_fused``, ``anomaly_mode``, ``loop_work``, ``op_overhead``, ``threads_speedup --loader``):
+a loop's mean wall time per call, several loops timed in alternated rounds, and a loop's steps
+recorded by gpumagic."""
 
 from __future__ import annotations
 

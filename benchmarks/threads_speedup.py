@@ -28,6 +28,7 @@ import statistics
 import time
 
 import torch
+from steptime import alternated, medians, profile_steps
 
 import gpumagic
 
@@ -60,8 +61,9 @@ class _Samples(torch.utils.data.Dataset):
 
 
 def _loader_loop(threads: int, workers: int, batch: int = 64):
-    """A small CNN's SGD step on batches from a DataLoader of :class:`_Samples`."""
-    torch.set_num_threads(threads)
+    """A small CNN's SGD step on the next batch from a DataLoader of :class:`_Samples`, on
+    ``threads`` intra-op threads (set at each call: the loops alternate), after three warm-up
+    steps."""
     torch.manual_seed(0)
     nn = torch.nn
     model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
@@ -70,43 +72,34 @@ def _loader_loop(threads: int, workers: int, batch: int = 64):
     batches = iter(torch.utils.data.DataLoader(_Samples(), batch_size=batch, num_workers=workers,
                                                persistent_workers=workers > 0))
 
-    def steps(n: int) -> float:
-        """Mean step time (ms) over ``n`` steps, on this loop's thread count."""
+    def step() -> None:
         torch.set_num_threads(threads)
-        start = time.perf_counter()
-        for _ in range(n):
-            x, y = next(batches)
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        return (time.perf_counter() - start) / n * 1e3
-    steps(3)
-    return steps
+        x, y = next(batches)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for _ in range(3):
+        step()
+    return step
 
 
 def loader_case(rounds: int, steps: int, path: str | None = None) -> None:
     """``--loader``: the findings on one thread without workers, then the four settings timed."""
-    torch.set_num_threads(1)
-    step = _loader_loop(1, 0)
-    with gpumagic.profile(steps=8, save=path, display=False) as run:  # enough CPU samples (every 100 ms)
-        step(10)
+    # enough CPU samples (every 100 ms): eight steps recorded
+    r = profile_steps(_loader_loop(1, 0), 8, path, warm=0)
     if path:
         return
-    r = run.report
     for rule in ("host-cores-idle", "dataloader-bound"):
         f = r.finding(rule)
         print(f"{rule}: " + (f"up to {f.est_gain:.3f}; first fix {f.fixes[0].description[:70]!r}" if f else "silent"))
-    loops = {(t, w): _loader_loop(t, w) for t in (1, 2) for w in (0, 1)}
-    times: dict = {k: [] for k in loops}
-    for _ in range(rounds):
-        for k, loop in loops.items():
-            times[k].append(loop(steps))
-    for (t, w), v in times.items():
-        print(f"  {t} thread(s), {w} worker(s): {statistics.median(v):7.2f} ms a step [{min(v):.2f}–{max(v):.2f}]")
-    med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"  a worker: {med[(1, 1)] / med[(1, 0)]:.2f}× the step on one thread, {med[(2, 1)] / med[(2, 0)]:.2f}× on "
-          f"two; two threads and no worker {1 - med[(2, 0)] / med[(1, 0)]:.3f} saved; load average "
+    loops = {f"{t} thread(s), {w} worker(s)": _loader_loop(t, w) for t in (1, 2) for w in (0, 1)}
+    med, line = medians(alternated(loops, rounds, steps))
+    print(line)
+    one, two = "1 thread(s), ", "2 thread(s), "
+    print(f"  a worker: {med[one + '1 worker(s)'] / med[one + '0 worker(s)']:.2f}× the step on one thread, "
+          f"{med[two + '1 worker(s)'] / med[two + '0 worker(s)']:.2f}× on two; two threads and no worker "
+          f"{1 - med[two + '0 worker(s)'] / med[one + '0 worker(s)']:.3f} saved; load average "
           f"{os.getloadavg()[0]:.2f}")
 
 
