@@ -59,12 +59,11 @@ def host_cores_idle(ctx: Context, m: Metrics) -> Finding | None:
     idle_threads = threads_for_idle_cores(ctx, m)
     if idle_threads is None:
         return None
-    h, host = host_cpu(ctx), m.host
-    threads_set = host_threads(ctx)
-    main, others = host.get("own_main_thread_cores"), host.get("own_other_threads_cores")
+    h = host_cpu(ctx)
     idle, share, k, gain, threads = (idle_threads.idle, idle_threads.share, idle_threads.cores, idle_threads.gain,
                                      idle_threads.threads)
-    par_windows = idle_threads.windows
+    main, others, threads_set, par_windows = (idle_threads.main, idle_threads.others, idle_threads.threads_set,
+                                              idle_threads.windows)
     return finding(
         severity=severity_for(gain),
         title=f"CPU operators run on one core while {idle:.1f} of {h.usable_cores:g} sit idle",
@@ -102,11 +101,19 @@ class IdleThreads:
     gain: float  # the Amdahl bound: share × (1 − 1/cores)
     threads: int  # the count the fix suggests
     windows: iv.Intervals  # those operator calls
+    main: float  # cores the main thread kept busy
+    others: float  # cores the process's other threads kept busy
+    threads_set: int | None  # ``torch.get_num_threads()`` a capture recorded (None: not recorded)
 
 
 def threads_for_idle_cores(ctx: Context, m: Metrics) -> IdleThreads | None:
-    """``host-cores-idle``'s signal (its docstring says when), or None; ``dataloader-bound`` asks it
-    too, as the idle core it counts workers on is the one these threads would take."""
+    """``host-cores-idle``'s signal (its docstring says when), or None, once per context;
+    ``dataloader-bound`` asks it too, as the idle core it counts workers on is the one these
+    threads would take."""
+    return ctx.memo("threads.idle_cores", lambda c: _threads_for_idle_cores(c, m))
+
+
+def _threads_for_idle_cores(ctx: Context, m: Metrics) -> IdleThreads | None:
     if ctx.device >= 0:
         return None
     threads_set = host_threads(ctx)
@@ -129,7 +136,8 @@ def threads_for_idle_cores(ctx: Context, m: Metrics) -> IdleThreads | None:
     usable = int(np.floor(float(h.usable_cores) + 1e-6))
     workers = host.get("own_workers_cores") or 0.0
     threads = max(2, min(k, usable - int(np.ceil(workers - 0.25)))) if workers > 0.25 else k
-    return IdleThreads(idle=idle, share=share, cores=k, gain=gain, threads=threads, windows=par_windows)
+    return IdleThreads(idle=idle, share=share, cores=k, gain=gain, threads=threads, windows=par_windows,
+                       main=float(main), others=float(others), threads_set=threads_set)
 
 
 #: ``threads-oversubscribed``: a finding when the calls long enough to run in parallel take at
