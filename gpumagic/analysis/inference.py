@@ -178,6 +178,18 @@ def _cut_pass_start(ev: EventTable, host_ops: np.ndarray, backward: np.ndarray) 
     return int(before.max()) if before.size else int(ev.ts_ns[others].min())
 
 
+def outermost_ops(ctx: Context, lane: int) -> np.ndarray:
+    """Rows of the window's outermost host operators on thread ``lane``, in time order (an
+    operator called inside another left out), once per context and thread."""
+    def make(c: Context) -> np.ndarray:
+        ev, mk = c.trace.events, c.masks
+        ops = np.flatnonzero(c.events_in_window(mk["cpu_op"] & mk["host"] & (ev.lane == lane)))
+        order, outer = iv.outermost(ev.ts_ns[ops], ev.ts_ns[ops] + ev.dur_ns[ops])
+        top: np.ndarray = ops[order][outer]
+        return top
+    return ctx.memo(f"inference.outermost_ops:{lane}", make)
+
+
 #: Drawing from a categorical distribution: ``Categorical.sample`` computes the probabilities from
 #: the logits (``aten::softmax``) and reshapes them under grad mode, then calls ``torch.multinomial``
 #: (torch/distributions/categorical.py, torch 2.13); ``Bernoulli`` and ``Normal`` sample under
@@ -193,14 +205,11 @@ def _sampling(ctx: Context, built: np.ndarray) -> np.ndarray:
     a forward computation run with grad mode on (a REINFORCE rollout read 306 such nodes, 5 % of
     its operator time, and was told to evaluate in eval mode without a graph); what the draw's
     caller computed before them, a model's forward, still counts."""
-    ev, mk = ctx.trace.events, ctx.masks
+    ev = ctx.trace.events
     draws = ctx.host_name_ids(SAMPLING_OPS.__contains__)
-    host_ops = ctx.events_in_window(mk["cpu_op"] & mk["host"])
     out = np.zeros(built.size, dtype=bool)
     for lane in distinct(ev.lane[built]).tolist():
-        ops = np.flatnonzero(host_ops & (ev.lane == lane))
-        order, outer = iv.outermost(ev.ts_ns[ops], ev.ts_ns[ops] + ev.dur_ns[ops])
-        top = ops[order][outer]
+        top = outermost_ops(ctx, lane)
         at = np.flatnonzero(draws[ev.name[top]])
         if not at.size:
             continue
@@ -404,4 +413,5 @@ def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["BATCH_NORM", "DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "SAMPLING_OPS", "Dropout", "GradMode", "NoGradDropout", "TrainBatchNorm",
-           "batch_norm", "dropout", "grad_mode", "holding", "nested", "no_grad_dropout", "pass_starts", "starts_inside"]
+           "batch_norm", "dropout", "grad_mode", "holding", "nested", "no_grad_dropout", "outermost_ops", "pass_starts",
+           "starts_inside"]

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpumagic._arrays import distinct
-from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.inference import batch_norm, dropout, grad_mode, holding, no_grad_dropout
+from gpumagic.analysis.inference import batch_norm, dropout, grad_mode, holding, no_grad_dropout, outermost_ops
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, windows
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
@@ -199,14 +198,11 @@ def _followed_by(ctx: Context, rows: np.ndarray, names: frozenset[str]) -> int:
     after an outermost operator that built one of the unused nodes ``rows``: ``model(x).detach()``
     records the model's operators, then the detach; ``q_net(obs).argmax()``, then the argmax
     (checked on torch 2.13)."""
-    ev, mk = ctx.trace.events, ctx.masks
+    ev = ctx.trace.events
     wanted = ctx.trace.name_ids(names.__contains__)
-    host_ops = ctx.events_in_window(mk["cpu_op"] & mk["host"])
     found = 0
     for lane in distinct(ev.lane[rows]).tolist():
-        ops = np.flatnonzero(host_ops & (ev.lane == lane))
-        order, outer = iv.outermost(ev.ts_ns[ops], ev.ts_ns[ops] + ev.dur_ns[ops])
-        top = ops[order][outer]
+        top = outermost_ops(ctx, lane)
         after = np.flatnonzero(wanted[ev.name[top[1:]]]) + 1  # positions of those calls with an operator before
         if after.size:
             found += int(np.count_nonzero(holding(ev, top[after - 1], rows)))
