@@ -45,7 +45,11 @@ INSTANCE_ATTRIBUTES = frozenset({"param_groups", "state", "defaults", "pad_token
                                  "eos_token_id",
                                  # a generating model's config and its cache setting, set per instance
                                  # (tests/test_cpu_op_overhead.py runs the static-cache fix on one)
-                                 "generation_config", "cache_implementation"})
+                                 "generation_config", "cache_implementation",
+                                 # a transformers model's output (its logits and key/value cache: ``cache``
+                                 # in 5.25, ``past_key_values`` before), and a nanoGPT-style attention's
+                                 # layers and sizes (tests/test_decoding.py runs both decoding fixes)
+                                 "logits", "cache", "past_key_values", "c_attn", "c_proj", "n_embd", "n_head"})
 
 
 def magic_lines(code: str) -> tuple[str, list[str]]:

@@ -239,6 +239,7 @@ def _cartpole():
 def _language_model(device: str) -> dict:
     """A causal language model and its tokenizer built from a config (no hub): a 1-layer GPT-2 and
     a word-level tokenizer, for the generation fix; none without transformers."""
+    import torch
     try:
         from tokenizers import Tokenizer, models, pre_tokenizers
         from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
@@ -256,6 +257,7 @@ def _language_model(device: str) -> dict:
                                                           num_attention_heads=2, intermediate_size=32)).eval()
     pipe = pipeline("text-classification", model=classifier, tokenizer=tokenizer, device=device)
     return {"lm": lm, "tokenizer": tokenizer, "prompts": ["hello world", "the cat sat on the mat"],
+            "ids": torch.tensor([[2, 3, 4]], device=device), "max_new_tokens": 3,  # token ids to decode from
             "pipe": pipe, "texts": ["the cat sat", "hello world", "on the mat"]}
 
 

@@ -17,6 +17,7 @@ PER_SAMPLE = os.path.join(DATA, "cpu_per_sample.json.gz")
 GRU = os.path.join(DATA, "cpu_gru.json.gz")
 INFER = os.path.join(DATA, "cpu_infer_per_sample.json.gz")
 GENERATE = os.path.join(DATA, "cpu_generate.json.gz")
+NOCACHE = os.path.join(DATA, "cpu_decode_nocache.json.gz")  # tests/test_decoding.py reads its finding
 MAML = os.path.join(DATA, "cpu_maml.json.gz")
 LBFGS = os.path.join(DATA, "cpu_lbfgs.json.gz")
 SUMMED = os.path.join(DATA, "cpu_summed_losses.json.gz")
@@ -37,7 +38,7 @@ def test_a_recorded_rnn_cell_looped_in_python():
 
 
 @pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED, PER_SAMPLE, GRU, INFER, GENERATE, MAML,
-                                                                                         LBFGS, SUMMED}))
+                                                                                         LBFGS, SUMMED, NOCACHE}))
 def test_silent_on_every_other_recorded_trace(path):
     assert analyze(path).finding("cpu-op-overhead") is None
 

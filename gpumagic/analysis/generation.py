@@ -2,11 +2,14 @@
 
 The main thread's operators tell: an attention operator (``scaled_dot_product_attention``, or a
 softmax), at least :data:`MIN_TOKENS` tokens picked (``aten::argmax`` for greedy search,
-``aten::multinomial`` for sampling, ``aten::topk``), and at least as many ``aten::cat`` calls (the
-generated ids and the key/value cache grow by concatenation each token: Hugging Face
-``generate`` does both). Read once per context; the CPU rule (``cpu-op-overhead``) and the GPU
-rules that suggest compiling (``launch-bound``, ``cpu-bound``) ask it, since compiling the module
-does not reach what ``generate()`` runs (:data:`GENERATE_COMPILE_CODE`).
+``aten::multinomial`` for sampling, ``aten::topk``; a sampler's picks with no model operator
+between them are one token), and at least as many ``aten::cat`` calls (the generated ids grow by
+concatenation each token, and Hugging Face ``generate``'s key/value cache too). Read once per
+context; the CPU rule (``cpu-op-overhead``) and the GPU rules that suggest compiling
+(``launch-bound``, ``cpu-bound``) ask it, since compiling the module does not reach what
+``generate()`` runs (:data:`GENERATE_COMPILE_CODE`). :func:`regrowth` reads, pass by pass, whether
+the model's projections grow with the sequence: a model run on the whole sequence for each token,
+without a key/value cache (``decoding-without-cache``).
 """
 
 from __future__ import annotations
@@ -15,31 +18,43 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpumagic._arrays import median_of
+from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 
 #: Fewer tokens picked than this is a classifier's argmax or two, not a decoding loop.
 MIN_TOKENS = 16
 TOKEN_PICKS = frozenset({"aten::argmax", "aten::multinomial", "aten::topk"})
+#: Operators of a model's pass: a token's picks that no such operator separates are one token's
+#: (a sampler's ``topk`` then ``multinomial``, which itself calls ``aten::argmax`` on torch 2.13).
+PASS_OPS = frozenset({"aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "aten::bmm", "aten::embedding",
+                      "aten::scaled_dot_product_attention"})
 
 
 @dataclass(frozen=True)
 class Generation:
     """What the main thread's operators in the window say about token-by-token decoding."""
 
-    #: tokens picked (:data:`TOKEN_PICKS` calls)
-    picks: int
+    #: when each token was picked (ns, the end of its last pick), in time order
+    token_ends: np.ndarray
     #: ``aten::cat`` calls
     cats: int
     #: whether an attention operator ran
     attention: bool
 
     @property
+    def tokens(self) -> int:
+        """Tokens picked: the outermost picks (:data:`TOKEN_PICKS`), those with no model operator
+        (:data:`PASS_OPS`) between them counted as one."""
+        return int(self.token_ends.size)
+
+    @property
     def decoding(self) -> bool:
-        return self.attention and self.picks >= MIN_TOKENS and self.cats >= self.picks
+        return self.attention and self.tokens >= MIN_TOKENS and self.cats >= self.tokens
 
 
 def generation(ctx: Context) -> Generation:
-    """The window's token picks, concatenations and attention on the main thread (once per context)."""
+    """The window's tokens picked, concatenations and attention on the main thread (once per context)."""
     return ctx.memo("generation", _generation)
 
 
@@ -47,9 +62,120 @@ def _generation(ctx: Context) -> Generation:
     ev, names = ctx.trace.events, ctx.trace.name_ids
     mask = ctx.events_in_window(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane))
     here = ev.name[mask]
-    return Generation(picks=int(np.count_nonzero(names(TOKEN_PICKS.__contains__)[here])),
+    return Generation(token_ends=_token_ends(ctx, mask),
                       cats=int(np.count_nonzero(names(lambda n: n == "aten::cat")[here])),
                       attention=bool(names(lambda n: "scaled_dot_product" in n or "softmax" in n)[here].any()))
+
+
+def _token_ends(ctx: Context, ops: np.ndarray) -> np.ndarray:
+    """End of each token's picks among the operators ``ops`` (one thread's): outermost picks, a run
+    of them with no model operator starting in between counted as one token."""
+    ev = ctx.trace.events
+    rows = np.flatnonzero(ops & ctx.host_name_ids(TOKEN_PICKS.__contains__)[ev.name])
+    if not rows.size:
+        return np.zeros(0, np.int64)
+    order, outer = iv.outermost(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])
+    rows = rows[order][outer]
+    starts, ends = ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows]
+    passes = np.sort(ev.ts_ns[np.flatnonzero(ops & ctx.host_name_ids(PASS_OPS.__contains__)[ev.name])])
+    # a token's last pick: no model operator starts between its end and the next pick's start
+    between = np.searchsorted(passes, starts[1:]) - np.searchsorted(passes, ends[:-1])
+    last = np.append(between > 0, True)
+    out: np.ndarray = ends[last]
+    return out
+
+
+#: The operators whose work grows with the positions a pass runs on, not with the key/value
+#: cache's length: the projections (``nn.Linear`` records ``aten::linear``, transformers' GPT-2
+#: ``Conv1D`` calls ``aten::addmm``, ``x @ w`` with a 2-D weight ``aten::mm``). Attention over
+#: the cache (``aten::bmm``, ``scaled_dot_product_attention``) grows with or without one.
+PROJECTION_OPS = frozenset({"aten::linear", "aten::addmm", "aten::mm"})
+#: A pass's projections growing by this much from the first tokens' passes to the last ones', in
+#: step with the token's place (a rank correlation of at least :data:`MIN_RANK_CORRELATION`), is a
+#: model run over the whole sequence again for each token: with a cache the projections run on the
+#: new position only, the same work every token.
+MIN_GROWTH = 1.5
+MIN_RANK_CORRELATION = 0.5
+
+
+@dataclass(frozen=True)
+class Regrowth:
+    """How the work of the model's projections per token grows along a decoding window."""
+
+    #: passes judged: from one token's pick to the next one's
+    passes: int
+    #: the projections' work in a pass (ns: host time, or GPU time of the kernels they launched),
+    #: median of the first quarter of the passes and of the last quarter
+    first_ns: float
+    last_ns: float
+    #: Spearman's rank correlation of that work with the pass's place
+    rho: float
+    #: what each pass took beyond the fastest of the first quarter, summed (ns): a pass's time is
+    #: its host time from pick to pick, or the GPU time of the kernels it launched where longer
+    excess_ns: int
+    #: whether the projections' work is the GPU's (kernels they launched)
+    gpu: bool
+
+    @property
+    def growth(self) -> float:
+        return self.last_ns / self.first_ns
+
+    @property
+    def recomputing(self) -> bool:
+        """The projections' work grows with the sequence: no key/value cache."""
+        return self.growth >= MIN_GROWTH and self.rho >= MIN_RANK_CORRELATION
+
+
+def regrowth(ctx: Context) -> Regrowth | None:
+    """The projections' work per pass of a decoding window (:func:`generation`), once per
+    context; None when the window does not decode or its passes run no projection."""
+    return ctx.memo("generation.regrowth", _regrowth)
+
+
+def _regrowth(ctx: Context) -> Regrowth | None:
+    gen = generation(ctx)
+    if not gen.decoding:
+        return None
+    ev, lane = ctx.trace.events, ctx.main_lane
+    ends = gen.token_ends
+    rows = np.flatnonzero(ctx.events_in_window(ctx.masks["cpu_op"] & (ev.lane == lane))
+                          & ctx.host_name_ids(PROJECTION_OPS.__contains__)[ev.name])
+    if not rows.size:
+        return None
+    order, outer = iv.outermost(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])
+    rows = rows[order][outer]
+    projections = iv.union(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])
+    work = iv.measure_in(projections, ends[:-1], ends[1:]).astype(np.float64)
+    took = np.diff(ends).astype(np.float64)
+    gpu = False
+    if ctx.device >= 0:
+        kernels = np.flatnonzero(ctx.masks["kernel"] & ctx.on_device & (ctx.launch_row >= 0))
+        kernels = kernels[ev.lane[ctx.launch_row[kernels]] == lane]
+        launched = ctx.launch_ts[kernels]
+        place = np.searchsorted(ends, launched, side="right") - 1
+        inside = (place >= 0) & (place < ends.size - 1)
+        kernels, launched, place = kernels[inside], launched[inside], place[inside]
+        dur = ev.dur_ns[kernels].astype(np.float64)
+        took = np.maximum(took, np.bincount(place, weights=dur, minlength=took.size))
+        mine = iv.contains(projections, launched)
+        if mine.any():
+            work = np.bincount(place[mine], weights=dur[mine], minlength=took.size).astype(np.float64)
+            gpu = True
+    quarter = max(work.size // 4, 1)
+    first, last = median_of(work[:quarter]), median_of(work[-quarter:])
+    if first <= 0:
+        return None
+    return Regrowth(passes=int(work.size), first_ns=first, last_ns=last, rho=_rank_correlation(work),
+                    excess_ns=int(np.maximum(took - took[:quarter].min(), 0).sum()), gpu=gpu)
+
+
+def _rank_correlation(values: np.ndarray) -> float:
+    """Spearman's rank correlation of ``values`` with their order (0 when they are all equal)."""
+    ranks = np.argsort(np.argsort(values, kind="stable"), kind="stable").astype(np.float64)
+    place = np.arange(values.size, dtype=np.float64)
+    if values.size < 3 or np.all(values == values[0]):
+        return 0.0
+    return float(np.corrcoef(place, ranks)[0, 1])
 
 
 #: ``generate()`` (transformers' GenerationMixin) calls the module itself, ``self(**inputs)``; the
@@ -78,4 +204,5 @@ lm.generation_config.cache_implementation = "static"
 # a transformers without that: lm.forward = torch.compile(lm.forward, mode="reduce-overhead", fullgraph=True)
 """
 
-__all__ = ["GENERATE_COMPILE_CODE", "GENERATE_GPU_CODE", "MIN_TOKENS", "TOKEN_PICKS", "Generation", "generation"]
+__all__ = ["GENERATE_COMPILE_CODE", "GENERATE_GPU_CODE", "MIN_GROWTH", "MIN_RANK_CORRELATION", "MIN_TOKENS",
+           "PASS_OPS", "PROJECTION_OPS", "TOKEN_PICKS", "Generation", "Regrowth", "generation", "regrowth"]

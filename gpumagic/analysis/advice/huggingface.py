@@ -331,6 +331,18 @@ class ArgsSchema:
         return getattr(spec, "default", _UNKNOWN) if spec is not None else _UNKNOWN
 
 
+def transformers_source(path: str) -> str | None:
+    """The text of the installed transformers' file ``path`` (under its package folder), None
+    without transformers or that file. Read as text: analysing a saved trace never imports
+    transformers or torch, and which names a fix spells depends on the version installed."""
+    from importlib.metadata import PackageNotFoundError, distribution
+    from pathlib import Path
+    try:
+        return Path(str(distribution("transformers").locate_file(f"transformers/{path}"))).read_text(encoding="utf-8")
+    except (PackageNotFoundError, OSError):
+        return None
+
+
 def installed_schema() -> ArgsSchema | None:
     """The installed transformers' TrainingArguments, or None when transformers is missing."""
     try:
@@ -513,4 +525,5 @@ def _checkpointing_note(report: Report, training_args: Any) -> list[str]:
             f"{CHECKPOINTING_COST}. Turning it off, or using the memory for a larger batch, is likely faster."]
 
 
-__all__ = ["ADVICE", "Advice", "ArgsSchema", "arguments_code", "huggingface_fixes", "installed_schema"]
+__all__ = ["ADVICE", "Advice", "ArgsSchema", "arguments_code", "huggingface_fixes", "installed_schema",
+           "transformers_source"]

@@ -20,6 +20,7 @@ from gpumagic.analysis.rules.cpu import host_cpu_saturated
 from gpumagic.analysis.rules.cpudouble import cpu_float64
 from gpumagic.analysis.rules.cpuhalf import cpu_low_precision_slow
 from gpumagic.analysis.rules.dataloader import dataloader_bound
+from gpumagic.analysis.rules.decoding import decoding_without_cache
 from gpumagic.analysis.rules.embeddings import dense_embedding_grad
 from gpumagic.analysis.rules.emptyupdates import updates_without_gradients
 from gpumagic.analysis.rules.evalmode import training_in_eval_mode
@@ -59,7 +60,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     loop_host_work, cpu_op_overhead, activation_recompute, allocator_churn, layout_conversions,
     inference_grad_enabled, inference_train_mode, memory_growth, gradients_never_reset, optimizer_state_reset,
     updates_without_gradients, unused_gradients, training_in_eval_mode, dense_embedding_grad, threads_oversubscribed,
-    cpu_float64, l2_penalty_in_loss,
+    cpu_float64, l2_penalty_in_loss, decoding_without_cache,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpumagic.analysis.advice.huggingface import transformers_source
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule
 from gpumagic.analysis.rules.precision import BF16_MIN_CC
@@ -82,15 +83,10 @@ def checkpointing_argument() -> str:
     """The ``TrainingArguments`` name of activation checkpointing in the installed transformers:
     ``activation_checkpointing`` where its ``training_args.py`` declares it (transformers 5, where
     ``gradient_checkpointing`` is a "Deprecated alias of `activation_checkpointing`"), else
-    ``gradient_checkpointing`` (4.x has only that one). Without transformers: the newer name. The
-    source is read as text: analysing a saved trace never imports transformers or torch."""
-    from importlib.metadata import PackageNotFoundError, distribution
-    from pathlib import Path
-    try:
-        text = Path(str(distribution("transformers").locate_file("transformers/training_args.py"))).read_text(encoding="utf-8")
-    except (PackageNotFoundError, OSError):
-        return "activation_checkpointing"
-    return "activation_checkpointing" if "activation_checkpointing: " in text else "gradient_checkpointing"
+    ``gradient_checkpointing`` (4.x has only that one). Without transformers: the newer name."""
+    text = transformers_source("training_args.py")
+    return "gradient_checkpointing" if text is not None and "activation_checkpointing: " not in text \
+        else "activation_checkpointing"
 
 
 def _shrink_fixes(ctx: Context) -> tuple[Fix, ...]:

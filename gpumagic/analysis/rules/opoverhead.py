@@ -8,7 +8,7 @@ import numpy as np
 from gpumagic._arrays import median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.generation import GENERATE_COMPILE_CODE, generation
+from gpumagic.analysis.generation import GENERATE_COMPILE_CODE, generation, regrowth
 from gpumagic.analysis.optimizerimpl import optimizer_steps
 from gpumagic.analysis.phases import main_op_starts, phase_intervals
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
@@ -351,7 +351,9 @@ def _inference(ctx: Context) -> Finding | None:
     span = (min(last, ctx.hi) - max(first, ctx.lo)) / ctx.window_ns
     items = int(np.count_nonzero(mask & ctx.trace.name_ids(lambda n: n == "aten::item")[ev.name]))
     gen = generation(ctx)
-    picks, decoding = gen.picks, gen.decoding
+    picks, decoding = gen.tokens, gen.decoding
+    grown = regrowth(ctx) if decoding else None
+    recomputing = grown is not None and grown.recomputing
     if decoding:
         fixes: tuple[Fix, ...] = (
             pytorch("If you generate for many prompts one after another, generate for all of them in one call",
@@ -372,9 +374,13 @@ def _inference(ctx: Context) -> Finding | None:
         inference, and its {calls:,} operator calls average {us_per_op:.1f} µs: the calls, not the arithmetic, take
         the time."""
         + (f""" Here a language model generates token by token ({picks:,} tokens picked, attention, the sequence
-        and its cache grown by concatenation): every new token is a pass through the model for one position. The
-        tokens of one prompt must come one after another, but the prompts need not: one generate call for many
-        prompts decodes a token of each in the same pass. torch.compile fuses each pass's small operators."""
+        grown by concatenation): """
+           + ("""every new token runs the model over the whole sequence again, for want of a key/value cache (see
+        decoding-without-cache); with one, each token is a pass for one position.""" if recomputing else
+              """every new token is a pass through the model for one position.""")
+           + """ The tokens of one prompt must come one after another, but the prompts need not: one generate call
+        for many prompts decodes a token of each in the same pass. torch.compile fuses each pass's small
+        operators."""
            if decoding else
            """ The usual cause is a model called once per sample (a loop over rows, requests or images): called
         once on a stack of them, each operator runs once for the whole batch."""
