@@ -106,8 +106,8 @@ def decoding_without_cache(ctx: Context, m: Metrics) -> Finding | None:
         why=f"""A language model generating token by token needs, for each new token, the keys and values of
         every earlier position; a key/value cache keeps them, so each pass runs the layers on the new position
         alone. Here the work of the model's projections (its linear layers) grew pass after pass, from
-        {rg.first_ns / 1e6:.2f} ms over the first quarter of the tokens to {rg.last_ns / 1e6:.2f} ms over the
-        last (rank correlation with the token's place {rg.rho:.2f}): each pass runs them on the whole sequence,
+        {rg.first_ns / 1e6:.2f} ms a pass over the first quarter of the tokens to {rg.last_ns / 1e6:.2f} ms a pass
+        over the last (rank correlation with the token's place {rg.rho:.2f}): each pass runs them on the whole sequence,
         one position longer each time, so the total grows with the square of the length instead of linearly.
         transformers' generate() uses a cache by default; a loop calling the model with use_cache=False, or a
         model of your own without one, recomputes everything.""",
