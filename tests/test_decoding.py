@@ -105,6 +105,28 @@ def test_projections_that_vary_without_a_trend_are_not_growth(tmp_path):
     assert analyze(tb.write(tmp_path / "t.json")).finding("decoding-without-cache") is None
 
 
+def test_a_loop_over_prompts_is_judged_sequence_by_sequence(tmp_path):
+    """Three prompts decoded one after another without a cache: each sequence's passes grow from
+    its prompt's length, so the window's passes saw up and down (their rank correlation with the
+    place in the window is low); judged in each sequence, they grow."""
+    tb, _ = _decoding(lambda k: 40 + 6 * (k % 30), tokens=90)
+    ctx = _context(tb, tmp_path)
+    grown = regrowth(ctx)
+    assert grown.sequences == 3 and grown.passes == 89 and grown.rho > 0.99
+    f = analyze(tb.write(tmp_path / "t.json")).finding("decoding-without-cache")
+    assert f.evidence.numbers["sequences"] == 3 and "90 tokens in 3 sequences" in f.title
+
+
+def test_prompts_decoded_with_a_cache_are_one_long_pass_each(tmp_path):
+    """With a cache, the next prompt's prefill is one longer pass, then one position a pass
+    again: no new sequence is cut there, and nothing grows."""
+    tb, _ = _decoding(lambda k: 400.0 if k % 30 == 0 else 40.0, tokens=90)
+    ctx = _context(tb, tmp_path)
+    grown = regrowth(ctx)
+    assert grown.sequences == 1 and not grown.recomputing
+    assert analyze(tb.write(tmp_path / "t.json")).finding("decoding-without-cache") is None
+
+
 def test_a_training_window_is_not_judged(tmp_path):
     """Batches that grow in a training loop (sorted by length) are not decoding."""
     tb, _ = _decoding(lambda k: 40 + 6 * k, training=True)

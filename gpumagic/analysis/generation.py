@@ -96,22 +96,35 @@ PROJECTION_OPS = frozenset({"aten::linear", "aten::addmm", "aten::mm"})
 #: new position only, the same work every token.
 MIN_GROWTH = 1.5
 MIN_RANK_CORRELATION = 0.5
+#: A new sequence (the next prompt of a loop over prompts): the projections' work falls under this
+#: share of the median of the :data:`RESET_PASSES` passes before and stays there (their median)
+#: for as many passes. Without a cache each sequence's passes grow from its prompt's length; with
+#: one, the next prompt's prefill is one longer pass, not a fall.
+RESET_FRAC = 0.6
+RESET_PASSES = 3
+#: A sequence is judged from this many passes (a quarter of them, two, against the last two).
+MIN_SEQUENCE_PASSES = 8
 
 
 @dataclass(frozen=True)
 class Regrowth:
-    """How the work of the model's projections per token grows along a decoding window."""
+    """How the work of the model's projections per token grows along a decoding window, judged
+    in each sequence it decodes (:data:`RESET_FRAC`) of at least :data:`MIN_SEQUENCE_PASSES`
+    passes."""
 
     #: passes judged: from one token's pick to the next one's
     passes: int
+    #: sequences judged (a loop over prompts decodes one after another)
+    sequences: int
     #: the projections' work in a pass (ns: host time, or GPU time of the kernels they launched),
-    #: median of the first quarter of the passes and of the last quarter
+    #: median over the first quarter of each sequence's passes and over the last quarter
     first_ns: float
     last_ns: float
-    #: Spearman's rank correlation of that work with the pass's place
+    #: Spearman's rank correlation of that work with the pass's place in its sequence (the
+    #: sequences' own, weighted by their passes)
     rho: float
-    #: what each pass took beyond the fastest of the first quarter, summed (ns): a pass's time is
-    #: its host time from pick to pick, or the GPU time of the kernels it launched where longer
+    #: what each pass took beyond the fastest of its sequence's first quarter, summed (ns): a pass's
+    #: time is its host time from pick to pick, or the GPU time of the kernels it launched where longer
     excess_ns: int
     #: whether the projections' work is the GPU's (kernels they launched)
     gpu: bool
@@ -161,12 +174,39 @@ def _regrowth(ctx: Context) -> Regrowth | None:
         if mine.any():
             work = np.bincount(place[mine], weights=dur[mine], minlength=took.size).astype(np.float64)
             gpu = True
-    quarter = max(work.size // 4, 1)
-    first, last = median_of(work[:quarter]), median_of(work[-quarter:])
+    starts = _sequence_starts(work)
+    spans = [(a, b) for a, b in zip(starts, [*starts[1:], work.size]) if b - a >= MIN_SEQUENCE_PASSES]
+    if not spans:
+        return None
+    firsts, lasts, rhos, sizes, excess = [], [], [], [], 0.0
+    for a, b in spans:
+        quarter = max((b - a) // 4, 1)
+        firsts.append(work[a:a + quarter])
+        lasts.append(work[b - quarter:b])
+        rhos.append(_rank_correlation(work[a:b]))
+        sizes.append(b - a)
+        excess += float(np.maximum(took[a:b] - took[a:a + quarter].min(), 0).sum())
+    first, last = median_of(np.concatenate(firsts)), median_of(np.concatenate(lasts))
     if first <= 0:
         return None
-    return Regrowth(passes=int(work.size), first_ns=first, last_ns=last, rho=_rank_correlation(work),
-                    excess_ns=int(np.maximum(took - took[:quarter].min(), 0).sum()), gpu=gpu)
+    return Regrowth(passes=int(sum(sizes)), sequences=len(spans), first_ns=first, last_ns=last,
+                    rho=float(np.dot(rhos, sizes) / sum(sizes)), excess_ns=int(excess), gpu=gpu)
+
+
+def _sequence_starts(work: np.ndarray) -> list[int]:
+    """Where each decoded sequence starts among the passes: 0, and every pass whose work falls
+    under :data:`RESET_FRAC` of the median of the :data:`RESET_PASSES` passes before it, the
+    median of it and the next ones staying there."""
+    n, k = work.size, RESET_PASSES
+    starts = [0]
+    if n < 2 * k:
+        return starts
+    windows = np.sort(np.lib.stride_tricks.sliding_window_view(work, k), axis=1)[:, k // 2]  # medians of k
+    for p in range(k, n - k + 1):
+        before, after = windows[p - k], windows[p]
+        if work[p] < RESET_FRAC * before and after < RESET_FRAC * before and p - starts[-1] >= k:
+            starts.append(p)
+    return starts
 
 
 def _rank_correlation(values: np.ndarray) -> float:
@@ -204,5 +244,6 @@ lm.generation_config.cache_implementation = "static"
 # a transformers without that: lm.forward = torch.compile(lm.forward, mode="reduce-overhead", fullgraph=True)
 """
 
-__all__ = ["GENERATE_COMPILE_CODE", "GENERATE_GPU_CODE", "MIN_GROWTH", "MIN_RANK_CORRELATION", "MIN_TOKENS",
-           "PASS_OPS", "PROJECTION_OPS", "TOKEN_PICKS", "Generation", "Regrowth", "generation", "regrowth"]
+__all__ = ["GENERATE_COMPILE_CODE", "GENERATE_GPU_CODE", "MIN_GROWTH", "MIN_RANK_CORRELATION", "MIN_SEQUENCE_PASSES",
+           "MIN_TOKENS", "PASS_OPS", "PROJECTION_OPS", "RESET_FRAC", "RESET_PASSES", "TOKEN_PICKS", "Generation",
+           "Regrowth", "generation", "regrowth"]

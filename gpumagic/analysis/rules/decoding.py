@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpumagic.analysis.advice.huggingface import transformers_source
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.generation import MIN_GROWTH, MIN_RANK_CORRELATION, regrowth
+from gpumagic.analysis.generation import MIN_GROWTH, MIN_RANK_CORRELATION, generation, regrowth
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
@@ -76,10 +76,13 @@ def decoding_without_cache(ctx: Context, m: Metrics) -> Finding | None:
     token's pick to the next one's — spend more and more on the model's projections
     (``aten::linear``, ``aten::addmm``, ``aten::mm``: host time on a CPU-only trace, the GPU time
     of the kernels they launched with a GPU): the last quarter's median ≥ 1.5× the first
-    quarter's (``generation.MIN_GROWTH``) and a rank correlation with the token's place ≥ 0.5.
+    quarter's (``generation.MIN_GROWTH``) and a rank correlation with the token's place ≥ 0.5,
+    in each sequence the window decodes (a loop over prompts: a new sequence where the work falls
+    under 0.6× the three passes before and stays there, ``generation.RESET_FRAC``; sequences of
+    at least 8 passes judged).
     With a key/value cache the projections run on the new position alone, the same work every
     token; without one each pass runs them on the whole sequence, one position longer each time.
-    Threshold: the passes' time beyond the fastest of the first quarter's (a pass's time: host
+    Threshold: the passes' time beyond the fastest of their sequence's first quarter's (a pass's time: host
     time from pick to pick, or the GPU time of the kernels it launched where longer), summed, ≥
     5 % of the window. Gain: that sum's share, an estimate: what decoding would save if every pass
     took what the first ones take, which a cache nearly gives (attention over the cached keys
@@ -91,30 +94,32 @@ def decoding_without_cache(ctx: Context, m: Metrics) -> Finding | None:
     much is recomputed) and a GPU whose small matrix products take the same time at any length."""
     if ctx.workload != "inference":
         return None
-    rg = regrowth(ctx)
+    gen, rg = generation(ctx), regrowth(ctx)
     if rg is None or not rg.recomputing:
         return None
     frac = rg.excess_ns / ctx.window_ns if ctx.window_ns else 0.0
     if frac < MIN_FRAC:
         return None
     where = "GPU time of the kernels they launched" if rg.gpu else "host time"
-    tokens = rg.passes + 1
+    tokens = gen.tokens
+    over = f"{tokens:,} tokens" + (f" in {rg.sequences} sequences" if rg.sequences > 1 else "")
+    whose = "each sequence's" if rg.sequences > 1 else "the"
     return finding(
         severity=severity_for(frac),
         title=(f"Each token runs the model over the whole sequence again: its matrix products grew {rg.growth:.1f}× "
-               f"over {tokens:,} tokens"),
+               f"over {over}"),
         why=f"""A language model generating token by token needs, for each new token, the keys and values of
         every earlier position; a key/value cache keeps them, so each pass runs the layers on the new position
         alone. Here the work of the model's projections (its linear layers) grew pass after pass, from
-        {rg.first_ns / 1e6:.2f} ms a pass over the first quarter of the tokens to {rg.last_ns / 1e6:.2f} ms a pass
-        over the last (rank correlation with the token's place {rg.rho:.2f}): each pass runs them on the whole sequence,
+        {rg.first_ns / 1e6:.2f} ms a pass over the first quarter of {whose} tokens to {rg.last_ns / 1e6:.2f} ms a
+        pass over the last (rank correlation with the token's place {rg.rho:.2f}): each pass runs them on the whole sequence,
         one position longer each time, so the total grows with the square of the length instead of linearly.
         transformers' generate() uses a cache by default; a loop calling the model with use_cache=False, or a
         model of your own without one, recomputes everything.""",
-        summary=(f"{tokens:,} tokens decoded: the projections took {rg.first_ns / 1e6:.2f} ms a pass at first and "
+        summary=(f"{over} decoded: the projections took {rg.first_ns / 1e6:.2f} ms a pass at first and "
                  f"{rg.last_ns / 1e6:.2f} ms at the end ({where}); the passes' time beyond the fastest first "
                  f"ones', summed, is {pct(frac)} of the window."),
-        numbers={"tokens": tokens, "projection_growth": round(rg.growth, 3), "rank_correlation": round(rg.rho, 3),
+        numbers={"tokens": tokens, "sequences": rg.sequences, "projection_growth": round(rg.growth, 3), "rank_correlation": round(rg.rho, 3),
                  "excess_frac": round(frac, 4), "threshold_growth": MIN_GROWTH,
                  "threshold_rank_correlation": MIN_RANK_CORRELATION, "threshold_frac": MIN_FRAC},
         est_gain=frac,
