@@ -127,6 +127,17 @@ def test_prompts_decoded_with_a_cache_are_one_long_pass_each(tmp_path):
     assert analyze(tb.write(tmp_path / "t.json")).finding("decoding-without-cache") is None
 
 
+def test_a_machine_that_slows_down_half_way_is_not_growth(tmp_path):
+    """A neighbour process taking the cores half-way through a cached decoding: the passes jump
+    to 2.5× their time at once (a rank correlation of 0.87 with the place, growth 2.5×), where a
+    sequence one position longer each pass grows through every quarter."""
+    tb, _ = _decoding(lambda k: 40.0 if k < 20 else 100.0, tokens=40)
+    ctx = _context(tb, tmp_path)
+    grown = regrowth(ctx)
+    assert grown.growth >= MIN_GROWTH and grown.rho >= 0.5 and not grown.gradual and not grown.recomputing
+    assert analyze(tb.write(tmp_path / "t.json")).finding("decoding-without-cache") is None
+
+
 def test_a_training_window_is_not_judged(tmp_path):
     """Batches that grow in a training loop (sorted by length) are not decoding."""
     tb, _ = _decoding(lambda k: 40 + 6 * k, training=True)

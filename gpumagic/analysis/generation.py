@@ -96,6 +96,12 @@ PROJECTION_OPS = frozenset({"aten::linear", "aten::addmm", "aten::mm"})
 #: new position only, the same work every token.
 MIN_GROWTH = 1.5
 MIN_RANK_CORRELATION = 0.5
+#: The growth must come gradually: each quarter of a sequence's passes above the quarter before by
+#: at least this share of the first-to-last growth (a straight line gives a third each). A
+#: neighbour process that takes the cores mid-way makes one jump: two quarters as slow as the
+#: first (a cached GPT-2 loop read a growth of 2.6× and a rank correlation of 0.51 when two
+#: busy-looping processes started half-way on this project's 2-core machine).
+MIN_QUARTER_SHARE = 1 / 6
 #: A new sequence (the next prompt of a loop over prompts): the projections' work falls under this
 #: share of the median of the :data:`RESET_PASSES` passes before and stays there (their median)
 #: for as many passes. Without a cache each sequence's passes grow from its prompt's length; with
@@ -116,10 +122,9 @@ class Regrowth:
     passes: int
     #: sequences judged (a loop over prompts decodes one after another)
     sequences: int
-    #: the projections' work in a pass (ns: host time, or GPU time of the kernels they launched),
-    #: median over the first quarter of each sequence's passes and over the last quarter
-    first_ns: float
-    last_ns: float
+    #: the projections' work in a pass (ns: host time, or GPU time of the kernels they launched):
+    #: the median over the first quarter of each sequence's passes, the second, third and last
+    quarters: tuple[float, float, float, float]
     #: Spearman's rank correlation of that work with the pass's place in its sequence (the
     #: sequences' own, weighted by their passes)
     rho: float
@@ -130,13 +135,28 @@ class Regrowth:
     gpu: bool
 
     @property
+    def first_ns(self) -> float:
+        return self.quarters[0]
+
+    @property
+    def last_ns(self) -> float:
+        return self.quarters[-1]
+
+    @property
     def growth(self) -> float:
         return self.last_ns / self.first_ns
 
     @property
+    def gradual(self) -> bool:
+        """Each quarter's median above the one before by at least :data:`MIN_QUARTER_SHARE` of the
+        whole growth: a sequence one position longer each pass, not one jump."""
+        q = np.asarray(self.quarters)
+        return bool(q[-1] > q[0] and (np.diff(q) >= MIN_QUARTER_SHARE * (q[-1] - q[0])).all())
+
+    @property
     def recomputing(self) -> bool:
-        """The projections' work grows with the sequence: no key/value cache."""
-        return self.growth >= MIN_GROWTH and self.rho >= MIN_RANK_CORRELATION
+        """The projections' work grows with the sequence, steadily: no key/value cache."""
+        return self.growth >= MIN_GROWTH and self.rho >= MIN_RANK_CORRELATION and self.gradual
 
 
 def regrowth(ctx: Context) -> Regrowth | None:
@@ -178,18 +198,18 @@ def _regrowth(ctx: Context) -> Regrowth | None:
     spans = [(a, b) for a, b in zip(starts, [*starts[1:], work.size]) if b - a >= MIN_SEQUENCE_PASSES]
     if not spans:
         return None
-    firsts, lasts, rhos, sizes, excess = [], [], [], [], 0.0
+    parts: list[list[np.ndarray]] = [[], [], [], []]
+    rhos, sizes, excess = [], [], 0.0
     for a, b in spans:
-        quarter = max((b - a) // 4, 1)
-        firsts.append(work[a:a + quarter])
-        lasts.append(work[b - quarter:b])
+        for part, values in zip(parts, np.array_split(work[a:b], 4)):
+            part.append(values)
         rhos.append(_rank_correlation(work[a:b]))
         sizes.append(b - a)
-        excess += float(np.maximum(took[a:b] - took[a:a + quarter].min(), 0).sum())
-    first, last = median_of(np.concatenate(firsts)), median_of(np.concatenate(lasts))
-    if first <= 0:
+        excess += float(np.maximum(took[a:b] - took[a:a + (b - a) // 4].min(), 0).sum())
+    q1, q2, q3, q4 = (median_of(np.concatenate(part)) for part in parts)
+    if q1 <= 0:
         return None
-    return Regrowth(passes=int(sum(sizes)), sequences=len(spans), first_ns=first, last_ns=last,
+    return Regrowth(passes=int(sum(sizes)), sequences=len(spans), quarters=(q1, q2, q3, q4),
                     rho=float(np.dot(rhos, sizes) / sum(sizes)), excess_ns=int(excess), gpu=gpu)
 
 
@@ -244,6 +264,6 @@ lm.generation_config.cache_implementation = "static"
 # a transformers without that: lm.forward = torch.compile(lm.forward, mode="reduce-overhead", fullgraph=True)
 """
 
-__all__ = ["GENERATE_COMPILE_CODE", "GENERATE_GPU_CODE", "MIN_GROWTH", "MIN_RANK_CORRELATION", "MIN_SEQUENCE_PASSES",
-           "MIN_TOKENS", "PASS_OPS", "PROJECTION_OPS", "RESET_FRAC", "RESET_PASSES", "TOKEN_PICKS", "Generation",
-           "Regrowth", "generation", "regrowth"]
+__all__ = ["GENERATE_COMPILE_CODE", "GENERATE_GPU_CODE", "MIN_GROWTH", "MIN_QUARTER_SHARE", "MIN_RANK_CORRELATION",
+           "MIN_SEQUENCE_PASSES", "MIN_TOKENS", "PASS_OPS", "PROJECTION_OPS", "RESET_FRAC", "RESET_PASSES",
+           "TOKEN_PICKS", "Generation", "Regrowth", "generation", "regrowth"]

@@ -76,7 +76,10 @@ def decoding_without_cache(ctx: Context, m: Metrics) -> Finding | None:
     token's pick to the next one's — spend more and more on the model's projections
     (``aten::linear``, ``aten::addmm``, ``aten::mm``: host time on a CPU-only trace, the GPU time
     of the kernels they launched with a GPU): the last quarter's median ≥ 1.5× the first
-    quarter's (``generation.MIN_GROWTH``) and a rank correlation with the token's place ≥ 0.5,
+    quarter's (``generation.MIN_GROWTH``), each quarter's above the one before by ≥ 1/6 of that
+    growth (``generation.MIN_QUARTER_SHARE``: a sequence one position longer each pass grows
+    through every quarter, a neighbour taking the cores mid-way makes one jump) and a rank
+    correlation with the token's place ≥ 0.5,
     in each sequence the window decodes (a loop over prompts: a new sequence where the work falls
     under 0.6× the three passes before and stays there, ``generation.RESET_FRAC``; sequences of
     at least 8 passes judged).
