@@ -205,6 +205,36 @@ def image_advice(rounds: int, steps: int) -> None:
         print(f"   {k:26} {med:7.3f} ms a step [{min(v):.3f}–{max(v):.3f}]  gain {1 - med / base:+.2f}")
 
 
+def _ahead_loaders(data, workers: int) -> DataLoader:
+    return DataLoader(data, batch_size=64, shuffle=True, num_workers=workers, persistent_workers=workers > 0)
+
+
+def ahead_advice(rounds: int, steps: int) -> None:
+    """(2c) Workers that are ahead: 64 images of 3×64×64 a batch from a ``TensorDataset`` in two
+    persistent workers, which make a batch in a small share of the CNN's step, so the loop waits
+    only to receive each one. The finding's reading, then two workers, four, and the batch made
+    at once in the main process (its stage fix, ``num_workers=0``), alternated."""
+    data = image_data()
+    loaders = {"2 workers": _ahead_loaders(data, 2), "4 workers": _ahead_loaders(data, 4),
+               "batched, main process": DataLoader(data, sampler=BatchSampler(RandomSampler(data), 64, False),
+                                                   batch_size=None)}
+    with gpumagic.profile(skip=5, steps=8, display=False) as run:
+        image_loop(loaders["2 workers"], 20)
+    f = run.report.finding("dataloader-bound")
+    said = f.evidence.summary if f is not None else "dataloader-bound did not fire"
+    ahead = said[said.find("The 2 worker(s) make"):].split(": more workers")[0] if "they are ahead" in said else said
+    print(f"2c. workers ahead (64 images of 3×64×64 a batch, 2 workers, a CNN): {ahead}"
+          + (f"; gain {f.est_gain:.2f}; fixes: " + " | ".join(x.description[:60] for x in f.fixes) if f else ""))
+    got: dict[str, list[float]] = {k: [] for k in loaders}
+    for _ in range(rounds):
+        for k, loader in loaders.items():
+            got[k].append(image_loop(loader, steps))
+    base = statistics.median(got["2 workers"])
+    for k, v in got.items():
+        med = statistics.median(v)
+        print(f"   {k:26} {med:7.3f} ms a step [{min(v):.3f}–{max(v):.3f}]  gain {1 - med / base:+.2f}")
+
+
 def pin_thread(rounds: int, steps: int) -> None:
     if not torch.accelerator.is_available():  # emulate: start the thread, make pinning a no-op
         import torch.utils.data._utils.pin_memory as pm
@@ -267,15 +297,41 @@ def record(folder: str) -> None:
     print("recorded", path)
 
 
+def record_ahead(folder: str) -> None:
+    """The bundle of case 2c: eight steps of the CNN fed by two persistent workers that are ahead,
+    started under the capture so that their stages are timed."""
+    loader = _ahead_loaders(image_data(2_048), 2)
+    model = _cnn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    path = os.path.join(folder, "cpu_images_workers_ahead.json.gz")
+    with gpumagic.profile(steps=8, save=path, display=False):
+        it = iter(loader)  # the workers start under the capture, which times their stages (the first step skipped)
+        for _ in range(11):
+            x, y = next(it)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    print("recorded", path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--record", metavar="DIR", help="record the bundles tests/data keeps into DIR instead")
+    parser.add_argument("--record-ahead", metavar="DIR", help="record case 2c's bundle into DIR instead")
+    parser.add_argument("--ahead", action="store_true", help="run case 2c alone")
     args = parser.parse_args()
     if args.record:
         record(args.record)
+        return
+    if args.record_ahead:
+        record_ahead(args.record_ahead)
+        return
+    if args.ahead:
+        ahead_advice(args.rounds, max(20, args.steps // 5))
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"{cores} usable cores; torch {torch.__version__}; sharing strategy "
@@ -284,6 +340,7 @@ def main() -> None:
     advice(args.rounds, args.steps)
     advice(args.rounds, args.steps, features=256)
     image_advice(args.rounds, max(20, args.steps // 5))
+    ahead_advice(args.rounds, max(20, args.steps // 5))
     pin_thread(args.rounds, args.steps)
     print(f"load average {os.getloadavg()[0]:.2f}")
 

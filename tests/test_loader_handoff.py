@@ -214,3 +214,48 @@ def test_a_marginal_batch_whose_slowest_stage_is_a_transform_keeps_the_workers_e
     d["gpumagic"]["loader_stages"]["stages"][0]["name"] = "TensorDataset.__getitem__"
     g = analyze(d).finding("dataloader-bound")
     assert g.est_gain > f.est_gain and not g.gain_method.startswith("estimate")
+
+
+AHEAD = os.path.join(DATA, "cpu_images_workers_ahead.json.gz")
+
+
+def test_workers_ahead_of_the_loop_leave_only_the_hand_off():
+    """benchmarks/loader_handoff.py --record-ahead (tests/data/MANIFEST.md): two persistent workers
+    make a batch of 64 images in a third of the loop's own work per batch, so the loop waits only
+    to receive each batch. It read "loading that computed would keep a core busy per worker, so it
+    may wait (reads from disk or the network) ... Measure more workers"; case 2c measured four
+    workers 0.08 faster and the batch made at once in the main process 0.53."""
+    r = analyze(AHEAD)
+    f = r.finding("dataloader-bound")
+    w = loader_wait(build_context(load(AHEAD)))
+    assert w.in_workers is True and w.between_ms is not None and w.restarts == 0
+    s = f.evidence.summary
+    assert "The 2 worker(s) make a batch every" in s and "they are ahead" in s and "more workers would not shorten it" in s
+    assert "suggested_num_workers" not in f.evidence.numbers
+    assert not any(x.diagnostic for x in f.fixes) and "BatchSampler" in f.fixes[0].code
+    assert f.gain_method.startswith("estimate") and "runs low" in f.gain_method
+    assert f.est_gain == pytest.approx(f.evidence.numbers["gpu_idle_during_wait_frac"])
+
+
+def test_workers_ahead_is_a_comparison_with_the_loops_own_work():
+    """Ahead: the workers' timed stages per batch, shared between them, at most half the loop's
+    own work between two waits. Not for workers restarted in the window (new workers start
+    behind), nor without a multi-process loader."""
+    from types import SimpleNamespace
+
+    from gpumagic.analysis.loaderwait import LoaderWait
+    from gpumagic.analysis.rules.dataloader import _workers_ahead
+
+    host = SimpleNamespace(loader_stages=[SimpleNamespace(ms_per_batch=4.0, where="worker"),
+                                          SimpleNamespace(ms_per_batch=1.0, where="main")])
+    assert _workers_ahead(host, 2, LoaderWait(8, 2.5, True, 5.0)) == pytest.approx(2.0)
+    assert _workers_ahead(host, 1, LoaderWait(8, 2.5, True, 5.0)) is None  # 4 ms a batch: not ahead of 5
+    assert _workers_ahead(host, 2, LoaderWait(8, 2.5, True, 5.0, restarts=2)) is None
+    assert _workers_ahead(host, 2, LoaderWait(8, 2.5, False, 5.0)) is None
+    assert _workers_ahead(host, 2, LoaderWait(1, 2.5, True, None)) is None
+
+
+def test_workers_restarted_each_epoch_are_not_called_ahead():
+    """tests/data/cpu_loader_restarts.json.gz: the waits are mostly new workers starting."""
+    f = analyze(os.path.join(DATA, "cpu_loader_restarts.json.gz")).finding("dataloader-bound")
+    assert "they are ahead" not in f.evidence.summary

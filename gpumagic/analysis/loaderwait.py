@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from gpumagic._arrays import distinct, median_of
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.loaderrestart import worker_starts
 
 #: Parts of the iterator classes' names: torch's ``_SingleProcessDataLoaderIter`` and
 #: ``_MultiProcessingDataLoaderIter``, and torchdata's ``StatefulDataLoader`` ones
@@ -51,6 +52,12 @@ class LoaderWait:
     batches: int  # merged data-loader spans in the window: one per batch waited for
     median_ms: float | None  # the median wait per batch (None: no batch)
     in_workers: bool | None  # the iterator was the multi-process one; None: unnamed or both kinds
+    #: the median time between the end of one wait and the start of the next: the loop's own work
+    #: per batch (None: fewer than two batches)
+    between_ms: float | None = None
+    #: workers restarted in the window (``analysis.loaderrestart``: each epoch without persistent
+    #: workers); new workers start behind, and the first batches of each epoch wait for them
+    restarts: int = 0
 
 
 def loader_wait(ctx: Context) -> LoaderWait:
@@ -66,7 +73,8 @@ def _loader_wait(ctx: Context) -> LoaderWait:
     names = [ctx.trace.names[i] for i in ids.tolist()]
     multi, single = any(MULTI in n for n in names), any(SINGLE in n for n in names)
     kind = None if multi == single else multi
-    return LoaderWait(len(starts), round(median_of(ends - starts) / 1e6, 4), kind)
+    between = round(median_of(starts[1:] - ends[:-1]) / 1e6, 4) if len(starts) > 1 else None
+    return LoaderWait(len(starts), round(median_of(ends - starts) / 1e6, 4), kind, between, worker_starts(ctx).count)
 
 
 def worker_gain_share(median_ms: float | None, in_workers: bool | None) -> float:

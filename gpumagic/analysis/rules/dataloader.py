@@ -152,6 +152,13 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
             "in one call, not sample by sample) can save; it removes the per-sample indexing and stacking, not "
             "the batch's own copy, and each of the loader's many small operators carries the profiler's cost too, "
             f"so less is saved without the profiler; {workers_less}")
+    ahead = _workers_ahead(host, _running(h, w), w) if enough else None
+    if ahead is not None and makes_batch_at_once(stages):
+        gain, method = exclusive, (
+            "estimate: the data-loader wait that does not overlap other work, which is the main process receiving "
+            "each batch from a worker ahead of it: the batch made at once in the main process (its stage's fix, "
+            "no workers) costs a fraction of that for data in memory; it runs low: the workers' own CPU, which "
+            f"then returns to the model's threads, is not counted ({AHEAD_MEASURED})")
     if threads is not None:
         numbers["suggested_num_threads"] = threads
     loop = "training loop" if ctx.workload == "training" else "loop"
@@ -265,6 +272,16 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
         return (f"Workers already deliver each batch about as fast as the main process can receive it (median wait "
                 f"{w.median_ms:.2f} ms a batch; receiving one costs about {HANDOFF_MS:g} ms): more would not "
                 "shorten the wait; make each batch cheaper, or larger so that fewer are handed over."), None, True
+    running = _running(h, w)
+    ahead = _workers_ahead(host, running, w)
+    if ahead is not None and w.median_ms is not None and w.between_ms is not None:
+        who = f"The {running} worker(s)" if h.worker_count is not None else "The workers (at least one)"
+        return (f"{who} make a batch every {ahead:.2f} ms between them (their timed stages), while the loop asks for "
+                f"one every {w.between_ms:.2f} ms: they are ahead, and the {w.median_ms:.2f} ms the loop still waits "
+                "per batch is the main process receiving it from a worker (the batch's pickled handles come through "
+                "a queue, and each tensor's shared memory is fetched from the worker and mapped): more workers would "
+                "not shorten it; make each batch cheaper to hand over (fewer, larger batches), or, for data already "
+                "in memory, make the batch in the main process at once."), None, True
     if _saturated(h, host):
         return (f"The usable cores are saturated ({pct(h.saturation or 0.0)} of {h.usable_cores:g}) by this process's own "
                 "threads and loading is CPU work: more workers will not help; see host-cpu-saturated."), None, False
@@ -279,7 +296,6 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
                 f"each, so {n} workers (2 per usable core) can help."), n, False
     suggested = suggested_workers(h, moving)
     busy = "" if h.busy_cores is None else f", {h.busy_cores:.1f} busy on average"
-    running = h.worker_count if h.worker_count is not None else (1 if w.in_workers else None)
     if _enough_workers(running, suggested) and _unjudged_idle(h, host, w):
         used = host.get("own_workers_cores")
         seen = (f"used {used:.2f} core(s) in all ({h.busy_cores:.1f} of the {h.usable_cores:g} usable busy on average)"
@@ -340,10 +356,43 @@ def _workers_pace(host: HostMetrics, running: int, w: LoaderWait | None) -> bool
     wait is the main process receiving each batch (a small batch's hand-off: a TensorDataset's
     workers make theirs in a fraction of the wait), which more workers do not shorten."""
     stages = host.loader_stages
-    if not stages or w is None or w.median_ms is None or running <= 0:
+    if not stages or w is None or w.median_ms is None or running <= 0 or _workers_ahead(host, running, w):
         return False
     in_workers = sum(s.ms_per_batch for s in stages if s.where == "worker")
     return in_workers / running >= 0.5 * w.median_ms
+
+
+def _running(h: HostCpu, w: LoaderWait) -> int | None:
+    """The workers running: the CPU samples' count, else 1 when the trace's loader is the
+    multi-process one (at least one), else None."""
+    return h.worker_count if h.worker_count is not None else (1 if w.in_workers else None)
+
+
+#: benchmarks/loader_handoff.py case 2c on this project's 2-core machine (2026-12-07, 5 alternated rounds).
+AHEAD_MEASURED = ("benchmarks/loader_handoff.py case 2c: 64 images of 3×64×64 a batch from a TensorDataset in two "
+                  "workers ahead of a small CNN; the batch made at once in the main process saved 0.53 of the step "
+                  "where the estimate was 0.28, and four workers 0.08")
+#: Workers are ahead when they make a batch (their timed stages' time per batch, shared between
+#: them) in at most this share of the loop's own work per batch: with the profiler's cost on the
+#: stages' timing and the batches' jitter, half leaves room either way. At that pace they fill
+#: DataLoader's prefetch queue (``prefetch_factor`` batches a worker) and the loop waits only for
+#: the hand-off (a 0.8 MB batch of two tensors: 1.6 ms a batch here with two workers that had
+#: every batch ready, against 1.2 ms recorded for a small CNN's loop).
+AHEAD_SHARE = 0.5
+
+
+def _workers_ahead(host: HostMetrics, running: int | None, w: LoaderWait) -> float | None:
+    """The ms a batch takes the workers running, shared between them (their timed stages in the
+    worker processes ÷ the workers), when it is at most :data:`AHEAD_SHARE` of the loop's own
+    work per batch (the median time between two waits): they make batches faster than the loop
+    asks for them, and the wait is receiving each one. None otherwise, or without the stages, the
+    multi-process loader or two batches in the window, or with workers restarted in it (each
+    epoch's new workers start behind: ``dataloader-worker-restarts``)."""
+    stages = host.loader_stages
+    if not stages or not running or not w.in_workers or w.between_ms is None or w.restarts:
+        return None
+    per_batch = sum(s.ms_per_batch for s in stages if s.where == "worker") / running
+    return per_batch if 0 < per_batch <= AHEAD_SHARE * w.between_ms else None
 
 
 def _enough_workers(running: int | None, suggested: int | None) -> bool:
