@@ -165,3 +165,19 @@ def test_a_closure_the_step_runs_is_the_models_time_not_the_optimizers():
     assert (med.forward, med.backward) == pytest.approx((3.1, 4.0), abs=1e-3)
     assert r.metrics.host.optimizer_step_frac == pytest.approx((10_000 - 3_100 - 4_000) / 20_000, abs=1e-3)
     assert r.finding("unfused-optimizer").est_gain == pytest.approx(0.145, abs=1e-3)
+
+
+def test_an_update_that_ends_just_inside_the_window_is_the_step_before_its(tmp_path):
+    """gpumagic's capture ends a step in the optimizer's post-hook, inside ``Optimizer.step#``'s
+    range: the update before the first recorded step ends a microsecond into the window. It was
+    counted as a step of its own (9 updates in 8 recorded steps of tests/data/cpu_adam_forloop,
+    324 operators a step for 364); a step counts where its middle falls in the window."""
+    tb = _loop()
+    tb.op("Optimizer.step#Adam.step", -299, 300, cat="user_annotation")  # the update before, ending at 1 µs
+    ctx = build_context(load(tb.write(tmp_path / "t.json")))
+    ev = ctx.trace.events
+    updates = ctx.trace.name_ids(lambda n: n.startswith("Optimizer.step#"))[ev.name]
+    assert int(ctx.events_in_window(updates).sum()) == 7  # the one before overlaps the window by 1 µs
+    assert optimizer_steps(ctx).calls == 6
+    n = analyze(os.path.join(DATA, "cpu_adam_forloop.json.gz")).finding("unfused-optimizer").evidence.numbers
+    assert n["optimizer_steps"] == 8 and n["operators_per_step"] == pytest.approx(364, abs=1)

@@ -68,6 +68,10 @@ def _find(ctx: Context, only: frozenset[str] | None) -> OptimizerSteps:
     chosen_names = is_step if only is None else ctx.host_name_ids(
         lambda n: (m := STEP_RE.search(n)) is not None and m.group(1) in only)
     rows = np.flatnonzero(ctx.events_in_window(host & chosen_names[ev.name]))
+    # a step counts where its middle falls in the window: a step boundary that gpumagic's capture
+    # sets in the optimizer's post-hook leaves the previous update's last microsecond inside it
+    middle = ev.ts_ns[rows] + ev.dur_ns[rows] // 2
+    rows = rows[(middle >= ctx.lo) & (middle < ctx.hi)]
     if not rows.size:
         return OptimizerSteps(0, (), 0, iv.empty(), None, 0.0, iv.empty())
     classes = tuple(sorted({m.group(1) for i in distinct(ev.name[rows]).tolist() if (m := STEP_RE.search(names[i]))}))
