@@ -432,6 +432,23 @@ def test_a_mask_starting_with_its_dropout_call_counts():
     assert f is not None and f.evidence.numbers["active_dropout_calls"] == 4
 
 
+def test_dropout_traced_while_torch_compile_compiles_is_not_the_models_mode():
+    """torch.compile tracing a model runs its operators on fake tensors inside dynamo's frame
+    compilation: a GPT-2 in eval mode, its forward compiled, read "45 of 45 dropout calls drew a
+    mask" while it compiled. Calls inside ``entire_frame_compile`` are left out; those after it
+    are the model's."""
+    def compiling(tb, t):
+        tb.op("entire_frame_compile", 0, t, cat="user_annotation")
+
+    assert analyze(_dropout(active=True, extra=compiling)).finding("inference-train-mode") is None
+
+    def compiled_then_run(tb, t):
+        tb.op("entire_frame_compile", 0, 2 * 110 - 5, cat="user_annotation")  # the first two calls compile
+
+    f = analyze(_dropout(active=True, calls=6, extra=compiled_then_run)).finding("inference-train-mode")
+    assert f.evidence.numbers["active_dropout_calls"] == 4 and f.evidence.numbers["dropout_calls"] == 4
+
+
 def test_eval_mode_dropout_and_a_single_mask_are_silent():
     assert analyze(_dropout(active=False)).finding("inference-train-mode") is None  # eval: returns its input
     assert analyze(_dropout(active=True, calls=MIN_ACTIVE_DROPOUT - 1)).finding("inference-train-mode") is None

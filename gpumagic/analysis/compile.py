@@ -61,8 +61,19 @@ def metrics(ctx: Context) -> CompileMetrics | None:
 #: Guards that dynamo relaxes after their first failure when ``dynamic=None`` (automatic dynamic
 #: shapes, PyTorch's "Dealing with Recompilations"): a tensor's size along one dimension, and an
 #: integer argument (dynamo specialises ints at first, ``n == 0``; a bool is not made dynamic).
-SIZE_GUARD = re.compile(r"tensor '(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])?' size mismatch at index (?P<dim>\d+)")
-_INT = re.compile(r"^(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])? == -?\d+(?:\s|$)")
+#: The tensor is named by its source in the frame: ``L['x']`` (a local), ``kwargs['input_ids']``
+#: (a frame that takes ``**kwargs``, as transformers' forward wrappers do), or an attribute path
+#: (``kwargs['cache'].layers[0].keys``, a key/value cache's tensor).
+SIZE_GUARD = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<dim>\d+)")
+_INT = re.compile(r"^(?:(?:L|kwargs)\[')?(?P<name>[A-Za-z_]\w*)(?:'\])? == -?\d+(?:\s|$)")
+_PLAIN = re.compile(r"^(?:(?:L|kwargs)\['(?P<key>[A-Za-z_]\w*)'\]|(?P<name>[A-Za-z_]\w*))$")
+
+
+def plain_name(source: str) -> str | None:
+    """The argument a guard's tensor source names, as the caller would spell it (``L['x']`` and
+    ``kwargs['x']`` are ``x``); None for a path into an object (an attribute, an index)."""
+    m = _PLAIN.match(source)
+    return None if m is None else m.group("key") or m.group("name")
 
 
 def _recompilations(failures: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

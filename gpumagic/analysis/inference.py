@@ -145,10 +145,7 @@ def _grad_mode(ctx: Context) -> GradMode:
         used = np.isin(ev.seq[built], ev.seq[numbered])
         limit = min(ev.ts_ns[backward].max(), _cut_pass_start(ev, host_ops, backward), _cut_step_start(ctx, numbered))
         built = built[~used & (ev.ts_ns[built] < limit)]
-    compiling = np.flatnonzero(m["name_compile"] & m["host"])
-    if compiling.size:  # torch.compile tracing the model: its operators' nodes are the tracer's
-        rows = rows[~starts_inside(ev, rows, compiling)]
-        built = built[~starts_inside(ev, built, compiling)]
+    rows, built = outside_compile(ctx, rows), outside_compile(ctx, built)  # the tracer's nodes, not the model's
     built = np.sort(built)
     if built.size:
         built = built[~_sampling(ctx, built)]
@@ -259,6 +256,18 @@ def starts_inside(ev: EventTable, rows: np.ndarray, spans: np.ndarray) -> np.nda
     return out
 
 
+def outside_compile(ctx: Context, rows: np.ndarray) -> np.ndarray:
+    """``rows`` less those that start inside torch.compile's work (``name_compile`` frames on their
+    thread): tracing the model runs its operators on fake tensors, in whatever mode the tracer
+    needs (a compiled model in eval mode read "45 of 45 dropout calls drew a mask" while it
+    compiled), which says nothing about how the model runs."""
+    compiling = ctx.memo("inference.compiling", lambda c: np.flatnonzero(c.masks["name_compile"] & c.masks["host"]))
+    if not compiling.size or not rows.size:
+        return rows
+    kept: np.ndarray = rows[~starts_inside(ctx.trace.events, rows, compiling)]
+    return kept
+
+
 def pass_starts(ev: EventTable, rows: np.ndarray) -> np.ndarray:
     """The start times of the backward passes among ``rows`` (backward nodes with a sequence
     number): each top-level node whose number is above every earlier one's (sorted)."""
@@ -306,7 +315,8 @@ def dropout(ctx: Context) -> Dropout:
 def _dropout(ctx: Context) -> Dropout:
     ev, m = ctx.trace.events, ctx.masks
     ops = m["cpu_op"] & m["host"]
-    calls = np.flatnonzero(ctx.events_in_window(ops) & ctx.host_name_ids(DROPOUT_OPS.__contains__)[ev.name])
+    calls = outside_compile(ctx, np.flatnonzero(ctx.events_in_window(ops)
+                                                & ctx.host_name_ids(DROPOUT_OPS.__contains__)[ev.name]))
     if not calls.size:
         return NO_DROPOUT
     # the thread's operators that start inside each call, the call itself included
@@ -341,7 +351,8 @@ def batch_norm(ctx: Context) -> TrainBatchNorm:
 def _batch_norm(ctx: Context) -> TrainBatchNorm:
     ev, m = ctx.trace.events, ctx.masks
     ops = m["cpu_op"] & m["host"]
-    calls = np.flatnonzero(ctx.events_in_window(ops) & ctx.host_name_ids(lambda n: n == BATCH_NORM)[ev.name])
+    calls = outside_compile(ctx, np.flatnonzero(ctx.events_in_window(ops)
+                                                & ctx.host_name_ids(lambda n: n == BATCH_NORM)[ev.name]))
     if not calls.size:
         return TrainBatchNorm(0, np.zeros(0, np.int64))
     add = ctx.host_name_ids(lambda n: n == COUNTER_ADD)
@@ -412,6 +423,6 @@ def holding(ev: EventTable, calls: np.ndarray, rows: np.ndarray) -> np.ndarray:
                                ev.lane[calls]) > 0
 
 
-__all__ = ["BATCH_NORM", "DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "SAMPLING_OPS", "Dropout", "GradMode", "NoGradDropout", "TrainBatchNorm",
-           "batch_norm", "dropout", "grad_mode", "holding", "nested", "no_grad_dropout", "outermost_ops", "pass_starts",
-           "starts_inside"]
+__all__ = ["BATCH_NORM", "DROPOUT_OPS", "NO_DROPOUT", "NO_GRAD", "SAMPLING_OPS", "Dropout", "GradMode", "NoGradDropout",
+           "TrainBatchNorm", "batch_norm", "dropout", "grad_mode", "holding", "nested", "no_grad_dropout",
+           "outermost_ops", "outside_compile", "pass_starts", "starts_inside"]

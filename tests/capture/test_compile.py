@@ -330,3 +330,39 @@ def test_without_steps_the_cap_counts_again_from_the_end_of_the_compilation():
     m = run.report.metrics
     assert m.window.dur_ms - m.compile.compile_ms < 1900
 
+
+
+def test_a_transformers_forward_names_its_tensors_by_keyword():
+    """transformers' forward wrappers take ``**kwargs``: dynamo names the tensors
+    ``kwargs['input_ids']`` and ``kwargs['cache'].layers[0].keys``. Recorded from ``generate()``
+    with the forward compiled (the fix of cpu-op-overhead's generation advice): the prompt, then
+    one token (input_ids' length), then a cache one position longer — each size's first change,
+    compiled dynamic from then on. The names were not read, and the two read as recurring, "up to
+    100 %" of a window that compiled."""
+    gen = ".venv/lib/python3.11/site-packages/transformers/utils/generic.py"
+    ids = "tensor 'kwargs['input_ids']' size mismatch at index 1. expected 4, actual 1"
+    keys = "tensor 'kwargs['cache'].layers[0].keys' size mismatch at index 2. expected 4, actual 5"
+    trace = compiled_trace(breaks=0, recompiles=0)
+    dynamo = trace["gpumagic"]["capture"]["dynamo"]
+    dynamo["recompiles"] = [{"reason": ids, "file": gen, "line": 1075, "entry": 0},
+                            {"reason": keys, "file": gen, "line": 1075, "entry": 1},
+                            {"reason": ids, "file": gen, "line": 1075, "entry": 0}]
+    report = gpumagic.analyze(trace)
+    assert (report.metrics.compile.recompiles, report.metrics.compile.recompiles_first_change) == (2, 2)
+    f = report.finding("recompiles")
+    assert f.est_gain == 0.0 and f.severity == "low"
+    assert any("torch._dynamo.mark_dynamic(input_ids, 1)" in fx.code for fx in f.fixes)
+    # recurring, on a path into an object only: no mark_dynamic on a name the caller does not have
+    dynamo["recompiles"] = [{"reason": keys, "file": gen, "line": 1075, "entry": 0},
+                            {"reason": keys.replace("actual 5", "actual 6"), "file": gen, "line": 1075, "entry": 1},
+                            {"reason": keys, "file": gen, "line": 1075, "entry": 0}]
+    f = gpumagic.analyze(trace).finding("recompiles")
+    assert f.est_gain > 0 and not any("mark_dynamic" in fx.code for fx in f.fixes)
+    assert any("dynamic=True" in fx.code for fx in f.fixes)
+
+
+def test_a_guard_source_is_read_as_the_argument_a_caller_passes():
+    from gpumagic.analysis.compile import plain_name
+
+    assert plain_name("x") == "x" and plain_name("L['x']") == "x" and plain_name("kwargs['input_ids']") == "input_ids"
+    assert plain_name("kwargs['cache'].layers[0].keys") is None and plain_name("L['self'].weight") is None

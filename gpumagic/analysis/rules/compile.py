@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpumagic.analysis.compile import SIZE_GUARD
+from gpumagic.analysis.compile import SIZE_GUARD, plain_name
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import CompileMetrics, CompileReason, Metrics
@@ -41,9 +41,10 @@ def _fixes(c: CompileMetrics, sizes: bool = True) -> list[Fix]:
     recompilation may be about a size or integer); one dtype into the compiled code when a dtype
     guard failed."""
     fixes: list[Fix] = []
-    size = next((g for g in (SIZE_GUARD.search(r.reason) for r in c.recompile_reasons) if g), None)
+    sizes_seen = (g for g in (SIZE_GUARD.search(r.reason) for r in c.recompile_reasons) if g)
+    size = next((g for g in sizes_seen if plain_name(g.group("name"))), None)  # an argument the caller passes
     if size is not None:
-        name, dim = size.group("name"), size.group("dim")
+        name, dim = plain_name(size.group("name")), size.group("dim")
         fixes.append(pytorch(
             f"Dimension {dim} of {name} changes between calls: mark it dynamic before the first call, so that one "
             "compilation serves every size",
