@@ -13,7 +13,9 @@ with ``.item()``, against one call on the stacked samples (the first fix for suc
 generation (with transformers installed): a 2-layer GPT-2 of 64 units built from a config, 8
 prompts of 8 tokens, 40 new tokens each (greedy), one ``generate`` call a prompt, the same with
 the model's forward compiled (the finding's fix), through the wrapper ``torch.compile(model)``
-returns (its ``generate`` is the module's own: nothing compiled), and one call for all 8 prompts
+returns (its ``generate`` is the module's own: nothing compiled), and one call for all 8 prompts;
+and the same model in a text-generation pipeline, 16 prompts of 3 to 11 words, 20 new tokens,
+called once per prompt against the finding's pipeline fix run as given (the same texts)
 (``--generation`` times these alone). Then MAML (a 1 → 40 → 40 → 1 MLP,
 sine-regression tasks of 10 points, one inner step of ``autograd.grad(create_graph=True)``, Adam):
 a Python loop over 4 and over 16 tasks against torch.func's vmap over the tasks (the finding's
@@ -202,6 +204,40 @@ def _generation(prompts: int = 8, new_tokens: int = 40):
     return each(model), each(compiled), together, each(wrapper)
 
 
+def _generation_pipeline(prompts: int = 16, new_tokens: int = 20):
+    """(each prompt through a text-generation pipeline, the finding's pipeline fix run as given on
+    the whole list): each returns the texts; a 2-layer GPT-2 of 64 units and a word-level
+    tokenizer built here. None without transformers."""
+    try:
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast, pipeline
+    except ImportError:
+        return None
+    from gpumagic.analysis.rules.opoverhead import PIPELINE_GENERATE_CODE
+
+    vocab = {w: i for i, w in enumerate(["<unk>", "<eos>"] + [f"w{i}" for i in range(200)])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(vocab), n_positions=256, n_embd=64, n_layer=2, n_head=2, bos_token_id=1,
+                        eos_token_id=1)
+    texts = [" ".join(f"w{(i * 7 + j) % 200}" for j in range(3 + i % 9)) for i in range(prompts)]
+    settings = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
+    each_pipe = pipeline("text-generation", model=GPT2LMHeadModel(config).eval(), tokenizer=tokenizer, device=-1)
+    space = {"pipe": pipeline("text-generation", model=each_pipe.model, tokenizer=tokenizer.__class__(
+        tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>"), device=-1), "prompts": texts}
+    fix = PIPELINE_GENERATE_CODE.replace("max_new_tokens=40", "**settings")
+
+    def each():
+        return [each_pipe(t, **settings)[0]["generated_text"] for t in texts]
+
+    def batched():
+        exec(fix, {**space, "settings": settings}, local := {})
+        return [o[0]["generated_text"] for o in local["outputs"]]
+    return each, batched
+
+
 def _time_generation(generation, rounds: int) -> None:
     """The generation cases alternated: the forward compiled in place (the finding's fix), and the
     wrapper ``torch.compile(model)``, through which ``generate()`` compiles no frame."""
@@ -328,6 +364,14 @@ def main() -> None:
         if generation is None:
             raise SystemExit("the generation cases need transformers")
         _time_generation(generation, args.rounds)
+        piped = _generation_pipeline()
+        if piped is not None:
+            each, batched = piped
+            assert each() == batched()  # the same texts (greedy, left-padded)
+            med, line = medians(alternated({"pipeline, a prompt a call": each, "the fix: the list": batched},
+                                           args.rounds, 1))
+            print(line)
+            print(f"pipeline saved: {1 - med['the fix: the list'] / med['pipeline, a prompt a call']:.3f}")
         return
     if args.record:
         profiled(os.path.join(args.record, "cpu_rnn_loop.json.gz"), steps=3, time_steps=32)  # a smaller file

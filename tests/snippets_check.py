@@ -49,7 +49,10 @@ INSTANCE_ATTRIBUTES = frozenset({"param_groups", "state", "defaults", "pad_token
                                  # a transformers model's output (its logits and key/value cache: ``cache``
                                  # in 5.25, ``past_key_values`` before), and a nanoGPT-style attention's
                                  # layers and sizes (tests/test_decoding.py runs both decoding fixes)
-                                 "logits", "cache", "past_key_values", "c_attn", "c_proj", "n_embd", "n_head"})
+                                 "logits", "cache", "past_key_values", "c_attn", "c_proj", "n_embd", "n_head",
+                                 # a pipeline's tokenizer and the side it pads on (tests/test_cpu_op_overhead.py
+                                 # runs the text-generation pipeline fix)
+                                 "tokenizer", "padding_side"})
 
 
 def magic_lines(code: str) -> tuple[str, list[str]]:

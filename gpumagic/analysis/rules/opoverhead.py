@@ -177,6 +177,17 @@ with torch.inference_mode():
 texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
 """
 
+#: A text-generation pipeline called once per prompt: given the list and a batch size it pads the
+#: prompts (on the left, with a pad token, which GPT-2's tokenizer lacks) and decodes a batch's
+#: tokens in the same passes. benchmarks/op_overhead.py --generation: a 2-layer GPT-2 of 64 units,
+#: 16 prompts of 20 new tokens, the same texts either way.
+PIPELINE_GENERATE_CODE = """
+# a text-generation pipeline called once per prompt: give it the whole list and a batch size
+pipe.tokenizer.padding_side = "left"                    # decoder-only models pad on the left
+pipe.tokenizer.pad_token = pipe.tokenizer.pad_token or pipe.tokenizer.eos_token
+outputs = pipe(prompts, batch_size=8, max_new_tokens=40)   # your generation arguments as before
+"""
+
 @rule("cpu-op-overhead")
 def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: a CPU-only trace whose steps' forward and backward phases (``metrics.phases``)
@@ -358,6 +369,8 @@ def _inference(ctx: Context) -> Finding | None:
         fixes: tuple[Fix, ...] = (
             pytorch("If you generate for many prompts one after another, generate for all of them in one call",
                     GENERATE_BATCH_CODE),
+            huggingface("A text-generation pipeline called once per prompt: give it the whole list and a batch size",
+                        PIPELINE_GENERATE_CODE),
             pytorch("Compile the model's forward: each token's small operators become a few fused loops",
                     GENERATE_COMPILE_CODE))
     else:
