@@ -52,7 +52,9 @@ INSTANCE_ATTRIBUTES = frozenset({"param_groups", "state", "defaults", "pad_token
                                  "logits", "cache", "past_key_values", "c_attn", "c_proj", "n_embd", "n_head",
                                  # a pipeline's tokenizer and the side it pads on (tests/test_cpu_op_overhead.py
                                  # runs the text-generation pipeline fix)
-                                 "tokenizer", "padding_side"})
+                                 "tokenizer", "padding_side",
+                                 # a generation config's cache switch (tests/test_decoding.py)
+                                 "use_cache"})
 
 
 def magic_lines(code: str) -> tuple[str, list[str]]:

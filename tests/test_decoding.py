@@ -219,9 +219,13 @@ def test_the_transformers_fixes_decode_the_same_tokens():
     lm.generation_config.do_sample = False
     lm.generation_config.eos_token_id = None
     lm.generation_config.pad_token_id = 0
+    lm.config.use_cache = lm.generation_config.use_cache = False  # as gradient checkpointing can leave it
+    positions: list[int] = []  # the positions each pass runs on
+    lm.transformer.wte.register_forward_hook(lambda mod, args, out: positions.append(args[0].shape[1]))
     space = {"lm": lm, "ids": prompt, "max_new_tokens": 12, "torch": torch}
     exec(GENERATE_CODE, space)
     assert torch.equal(space["ids"], expected)
+    assert positions == [3] + [1] * 11  # the prompt, then the new token alone
 
 
 def test_the_cache_name_follows_the_installed_transformers(monkeypatch):

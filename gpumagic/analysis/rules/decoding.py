@@ -19,9 +19,15 @@ MEASURED = ("benchmarks/decode_cache.py: a 4-layer GPT-2, 256 wide, built from a
             "greedily on the CPU: passing the cache back saved 0.76 of the time and generate() 0.72, for an "
             "estimate of 0.67")
 
+#: ``generate()`` reads ``generation_config.use_cache`` (transformers 5.25: a model whose
+#: ``config.use_cache`` is False, as training with gradient checkpointing leaves it, still decodes
+#: with the cache while ``generation_config.use_cache`` is True; with both False it runs the whole
+#: sequence each token). tests/test_decoding.py runs this with the cache switched off first.
 GENERATE_CODE = """
-# transformers' generate() keeps every layer's keys and values (use_cache=True, its default) and
-# runs the model on the new token only
+# transformers' generate() keeps every layer's keys and values and runs the model on the new
+# token only, while its generation config says use_cache (a model trained with gradient
+# checkpointing may have been saved with it off)
+lm.generation_config.use_cache = True
 with torch.inference_mode():
     ids = lm.generate(ids, max_new_tokens=max_new_tokens)   # your sampling arguments as before
 """
@@ -117,8 +123,9 @@ def decoding_without_cache(ctx: Context, m: Metrics) -> Finding | None:
         {rg.first_ns / 1e6:.2f} ms a pass over the first quarter of {whose} tokens to {rg.last_ns / 1e6:.2f} ms a
         pass over the last (rank correlation with the token's place {rg.rho:.2f}): each pass runs them on the whole sequence,
         one position longer each time, so the total grows with the square of the length instead of linearly.
-        transformers' generate() uses a cache by default; a loop calling the model with use_cache=False, or a
-        model of your own without one, recomputes everything.""",
+        transformers' generate() uses a cache by default; generate() with use_cache off (a model trained with
+        gradient checkpointing may have been saved so), a loop calling the model with use_cache=False, or a model
+        of your own without one recomputes everything.""",
         summary=(f"{over} decoded: the projections took {rg.first_ns / 1e6:.2f} ms a pass at first and "
                  f"{rg.last_ns / 1e6:.2f} ms at the end ({where}); the passes' time beyond the fastest first "
                  f"ones', summed, is {pct(frac)} of the window."),
