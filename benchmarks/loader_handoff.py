@@ -282,12 +282,19 @@ def record(folder: str) -> None:
         print("recorded", path)
         del it, loader
     data = image_data(2_048)
-    loader = DataLoader(data, batch_size=128, shuffle=True)
-    path = os.path.join(folder, "cpu_tensordataset_images.json.gz")
+    _record_cnn(DataLoader(data, batch_size=128, shuffle=True),
+                os.path.join(folder, "cpu_tensordataset_images.json.gz"))
+
+
+def _record_cnn(loader, path: str, start_inside: bool = False) -> None:
+    """Eight steps of the CNN over ``loader`` recorded into ``path`` (eleven run); with
+    ``start_inside`` the iterator, and its workers, start under the capture, which then times the
+    workers' stages (the first step, which waits for them, is skipped)."""
     model = _cnn()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    it = iter(loader)
+    it = None if start_inside else iter(loader)
     with gpumagic.profile(steps=8, save=path, display=False):
+        it = iter(loader) if it is None else it
         for _ in range(11):
             x, y = next(it)
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -298,21 +305,10 @@ def record(folder: str) -> None:
 
 
 def record_ahead(folder: str) -> None:
-    """The bundle of case 2c: eight steps of the CNN fed by two persistent workers that are ahead,
-    started under the capture so that their stages are timed."""
-    loader = _ahead_loaders(image_data(2_048), 2)
-    model = _cnn()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    path = os.path.join(folder, "cpu_images_workers_ahead.json.gz")
-    with gpumagic.profile(steps=8, save=path, display=False):
-        it = iter(loader)  # the workers start under the capture, which times their stages (the first step skipped)
-        for _ in range(11):
-            x, y = next(it)
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    print("recorded", path)
+    """The bundle of case 2c: the CNN fed by two persistent workers that are ahead, started under
+    the capture so that their stages are timed."""
+    _record_cnn(_ahead_loaders(image_data(2_048), 2), os.path.join(folder, "cpu_images_workers_ahead.json.gz"),
+                start_inside=True)
 
 
 def main() -> None:
