@@ -151,6 +151,32 @@ def test_padding_once_gives_the_batches_padding_each_batch_gives():
     idx = ns["idx"].tolist()  # the last batch: two samples
     assert torch.equal(ns["x"], pad_sequence([sequences[i] for i in idx], batch_first=True))
     assert ns["y"].tolist() == idx and ns["x"].shape[1] == max(len(sequences[i]) for i in idx)
+    # the mask a tokenizer's padding gives: ones on each sequence's tokens, zeros on its padding
+    lengths = [len(sequences[i]) for i in idx]
+    assert ns["attention_mask"].tolist() == [[j < n for j in range(ns["x"].shape[1])] for n in lengths]
+
+
+def test_padding_once_gives_what_a_tokenizing_collate_gives():
+    """A collate that tokenizes and pads (a transformers tokenizer, ``padding=True``), against the
+    fix with the texts tokenized once and the tokenizer's pad id: the same ids and mask a batch."""
+    pytest.importorskip("transformers")
+    import snippets_collect as sc
+    import torch
+
+    from gpumagic.analysis.rules.stagefixes import PAD_ONCE_CODE
+
+    tokenizer = sc._language_model("cpu")["tokenizer"]
+    texts = ["hello world", "the cat sat on the mat", "the mat", "hello cat", "on the mat"]
+    code = PAD_ONCE_CODE.replace("pad_id = 0 ", "pad_id = tokenizer.pad_token_id ")
+    code = code.replace("#   sequences = [", "sequences = [")
+    torch.manual_seed(0)
+    ns = {"torch": torch, "tokenizer": tokenizer, "texts": texts, "labels": list(range(5)), "epochs": 1,
+          "batch_size": 2}
+    exec(code, ns)
+    idx = ns["idx"].tolist()
+    enc = tokenizer([texts[i] for i in idx], padding=True, return_tensors="pt")
+    assert tokenizer.pad_token_id != 0
+    assert torch.equal(ns["x"], enc["input_ids"]) and torch.equal(ns["attention_mask"].long(), enc["attention_mask"])
 
 
 def test_with_the_cores_saturated_the_stage_fix_comes_first():

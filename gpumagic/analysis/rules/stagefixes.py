@@ -110,18 +110,22 @@ loader = DataLoader(dataset, batch_size=None)"""
 PAD_ONCE_CODE = """
 from torch.nn.utils.rnn import pad_sequence
 
-# once, before the loop: every sequence padded into one tensor (zeros after each one's end), with
+# sequences: each sample's token ids as a tensor; a collate that tokenizes: tokenize once instead,
+#   sequences = [torch.tensor(ids) for ids in tokenizer(texts)["input_ids"]]
+# once, before the loop: every sequence padded into one tensor (pad_id after each one's end), with
 # its length; the same tensors every epoch instead of padding each batch again. The tensor holds
 # samples x longest: with a few very long sequences, pad per length bucket instead
+pad_id = 0                                                 # a tokenizer's: tokenizer.pad_token_id
 lengths = torch.tensor([len(s) for s in sequences])
-padded = pad_sequence(sequences, batch_first=True)
+padded = pad_sequence(sequences, batch_first=True, padding_value=pad_id)
 all_labels = torch.tensor(labels)
 for epoch in range(epochs):
     order = torch.randperm(len(padded))
     for start in range(0, len(padded), batch_size):
         idx = order[start:start + batch_size]
         width = int(lengths[idx].max())                    # the batch's longest, as padding per batch gives
-        x, y = padded[idx, :width], all_labels[idx]"""
+        x, y = padded[idx, :width], all_labels[idx]
+        attention_mask = torch.arange(width) < lengths[idx, None]   # a transformer's: True on the tokens"""
 
 PIN_CODE = """
 # the dataset returns uint8 images, not float32: a quarter of the bytes to pin and copy
