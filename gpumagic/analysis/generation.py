@@ -175,9 +175,7 @@ def _regrowth(ctx: Context) -> Regrowth | None:
                           & ctx.host_name_ids(PROJECTION_OPS.__contains__)[ev.name])
     if not rows.size:
         return None
-    order, outer = iv.outermost(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])
-    rows = rows[order][outer]
-    projections = iv.union(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])
+    projections = iv.union(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])  # one nested in another counted once
     work = iv.measure_in(projections, ends[:-1], ends[1:]).astype(np.float64)
     took = np.diff(ends).astype(np.float64)
     gpu = False
@@ -231,11 +229,10 @@ def _sequence_starts(work: np.ndarray) -> list[int]:
 
 def _rank_correlation(values: np.ndarray) -> float:
     """Spearman's rank correlation of ``values`` with their order (0 when they are all equal)."""
-    ranks = np.argsort(np.argsort(values, kind="stable"), kind="stable").astype(np.float64)
-    place = np.arange(values.size, dtype=np.float64)
     if values.size < 3 or np.all(values == values[0]):
         return 0.0
-    return float(np.corrcoef(place, ranks)[0, 1])
+    ranks = np.argsort(np.argsort(values, kind="stable"), kind="stable").astype(np.float64)
+    return float(np.corrcoef(np.arange(values.size, dtype=np.float64), ranks)[0, 1])
 
 
 #: ``generate()`` (transformers' GenerationMixin) calls the module itself, ``self(**inputs)``; the

@@ -96,7 +96,8 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     w = loader_wait(ctx)
     if w.median_ms is not None:
         numbers["wait_per_batch_ms"] = w.median_ms
-    advice, workers, enough = _worker_advice(h, host, loading_in_main(h, host.get("own_busy_cores"), frac), w)
+    ahead = _workers_ahead(host, _running(h, w), w)
+    advice, workers, enough = _worker_advice(h, host, loading_in_main(h, host.get("own_busy_cores"), frac), w, ahead)
     no_more = enough or _saturated(h, host)
     if workers is not None:
         numbers["suggested_num_workers"] = workers
@@ -152,8 +153,7 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
             "in one call, not sample by sample) can save; it removes the per-sample indexing and stacking, not "
             "the batch's own copy, and each of the loader's many small operators carries the profiler's cost too, "
             f"so less is saved without the profiler; {workers_less}")
-    ahead = _workers_ahead(host, _running(h, w), w) if enough else None
-    if ahead is not None and makes_batch_at_once(stages):
+    if enough and ahead is not None and makes_batch_at_once(stages):
         gain, method = exclusive, (
             "estimate: the data-loader wait that does not overlap other work, which is the main process receiving "
             "each batch from a worker ahead of it: the batch made at once in the main process (its stage's fix, "
@@ -253,7 +253,7 @@ def _intra_op_threads(h: HostCpu, host: HostMetrics, workers: int | None) -> int
 
 
 def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
-                   w: LoaderWait | None = None) -> tuple[str, int | None, bool]:
+                   w: LoaderWait | None = None, ahead: float | None = None) -> tuple[str, int | None, bool]:
     """The sentence that says where the worker count comes from, the count (None: the fix
     computes it on the machine that runs it, or there is none to give), and whether workers
     cannot shorten the wait (no count then): a batch that loads in the main process faster than
@@ -261,7 +261,9 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
     be received, or workers running that already take what the spare cores allow
     (:func:`_enough_workers`). ``moving``: the loading the main process does itself now, which
     the workers would take over (:func:`~gpumagic.analysis.hostcpu.loading_in_main`). ``w``: the
-    wait per batch and the loader's kind, from the trace (:mod:`~gpumagic.analysis.loaderwait`)."""
+    wait per batch and the loader's kind, from the trace (:mod:`~gpumagic.analysis.loaderwait`).
+    ``ahead``: a batch's time in the workers running when they are ahead of the loop
+    (:func:`_workers_ahead`), whose wait is then the hand-off."""
     w = w or LoaderWait(0, None, None)
     if _cheap_batch(w):
         return (f"A batch takes {w.median_ms:.2f} ms to load in the main process (num_workers=0; the median wait), "
@@ -273,7 +275,6 @@ def _worker_advice(h: HostCpu, host: HostMetrics, moving: float = 0.0,
                 f"{w.median_ms:.2f} ms a batch; receiving one costs about {HANDOFF_MS:g} ms): more would not "
                 "shorten the wait; make each batch cheaper, or larger so that fewer are handed over."), None, True
     running = _running(h, w)
-    ahead = _workers_ahead(host, running, w)
     if ahead is not None and w.median_ms is not None and w.between_ms is not None:
         who = f"The {running} worker(s)" if h.worker_count is not None else "The workers (at least one)"
         return (f"{who} make a batch every {ahead:.2f} ms between them (their timed stages), while the loop asks for "

@@ -363,7 +363,7 @@ def _inference(ctx: Context) -> Finding | None:
     items = int(np.count_nonzero(mask & ctx.trace.name_ids(lambda n: n == "aten::item")[ev.name]))
     gen = generation(ctx)
     picks, decoding = gen.tokens, gen.decoding
-    grown = regrowth(ctx) if decoding else None
+    grown = regrowth(ctx)  # None unless the window decodes
     recomputing = grown is not None and grown.recomputing
     if decoding:
         fixes: tuple[Fix, ...] = (
