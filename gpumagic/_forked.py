@@ -64,21 +64,42 @@ def start(work: Callable[[], Any]) -> Child:
     :class:`OSError` when no process or file can be had (EAGAIN, ENOMEM, EMFILE); nothing is left
     behind then."""
     fd = result_file()
+    held = _hold_interrupts()
     try:
         pid = fork_quietly()
     except OSError:
+        _release(held)
         os.close(fd)
         raise
     if pid == 0:  # the child: work, write, leave without running any of the parent's clean-up
         code = 1
         try:
+            _release(held)  # a Ctrl-C from here on ends the child quietly, through os._exit below
             result = work()
             if result is not None:
                 write_result(fd, result)
                 code = 0
         finally:
             os._exit(code)
+    _release(held)
     return Child(pid, fd)
+
+
+def _hold_interrupts() -> Any:
+    """Block SIGINT in this thread until :func:`_release`: a terminal's Ctrl-C goes to the whole
+    process group, and one that reached a child while os.fork ran Python's after-fork hooks
+    (``threading._after_fork``) printed its traceback there ("Exception ignored in ...") before the
+    child's own code could end it quietly. Held across the fork, it is delivered to each process
+    once the fork is done. None where signals cannot be masked."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def _release(held: Any) -> None:
+    """Restore the signal mask :func:`_hold_interrupts` replaced (a Ctrl-C held meanwhile arrives now)."""
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def wait(child: Child) -> Any:

@@ -86,3 +86,23 @@ def test_the_child_leaves_without_the_parents_clean_up(tmp_path):
     finally:
         atexit.unregister(handler)
     assert not marker.exists()
+
+
+def test_ctrl_c_is_held_while_the_child_is_forked(monkeypatch):
+    """SIGINT is blocked while os.fork runs (and its after-fork hooks in the child, where a
+    KeyboardInterrupt printed a traceback: tests/test_cli.py's Ctrl-C test failed so once), and
+    the mask is back as it was in the parent and, once the child runs its work, in the child."""
+    import signal
+
+    masks: list[set] = []
+    real = _forked.fork_quietly
+
+    def fork():
+        masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+        return real()
+
+    monkeypatch.setattr(_forked, "fork_quietly", fork)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    child = _forked.start(lambda: signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+    assert signal.SIGINT in masks[0] and signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+    assert _forked.wait(child) is (signal.SIGINT in before)  # the child's work ran with the parent's mask
