@@ -4,6 +4,8 @@ A module left in eval mode while the optimizer keeps stepping (a frozen backbone
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import everystep_blocks as blocks
 import pytest
 from tracebuilder import TraceBuilder
@@ -47,8 +49,64 @@ def test_an_evaluation_loop_in_the_window_is_its_own_segment():
     assert ev.dur_ms == pytest.approx(30.0, abs=0.01)
     assert "no optimizer step" in ev.evidence[0]
     assert r.metrics.window.steady_frac < 1.0 and r.metrics.window.steady_judged_ms is not None
-    assert any("evaluation" in n and "steady part only" in n for n in r.notes)
+    assert any("evaluation" in n and "longest steady stretch" in n and "the other steady stretch too" in n
+               for n in r.notes)
     assert r.finding("warmup-in-window") is None  # an evaluation is no warm-up
+
+
+ADAM_INNER = ("aten::lerp_", "aten::mul_", "aten::addcmul_", "aten::sqrt")
+
+
+def _adam_bundle(eval_events):
+    """Like :func:`_bundle`, but each step ends in a 2.9 ms for-loop Adam update (unfused-optimizer)."""
+    steps = [10.0] * 13
+    steps[EVAL_STEP] = 40.0
+    block = blocks.block(steps, recorded=range(1, 11), profiled=11, events=eval_events)
+    tb = TraceBuilder(cc=None)
+    for k in range(1, 11):
+        ts = 5_000_000 + block["start_ms"][k] * 1000
+        tb.step(k, ts, steps[k] * 1000)
+        tb.op("aten::addmm", ts + 100, 4000)
+        o = ts + steps[k] * 1000 - 3000
+        tb.op("Optimizer.step#Adam.step", o, 2900, cat="user_annotation")
+        for j, name in enumerate(ADAM_INNER):
+            tb.op(name, o + 5 + j * 700, 690)
+    d = tb.to_dict()
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "machine": {}, "versions": {},
+                     "clock": {"anchor_epoch_ns": None}, "samples": {}, "every_step": block}
+    return d, block
+
+
+def test_a_steady_findings_gain_counts_every_steady_stretch():
+    """An evaluation in the middle splits the training steps in two steady stretches: the rules
+    judge the longer one, but the optimizer's for-loop runs in both, so the gain counts both
+    (all ten 2.9 ms updates), not only the judged stretch's five."""
+    _, block = _adam_bundle([])
+    d, _ = _adam_bundle([_eval_in_step(block, EVAL_STEP)])
+    r = analyze(d)
+    assert [s.kind for s in r.metrics.window.segments] == ["steady", "evaluation", "steady"]
+    window_ms = r.metrics.window.dur_ms
+    f = r.finding("unfused-optimizer")
+    assert f.evidence.numbers["optimizer_steps"] == 5  # judged on the longer stretch
+    assert f.est_gain == pytest.approx(10 * 2.9 / window_ms, abs=0.005)  # not 5 * 2.9 / window_ms
+
+
+def test_a_ratio_gain_scales_by_every_steady_stretch(monkeypatch):
+    """A steady-state finding whose gain is a share of its stretch (no time it claims, such as
+    cpu-op-overhead's) becomes that share of all the steady time, not of the judged stretch's."""
+    import gpumagic.analysis as analysis
+    from gpumagic.analysis.rules.base import finding
+
+    def half(ctx, m):
+        return replace(finding(severity="high", title="half", why="", summary="", numbers={}, est_gain=0.5,
+                               gain_method="a share of the stretch", fixes=(), doc_url=""), id="cpu-op-overhead")
+
+    monkeypatch.setattr(analysis, "CAUSE_RULES", (half,))
+    monkeypatch.setattr(analysis, "STEADY_RULES", (half,))
+    _, block = _adam_bundle([])
+    r = analyze(_adam_bundle([_eval_in_step(block, EVAL_STEP)])[0])
+    steady_ms = sum(s.dur_ms for s in r.metrics.window.segments if s.kind == "steady")
+    assert r.finding("cpu-op-overhead").est_gain == pytest.approx(0.5 * steady_ms / r.metrics.window.dur_ms, abs=0.01)
 
 
 def test_a_frozen_submodule_in_eval_mode_is_training():

@@ -8,6 +8,7 @@ from typing import Any
 
 from gpumagic._env import env_flag
 from gpumagic.analysis import aside, segments, selfcheck
+from gpumagic.analysis import intervals as iv
 from gpumagic.analysis import metrics as _metrics
 from gpumagic.analysis.context import Context, build_context
 from gpumagic.analysis.gains import IDLE_TYPE, apportion
@@ -51,10 +52,11 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
         aside.start(ctx, _metrics.ASIDE, workers, _metrics.before_aside)
         metrics = _metrics.compute(ctx)
         steady, steady_m, seg_notes = _steady_part(ctx, metrics, workers)
-        findings, failed = _findings(ctx, metrics, steady, steady_m, empty)
+        others = segments.segments(ctx).steady_others if steady is not None and steady is not ctx else iv.empty()
+        findings, failed = _findings(ctx, metrics, steady, steady_m, empty, others)
     finally:  # a child whose values were not taken (an error on the way) is stopped
         aside.finish(ctx)
-    findings, combined = apportion(ctx, findings, steady=steady)
+    findings, combined = apportion(ctx, findings, steady=steady, others=others)
     if ctx.workload == "serving":  # a serving engine: its arguments, not training-loop code (advice/serving.py)
         from gpumagic.analysis.advice.serving import for_serving
 
@@ -70,10 +72,14 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
 
 
 def _findings(ctx: Context, metrics: Metrics, steady: Context | None, steady_m: Metrics | None,
-              empty: bool) -> tuple[list[Finding], list[str]]:
+              empty: bool, others: iv.Intervals | None = None) -> tuple[list[Finding], list[str]]:
     """What the cause rules and the residual rule find: the steady-state rules on ``steady``
     (``None``: not judged), the others on the whole window; nothing when the window is ``empty``
-    (:func:`selfcheck.is_empty`). Also a note for each rule that failed (:func:`_judge`)."""
+    (:func:`selfcheck.is_empty`). Also a note for each rule that failed (:func:`_judge`).
+    A steady-state finding's gain, a share of ``steady``, becomes a share of the whole window
+    that counts ``others`` too: the window's other steady segments, the same loop between
+    evaluations or captures (:attr:`segments.Segments.steady_others`)."""
+    steady_ns = (steady.window_ns if steady is not None else 0) + (iv.total(others) if others is not None else 0)
     findings: list[Finding] = []
     failed: list[str] = []
     unjudged = selfcheck.host_rules_unjudged(ctx)  # counter mode, no host events: a note says so
@@ -87,7 +93,7 @@ def _findings(ctx: Context, metrics: Metrics, steady: Context | None, steady_m: 
         else:
             f = _judge(rule, steady, steady_m, failed)
             if f is not None and steady is not ctx and f.id not in IDLE_TYPE:  # a share of the whole window
-                f = replace(f, est_gain=round(f.est_gain * steady.window_ns / ctx.window_ns, 4))
+                f = replace(f, est_gain=round(min(1.0, f.est_gain * steady_ns / ctx.window_ns), 4))
         if f is not None:
             findings.append(f)
     low = None if empty else _judge(RESIDUAL_RULE, ctx, metrics, failed)
@@ -131,9 +137,16 @@ def _steady_part(ctx: Context, metrics: Metrics, workers: int = 1) -> tuple[Cont
     finally:  # taken by now, unless an error came first
         aside.finish(sub)
     a, b = ((sub.lo - ctx.lo) / 1e6, (sub.hi - ctx.lo) / 1e6)
+    others = seg.steady_others
+    if not others[0].size:
+        return sub, sub_metrics, [
+            f"The window is not all steady ({shares} of it): {names} judged its steady part only, "
+            f"+{a:.1f} to +{b:.1f} ms."]
     return sub, sub_metrics, [
-        f"The window is not all steady ({shares} of it): {names} judged its steady part only, "
-        f"+{a:.1f} to +{b:.1f} ms."]
+        f"The window is not all steady ({shares} of it): {names} judged its longest steady stretch, "
+        f"+{a:.1f} to +{b:.1f} ms; their gains count the "
+        f"{'other steady stretch' if others[0].size == 1 else f'{others[0].size} other steady stretches'} too "
+        f"({100 * seg.steady_frac:.0f} % of the window in all)."]
 
 
 __all__ = ["analyze"]

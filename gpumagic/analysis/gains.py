@@ -117,14 +117,25 @@ CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {
 }
 
 
-def apportion(ctx: Context, findings: list[Finding], steady: Context | None = None) -> tuple[list[Finding], float]:
+def apportion(ctx: Context, findings: list[Finding], steady: Context | None = None,
+              others: iv.Intervals | None = None) -> tuple[list[Finding], float]:
     """The findings with idle-type gains counted once, and ``combined_gain``. A steady-state
     finding (``rules.STEADY_IDS``) claims its time in ``steady``, the part of the window it
-    judged; gains are shares of the whole window. ``combined_gain`` counts, of each idle-type
+    judged, and in ``others``, the window's other steady segments (the same loop between
+    evaluations or captures: what its claim finds there in the whole window); gains are shares
+    of the whole window. ``combined_gain`` counts, of each idle-type
     finding's windows, only what its gain counts (the earliest part, :func:`intervals.head`, when
     an estimate or a cap keeps the gain below its time), and only the findings returned: never
     more than the returned gains combined (docs/metrics.md, "Gains counted once")."""
     by_id = {f.id: f for f in findings}
+
+    def claim(fid: str) -> iv.Intervals:
+        if steady is None or fid not in STEADY_IDS:
+            return CLAIMS[fid](ctx)
+        if others is None or not others[0].size:
+            return CLAIMS[fid](steady)
+        return iv.merge(CLAIMS[fid](steady), iv.intersect(CLAIMS[fid](ctx), others))
+
     idle = ctx.gaps.intervals if ctx.device >= 0 else iv.union(np.array([ctx.lo]), np.array([ctx.hi]))
     budget = iv.total(idle)
     claimed = iv.empty()
@@ -138,7 +149,7 @@ def apportion(ctx: Context, findings: list[Finding], steady: Context | None = No
         if fid not in CLAIMS:  # an idle-type finding this module does not know: its own gain, capped
             ns = min(int(f.est_gain * ctx.window_ns), budget)
         else:
-            wanted = CLAIMS[fid](steady if steady is not None and fid in STEADY_IDS else ctx)
+            wanted = claim(fid)
             if fid not in COPY_TIME:
                 wanted = iv.intersect(wanted, idle)
             taken_by = [c for c, t in claimed_by.items() if iv.total(iv.intersect(wanted, t))]
@@ -164,7 +175,7 @@ def apportion(ctx: Context, findings: list[Finding], steady: Context | None = No
         if f.id in granted_by:
             union = iv.merge(union, granted_by[f.id])
         elif f.id in OTHER_TIME_BASED:
-            union = iv.merge(union, CLAIMS[f.id](steady if steady is not None and f.id in STEADY_IDS else ctx))
+            union = iv.merge(union, claim(f.id))
     keep = 1.0 - min(1.0, ctx.frac(iv.total(union)))
     for f in out:
         if f.id not in IDLE_TYPE and f.id not in OTHER_TIME_BASED:

@@ -122,6 +122,17 @@ class Segments:
     def all_steady(self) -> bool:
         return all(s.kind == "steady" for s in self.items)
 
+    @property
+    def steady_others(self) -> iv.Intervals:
+        """The steady segments other than the judged stretch (``steady_span``), each of at least
+        ``MIN_SEGMENT_NS``: the same loop between evaluations, captures or compilations, whose
+        time the steady-state findings' gains count too (``analysis._findings``, ``gains.apportion``)."""
+        if self.steady_span is None:
+            return iv.empty()
+        rest = [(s.start_ns, s.end_ns) for s in self.items if s.kind == "steady" and s.dur_ns >= MIN_SEGMENT_NS
+                and (s.start_ns, s.end_ns) != self.steady_span]
+        return (np.array([a for a, _ in rest], dtype=np.int64), np.array([b for _, b in rest], dtype=np.int64))
+
     def kind_at(self, start: int, end: int) -> Segment | None:
         """The non-steady segment covering most of ``[start, end)``, if it covers at least half."""
         best, cover = None, 0
