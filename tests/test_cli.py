@@ -29,6 +29,13 @@ def test_json_format_to_file(tmp_path, capsys):
     assert "wrote json report" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["analyze", H100, "--format", "json"], ["schema", "report"]])
+def test_a_dash_output_is_standard_output_not_a_file(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "-o", "-"]) == 0
+    assert json.loads(capsys.readouterr().out) and not os.path.exists(tmp_path / "-")
+
+
 def test_text_format_on_the_bundled_example(capsys):
     assert main(["analyze", "example"]) == 0
     out = capsys.readouterr().out

@@ -30,6 +30,11 @@ MAX_ERROR_CHARS = 400
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
+def output_arg(arg: str) -> str | None:
+    """An ``-o`` argument: ``-`` is standard output (as for every Unix tool), not a file named ``-``."""
+    return None if arg == "-" else arg
+
+
 def trace_path(arg: str) -> str:
     """A trace path as given on the command line; ``example`` is the bundled example trace."""
     return examples.resolve(arg)

@@ -13,7 +13,7 @@ import sys
 import threading
 
 from gpumagic.errors import GpumagicError
-from gpumagic.shells.cli._output import EXAMPLE, FORMATS, STDIN, emit, trace_path
+from gpumagic.shells.cli._output import EXAMPLE, FORMATS, STDIN, emit, output_arg, trace_path
 
 
 def _jobs(text: str) -> int:
@@ -35,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "several files, a folder of rank traces, "
                         "or a quoted glob pattern for a job")
     a.add_argument("--format", choices=FORMATS, default="text")
-    a.add_argument("-o", "--output", help="write to this file instead of standard output")
+    a.add_argument("-o", "--output", type=output_arg, help="write to this file instead of standard output (-: standard output)")
     a.add_argument("--label", default="", help="name this run in the report")
     a.add_argument("--top-ops", type=_jobs, default=20, metavar="N",
                    help="one trace: operators listed in the report's Operators table, by GPU time (default 20)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gpumagic.shells.cli._output import FORMATS, emit, trace_path
+from gpumagic.shells.cli._output import FORMATS, emit, output_arg, trace_path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -16,7 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("before", help="trace of the run before the change (.json, .json.gz or gpumagic bundle)")
     p.add_argument("after", help="trace of the run after the change")
     p.add_argument("--format", choices=FORMATS, default="text")
-    p.add_argument("-o", "--output", help="write to this file instead of standard output")
+    p.add_argument("-o", "--output", type=output_arg, help="write to this file instead of standard output (-: standard output)")
     p.set_defaults(handler=run)
     return p
 

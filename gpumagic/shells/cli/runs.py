@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from gpumagic.errors import GpumagicError
-from gpumagic.shells.cli._output import FORMATS, emit, kept_files
+from gpumagic.shells.cli._output import FORMATS, emit, kept_files, output_arg
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -40,20 +40,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     show = sub.add_parser("show", help="one run's report")
     show.add_argument("run", help="LABEL, LABEL@N or r<id>")
     show.add_argument("--format", choices=FORMATS, default="text")
-    show.add_argument("-o", "--output", help="write to this file instead of standard output")
+    show.add_argument("-o", "--output", type=output_arg, help="write to this file instead of standard output (-: standard output)")
     show.set_defaults(handler=_show)
     cmp = sub.add_parser("compare", help="compare two runs (before, after)")
     cmp.add_argument("before", help="LABEL, LABEL@N, r<id> or a trace file")
     cmp.add_argument("after", help="LABEL, LABEL@N, r<id> or a trace file")
     cmp.add_argument("--format", choices=FORMATS, default="text")
-    cmp.add_argument("-o", "--output", help="write to this file instead of standard output")
+    cmp.add_argument("-o", "--output", type=output_arg, help="write to this file instead of standard output (-: standard output)")
     cmp.set_defaults(handler=_compare)
     rm = sub.add_parser("rm", help="remove a run (r<id>, LABEL@N) or every run of a label")
     rm.add_argument("run", help="LABEL (all its runs), LABEL@N or r<id>")
     rm.add_argument("-y", "--yes", action="store_true", help="do not ask before removing several runs")
     rm.set_defaults(handler=_rm)
     export = sub.add_parser("export", help="every run as JSON lines (home folder as ~)")
-    export.add_argument("-o", "--output", help="write to this file (atomically) instead of standard output")
+    export.add_argument("-o", "--output", type=output_arg, help="write to this file (atomically) instead of standard output (-: standard output)")
     export.set_defaults(handler=_export)
     return p
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
-from gpumagic.shells.cli._output import write_output
+from gpumagic.shells.cli._output import output_arg, write_output
 
 #: kind -> "module:function" returning its schema (imported on use: each lives in its own layer).
 SCHEMAS = {
@@ -44,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Print the JSON Schema (draft 2020-12) of one kind of gpumagic JSON output: report "
                     "(analyze TRACE), job (analyze DIR), comparison (compare A B) or run (a line of runs export).")
     p.add_argument("kind", nargs="?", choices=tuple(SCHEMAS), default="report")
-    p.add_argument("-o", "--output", help="write to this file instead of standard output")
+    p.add_argument("-o", "--output", type=output_arg, help="write to this file instead of standard output (-: standard output)")
     p.set_defaults(handler=run)
     return p
 
