@@ -91,6 +91,20 @@ def test_a_steady_findings_gain_counts_every_steady_stretch():
     assert f.est_gain == pytest.approx(10 * 2.9 / window_ms, abs=0.005)  # not 5 * 2.9 / window_ms
 
 
+def test_the_evaluation_is_its_own_phase_of_the_step_that_holds_it():
+    """Step 6's 30 ms evaluation is its ``evaluation`` phase, not forward (its operators would read
+    as the model's forward pass); the phases still add up to each step, the other steps have none."""
+    _, block = _adam_bundle([])
+    r = analyze(_adam_bundle([_eval_in_step(block, EVAL_STEP)])[0])
+    ph = r.metrics.phases
+    for parts, dur in zip(ph.per_step, r.metrics.steps.durations_ms, strict=True):
+        assert sum(v for _, v in parts.items()) == pytest.approx(dur, abs=1e-3)
+    evals = [p.evaluation for p in ph.per_step]
+    assert evals[EVAL_STEP - 1] == pytest.approx(30.0, abs=0.01) and sum(evals) == pytest.approx(30.0, abs=0.01)
+    assert ph.per_step[EVAL_STEP - 1].forward < 10.0 and ph.median_ms.evaluation == 0.0
+    assert any(e - s == pytest.approx(30e6, abs=1e4) for s, e in ph.spans_ns[EVAL_STEP - 1]["evaluation"])
+
+
 def test_a_ratio_gain_scales_by_every_steady_stretch(monkeypatch):
     """A steady-state finding whose gain is a share of its stretch (no time it claims, such as
     cpu-op-overhead's) becomes that share of all the steady time, not of the judged stretch's."""
@@ -187,9 +201,13 @@ def _train(evaluate_at=None, frozen=False):
 def test_a_live_evaluation_inside_the_recorded_steps():
     r = _train(evaluate_at=2)  # after step 2's optimizer step: inside recorded step 3
     (ev,) = [s for s in r.metrics.window.segments if s.kind == "evaluation"]
-    step3 = r.metrics.steps.bounds_ns[r.metrics.steps.names.index("ProfilerStep#3")]
+    k = r.metrics.steps.names.index("ProfilerStep#3")
+    step3 = r.metrics.steps.bounds_ns[k]
     start = r.metrics.window.start_ns + ev.start_ms * 1e6
     assert step3[0] <= start and start + ev.dur_ms * 1e6 <= step3[1] + 1e6  # inside step 3 (1 ms for the clocks)
+    phases = r.metrics.phases.per_step
+    assert phases[k].evaluation == pytest.approx(ev.dur_ms, abs=1.0)  # the segment, inside its step (1 ms for the clocks)
+    assert all(p.evaluation == 0.0 for i, p in enumerate(phases) if i != k)
 
 
 def test_a_live_frozen_submodule_is_no_evaluation():

@@ -26,12 +26,17 @@ phases of a step add up to its duration. What marks each phase in a torch.profil
   model's forward; with no such operator, the step's first host operator starts it;
 - a ``record_function`` span named like a phase (``"forward"``, ``"backward"``,
   ``"optimizer"``, ``"data"``: :data:`PHASE_ANNOTATIONS`) marks that phase where present;
+- ``evaluation``: an evaluation loop inside the step (a module switched to eval mode and back
+  with no optimizer step between: gpumagic's step timer, the ``evaluation`` segments of
+  :mod:`gpumagic.analysis.segments`), with its own batches' waits and forward passes; zero in a
+  trace that gpumagic did not record;
 - ``other``: the rest (host work between the phases, and the tail where only the GPU still
   runs the step's work).
 
-A moment that two phases claim goes to the first of :data:`PRIORITY` (data, optimizer,
-backward, forward): a data wait inside the forward pass is data, an optimizer that overlaps the
-last backward kernels' launches is optimizer.
+A moment that two phases claim goes to the first of :data:`PRIORITY` (evaluation, data,
+optimizer, backward, forward): an evaluation's loader waits and forward passes are evaluation,
+a data wait inside the forward pass is data, an optimizer that overlaps the last backward
+kernels' launches is optimizer.
 """
 
 from __future__ import annotations
@@ -42,14 +47,15 @@ from typing import Any
 import numpy as np
 
 from gpumagic._arrays import distinct, median_of
+from gpumagic.analysis import everystep
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.recompute import recompute
 from gpumagic.trace.links import EVALUATE_PREFIX
 from gpumagic.trace.model import Kind
 
-PHASES = ("data", "forward", "backward", "optimizer", "other")
-PRIORITY = ("data", "optimizer", "backward", "forward")
+PHASES = ("data", "forward", "backward", "optimizer", "evaluation", "other")
+PRIORITY = ("evaluation", "data", "optimizer", "backward", "forward")
 OPTIMIZER_RE = re.compile(r"^Optimizer\.(step|zero_grad)#")
 BACKWARD_RE = re.compile(r"(^autograd::engine::|Backward\d*$|^torch::autograd::)")
 #: ``record_function`` names that mark a phase (case-insensitive, exact).
@@ -93,6 +99,9 @@ def _phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
     op_s = ev.ts_ns[ops]
     cpu_s = ev.ts_ns[ops[m["cpu_op"][ops]]]  # the main thread's operators, in start order
     closures: _Closures | None = None  # read only for steps whose optimizer runs the backward
+    block = everystep.block_of(ctx)
+    evals = everystep.evaluation_spans_ns(block, ctx.step_names, ctx.step_bounds) if block is not None else []
+    eval_iv = iv.union(np.array([a for a, _ in evals], dtype=np.int64), np.array([b for _, b in evals], dtype=np.int64))
     out = []
     for lo, hi in ctx.step_bounds:
         data = data_spans.within(lo, hi)
@@ -124,7 +133,7 @@ def _phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
             f_lo = _forward_start(ev, sel, makes_node, m["cpu_op"]) if fwd_end is not None else int(ev.ts_ns[sel].min())
             f = iv.clip(iv.union(np.array([f_lo]), np.array([f_hi])), lo, hi)
         f = iv.merge(iv.merge(f, closure), fwd_spans.within(lo, hi))
-        raw = {"data": data, "optimizer": opt, "backward": b, "forward": f}
+        raw = {"evaluation": iv.clip(eval_iv, lo, hi), "data": data, "optimizer": opt, "backward": b, "forward": f}
         covered, parts = iv.empty(), {}
         for p in PRIORITY:
             parts[p] = iv.subtract(raw[p], covered)
@@ -292,7 +301,7 @@ class _Spans:
 
 
 def metrics(ctx: Context) -> dict[str, Any] | None:
-    """``metrics["phases"]``: ``per_step`` (one ``{data, forward, backward, optimizer, other}``
+    """``metrics["phases"]``: ``per_step`` (one ``{data, forward, backward, optimizer, evaluation, other}``
     in ms per step, adding up to ``steps.durations_ms``), ``median_ms`` (per phase, the median
     over steps), ``found`` (which markers the trace had), ``spans_ns`` (per step, each phase but
     ``other`` as ``[start, end]`` pairs in ns: the timeline's phase lane), ``gpu_per_step`` and

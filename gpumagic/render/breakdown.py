@@ -97,7 +97,7 @@ def _legend_table(m: Metrics, order: list[str]) -> str:
 
 
 def phases_html(report: Report) -> str:
-    """The median step split into data / forward / backward / optimizer / other
+    """The median step split into data / forward / backward / optimizer / evaluation / other
     (``metrics.phases``), as a bar and a table; empty when the trace has no steps."""
     found = phase_medians(report)
     if found is None:

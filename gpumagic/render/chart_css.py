@@ -21,7 +21,7 @@ def svg_css() -> str:
     fills = {
         "k": "--gm-c-kernel", "n": "--gm-c-comm", "c": "--gm-c-copy", "s": "--gm-c-memset", "o": "--gm-c-cpu",
         "d": "--gm-c-loader", "y": "--gm-c-sync", "pd": "--gm-c-loader", "pf": "--gm-c-fwd", "pb": "--gm-c-bwd",
-        "po": "--gm-c-opt", "px": "--gm-c-other", "iw": "--gm-c-idlewait", "il": "--gm-c-idlelaunch", "io": "--gm-c-other",
+        "po": "--gm-c-opt", "pe": "--gm-c-eval", "px": "--gm-c-other", "iw": "--gm-c-idlewait", "il": "--gm-c-idlelaunch", "io": "--gm-c-other",
         "m": "--gm-c-mem", "cap": "--gm-c-cap",
         # memory by category (gpumagic.render.memory_categories)
         "mp": "--gm-c-mparam", "mo": "--gm-c-mopt", "mg": "--gm-c-mgrad", "ma": "--gm-c-mact", "mt": "--gm-c-mtemp",
@@ -75,7 +75,7 @@ def svg_css() -> str:
 SVG_LIGHT_VARS = (
     f"--gm-c-kernel:{palette.BLUE};--gm-c-comm:{palette.PURPLE};--gm-c-copy:{palette.GREEN};--gm-c-memset:{palette.SKY};"
     f"--gm-c-cpu:{palette.GREY};--gm-c-loader:{palette.ORANGE};--gm-c-sync:{palette.VERMILLION};--gm-c-fwd:#332288;"
-    f"--gm-c-bwd:#DDCC77;--gm-c-opt:#999933;--gm-c-other:{palette.LIGHT_GREY};--gm-c-idlewait:{palette.WINE};"
+    f"--gm-c-bwd:#DDCC77;--gm-c-opt:#999933;--gm-c-eval:#88CCEE;--gm-c-other:{palette.LIGHT_GREY};--gm-c-idlewait:{palette.WINE};"
     f"--gm-c-idlelaunch:{palette.TEAL};--gm-c-mem:{palette.PURPLE};--gm-c-cap:{palette.VERMILLION};--gm-hl-fill:rgba(240,228,66,.35);"
     f"--gm-c-mparam:{palette.GREEN};--gm-c-mopt:{palette.ORANGE};--gm-c-mgrad:{palette.BLUE};--gm-c-mact:{palette.VERMILLION};"
     f"--gm-c-mtemp:{palette.PURPLE};--gm-c-minput:{palette.DARK_GREY};--gm-c-mautograd:{palette.SKY}"
@@ -85,7 +85,7 @@ SVG_DARK_VARS = (
     f"--gm-c-kernel:{_T[palette.BLUE]};--gm-c-comm:{_T[palette.PURPLE]};--gm-c-copy:{_T[palette.GREEN]};"
     f"--gm-c-memset:{_T[palette.SKY]};--gm-c-cpu:{_T[palette.GREY]};"
     f"--gm-c-loader:{_T[palette.ORANGE]};--gm-c-sync:{_T[palette.VERMILLION]};--gm-c-fwd:{_T['#332288']};"
-    f"--gm-c-bwd:{_T['#DDCC77']};--gm-c-opt:{_T['#999933']};"
+    f"--gm-c-bwd:{_T['#DDCC77']};--gm-c-opt:{_T['#999933']};--gm-c-eval:{_T['#88CCEE']};"
     f"--gm-c-other:{_T[palette.LIGHT_GREY]};--gm-c-idlewait:{_T[palette.WINE]};--gm-c-idlelaunch:{_T[palette.TEAL]};"
     f"--gm-c-mem:{_T[palette.PURPLE]};--gm-c-cap:{_T[palette.VERMILLION]};"
     "--gm-hl-fill:rgba(240,228,66,.28);"

@@ -51,11 +51,12 @@ CATEGORY_LABEL = {
 #: GPU idle gaps by cause (docs/metrics.md ``idle.gaps[].cause``).
 #: Colours used nowhere else (orange is the data-loader wait, vermillion a host sync, grey CPU ops).
 #: Step phases (``metrics.phases``), in loop order.
-#: Paul Tol's muted scheme (indigo, sand, olive) beside the data-loader orange, so that no phase
+#: Paul Tol's muted scheme (indigo, sand, olive, and cyan for an evaluation loop) beside the data-loader orange, so that no phase
 #: shares a colour with a lane's kernels, copies or memsets on the timeline.
-PHASE_COLOR = {"data": ORANGE, "forward": "#332288", "backward": "#DDCC77", "optimizer": "#999933", "other": PALE_GREY}
+PHASE_COLOR = {"data": ORANGE, "forward": "#332288", "backward": "#DDCC77", "optimizer": "#999933",
+               "evaluation": "#88CCEE", "other": PALE_GREY}
 PHASE_LABEL = {"data": "data (waiting for the batch)", "forward": "forward", "backward": "backward",
-               "optimizer": "optimizer", "other": "other host work"}
+               "optimizer": "optimizer", "evaluation": "evaluation loop", "other": "other host work"}
 
 #: Critical-path link kinds (``metrics.critical_path``).
 PATH_COLOR = {"gpu_compute": BLUE, "gpu_comm": PURPLE, "gpu_copy": GREEN, "host_launch": DARK_GREY,
@@ -83,7 +84,7 @@ HIGHLIGHT_HATCH = "////"
 #: chart_css.py and the matplotlib figure's ``theme="dark"``), so that a bar stands out on it.
 DARK_TINT = {
     BLUE: "#3d9be0", PURPLE: "#e08fc0", GREEN: "#2fc79a", SKY: "#8fd0f5", GREY: "#a6a6a6", ORANGE: "#f0b020",
-    VERMILLION: "#ff7a33", "#332288": "#8877dd", "#DDCC77": "#e6d88f", "#999933": "#c2c257", LIGHT_GREY: "#6e7681",
+    VERMILLION: "#ff7a33", "#332288": "#8877dd", "#DDCC77": "#e6d88f", "#999933": "#c2c257", "#88CCEE": "#a8dcf2", LIGHT_GREY: "#6e7681",
     PALE_GREY: "#6e7681", WINE: "#d45a93", TEAL: "#5cc4b3", DARK_GREY: "#8b949e",
 }
 

@@ -285,7 +285,7 @@ def _add_rects(ax: Axes, rects: Rects, y: float, view: TimelineView, color: str,
 
 
 def _draw_phases(ax: Axes, report: Report, rows: list[LaneRow], view: TimelineView, th: palette.FigureTheme) -> None:
-    """The ``step phases`` lane: each step's data / forward / backward / optimizer spans
+    """The ``step phases`` lane: each step's data / forward / backward / optimizer / evaluation spans
     (``metrics.phases.spans_ns``); the rest of the step is ``other``, left blank."""
     from matplotlib.collections import PolyCollection
 

@@ -107,8 +107,9 @@ _CLASSES = {
     palette.CATEGORY_LABEL["dataloader"]: "d",
     "host sync (blocks on the GPU)": "y",
 }
-_PHASE_CLASS = {"data": "pd", "forward": "pf", "backward": "pb", "optimizer": "po", "other": "px"}
-_PHASE_BAND = {"data": (0.0, 1.0), "forward": (0.0, 1.0), "backward": (0.25, 0.75), "optimizer": (0.0, 0.5), "other": (0.0, 1.0)}
+_PHASE_CLASS = {"data": "pd", "forward": "pf", "backward": "pb", "optimizer": "po", "evaluation": "pe", "other": "px"}
+_PHASE_BAND = {"data": (0.0, 1.0), "forward": (0.0, 1.0), "backward": (0.25, 0.75), "optimizer": (0.0, 0.5),
+               "evaluation": (0.0, 1.0), "other": (0.0, 1.0)}
 _IDLE_CLASS = {"host_wait": "iw", "launch_latency": "il", "other": "io"}
 
 

@@ -565,6 +565,9 @@ class PhaseTimes(Record, frozen=True):
     optimizer: Annotated[float, _d("Optimizer.step#… and Optimizer.zero_grad#…, less the forward and backward "
                                    "passes a step runs itself (LBFGS's closure) (ms)")]
     other: Annotated[float, _d("host work between them: the rest of the step (ms)")]
+    evaluation: Annotated[float, _d("an evaluation loop inside the step, its loader waits and forward passes included: "
+                                    "a module in eval mode and no optimizer step (gpumagic's step timer; 0 in a trace "
+                                    "gpumagic did not record, and in older reports) (ms)")] = 0.0
 
 
 class PhasesFound(Record, frozen=True):
@@ -576,8 +579,8 @@ class PhasesFound(Record, frozen=True):
 
 
 class PhasesMetrics(Record, frozen=True):
-    """Each step split into data / forward / backward / optimizer / other, on the host's step
-    (the bounds of ``steps``): per step the five add up to ``steps.durations_ms``."""
+    """Each step split into data / forward / backward / optimizer / evaluation / other, on the
+    host's step (the bounds of ``steps``): per step the six add up to ``steps.durations_ms``."""
 
     order: Annotated[list[str], _d("the phases, in order")]
     per_step: Annotated[list[PhaseTimes], _d("each recorded step's phases (ms)")]

@@ -82,7 +82,8 @@ def unfused_optimizer(ctx: Context, m: Metrics) -> Finding | None:
         + (""" SGD with momentum updates its momentum buffer and then the parameter, two or three operators a
         parameter; with foreach=True each of them runs once for all the parameters (its fused kernel measured
         slower than foreach on the CPU).""" if foreach else ""),
-        summary=(f"{steps.calls} optimizer {'steps' if steps.calls != 1 else 'step'} ({names}, {steps.impl} implementation) {'take' if steps.calls != 1 else 'takes'} {pct(share)} of the "
+        summary=(f"{steps.calls} optimizer {'steps' if steps.calls != 1 else 'step'} ({names}, {steps.impl} implementation) "
+                 f"{'take' if steps.calls != 1 else 'takes'} {pct(share)} of the "
                  f"window, {steps.ops_per_call:.0f} operators a step on the host."
                  + (f" This run used PyTorch {torch_version}, older than 2.4: fused on the CPU needs an upgrade."
                     if old else "")),

@@ -53,7 +53,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     rm.add_argument("-y", "--yes", action="store_true", help="do not ask before removing several runs")
     rm.set_defaults(handler=_rm)
     export = sub.add_parser("export", help="every run as JSON lines (home folder as ~)")
-    export.add_argument("-o", "--output", type=output_arg, help="write to this file (atomically) instead of standard output (-: standard output)")
+    export.add_argument("-o", "--output", type=output_arg,
+                        help="write to this file (atomically) instead of standard output (-: standard output)")
     export.set_defaults(handler=_export)
     return p
 
