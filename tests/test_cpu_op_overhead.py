@@ -69,6 +69,41 @@ def test_thresholds():
     assert analyze(_steps(MIN_OPS_PER_STEP + 200, 2.0, gpu=True)).finding("cpu-op-overhead") is None  # launch-bound's
 
 
+def _layered_steps(products: int, accumulations: int, calls: int = 1400, us_each: float = 2.0) -> dict:
+    """Three steps of ``calls`` tiny forward calls; each backward evaluates ``products`` matrix
+    product nodes and accumulates ``accumulations`` parameter gradients."""
+    tb = TraceBuilder(cc=None)
+    fwd = calls * us_each
+    bwd = (products + accumulations) * 10
+    step = fwd + bwd + 300
+    for i in range(3):
+        t = i * step
+        tb.step(i + 1, t, step)
+        for c in range(calls):
+            tb.op("aten::addmm" if c % 4 == 0 else "aten::relu", t + c * us_each, us_each * 0.9)
+        nodes = (["autograd::engine::evaluate_function: AddmmBackward0"] * products
+                 + ["autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"] * accumulations)
+        for k, name in enumerate(nodes):
+            tb.op(name, t + fwd + 10 * k, 9)
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t + fwd + bwd + 150, dur=100)
+    return tb.to_dict()
+
+
+def test_the_fused_recurrent_layer_only_where_weights_are_used_again():
+    """A Python loop over time steps applies its few weights at every step (many products per
+    gradient accumulated); a stack of small layers uses each weight once (a product per weight
+    and bias): no recurrent layer to offer there."""
+    loop = analyze(_layered_steps(products=160, accumulations=8)).finding("cpu-op-overhead")
+    assert loop.evidence.numbers["matmuls_per_accumulation"] == 20.0
+    assert any("torch.nn.RNN(" in fx.code for fx in loop.fixes) and "a loop over time steps has a fused layer" in loop.why
+    layers = analyze(_layered_steps(products=40, accumulations=80)).finding("cpu-op-overhead")
+    assert layers.evidence.numbers["matmuls_per_accumulation"] == 0.5
+    assert [fx.code.strip().splitlines()[-1] for fx in layers.fixes] == ["model = torch.compile(model)"]
+    assert "each weight is used about once a step" in layers.why and "fused layer" not in layers.why
+    unknown = analyze(_steps(MIN_OPS_PER_STEP + 200, 2.0)).finding("cpu-op-overhead")  # no gradient accumulated
+    assert unknown.evidence.numbers["matmuls_per_accumulation"] is None and len(unknown.fixes) == 2
+
+
 def _nested_steps(wrappers: int, inner: int, plain: int, us_each: float = 2.0) -> dict:
     """Three training steps whose forward calls ``wrappers`` × (``aten::linear`` holding ``inner``
     ``aten::addmm``), then ``plain`` lone ``aten::mul``, back to back."""

@@ -200,6 +200,7 @@ _LABEL_OVERRIDE = {
     "median_kernel_us": "median kernel duration",
     "per_call_us": "time per operator call",
     "calls_per_step": "operator calls per step",
+    "matmuls_per_accumulation": "matrix products per parameter gradient",
     "loop_work_step_ms": "loop's own code per step (median)",
     "no_operator_frac": "share of it with no operator running",
     "recompute_frac": "forward run again in the backward",
