@@ -167,3 +167,40 @@ def test_a_trace_without_host_events_says_the_host_rules_were_not_run():
     assert any(n.startswith("No host event in the trace") and "launch-bound" in n for n in r.notes)
     assert not set(r.finding_ids) & {"launch-bound", "too-small-for-gpu", "cpu-bound"}
     assert "low-gpu-utilization" in r.finding_ids  # the GPU side is still judged
+
+
+def _manual_training(optimizer: bool):
+    """A small CPU loop under gpumagic.profile that updates its weights by hand (no torch.optim),
+    or with torch.optim.SGD."""
+    import torch
+
+    import gpumagic
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01) if optimizer else None
+    with gpumagic.profile(steps=3, nvml=False, display=False) as run:
+        for _ in range(6):
+            loss = model(torch.randn(4, 8)).pow(2).mean()
+            model.zero_grad()
+            loss.backward()
+            if opt is not None:
+                opt.step()
+            else:
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p -= 0.01 * p.grad
+    return run.report
+
+
+def test_training_without_an_optimizer_step_says_why_no_step_was_judged():
+    notes = " ".join(_manual_training(optimizer=False).notes)
+    assert "no torch.optim optimizer step" in notes and "torch.optim.SGD(model.parameters(), lr=lr)" in notes
+    assert "no torch.optim optimizer step" not in " ".join(_manual_training(optimizer=True).notes)
+
+
+def test_a_trace_from_elsewhere_without_steps_gets_no_optimizer_note():
+    tb = TraceBuilder(cc=None)
+    tb.op("aten::addmm", 0, 500)
+    tb.op("autograd::engine::evaluate_function: AddmmBackward0", 600, 500)  # a backward, no step markers
+    assert not any("no torch.optim optimizer step" in n for n in analyze(tb).notes)

@@ -72,7 +72,8 @@ def gpu_runtime_calls(ctx: Context) -> int:
 
 def notes(ctx: Context, model_on_cpu: bool) -> list[str]:
     """The self-check notes, in order: empty window, counter mode, other accelerators, no GPU
-    activity, no device properties, partial window."""
+    activity, no device properties, partial window, training without an optimizer step,
+    communication undercounted."""
     out: list[str] = []
     cats = categories(ctx)
     if is_empty(ctx):
@@ -109,11 +110,31 @@ def notes(ctx: Context, model_on_cpu: bool) -> list[str]:
         out.append("No deviceProperties in the trace: the GPU's model and memory are unknown (no peak "
                    f"FLOP/s, no MFU, no memory share){arch}.")
     out += _partial(ctx)
+    if _trains_without_optimizer(ctx):
+        out.append("The code ran backward passes but no torch.optim optimizer step (a weight update written by hand, "
+                   "such as p -= lr * p.grad for each parameter, or an optimizer of another library): gpumagic finds "
+                   "training steps at optimizer.step(), so this window has none, and the rules that judge a step "
+                   "(the loop's own code, operator overhead, step outliers) were not run. "
+                   "torch.optim.SGD(model.parameters(), lr=lr) makes the same update as p -= lr * p.grad, with "
+                   "optimizer.zero_grad() for the zeroing, and marks each step.")
     if _comm_undercounted(ctx):
         out.append("The program communicates (collective operators on the host or several ranks) but no GPU "
                    "kernel is recognised as a collective by name: communication time may be undercounted "
                    "(a library whose kernels gpumagic does not know).")
     return out
+
+
+def _trains_without_optimizer(ctx: Context) -> bool:
+    """A gpumagic capture's window without steps whose operators ran backward passes (the
+    autograd engine's nodes) and no ``Optimizer.step#`` annotation: training that torch.optim
+    does not step (a trace from elsewhere has its own step markers, or says it has none)."""
+    if ctx.step_bounds or not isinstance(ctx.trace.meta.get("capture"), dict):
+        return False
+    ev, m = ctx.trace.events, ctx.masks
+    host = ctx.events_in_window(m["host"])
+    engine = host & ctx.host_name_ids(lambda n: n.startswith("autograd::engine::evaluate_function:"))[ev.name]
+    stepped = host & ctx.host_name_ids(lambda n: n.startswith(("Optimizer.step#", "optimizer.step")))[ev.name]
+    return bool(engine.any()) and not stepped.any()
 
 
 def _comm_undercounted(ctx: Context) -> bool:
