@@ -14,6 +14,7 @@ import test_compute as tc
 import test_cpu_low_precision as tlp
 import test_cpu_op_overhead as tco
 import test_diagnoses as td
+import test_frequent_evaluation as tfe
 import test_gradients_never_reset as tgr
 import test_inference_mode as tim
 import test_layout_conversions as tlc
@@ -156,6 +157,7 @@ def built_reports():
     yield "dataloader-bound-later", analyze(tld._with_later_waits(tld._no_wait_trace(), 5.0))
     for kind in ("gc", "torch.save", "compile", "eval", "loader", "data", None):
         yield f"step-outliers-{kind}", analyze(outlier_bundle(kind))
+    yield "frequent-evaluation", analyze(tfe.evaluating([10.0] * 30, 5.0))
     yield "compile", analyze(_compiled_trace())
     for training in (True, False):
         yield f"cpu-fp16-cast-{training}", analyze(tlp.bundle(tlp.ZEN4, autocast=False, typed="c10::Half",

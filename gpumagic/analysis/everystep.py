@@ -56,18 +56,20 @@ NOT_THE_LOOPS_WAIT = frozenset({"loader", "eval"})
 
 
 def fields(ctx: Context) -> dict[str, Any]:
-    """``StepMetrics`` fields ``all_ms``, ``all_recorded``, ``all_profiled``, ``outliers`` (empty
-    without an ``every_step`` block)."""
+    """``StepMetrics`` fields ``all_ms``, ``all_recorded``, ``all_profiled``, ``outliers``,
+    ``torch_save_*`` and ``evaluation_*`` (empty without an ``every_step`` block)."""
     block, notes = _checked(ctx)
     ctx.trace.notes.extend(n for n in notes if n not in ctx.trace.notes)  # once, though a steady part is measured again
     if block is None:
         return {}
     found = outliers(block)
-    s = saves(block)
+    s, e = saves(block), evaluations(block)
     return {"all_ms": block["step_ms"], "all_wait_ms": block["wait_ms"], "all_recorded": block["recorded"],
             "all_profiled": block["profiled"],
             "outliers": [as_record(o, StepOutlier) for o in found], "torch_save_count": s["count"],
-            "torch_save_frac": round(s["ms"] / s["steps_ms"], 4) if s["steps_ms"] > 0 else None}
+            "torch_save_frac": round(s["ms"] / s["steps_ms"], 4) if s["steps_ms"] > 0 else None,
+            "evaluation_count": e["count"],
+            "evaluation_frac": round(e["ms"] / e["steps_ms"], 4) if e["steps_ms"] > 0 else None}
 
 
 def block_of(ctx: Context) -> dict[str, Any] | None:
@@ -273,9 +275,23 @@ def saves(block: dict[str, Any], skip: frozenset[int] = frozenset(), only: froze
     them), ``ms`` (their time inside the steps), ``steps_ms`` (the steps' time), ``steps`` and
     ``steps_with`` (how many steps, and how many overlap a save). ``skip`` leaves steps out (the
     outliers, which ``step-outliers`` reports); ``only`` keeps just these steps (the recorded ones)."""
-    events = sorted((e["start_ms"], e["start_ms"] + e["dur_ms"]) for e in block["events"] if e["kind"] == "torch.save")
-    # saves run one at a time on the loop's thread: in start order their ends are in order too (made
-    # so, should a file say otherwise), and the saves a step overlaps are a run found by bisection
+    return _inside_steps(block, [e for e in block["events"] if e["kind"] == "torch.save"], skip, only)
+
+
+def evaluations(block: dict[str, Any], skip: frozenset[int] = frozenset(), only: frozenset[int] | None = None
+                ) -> dict[str, Any]:
+    """The evaluation loops (:func:`is_evaluation`) during the steps after the first, as
+    :func:`saves` counts ``torch.save``: ``count``, ``ms``, ``steps_ms``, ``steps``, ``steps_with``."""
+    ends = step_ends(block)
+    return _inside_steps(block, [e for e in block["events"] if e["kind"] == "eval" and is_evaluation(e, ends)],
+                         skip, only)
+
+
+def _inside_steps(block: dict[str, Any], chosen: list[dict[str, Any]], skip: frozenset[int],
+                  only: frozenset[int] | None) -> dict[str, Any]:
+    events = sorted((e["start_ms"], e["start_ms"] + e["dur_ms"]) for e in chosen)
+    # such events run one at a time on the loop's thread: in start order their ends are in order too
+    # (made so, should a file say otherwise), and the events a step overlaps are a run found by bisection
     ends = list(itertools.accumulate((e for _, e in events), max))
     out = {"count": 0, "ms": 0.0, "steps_ms": 0.0, "steps": 0, "steps_with": 0}
     seen: set[int] = set()

@@ -24,6 +24,7 @@ from gpumagic.analysis.rules.decoding import decoding_without_cache
 from gpumagic.analysis.rules.embeddings import dense_embedding_grad
 from gpumagic.analysis.rules.emptyupdates import updates_without_gradients
 from gpumagic.analysis.rules.evalmode import training_in_eval_mode
+from gpumagic.analysis.rules.evaluation import frequent_evaluation
 from gpumagic.analysis.rules.gradreset import gradients_never_reset
 from gpumagic.analysis.rules.inference import inference_grad_enabled, inference_train_mode
 from gpumagic.analysis.rules.kernels import elementwise_bound, unfused_attention
@@ -60,7 +61,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     loop_host_work, cpu_op_overhead, activation_recompute, allocator_churn, layout_conversions,
     inference_grad_enabled, inference_train_mode, memory_growth, gradients_never_reset, optimizer_state_reset,
     updates_without_gradients, unused_gradients, training_in_eval_mode, dense_embedding_grad, threads_oversubscribed,
-    cpu_float64, l2_penalty_in_loss, decoding_without_cache,
+    cpu_float64, l2_penalty_in_loss, decoding_without_cache, frequent_evaluation,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)

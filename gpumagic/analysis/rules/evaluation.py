@@ -1,0 +1,87 @@
+"""``frequent-evaluation``: an evaluation loop runs so often that it takes a large share of the
+training time."""
+
+from __future__ import annotations
+
+from gpumagic.analysis import everystep
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
+from gpumagic.analysis.rules.checkpoints import ROUND_STEPS
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
+
+#: A finding from this share of the steps' time: the TensorBoard profiler plugin's 5 % line for a
+#: bottleneck worth naming, doubled, since some evaluation is part of every run worth watching.
+MIN_SHARE = 0.10
+#: At least this many evaluations: one is a check, not a habit.
+MIN_EVALS = 2
+#: The interval the fix suggests keeps evaluation under this share of the time (a learning curve
+#: still drawn, at a twentieth of the cost).
+TARGET_SHARE = 0.05
+DOC = "https://huggingface.co/docs/transformers/main_classes/trainer#transformers.TrainingArguments"
+
+
+@rule("frequent-evaluation")
+def frequent_evaluation(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: gpumagic's step timer saw evaluation loops (a module switched to eval mode and back
+    with no optimizer step between, ``everystep.evaluations``) during the steps of the cell — every
+    step, not only the recorded ones — taking ≥ 10 % of their time, in ≥ 2 loops, the first step
+    and ``step-outliers``' outliers left out (an evaluation every few hundred steps makes outliers,
+    which that rule reports). Suggests an interval, rounded up to one a person would write, that
+    keeps evaluation under 5 % of the time. Gain, an estimate: the evaluations' share of all the
+    steps' time, less what evaluating at the suggested interval still costs. Only a gpumagic
+    capture has the timer. False positives: a run that must evaluate this often (early stopping
+    on a tiny budget, a tutorial's per-epoch curve on a handful of steps)."""
+    block = everystep.block_of(ctx)
+    if block is None:
+        return None
+    outliers = frozenset(o.index for o in m.steps.outliers or [])
+    seen = everystep.evaluations(block, skip=outliers)
+    if seen["count"] < MIN_EVALS or seen["steps_ms"] <= 0 or seen["ms"] < MIN_SHARE * seen["steps_ms"]:
+        return None
+    share = seen["ms"] / seen["steps_ms"]
+    per_eval = seen["ms"] / seen["count"]
+    every = seen["steps"] / seen["count"]
+    train_ms = max((seen["steps_ms"] - seen["ms"]) / max(seen["steps"], 1), 1e-3)  # a step without evaluation
+    interval = next((n for n in ROUND_STEPS if n >= per_eval / (TARGET_SHARE * train_ms)), ROUND_STEPS[-1])
+    after = per_eval / (interval * train_ms + per_eval)  # evaluation's share at the suggested interval
+    gain = max(0.0, share - after)
+    often = "every step" if every < 1.5 else f"every {every:.0f} steps"
+    return finding(
+        severity=severity_for(gain),
+        title=f"An evaluation loop runs {often} and takes {pct(share)} of the training time",
+        why=f"""The model is switched to eval mode and evaluated {often}: each evaluation took {per_eval:.1f} ms,
+        against {train_ms:.1f} ms of training per step, and no optimizer step runs meanwhile. Evaluating every
+        {interval:,} steps still draws the learning curve and costs about {pct(after)} of the time; a fixed
+        subset of the validation data costs less again.""",
+        summary=(f"{seen['count']} evaluation loops during {seen['steps']} steps: {seen['ms']:.0f} ms of "
+                 f"{seen['steps_ms']:.0f} ms, {pct(share)}; {per_eval:.1f} ms each, {train_ms:.1f} ms of training "
+                 f"a step."),
+        numbers={"evaluation_frac": round(share, 4), "evaluations": seen["count"], "steps": seen["steps"],
+                 "per_evaluation_ms": round(per_eval, 4), "training_per_step_ms": round(train_ms, 4),
+                 "suggested_every_steps": interval, "threshold_frac": MIN_SHARE},
+        est_gain=gain,
+        gain_method=(f"estimate: the evaluations' share of the steps' time ({pct(share)}) less their share when "
+                     f"run every {interval:,} steps ({pct(after)})"),
+        fixes=(pytorch(f"Evaluate every {interval:,} steps, not {often}", _every_code(interval)),
+               huggingface(f"Trainer: evaluate every {interval:,} steps",
+                           f'TrainingArguments(..., eval_strategy="steps", eval_steps={interval})')),
+        doc_url=DOC,
+    )
+
+
+def _every_code(interval: int) -> str:
+    return f"""
+eval_every = {interval}   # optimizer steps between evaluations
+for step, batch in enumerate(loader, start=1):   # your training loop
+    train_step(*batch)
+    if step % eval_every == 0:                     # your evaluation as it is, under this test
+        model.eval()
+        with torch.inference_mode():
+            val_loss = sum(loss_fn(model(x.to(device)), y.to(device)).item() for x, y in val_loader) / len(val_loader)
+        model.train()
+        print(f"step {{step}}: validation loss {{val_loss:.4f}}")
+"""
+
+
+__all__ = ["frequent_evaluation"]
