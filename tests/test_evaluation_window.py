@@ -4,6 +4,7 @@ A module left in eval mode while the optimizer keeps stepping (a frozen backbone
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import everystep_blocks as blocks
@@ -103,6 +104,24 @@ def test_the_evaluation_is_its_own_phase_of_the_step_that_holds_it():
     assert evals[EVAL_STEP - 1] == pytest.approx(30.0, abs=0.01) and sum(evals) == pytest.approx(30.0, abs=0.01)
     assert ph.per_step[EVAL_STEP - 1].forward < 10.0 and ph.median_ms.evaluation == 0.0
     assert any(e - s == pytest.approx(30e6, abs=1e4) for s, e in ph.spans_ns[EVAL_STEP - 1]["evaluation"])
+
+
+def test_a_steady_stretch_that_is_not_the_loop_is_not_counted():
+    """Set-up before a cold start (a few operators, no kernel: the shared V100 trace's first
+    162 ms) is steady by elimination, but not the loop the judged stretch runs: its time does not
+    scale the gains."""
+    from tracebuilder import DATA
+
+    from gpumagic.analysis import segments
+    from gpumagic.analysis.context import build_context
+    from gpumagic.trace import load
+
+    ctx = build_context(load(os.path.join(DATA, "volta_resnet50_coldstart_nw4.json.gz")))
+    kinds = [s.kind for s in segments.segments(ctx).items]
+    assert kinds == ["steady", "cold_start", "steady"] and segments.steady_others(ctx)[0].size == 0
+    _, block = _adam_bundle([])
+    ctx = build_context(load(_adam_bundle([_eval_in_step(block, EVAL_STEP)])[0]))
+    assert segments.steady_others(ctx)[0].size == 1  # the training steps after the evaluation
 
 
 def test_a_ratio_gain_scales_by_every_steady_stretch(monkeypatch):

@@ -52,7 +52,7 @@ def analyze(source: str | os.PathLike[str] | dict[str, Any] | Trace, *, label: s
         aside.start(ctx, _metrics.ASIDE, workers, _metrics.before_aside)
         metrics = _metrics.compute(ctx)
         steady, steady_m, seg_notes = _steady_part(ctx, metrics, workers)
-        others = segments.segments(ctx).steady_others if steady is not None and steady is not ctx else iv.empty()
+        others = segments.steady_others(ctx) if steady is not None and steady is not ctx else iv.empty()
         findings, failed = _findings(ctx, metrics, steady, steady_m, empty, others)
     finally:  # a child whose values were not taken (an error on the way) is stopped
         aside.finish(ctx)
@@ -78,7 +78,7 @@ def _findings(ctx: Context, metrics: Metrics, steady: Context | None, steady_m: 
     (:func:`selfcheck.is_empty`). Also a note for each rule that failed (:func:`_judge`).
     A steady-state finding's gain, a share of ``steady``, becomes a share of the whole window
     that counts ``others`` too: the window's other steady segments, the same loop between
-    evaluations or captures (:attr:`segments.Segments.steady_others`)."""
+    evaluations or captures (:func:`segments.steady_others`)."""
     steady_ns = (steady.window_ns if steady is not None else 0) + (iv.total(others) if others is not None else 0)
     findings: list[Finding] = []
     failed: list[str] = []
@@ -137,7 +137,7 @@ def _steady_part(ctx: Context, metrics: Metrics, workers: int = 1) -> tuple[Cont
     finally:  # taken by now, unless an error came first
         aside.finish(sub)
     a, b = ((sub.lo - ctx.lo) / 1e6, (sub.hi - ctx.lo) / 1e6)
-    others = seg.steady_others
+    others = segments.steady_others(ctx)
     if not others[0].size:
         return sub, sub_metrics, [
             f"The window is not all steady ({shares} of it): {names} judged its steady part only, "
@@ -146,7 +146,7 @@ def _steady_part(ctx: Context, metrics: Metrics, workers: int = 1) -> tuple[Cont
         f"The window is not all steady ({shares} of it): {names} judged its longest steady stretch, "
         f"+{a:.1f} to +{b:.1f} ms; their gains count the "
         f"{'other steady stretch' if others[0].size == 1 else f'{others[0].size} other steady stretches'} too "
-        f"({100 * seg.steady_frac:.0f} % of the window in all)."]
+        f"({100 * (sub.window_ns + iv.total(others)) / ctx.window_ns:.0f} % of the window in all)."]
 
 
 __all__ = ["analyze"]

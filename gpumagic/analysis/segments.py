@@ -122,17 +122,6 @@ class Segments:
     def all_steady(self) -> bool:
         return all(s.kind == "steady" for s in self.items)
 
-    @property
-    def steady_others(self) -> iv.Intervals:
-        """The steady segments other than the judged stretch (``steady_span``), each of at least
-        ``MIN_SEGMENT_NS``: the same loop between evaluations, captures or compilations, whose
-        time the steady-state findings' gains count too (``analysis._findings``, ``gains.apportion``)."""
-        if self.steady_span is None:
-            return iv.empty()
-        rest = [(s.start_ns, s.end_ns) for s in self.items if s.kind == "steady" and s.dur_ns >= MIN_SEGMENT_NS
-                and (s.start_ns, s.end_ns) != self.steady_span]
-        return (np.array([a for a, _ in rest], dtype=np.int64), np.array([b for _, b in rest], dtype=np.int64))
-
     def kind_at(self, start: int, end: int) -> Segment | None:
         """The non-steady segment covering most of ``[start, end)``, if it covers at least half."""
         best, cover = None, 0
@@ -148,6 +137,41 @@ class Segments:
 def segments(ctx: Context) -> Segments:
     """The window's segments (computed once per context)."""
     return ctx.memo("segments", _segments)
+
+
+#: Another steady segment holds the same loop as the judged stretch when its busy share (the
+#: GPU's work, or on a CPU-only trace the host's operators) is at least this part of the judged
+#: stretch's: the set-up before a cold start (a few operators, no kernel) is not the loop.
+LIKE_BUSY = 0.5
+
+
+def steady_others(ctx: Context) -> iv.Intervals:
+    """The steady segments other than the judged stretch (``steady_span``), each of at least
+    ``MIN_SEGMENT_NS`` and as busy as the loop (:data:`LIKE_BUSY`): the same loop between
+    evaluations, captures or compilations, whose time the steady-state findings' gains count too
+    (``analysis._findings``, ``gains.apportion``). Computed once per context."""
+    return ctx.memo("steady_others", _steady_others)
+
+
+def _steady_others(ctx: Context) -> iv.Intervals:
+    seg = segments(ctx)
+    if seg.steady_span is None:
+        return iv.empty()
+    rest = [(x.start_ns, x.end_ns) for x in seg.items if x.kind == "steady" and x.dur_ns >= MIN_SEGMENT_NS
+            and (x.start_ns, x.end_ns) != seg.steady_span]
+    if not rest:
+        return iv.empty()
+    kinds = ("kernel", "memcpy", "memset", "communication") if ctx.device >= 0 else ("cpu_exec",)
+    busy = iv.empty()
+    for kind in kinds:
+        busy = iv.merge(busy, ctx.cat_union[kind])
+
+    def share(a: int, b: int) -> float:
+        return iv.total(iv.clip(busy, a, b)) / max(b - a, 1)
+
+    floor = LIKE_BUSY * share(*seg.steady_span)
+    keep = [(a, b) for a, b in rest if share(a, b) >= floor and share(a, b) > 0]
+    return (np.array([a for a, _ in keep], dtype=np.int64), np.array([b for _, b in keep], dtype=np.int64))
 
 
 def metrics(ctx: Context) -> dict[str, Any]:
