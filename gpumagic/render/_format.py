@@ -201,6 +201,11 @@ _LABEL_OVERRIDE = {
     "per_call_us": "time per operator call",
     "calls_per_step": "operator calls per step",
     "per_evaluation_ms": "time per evaluation (mean)",
+    "save_ms_mean": "time per save (mean)",
+    "train_ms_per_step": "training time per step (mean)",
+    "save_frac_of_steps": "saves' share of the steps",
+    "save_frac_recorded": "saves' share of the recorded steps",
+    "kernel_ms_per_step": "kernel time per step",
     "training_per_step_ms": "training time per step (mean)",
     "suggested_every_steps": "suggested interval (steps)",
     "matmuls_per_accumulation": "matrix products per parameter gradient",
@@ -243,7 +248,10 @@ def evidence_label(key: str) -> str:
 
 
 #: Evidence keys that are shares (0..1) without a ``_frac`` suffix.
-_SHARE_KEYS = ("mfu", "cpu_saturation", "cpu_busy_share_of_wait")
+_SHARE_KEYS = ("mfu", "cpu_saturation", "cpu_busy_share_of_wait", "save_frac_of_steps", "save_frac_recorded",
+               "operator_frac_of_peak")
+#: Evidence keys in ms whose unit is not their suffix.
+_MS_KEYS = ("save_ms_mean", "train_ms_per_step", "kernel_ms_per_step")
 
 
 def evidence_value(key: str, value: float | int | str | None) -> str:
@@ -267,7 +275,7 @@ def evidence_value(key: str, value: float | int | str | None) -> str:
         return f"{value:.2f}\u00d7"
     if key.endswith("_frac") or key == "cpu_busy_share_of_wait":
         return fmt_pct(value, 1)
-    if key.endswith("_ms") or key in ("host_wait", "launch_latency", "other"):
+    if key.endswith("_ms") or key in _MS_KEYS or key in ("host_wait", "launch_latency", "other"):
         return fmt_ms(value)
     if key.endswith("_us"):
         return fmt_us(value)

@@ -127,3 +127,13 @@ def test_a_report_without_steps_says_what_its_gains_are_a_share_of():
     for text in (none.to_text(), none.to_html()):
         assert "of the profiled time" in text and "of step time" not in text
     assert "of step time" in some.to_text() and "of the profiled time" not in some.to_text()
+
+
+def test_evidence_keys_whose_unit_is_not_their_suffix_show_it():
+    """``frequent-checkpoints`` names its shares ``save_frac_of_steps`` and its times
+    ``save_ms_mean``: they read as shares and times, not bare numbers."""
+    items = dict(evidence_items({"save_frac_of_steps": 0.445, "save_frac_recorded": 0.474, "save_ms_mean": 22.2,
+                                 "train_ms_per_step": 27.8, "kernel_ms_per_step": 3.0}))
+    assert items == {"Saves' share of the steps": "44.5 %", "Saves' share of the recorded steps": "47.4 %",
+                     "Time per save (mean)": "22.2 ms", "Training time per step (mean)": "27.8 ms",
+                     "Kernel time per step": "3.0 ms"}
