@@ -131,9 +131,16 @@ def test_a_report_without_steps_says_what_its_gains_are_a_share_of():
 
 def test_evidence_keys_whose_unit_is_not_their_suffix_show_it():
     """``frequent-checkpoints`` names its shares ``save_frac_of_steps`` and its times
-    ``save_ms_mean``: they read as shares and times, not bare numbers."""
+    ``save_ms_mean``, ``warmup-in-window`` its shares by segment kind: they read as shares, times,
+    ratios and rates, not bare numbers."""
     items = dict(evidence_items({"save_frac_of_steps": 0.445, "save_frac_recorded": 0.474, "save_ms_mean": 22.2,
                                  "train_ms_per_step": 27.8, "kernel_ms_per_step": 3.0}))
     assert items == {"Saves' share of the steps": "44.5 %", "Saves' share of the recorded steps": "47.4 %",
                      "Time per save (mean)": "22.2 ms", "Training time per step (mean)": "27.8 ms",
                      "Kernel time per step": "3.0 ms"}
+    more = dict(evidence_items({"cold_start": 0.8813, "excess_frac_after_recording": 0.6873, "slowest_stage_share": 0.8086,
+                                "idle_core_threads_gain": 0.4167, "slowest_stage_ms_per_batch": 0.2218,
+                                "projection_growth": 1.82, "main_thread_core_use": 0.1561, "gflops_per_step": 0.01,
+                                "cpu_ref_gflops": 100.0}))
+    assert list(more.values()) == ["88.1 %", "68.7 %", "80.9 %", "41.7 %", "222 µs", "1.82×", "15.6 % of a core",
+                                   "0.01 GFLOP", "100 GFLOP/s"]
