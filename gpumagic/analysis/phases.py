@@ -2,7 +2,7 @@
 optimizer, other (``metrics.phases``, docs/metrics.md).
 
 Measured on the host, on the same step bounds as ``metrics.steps`` (``Context.step_bounds``:
-the ``ProfilerStep#`` annotation, extended to the end of the GPU work it launched), so the five
+the ``ProfilerStep#`` annotation, extended to the end of the GPU work it launched), so the six
 phases of a step add up to its duration. What marks each phase in a torch.profiler trace:
 
 - ``data``: the DataLoader's ``enumerate(DataLoader)#…__next__`` spans (the wait for the next
