@@ -1,5 +1,5 @@
 """Each step split into the phases a training loop is written in: data, forward, backward,
-optimizer, other (``metrics.phases``, docs/metrics.md).
+optimizer, evaluation, other (``metrics.phases``, docs/metrics.md).
 
 Measured on the host, on the same step bounds as ``metrics.steps`` (``Context.step_bounds``:
 the ``ProfilerStep#`` annotation, extended to the end of the GPU work it launched), so the six
