@@ -95,7 +95,7 @@ GAIN_KINDS: dict[str, str] = {
     "updates-without-gradients": "none", "unused-gradients": "estimate",
     "training-in-eval-mode": "none", "dense-embedding-grad": "upper bound",
     "threads-oversubscribed": "upper bound", "cpu-float64": "upper bound", "l2-penalty-in-loss": "estimate",
-    "decoding-without-cache": "estimate", "frequent-evaluation": "estimate",
+    "decoding-without-cache": "estimate", "frequent-evaluation": "estimate", "growing-concatenation": "estimate",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

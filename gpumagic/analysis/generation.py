@@ -192,7 +192,7 @@ def _regrowth(ctx: Context) -> Regrowth | None:
         if mine.any():
             work = np.bincount(place[mine], weights=dur[mine], minlength=took.size).astype(np.float64)
             gpu = True
-    starts = _sequence_starts(work)
+    starts = sequence_starts(work)
     spans = [(a, b) for a, b in zip(starts, [*starts[1:], work.size]) if b - a >= MIN_SEQUENCE_PASSES]
     if not spans:
         return None
@@ -201,7 +201,7 @@ def _regrowth(ctx: Context) -> Regrowth | None:
     for a, b in spans:
         for part, values in zip(parts, np.array_split(work[a:b], 4)):
             part.append(values)
-        rhos.append(_rank_correlation(work[a:b]))
+        rhos.append(rank_correlation(work[a:b]))
         sizes.append(b - a)
         excess += float(np.maximum(took[a:b] - took[a:a + (b - a) // 4].min(), 0).sum())
     q1, q2, q3, q4 = (median_of(np.concatenate(part)) for part in parts)
@@ -211,10 +211,11 @@ def _regrowth(ctx: Context) -> Regrowth | None:
                     rho=float(np.dot(rhos, sizes) / sum(sizes)), excess_ns=int(excess), gpu=gpu)
 
 
-def _sequence_starts(work: np.ndarray) -> list[int]:
+def sequence_starts(work: np.ndarray) -> list[int]:
     """Where each decoded sequence starts among the passes: 0, and every pass whose work falls
     under :data:`RESET_FRAC` of the median of the :data:`RESET_PASSES` passes before it, the
-    median of it and the next ones staying there."""
+    median of it and the next ones staying there (any series that grows and starts again:
+    ``rules.concat`` reads concatenations by it)."""
     n, k = work.size, RESET_PASSES
     starts = [0]
     if n < 2 * k:
@@ -227,7 +228,7 @@ def _sequence_starts(work: np.ndarray) -> list[int]:
     return starts
 
 
-def _rank_correlation(values: np.ndarray) -> float:
+def rank_correlation(values: np.ndarray) -> float:
     """Spearman's rank correlation of ``values`` with their order (0 when they are all equal)."""
     if values.size < 3 or np.all(values == values[0]):
         return 0.0
@@ -263,4 +264,4 @@ lm.generation_config.cache_implementation = "static"
 
 __all__ = ["GENERATE_COMPILE_CODE", "GENERATE_GPU_CODE", "MIN_GROWTH", "MIN_QUARTER_SHARE", "MIN_RANK_CORRELATION",
            "MIN_SEQUENCE_PASSES", "MIN_TOKENS", "PASS_OPS", "PROJECTION_OPS", "RESET_FRAC", "RESET_PASSES",
-           "TOKEN_PICKS", "Generation", "Regrowth", "generation", "regrowth"]
+           "TOKEN_PICKS", "Generation", "Regrowth", "generation", "rank_correlation", "regrowth", "sequence_starts"]

@@ -15,6 +15,7 @@ from gpumagic.analysis.rules.chunks import small_transfers
 from gpumagic.analysis.rules.communication import communication_heavy
 from gpumagic.analysis.rules.compile import graph_breaks, recompiles
 from gpumagic.analysis.rules.compute import low_compute_efficiency, too_small_for_gpu
+from gpumagic.analysis.rules.concat import growing_concatenation
 from gpumagic.analysis.rules.contention import host_contended
 from gpumagic.analysis.rules.cpu import host_cpu_saturated
 from gpumagic.analysis.rules.cpudouble import cpu_float64
@@ -61,7 +62,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     loop_host_work, cpu_op_overhead, activation_recompute, allocator_churn, layout_conversions,
     inference_grad_enabled, inference_train_mode, memory_growth, gradients_never_reset, optimizer_state_reset,
     updates_without_gradients, unused_gradients, training_in_eval_mode, dense_embedding_grad, threads_oversubscribed,
-    cpu_float64, l2_penalty_in_loss, decoding_without_cache, frequent_evaluation,
+    cpu_float64, l2_penalty_in_loss, decoding_without_cache, frequent_evaluation, growing_concatenation,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)

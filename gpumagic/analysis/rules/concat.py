@@ -1,0 +1,147 @@
+"""``growing-concatenation``: a tensor grown by concatenation, one piece at a time, copies
+everything gathered so far at every call: the copying grows with the count, quadratically in all."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from gpumagic._arrays import median_of
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.generation import generation, rank_correlation
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
+
+#: The operators that copy their inputs into a new tensor (``torch.cat`` and the functions that
+#: call it: ``torch.stack``, ``vstack``/``hstack``..., ``concat``/``concatenate``); a call nested
+#: in another (``stack`` calls ``cat``) counts once.
+CONCAT_OPS = frozenset({"aten::cat", "aten::concat", "aten::concatenate", "aten::stack", "aten::vstack",
+                        "aten::hstack", "aten::row_stack", "aten::column_stack", "aten::dstack"})
+#: A finding from this share of the window: the TensorBoard profiler plugin's 5 % line for a
+#: bottleneck worth naming, doubled (a model that concatenates its features spends some time so).
+MIN_FRAC = 0.10
+#: At least this many calls in a growing series (a quarter of it holds two or more).
+MIN_CALLS = 8
+#: The last quarter's median call at least this many times the first quarter's (copying what was
+#: gathered grows linearly with the count: 7x from the first quarter to the last when it
+#: starts from nothing) ...
+MIN_GROWTH = 2.0
+#: ... ranking with the call's place at least this well (Spearman), each quarter's median at or
+#: above the one before.
+MIN_RANK_CORRELATION = 0.5
+DOC = "https://pytorch.org/docs/stable/generated/torch.cat.html"
+#: benchmarks/concat_growth.py on this project's 2-core machine, alternated rounds.
+MEASURED = ("benchmarks/concat_growth.py: 400 batches of 768-wide outputs on the CPU, 1,207 ms grown by torch.cat, "
+            "135 ms in a list with one torch.cat (0.89 saved), for an estimate of 0.73")
+LIST_CODE = """
+outputs = []                               # a Python list: appending copies nothing
+with torch.inference_mode():
+    for x in batches:                      # your loop, as before
+        outputs.append(model(x))           # keep each batch's result (.cpu() it to free GPU memory)
+result = torch.cat(outputs)                # one copy, once, at the end
+"""
+
+
+@rule("growing-concatenation")
+def growing_concatenation(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: the window's outermost concatenations on the main thread (:data:`CONCAT_OPS`: a
+    ``torch.cat``, ``torch.stack``... , each call's host time, or the GPU time of the kernels it
+    launched where longer) grow with their order, as a tensor grown by ``x = torch.cat([x, new])``
+    in a loop does: all the window's calls in order, or else each step's (a sequence built anew
+    in every forward), series of ≥ 8 calls whose last quarter's median is ≥ 2× the first
+    quarter's, each quarter's at or above the one before, with a rank correlation ≥ 0.5;
+    those calls take ≥ 10 % of the window. Silent where the window decodes token by token
+    (``generation``: its key/value cache and token ids grow so by design; ``decoding-without-
+    cache`` and ``cpu-op-overhead`` speak there). Gain, an estimate: the growing calls' time less
+    one call as long as each series' longest (the single concatenation at the end that replaces
+    them). False positives: concatenations that grow for another reason (a batch size that rises
+    through the window)."""
+    if generation(ctx).decoding:
+        return None
+    ev = ctx.trace.events
+    rows = np.flatnonzero(ctx.events_in_window(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane))
+                          & ctx.host_name_ids(CONCAT_OPS.__contains__)[ev.name])
+    if rows.size < MIN_CALLS:
+        return None
+    starts, ends = iv.union(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])  # a nested call counted once
+    work = (ends - starts).astype(np.float64)
+    gpu = False
+    if ctx.device >= 0:
+        kernels = np.flatnonzero(ctx.masks["gpu"] & ctx.on_device & (ctx.launch_row >= 0))
+        kernels = kernels[ev.lane[ctx.launch_row[kernels]] == ctx.main_lane]
+        launched = ctx.launch_ts[kernels]
+        place = np.searchsorted(starts, launched, side="right") - 1
+        inside = (place >= 0) & (launched < ends[np.maximum(place, 0)])
+        if inside.any():
+            on_gpu = np.bincount(place[inside], weights=ev.dur_ns[kernels[inside]].astype(np.float64),
+                                 minlength=work.size)
+            gpu = bool((on_gpu > work).sum() * 2 > work.size)
+            work = np.maximum(work, on_gpu)
+    grown = _growing(work, [(0, work.size)])  # one tensor grown through the window
+    if not grown and len(ctx.step_bounds) > 1:  # or one grown anew in every step (a sequence built in a forward)
+        cuts = np.flatnonzero(np.diff(np.searchsorted([lo for lo, _ in ctx.step_bounds], starts, side="right"))) + 1
+        edges = [0, *cuts.tolist(), work.size]
+        grown = _growing(work, list(itertools.pairwise(edges)))
+    if not grown:
+        return None
+    parts = [np.concatenate([np.array_split(work[a:b], 4)[k] for a, b in grown]) for k in range(4)]
+    sizes = [b - a for a, b in grown]
+    rhos = [rank_correlation(work[a:b]) for a, b in grown]
+    longest = sum(float(work[a:b].max()) for a, b in grown)
+    calls = int(sum(sizes))
+    total = float(sum(work[a:b].sum() for a, b in grown))
+    share = total / ctx.window_ns
+    if share < MIN_FRAC:
+        return None
+    q1, q4 = median_of(parts[0]), median_of(parts[3])
+    rho = float(np.dot(rhos, sizes) / sum(sizes))
+    gain = max(0.0, total - longest) / ctx.window_ns
+    picked = np.concatenate([np.arange(a, b) for a, b in grown])
+    where = "the GPU's copies" if gpu else "each call's host time"
+    return finding(
+        severity=severity_for(gain),
+        title=f"A tensor grown by concatenation copies everything gathered so far at each of {calls:,} calls",
+        why=f"""torch.cat (and torch.stack, which calls it) makes a new tensor and copies every input into it.
+        A loop that grows a tensor with x = torch.cat([x, new]) therefore copies all it has gathered again at every
+        call: the copying grows with the count, quadratically in all. Here {calls:,} concatenations grew from
+        {q1 / 1e3:,.0f} µs to {q4 / 1e3:,.0f} µs a call ({where}, first quarter to last, medians)
+        {'' if len(grown) == 1 else f'in each of {len(grown)} series that start again, '}taking {pct(share)} of the
+        window. Appending to a Python list copies nothing: one torch.cat of the list at the end copies each piece
+        once. A sequence built one time step at a time inside a model is the same: a list of the steps and one
+        torch.stack.""",
+        summary=(f"{calls:,} concatenation calls (torch.cat, torch.stack...) grew {q4 / q1:.1f}× from the first "
+                 f"quarter to the last (median {q1 / 1e3:,.0f} → {q4 / 1e3:,.0f} µs, rank correlation {rho:.2f}) and "
+                 f"took {pct(share)} of the window."),
+        numbers={"concat_frac": round(share, 4), "calls": calls, "series": len(grown),
+                 "first_quarter_us": round(q1 / 1e3, 3), "last_quarter_us": round(q4 / 1e3, 3),
+                 "growth": round(q4 / q1, 2), "rank_correlation": round(rho, 3),
+                 "measured_on": "GPU kernels" if gpu else "host",
+                 "threshold_frac": MIN_FRAC, "threshold_growth": MIN_GROWTH},
+        windows=windows(starts[picked], ends[picked], "cpu", label="a growing concatenation"),
+        est_gain=gain,
+        gain_method=("estimate: the growing concatenations' time less one call as long as each series' longest "
+                     f"(the one concatenation at the end that replaces them) ({MEASURED})"),
+        fixes=(pytorch("Collect the pieces in a list and concatenate once, at the end", LIST_CODE),),
+        doc_url=DOC,
+    )
+
+
+def _growing(work: np.ndarray, series: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The series (``[a, b)`` among the calls) of at least :data:`MIN_CALLS` calls that grow:
+    the last quarter's median ≥ :data:`MIN_GROWTH` × the first's, each quarter's at or above the
+    one before, a rank correlation with their order ≥ :data:`MIN_RANK_CORRELATION`."""
+    out = []
+    for a, b in series:
+        if b - a < MIN_CALLS:
+            continue
+        q = [median_of(x) for x in np.array_split(work[a:b], 4)]
+        if (q[0] > 0 and q[3] >= MIN_GROWTH * q[0] and q[0] <= q[1] <= q[2] <= q[3]
+                and rank_correlation(work[a:b]) >= MIN_RANK_CORRELATION):
+            out.append((a, b))
+    return out
+
+
+__all__ = ["growing_concatenation"]
