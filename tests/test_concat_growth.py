@@ -112,3 +112,31 @@ def test_the_fix_gathers_the_same_tensor():
     ns = {"torch": torch, "model": model, "batches": batches}
     exec(compile(LIST_CODE, "<fix>", "exec"), ns)
     assert torch.equal(ns["result"], grown)
+
+
+def _evaluation_loop(batches: int = 40, grow: bool = True) -> dict:
+    """Hugging Face's evaluation loop, built: per batch a DataLoader wait, five small concatenations
+    of the model's own (12 µs), then the logits and the labels concatenated to the ones before
+    (``nested_concat``: the logits' copy grows 400 µs a batch, the labels' 6 µs)."""
+    tb = TraceBuilder(cc=None)
+    t = 0.0
+    for i in range(batches):
+        tb.dataloader(t, 30)
+        t += 40
+        for _ in range(5):
+            tb.op("aten::addmm", t, 60)
+            tb.op("aten::cat", t + 65, 12)
+            t += 85
+        for d in ((400.0 * (i + 1), 6.0 * (i + 1)) if grow else (400.0, 6.0)):
+            tb.op("aten::cat", t, d)
+            t += d + 10
+    return tb.to_dict()
+
+
+def test_an_evaluation_loop_that_concatenates_its_logits_each_batch():
+    """The model's own small concatenations and the labels' keep the whole series flat at a glance;
+    each batch's longest call, the logits', grows."""
+    f = analyze(_evaluation_loop()).finding(ID)
+    assert f is not None and f.evidence.numbers["calls"] == 40 and f.evidence.numbers["growth"] > 5
+    assert any("preprocess_logits_for_metrics" in fx.code for fx in f.fixes if fx.flavor == "huggingface")
+    assert analyze(_evaluation_loop(grow=False)).finding(ID) is None
