@@ -103,9 +103,11 @@ def growing_concatenation(ctx: Context, m: Metrics) -> Finding | None:
         step_of = np.searchsorted([lo for lo, _ in ctx.step_bounds], starts, side="right")
         per_step = [everything[step_of == k] for k in distinct(step_of).tolist()]
     per_batch = _batch_maxima(ctx, starts, work)  # each batch's longest call: the growing one
+    longest_of_batch = np.zeros(work.size, dtype=bool)
+    longest_of_batch[per_batch] = True
     big = work >= BIG_CALL * median_of(work)  # the growing calls among a model's own small ones
     grown = (_growing(work, [everything]) or _growing(work, per_step)
-             or _growing(work, [per_batch]) or _growing(work, [np.intersect1d(per_batch, idx) for idx in per_step])
+             or _growing(work, [per_batch]) or _growing(work, [idx[longest_of_batch[idx]] for idx in per_step])
              or _growing(work, [everything[big]]) or _growing(work, [idx[big[idx]] for idx in per_step]))
     if not grown:
         return None
