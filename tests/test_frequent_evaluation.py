@@ -39,6 +39,14 @@ def test_an_evaluation_after_every_step_fires_with_its_share_and_an_interval():
     assert r.metrics.steps.evaluation_count == 29 and r.metrics.steps.evaluation_frac == pytest.approx(0.5, abs=1e-3)
 
 
+def test_an_interval_beyond_the_cells_steps_says_so():
+    """Thirty steps with an evaluation each: every 20 steps fits the cell; an evaluation four
+    times as long needs every 100, more steps than the cell ran."""
+    assert "only at the end" not in analyze(evaluating([10.0] * 30, 5.0)).finding(ID).why
+    f = analyze(evaluating([10.0] * 30, 8.0)).finding(ID)
+    assert f.evidence.numbers["suggested_every_steps"] > 30 and "This cell ran 30 optimizer steps" in f.why
+
+
 def test_evaluations_every_few_steps_are_counted_as_such():
     f = analyze(evaluating([10.0] * 30, 4.0, every=3)).finding(ID)
     assert f is not None and "every 3 steps" in f.title

@@ -47,13 +47,16 @@ def frequent_evaluation(ctx: Context, m: Metrics) -> Finding | None:
     after = per_eval / (interval * train_ms + per_eval)  # evaluation's share at the suggested interval
     gain = max(0.0, share - after)
     often = "every step" if every < 1.5 else f"every {every:.0f} steps"
+    ran = len(block["step_ms"])  # the optimizer steps the cell ran
     return finding(
         severity=severity_for(gain),
         title=f"An evaluation loop runs {often} and takes {pct(share)} of the training time",
         why=f"""The model is switched to eval mode and evaluated {often}: each evaluation took {per_eval:.1f} ms,
         against {train_ms:.1f} ms of training per step, and no optimizer step runs meanwhile. Evaluating every
         {interval:,} steps still draws the learning curve and costs about {pct(after)} of the time; a fixed
-        subset of the validation data costs less again.""",
+        subset of the validation data costs less again."""
+        + (f""" This cell ran {ran:,} optimizer steps: at that interval a run as long would evaluate only at the
+        end, so for a curve within it evaluate a subset more often instead.""" if interval > ran else ""),
         summary=(f"{seen['count']} evaluation loops during {seen['steps']} steps: {seen['ms']:.0f} ms of "
                  f"{seen['steps_ms']:.0f} ms, {pct(share)}; {per_eval:.1f} ms each, {train_ms:.1f} ms of training "
                  f"a step."),
