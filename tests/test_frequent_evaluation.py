@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from everystep_blocks import block, with_every_step
+from tracebuilder import TraceBuilder
 
 from gpumagic import analyze
 from gpumagic.analysis.everystep import evaluations, read
@@ -60,6 +61,36 @@ def test_evaluations_every_few_steps_are_counted_as_such():
 ])
 def test_it_stays_silent_when_a_condition_fails(why, bundle):
     assert ID not in analyze(bundle).finding_ids, why
+
+
+def _rollouts(draws: bool) -> dict:
+    """Thirty steps of 10 ms, each starting with 5 ms in eval mode; the three recorded steps of the
+    trace hold that time too, with ``draws``: three actions drawn there (``aten::multinomial``)."""
+    b = block([10.0] * 30, recorded=(1, 2, 3), profiled=4)
+    b["events"] = [{"kind": "eval", "start_ms": b["start_ms"][i] + 0.001, "dur_ms": 5.0, "detail": ""}
+                   for i in range(1, 30)]
+    tb = TraceBuilder(cc=None)
+    for k in (1, 2, 3):
+        t = (b["start_ms"][k] - b["start_ms"][1]) * 1000
+        tb.step(k, t, 10_000)
+        for j in range(3):
+            tb.op("aten::linear", t + 100 + j * 1_500, 1_000)
+            if draws:
+                tb.op("aten::multinomial", t + 1_150 + j * 1_500, 30)
+        tb.op("aten::addmm", t + 5_200, 4_000)
+    d = tb.to_dict()
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "machine": {}, "versions": {},
+                     "clock": {"anchor_epoch_ns": None}, "samples": {}, "every_step": b}
+    return d
+
+
+def test_a_rollout_that_draws_actions_in_eval_mode_is_no_evaluation():
+    """A reinforcement-learning loop that acts with its policy in eval mode between updates
+    (stable-baselines3's set_training_mode(False) while collecting rollouts) draws actions with
+    torch.multinomial there: the rollout is the updates' data, not an evaluation to run less often."""
+    r = analyze(_rollouts(draws=False))
+    assert "evaluation" in {s.kind for s in r.metrics.window.segments} and r.finding(ID) is not None
+    assert analyze(_rollouts(draws=True)).finding(ID) is None
 
 
 def test_long_evaluations_every_few_steps_are_step_outliers_not_this():
