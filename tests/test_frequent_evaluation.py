@@ -87,10 +87,16 @@ def _rollouts(draws: bool) -> dict:
 def test_a_rollout_that_draws_actions_in_eval_mode_is_no_evaluation():
     """A reinforcement-learning loop that acts with its policy in eval mode between updates
     (stable-baselines3's set_training_mode(False) while collecting rollouts) draws actions with
-    torch.multinomial there: the rollout is the updates' data, not an evaluation to run less often."""
+    torch.multinomial there: the rollout is the updates' data, not an evaluation to run less often,
+    and the loop's own work (steady, no evaluation phase)."""
     r = analyze(_rollouts(draws=False))
     assert "evaluation" in {s.kind for s in r.metrics.window.segments} and r.finding(ID) is not None
-    assert analyze(_rollouts(draws=True)).finding(ID) is None
+    assert sum(p.evaluation for p in r.metrics.phases.per_step) > 0
+    rollout = analyze(_rollouts(draws=True))
+    assert rollout.finding(ID) is None
+    # the rollout is the loop's own work: steady, and no evaluation phase
+    assert {s.kind for s in rollout.metrics.window.segments} == {"steady"}
+    assert all(p.evaluation == 0.0 for p in rollout.metrics.phases.per_step)
 
 
 def test_long_evaluations_every_few_steps_are_step_outliers_not_this():

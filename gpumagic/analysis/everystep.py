@@ -195,6 +195,38 @@ def is_evaluation(event: dict[str, Any], ends: list[float]) -> bool:
 ALIGN_TOLERANCE_MS = 2.0
 
 
+#: Drawing from a distribution (``Categorical.sample`` calls ``torch.multinomial``, ``Normal.sample``
+#: ``torch.normal``) is what a reinforcement-learning rollout does with its policy in eval mode
+#: between updates (stable-baselines3's ``set_training_mode(False)`` while it collects rollouts):
+#: the updates' data, part of the loop, not an evaluation. An evaluation takes the most likely
+#: output. A span in eval mode with at least :data:`MIN_DRAWS` such calls is a rollout.
+ACTION_SAMPLING = frozenset({"aten::multinomial", "aten::normal"})
+MIN_DRAWS = 2
+
+
+def evaluation_spans(ctx: Context) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The block's evaluation loops on the trace's clock (:func:`evaluation_spans_ns`), split in
+    ``(evaluations, rollouts)``: a span that draws actions (:data:`ACTION_SAMPLING`) is a rollout.
+    Both empty without a block; computed once per context (segments, phases and
+    ``frequent-evaluation`` read it)."""
+    def split(c: Context) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        block = block_of(c)
+        if block is None:
+            return [], []
+        spans = evaluation_spans_ns(block, c.step_names, c.step_bounds)
+        if not spans:
+            return [], []
+        ev = c.trace.events
+        draws = np.sort(ev.ts_ns[c.masks["cpu_op"] & c.host_name_ids(ACTION_SAMPLING.__contains__)[ev.name]])
+        kept: list[tuple[int, int]] = []
+        rollouts: list[tuple[int, int]] = []
+        for a, b in spans:
+            n = int(np.searchsorted(draws, b, side="left") - np.searchsorted(draws, a, side="left"))
+            (rollouts if n >= MIN_DRAWS else kept).append((a, b))
+        return kept, rollouts
+    return ctx.memo("every_step.evaluations", split)
+
+
 def evaluation_spans_ns(block: dict[str, Any], step_names: list[str], step_bounds: list[tuple[int, int]]
                         ) -> list[tuple[int, int]]:
     """The block's evaluation loops (:func:`is_evaluation`) on the trace's clock (ns): see

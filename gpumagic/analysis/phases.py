@@ -99,8 +99,7 @@ def _phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
     op_s = ev.ts_ns[ops]
     cpu_s = ev.ts_ns[ops[m["cpu_op"][ops]]]  # the main thread's operators, in start order
     closures: _Closures | None = None  # read only for steps whose optimizer runs the backward
-    block = everystep.block_of(ctx)
-    evals = everystep.evaluation_spans_ns(block, ctx.step_names, ctx.step_bounds) if block is not None else []
+    evals = everystep.evaluation_spans(ctx)[0]
     eval_iv = iv.union(np.array([a for a, _ in evals], dtype=np.int64), np.array([b for _, b in evals], dtype=np.int64))
     out = []
     for lo, hi in ctx.step_bounds:

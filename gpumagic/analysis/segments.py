@@ -490,12 +490,11 @@ def evaluation(ctx: Context) -> list[Piece]:
     """Evaluation loops inside a training window: gpumagic's step timer saw a module switched to
     eval mode and back with no optimizer step in between (``everystep.is_evaluation``). It
     recurs, but it is not the training loop: its batches, syncs and loader waits are the
-    evaluation's, and the steady-state rules' fixes are written for the training step."""
-    block = everystep.block_of(ctx)
-    if block is None:
-        return []
+    evaluation's, and the steady-state rules' fixes are written for the training step. A span that
+    draws actions (a reinforcement-learning rollout, ``everystep.evaluation_spans``) is the loop's
+    own data collection: steady."""
     return [(a, b, f"an evaluation loop {_ms(b - a)}: a module in eval mode and no optimizer step (gpumagic's "
-                   "step timer)") for a, b in everystep.evaluation_spans_ns(block, ctx.step_names, ctx.step_bounds)]
+                   "step timer)") for a, b in everystep.evaluation_spans(ctx)[0]]
 
 
 def idle_tail(ctx: Context) -> list[Piece]:

@@ -3,10 +3,7 @@ training time."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from gpumagic.analysis import everystep, segments
-from gpumagic.analysis import intervals as iv
+from gpumagic.analysis import everystep
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
 from gpumagic.analysis.rules.checkpoints import ROUND_STEPS
@@ -22,14 +19,6 @@ MIN_EVALS = 2
 #: still drawn, at a twentieth of the cost).
 TARGET_SHARE = 0.05
 DOC = "https://huggingface.co/docs/transformers/main_classes/trainer#transformers.TrainingArguments"
-#: Drawing actions from a policy's distribution (``Categorical.sample`` calls ``torch.multinomial``,
-#: ``Normal.sample`` ``torch.normal``): a reinforcement-learning rollout with the policy in eval
-#: mode between updates (stable-baselines3's ``set_training_mode(False)`` while it collects
-#: rollouts) is the data the updates need, not an evaluation to run less often. An evaluation
-#: takes the most likely output; from this many draws inside the window's evaluation segments the
-#: rule stays silent.
-ACTION_SAMPLING = frozenset({"aten::multinomial", "aten::normal"})
-MIN_DRAWS = 2
 
 
 @rule("frequent-evaluation")
@@ -41,13 +30,13 @@ def frequent_evaluation(ctx: Context, m: Metrics) -> Finding | None:
     which that rule reports). Suggests an interval, rounded up to one a person would write, that
     keeps evaluation under 5 % of the time. Gain, an estimate: the evaluations' share of all the
     steps' time, less what evaluating at the suggested interval still costs. Only a gpumagic
-    capture has the timer. Silent where the window's evaluation segments draw actions
-    (``torch.multinomial``, ``torch.normal``: a reinforcement-learning rollout with the policy in
-    eval mode, which the updates need). False positives: a run that must evaluate this often
+    capture has the timer. Silent where the window's spans in eval mode draw actions
+    (``everystep.evaluation_spans``: ``torch.multinomial``, ``torch.normal``, a reinforcement-
+    learning rollout with the policy in eval mode, which the updates need). False positives: a run that must evaluate this often
     (early stopping on a tiny budget, a tutorial's per-epoch curve on a handful of steps), a
     rollout whose draws all fall outside the recorded window."""
     block = everystep.block_of(ctx)
-    if block is None or _draws_actions(ctx):
+    if block is None or everystep.evaluation_spans(ctx)[1]:  # rollouts drawing actions in eval mode
         return None
     outliers = frozenset(o.index for o in m.steps.outliers or [])
     seen = everystep.evaluations(block, skip=outliers)
@@ -85,19 +74,6 @@ def frequent_evaluation(ctx: Context, m: Metrics) -> Finding | None:
                            f'TrainingArguments(..., eval_strategy="steps", eval_steps={interval})')),
         doc_url=DOC,
     )
-
-
-def _draws_actions(ctx: Context) -> bool:
-    """Whether the window's evaluation segments draw samples (:data:`ACTION_SAMPLING`) at least
-    :data:`MIN_DRAWS` times: a rollout, not an evaluation."""
-    spans = [(x.start_ns, x.end_ns) for x in segments.segments(ctx).items if x.kind == "evaluation"]
-    if not spans:
-        return False
-    ev = ctx.trace.events
-    rows = np.flatnonzero(ctx.events_in_window(ctx.masks["cpu_op"]) & ctx.host_name_ids(ACTION_SAMPLING.__contains__)[ev.name])
-    inside = iv.contains(iv.union(np.array([a for a, _ in spans], dtype=np.int64),
-                                  np.array([b for _, b in spans], dtype=np.int64)), ev.ts_ns[rows])
-    return int(np.count_nonzero(inside)) >= MIN_DRAWS
 
 
 def _every_code(interval: int) -> str:
