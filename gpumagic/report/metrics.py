@@ -154,8 +154,9 @@ class StepMetrics(Record, frozen=True):
     torch_save_frac: Annotated[float | None, _d("share of those steps' time spent in torch.save (0..1); null without "
                                                 "gpumagic's step timer or without such steps")] = None
     evaluation_count: Annotated[int | None, _d("evaluation loops (a module in eval mode and no optimizer step) during "
-                                               "the steps of all_ms after the first (count); null without gpumagic's "
-                                               "step timer")] = None
+                                               "the steps of all_ms after the first (count; the timer cannot tell them "
+                                               "from a reinforcement-learning rollout in eval mode, which the window's "
+                                               "segments can); null without gpumagic's step timer")] = None
     evaluation_frac: Annotated[float | None, _d("share of those steps' time spent in evaluation loops (0..1); null "
                                                 "without gpumagic's step timer or without such steps")] = None
 
