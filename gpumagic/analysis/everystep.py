@@ -31,7 +31,7 @@ import bisect
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -317,6 +317,42 @@ def evaluations(block: dict[str, Any], skip: frozenset[int] = frozenset(), only:
     ends = step_ends(block)
     return _inside_steps(block, [e for e in block["events"] if e["kind"] == "eval" and is_evaluation(e, ends)],
                          skip, only)
+
+
+#: Intervals a person would write (steps between two saves, two evaluations).
+ROUND_STEPS = (10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
+
+
+class Recurring(NamedTuple):
+    """Something the loop does again and again between its steps (:func:`saves`,
+    :func:`evaluations`), from what those count: its share of the steps' time, each one's mean
+    time, how many steps apart, and the training time of a step without it."""
+
+    share: float
+    each_ms: float
+    every: float
+    train_ms: float
+
+    @property
+    def often(self) -> str:
+        """``'every step'`` or ``'every N steps'``."""
+        return "every step" if self.every < 1.5 else f"every {self.every:.0f} steps"
+
+    def interval(self, target: float) -> int:
+        """The first of :data:`ROUND_STEPS` (the largest beyond them) at which it would take
+        ``target`` of the time or less."""
+        steps = self.each_ms / (target * self.train_ms)
+        return next((n for n in ROUND_STEPS if n >= steps), ROUND_STEPS[-1])
+
+
+def recurring(counted: dict[str, Any], min_count: int, min_share: float) -> Recurring | None:
+    """:class:`Recurring` from what :func:`saves` or :func:`evaluations` counted, or None when it
+    happened fewer than ``min_count`` times or took under ``min_share`` of the steps' time."""
+    if counted["count"] < min_count or counted["steps_ms"] <= 0 or counted["ms"] < min_share * counted["steps_ms"]:
+        return None
+    train_ms = max((counted["steps_ms"] - counted["ms"]) / max(counted["steps"], 1), 1e-3)  # a step without it
+    return Recurring(share=counted["ms"] / counted["steps_ms"], each_ms=counted["ms"] / counted["count"],
+                     every=counted["steps"] / counted["count"], train_ms=train_ms)
 
 
 def _inside_steps(block: dict[str, Any], chosen: list[dict[str, Any]], skip: frozenset[int],

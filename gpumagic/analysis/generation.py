@@ -192,7 +192,7 @@ def _regrowth(ctx: Context) -> Regrowth | None:
         if mine.any():
             work = np.bincount(place[mine], weights=dur[mine], minlength=took.size).astype(np.float64)
             gpu = True
-    starts = sequence_starts(work)
+    starts = _sequence_starts(work)
     spans = [(a, b) for a, b in zip(starts, [*starts[1:], work.size]) if b - a >= MIN_SEQUENCE_PASSES]
     if not spans:
         return None
@@ -211,11 +211,10 @@ def _regrowth(ctx: Context) -> Regrowth | None:
                     rho=float(np.dot(rhos, sizes) / sum(sizes)), excess_ns=int(excess), gpu=gpu)
 
 
-def sequence_starts(work: np.ndarray) -> list[int]:
+def _sequence_starts(work: np.ndarray) -> list[int]:
     """Where each decoded sequence starts among the passes: 0, and every pass whose work falls
     under :data:`RESET_FRAC` of the median of the :data:`RESET_PASSES` passes before it, the
-    median of it and the next ones staying there (any series that grows and starts again:
-    ``rules.concat`` reads concatenations by it)."""
+    median of it and the next ones staying there."""
     n, k = work.size, RESET_PASSES
     starts = [0]
     if n < 2 * k:
@@ -264,4 +263,4 @@ lm.generation_config.cache_implementation = "static"
 
 __all__ = ["GENERATE_COMPILE_CODE", "GENERATE_GPU_CODE", "MIN_GROWTH", "MIN_QUARTER_SHARE", "MIN_RANK_CORRELATION",
            "MIN_SEQUENCE_PASSES", "MIN_TOKENS", "PASS_OPS", "PROJECTION_OPS", "RESET_FRAC", "RESET_PASSES",
-           "TOKEN_PICKS", "Generation", "Regrowth", "generation", "rank_correlation", "regrowth", "sequence_starts"]
+           "TOKEN_PICKS", "Generation", "Regrowth", "generation", "rank_correlation", "regrowth"]

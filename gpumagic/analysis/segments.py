@@ -170,7 +170,7 @@ def _steady_others(ctx: Context) -> iv.Intervals:
         return iv.total(iv.clip(busy, a, b)) / max(b - a, 1)
 
     floor = LIKE_BUSY * share(*seg.steady_span)
-    keep = [(a, b) for a, b in rest if share(a, b) >= floor and share(a, b) > 0]
+    keep = [(a, b) for a, b in rest if (busy_share := share(a, b)) >= floor and busy_share > 0]
     return (np.array([a for a, _ in keep], dtype=np.int64), np.array([b for _, b in keep], dtype=np.int64))
 
 

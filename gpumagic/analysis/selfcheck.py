@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumagic.analysis.context import GAP_CAUSES, LONG_GAP_NS, QUEUED_CAUSES, Context
+from gpumagic.trace.links import EVALUATE_PREFIX
 
 #: Kineto activity categories of the CUPTI range (counter) profiler — ``ActivityType::
 #: CUDA_PROFILER_RANGE``, written as ``cuda_profiler_range`` (libkineto ActivityType.cpp).
@@ -132,7 +133,7 @@ def _trains_without_optimizer(ctx: Context) -> bool:
         return False
     ev, m = ctx.trace.events, ctx.masks
     host = ctx.events_in_window(m["host"])
-    engine = host & ctx.host_name_ids(lambda n: n.startswith("autograd::engine::evaluate_function:"))[ev.name]
+    engine = host & ctx.host_name_ids(lambda n: n.startswith(EVALUATE_PREFIX))[ev.name]
     stepped = host & ctx.host_name_ids(lambda n: n.startswith(("Optimizer.step#", "optimizer.step")))[ev.name]
     return bool(engine.any()) and not stepped.any()
 

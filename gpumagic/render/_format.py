@@ -247,7 +247,6 @@ def evidence_label(key: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-#: Evidence keys that are shares (0..1) without a ``_frac`` suffix.
 #: Evidence keys that are shares (0..1) though no ``_frac`` ends them: ``warmup-in-window``'s
 #: segment kinds among them.
 _SHARE_KEYS = ("mfu", "cpu_saturation", "cpu_busy_share_of_wait", "cold_start", "graph_capture", "compile",
@@ -267,27 +266,19 @@ def evidence_value(key: str, value: float | int | str | None) -> str:
         return f"{value:,.2f} TFLOP/s"
     if key.endswith("_samples"):
         return f"{fmt_number(value)} samples"
-    if "ratio" in key:
+    if "ratio" in key or key == "first_over_median" or key.endswith("growth"):  # growth: the last part over the first
         return f"{value:.2f}\u00d7"
     if key == "compute_capability":
         return f"{float(value):.1f}"
-    if key == "first_over_median":
-        return f"{value:.2f}\u00d7"
-    if key.endswith("_frac") or key == "cpu_busy_share_of_wait":
+    if key.endswith(("_frac", "_share", "_gain")) or "_frac_" in key:  # save_frac_of_steps, slowest_stage_share
         return fmt_pct(value, 1)
-    if key.endswith(("_share", "_gain")) or "_frac_" in key:  # save_frac_of_steps, slowest_stage_share
-        return fmt_pct(value, 1)
-    if key.endswith("_ms_mean") or "_ms_per_" in key:  # save_ms_mean, kernel_ms_per_step
-        return fmt_ms(value)
-    if key.endswith("growth"):  # a ratio of the last part to the first
-        return f"{value:.2f}\u00d7"
     if key == "main_thread_core_use":
         return f"{fmt_pct(value, 1)} of a core"
     if key.endswith("gflops_per_step"):
         return f"{value:,.3g} GFLOP"
     if key.endswith("_gflops"):
         return f"{value:,.3g} GFLOP/s"
-    if key.endswith("_ms") or key in ("host_wait", "launch_latency", "other"):
+    if key.endswith(("_ms", "_ms_mean")) or "_ms_per_" in key or key in ("host_wait", "launch_latency", "other"):
         return fmt_ms(value)
     if key.endswith("_us"):
         return fmt_us(value)

@@ -51,8 +51,9 @@ CATEGORY_LABEL = {
 #: GPU idle gaps by cause (docs/metrics.md ``idle.gaps[].cause``).
 #: Colours used nowhere else (orange is the data-loader wait, vermillion a host sync, grey CPU ops).
 #: Step phases (``metrics.phases``), in loop order.
-#: Paul Tol's muted scheme (indigo, sand, olive, and cyan for an evaluation loop) beside the data-loader orange, so that no phase
-#: shares a colour with a lane's kernels, copies or memsets on the timeline.
+#: Paul Tol's muted scheme (indigo, sand, olive, and cyan for an evaluation loop) beside the
+#: data-loader orange, so that no phase shares a colour with a lane's kernels, copies or memsets
+#: on the timeline.
 PHASE_COLOR = {"data": ORANGE, "forward": "#332288", "backward": "#DDCC77", "optimizer": "#999933",
                "evaluation": "#88CCEE", "other": PALE_GREY}
 PHASE_LABEL = {"data": "data (waiting for the batch)", "forward": "forward", "backward": "backward",

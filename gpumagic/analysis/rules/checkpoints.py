@@ -16,8 +16,6 @@ MIN_SHARE = 0.05
 MIN_SAVES = 2
 #: The interval the fix suggests keeps saving under this share of the training time.
 TARGET_SHARE = 0.01
-#: Intervals a person would write (steps between saves).
-ROUND_STEPS = (10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
 DOC = "https://pytorch.org/tutorials/beginner/saving_loading_models.html"
 #: benchmarks/checkpoint_cost.py on this project's 2-core machine, 7 alternated rounds: a loop
 #: saving 25 MB of state every step against every 200 steps.
@@ -42,16 +40,13 @@ def frequent_checkpoints(ctx: Context, m: Metrics) -> Finding | None:
         return None
     outliers = frozenset(o.index for o in m.steps.outliers or [])
     steady = everystep.saves(block, skip=outliers)
-    if steady["count"] < MIN_SAVES or steady["steps_ms"] <= 0 or steady["ms"] < MIN_SHARE * steady["steps_ms"]:
+    habit = everystep.recurring(steady, MIN_SAVES, MIN_SHARE)
+    if habit is None:
         return None
-    share = steady["ms"] / steady["steps_ms"]
+    share, per_save, train_ms, often = habit.share, habit.each_ms, habit.train_ms, habit.often
     recorded = everystep.saves(block, only=frozenset(block["recorded"]))
     gain = recorded["ms"] / recorded["steps_ms"] if recorded["steps_ms"] > 0 else 0.0
-    per_save = steady["ms"] / steady["count"]
-    every = steady["steps"] / steady["count"]
-    train_ms = max((steady["steps_ms"] - steady["ms"]) / max(steady["steps"], 1), 1e-3)  # a step without its save
-    interval = _round_up(per_save / (TARGET_SHARE * train_ms))
-    often = "every step" if every < 1.5 else f"every {every:.0f} steps"
+    interval = habit.interval(TARGET_SHARE)
     return finding(
         severity=severity_for(max(gain, share)),
         title=f"torch.save runs {often} and takes {pct(share)} of the training time",
@@ -78,11 +73,6 @@ def frequent_checkpoints(ctx: Context, m: Metrics) -> Finding | None:
                            f'TrainingArguments(..., save_strategy="steps", save_steps={interval})')),
         doc_url=DOC,
     )
-
-
-def _round_up(steps: float) -> int:
-    """The first of :data:`ROUND_STEPS` at or above ``steps`` (at least 10; the largest beyond it)."""
-    return next((n for n in ROUND_STEPS if n >= steps), ROUND_STEPS[-1])
 
 
 def _every_code(interval: int) -> str:

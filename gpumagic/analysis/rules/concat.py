@@ -70,9 +70,9 @@ def growing_concatenation(ctx: Context, m: Metrics) -> Finding | None:
     longest call (a loop that concatenates several things a batch), or of the calls ≥ 4× the
     median call (the growing ones among a model's own small concatenations); series of ≥ 8
     calls whose last quarter's median is ≥ 2× the first quarter's, each quarter's at or above the
-    one before, with a rank correlation ≥ 0.5; those calls take ≥ 10 % of the window. Silent where the window decodes token by token
-    (``generation``: its key/value cache and token ids grow so by design; ``decoding-without-
-    cache`` and ``cpu-op-overhead`` speak there). Gain, an estimate: the growing calls' time less
+    one before, with a rank correlation ≥ 0.5; those calls take ≥ 10 % of the window. Silent
+    where the window decodes token by token (``generation``: its key/value cache and token ids
+    grow so by design; ``decoding-without-cache`` and ``cpu-op-overhead`` speak there). Gain, an estimate: the growing calls' time less
     one call as long as each series' longest (the single concatenation at the end that replaces
     them). False positives: concatenations that grow for another reason (a batch size that rises
     through the window)."""

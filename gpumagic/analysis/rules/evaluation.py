@@ -6,7 +6,6 @@ from __future__ import annotations
 from gpumagic.analysis import everystep
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
-from gpumagic.analysis.rules.checkpoints import ROUND_STEPS
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
 
@@ -32,24 +31,21 @@ def frequent_evaluation(ctx: Context, m: Metrics) -> Finding | None:
     steps' time, less what evaluating at the suggested interval still costs. Only a gpumagic
     capture has the timer. Silent where the window's spans in eval mode draw actions
     (``everystep.evaluation_spans``: ``torch.multinomial``, ``torch.normal``, a reinforcement-
-    learning rollout with the policy in eval mode, which the updates need). False positives: a run that must evaluate this often
-    (early stopping on a tiny budget, a tutorial's per-epoch curve on a handful of steps), a
-    rollout whose draws all fall outside the recorded window."""
+    learning rollout with the policy in eval mode, which the updates need). False positives: a
+    run that must evaluate this often (early stopping on a tiny budget, a tutorial's per-epoch
+    curve on a handful of steps), a rollout whose draws all fall outside the recorded window."""
     block = everystep.block_of(ctx)
     if block is None or everystep.evaluation_spans(ctx)[1]:  # rollouts drawing actions in eval mode
         return None
     outliers = frozenset(o.index for o in m.steps.outliers or [])
     seen = everystep.evaluations(block, skip=outliers)
-    if seen["count"] < MIN_EVALS or seen["steps_ms"] <= 0 or seen["ms"] < MIN_SHARE * seen["steps_ms"]:
+    habit = everystep.recurring(seen, MIN_EVALS, MIN_SHARE)
+    if habit is None:
         return None
-    share = seen["ms"] / seen["steps_ms"]
-    per_eval = seen["ms"] / seen["count"]
-    every = seen["steps"] / seen["count"]
-    train_ms = max((seen["steps_ms"] - seen["ms"]) / max(seen["steps"], 1), 1e-3)  # a step without evaluation
-    interval = next((n for n in ROUND_STEPS if n >= per_eval / (TARGET_SHARE * train_ms)), ROUND_STEPS[-1])
+    share, per_eval, train_ms, often = habit.share, habit.each_ms, habit.train_ms, habit.often
+    interval = habit.interval(TARGET_SHARE)
     after = per_eval / (interval * train_ms + per_eval)  # evaluation's share at the suggested interval
     gain = max(0.0, share - after)
-    often = "every step" if every < 1.5 else f"every {every:.0f} steps"
     ran = len(block["step_ms"])  # the optimizer steps the cell ran
     return finding(
         severity=severity_for(gain),

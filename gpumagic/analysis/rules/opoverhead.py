@@ -16,6 +16,7 @@ from gpumagic.analysis.phases import main_op_starts, phase_intervals
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
+from gpumagic.trace.links import EVALUATE_PREFIX
 
 #: An operator call costs about 3.6 µs before it does any work: "PyTorch can perform about 280,000
 #: operations per second" on 1-element tensors (Horace He, "Making Deep Learning Go Brrrr From
@@ -57,8 +58,8 @@ outputs, last_hidden = rnn(x)
 #: offered (a loop over time steps is one way to use them again); under it the model is many
 #: small layers, each used once, and it is not.
 MIN_WEIGHT_REUSE = 2.0
-MATMUL_NODE = re.compile(r"^autograd::engine::evaluate_function: (Addmm|Mm|Bmm|Matmul|Linear)Backward\d*$")
-ACCUMULATE_NODE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+MATMUL_NODE = re.compile("^" + re.escape(EVALUATE_PREFIX) + r"(Addmm|Mm|Bmm|Matmul|Linear)Backward\d*$")
+ACCUMULATE_NODE = EVALUATE_PREFIX + "torch::autograd::AccumulateGrad"
 
 #: A step that samples this many times (``aten::multinomial``: ``torch.distributions.Categorical.sample``,
 #: ``torch.multinomial``) draws its samples one at a time: a reinforcement-learning rollout acting
