@@ -233,6 +233,11 @@ def test_double_backward_is_not_told_to_compile():
     assert "vmap(adapted_loss" in tasks.fixes[0].code and len(tasks.fixes) == 2
     plain = analyze(_passes_steps(4)).finding("cpu-op-overhead")
     assert "torch.compile(model)" in plain.fixes[0].code
+    # 4 tasks x 3 inner steps and the outer pass: 13 passes are inner gradient steps, not samples
+    inner = analyze(_passes_steps(13, calls=1300, node="MseLossBackwardBackward0")).finding("cpu-op-overhead")
+    assert inner.evidence.numbers["passes_per_step"] == 13
+    assert "vmap(adapted_loss" in inner.fixes[0].code and len(inner.fixes) == 2
+    assert "loss_fn(model(x), y)" not in "".join(fx.code for fx in inner.fixes) and "the batch goes" not in inner.why
 
 
 def test_a_recorded_maml_loop():

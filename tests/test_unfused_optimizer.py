@@ -98,15 +98,18 @@ def test_a_recorded_sgd_with_momentum():
     assert f.est_gain > 0.13 and f.gain_method.startswith("the optimizer steps' share")
 
 
-def _two_optimizers(adam_us: float, sparse_us: float = 500, steps: int = 6) -> dict:
+def _two_optimizers(adam_us: float, sparse_us: float = 500, steps: int = 6, sparse_backward: bool = False) -> dict:
     """A loop stepping a SparseAdam (sparse embeddings: no fused kernel) for ``sparse_us`` and an
-    Adam for ``adam_us`` of each 1 ms step."""
+    Adam for ``adam_us`` of each 1 ms step; with ``sparse_backward``, the embedding's backward
+    makes its sparse gradient as torch 2.13 records it."""
     tb = TraceBuilder(cc=None)
     for i in range(steps):
         t = i * 1_000
         tb.step(i + 1, t, 1_000)
         tb.op("aten::embedding_bag", t + 10, 200)
         tb.op("autograd::engine::evaluate_function: EmbeddingBagBackward0", t + 220, 100)
+        if sparse_backward:
+            tb.op("aten::_embedding_bag_sparse_backward", t + 230, 50)
         tb.op("Optimizer.step#SparseAdam.step", t + 330, sparse_us, cat="user_annotation")
         tb.op("aten::_sparse_coo_tensor_unsafe", t + 340, sparse_us - 20)
         o = t + 340 + sparse_us
@@ -125,6 +128,42 @@ def test_another_optimizers_steps_are_not_fusings_gain():
     assert f.evidence.numbers["implementation"] == "for-loop"
     assert [w.end_ns - w.start_ns for w in f.evidence.windows] == [100_000] * 6  # Adam's steps, not SparseAdam's
     assert analyze(_two_optimizers(adam_us=20)).finding("unfused-optimizer") is None  # 2 %, however big SparseAdam's
+
+
+def test_with_sparse_gradients_the_fix_gives_the_fused_step_the_dense_parameters_only():
+    """A fused (or foreach) step raises on a sparse gradient: the fix leaves the sparse embeddings'
+    parameters to their own optimizer, and runs on a model that has one."""
+    import torch
+    from torch import nn
+
+    plain = analyze(_two_optimizers(adam_us=100)).finding("unfused-optimizer")
+    assert "model.parameters(), lr=lr, fused=True" in plain.fixes[0].code
+    f = analyze(_two_optimizers(adam_us=100, sparse_backward=True)).finding("unfused-optimizer")
+    code = f.fixes[0].code
+    assert "torch.optim.Adam(dense_params, lr=lr, fused=True)" in code
+
+    class Recommender(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.EmbeddingBag(50, 4, sparse=True)
+            self.mlp = nn.Linear(4, 1)
+
+        def forward(self, ids):
+            return self.mlp(self.emb(ids)).sum()
+
+    torch.manual_seed(0)
+    model = Recommender()
+    with pytest.raises(RuntimeError, match="sparse"):  # what the fix avoids
+        model(torch.randint(0, 50, (3, 2))).backward()
+        torch.optim.Adam(model.parameters(), lr=0.1, fused=True).step()
+    model.zero_grad(set_to_none=True)
+    ns = {"torch": torch, "model": model, "lr": 0.1}
+    exec(compile(code, "<fix>", "exec"), ns)
+    assert {id(p) for p in ns["dense_params"]} == {id(p) for p in model.mlp.parameters()}
+    before = model.mlp.weight.detach().clone()
+    model(torch.randint(0, 50, (3, 2))).backward()
+    ns["optimizer"].step()
+    assert not torch.equal(model.mlp.weight, before)
 
 
 def test_an_older_torch_is_told_to_upgrade():

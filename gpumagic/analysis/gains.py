@@ -96,6 +96,7 @@ GAIN_KINDS: dict[str, str] = {
     "training-in-eval-mode": "none", "dense-embedding-grad": "upper bound",
     "threads-oversubscribed": "upper bound", "cpu-float64": "upper bound", "l2-penalty-in-loss": "estimate",
     "decoding-without-cache": "estimate", "frequent-evaluation": "estimate", "growing-concatenation": "estimate",
+    "frozen-forward": "estimate",
 }
 
 CLAIMS: dict[str, Callable[[Context], iv.Intervals]] = {

@@ -45,7 +45,7 @@ import numpy as np
 from gpumagic._arrays import distinct
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.phases import BACKWARD_RE
+from gpumagic.analysis.phases import BACKWARD_RE, LAYER_OPS
 from gpumagic.trace.model import EventTable
 
 #: The ``autograd.Function`` torch.compile's AOTAutograd runs a compiled training graph in
@@ -56,19 +56,6 @@ COMPILED_FUNCTION = "CompiledFunction"
 DROPOUT_OPS = frozenset({"aten::dropout", "aten::dropout_", "aten::feature_dropout", "aten::feature_dropout_",
                          "aten::alpha_dropout", "aten::alpha_dropout_", "aten::feature_alpha_dropout",
                          "aten::feature_alpha_dropout_"})
-
-
-#: Operators that compute a layer with parameters, as the profiler records the one that builds its
-#: autograd node (checked on torch 2.13: ``nn.Linear`` → ``aten::addmm`` or ``aten::mm``,
-#: ``nn.Conv2d`` → ``aten::convolution``, ``nn.Embedding`` → ``aten::embedding``, attention →
-#: ``aten::bmm``); a metric's ``sigmoid``, ``cat`` or ``clone`` builds none of these.
-LAYER_OPS = frozenset({"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
-                       "aten::convolution", "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
-                       "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d",
-                       "aten::embedding", "aten::embedding_bag", "aten::_embedding_bag", "aten::lstm", "aten::gru",
-                       "aten::rnn_tanh", "aten::rnn_relu", "aten::scaled_dot_product_attention",
-                       "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
-                       "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_native_multi_head_attention"})
 
 
 @dataclass(frozen=True)

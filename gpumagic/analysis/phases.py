@@ -21,7 +21,10 @@ phases of a step add up to its duration. What marks each phase in a torch.profil
   an operator ``aten::x_y`` whose node ``XYBackward<n>`` the step's backward evaluates (the
   autograd engine names a node after the operator that made it: ``aten::addmm`` →
   ``AddmmBackward0``; an autograd Function's after the Function, torch.compile's
-  ``CompiledFunction`` → ``CompiledFunctionBackward``), or any operator enclosing one. The loop's own work before it — metrics on
+  ``CompiledFunction`` → ``CompiledFunctionBackward``), or any operator enclosing one; a layer's
+  operator before that one (:data:`LAYER_OPS`: a matmul, a convolution, an embedding, attention)
+  starts it instead — a part of the model that builds no node (a frozen backbone, a teacher under
+  ``torch.no_grad()``) runs its forward there. The loop's own work before it — metrics on
   the last step's output, ``.tolist()``, logging, after ``zero_grad`` — is ``other``, not the
   model's forward; with no such operator, the step's first host operator starts it;
 - a ``record_function`` span named like a phase (``"forward"``, ``"backward"``,
@@ -65,6 +68,18 @@ PHASE_ANNOTATIONS = {"data": "data", "dataloader": "data", "load_batch": "data",
                      "optimizer_step": "optimizer", "optimizer.step": "optimizer"}
 MS = 1e6
 
+#: Operators that compute a layer with parameters, as the profiler records the one that builds its
+#: autograd node (checked on torch 2.13: ``nn.Linear`` → ``aten::addmm`` or ``aten::mm``,
+#: ``nn.Conv2d`` → ``aten::convolution``, ``nn.Embedding`` → ``aten::embedding``, attention →
+#: ``aten::bmm``); a metric's ``sigmoid``, ``cat`` or ``clone`` builds none of these.
+LAYER_OPS = frozenset({"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                       "aten::convolution", "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
+                       "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d",
+                       "aten::embedding", "aten::embedding_bag", "aten::_embedding_bag", "aten::lstm", "aten::gru",
+                       "aten::rnn_tanh", "aten::rnn_relu", "aten::scaled_dot_product_attention",
+                       "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+                       "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_native_multi_head_attention"})
+
 
 def _ms(ns: float) -> float:
     return round(float(ns) / MS, 4)
@@ -93,6 +108,8 @@ def _phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
     bwd_rows = np.flatnonzero(bwd)
     fwd_ann = np.flatnonzero(annot["forward"][ev.name] & ann_rows)
     makes_node = _makes_backward_node(ctx)
+    layer = ctx.host_name_ids(LAYER_OPS.__contains__)
+    built = _may_build(ctx, bwd_names)
     ops = np.flatnonzero(host & (ev.lane == ctx.main_lane) & (m["cpu_op"] | m["python"] | m["runtime"])
                          & ~m["name_dataloader"] & ~opt_names[ev.name])
     data_spans, opt_spans, bwd_spans, fwd_spans = (_Spans(ev, r) for r in (data_rows, opt_rows, bwd_rows, fwd_ann))
@@ -129,7 +146,7 @@ def _phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
             # to the end of the last backward pass: the forward passes of later micro-batches lie
             # between the passes (the backward keeps its own time: it comes first in PRIORITY)
             f_hi = int(outer[1][-1]) if fwd_end is not None else int((ev.ts_ns[sel] + ev.dur_ns[sel]).max())
-            f_lo = _forward_start(ev, sel, makes_node, m["cpu_op"]) if fwd_end is not None else int(ev.ts_ns[sel].min())
+            f_lo = _forward_start(ev, sel, makes_node, m["cpu_op"], layer, built) if fwd_end is not None else int(ev.ts_ns[sel].min())
             f = iv.clip(iv.union(np.array([f_lo]), np.array([f_hi])), lo, hi)
         f = iv.merge(iv.merge(f, closure), fwd_spans.within(lo, hi))
         raw = {"evaluation": iv.clip(eval_iv, lo, hi), "data": data, "optimizer": opt, "backward": b, "forward": f}
@@ -169,15 +186,45 @@ def _makes_backward_node(ctx: Context) -> np.ndarray:
     return ctx.host_name_ids(lambda n: _key(n.removeprefix("aten::")) in nodes)
 
 
-def _forward_start(ev, sel: np.ndarray, makes_node: np.ndarray, cpu_op: np.ndarray) -> int:
+def _may_build(ctx: Context, bwd_names: np.ndarray) -> np.ndarray:
+    """Per event row: ``False`` for a main-thread operator known to have built no autograd node,
+    ``True`` for every other row. The profiler writes an operator's ``Sequence number`` only under
+    grad mode, and the number is the thread's autograd counter, which advances with each node
+    built (:mod:`gpumagic.analysis.inference`): an operator without a number, in a trace whose
+    operators carry them, ran under ``torch.no_grad()``; one whose next numbered operator on the
+    thread has the same number built none (its inputs need no grad: a random augmentation of the
+    batch, a frozen layer). A name matching a node the backward evaluates (``aten::fill_`` and a
+    ``FillBackward0`` of the model's) is no proof that this call made it."""
+    ev, m = ctx.trace.events, ctx.masks
+    out = np.ones(len(ev.ts_ns), dtype=bool)
+    rows = np.flatnonzero(m["cpu_op"] & m["host"] & (ev.lane == ctx.main_lane) & ~bwd_names[ev.name])
+    numbered = rows[ev.seq[rows] >= 0]
+    if numbered.size == 0:
+        return out  # no numbers recorded: grad mode cannot be told
+    out[rows[ev.seq[rows] < 0]] = False
+    same = ev.seq[numbered[1:]] <= ev.seq[numbered[:-1]]
+    out[numbered[:-1][same]] = False  # the last numbered operator: unknown, left True
+    return out
+
+
+def _forward_start(ev, sel: np.ndarray, makes_node: np.ndarray, cpu_op: np.ndarray,
+                   layer: np.ndarray | None = None, built: np.ndarray | None = None) -> int:
     """When the forward pass starts among the step's host events ``sel`` (start order, the
     backward's and the optimizer's left out): the outermost operator around the first one whose
     backward node the trace evaluates (an operator: with ``with_stack`` the loop's own Python
-    frame encloses the whole step); the first event when none is."""
+    frame encloses the whole step); the first event when none is. With ``layer`` (per name id,
+    :data:`LAYER_OPS`), a layer's operator before that one starts it: the forward of a part of
+    the model that builds no node — a frozen backbone, a teacher or a target network under
+    ``torch.no_grad()`` — is the model's forward too, not the loop's own code. With ``built``
+    (per row, :func:`_may_build`), an operator known to have built no node is not the one."""
     first = int(ev.ts_ns[sel[0]])
-    hit = np.flatnonzero(makes_node[ev.name[sel]] & cpu_op[sel])
+    hit = np.flatnonzero(makes_node[ev.name[sel]] & cpu_op[sel] & (True if built is None else built[sel]))
     if hit.size == 0:
         return first
+    if layer is not None:
+        earlier = np.flatnonzero(layer[ev.name[sel[: hit[0]]]] & cpu_op[sel[: hit[0]]])
+        if earlier.size:
+            hit = earlier
     t = int(ev.ts_ns[sel[hit[0]]])
     before = sel[: hit[0] + 1]
     before = before[cpu_op[before]]

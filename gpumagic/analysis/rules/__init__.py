@@ -26,6 +26,7 @@ from gpumagic.analysis.rules.embeddings import dense_embedding_grad
 from gpumagic.analysis.rules.emptyupdates import updates_without_gradients
 from gpumagic.analysis.rules.evalmode import training_in_eval_mode
 from gpumagic.analysis.rules.evaluation import frequent_evaluation
+from gpumagic.analysis.rules.frozen import frozen_forward
 from gpumagic.analysis.rules.gradreset import gradients_never_reset
 from gpumagic.analysis.rules.inference import inference_grad_enabled, inference_train_mode
 from gpumagic.analysis.rules.kernels import elementwise_bound, unfused_attention
@@ -63,6 +64,7 @@ CAUSE_RULES: tuple[Rule, ...] = (
     inference_grad_enabled, inference_train_mode, memory_growth, gradients_never_reset, optimizer_state_reset,
     updates_without_gradients, unused_gradients, training_in_eval_mode, dense_embedding_grad, threads_oversubscribed,
     cpu_float64, l2_penalty_in_loss, decoding_without_cache, frequent_evaluation, growing_concatenation,
+    frozen_forward,
 )
 #: Every finding id a rule can make (each written once, in its rule's ``@rule(...)``).
 FINDING_IDS: tuple[str, ...] = tuple(RULES)
@@ -78,7 +80,8 @@ if set(FINDING_IDS) != {getattr(r, "finding_id", "") for r in (*CAUSE_RULES, RES
 #: any segment.
 STEADY_RULES: tuple[Rule, ...] = (launch_bound, cpu_bound, host_sync, memory_pressure, low_compute_efficiency,
                                   dataloader_bound, too_small_for_gpu, unfused_optimizer, loop_host_work,
-                                  cpu_op_overhead, activation_recompute, allocator_churn, memory_growth)
+                                  cpu_op_overhead, activation_recompute, allocator_churn, memory_growth,
+                                  frozen_forward)
 STEADY_IDS: frozenset[str] = frozenset(getattr(r, "finding_id", "") for r in STEADY_RULES)
 
 __all__ = ["CAUSE_RULES", "FINDING_IDS", "RESIDUAL_RULE", "RULES", "STEADY_IDS", "STEADY_RULES", "low_gpu_utilization"]

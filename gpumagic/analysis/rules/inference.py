@@ -22,7 +22,7 @@ MIN_COMPILED = 2
 #: a metric (eight small operators a step in the bundled A100 trace) is not worth a finding ...
 MIN_UNUSED_FRAC = 0.05
 #: ... or at least this many of them were built by a layer's operator (a matmul, a convolution, an
-#: embedding: ``inference.LAYER_OPS``), a model's forward pass with grad mode on whatever its share of
+#: embedding: ``phases.LAYER_OPS``), a model's forward pass with grad mode on whatever its share of
 #: the time. A time share moves with the machine's load (a validation forward read 6–10 % of the
 #: operator time on a quiet machine, under 5 % beside busy neighbours); whether a layer built the
 #: node does not.

@@ -116,10 +116,13 @@ MIN_INNER_PASSES = 3
 TASKS_VMAP_CODE = """
 from torch.func import functional_call, grad, vmap
 
-def adapted_loss(params, support_x, support_y, query_x, query_y, inner_lr=0.01):
-    # one task: an inner gradient step on its support set, then the adapted weights' loss on its query set
-    g = grad(lambda p: loss_fn(functional_call(model, p, (support_x,)), support_y))(params)
-    fast = {k: params[k] - inner_lr * g[k] for k in params}
+def adapted_loss(params, support_x, support_y, query_x, query_y, inner_lr=0.01, inner_steps=1):
+    # one task: inner gradient steps on its support set (as many as your loop takes), then the
+    # adapted weights' loss on its query set
+    fast = params
+    for _ in range(inner_steps):
+        g = grad(lambda p: loss_fn(functional_call(model, p, (support_x,)), support_y))(fast)
+        fast = {k: fast[k] - inner_lr * g[k] for k in fast}
     return loss_fn(functional_call(model, fast, (query_x,)), query_y)
 
 # tasks_*: every task's batch stacked along a first dimension, (tasks, samples, ...)
@@ -217,7 +220,8 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     loss function (``LOSS_OPS``) ≥ 8 times in its forward (the model called per sample, the losses
     summed), one call of the model and the loss on the batch; first, where a step runs ≥ 8 backward passes
     (median; each after its own forward: the batch a sample at a time), one forward and backward
-    on the whole batch. Where PyTorch's own recurrent layer (``aten::gru``, ``aten::lstm``,
+    on the whole batch (not where the step runs a double backward: those passes are a
+    meta-learning loop's inner gradient steps). Where PyTorch's own recurrent layer (``aten::gru``, ``aten::lstm``,
     ``aten::rnn_*``) makes ≥ half of the forward's calls, neither fix applies (the layer is fused
     already and compiling keeps it as it is): the finding says so, suggests more sequences a step,
     and estimates no step-time gain. Backward passes that start inside an optimizer step are the
@@ -267,10 +271,12 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     one_at_a_time = samples_per_step >= MIN_SAMPLES_PER_STEP
     passes_per_step = median_of(passes)
     closure_per_step = median_of(closure)
-    per_sample = passes_per_step >= MIN_PASSES_PER_STEP
     second_order = int(np.count_nonzero(ctx.events_in_window(
         ctx.masks["cpu_op"] & ctx.host_name_ids(lambda n: DOUBLE_BACKWARD in n)[ev.name]))) / len(ctx.step_bounds)
     double = second_order >= MIN_DOUBLE_BACKWARD_PER_STEP
+    # many passes a step, each after its own forward: the batch a sample at a time; not the inner
+    # gradient steps of a double backward (meta-learning), which one pass on the batch would change
+    per_sample = passes_per_step >= MIN_PASSES_PER_STEP and not double
     tasks = double and passes_per_step >= MIN_INNER_PASSES
     losses_per_step = _loss_calls(ctx, forwards) / len(ctx.step_bounds)
     # one backward a step, but the loss computed sample by sample: the forward called per sample, the

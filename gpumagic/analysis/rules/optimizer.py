@@ -52,7 +52,9 @@ def unfused_optimizer(ctx: Context, m: Metrics) -> Finding | None:
     profiler's cost on the for-loop's many small operators inflates the share); measured in
     ``benchmarks/optimizer_fused.py``. Silent with a GPU (its default is foreach; a for-loop step
     there shows as tiny kernels: ``launch-bound``), for SGD without momentum, for other optimizers,
-    and for subclasses (their names differ). False positives: parameters that are not floating point or a ``differentiable``
+    and for subclasses (their names differ). Where a sparse embedding's backward ran
+    (``aten::embedding_sparse_backward``), the fixes pass the dense parameters only: a fused or
+    foreach step raises on a sparse gradient. False positives: parameters that are not floating point or a ``differentiable``
     optimizer, which fused does not support; PyTorch older than 2.4 (the fix says to upgrade)."""
     if ctx.device >= 0:
         return None
@@ -69,6 +71,7 @@ def unfused_optimizer(ctx: Context, m: Metrics) -> Finding | None:
     names = " and ".join(fusable + foreach)
     torch_version = meta_block(ctx.trace.meta, "versions").get("torch")
     old = _older_than(torch_version, FUSED_SINCE)
+    sparse = _has_sparse_gradients(ctx)
     return finding(
         severity=severity_for(share),
         title=f"The optimizer ({names}) updates the parameters one at a time",
@@ -95,7 +98,8 @@ def unfused_optimizer(ctx: Context, m: Metrics) -> Finding | None:
         gain_method=("the optimizer steps' share of the window: the most fusing them can save (the fused step "
                      f"still updates every parameter, and the profiler inflates the for-loop's many operators; "
                      f"{MEASURED})"),
-        fixes=_fixes(fusable, ctx.workload == "training") + tuple(_foreach_fix(c) for c in foreach),
+        fixes=(_fixes(fusable, ctx.workload == "training", sparse)
+               + tuple(_foreach_fix(c, sparse) for c in foreach)),
         doc_url=DOC,
     )
 
@@ -125,16 +129,38 @@ def _judged(ctx: Context) -> frozenset[str]:
     return frozenset(out)
 
 
-def _foreach_fix(c: str) -> Fix:
+def _foreach_fix(c: str, sparse: bool = False) -> Fix:
+    params = "dense_params" if sparse else "model.parameters()"
+    head = DENSE_PARAMS_CODE.strip("\n") + "\n" if sparse else ""
     return pytorch(f"{c} with momentum: foreach=True runs each of its operators once for all the parameters",
-                   f"optimizer = torch.optim.{c}(model.parameters(), lr=lr, momentum=0.9, foreach=True)   "
+                   head + f"optimizer = torch.optim.{c}({params}, lr=lr, momentum=0.9, foreach=True)   "
                    "# keep your other arguments")
 
 
-def _fixes(classes: list[str], training: bool) -> tuple[Fix, ...]:
+#: The operators a sparse embedding's backward calls (``nn.Embedding(..., sparse=True)``, checked
+#: on torch 2.13; ``nn.EmbeddingBag``'s: its gradient is a sparse tensor); a fused or foreach step raises on such a
+#: gradient ("does not support sparse gradients"), so the fix gives the optimizer the dense
+#: parameters only and leaves the sparse ones to their own optimizer (``SparseAdam``).
+SPARSE_BACKWARD = frozenset({"aten::embedding_sparse_backward", "aten::_embedding_bag_sparse_backward"})
+DENSE_PARAMS_CODE = """
+# fused=True takes dense gradients only: the sparse embeddings' parameters stay with their own optimizer (SparseAdam)
+sparse_ids = {id(p) for mod in model.modules()
+              if isinstance(mod, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and mod.sparse for p in mod.parameters()}
+dense_params = [p for p in model.parameters() if id(p) not in sparse_ids]
+"""
+
+
+def _has_sparse_gradients(ctx: Context) -> bool:
+    ev = ctx.trace.events
+    return bool(np.any(ctx.host_name_ids(SPARSE_BACKWARD.__contains__)[ev.name] & ctx.masks["host"]))
+
+
+def _fixes(classes: list[str], training: bool, sparse: bool = False) -> tuple[Fix, ...]:
+    params = "dense_params" if sparse else "model.parameters()"
+    head = DENSE_PARAMS_CODE.strip("\n") + "\n" if sparse else ""
     out = [pytorch(f"Use the fused {c}: one kernel updates every parameter (fused=True; on the CPU since "
-                   "PyTorch 2.4)",
-                   f"optimizer = torch.optim.{c}(model.parameters(), lr=lr, fused=True)   # keep your other arguments")
+                   "PyTorch 2.4)" + ("; the sparse embeddings' parameters are not for it" if sparse else ""),
+                   head + f"optimizer = torch.optim.{c}({params}, lr=lr, fused=True)   # keep your other arguments")
            for c in classes]
     if "AdamW" in classes and training:
         out.append(huggingface("Trainer: the fused AdamW (the default with PyTorch 2.8 or later and a recent "

@@ -1,0 +1,203 @@
+"""``frozen-forward``: a part of the model that does not train (a frozen backbone, a teacher)
+runs its forward pass every step and takes much of the step's time."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpumagic._arrays import median_of
+from gpumagic.analysis import intervals as iv
+from gpumagic.analysis.context import Context
+from gpumagic.analysis.gpubound import gpu_time_gain
+from gpumagic.analysis.phases import BACKWARD_RE, LAYER_OPS, phase_intervals
+from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
+from gpumagic.analysis.rules.loopwork import RANDOM_OPS
+from gpumagic.report.metrics import Metrics
+from gpumagic.report.model import Finding
+
+#: A finding from this share of the window: the TensorBoard profiler plugin's 5 % line for a
+#: bottleneck worth naming, doubled (caching a part's outputs changes the data pipeline: worth it
+#: only for a large share).
+MIN_FRAC = 0.10
+#: Of the time that built no autograd node in the forward passes, layers' operators
+#: (:data:`~gpumagic.analysis.phases.LAYER_OPS`: a matmul, a convolution, an embedding,
+#: attention) must hold at least this share: a model's computation, not the preparation of its
+#: inputs (a cast, a normalization) or of the loss's targets.
+MIN_LAYER_SHARE = 0.5
+DOC = "https://pytorch.org/tutorials/beginner/transfer_learning_tutorial.html#convnet-as-fixed-feature-extractor"
+#: benchmarks/frozen_features.py on this project's 2-core machine, alternated rounds.
+MEASURED = ("benchmarks/frozen_features.py: a frozen 2-layer convolutional backbone and a linear head on the CPU, "
+            "see docs/performance.md")
+#: The frozen part's outputs computed once, under torch.no_grad() (not inference_mode: a tensor
+#: made in inference mode cannot be saved for the head's backward later), then a loader over them.
+CACHE_CODE = """
+# once, before training: the frozen part's outputs for every sample, in a fixed order, without augmentation
+backbone.eval()                                   # the frozen part (its BatchNorm and Dropout in eval mode)
+features, targets = [], []
+with torch.no_grad():
+    for xb, yb in torch.utils.data.DataLoader(dataset, batch_size=batch_size):
+        features.append(backbone(xb.to(device)).cpu())
+        targets.append(yb)
+cached = torch.utils.data.TensorDataset(torch.cat(features), torch.cat(targets))
+train_loader = torch.utils.data.DataLoader(cached, batch_size=batch_size, shuffle=True)
+# the training loop: only the part that trains runs
+for epoch in range(epochs):
+    for fb, yb in train_loader:
+        loss = loss_fn(head(fb.to(device)), yb.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@rule("frozen-forward")
+def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
+    """Signal: in a training window (its steps run a backward pass), the forward passes' outermost
+    operators on the main thread that built no autograd node — run under ``torch.no_grad()``
+    (the profiler records no ``Sequence number`` for them) or on parameters that do not require
+    grad (the thread's autograd counter, which numbers each node built, does not advance across
+    them: :mod:`gpumagic.analysis.inference`) — take ≥ 10 % of the window (host time on a CPU;
+    on a GPU, the kernels they launched), layers' operators hold ≥ half of that time, and in
+    most steps no random-number operator ran before them in the step (noise fed to a GAN's
+    generator, a replay buffer's sample for a target network: inputs new every step). That is a
+    part of the model that does not train: a frozen backbone under a trained head, a teacher in
+    distillation. Gain, an estimate: that time's share, which computing the part's outputs once
+    and training on them saves where its inputs repeat each epoch (no random augmentation
+    before it). Silent where the trace records no sequence numbers (it cannot tell). False
+    positives: a frozen part whose inputs change every step (augmented images, a target
+    network's next states) must run every step; the why says so."""
+    if not ctx.step_bounds or m.phases is None or not m.phases.found.backward:
+        return None
+    ev, mk = ctx.trace.events, ctx.masks
+    parts = phase_intervals(ctx)
+    fwd = _union([p["forward"] for p in parts])
+    bwd = _union([p["backward"] for p in parts])
+    if not fwd[0].size:
+        return None
+    ops = np.flatnonzero(ctx.events_in_window(mk["cpu_op"] & mk["host"] & (ev.lane == ctx.main_lane)))
+    ops = ops[~ctx.host_name_ids(BACKWARD_RE.search)[ev.name[ops]]]
+    if bwd[0].size:
+        ops = ops[~iv.contains(bwd, ev.ts_ns[ops])]
+    numbered = ops[ev.seq[ops] >= 0]
+    if numbered.size == 0:
+        return None  # no sequence numbers recorded: grad mode cannot be told
+    s, e = ev.ts_ns[ops], ev.ts_ns[ops] + ev.dur_ns[ops]
+    order, outer = iv.outermost(s, e)
+    top = ops[order][outer]
+    top = top[iv.contains(fwd, ev.ts_ns[top])]
+    if top.size == 0:
+        return None
+    t_s, t_e = ev.ts_ns[top], ev.ts_ns[top] + ev.dur_ns[top]
+    # the sequence number of the first numbered operator in each call, and of the first after it
+    n_ts, n_seq = ev.ts_ns[numbered], ev.seq[numbered]
+    a, b = np.searchsorted(n_ts, t_s), np.searchsorted(n_ts, t_e)
+    has = b > a
+    known = b < n_ts.size
+    built = has & known & (n_seq[np.minimum(b, n_ts.size - 1)] > n_seq[np.minimum(a, n_ts.size - 1)])
+    frozen = ~built & (~has | known)  # the window's last numbered call: unknown, not frozen
+    if not np.any(built):
+        return None  # nothing in the forward built a node: no part trains, none is frozen beside it
+    layer = ctx.host_name_ids(LAYER_OPS.__contains__)
+    in_layer = _encloses(ops, layer[ev.name[ops]], t_s, t_e, ev)
+    f_rows = top[frozen]
+    if f_rows.size == 0:
+        return None
+    # each run of such calls, from its first to its last: the Python between them (the frozen
+    # modules' own calls) is the part's time too; only the forward's time
+    edge = np.flatnonzero(np.diff(np.concatenate([[0], frozen.astype(np.int8), [0]])))
+    first, last = edge[0::2], edge[1::2] - 1
+    f_iv = iv.intersect(iv.union(t_s[first], t_e[last]), fwd)
+    layer_iv = iv.union(t_s[frozen & in_layer], t_e[frozen & in_layer])
+    host_ns, layer_ns = iv.total(f_iv), iv.total(layer_iv)
+    if host_ns == 0 or layer_ns < MIN_LAYER_SHARE * host_ns:
+        return None
+    steps = [(lo, hi) for (lo, hi), p in zip(ctx.step_bounds, parts, strict=True) if p["backward"][0].size]
+    with_frozen, drawn = 0, 0
+    random_rows = ops[ctx.host_name_ids(RANDOM_OPS.__contains__)[ev.name[ops]]]
+    r_ts = np.sort(ev.ts_ns[random_rows])
+    per_step = []
+    for lo, hi in steps:
+        mine = layer_iv[0][(layer_iv[0] >= lo) & (layer_iv[0] < hi)]
+        per_step.append(iv.total(iv.clip(f_iv, lo, hi)) / 1e6)
+        if mine.size == 0:
+            continue
+        with_frozen += 1
+        k = np.searchsorted(r_ts, lo)
+        if k < r_ts.size and r_ts[k] < mine[0]:
+            drawn += 1
+    if with_frozen * 2 < len(steps) or drawn * 2 >= with_frozen:
+        return None
+    gpu = ctx.device >= 0
+    if gpu:
+        kernels = np.flatnonzero(mk["gpu"] & ctx.on_device & (ctx.launch_row >= 0))
+        kernels = kernels[ev.lane[ctx.launch_row[kernels]] == ctx.main_lane]
+        kernels = kernels[iv.contains(f_iv, ctx.launch_ts[kernels])]
+        if kernels.size == 0:
+            return None
+        gain, method = gpu_time_gain(ctx, kernels, 1.0, _method("GPU kernels"))
+        measured_ns = iv.total(iv.clip(iv.union(ev.ts_ns[kernels], ev.ts_ns[kernels] + ev.dur_ns[kernels]),
+                                       ctx.lo, ctx.hi))
+    else:
+        gain, method, measured_ns = ctx.frac(host_ns), _method("operators"), host_ns
+    share = ctx.frac(measured_ns)
+    if share < MIN_FRAC:
+        return None
+    names = _top_names(ctx, f_rows)
+    return finding(
+        severity=severity_for(gain),
+        title=f"A part of the model that does not train takes {pct(share)} of the time, every step",
+        why=f"""In {with_frozen} of the {len(steps)} training steps, the forward pass ran layers that built no autograd
+        node — under torch.no_grad(), or with parameters that do not require grad: a frozen backbone under a trained
+        head, a teacher in distillation. They took {pct(share)} of the window ({'the GPU kernels they launched' if gpu
+        else 'their time on the CPU'}). Such a part computes the same output for the same input every time, so
+        where each sample reaches it unchanged every epoch — no random augmentation before it, the part in eval
+        mode — its outputs can be computed once and stored, and the training loop runs only the part that
+        trains (the PyTorch transfer-learning tutorial's "ConvNet as fixed feature extractor"; a teacher's
+        logits likewise). The stored outputs take memory or disk: their size times the number of samples. Where
+        the inputs change each step (augmented images, a target network fed new states) the part must run every
+        step: then this is the step's own work; run it in lower precision (autocast) if its accuracy allows.""",
+        summary=(f"{pct(share)} of the window ({measured_ns / 1e6:.1f} ms; median {median_of(per_step):.2f} ms a step "
+                 f"on the host) went to forward operators that built no autograd node, in {with_frozen} of "
+                 f"{len(steps)} steps; layers' operators hold {pct(layer_ns / host_ns)} of their host time. Most "
+                 f"time: {names}."),
+        numbers={"frozen_frac": round(share, 4), "frozen_step_ms": round(median_of(per_step), 4),
+                 "layer_share": round(layer_ns / host_ns, 4), "steps_with_frozen": with_frozen,
+                 "steps": len(steps), "measured_on": "GPU kernels" if gpu else "host",
+                 "threshold_frac": MIN_FRAC, "threshold_layer_share": MIN_LAYER_SHARE},
+        windows=windows(f_iv[0], f_iv[1], "cpu", label="a forward that trains nothing"),
+        est_gain=gain,
+        gain_method=method,
+        fixes=(pytorch("Compute the frozen part's outputs once, before training, and train on them (inputs "
+                       "that repeat each epoch: no random augmentation before it)", CACHE_CODE),),
+        doc_url=DOC,
+    )
+
+
+def _method(what: str) -> str:
+    return (f"estimate: the share of the window in the forward's {what} that built no autograd node, which "
+            f"computing that part's outputs once saves ({MEASURED})")
+
+
+def _union(ivs: list[iv.Intervals]) -> iv.Intervals:
+    if not ivs:
+        return iv.empty()
+    return iv.union(np.concatenate([x[0] for x in ivs]), np.concatenate([x[1] for x in ivs]))
+
+
+def _encloses(rows: np.ndarray, marked: np.ndarray, s: np.ndarray, e: np.ndarray, ev) -> np.ndarray:
+    """Per span ``[s, e)``: whether one of ``rows`` marked by ``marked`` starts inside it."""
+    ts = np.sort(ev.ts_ns[rows[marked]])
+    return np.searchsorted(ts, e) > np.searchsorted(ts, s)
+
+
+def _top_names(ctx: Context, rows: np.ndarray) -> str:
+    ev = ctx.trace.events
+    by: dict[str, int] = {}
+    for n, d in zip(ev.name[rows].tolist(), ev.dur_ns[rows].tolist(), strict=True):
+        name = ctx.trace.names[n]
+        by[name] = by.get(name, 0) + d
+    top = sorted(by.items(), key=lambda kv: -kv[1])[:3]
+    return ", ".join(f"{n} {d / 1e6:.2f} ms" for n, d in top)
+
+
+__all__ = ["frozen_forward"]

@@ -1,0 +1,167 @@
+"""``frozen-forward``: a part of the model that builds no autograd node (a frozen backbone, a
+teacher under ``torch.no_grad()``) runs every step; on a recorded loop, on built traces that vary
+one condition at a time, and silent on every other recorded trace. And the phases: that part's
+forward is the step's forward, not the loop's own code."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+from tracebuilder import DATA, TraceBuilder
+
+from gpumagic import analyze
+
+ID = "frozen-forward"
+RECORDED = os.path.join(DATA, "cpu_frozen_backbone.json.gz")
+
+
+def _op(tb: TraceBuilder, name: str, ts: float, dur: float, seq: int | None) -> None:
+    args = {"External id": 1} if seq is None else {"External id": 1, "Sequence number": seq, "Fwd thread id": 0}
+    tb.add(cat="cpu_op", name=name, ts=ts, dur=dur, args=args)
+
+
+def _training(steps: int = 5, frozen_us: float = 400.0, mode: str = "frozen", frozen_op: str = "aten::conv2d",
+              draw: bool = False, numbers: bool = True, gpu: bool = False, after: bool = False,
+              head_us: float = 30.0) -> dict:
+    """A CPU training loop (a GPU one with ``gpu``: each operator launches a kernel as long as
+    itself): per step a DataLoader wait, a part that trains nothing (``mode``: ``"frozen"``, grad
+    mode on and its parameters frozen: numbered calls that do not advance the counter;
+    ``"no_grad"``: calls without numbers; ``"trains"``: calls that build nodes) of two
+    ``frozen_op`` calls of ``frozen_us`` each with a relu between (after the head with
+    ``after``), then a head (``head_us``) and a loss that build nodes, their backward and an SGD step. With
+    ``draw``, a ``torch.randn`` before the frozen part; without ``numbers``, no operator carries one."""
+    tb = TraceBuilder(cc=(8, 0) if gpu else None)
+    counter, t = 10, 0.0
+
+    def call(name: str, dur: float, seq: int | None, builds: bool) -> None:
+        nonlocal t, counter
+        _op(tb, name, t, dur, seq if numbers else None)
+        if gpu:
+            tb.runtime("cudaLaunchKernel", t + 1, 3)
+            tb.kernel(f"k_{name.split('::')[-1]}", t + 5, dur, launch_ts=t + 1)
+        counter += 1 if builds else 0
+        t += dur + 5
+
+    def frozen_part() -> None:
+        for k in range(2):
+            seq = None if mode == "no_grad" else counter
+            call(frozen_op, frozen_us, seq, mode == "trains")
+            if k == 0:
+                call("aten::relu", frozen_us / 10, None if mode == "no_grad" else counter, mode == "trains")
+
+    for s in range(steps):
+        start = t
+        tb.dataloader(t, 20)
+        t += 25
+        if draw:
+            call("aten::randn", 10, None, False)
+        if not after:
+            frozen_part()
+        head, loss = counter, counter + 1
+        call("aten::addmm", head_us, head, True)
+        call("aten::cross_entropy_loss", 10, loss, True)
+        if after:
+            frozen_part()
+        _op(tb, "autograd::engine::evaluate_function: NllLossBackward0", t, 10, loss if numbers else None)
+        _op(tb, "autograd::engine::evaluate_function: AddmmBackward0", t + 12, 20, head if numbers else None)
+        t += 40
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=20)
+        t += 30
+        tb.step(s + 1, start, t - start)
+        t += 5
+    return tb.to_dict()
+
+
+def test_a_recorded_frozen_backbone_under_a_trained_head():
+    """benchmarks/frozen_features.py --record (tests/data/MANIFEST.md): two frozen convolutions
+    under a linear head on the CPU; nothing else fires (the backbone is the model's forward, not
+    the loop's own code)."""
+    report = analyze(RECORDED)
+    f = report.finding(ID)
+    n = f.evidence.numbers
+    assert n["frozen_frac"] > 0.5 and n["steps_with_frozen"] == n["steps"] and n["measured_on"] == "host"
+    assert n["layer_share"] >= 0.5 and f.est_gain == pytest.approx(n["frozen_frac"], abs=1e-3)
+    assert "aten::conv2d" in f.evidence.summary and f.gain_method.startswith("estimate")
+    assert "with torch.no_grad():" in f.fixes[0].code and "backbone(xb.to(device))" in f.fixes[0].code
+    assert report.finding("loop-host-work") is None
+    median = report.metrics.phases.median_ms
+    assert median.forward > 10 * median.other
+
+
+@pytest.mark.parametrize("path", sorted(set(glob.glob(os.path.join(DATA, "*.json.gz"))) - {RECORDED}))
+def test_silent_on_every_other_recorded_trace(path):
+    """The recorded training loops train what they run forward; an inference or a decoding window
+    has no backward."""
+    assert analyze(path).finding(ID) is None
+
+
+@pytest.mark.parametrize("mode", ["frozen", "no_grad"])
+def test_a_frozen_part_fires_whether_grad_mode_is_on_or_off(mode):
+    f = analyze(_training(mode=mode)).finding(ID)
+    assert f is not None and f.evidence.numbers["steps_with_frozen"] == 5
+    # the two calls, the relu and the 5 µs between them, of each step's time
+    step_us = 25 + 2 * 400 + 40 + 3 * 5 + 35 + 15 + 40 + 30
+    assert f.evidence.numbers["frozen_frac"] == pytest.approx(5 * (2 * 400 + 40 + 2 * 5) / (5 * step_us + 4 * 5),
+                                                              abs=0.01)
+
+
+def test_a_frozen_part_after_the_head_is_found_too():
+    """A teacher run after the student (``with torch.no_grad(): t = teacher(x)`` after ``s = student(x)``)."""
+    assert analyze(_training(mode="no_grad", after=True)).finding(ID) is not None
+
+
+def test_silent_where_the_part_trains_or_is_small_or_not_layers():
+    assert analyze(_training(mode="trains")).finding(ID) is None
+    assert analyze(_training(head_us=10_000)).finding(ID) is None  # under 10 % of the window
+    assert analyze(_training(head_us=6_000)).finding(ID) is not None  # over
+    # a cast and a normalization build no node either: the inputs' preparation, not a model's layers
+    assert analyze(_training(frozen_op="aten::div")).finding(ID) is None
+
+
+def test_silent_where_random_numbers_feed_the_part():
+    """Noise drawn each step before it (a GAN's generator under no_grad, a target network fed a
+    replay sample): its inputs are new every step, nothing to compute once."""
+    assert analyze(_training(mode="no_grad", draw=True)).finding(ID) is None
+
+
+def test_silent_without_sequence_numbers():
+    """A trace whose operators carry no numbers cannot tell grad mode: nothing is judged."""
+    assert analyze(_training(numbers=False)).finding(ID) is None
+
+
+def test_on_a_gpu_the_kernels_it_launched_are_measured():
+    f = analyze(_training(gpu=True)).finding(ID)
+    assert f is not None and f.evidence.numbers["measured_on"] == "GPU kernels"
+
+
+def test_the_frozen_part_is_the_steps_forward_phase():
+    """Its calls come before the first operator whose node the backward evaluates; the forward
+    starts at the first layer's operator all the same."""
+    report = analyze(_training(frozen_op="aten::convolution"))
+    median = report.metrics.phases.median_ms
+    assert median.forward * 1e3 > 2 * 400 and median.other * 1e3 < 50
+
+
+def test_the_fix_trains_on_the_backbones_outputs():
+    """The fix's cached features are the backbone's outputs, and the head trains on them."""
+    import torch
+    from torch import nn
+
+    from gpumagic.analysis.rules.frozen import CACHE_CODE
+
+    torch.manual_seed(0)
+    backbone = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU())
+    head = nn.Linear(16, 3)
+    before = head.weight.detach().clone()
+    dataset = torch.utils.data.TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+    ns = {"torch": torch, "backbone": backbone, "head": head, "dataset": dataset, "batch_size": 4,
+          "device": "cpu", "epochs": 2, "loss_fn": nn.CrossEntropyLoss(),
+          "optimizer": torch.optim.SGD(head.parameters(), lr=0.1)}
+    exec(compile(CACHE_CODE, "<fix>", "exec"), ns)
+    with torch.no_grad():
+        expected = backbone.eval()(dataset.tensors[0])
+    assert torch.allclose(ns["cached"].tensors[0], expected)
+    assert torch.equal(ns["cached"].tensors[1], dataset.tensors[1])
+    assert not torch.equal(head.weight, before) and not ns["cached"].tensors[0].requires_grad
