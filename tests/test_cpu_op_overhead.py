@@ -479,3 +479,35 @@ def test_the_generation_pipeline_fix_gives_each_prompts_text():
     assert pipe.tokenizer.padding_side == "left"
     f = analyze(GENERATE).finding("cpu-op-overhead")
     assert any(x.code == PIPELINE_GENERATE_CODE.strip("\n") for x in f.fixes)
+
+
+def test_a_recurrent_cell_called_once_a_time_step_gets_the_fused_layer_first():
+    """A decoder's ``nn.GRUCell`` in a Python loop over time steps (teacher forcing): the fused layer
+    over the whole sequence comes first, with the cell's weights; beside an ``nn.GRU`` (an encoder)
+    the compile fix says TorchDynamo leaves that layer out of its graphs."""
+    cells = analyze(_steps(1400, 2.0, name="aten::gru_cell", every=70)).finding("cpu-op-overhead")
+    assert "calls a recurrent cell 20 times a step" in cells.fixes[0].description
+    assert "torch.nn.GRU(cell.input_size, cell.hidden_size" in cells.fixes[0].code
+    assert "allow_rnn" not in cells.fixes[1].description  # no fused layer in the trace
+    few = analyze(_steps(1400, 2.0, name="aten::gru_cell", every=200)).finding("cpu-op-overhead")  # 7 a step
+    assert "recurrent cell" not in few.fixes[0].description
+    encoder = analyze(_steps(1400, 2.0, name="aten::gru", every=200)).finding("cpu-op-overhead")
+    assert "allow_rnn is False" in encoder.fixes[0].description and "torch.compile" in encoder.fixes[0].code
+
+
+@pytest.mark.parametrize("cell_class", ["GRUCell"])
+def test_the_cell_fix_gives_the_loops_hidden_states(cell_class):
+    torch = pytest.importorskip("torch")
+    from gpumagic.analysis.rules.opoverhead import CELL_LAYER_CODE
+
+    torch.manual_seed(0)
+    cell = getattr(torch.nn, cell_class)(8, 16)
+    step_inputs, h0 = torch.randn(4, 5, 8), torch.randn(4, 16)
+    ns = {"torch": torch, "cell": cell, "step_inputs": step_inputs, "h0": h0}
+    exec(compile(CELL_LAYER_CODE, "<fix>", "exec"), ns)
+    h, states = h0, []
+    for t in range(step_inputs.shape[1]):
+        h = cell(step_inputs[:, t], h)
+        states.append(h)
+    assert torch.allclose(ns["outputs"], torch.stack(states, 1), atol=1e-6)
+    assert torch.allclose(ns["h_last"][0], h, atol=1e-6)

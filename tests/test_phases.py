@@ -214,3 +214,45 @@ def test_a_closure_whose_zero_grad_comes_after_the_forward_falls_back_to_the_las
     med = analyze(d).metrics.phases.median_ms
     assert med.forward == pytest.approx(2 * 1.3, abs=1e-3)
     assert med.backward == pytest.approx(2 * 1.4, abs=1e-3)
+
+
+def _numbered(tb: TraceBuilder, name: str, ts: float, dur: float, seq: int | None) -> None:
+    args = {"External id": 1} if seq is None else {"External id": 1, "Sequence number": seq, "Fwd thread id": 0}
+    tb.add(cat="cpu_op", name=name, ts=ts, dur=dur, args=args)
+
+
+def _augmenting_loop(numbers: bool = True) -> dict:
+    """Each step augments its batch with torch operators (a flip, an ``aten::fill_``: grad mode on,
+    no input needs grad, so the autograd counter stays put) before the model; the model's own
+    ``aten::fill_`` (a ``fill_diagonal_`` on the similarities, as SimCLR's loss does) builds a
+    ``FillBackward0`` that the backward evaluates."""
+    tb = TraceBuilder(cc=None)
+    counter, t = 50, 0.0
+    for s in range(4):
+        start = t
+        for name in ("aten::flip", "aten::fill_", "aten::add"):
+            _numbered(tb, name, t, 300, counter if numbers else None)
+            t += 305
+        for name in ("aten::convolution", "aten::mm", "aten::fill_", "aten::cross_entropy_loss"):
+            _numbered(tb, name, t, 100, counter if numbers else None)
+            counter += 1
+            t += 105
+        for k, node in enumerate(("NllLossBackward0", "FillBackward0", "MmBackward0", "ConvolutionBackward0")):
+            _numbered(tb, f"autograd::engine::evaluate_function: {node}", t, 50, counter - 1 - k if numbers else None)
+            t += 55
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=40)
+        t += 50
+        tb.step(s + 1, start, t - start)
+        t += 5
+    return tb.to_dict()
+
+
+def test_an_augmentation_before_the_model_is_the_loops_own_code_though_its_names_match_the_models():
+    """``aten::fill_`` matches a node the backward evaluates, but this call built none (its number
+    did not advance the counter): the forward starts at the model's first operator, and the
+    augmentation is ``other``. Without numbers the name is all there is to go by."""
+    median = analyze(_augmenting_loop()).metrics.phases.median_ms
+    assert median.other * 1e3 == pytest.approx(3 * 300 + 2 * 5, abs=20)
+    assert median.forward * 1e3 == pytest.approx(4 * 105, abs=20)
+    unnumbered = analyze(_augmenting_loop(numbers=False)).metrics.phases.median_ms
+    assert unnumbered.other * 1e3 < 350  # from the fill_ on: forward by its name

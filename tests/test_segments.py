@@ -441,3 +441,38 @@ def test_context_creation_counts_on_a_counter_mode_trace():
     r = analyze(tb)
     assert "cold_start" in kinds(r) and "warmup-in-window" in r.finding_ids
     assert any("Counter-mode" in n for n in r.notes)
+
+
+def test_the_skip_suggested_leaves_the_warm_up_out():
+    """A gpumagic capture that skipped 3 steps and still recorded a recompilation in its first
+    recorded step is told to skip 4, not a fixed 3; without a capture block the fixed 3 stays."""
+    from types import SimpleNamespace
+
+    from gpumagic.analysis.rules.warmup import SKIP_CODE, _skip_code
+    from gpumagic.analysis.segments import Segment
+
+    ctx = SimpleNamespace(step_bounds=[(0, 100), (100, 200), (200, 300)])
+    first = SimpleNamespace(items=[Segment("compile", 10, 90), Segment("steady", 90, 300)])
+    assert _skip_code(ctx, first, {"skip": 3}).startswith("%%gpuprofile --skip 4\n")
+    two = SimpleNamespace(items=[Segment("cold_start", 0, 150), Segment("steady", 150, 300)])
+    assert "--skip 2\n" in _skip_code(ctx, two, {"skip": 0}) and "warmup=1," in _skip_code(ctx, two, {"skip": 0})
+    assert _skip_code(ctx, first, {}) == SKIP_CODE
+    before = SimpleNamespace(items=[Segment("one_off_host", -50, -10)])
+    assert "--skip 6\n" in _skip_code(ctx, before, {"skip": 5})
+
+
+def test_a_steady_stretch_too_short_to_judge_is_named_in_the_note():
+    """A long graph capture then 2 ms of a loop: the steady stretch exists but is under 5 % of the
+    window; the note says so rather than that there is none."""
+    tb = TraceBuilder()
+    tb.runtime("cudaStreamBeginCapture", 0, 5)
+    for i in range(4000):
+        tb.runtime("cudaLaunchKernel", 10 + i * 20, 8)
+    tb.runtime("cudaStreamEndCapture", 80_100, 5)
+    tb.runtime("cudaGraphInstantiateWithFlags", 80_200, 800)
+    tiny_loop(tb, 81_100, n=100)
+    r = analyze(tb)
+    assert "steady" in kinds(r)
+    note = next(n for n in r.notes if "not judged" in n)
+    assert note.startswith("No steady part long enough to judge") and "the longest steady stretch, 2.1 ms" in note
+    assert any(n.startswith("No steady part in the window") for n in analyze(_capture_trace()).notes)

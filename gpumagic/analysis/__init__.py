@@ -128,7 +128,13 @@ def _steady_part(ctx: Context, metrics: Metrics, workers: int = 1) -> tuple[Cont
     shares = ", ".join(f"{k.replace('_', ' ')} {100 * v:.0f} %" for k, v in
                        sorted(seg.share(segments.SEGMENT_KINDS[1:]).items(), key=lambda kv: -kv[1]))
     if seg.steady_span is None:
-        return None, None, [f"No steady part in the window ({shares} of it): {names} were not judged."]
+        steady = [x.dur_ns for x in seg.items if x.kind == "steady"]
+        if not steady:
+            return None, None, [f"No steady part in the window ({shares} of it): {names} were not judged."]
+        return None, None, [
+            f"No steady part long enough to judge in the window ({shares} of it; the longest steady stretch, "
+            f"{max(steady) / 1e6:.1f} ms, is under {segments.STEADY_MIN_NS / 1e6:g} ms or "
+            f"{100 * segments.STEADY_MIN_FRAC:g} % of the window): {names} were not judged."]
     sub = build_context(ctx.trace, window=seg.steady_span, like=ctx)  # the trace's own facts reused
     sub.cache["top_ops"] = ctx.cache.get("top_ops", TOP_OPERATORS)
     aside.start(sub, _metrics.ASIDE, workers, _metrics.before_aside)

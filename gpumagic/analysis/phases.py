@@ -76,7 +76,8 @@ LAYER_OPS = frozenset({"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", 
                        "aten::convolution", "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
                        "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d",
                        "aten::embedding", "aten::embedding_bag", "aten::_embedding_bag", "aten::lstm", "aten::gru",
-                       "aten::rnn_tanh", "aten::rnn_relu", "aten::scaled_dot_product_attention",
+                       "aten::rnn_tanh", "aten::rnn_relu", "aten::gru_cell", "aten::lstm_cell", "aten::rnn_tanh_cell",
+                       "aten::rnn_relu_cell", "aten::scaled_dot_product_attention",
                        "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
                        "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_native_multi_head_attention"})
 

@@ -147,6 +147,29 @@ LOSS_OPS = frozenset({"aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_l
 #: and torch.compile keeps the layer as one call to the same operator. Where these hold at least
 #: :data:`MIN_FUSED_SHARE` of the forward's calls, neither fix applies.
 FUSED_RECURRENT = frozenset({"aten::gru", "aten::lstm", "aten::rnn_tanh", "aten::rnn_relu"})
+#: One time step of a recurrent cell (``nn.GRUCell``, ``nn.LSTMCell``, ``nn.RNNCell``): from this many
+#: calls a step, the model loops over time steps in Python, and the fused layer is the first fix
+#: where each step's input is known beforehand (an encoder, a decoder under teacher forcing).
+CELL_OPS = frozenset({"aten::gru_cell", "aten::lstm_cell", "aten::rnn_tanh_cell", "aten::rnn_relu_cell"})
+MIN_CELL_CALLS = 8
+#: The cell loop as one call of the fused layer, the cell's weights carried over (``nn.GRUCell``'s
+#: ``weight_ih``... are ``nn.GRU``'s ``weight_ih_l0``...; the same equations, torch.nn docs): the
+#: layer's output at each time step is the loop's hidden state there.
+CELL_LAYER_CODE = """
+# the model's cell, called once a time step, each step's input known beforehand (teacher forcing):
+#     h = h0
+#     for t in range(step_inputs.shape[1]): h = cell(step_inputs[:, t], h)
+# one layer runs the whole sequence, with the cell's weights (nn.LSTMCell -> nn.LSTM: the state is (h, c))
+layer = torch.nn.GRU(cell.input_size, cell.hidden_size, batch_first=True)
+layer.load_state_dict({name + "_l0": w for name, w in cell.state_dict().items()})
+outputs, h_last = layer(step_inputs, h0.unsqueeze(0))   # outputs[:, t]: the loop's h after step t
+# keep the layer in the model in place of the cell (build it once, not every step)
+"""
+#: TorchDynamo breaks the graph around ``nn.RNN``/``nn.LSTM``/``nn.GRU`` unless
+#: ``torch._dynamo.config.allow_rnn`` is set ("Disables graph breaking on rnn", False by default,
+#: torch 2.13): compiling a model that holds one leaves the layer, and the graph around it, split.
+RNN_GRAPH_BREAK = ("; nn.RNN, nn.LSTM and nn.GRU stay outside the compiled graphs (TorchDynamo breaks the graph "
+                   "around them: torch._dynamo.config.allow_rnn is False by default), so expect less")
 MIN_FUSED_SHARE = 0.5
 #: benchmarks/op_overhead.py, the GRU case (hidden 64, 20 time steps, Adam), unprofiled.
 MEASURED_FUSED = ("benchmarks/op_overhead.py: a GRU of 8 sequences, 4.2 ms a step eager and 4.3 compiled; 64 "
@@ -291,9 +314,16 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
                                 ops_per_step, us_per_op, frac)
     reuse = _weight_reuse(ctx)
     layers = reuse is not None and reuse < MIN_WEIGHT_REUSE  # many small layers, each weight used once
+    in_forward = _main_ops_in(ctx, forwards)
+    cells = int(np.count_nonzero(ctx.host_name_ids(CELL_OPS.__contains__)[ev.name[in_forward]])) / len(ctx.step_bounds)
     fixes: tuple[Fix, ...] = (
-        pytorch("Compile the model: its small operators become a few fused loops, called once", COMPILE_CODE),)
-    if not layers:
+        pytorch("Compile the model: its small operators become a few fused loops, called once"
+                + (RNN_GRAPH_BREAK if fused else ""), COMPILE_CODE),)
+    if cells >= MIN_CELL_CALLS:
+        fixes = (pytorch(f"The model calls a recurrent cell {cells:,.0f} times a step, one time step each: where each "
+                         "step's input is known beforehand (an encoder, a decoder fed the targets), PyTorch's fused "
+                         "layer runs the whole sequence in one call", CELL_LAYER_CODE), *fixes)
+    elif not layers:
         fixes += (pytorch("If the model loops over time steps in Python, use PyTorch's fused recurrent layer instead",
                           FUSED_RNN_CODE),)
     if double:  # torch.compile refuses double backward

@@ -75,21 +75,22 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
                              "profiler is slow anyway (benchmarks/profiler_aftermath.py: about 100 ms for a 2 ms "
                              "step): a cost of profiling that skipping steps does not avoid, only dilutes",
                              PROFILER_START_CODE))
+    skip_code = _skip_code(ctx, seg, capture)
     once = "cold_start" in shares or "one_off_host" in shares
     compiled = "compile" in shares or ("graph_capture" in shares and not serving)
     if once and compiled:  # one skip serves both: one fix, not the same snippet twice
         fixes.append(pytorch("Skip more steps before recording: compilation and graph capture happen in the first "
                              "calls, and so do context creation, lazy loading and imports, which need no fix in "
-                             "the code", SKIP_CODE))
+                             "the code", skip_code))
     elif once:
         fixes.append(pytorch("Nothing to fix in the code for context creation, lazy loading or imports: they "
-                             "happen once. Start recording later, after a few steps", SKIP_CODE))
+                             "happen once. Start recording later, after a few steps", skip_code))
     elif compiled or not fixes:
         fixes.append(pytorch("Skip more steps before recording: compilation and graph capture happen in the first "
-                             "calls", SKIP_CODE))
+                             "calls", skip_code))
     steady = seg.steady_span
     judged = ("the steady-state findings judge only its steady part" if steady else
-              "there is no steady part to judge, so the steady-state findings are withheld")
+              "there is no steady part long enough to judge, so the steady-state findings are withheld")
     return finding(
         severity="low", title=f"{pct(total)} of the window is warm-up, not the steady loop",
         why=f"""The first calls of a PyTorch program pay one-off costs: {_one_off_costs(ctx)}. They do not
@@ -104,6 +105,22 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
         fixes=tuple(fixes),
         doc_url=DOC,
     )
+
+
+def _skip_code(ctx: Context, seg: sg.Segments, capture: dict) -> str:
+    """The skip that leaves this window's warm-up out: a gpumagic capture recorded from step
+    ``skip`` (its bundle's ``capture.skip``), so skipping as many more steps as there are recorded
+    steps up to the one where the last warm-up segment ends (a recompilation in the first recorded
+    step: one more) starts recording after it; unknown (a plain trace, a warm-up past the steps):
+    :data:`SKIP_CODE`'s three, or one more than the capture skipped where that is not more."""
+    skipped = capture.get("skip")
+    if not isinstance(skipped, int) or isinstance(skipped, bool):
+        return SKIP_CODE
+    ends = [s.end_ns for s in seg.items if s.kind in _WORDS]
+    starts = [lo for lo, _hi in ctx.step_bounds]
+    steps_in = int(np.searchsorted(np.asarray(starts, np.int64), max(ends), side="left")) if ends and starts else 0
+    suggested = skipped + steps_in if steps_in else max(skipped + 1, 3)
+    return f"%%gpuprofile --skip {suggested}\n# or: torch.profiler.schedule(wait=1, warmup={max(suggested - 1, 1)}, active=5)"
 
 
 #: Compiled code's cold start under the profiler: record more steps, so that the one slow call is a
