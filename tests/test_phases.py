@@ -256,3 +256,29 @@ def test_an_augmentation_before_the_model_is_the_loops_own_code_though_its_names
     assert median.forward * 1e3 == pytest.approx(4 * 105, abs=20)
     unnumbered = analyze(_augmenting_loop(numbers=False)).metrics.phases.median_ms
     assert unnumbered.other * 1e3 < 350  # from the fill_ on: forward by its name
+
+
+def test_a_wrappers_work_without_grad_mode_before_the_model_stays_forward():
+    """A wrapper's work under ``torch.no_grad()`` at the start of the model's call
+    (DistributedDataParallel broadcasts its buffers so): an ``aten::mul`` without a number, whose
+    name the model's own ``MulBackward0`` matches. A call without a number is not judged: its name
+    starts the forward, as before numbers were read."""
+    tb = TraceBuilder(cc=None)
+    counter, t = 50, 0.0
+    for s in range(4):
+        start = t
+        _numbered(tb, "aten::mul", t, 300, None)
+        t += 305
+        for name in ("aten::convolution", "aten::mul", "aten::cross_entropy_loss"):
+            _numbered(tb, name, t, 100, counter)
+            counter += 1
+            t += 105
+        for k, node in enumerate(("NllLossBackward0", "MulBackward0", "ConvolutionBackward0")):
+            _numbered(tb, f"autograd::engine::evaluate_function: {node}", t, 50, counter - 1 - k)
+            t += 55
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=40)
+        t += 50
+        tb.step(s + 1, start, t - start)
+        t += 5
+    median = analyze(tb.to_dict()).metrics.phases.median_ms
+    assert median.forward * 1e3 == pytest.approx(305 + 3 * 105, abs=20) and median.other * 1e3 < 20

@@ -24,7 +24,9 @@ phases of a step add up to its duration. What marks each phase in a torch.profil
   ``CompiledFunction`` → ``CompiledFunctionBackward``), or any operator enclosing one; a layer's
   operator before that one (:data:`LAYER_OPS`: a matmul, a convolution, an embedding, attention)
   starts it instead — a part of the model that builds no node (a frozen backbone, a teacher under
-  ``torch.no_grad()``) runs its forward there. The loop's own work before it — metrics on
+  ``torch.no_grad()``) runs its forward there; and a call whose sequence number shows it built
+  no node (:func:`outer_calls`: a random augmentation of the batch whose ``aten::fill_`` shares a
+  name with the model's) does not start it. The loop's own work before it — metrics on
   the last step's output, ``.tolist()``, logging, after ``zero_grad`` — is ``other``, not the
   model's forward; with no such operator, the step's first host operator starts it;
 - a ``record_function`` span named like a phase (``"forward"``, ``"backward"``,
@@ -45,6 +47,7 @@ kernels' launches is optimizer.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -110,7 +113,7 @@ def _phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
     fwd_ann = np.flatnonzero(annot["forward"][ev.name] & ann_rows)
     makes_node = _makes_backward_node(ctx)
     layer = ctx.host_name_ids(LAYER_OPS.__contains__)
-    built = _may_build(ctx, bwd_names)
+    built = _may_build(ctx)
     ops = np.flatnonzero(host & (ev.lane == ctx.main_lane) & (m["cpu_op"] | m["python"] | m["runtime"])
                          & ~m["name_dataloader"] & ~opt_names[ev.name])
     data_spans, opt_spans, bwd_spans, fwd_spans = (_Spans(ev, r) for r in (data_rows, opt_rows, bwd_rows, fwd_ann))
@@ -187,24 +190,60 @@ def _makes_backward_node(ctx: Context) -> np.ndarray:
     return ctx.host_name_ids(lambda n: _key(n.removeprefix("aten::")) in nodes)
 
 
-def _may_build(ctx: Context, bwd_names: np.ndarray) -> np.ndarray:
-    """Per event row: ``False`` for a main-thread operator known to have built no autograd node,
-    ``True`` for every other row. The profiler writes an operator's ``Sequence number`` only under
-    grad mode, and the number is the thread's autograd counter, which advances with each node
-    built (:mod:`gpumagic.analysis.inference`): an operator without a number, in a trace whose
-    operators carry them, ran under ``torch.no_grad()``; one whose next numbered operator on the
-    thread has the same number built none (its inputs need no grad: a random augmentation of the
-    batch, a frozen layer). A name matching a node the backward evaluates (``aten::fill_`` and a
-    ``FillBackward0`` of the model's) is no proof that this call made it."""
-    ev, m = ctx.trace.events, ctx.masks
+@dataclass(frozen=True)
+class OuterCalls:
+    """The main thread's outermost operator calls (the backward's left out), in start order, and
+    what their sequence numbers say (:func:`outer_calls`)."""
+
+    rows: np.ndarray  # rows of ``trace.events``
+    numbered: np.ndarray  # bool: the call carries a number (grad mode was on)
+    idle: np.ndarray  # bool: numbered, and the next numbered call after it carries the same one: it built no node
+    any_numbers: bool  # the trace's calls carry numbers at all (else nothing can be told)
+
+
+def outer_calls(ctx: Context) -> OuterCalls:
+    """The profiler writes an operator's ``Sequence number`` only under grad mode and only where
+    the call passes the autograd layer — an outermost call, not the operators a composite one
+    calls beneath it (``aten::mean``'s ``aten::sum`` and ``aten::fill_`` carry none) — and the
+    number is the thread's autograd counter, which advances with each node built
+    (:mod:`gpumagic.analysis.inference`). An outermost call whose number the next numbered call
+    (after it ends) still carries built none, nor did anything inside it: its inputs need no grad
+    (a random augmentation of the batch, a frozen layer). The window's last numbered call is not
+    known to be idle. Computed once per context."""
+    def make(c: Context) -> OuterCalls:
+        ev, m = c.trace.events, c.masks
+        bwd_names = c.host_name_ids(BACKWARD_RE.search)
+        rows = np.flatnonzero(m["cpu_op"] & m["host"] & (ev.lane == c.main_lane) & ~bwd_names[ev.name])
+        order, outer = iv.outermost(ev.ts_ns[rows], ev.ts_ns[rows] + ev.dur_ns[rows])
+        top = rows[order][outer]
+        numbered_rows = rows[ev.seq[rows] >= 0]
+        numbered = ev.seq[top] >= 0
+        idle = np.zeros(top.size, dtype=bool)
+        if numbered_rows.size:
+            n_ts, n_seq = ev.ts_ns[numbered_rows], ev.seq[numbered_rows]
+            first = np.searchsorted(n_ts, ev.ts_ns[top])  # the call's own number
+            after = np.searchsorted(n_ts, ev.ts_ns[top] + ev.dur_ns[top])
+            known = numbered & (after < n_ts.size)
+            idle[known] = n_seq[after[known]] <= n_seq[first[known]]
+        return OuterCalls(top, numbered, idle, bool(numbered_rows.size))
+    return ctx.memo("phases.outer_calls", make)
+
+
+def _may_build(ctx: Context) -> np.ndarray:
+    """Per event row: ``False`` for a main-thread operator inside an outermost call known to have
+    built no autograd node while grad mode was on (:func:`outer_calls`), ``True`` for every other
+    row. A name matching a node the backward evaluates (``aten::fill_`` and a ``FillBackward0`` of
+    the model's) is no proof that this call made it. A call without a number is not judged: grad
+    mode off for a wrapper's work inside the model's call (DistributedDataParallel broadcasts its
+    buffers under ``torch.no_grad()`` before each forward) is the forward's, as its name says."""
+    ev = ctx.trace.events
     out = np.ones(len(ev.ts_ns), dtype=bool)
-    rows = np.flatnonzero(m["cpu_op"] & m["host"] & (ev.lane == ctx.main_lane) & ~bwd_names[ev.name])
-    numbered = rows[ev.seq[rows] >= 0]
-    if numbered.size == 0:
-        return out  # no numbers recorded: grad mode cannot be told
-    out[rows[ev.seq[rows] < 0]] = False
-    same = ev.seq[numbered[1:]] <= ev.seq[numbered[:-1]]
-    out[numbered[:-1][same]] = False  # the last numbered operator: unknown, left True
+    calls = outer_calls(ctx)
+    idle = calls.rows[calls.idle]
+    if idle.size:
+        s, e = iv.union(ev.ts_ns[idle], ev.ts_ns[idle] + ev.dur_ns[idle])
+        main = np.flatnonzero((ev.lane == ctx.main_lane) & ctx.masks["cpu_op"])
+        out[main[iv.contains((s, e), ev.ts_ns[main])]] = False
     return out
 
 

@@ -232,7 +232,7 @@ class CaptureSession:
         if compiling_now():
             if not self._waited_for_compile:
                 self.notes.append(f"The {self.options.cap_seconds:g} s time cap came while torch.compile was compiling: "
-                                  "recording went on through the compilation (stopping inside it would record "
+                                  "the cap waited for the compilation to end (stopping inside it would record "
                                   "nothing else).")
             self._waited_for_compile = True
             self._arm_deadline(COMPILE_POLL_S)

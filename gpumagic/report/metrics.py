@@ -727,7 +727,8 @@ class CompileMetrics(Record, frozen=True):
     recompile_reasons: Annotated[list[CompileReason], _d("recompilations by the guard that failed on the first "
                                                          "entry compiled, most frequent first")]
     cell_compile_ms: Annotated[float | None, _d("dynamo's own frame-compilation time over the whole cell, "
-                                                "recorded steps or not; null in traces without it (ms)")] = None
+                                                "recorded steps or not (a backward compiled lazily at its "
+                                                "first call is not in it); null in traces without it (ms)")] = None
     recompiles_first_change: Annotated[int, _d(
         "recompilations at the first change of a tensor's size or an integer argument of a function; "
         "dynamo then compiles it as dynamic (dynamic=None, the default), so these do not recur (count)")] = 0

@@ -252,7 +252,7 @@ def test_the_notes_list_what_torch_compile_did():
     report = gpumagic.analyze(compiled_trace())
     text = report.to_text(width=100)
     notes = text[text.index("NOTES"):]
-    assert "torch.compile: compiling 30.0 ms in the window (35.0 ms over the cell); 3 graph breaks; 2 recompiles" \
+    assert "torch.compile: compiling 30.0 ms in the window (dynamo's frames 35.0 ms over the cell); 3 graph breaks; 2 recompiles" \
         in notes.replace("\n    ", " ")
     assert "graph break ×3: Failed to trace builtin operator" in notes and "(train.py:12)" in notes
     assert "recompile ×2: tensor 'x' size mismatch at index 0. expected 4, actual 5 (train.py:10)" in notes

@@ -103,7 +103,7 @@ def _one_time(c: CompileMetrics, share: float) -> Finding:
 
 
 def _compile_time(c: CompileMetrics, share: float) -> str:
-    cell = f"; dynamo compiled for {c.cell_compile_ms:.0f} ms over the whole cell" if c.cell_compile_ms else ""
+    cell = f"; dynamo compiled its frames for {c.cell_compile_ms:.0f} ms over the whole cell" if c.cell_compile_ms else ""
     inside = f", compiling {pct(share)} of the recorded window" if share > 0 else ", none of it inside the recorded window"
     return inside + cell
 

@@ -9,7 +9,7 @@ from gpumagic._arrays import median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.gpubound import gpu_time_gain
-from gpumagic.analysis.phases import BACKWARD_RE, LAYER_OPS, phase_intervals
+from gpumagic.analysis.phases import LAYER_OPS, outer_calls, phase_intervals
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.loopwork import RANDOM_OPS
 from gpumagic.report.metrics import Metrics
@@ -71,32 +71,20 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
     ev, mk = ctx.trace.events, ctx.masks
     parts = phase_intervals(ctx)
     fwd = _union([p["forward"] for p in parts])
-    bwd = _union([p["backward"] for p in parts])
     if not fwd[0].size:
         return None
-    ops = np.flatnonzero(ctx.events_in_window(mk["cpu_op"] & mk["host"] & (ev.lane == ctx.main_lane)))
-    ops = ops[~ctx.host_name_ids(BACKWARD_RE.search)[ev.name[ops]]]
-    if bwd[0].size:
-        ops = ops[~iv.contains(bwd, ev.ts_ns[ops])]
-    numbered = ops[ev.seq[ops] >= 0]
-    if numbered.size == 0:
+    calls = outer_calls(ctx)
+    if not calls.any_numbers:
         return None  # no sequence numbers recorded: grad mode cannot be told
-    s, e = ev.ts_ns[ops], ev.ts_ns[ops] + ev.dur_ns[ops]
-    order, outer = iv.outermost(s, e)
-    top = ops[order][outer]
-    top = top[iv.contains(fwd, ev.ts_ns[top])]
+    inside = iv.contains(fwd, ev.ts_ns[calls.rows])  # the steps' forward passes lie in the window
+    top, idle, numbered = calls.rows[inside], calls.idle[inside], calls.numbered[inside]
     if top.size == 0:
         return None
     t_s, t_e = ev.ts_ns[top], ev.ts_ns[top] + ev.dur_ns[top]
-    # the sequence number of the first numbered operator in each call, and of the first after it
-    n_ts, n_seq = ev.ts_ns[numbered], ev.seq[numbered]
-    a, b = np.searchsorted(n_ts, t_s), np.searchsorted(n_ts, t_e)
-    has = b > a
-    known = b < n_ts.size
-    built = has & known & (n_seq[np.minimum(b, n_ts.size - 1)] > n_seq[np.minimum(a, n_ts.size - 1)])
-    frozen = ~built & (~has | known)  # the window's last numbered call: unknown, not frozen
-    if not np.any(built):
+    frozen = idle | ~numbered  # built no node: grad mode on and nothing needed grad, or grad mode off
+    if np.all(frozen):
         return None  # nothing in the forward built a node: no part trains, none is frozen beside it
+    ops = np.flatnonzero(ctx.events_in_window(mk["cpu_op"] & mk["host"] & (ev.lane == ctx.main_lane)))
     layer = ctx.host_name_ids(LAYER_OPS.__contains__)
     in_layer = _encloses(ops, layer[ev.name[ops]], t_s, t_e, ev)
     f_rows = top[frozen]
