@@ -157,6 +157,16 @@ def test_a_loop_drawing_random_inputs_gets_the_pool_fix():
     assert "correct = correct +" in f.fixes[0].code and f.est_gain == f.evidence.numbers["loop_work_frac"]
 
 
+def test_random_draws_combined_with_the_batch_are_an_augmentation_not_synthetic_inputs():
+    """A SimCLR-style loop augments its batch in torch operators: draws (over half the loop's code)
+    and the operators that apply them (a flip, a roll: over a quarter). A pool of draws would
+    freeze the augmentation: the preparing fix (the DataLoader's workers), the whole time."""
+    f = analyze(_training(2000, random_us=1100, prepare=("aten::flip", "aten::roll"))).finding("loop-host-work")
+    n = f.evidence.numbers
+    assert n["random_ops_frac"] > 0.5 and "pool" not in f.fixes[0].code and "num_workers" in f.fixes[0].code
+    assert f.est_gain == n["loop_work_frac"]
+
+
 def test_a_loop_preparing_its_batches_gets_the_prepare_once_fix():
     """Operators, not Python, most of the loop's code, and not bookkeeping's reductions: the batch
     is cast and normalized each step. Reductions instead (a confusion matrix on tensors): the

@@ -121,8 +121,13 @@ RANDOM_OPS = frozenset({
     "aten::normal", "aten::normal_", "aten::uniform_", "aten::randperm", "aten::bernoulli", "aten::bernoulli_",
     "aten::multinomial", "aten::random_", "aten::exponential_", "aten::poisson",
 })
-#: From this share of the loop's own code in them, drawing random numbers is what it does.
+#: From this share of the loop's own code in them, drawing random numbers is what it does ...
 MIN_RANDOM_SHARE = 0.5
+#: ... unless other operators (not bookkeeping's) take at least this share of it: the draws are
+#: combined with the batch (a flip where a coin says so, a shift, a jitter, added noise), an
+#: augmentation of real data, which a pool drawn once would freeze; it belongs in the
+#: DataLoader's workers (the preparing fix). Synthetic inputs are the draws alone.
+MIN_MIXING_SHARE = 0.25
 RANDOM_MEASURED = "benchmarks/loop_work_fixes.py: an MLP step on 512 random rows, 0.154 saved by a pool"
 #: Synthetic inputs drawn once: a few batches before the loop, cycled through; the generator's
 #: time goes from the step.
@@ -174,7 +179,8 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     that time is in random-number operators (``torch.randn``, ``torch.randint``... outermost), the
     loop draws its inputs or noise each step: a pool of batches drawn once, for synthetic inputs
     (the why says fresh noise training needs is the step's own work), with that time's share as
-    the estimate. Where operators hold most of the time (< half without one running) and the
+    the estimate — unless other operators (not bookkeeping's) hold ≥ a quarter of that time: the
+    draws then augment real data (a flip, a shift, a jitter), a preparation of the batch. Where operators hold most of the time (< half without one running) and the
     bookkeeping's comparisons and reductions (``METRIC_OPS``: argmax, eq, sum, item...) under half
     of theirs, the loop prepares its batches (casts, scaling, normalization): the inputs prepared
     once on the whole dataset and indexed, random augmentation moved into the DataLoader's workers. False
@@ -212,9 +218,10 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     tensor_loop = per_tensor >= MIN_PER_TENSOR_CALLS and 2 * sum(op_ns[n] for n in in_place) >= sum(op_ns.values())
     from_python = from_python_ns >= MIN_FROM_PYTHON_SHARE * total
     random_ns = sum(op_ns[n] for n in RANDOM_OPS)
-    drawing = random_ns >= MIN_RANDOM_SHARE * total
-    # operators, not Python, are most of it, and not bookkeeping's: the loop prepares its batches
     metric_ns = sum(op_ns[n] for n in METRIC_OPS)
+    mixing_ns = sum(op_ns.values()) - random_ns - metric_ns  # what combines the draws with the batch
+    drawing = random_ns >= MIN_RANDOM_SHARE * total and mixing_ns < MIN_MIXING_SHARE * total
+    # operators, not Python, are most of it, and not bookkeeping's: the loop prepares its batches
     preparing = python_frac < 0.5 and 2 * metric_ns < sum(op_ns.values())
     frames = [(n, c) for n, c in _python_frames_in(ctx, other) if c >= MIN_FRAME_SHARE * total]
     lines = ("; Python functions with the most of it (their own time, with_stack): "
