@@ -315,7 +315,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         val_loader=torch.utils.data.DataLoader(dataset, batch_size=4), inputs=x,
         backbone=nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1)).to(device), head=nn.Linear(8, 4).to(device),
         cell=nn.GRUCell(8, 16).to(device), step_inputs=torch.randn(4, 5, 8, device=device),
-        h0=torch.zeros(4, 16, device=device),
+        h0=torch.zeros(4, 16, device=device), augment=lambda xb: xb.flip(-1),
         generator=nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU()).to(device),
         noise=torch.randn(6, 4, device=device),
         policy=nn.Linear(4, 2).to(device), observation=torch.randn(4, device=device), rollout_steps=3,

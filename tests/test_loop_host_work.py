@@ -163,8 +163,25 @@ def test_random_draws_combined_with_the_batch_are_an_augmentation_not_synthetic_
     freeze the augmentation: the preparing fix (the DataLoader's workers), the whole time."""
     f = analyze(_training(2000, random_us=1100, prepare=("aten::flip", "aten::roll"))).finding("loop-host-work")
     n = f.evidence.numbers
-    assert n["random_ops_frac"] > 0.5 and "pool" not in f.fixes[0].code and "num_workers" in f.fixes[0].code
-    assert f.est_gain == n["loop_work_frac"]
+    assert n["random_ops_frac"] > 0.5 and "pool" not in f.fixes[0].code and "collate_fn=collate_and_augment" in f.fixes[0].code
+    assert f.est_gain == n["loop_work_frac"] and "augments its batches" in f.why
+
+
+def test_the_augmentation_fix_augments_each_batch_in_the_loader():
+    """The collate_fn gives the batches the plain loader gives, augmented (num_workers=0 here: the
+    same function runs in a worker)."""
+    import torch
+
+    from gpumagic.analysis.rules.loopwork import AUGMENT_WORKERS_CODE
+
+    dataset = torch.utils.data.TensorDataset(torch.arange(24.0).reshape(12, 2), torch.arange(12))
+    code = AUGMENT_WORKERS_CODE.replace("num_workers=2, persistent_workers=True", "num_workers=0")
+    code = code.replace("shuffle=True", "shuffle=False")
+    ns = {"torch": torch, "dataset": dataset, "batch_size": 4, "augment": lambda xb: xb.flip(-1)}
+    exec(compile(code, "<fix>", "exec"), ns)
+    got = list(ns["loader"])
+    assert len(got) == 3 and torch.equal(got[0][0], dataset.tensors[0][:4].flip(-1))
+    assert torch.equal(got[2][1], dataset.tensors[1][8:])
 
 
 def test_a_loop_preparing_its_batches_gets_the_prepare_once_fix():

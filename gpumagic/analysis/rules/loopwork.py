@@ -158,6 +158,26 @@ for start in range(0, len(all_inputs), batch_size):
 # random work instead (augmentation): in the Dataset's __getitem__ or a collate_fn, so that
 # DataLoader(..., num_workers=2) runs it beside the training step
 """
+#: Where random draws hold this share of the loop's preparing operators' time, the preparation
+#: is an augmentation: moved, not done once.
+MIN_AUGMENT_SHARE = 0.25
+#: The batch's augmentation, unchanged, as the loader's collate_fn: each worker process stacks
+#: its batch (``default_collate``) and augments it while the main process trains on the one
+#: before. Workers started by spawn or forkserver (macOS, Windows; Linux from Python 3.14) import
+#: the collate_fn by name, which a function defined in a notebook cell does not allow: the
+#: snippet says to put both functions in a .py file there.
+AUGMENT_WORKERS_CODE = """
+# in a notebook on macOS or Windows (or Python 3.14+), put augment and this function in a .py file and import them:
+# workers started by spawn or forkserver cannot load functions defined in a cell
+def collate_and_augment(samples):
+    xb, yb = torch.utils.data.default_collate(samples)
+    return augment(xb), yb      # your augmentation of a batch (two views for contrastive learning: augment(xb) twice)
+
+loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, collate_fn=collate_and_augment,
+                                     num_workers=2, persistent_workers=True)
+for xb, yb in loader:          # augmented in the workers, while the step before ran
+    ...                        # the forward, backward and optimizer step as before, without augment()
+"""
 PRUN_CODE = """
 %%prun -s tottime -l 15
 # the cell as it is: Python's profiler lists the functions that spend the most time themselves
@@ -278,6 +298,15 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
                     + ", ".join(f"{n} ×{c / len(ctx.step_bounds):.0f}" for n, c in in_place.most_common(TOP_OPS))
                     + "): a Python loop over tensors.")
         fix = _tensor_loop_fix(in_place)
+    elif preparing and random_ns >= MIN_AUGMENT_SHARE * total:
+        why += f""" Here most of that time is in PyTorch operators, not Python, and random-number operators hold
+        {pct(random_ns / total)} of it, applied to the batch by the others: the loop augments its batches on the
+        main thread (random flips, shifts, jitter, noise), between one step and the next. Random work cannot be
+        done once; it can run elsewhere: a collate_fn applies the same function to each batch inside the
+        DataLoader's worker processes, which prepare the next batches while the step runs (given a core for
+        them)."""
+        fix = pytorch("Augment in the DataLoader's workers: the same function as a collate_fn, beside the step",
+                      AUGMENT_WORKERS_CODE)
     elif preparing:
         why += """ Here most of that time is in PyTorch operators, not Python, and not the comparisons and reductions
         of bookkeeping: the loop prepares its batches on the main thread (casts, scaling, normalization), between
