@@ -167,6 +167,30 @@ def test_random_draws_combined_with_the_batch_are_an_augmentation_not_synthetic_
     assert f.est_gain == n["loop_work_frac"] and "augments its batches" in f.why
 
 
+@pytest.mark.parametrize(("busy", "gain"), [(190.0, False), (60.0, True)])
+def test_the_augmentation_fix_gains_only_with_a_core_free_for_the_workers(busy, gain):
+    """CPU samples with the 2 usable cores busy (1.9 in use): the workers would take the step's
+    cores, no gain; with 0.6 in use, the share."""
+    d = _training(2000, random_us=1100, prepare=("aten::flip", "aten::roll"))
+    times = [2_000_000 * (j + 1) for j in range(8)]
+    d["gpumagic"] = {
+        "format": 1, "label": "", "notes": [], "capture": {}, "versions": {}, "clock": {"anchor_epoch_ns": None},
+        "machine": {"cpu_count": 2, "cpu_affinity": [0, 1], "cpu_quota_cores": None,
+                    "usable_cores": 2.0, "usable_cores_source": "affinity"},
+        "samples": {"cpu": {"t_epoch_ns": times, "total": [busy / 2] * 8, "per_core": [[busy / 2, busy / 2]] * 8,
+                            "main": [busy] * 8, "main_thread": [90.0] * 8, "workers": [0.0] * 8,
+                            "worker_count": [0] * 8}},
+    }
+    r = analyze(d)
+    assert r.metrics.host.cpu_busy_cores == pytest.approx(busy / 100, abs=0.05)
+    f = r.finding("loop-host-work")
+    assert "collate_and_augment" in f.fixes[0].code
+    if gain:
+        assert f.est_gain == f.evidence.numbers["loop_work_frac"]
+    else:
+        assert f.est_gain == 0.0 and "no core is free" in f.gain_method and "cores busy" in f.why
+
+
 def test_the_augmentation_fix_augments_each_batch_in_the_loader():
     """The collate_fn gives the batches the plain loader gives, augmented (num_workers=0 here: the
     same function runs in a worker)."""

@@ -159,8 +159,15 @@ for start in range(0, len(all_inputs), batch_size):
 # DataLoader(..., num_workers=2) runs it beside the training step
 """
 #: Where random draws hold this share of the loop's preparing operators' time, the preparation
-#: is an augmentation: moved, not done once.
+#: is an augmentation: moved, not done once ...
 MIN_AUGMENT_SHARE = 0.25
+#: ... into worker processes, which help only with a core to run on: below this many idle usable
+#: cores on average (the CPU samples) the move is no gain.
+MIN_IDLE_FOR_WORKERS = 1.0
+#: benchmarks/augment_workers.py on this project's 2-core machine (both cores busy with the step's
+#: two intra-op threads).
+AUGMENT_MEASURED = ("benchmarks/augment_workers.py: a SimCLR-style epoch on 2 busy cores took 1.13x and 1.24x as "
+                    "long with its augmentation in two workers")
 #: The batch's augmentation, unchanged, as the loader's collate_fn: each worker process stacks
 #: its batch (``default_collate``) and augments it while the main process trains on the one
 #: before. Workers started by spawn or forkserver (macOS, Windows; Linux from Python 3.14) import
@@ -200,10 +207,13 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     loop draws its inputs or noise each step: a pool of batches drawn once, for synthetic inputs
     (the why says fresh noise training needs is the step's own work), with that time's share as
     the estimate — unless other operators (not bookkeeping's) hold ≥ a quarter of that time: the
-    draws then augment real data (a flip, a shift, a jitter), a preparation of the batch. Where operators hold most of the time (< half without one running) and the
-    bookkeeping's comparisons and reductions (``METRIC_OPS``: argmax, eq, sum, item...) under half
-    of theirs, the loop prepares its batches (casts, scaling, normalization): the inputs prepared
-    once on the whole dataset and indexed, random augmentation moved into the DataLoader's workers. False
+    draws then augment real data (a flip, a shift, a jitter), a preparation of the batch. Where
+    operators hold most of the time (< half without one running) and the bookkeeping's
+    comparisons and reductions (``METRIC_OPS``: argmax, eq, sum, item...) under half of theirs,
+    the loop prepares its batches (casts, scaling, normalization): the inputs prepared once on the
+    whole dataset and indexed; where random draws hold ≥ a quarter of that time, an augmentation,
+    moved into the loader's ``collate_fn`` (its workers), with no gain where the CPU samples show
+    under one usable core idle on average (the workers would take the step's cores). False
     positives: work that belongs to the step but runs no operator the backward undoes before
     the forward (a Python-side augmentation of the batch outside the DataLoader) counts here."""
     if ctx.device >= 0 or not ctx.step_bounds or m.phases is None or not m.phases.found.backward:
@@ -305,8 +315,17 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
         done once; it can run elsewhere: a collate_fn applies the same function to each batch inside the
         DataLoader's worker processes, which prepare the next batches while the step runs (given a core for
         them)."""
-        fix = pytorch("Augment in the DataLoader's workers: the same function as a collate_fn, beside the step",
-                      AUGMENT_WORKERS_CODE)
+        fix = pytorch("Augment in the DataLoader's workers: the same function as a collate_fn, beside the step "
+                      "(where a core is free for them)", AUGMENT_WORKERS_CODE)
+        host = m.host
+        idle = (host.usable_cores - host.cpu_busy_cores
+                if host.usable_cores is not None and host.cpu_busy_cores is not None else None)
+        if idle is not None and idle < MIN_IDLE_FOR_WORKERS:
+            why += f""" But the CPU samples show the cores busy through the window ({host.cpu_busy_cores:.1f} of
+            {host.usable_cores:g} usable cores in use): workers would take their time from the step's own threads,
+            and the move saves nothing here ({AUGMENT_MEASURED}). It pays on a machine with cores to spare."""
+            gain, method = 0.0, (f"none while no core is free: {idle:.1f} of {host.usable_cores:g} usable cores idle "
+                                 f"on average (CPU samples), and workers need one ({AUGMENT_MEASURED})")
     elif preparing:
         why += """ Here most of that time is in PyTorch operators, not Python, and not the comparisons and reductions
         of bookkeeping: the loop prepares its batches on the main thread (casts, scaling, normalization), between
