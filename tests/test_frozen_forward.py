@@ -110,6 +110,9 @@ def test_a_frozen_part_fires_whether_grad_mode_is_on_or_off(mode):
 def test_a_frozen_part_after_the_head_is_found_too():
     """A teacher run after the student (``with torch.no_grad(): t = teacher(x)`` after ``s = student(x)``)."""
     assert analyze(_training(mode="no_grad", after=True)).finding(ID) is not None
+    # a teacher of the student's own layer types: its calls' names match the student's nodes
+    assert analyze(_training(mode="no_grad", frozen_op="aten::addmm")).finding(ID) is not None
+    assert analyze(_training(mode="frozen", frozen_op="aten::addmm", after=True)).finding(ID) is not None
 
 
 def test_silent_where_the_part_trains_or_is_small_or_not_layers():

@@ -14,6 +14,7 @@ from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_f
 from gpumagic.analysis.rules.loopwork import RANDOM_OPS
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
+from gpumagic.trace.model import EventTable
 
 #: A finding from this share of the window: the TensorBoard profiler plugin's 5 % line for a
 #: bottleneck worth naming, doubled (caching a part's outputs changes the data pipeline: worth it
@@ -172,7 +173,7 @@ def _union(ivs: list[iv.Intervals]) -> iv.Intervals:
     return iv.union(np.concatenate([x[0] for x in ivs]), np.concatenate([x[1] for x in ivs]))
 
 
-def _encloses(rows: np.ndarray, marked: np.ndarray, s: np.ndarray, e: np.ndarray, ev) -> np.ndarray:
+def _encloses(rows: np.ndarray, marked: np.ndarray, s: np.ndarray, e: np.ndarray, ev: EventTable) -> np.ndarray:
     """Per span ``[s, e)``: whether one of ``rows`` marked by ``marked`` starts inside it."""
     ts = np.sort(ev.ts_ns[rows[marked]])
     return np.searchsorted(ts, e) > np.searchsorted(ts, s)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gpumagic.analysis import everystep
@@ -107,7 +109,7 @@ def warmup_in_window(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-def _skip_code(ctx: Context, seg: sg.Segments, capture: dict) -> str:
+def _skip_code(ctx: Context, seg: sg.Segments, capture: dict[str, Any]) -> str:
     """The skip that leaves this window's warm-up out: a gpumagic capture recorded from step
     ``skip`` (its bundle's ``capture.skip``), so skipping as many more steps as there are recorded
     steps up to the one where the last warm-up segment ends (a recompilation in the first recorded
