@@ -24,14 +24,17 @@ def _op(tb: TraceBuilder, name: str, ts: float, dur: float, seq: int | None) -> 
 
 def _training(steps: int = 5, frozen_us: float = 400.0, mode: str = "frozen", frozen_op: str = "aten::conv2d",
               draw: bool = False, numbers: bool = True, gpu: bool = False, after: bool = False,
-              head_us: float = 30.0) -> dict:
+              head_us: float = 30.0, ema: str = "") -> dict:
     """A CPU training loop (a GPU one with ``gpu``: each operator launches a kernel as long as
     itself): per step a DataLoader wait, a part that trains nothing (``mode``: ``"frozen"``, grad
     mode on and its parameters frozen: numbered calls that do not advance the counter;
     ``"no_grad"``: calls without numbers; ``"trains"``: calls that build nodes) of two
     ``frozen_op`` calls of ``frozen_us`` each with a relu between (after the head with
     ``after``), then a head (``head_us``) and a loss that build nodes, their backward and an SGD step. With
-    ``draw``, a ``torch.randn`` before the frozen part; without ``numbers``, no operator carries one."""
+    ``draw``, a ``torch.randn`` before the frozen part; without ``numbers``, no operator carries one.
+    With ``ema``, the loop updates the frozen part's weights after each optimizer step under
+    no_grad: ``"foreach"`` one ``torch._foreach_lerp_``, ``"loop"`` a ``mul_`` and an ``add_`` for
+    each of 4 tensors, ``"sync"`` a ``copy_`` for each (``load_state_dict``)."""
     tb = TraceBuilder(cc=(8, 0) if gpu else None)
     counter, t = 10, 0.0
 
@@ -69,6 +72,10 @@ def _training(steps: int = 5, frozen_us: float = 400.0, mode: str = "frozen", fr
         t += 40
         tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=20)
         t += 30
+        writes = {"foreach": ["aten::_foreach_lerp_"], "loop": ["aten::mul_", "aten::add_"] * 4,
+                  "sync": ["aten::copy_"] * 4}.get(ema, [])
+        for name in writes:
+            call(name, 3, None, False)
         tb.step(s + 1, start, t - start)
         t += 5
     return tb.to_dict()
@@ -127,6 +134,22 @@ def test_silent_where_random_numbers_feed_the_part():
     """Noise drawn each step before it (a GAN's generator under no_grad, a target network fed a
     replay sample): its inputs are new every step, nothing to compute once."""
     assert analyze(_training(mode="no_grad", draw=True)).finding(ID) is None
+
+
+@pytest.mark.parametrize("ema", ["foreach", "loop", "sync"])
+def test_silent_where_the_loop_writes_the_weights_itself(ema):
+    """An EMA teacher (BYOL, DINO, a mean teacher) or a synced target network: its weights change,
+    its outputs cannot be stored. The writes come after the optimizer, outside the model."""
+    assert analyze(_training(mode="no_grad", ema=ema)).finding(ID) is None
+    assert analyze(_training(mode="no_grad")).finding(ID) is not None
+
+
+def test_the_same_layer_types_with_autograd_get_a_caveat():
+    """A teacher of the student's own layer types: perhaps one module run twice (a perceptual
+    loss's feature network on output and target); the why says what can be stored then."""
+    f = analyze(_training(mode="no_grad", frozen_op="aten::addmm")).finding(ID)
+    assert "The same layer types also ran with autograd" in f.why
+    assert "The same layer types" not in analyze(_training(mode="no_grad")).finding(ID).why
 
 
 def test_silent_without_sequence_numbers():

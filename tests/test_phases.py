@@ -282,3 +282,33 @@ def test_a_wrappers_work_without_grad_mode_before_the_model_stays_forward():
         t += 5
     median = analyze(tb.to_dict()).metrics.phases.median_ms
     assert median.forward * 1e3 == pytest.approx(305 + 3 * 105, abs=20) and median.other * 1e3 < 20
+
+
+def test_an_ema_update_under_no_grad_before_the_model_is_the_loops_own_code():
+    """``p_t.mul_(m).add_(p_s, alpha=1 - m)`` under no_grad after the optimizer (a teacher's EMA):
+    no number, written in place, whatever node names it matches; a collective before the first
+    layer (DistributedDataParallel's buffer broadcast) starts the forward."""
+    def loop(first: str) -> dict:
+        tb = TraceBuilder(cc=None)
+        counter, t = 50, 0.0
+        for s in range(4):
+            start = t
+            for _ in range(4):
+                _numbered(tb, first, t, 50, None)
+                t += 55
+            for name in ("aten::convolution", "aten::mul", "aten::cross_entropy_loss"):
+                _numbered(tb, name, t, 100, counter)
+                counter += 1
+                t += 105
+            for k, node in enumerate(("NllLossBackward0", "MulBackward0", "ConvolutionBackward0")):
+                _numbered(tb, f"autograd::engine::evaluate_function: {node}", t, 50, counter - 1 - k)
+                t += 55
+            tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=40)
+            t += 50
+            tb.step(s + 1, start, t - start)
+            t += 5
+        return tb.to_dict()
+    ema = analyze(loop("aten::mul_")).metrics.phases.median_ms
+    assert ema.other * 1e3 == pytest.approx(4 * 55, abs=20) and ema.forward * 1e3 == pytest.approx(3 * 105, abs=10)
+    ddp = analyze(loop("c10d::broadcast_")).metrics.phases.median_ms
+    assert ddp.other * 1e3 < 20 and ddp.forward * 1e3 == pytest.approx(4 * 55 + 3 * 105, abs=10)

@@ -56,6 +56,7 @@ from gpumagic._arrays import distinct, median_of
 from gpumagic.analysis import everystep
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
+from gpumagic.analysis.names import is_comm_host
 from gpumagic.analysis.recompute import recompute
 from gpumagic.trace.links import EVALUATE_PREFIX
 from gpumagic.trace.model import Kind
@@ -70,6 +71,9 @@ PHASE_ANNOTATIONS = {"data": "data", "dataloader": "data", "load_batch": "data",
                      "backward_pass": "backward", "loss.backward": "backward", "optimizer": "optimizer",
                      "optimizer_step": "optimizer", "optimizer.step": "optimizer"}
 MS = 1e6
+#: An operator that writes its first argument in place (``aten::mul_``, ``aten::copy_``,
+#: ``aten::_foreach_lerp_``): the name ends in ``_``.
+IN_PLACE_RE = re.compile(r"^aten::_?[a-z][a-z0-9_]*[a-z0-9]_$")
 
 #: Operators that compute a layer with parameters, as the profiler records the one that builds its
 #: autograd node (checked on torch 2.13: ``nn.Linear`` → ``aten::addmm`` or ``aten::mm``,
@@ -114,6 +118,7 @@ def _phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
     makes_node = _makes_backward_node(ctx)
     layer = ctx.host_name_ids(LAYER_OPS.__contains__)
     built = _may_build(ctx)
+    comm = ctx.host_name_ids(is_comm_host)
     ops = np.flatnonzero(host & (ev.lane == ctx.main_lane) & (m["cpu_op"] | m["python"] | m["runtime"])
                          & ~m["name_dataloader"] & ~opt_names[ev.name])
     data_spans, opt_spans, bwd_spans, fwd_spans = (_Spans(ev, r) for r in (data_rows, opt_rows, bwd_rows, fwd_ann))
@@ -150,7 +155,7 @@ def _phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
             # to the end of the last backward pass: the forward passes of later micro-batches lie
             # between the passes (the backward keeps its own time: it comes first in PRIORITY)
             f_hi = int(outer[1][-1]) if fwd_end is not None else int((ev.ts_ns[sel] + ev.dur_ns[sel]).max())
-            f_lo = _forward_start(ev, sel, makes_node, m["cpu_op"], layer, built) if fwd_end is not None else int(ev.ts_ns[sel].min())
+            f_lo = _forward_start(ev, sel, makes_node, m["cpu_op"], layer, built, comm) if fwd_end is not None else int(ev.ts_ns[sel].min())
             f = iv.clip(iv.union(np.array([f_lo]), np.array([f_hi])), lo, hi)
         f = iv.merge(iv.merge(f, closure), fwd_spans.within(lo, hi))
         raw = {"evaluation": iv.clip(eval_iv, lo, hi), "data": data, "optimizer": opt, "backward": b, "forward": f}
@@ -208,8 +213,10 @@ def outer_calls(ctx: Context) -> OuterCalls:
     number is the thread's autograd counter, which advances with each node built
     (:mod:`gpumagic.analysis.inference`). An outermost call whose number the next numbered call
     (after it ends) still carries built none, nor did anything inside it: its inputs need no grad
-    (a random augmentation of the batch, a frozen layer). The window's last numbered call is not
-    known to be idle. Computed once per context."""
+    (a random augmentation of the batch, a frozen layer). A call without a number that writes in
+    place (``mul_``, ``lerp_``, ``copy_``, ``torch._foreach_lerp_``: grad mode off) is the loop
+    updating tensors itself — an EMA teacher, a target network's ``load_state_dict`` — and is
+    idle too. The window's last numbered call is not known to be idle. Computed once per context."""
     def make(c: Context) -> OuterCalls:
         ev, m = c.trace.events, c.masks
         bwd_names = c.host_name_ids(BACKWARD_RE.search)
@@ -225,6 +232,10 @@ def outer_calls(ctx: Context) -> OuterCalls:
             after = np.searchsorted(n_ts, ev.ts_ns[top] + ev.dur_ns[top])
             known = numbered & (after < n_ts.size)
             idle[known] = n_seq[after[known]] <= n_seq[first[known]]
+            # grad mode off and writing in place: the loop's own update of tensors (an EMA of the
+            # weights, a target network's sync), which builds no node whatever its name
+            writes = c.host_name_ids(lambda n: bool(IN_PLACE_RE.match(n)))[ev.name[top]]
+            idle |= ~numbered & writes
         return OuterCalls(top, numbered, idle, bool(numbered_rows.size))
     return ctx.memo("phases.outer_calls", make)
 
@@ -233,9 +244,10 @@ def _may_build(ctx: Context) -> np.ndarray:
     """Per event row: ``False`` for a main-thread operator inside an outermost call known to have
     built no autograd node while grad mode was on (:func:`outer_calls`), ``True`` for every other
     row. A name matching a node the backward evaluates (``aten::fill_`` and a ``FillBackward0`` of
-    the model's) is no proof that this call made it. A call without a number is not judged: grad
-    mode off for a wrapper's work inside the model's call (DistributedDataParallel broadcasts its
-    buffers under ``torch.no_grad()`` before each forward) is the forward's, as its name says."""
+    the model's) is no proof that this call made it. A call without a number that does not write
+    in place is not judged: grad mode off for a wrapper's work inside the model's call is the
+    forward's, as its name says (DistributedDataParallel's buffer broadcast, whose copies back
+    are in place, starts the forward by its collective: :func:`_forward_start`)."""
     ev = ctx.trace.events
     out = np.ones(len(ev.ts_ns), dtype=bool)
     calls = outer_calls(ctx)
@@ -248,7 +260,8 @@ def _may_build(ctx: Context) -> np.ndarray:
 
 
 def _forward_start(ev, sel: np.ndarray, makes_node: np.ndarray, cpu_op: np.ndarray,
-                   layer: np.ndarray | None = None, built: np.ndarray | None = None) -> int:
+                   layer: np.ndarray | None = None, built: np.ndarray | None = None,
+                   comm: np.ndarray | None = None) -> int:
     """When the forward pass starts among the step's host events ``sel`` (start order, the
     backward's and the optimizer's left out): the outermost operator around the first one whose
     backward node the trace evaluates (an operator: with ``with_stack`` the loop's own Python
@@ -256,13 +269,20 @@ def _forward_start(ev, sel: np.ndarray, makes_node: np.ndarray, cpu_op: np.ndarr
     :data:`LAYER_OPS`), a layer's operator before that one starts it: the forward of a part of
     the model that builds no node — a frozen backbone, a teacher or a target network under
     ``torch.no_grad()`` — is the model's forward too, not the loop's own code. With ``built``
-    (per row, :func:`_may_build`), an operator known to have built no node is not the one."""
+    (per row, :func:`_may_build`), an operator known to have built no node is not the one. With
+    ``comm`` (per name id: ``record_param_comms``, ``c10d::``), a collective before it starts it:
+    DistributedDataParallel's forward broadcasts its buffers (under ``torch.no_grad()``, copying
+    them back in place) before the model's first layer."""
     first = int(ev.ts_ns[sel[0]])
     hit = np.flatnonzero(makes_node[ev.name[sel]] & cpu_op[sel] & (True if built is None else built[sel]))
     if hit.size == 0:
         return first
     if layer is not None:
         earlier = np.flatnonzero(layer[ev.name[sel[: hit[0]]]] & cpu_op[sel[: hit[0]]])
+        if earlier.size:
+            hit = earlier
+    if comm is not None:  # DistributedDataParallel's forward opens with a broadcast of its buffers
+        earlier = np.flatnonzero(comm[ev.name[sel[: hit[0]]]])
         if earlier.size:
             hit = earlier
     t = int(ev.ts_ns[sel[hit[0]]])

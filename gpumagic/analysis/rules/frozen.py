@@ -3,6 +3,8 @@ runs its forward pass every step and takes much of the step's time."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from gpumagic._arrays import median_of
@@ -11,7 +13,7 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.gpubound import gpu_time_gain
 from gpumagic.analysis.phases import LAYER_OPS, outer_calls, phase_intervals
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
-from gpumagic.analysis.rules.loopwork import RANDOM_OPS
+from gpumagic.analysis.rules.loopwork import IN_PLACE, RANDOM_OPS, ZEROING
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
 from gpumagic.trace.model import EventTable
@@ -25,6 +27,13 @@ MIN_FRAC = 0.10
 #: attention) must hold at least this share: a model's computation, not the preparation of its
 #: inputs (a cast, a normalization) or of the loss's targets.
 MIN_LAYER_SHARE = 0.5
+#: In-place writes outside the optimizer — after its step, before the next forward — from this
+#: many calls in a step (a ``torch._foreach_`` one counts as many: it writes a list) mean the loop
+#: updates weights itself: an EMA teacher (BYOL, DINO, MoCo, a mean teacher: ``mul_``/``add_``,
+#: ``lerp_``, ``torch._foreach_lerp_``), a target network synced with ``load_state_dict``
+#: (``copy_`` per tensor). A part whose weights change is no fixed feature extractor: silent.
+MIN_WRITES = 4
+FOREACH_IN_PLACE = re.compile(r"^aten::_foreach_[a-z0-9_]*[a-z0-9]_$")
 DOC = "https://pytorch.org/tutorials/beginner/transfer_learning_tutorial.html#convnet-as-fixed-feature-extractor"
 #: benchmarks/frozen_features.py on this project's 2-core machine, alternated rounds.
 MEASURED = ("benchmarks/frozen_features.py: a frozen 2-layer convolutional backbone and a linear head on the CPU, "
@@ -37,7 +46,8 @@ backbone.eval()                                   # the frozen part (its BatchNo
 features, targets = [], []
 with torch.no_grad():
     for xb, yb in torch.utils.data.DataLoader(dataset, batch_size=batch_size):
-        features.append(backbone(xb.to(device)).cpu())
+        features.append(backbone(xb.to(device)).cpu())   # a Hugging Face model returns a ModelOutput:
+        # keep the tensor the head reads, e.g. backbone(...).last_hidden_state[:, 0]
         targets.append(yb)
 cached = torch.utils.data.TensorDataset(torch.cat(features), torch.cat(targets))
 train_loader = torch.utils.data.DataLoader(cached, batch_size=batch_size, shuffle=True)
@@ -114,7 +124,7 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
         k = np.searchsorted(r_ts, lo)
         if k < r_ts.size and r_ts[k] < mine[0]:
             drawn += 1
-    if with_frozen * 2 < len(steps) or drawn * 2 >= with_frozen:
+    if with_frozen * 2 < len(steps) or drawn * 2 >= with_frozen or _writes_weights(ctx, parts):
         return None
     gpu = ctx.device >= 0
     if gpu:
@@ -132,6 +142,15 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
     if share < MIN_FRAC:
         return None
     names = _top_names(ctx, f_rows)
+    # the same layer types also built nodes in the same steps: perhaps one module run twice
+    built_layers = {int(n) for n in ev.name[top[~frozen & in_layer]].tolist()}
+    frozen_layers = [int(n) for n in ev.name[top[frozen & in_layer]].tolist()]
+    also = sum(n in built_layers for n in frozen_layers)
+    shared = ("" if 2 * also < len(frozen_layers) else """ The same layer types also ran with autograd in these
+        steps: if this is one module run twice — a perceptual loss's feature network on the output and on the
+        target, a GAN's generator under no_grad for the discriminator's step and again for its own — only its
+        outputs on inputs that repeat (the targets' features) can be stored, and a module that trains cannot be
+        cached at all.""")
     return finding(
         severity=severity_for(gain),
         title=f"A part of the model that does not train takes {pct(share)} of the time, every step",
@@ -143,8 +162,10 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
         mode — its outputs can be computed once and stored, and the training loop runs only the part that
         trains (the PyTorch transfer-learning tutorial's "ConvNet as fixed feature extractor"; a teacher's
         logits likewise). The stored outputs take memory or disk: their size times the number of samples. Where
-        the inputs change each step (augmented images, a target network fed new states) the part must run every
-        step: then this is the step's own work; run it in lower precision (autocast) if its accuracy allows.""",
+        the inputs change each step (random augmentation in the DataLoader's workers, which a trace cannot show; a
+        replay buffer's samples) or its weights do (an EMA teacher, a target network synced now and then: no such
+        update was seen in this window) the part must run every step: then this is the step's own work; run it in
+        lower precision (autocast) if its accuracy allows.{shared}""",
         summary=(f"{pct(share)} of the window ({measured_ns / 1e6:.1f} ms; median {median_of(per_step):.2f} ms a step "
                  f"on the host) went to forward operators that built no autograd node, in {with_frozen} of "
                  f"{len(steps)} steps; layers' operators hold {pct(layer_ns / host_ns)} of their host time. Most "
@@ -160,6 +181,34 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
                        "that repeat each epoch: no random augmentation before it)", CACHE_CODE),),
         doc_url=DOC,
     )
+
+
+def _writes_weights(ctx: Context, parts: list[dict[str, iv.Intervals]]) -> bool:
+    """Whether some step writes tensors in place outside its optimizer and its model (before its
+    forward, after its last optimizer step: where a loop updates an EMA teacher or syncs a target
+    network) at least :data:`MIN_WRITES` times; zeroing (``zero_``, ``fill_``) and the gaps
+    between the backward and the optimizer (gradient clipping scales gradients in place) left out."""
+    ev = ctx.trace.events
+    ops = np.flatnonzero(ctx.events_in_window(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane)))
+    order, outer = iv.outermost(ev.ts_ns[ops], ev.ts_ns[ops] + ev.dur_ns[ops])
+    top = ops[order][outer]
+    one = ctx.host_name_ids(lambda n: bool(IN_PLACE.match(n)) and n not in ZEROING)[ev.name[top]]
+    many = ctx.host_name_ids(lambda n: bool(FOREACH_IN_PLACE.match(n)))[ev.name[top]]
+    weight = np.where(many, MIN_WRITES, one.astype(np.int64))
+    keep = weight > 0
+    top, weight = top[keep], weight[keep]
+    if not top.size:
+        return False
+    t = ev.ts_ns[top]
+    for (lo, hi), p in zip(ctx.step_bounds, parts, strict=True):
+        fwd_start = int(p["forward"][0][0]) if p["forward"][0].size else hi
+        opt_end = int(p["optimizer"][1][-1]) if p["optimizer"][0].size else hi
+        outside = iv.union(np.array([lo, opt_end], np.int64), np.array([fwd_start, hi], np.int64))
+        model = iv.merge(iv.merge(p["forward"], p["backward"]), iv.merge(p["optimizer"], p["evaluation"]))
+        where = iv.intersect(outside, iv.gaps(iv.merge(model, p["data"]), lo, hi))
+        if int(weight[iv.contains(where, t)].sum()) >= MIN_WRITES:
+            return True
+    return False
 
 
 def _method(what: str) -> str:
