@@ -144,6 +144,20 @@ def test_silent_where_the_loop_writes_the_weights_itself(ema):
     assert analyze(_training(mode="no_grad")).finding(ID) is not None
 
 
+@pytest.mark.parametrize(("stage", "fires"), [("RandomResizedCrop", False), ("ColorJitter", False),
+                                              ("Normalize", True)])
+def test_silent_where_the_loaders_stages_name_a_random_augmentation(stage, fires):
+    """gpumagic's loader stage timers name the pipeline's transforms: a random one makes each
+    epoch's inputs differ, and nothing can be computed once."""
+    d = _training()
+    d["gpumagic"] = {"format": 1, "label": "", "notes": [], "capture": {}, "machine": {}, "versions": {},
+                     "clock": {"anchor_epoch_ns": None}, "samples": {},
+                     "loader_stages": {"batches": 4, "workers": 2, "stages": [
+                         {"name": stage, "where": "worker", "self_ns": 80_000_000, "calls": 16},
+                         {"name": "other", "where": "worker", "self_ns": 3_000_000, "calls": 4}]}}
+    assert (analyze(d).finding(ID) is not None) == fires
+
+
 def test_the_same_layer_types_with_autograd_get_a_caveat():
     """A teacher of the student's own layer types: perhaps one module run twice (a perceptual
     loss's feature network on output and target); the why says what can be stored then."""

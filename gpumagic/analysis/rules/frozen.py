@@ -34,6 +34,11 @@ MIN_LAYER_SHARE = 0.5
 #: (``copy_`` per tensor). A part whose weights change is no fixed feature extractor: silent.
 MIN_WRITES = 4
 FOREACH_IN_PLACE = re.compile(r"^aten::_foreach_[a-z0-9_]*[a-z0-9]_$")
+#: The data pipeline's stages (gpumagic's loader stage timers, ``host.loader_stages``) named like
+#: random augmentations (torchvision's ``RandomResizedCrop``, ``RandomHorizontalFlip``,
+#: ``RandAugment``, ``TrivialAugmentWide``, ``AutoAugment``, ``AugMix``, ``ColorJitter``, and
+#: ``v2.MixUp``/``CutMix``): each epoch's inputs differ, so nothing can be computed once: silent.
+AUGMENTING_STAGE = re.compile(r"(Random|Rand[A-Z]|TrivialAugment|AutoAugment|AugMix|ColorJitter|MixUp|CutMix)")
 DOC = "https://pytorch.org/tutorials/beginner/transfer_learning_tutorial.html#convnet-as-fixed-feature-extractor"
 #: benchmarks/frozen_features.py on this project's 2-core machine, alternated rounds.
 MEASURED = ("benchmarks/frozen_features.py: a frozen 2-layer convolutional backbone and a linear head on the CPU, "
@@ -76,7 +81,10 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
     and training on them saves where its inputs repeat each epoch (no random augmentation
     before it). Silent where the trace records no sequence numbers (it cannot tell). False
     positives: a frozen part whose inputs change every step (augmented images, a target
-    network's next states) must run every step; the why says so."""
+    network's next states) must run every step; the why says so. Silent where the loop writes
+    tensors in place after its optimizer (≥ 4 calls, a ``torch._foreach_`` one counting 4: an EMA
+    teacher, a synced target network: the weights change) and where gpumagic's loader stage
+    timers name a random augmentation (``RandomResizedCrop``, ``ColorJitter``...)."""
     if not ctx.step_bounds or m.phases is None or not m.phases.found.backward:
         return None
     ev, mk = ctx.trace.events, ctx.masks
@@ -126,6 +134,9 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
             drawn += 1
     if with_frozen * 2 < len(steps) or drawn * 2 >= with_frozen or _writes_weights(ctx, parts):
         return None
+    stages = m.host.loader_stages or []
+    if any(AUGMENTING_STAGE.search(st.name) for st in stages):
+        return None  # the loader augments: the part's inputs change every epoch
     gpu = ctx.device >= 0
     if gpu:
         kernels = np.flatnonzero(mk["gpu"] & ctx.on_device & (ctx.launch_row >= 0))
