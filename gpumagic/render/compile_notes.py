@@ -35,9 +35,7 @@ def summary_line(c: CompileMetrics) -> str:
 
 
 def _where(r: CompileReason) -> str:
-    if not r.file:
-        return ""
-    return f" ({r.file}:{r.line})" if r.line is not None else f" ({r.file})"
+    return f" ({r.place})" if r.place else ""
 
 
 def _items(c: CompileMetrics) -> list[tuple[str, list[CompileReason]]]:

@@ -715,6 +715,19 @@ class CompileReason(Record, frozen=True):
     line: Annotated[int | None, _d("line in that file (the recompiled function's first line)")]
     count: Annotated[int, _d("times it happened in the cell (count)")]
 
+    @property
+    def place(self) -> str:
+        """``file:line`` (``""`` when unknown). A compiled ``nn.Module`` is entered through dynamo's
+        own frame (``torch/_dynamo/external_utils.py``'s ``wrap_inline``: "an extra frame around fn
+        that is not in skipfiles"), so a recompilation of ``torch.compile(model)`` names that file:
+        said so, as no line of the user's."""
+        if not self.file:
+            return ""
+        at = f"{self.file}:{self.line}" if self.line is not None else self.file
+        if "/torch/_dynamo/" in self.file.replace("\\", "/"):
+            return f"a compiled module's call, entered through dynamo's wrapper {at}"
+        return at
+
 
 class CompileMetrics(Record, frozen=True):
     """What torch.compile did in the cell (analysis/compile.py), from dynamo's counters and logs."""

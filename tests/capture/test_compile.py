@@ -366,3 +366,16 @@ def test_a_guard_source_is_read_as_the_argument_a_caller_passes():
 
     assert plain_name("x") == "x" and plain_name("L['x']") == "x" and plain_name("kwargs['input_ids']") == "input_ids"
     assert plain_name("kwargs['cache'].layers[0].keys") is None and plain_name("L['self'].weight") is None
+
+
+def test_a_recompilation_entered_through_dynamos_wrapper_is_named_so():
+    """``torch.compile(model)`` enters the module through dynamo's own ``wrap_inline`` frame: the
+    recompiled code's file is torch's, not the user's, and the place says so."""
+    from gpumagic.report.metrics import CompileReason
+
+    wrapper = CompileReason(reason="tensor 'x' size mismatch", file="/env/lib/torch/_dynamo/external_utils.py",
+                            line=67, count=1)
+    assert wrapper.place.startswith("a compiled module's call, entered through dynamo's wrapper")
+    assert wrapper.place.endswith("external_utils.py:67")
+    own = CompileReason(reason="r", file="train.py", line=10, count=1)
+    assert own.place == "train.py:10" and CompileReason(reason="r", file=None, line=None, count=1).place == ""

@@ -109,7 +109,7 @@ def _compile_time(c: CompileMetrics, share: float) -> str:
 
 
 def _where(r: CompileReason) -> str:
-    return f"{r.file}:{r.line}" if r.file and r.line is not None else (r.file or "unknown line")
+    return r.place or "unknown line"
 
 
 @rule("graph-breaks")
