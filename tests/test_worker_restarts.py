@@ -61,6 +61,7 @@ def test_restarts_between_epochs_fire_with_their_share_and_the_fix():
     assert f.est_gain == pytest.approx(66.0 / r.metrics["window"]["dur_ms"], abs=0.01)
     assert f.gain_method.startswith("estimate")
     assert "num_workers=2, persistent_workers=True" in f.fixes[0].code
+    assert "your other arguments as they are: shuffle=True" in f.fixes[0].code  # pasted, it keeps the shuffle
     assert "dataloader_persistent_workers=True" in f.fixes[1].code
     # the waits it explains (shutdown and first batch, 2 × 18 ms) are not told twice as a data-loader
     # wait: dataloader-bound keeps the steady 1 ms a step

@@ -72,10 +72,13 @@ def persistent_loader_code(workers: int | None) -> str:
     ``persistent_workers=True`` keeps the worker processes, and their dataset instances, alive
     after the data has been consumed once), with the ``workers`` it starts now; without that
     count, a line that sets it (persistent workers need at least one)."""
+    keep = "   # and your other arguments as they are: shuffle=True, collate_fn..."
     if workers:
-        return f"loader = DataLoader(dataset, batch_size=batch_size, num_workers={workers}, persistent_workers=True)"
+        return (f"loader = DataLoader(dataset, batch_size=batch_size, num_workers={workers}, persistent_workers=True)"
+                + keep)
     return ("num_workers = 2   # as many as your loader starts now: persistent workers need at least one\n"
-            "loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, persistent_workers=True)")
+            "loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, persistent_workers=True)"
+            + keep)
 
 
 __all__ = ["dataloader_worker_restarts", "persistent_loader_code"]
