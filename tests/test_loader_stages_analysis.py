@@ -211,3 +211,17 @@ def test_the_dataset_fixes_compile_keep_dtypes_and_keep_the_order_outside_traini
             training and top not in ("MyStream.__iter__", "MyDataset.__getitems__"))
         if not training and "BatchSampler" in fx.code:
             assert "SequentialSampler(dataset)" in fx.code
+
+
+def test_collation_after_an_iterable_dataset_gets_whole_batches_not_a_sampler():
+    """No sampler can drive an IterableDataset (``BatchSampler(RandomSampler(stream))`` raises on
+    its missing ``len``): where collation leads after ``Stream.__iter__``, the fix yields whole
+    batches from ``__iter__`` with automatic batching off."""
+    block = stage_block("default_collate")
+    block["stages"] = [{"name": "default_collate", "where": "worker", "self_ns": 80_000_000, "calls": 4},
+                       {"name": "Stream.__iter__", "where": "worker", "self_ns": 17_000_000, "calls": 64},
+                       {"name": "other", "where": "worker", "self_ns": 3_000_000, "calls": 4}]
+    f = loader_finding(analyze(bundle(td._loader_trace(True), block)))
+    staged = [fx for fx in f.fixes if "slowest stage" in fx.description]
+    assert staged and "after Stream.__iter__" in staged[0].description
+    assert "BatchSampler" not in staged[0].code and "batch_size=None" in staged[0].code

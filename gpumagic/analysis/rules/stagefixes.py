@@ -180,6 +180,9 @@ def stage_fixes(stages: list[LoaderStage] | None, gpu: bool, training: bool = Tr
                         "is the same every epoch: pad the whole dataset once before the loop and index each batch, "
                         "trimmed to its longest sequence (source: "
                         f"{PAD_SOURCE})", PAD_ONCE_CODE)]
+    iterable = next((st.name for st in stages if st.name.endswith(".__iter__")), None)
+    if what == "collate" and iterable:  # no sampler for an IterableDataset: it yields whole batches itself
+        return [_dataset_fix(iterable, f"{named}, after {iterable}", training)]
     if what == "collate":
         return [pytorch(f"{named}: collation stacks sample by sample; let the dataset make the whole batch "
                         f"(source: {BATCHING_SOURCE})", batch_sampler_code(training))]
