@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from gpumagic._arrays import median_of
 from gpumagic.analysis import everystep
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
@@ -10,6 +13,7 @@ from gpumagic.analysis.hostload import COST_OPTIONS
 from gpumagic.analysis.loadergain import saturated_by, worker_gain
 from gpumagic.analysis.loaderwait import HANDOFF_MS, MARGINAL_MS, LoaderWait, loader_wait, worker_gain_share
 from gpumagic.analysis.metrics import cap_by_critical_path
+from gpumagic.analysis.phases import phase_intervals
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.cachefix import CACHE_CODE, CACHE_FIX
 from gpumagic.analysis.rules.cpu import MIN_SAMPLES, SATURATION
@@ -182,6 +186,14 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
     else:
         fixes = _with_stage_fixes(_fixes(ctx, h, workers, host, threads, no_more, _cheap_batch(w)), staged, no_more,
                                   _measure(w, workers, stage_first, contested, workers_lose))
+    gathered = _batches_per_step(ctx)
+    if gathered >= MIN_BATCHES_PER_STEP:
+        n = round(gathered)
+        advice += (f" The loop takes {n} batches from the loader for each optimizer step with one backward pass: "
+                   "it stacks them into the step's batch itself, paying the loader's per-batch cost each time.")
+        numbers["loader_batches_per_step"] = round(gathered, 1)
+        fixes = (pytorch(f"Let the loader make the step's batch: batch_size {n} times what it is now, no stacking by "
+                         "hand", GATHERED_CODE.format(n=n)), *fixes)
     return finding(
         severity=severity_for(gain), title=f"The {loop} waits for the data loader",
         why="""Each step asks the DataLoader for the next batch on the main Python thread. With few or
@@ -199,6 +211,33 @@ def dataloader_bound(ctx: Context, m: Metrics) -> Finding | None:
         fixes=fixes,
         doc_url=DOC,
     )
+
+
+#: From this many DataLoader batches a training step (median) with at most one backward pass, the
+#: loop gathers its step's batch from the loader's batches itself (a loader of ``batch_size=1``
+#: and the samples stacked by hand), paying ``next()`` and the collation per piece: the loader
+#: can make the whole batch. Gradient accumulation takes many batches too, each with its own
+#: backward pass, and is left out.
+MIN_BATCHES_PER_STEP = 8
+GATHERED_CODE = """
+# the loop stacks {n} of the loader's batches into each step's batch: let the loader make it
+loader = DataLoader(dataset, batch_size={n} * batch_size, shuffle=True)   # batch_size: what it is now; keep your other arguments
+for xb, yb in loader:
+    ...   # the forward, backward and optimizer step on (xb, yb), with no stacking by hand
+"""
+
+
+def _batches_per_step(ctx: Context) -> float:
+    """The median number of DataLoader ``next()`` calls in a training step with at most one
+    backward pass (0 where no such step waits: inference, gradient accumulation)."""
+    ev = ctx.trace.events
+    waits = np.sort(ev.ts_ns[ctx.events_in_window(ctx.masks["name_dataloader"] & ctx.masks["host"]
+                                                  & (ev.lane == ctx.main_lane))])
+    if not waits.size or ctx.workload != "training":
+        return 0.0
+    counts = [int(np.count_nonzero((waits >= lo) & (waits < hi)))
+              for (lo, hi), p in zip(ctx.step_bounds, phase_intervals(ctx), strict=True) if p["backward"][0].size == 1]
+    return median_of(counts) if counts else 0.0
 
 
 #: Workers whose fix sets fewer intra-op threads are estimated to lose when they save less than
