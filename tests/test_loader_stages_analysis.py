@@ -225,3 +225,11 @@ def test_collation_after_an_iterable_dataset_gets_whole_batches_not_a_sampler():
     staged = [fx for fx in f.fixes if "slowest stage" in fx.description]
     assert staged and "after Stream.__iter__" in staged[0].description
     assert "BatchSampler" not in staged[0].code and "batch_size=None" in staged[0].code
+
+
+def test_the_batched_getitems_fix_says_what_it_saves():
+    """The per-call cost (Python, the loader's indexing), not each sample's own work: a dataset that
+    decodes a file per sample keeps the decoding."""
+    f = loader_finding(analyze(bundle(td._loader_trace(True), stage_block("MyDataset.__getitem__"))))
+    staged = next(fx for fx in f.fixes if "slowest stage" in fx.description)
+    assert "not the work each sample needs on its own, such as decoding a file" in staged.description

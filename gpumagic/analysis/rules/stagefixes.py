@@ -225,5 +225,7 @@ def _dataset_fix(name: str, named: str, training: bool) -> Fix:
     if name.endswith(".__iter__"):
         return pytorch(f"{named}: an iterable dataset yields one sample at a time; yield whole batches made with "
                        f"tensor operations, automatic batching off (source: {BATCHING_SOURCE})", ITERABLE_BATCHES_CODE)
-    return pytorch(f"{named}: its per-sample Python runs once per sample; a batched __getitems__ makes the "
-                   f"batch in one call (source: {GETITEMS_SOURCE})", getitems_code(training))
+    return pytorch(f"{named}: it is called once per sample, paying Python's and the loader's cost each time; a "
+                   "batched __getitems__ makes the batch in one call — it saves that per-call cost, not the work "
+                   f"each sample needs on its own, such as decoding a file (source: {GETITEMS_SOURCE})",
+                   getitems_code(training))
