@@ -221,30 +221,45 @@ def _numbered(tb: TraceBuilder, name: str, ts: float, dur: float, seq: int | Non
     tb.add(cat="cpu_op", name=name, ts=ts, dur=dur, args=args)
 
 
-def _augmenting_loop(numbers: bool = True) -> dict:
-    """Each step augments its batch with torch operators (a flip, an ``aten::fill_``: grad mode on,
-    no input needs grad, so the autograd counter stays put) before the model; the model's own
-    ``aten::fill_`` (a ``fill_diagonal_`` on the similarities, as SimCLR's loss does) builds a
-    ``FillBackward0`` that the backward evaluates."""
+#: The backward node each model call below builds (the autograd engine names it after the operator).
+_NODE = {"aten::convolution": "ConvolutionBackward0", "aten::mm": "MmBackward0", "aten::fill_": "FillBackward0",
+         "aten::mul": "MulBackward0", "aten::cross_entropy_loss": "NllLossBackward0"}
+
+
+def _steps_after(before: list[tuple[str, float, bool]], model: tuple[str, ...], numbers: bool = True) -> dict:
+    """Four CPU training steps: the calls ``before`` (name, µs, whether it carries the counter's
+    number; none builds a node) then the ``model``'s calls of 100 µs, each building the node
+    :data:`_NODE` names, the backward evaluating them, and an SGD step. Without ``numbers`` no
+    call carries a sequence number."""
     tb = TraceBuilder(cc=None)
     counter, t = 50, 0.0
     for s in range(4):
         start = t
-        for name in ("aten::flip", "aten::fill_", "aten::add"):
-            _numbered(tb, name, t, 300, counter if numbers else None)
-            t += 305
-        for name in ("aten::convolution", "aten::mm", "aten::fill_", "aten::cross_entropy_loss"):
+        for name, dur, numbered in before:
+            _numbered(tb, name, t, dur, counter if numbered and numbers else None)
+            t += dur + 5
+        for name in model:
             _numbered(tb, name, t, 100, counter if numbers else None)
             counter += 1
             t += 105
-        for k, node in enumerate(("NllLossBackward0", "FillBackward0", "MmBackward0", "ConvolutionBackward0")):
-            _numbered(tb, f"autograd::engine::evaluate_function: {node}", t, 50, counter - 1 - k if numbers else None)
+        for k, name in enumerate(reversed(model)):
+            _numbered(tb, f"autograd::engine::evaluate_function: {_NODE[name]}", t, 50,
+                      counter - 1 - k if numbers else None)
             t += 55
         tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=40)
         t += 50
         tb.step(s + 1, start, t - start)
         t += 5
     return tb.to_dict()
+
+
+def _augmenting_loop(numbers: bool = True) -> dict:
+    """Each step augments its batch with torch operators (a flip, an ``aten::fill_``: grad mode on,
+    no input needs grad, so the autograd counter stays put) before the model; the model's own
+    ``aten::fill_`` (a ``fill_diagonal_`` on the similarities, as SimCLR's loss does) builds a
+    ``FillBackward0`` that the backward evaluates."""
+    return _steps_after([(name, 300, True) for name in ("aten::flip", "aten::fill_", "aten::add")],
+                        ("aten::convolution", "aten::mm", "aten::fill_", "aten::cross_entropy_loss"), numbers)
 
 
 def test_an_augmentation_before_the_model_is_the_loops_own_code_though_its_names_match_the_models():
@@ -263,24 +278,8 @@ def test_a_wrappers_work_without_grad_mode_before_the_model_stays_forward():
     (DistributedDataParallel broadcasts its buffers so): an ``aten::mul`` without a number, whose
     name the model's own ``MulBackward0`` matches. A call without a number is not judged: its name
     starts the forward, as before numbers were read."""
-    tb = TraceBuilder(cc=None)
-    counter, t = 50, 0.0
-    for s in range(4):
-        start = t
-        _numbered(tb, "aten::mul", t, 300, None)
-        t += 305
-        for name in ("aten::convolution", "aten::mul", "aten::cross_entropy_loss"):
-            _numbered(tb, name, t, 100, counter)
-            counter += 1
-            t += 105
-        for k, node in enumerate(("NllLossBackward0", "MulBackward0", "ConvolutionBackward0")):
-            _numbered(tb, f"autograd::engine::evaluate_function: {node}", t, 50, counter - 1 - k)
-            t += 55
-        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=40)
-        t += 50
-        tb.step(s + 1, start, t - start)
-        t += 5
-    median = analyze(tb.to_dict()).metrics.phases.median_ms
+    trace = _steps_after([("aten::mul", 300, False)], ("aten::convolution", "aten::mul", "aten::cross_entropy_loss"))
+    median = analyze(trace).metrics.phases.median_ms
     assert median.forward * 1e3 == pytest.approx(305 + 3 * 105, abs=20) and median.other * 1e3 < 20
 
 
@@ -289,25 +288,7 @@ def test_an_ema_update_under_no_grad_before_the_model_is_the_loops_own_code():
     no number, written in place, whatever node names it matches; a collective before the first
     layer (DistributedDataParallel's buffer broadcast) starts the forward."""
     def loop(first: str) -> dict:
-        tb = TraceBuilder(cc=None)
-        counter, t = 50, 0.0
-        for s in range(4):
-            start = t
-            for _ in range(4):
-                _numbered(tb, first, t, 50, None)
-                t += 55
-            for name in ("aten::convolution", "aten::mul", "aten::cross_entropy_loss"):
-                _numbered(tb, name, t, 100, counter)
-                counter += 1
-                t += 105
-            for k, node in enumerate(("NllLossBackward0", "MulBackward0", "ConvolutionBackward0")):
-                _numbered(tb, f"autograd::engine::evaluate_function: {node}", t, 50, counter - 1 - k)
-                t += 55
-            tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=40)
-            t += 50
-            tb.step(s + 1, start, t - start)
-            t += 5
-        return tb.to_dict()
+        return _steps_after([(first, 50, False)] * 4, ("aten::convolution", "aten::mul", "aten::cross_entropy_loss"))
     ema = analyze(loop("aten::mul_")).metrics.phases.median_ms
     assert ema.other * 1e3 == pytest.approx(4 * 55, abs=20) and ema.forward * 1e3 == pytest.approx(3 * 105, abs=10)
     ddp = analyze(loop("c10d::broadcast_")).metrics.phases.median_ms

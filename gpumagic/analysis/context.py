@@ -269,6 +269,14 @@ class Context:
     def events_in_window(self, mask: np.ndarray) -> np.ndarray:
         return mask & self._in_window
 
+    def launched_by_main(self) -> np.ndarray:
+        """Rows of the primary GPU's events (kernels, copies, memsets) that the main thread
+        launched (a known launch on :attr:`main_lane`), in table order."""
+        ev = self.trace.events
+        rows = np.flatnonzero(self.masks["gpu"] & self.on_device & (self.launch_row >= 0))
+        found: np.ndarray = rows[ev.lane[self.launch_row[rows]] == self.main_lane]
+        return found
+
     def intervals(self, mask: np.ndarray) -> iv.Intervals:
         ev = self.trace.events
         start = ev.ts_ns[mask]

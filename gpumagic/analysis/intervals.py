@@ -97,6 +97,13 @@ def merge(a: Intervals, b: Intervals) -> Intervals:
     return union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
 
 
+def union_of(sets: list[Intervals]) -> Intervals:
+    """Union of any number of sets (empty for none)."""
+    if not sets:
+        return empty()
+    return union(np.concatenate([a[0] for a in sets]), np.concatenate([a[1] for a in sets]))
+
+
 def clip(a: Intervals, lo: int, hi: int) -> Intervals:
     """The part of a normalised set inside ``[lo, hi)``."""
     s = np.maximum(a[0], lo)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from gpumagic._arrays import distinct, median_of
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.loaderrestart import worker_starts
@@ -75,6 +77,13 @@ def _loader_wait(ctx: Context) -> LoaderWait:
     kind = None if multi == single else multi
     between = round(median_of(starts[1:] - ends[:-1]) / 1e6, 4) if len(starts) > 1 else None
     return LoaderWait(len(starts), round(median_of(ends - starts) / 1e6, 4), kind, between, worker_starts(ctx).count)
+
+
+def main_waits(ctx: Context) -> np.ndarray:
+    """Start times (ns, sorted) of the main thread's ``next(loader)`` spans in the window: one a
+    batch the loop asked for."""
+    ev, m = ctx.trace.events, ctx.masks
+    return np.sort(ev.ts_ns[ctx.events_in_window(m["name_dataloader"] & m["host"] & (ev.lane == ctx.main_lane))])
 
 
 def worker_gain_share(median_ms: float | None, in_workers: bool | None) -> float:

@@ -116,9 +116,9 @@ def _phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
     bwd_rows = np.flatnonzero(bwd)
     fwd_ann = np.flatnonzero(annot["forward"][ev.name] & ann_rows)
     makes_node = _makes_backward_node(ctx)
-    layer = ctx.host_name_ids(LAYER_OPS.__contains__)
+    # where a forward may start before its first node: a layer's operator, a collective (DDP)
+    starts = ctx.host_name_ids(LAYER_OPS.__contains__) | ctx.host_name_ids(is_comm_host)
     built = _may_build(ctx)
-    comm = ctx.host_name_ids(is_comm_host)
     ops = np.flatnonzero(host & (ev.lane == ctx.main_lane) & (m["cpu_op"] | m["python"] | m["runtime"])
                          & ~m["name_dataloader"] & ~opt_names[ev.name])
     data_spans, opt_spans, bwd_spans, fwd_spans = (_Spans(ev, r) for r in (data_rows, opt_rows, bwd_rows, fwd_ann))
@@ -155,7 +155,7 @@ def _phase_intervals(ctx: Context) -> list[dict[str, iv.Intervals]]:
             # to the end of the last backward pass: the forward passes of later micro-batches lie
             # between the passes (the backward keeps its own time: it comes first in PRIORITY)
             f_hi = int(outer[1][-1]) if fwd_end is not None else int((ev.ts_ns[sel] + ev.dur_ns[sel]).max())
-            f_lo = _forward_start(ev, sel, makes_node, m["cpu_op"], layer, built, comm) if fwd_end is not None else int(ev.ts_ns[sel].min())
+            f_lo = _forward_start(ev, sel, makes_node, m["cpu_op"], starts, built) if fwd_end is not None else int(ev.ts_ns[sel].min())
             f = iv.clip(iv.union(np.array([f_lo]), np.array([f_hi])), lo, hi)
         f = iv.merge(iv.merge(f, closure), fwd_spans.within(lo, hi))
         raw = {"evaluation": iv.clip(eval_iv, lo, hi), "data": data, "optimizer": opt, "backward": b, "forward": f}
@@ -260,29 +260,24 @@ def _may_build(ctx: Context) -> np.ndarray:
 
 
 def _forward_start(ev, sel: np.ndarray, makes_node: np.ndarray, cpu_op: np.ndarray,
-                   layer: np.ndarray | None = None, built: np.ndarray | None = None,
-                   comm: np.ndarray | None = None) -> int:
+                   starts: np.ndarray | None = None, built: np.ndarray | None = None) -> int:
     """When the forward pass starts among the step's host events ``sel`` (start order, the
     backward's and the optimizer's left out): the outermost operator around the first one whose
     backward node the trace evaluates (an operator: with ``with_stack`` the loop's own Python
-    frame encloses the whole step); the first event when none is. With ``layer`` (per name id,
-    :data:`LAYER_OPS`), a layer's operator before that one starts it: the forward of a part of
-    the model that builds no node — a frozen backbone, a teacher or a target network under
-    ``torch.no_grad()`` — is the model's forward too, not the loop's own code. With ``built``
-    (per row, :func:`_may_build`), an operator known to have built no node is not the one. With
-    ``comm`` (per name id: ``record_param_comms``, ``c10d::``), a collective before it starts it:
+    frame encloses the whole step); the first event when none is. With ``built`` (per row,
+    :func:`_may_build`), an operator known to have built no node is not the one. With ``starts``
+    (per name id), the first such call before that one starts it instead: a layer's operator
+    (:data:`LAYER_OPS`: the forward of a part of the model that builds no node — a frozen
+    backbone, a teacher or a target network under ``torch.no_grad()`` — is the model's forward
+    too, not the loop's own code), or a collective (``record_param_comms``, ``c10d::``):
     DistributedDataParallel's forward broadcasts its buffers (under ``torch.no_grad()``, copying
     them back in place) before the model's first layer."""
     first = int(ev.ts_ns[sel[0]])
     hit = np.flatnonzero(makes_node[ev.name[sel]] & cpu_op[sel] & (True if built is None else built[sel]))
     if hit.size == 0:
         return first
-    if layer is not None:
-        earlier = np.flatnonzero(layer[ev.name[sel[: hit[0]]]] & cpu_op[sel[: hit[0]]])
-        if earlier.size:
-            hit = earlier
-    if comm is not None:  # DistributedDataParallel's forward opens with a broadcast of its buffers
-        earlier = np.flatnonzero(comm[ev.name[sel[: hit[0]]]])
+    if starts is not None:
+        earlier = np.flatnonzero(starts[ev.name[sel[: hit[0]]]] & cpu_op[sel[: hit[0]]])
         if earlier.size:
             hit = earlier
     t = int(ev.ts_ns[sel[hit[0]]])

@@ -9,6 +9,7 @@ from gpumagic._arrays import distinct, median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.generation import generation, rank_correlation
+from gpumagic.analysis.loaderwait import main_waits
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
@@ -87,8 +88,7 @@ def growing_concatenation(ctx: Context, m: Metrics) -> Finding | None:
     work = (ends - starts).astype(np.float64)
     gpu = False
     if ctx.device >= 0:
-        kernels = np.flatnonzero(ctx.masks["gpu"] & ctx.on_device & (ctx.launch_row >= 0))
-        kernels = kernels[ev.lane[ctx.launch_row[kernels]] == ctx.main_lane]
+        kernels = ctx.launched_by_main()
         launched = ctx.launch_ts[kernels]
         place = np.searchsorted(starts, launched, side="right") - 1
         inside = (place >= 0) & (launched < ends[np.maximum(place, 0)])
@@ -159,9 +159,7 @@ def _batch_maxima(ctx: Context, starts: np.ndarray, work: np.ndarray) -> np.ndar
     """The longest call between one DataLoader batch's wait and the next (indices, in order):
     where a loop concatenates several things a batch (Hugging Face's evaluation: the logits, then
     the labels), the largest is the one that grows fastest. Empty without such waits."""
-    ev = ctx.trace.events
-    waits = np.sort(ev.ts_ns[ctx.events_in_window(ctx.masks["name_dataloader"] & ctx.masks["host"]
-                                                  & (ev.lane == ctx.main_lane))])
+    waits = main_waits(ctx)
     if waits.size < MIN_CALLS:
         return np.empty(0, dtype=np.int64)
     batch = np.searchsorted(waits, starts, side="right")

@@ -11,7 +11,14 @@ from gpumagic.analysis.context import Context
 from gpumagic.analysis.hostcpu import LOADER_CPU_SHARE, HostCpu, host_cpu, loading_in_main, suggested_workers
 from gpumagic.analysis.hostload import COST_OPTIONS
 from gpumagic.analysis.loadergain import saturated_by, worker_gain
-from gpumagic.analysis.loaderwait import HANDOFF_MS, MARGINAL_MS, LoaderWait, loader_wait, worker_gain_share
+from gpumagic.analysis.loaderwait import (
+    HANDOFF_MS,
+    MARGINAL_MS,
+    LoaderWait,
+    loader_wait,
+    main_waits,
+    worker_gain_share,
+)
 from gpumagic.analysis.metrics import cap_by_critical_path
 from gpumagic.analysis.phases import phase_intervals
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for, windows
@@ -230,9 +237,7 @@ for xb, yb in loader:
 def _batches_per_step(ctx: Context) -> float:
     """The median number of DataLoader ``next()`` calls in a training step with at most one
     backward pass (0 where no such step waits: inference, gradient accumulation)."""
-    ev = ctx.trace.events
-    waits = np.sort(ev.ts_ns[ctx.events_in_window(ctx.masks["name_dataloader"] & ctx.masks["host"]
-                                                  & (ev.lane == ctx.main_lane))])
+    waits = main_waits(ctx)
     if not waits.size or ctx.workload != "training":
         return 0.0
     counts = [int(np.count_nonzero((waits >= lo) & (waits < hi)))

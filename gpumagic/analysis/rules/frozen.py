@@ -11,6 +11,7 @@ from gpumagic._arrays import median_of
 from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.gpubound import gpu_time_gain
+from gpumagic.analysis.inference import outermost_ops
 from gpumagic.analysis.phases import LAYER_OPS, outer_calls, phase_intervals
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.loopwork import IN_PLACE, RANDOM_OPS, ZEROING
@@ -89,7 +90,7 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
         return None
     ev, mk = ctx.trace.events, ctx.masks
     parts = phase_intervals(ctx)
-    fwd = _union([p["forward"] for p in parts])
+    fwd = iv.union_of([p["forward"] for p in parts])
     if not fwd[0].size:
         return None
     calls = outer_calls(ctx)
@@ -139,8 +140,7 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
         return None  # the loader augments: the part's inputs change every epoch
     gpu = ctx.device >= 0
     if gpu:
-        kernels = np.flatnonzero(mk["gpu"] & ctx.on_device & (ctx.launch_row >= 0))
-        kernels = kernels[ev.lane[ctx.launch_row[kernels]] == ctx.main_lane]
+        kernels = ctx.launched_by_main()
         kernels = kernels[iv.contains(f_iv, ctx.launch_ts[kernels])]
         if kernels.size == 0:
             return None
@@ -200,9 +200,7 @@ def _writes_weights(ctx: Context, parts: list[dict[str, iv.Intervals]]) -> bool:
     network) at least :data:`MIN_WRITES` times; zeroing (``zero_``, ``fill_``) and the gaps
     between the backward and the optimizer (gradient clipping scales gradients in place) left out."""
     ev = ctx.trace.events
-    ops = np.flatnonzero(ctx.events_in_window(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane)))
-    order, outer = iv.outermost(ev.ts_ns[ops], ev.ts_ns[ops] + ev.dur_ns[ops])
-    top = ops[order][outer]
+    top = outermost_ops(ctx, ctx.main_lane)
     one = ctx.host_name_ids(lambda n: bool(IN_PLACE.match(n)) and n not in ZEROING)[ev.name[top]]
     many = ctx.host_name_ids(lambda n: bool(FOREACH_IN_PLACE.match(n)))[ev.name[top]]
     weight = np.where(many, MIN_WRITES, one.astype(np.int64))
@@ -225,12 +223,6 @@ def _writes_weights(ctx: Context, parts: list[dict[str, iv.Intervals]]) -> bool:
 def _method(what: str) -> str:
     return (f"estimate: the share of the window in the forward's {what} that built no autograd node, which "
             f"computing that part's outputs once saves ({MEASURED})")
-
-
-def _union(ivs: list[iv.Intervals]) -> iv.Intervals:
-    if not ivs:
-        return iv.empty()
-    return iv.union(np.concatenate([x[0] for x in ivs]), np.concatenate([x[1] for x in ivs]))
 
 
 def _encloses(rows: np.ndarray, marked: np.ndarray, s: np.ndarray, e: np.ndarray, ev: EventTable) -> np.ndarray:

@@ -223,7 +223,7 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     # (gradient clipping, a scaler's unscale, between the backward and the optimizer)
     leading = [iv.clip(p["other"], lo, int(p["forward"][0][0]) if p["forward"][0].size else lo)
                for p, (lo, _hi) in zip(phase_intervals(ctx), ctx.step_bounds, strict=True)]
-    other = iv.union(np.concatenate([p[0] for p in leading]), np.concatenate([p[1] for p in leading]))
+    other = iv.union_of(leading)
     saves = _saves(ctx)
     if saves[0].size:
         other = iv.subtract(other, saves)
