@@ -166,6 +166,17 @@ def test_the_same_layer_types_with_autograd_get_a_caveat():
     assert "The same layer types" not in analyze(_training(mode="no_grad")).finding(ID).why
 
 
+def test_a_dropout_in_the_trained_part_before_the_frozen_one_is_no_draw_of_inputs():
+    """The student's dropout (``aten::dropout`` drawing its mask with a nested ``aten::bernoulli_``)
+    runs before the teacher: a draw inside the model, not the loop drawing the teacher's inputs."""
+    d = _training(mode="no_grad", after=True)
+    for e in [e for e in d["traceEvents"] if e.get("name") == "aten::addmm"]:
+        d["traceEvents"].append({**e, "name": "aten::bernoulli_", "ts": e["ts"] + 1, "dur": 3,
+                                 "args": {"External id": 1}})
+    assert analyze(d).finding(ID) is not None
+    assert analyze(_training(mode="no_grad", after=True, draw=True)).finding(ID) is None  # the loop's own draw
+
+
 def test_silent_without_sequence_numbers():
     """A trace whose operators carry no numbers cannot tell grad mode: nothing is judged."""
     assert analyze(_training(numbers=False)).finding(ID) is None

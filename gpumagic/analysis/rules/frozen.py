@@ -75,8 +75,9 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
     grad (the thread's autograd counter, which numbers each node built, does not advance across
     them: :mod:`gpumagic.analysis.inference`) — take ≥ 10 % of the window (host time on a CPU;
     on a GPU, the kernels they launched), layers' operators hold ≥ half of that time, and in
-    most steps no random-number operator ran before them in the step (noise fed to a GAN's
-    generator, a replay buffer's sample for a target network: inputs new every step). That is a
+    most steps no random-number operator (outermost: the loop's own draw, not a dropout's mask
+    inside the model) ran before them in the step (noise fed to a GAN's generator, a replay
+    buffer's sample for a target network: inputs new every step). That is a
     part of the model that does not train: a frozen backbone under a trained head, a teacher in
     distillation. Gain, an estimate: that time's share, which computing the part's outputs once
     and training on them saves where its inputs repeat each epoch (no random augmentation
@@ -121,7 +122,8 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
         return None
     steps = [(lo, hi) for (lo, hi), p in zip(ctx.step_bounds, parts, strict=True) if p["backward"][0].size]
     with_frozen, drawn = 0, 0
-    random_rows = ops[ctx.host_name_ids(RANDOM_OPS.__contains__)[ev.name[ops]]]
+    outer = outermost_ops(ctx, ctx.main_lane)  # the loop's draws, not a dropout's mask inside the model
+    random_rows = outer[ctx.host_name_ids(RANDOM_OPS.__contains__)[ev.name[outer]]]
     r_ts = np.sort(ev.ts_ns[random_rows])
     per_step = []
     for lo, hi in steps:
