@@ -322,6 +322,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         all_inputs=torch.randn(20, 8), all_targets=torch.randint(0, 4, (20,)),
         val_loader=torch.utils.data.DataLoader(dataset, batch_size=4), inputs=x,
         backbone=nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1)).to(device), head=nn.Linear(8, 4).to(device),
+        encoder=nn.Linear(8, 16).to(device),  # a VAE encoder: mean and log-variance, 8 each
         cell=nn.GRUCell(8, 16).to(device), step_inputs=torch.randn(4, 5, 8, device=device),
         h0=torch.zeros(4, 16, device=device), augment=lambda xb: xb.flip(-1),
         generator=nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU()).to(device),

@@ -147,6 +147,28 @@ def test_actions_sampled_one_at_a_time_get_the_vector_of_environments():
     assert "gymnasium" not in "".join(fx.code for fx in f.fixes)
 
 
+def test_the_vector_of_environments_keeps_the_graph_a_policy_gradient_needs():
+    """The fix's rollout runs as written and keeps the log-probabilities' graph (REINFORCE's loss
+    is built from them: a rollout under no_grad would leave it nothing to differentiate), one
+    action per environment a step."""
+    pytest.importorskip("gymnasium")
+    import torch
+
+    f = analyze(_steps(1200, 2.0, name="aten::multinomial", every=12)).finding("cpu-op-overhead")
+    torch.manual_seed(0)
+    policy = torch.nn.Linear(4, 2)
+    ns = {"torch": torch, "policy": policy, "rollout_steps": 3, "device": "cpu",
+          "make_env": lambda: __import__("gymnasium").make("CartPole-v1")}
+    try:
+        exec(f.fixes[0].code, ns)
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(True)
+    log_probs = torch.stack(ns["log_probs"])
+    assert log_probs.shape == (3, 16) and log_probs.requires_grad
+    (-(log_probs * torch.stack(ns["rewards"])).sum()).backward()
+    assert policy.weight.grad is not None and len(ns["dones"]) == 3
+
+
 def test_a_recorded_rnn_names_its_backward_and_linear_calls():
     summary = analyze(RECORDED).finding("cpu-op-overhead").evidence.summary
     assert "Most calls, counting those inside each: autograd::engine::evaluate_function: AddmmBackward0" in summary
@@ -172,10 +194,12 @@ def test_one_backward_pass_gets_no_batch_fix():
 
 
 def _passes_steps(passes: int, calls: int = 1200, us_each: float = 2.0, closure: bool = False,
-                  node: str = "AddBackward0") -> dict:
-    """Three steps, each ``passes`` × (a forward of ``calls // passes`` tiny operators, then a
-    backward node ``node``), then an optimizer step: gradient accumulated pass by pass. With
-    ``closure``, the passes run inside the optimizer step (``optimizer.step(closure)``, LBFGS)."""
+                  node: str = "AddBackward0", derivatives: bool = False) -> dict:
+    """Three steps, each ``passes`` × (a forward of ``calls // passes`` tiny operators, a layer's
+    first, then a backward node ``node``), then an optimizer step: gradient accumulated pass by
+    pass. With ``closure``, the passes run inside the optimizer step (``optimizer.step(closure)``,
+    LBFGS). With ``derivatives``, only the first pass has a layer before it, the others follow
+    on non-layer operators (a physics-informed loss: u = model(x), then u_x, u_xx, the loss)."""
     tb = TraceBuilder(cc=None)
     per = calls // passes
     pass_us = per * us_each + 40
@@ -186,7 +210,8 @@ def _passes_steps(passes: int, calls: int = 1200, us_each: float = 2.0, closure:
         for k in range(passes):
             at = t + k * pass_us
             for c in range(per):
-                tb.op("aten::add", at + c * us_each, us_each * 0.9)
+                layer = c == 0 and not (derivatives and k)
+                tb.op("aten::addmm" if layer else "aten::add", at + c * us_each, us_each * 0.9)
             tb.op(f"autograd::engine::evaluate_function: {node}", at + per * us_each + 5, 30)
         if closure:  # the step holds the passes
             tb.add(cat="user_annotation", name="Optimizer.step#LBFGS.step", ts=t + 1, dur=passes * pass_us + 200)
@@ -238,6 +263,19 @@ def test_double_backward_is_not_told_to_compile():
     assert inner.evidence.numbers["passes_per_step"] == 13
     assert "vmap(adapted_loss" in inner.fixes[0].code and len(inner.fixes) == 2
     assert "loss_fn(model(x), y)" not in "".join(fx.code for fx in inner.fixes) and "the batch goes" not in inner.why
+
+
+def test_derivatives_of_one_forward_are_no_loop_over_tasks():
+    """A physics-informed loss: one forward, then gradient passes one after another (u_x, then u_xx
+    with create_graph=True), then the backward: 3 passes, but no forward of the model before the
+    2nd: no tasks, no vmap over them. Its only fix gives each step more work, which shortens no
+    step: no step time counted."""
+    f = analyze(_passes_steps(3, node="MseLossBackwardBackward0", derivatives=True)).finding("cpu-op-overhead")
+    assert f.evidence.numbers["passes_per_step"] == 3 and "vmap" not in f.why
+    assert len(f.fixes) == 1 and "collocation points" in f.fixes[0].code
+    assert f.est_gain == 0 and f.severity == "medium" and f.gain_method.startswith("not a step-time saving")
+    tasks = analyze(_passes_steps(3, node="MseLossBackwardBackward0")).finding("cpu-op-overhead")
+    assert "vmap(adapted_loss" in tasks.fixes[0].code and tasks.est_gain > 0.5
 
 
 def test_a_recorded_maml_loop():

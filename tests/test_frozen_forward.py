@@ -24,7 +24,7 @@ def _op(tb: TraceBuilder, name: str, ts: float, dur: float, seq: int | None) -> 
 
 def _training(steps: int = 5, frozen_us: float = 400.0, mode: str = "frozen", frozen_op: str = "aten::conv2d",
               draw: bool = False, numbers: bool = True, gpu: bool = False, after: bool = False,
-              head_us: float = 30.0, ema: str = "") -> dict:
+              head_us: float = 30.0, ema: str = "", loader: bool = True) -> dict:
     """A CPU training loop (a GPU one with ``gpu``: each operator launches a kernel as long as
     itself): per step a DataLoader wait, a part that trains nothing (``mode``: ``"frozen"``, grad
     mode on and its parameters frozen: numbered calls that do not advance the counter;
@@ -34,7 +34,8 @@ def _training(steps: int = 5, frozen_us: float = 400.0, mode: str = "frozen", fr
     ``draw``, a ``torch.randn`` before the frozen part; without ``numbers``, no operator carries one.
     With ``ema``, the loop updates the frozen part's weights after each optimizer step under
     no_grad: ``"foreach"`` one ``torch._foreach_lerp_``, ``"loop"`` a ``mul_`` and an ``add_`` for
-    each of 4 tensors, ``"sync"`` a ``copy_`` for each (``load_state_dict``)."""
+    each of 4 tensors, ``"sync"`` a ``copy_`` for each (``load_state_dict``). Without ``loader``,
+    no DataLoader wait: the step's inputs come from elsewhere (an environment, a replay buffer)."""
     tb = TraceBuilder(cc=(8, 0) if gpu else None)
     counter, t = 10, 0.0
 
@@ -56,7 +57,8 @@ def _training(steps: int = 5, frozen_us: float = 400.0, mode: str = "frozen", fr
 
     for s in range(steps):
         start = t
-        tb.dataloader(t, 20)
+        if loader:
+            tb.dataloader(t, 20)
         t += 25
         if draw:
             call("aten::randn", 10, None, False)
@@ -166,6 +168,53 @@ def test_the_same_layer_types_with_autograd_get_a_caveat():
     assert "The same layer types" not in analyze(_training(mode="no_grad")).finding(ID).why
 
 
+def _acting(steps: int = 5, same: bool = True, loader: bool = False) -> dict:
+    """An actor-critic loop on the CPU: per step (a DataLoader wait first with ``loader``) a rollout
+    of 3 actions, each a forward of a two-layer policy under no_grad (addmm, relu, addmm of 200 µs
+    each) and a ``multinomial``, then the update: the same policy's forward with autograd (with
+    ``same``; else a network whose activation differs: tanh), a loss, its backward and a step."""
+    tb = TraceBuilder(cc=None)
+    counter, t = 10, 0.0
+
+    def call(name: str, dur: float, seq: int | None) -> None:
+        nonlocal t, counter
+        _op(tb, name, t, dur, seq)
+        counter += seq is not None
+        t += dur + 5
+
+    for s in range(steps):
+        start = t
+        if loader:
+            tb.dataloader(t, 20)
+        t += 25
+        for _ in range(3):
+            for name in ("aten::addmm", "aten::relu", "aten::addmm", "aten::multinomial"):
+                call(name, 200 if name == "aten::addmm" else 20, None)
+        first = counter
+        for name in ("aten::addmm", "aten::relu" if same else "aten::tanh", "aten::addmm", "aten::mse_loss"):
+            call(name, 200 if name == "aten::addmm" else 20, counter)
+        _op(tb, "autograd::engine::evaluate_function: MseLossBackward0", t, 10, first + 3)
+        _op(tb, "autograd::engine::evaluate_function: AddmmBackward0", t + 12, 20, first)
+        t += 40
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=20)
+        t += 30
+        tb.step(s + 1, start, t - start)
+        t += 5
+    return tb.to_dict()
+
+
+def test_silent_where_the_trained_network_acts_without_grad():
+    """A rollout: the policy's forward under no_grad, the same calls as its forward with autograd in
+    the update, no DataLoader: the trained network acting on new observations (A2C, PPO) or a
+    DQN's target network, a copy of it, on replayed states. Not a frozen part. A different network
+    (another sequence of calls), or a loader feeding the steps, still fire."""
+    assert analyze(_acting()).finding(ID) is None
+    assert analyze(_acting(same=False)).finding(ID) is not None
+    assert analyze(_acting(loader=True)).finding(ID) is not None
+    # a one-layer head's calls occur in any frozen part: two layers' calls at least are matched
+    assert analyze(_training(mode="no_grad", frozen_op="aten::addmm", loader=False)).finding(ID) is not None
+
+
 def test_a_dropout_in_the_trained_part_before_the_frozen_one_is_no_draw_of_inputs():
     """The student's dropout (``aten::dropout`` drawing its mask with a nested ``aten::bernoulli_``)
     runs before the teacher: a draw inside the model, not the loop drawing the teacher's inputs."""
@@ -216,3 +265,45 @@ def test_the_fix_trains_on_the_backbones_outputs():
     assert torch.allclose(ns["cached"].tensors[0], expected)
     assert torch.equal(ns["cached"].tensors[1], dataset.tensors[1])
     assert not torch.equal(head.weight, before) and not ns["cached"].tensors[0].requires_grad
+
+
+def _with_draw_inside(name: str) -> dict:
+    """:func:`_training` with ``name`` drawn inside each frozen part (nested in its relu's span)."""
+    d = _training(mode="no_grad")
+    for e in [e for e in d["traceEvents"] if e.get("name") == "aten::relu"]:
+        d["traceEvents"].append({**e, "name": name, "ts": e["ts"] + 1, "dur": 3, "args": {"External id": 1}})
+    return d
+
+
+def test_a_part_that_samples_its_output_gets_the_distribution_stored():
+    """A VAE encoder whose latent is drawn (mean + std × randn_like): storing its output would keep
+    one draw for good, so the fix stores the mean and std and draws each step. A dropout's mask
+    inside it is no such draw (the stored outputs are computed in eval mode)."""
+    f = analyze(_with_draw_inside("aten::randn_like")).finding(ID)
+    assert "draws random numbers itself" in f.why and "torch.randn_like(mean)" in f.fixes[0].code
+    f = analyze(_with_draw_inside("aten::bernoulli_")).finding(ID)
+    assert "draws random numbers itself" not in f.why and "backbone.eval()" in f.fixes[0].code
+
+
+def test_the_sampled_fix_keeps_drawing_from_the_encoders_distribution():
+    """SAMPLED_CODE stores the encoder's mean and std (diffusers' split and clamp) and draws a new
+    latent every step: two epochs see different latents of the same sample, around its mean."""
+    import torch
+    from torch import nn
+
+    from gpumagic.analysis.rules.frozen import SAMPLED_CODE
+
+    torch.manual_seed(0)
+    encoder, head = nn.Linear(8, 6), nn.Linear(3, 2)
+    dataset = torch.utils.data.TensorDataset(torch.randn(12, 8), torch.randint(0, 2, (12,)))
+    seen: list[torch.Tensor] = []
+    head.register_forward_hook(lambda mod, args, out: seen.append(args[0].detach().clone()))
+    ns = {"torch": torch, "encoder": encoder, "head": head, "dataset": dataset, "batch_size": 12,
+          "device": "cpu", "epochs": 2, "loss_fn": nn.CrossEntropyLoss(),
+          "optimizer": torch.optim.SGD(head.parameters(), lr=0.1)}
+    exec(compile(SAMPLED_CODE, "<fix>", "exec"), ns)
+    with torch.no_grad():
+        mean, logvar = encoder(dataset.tensors[0]).chunk(2, dim=1)
+    cached = ns["cached"].tensors
+    assert torch.allclose(cached[0], mean) and torch.allclose(cached[1], torch.exp(0.5 * logvar))
+    assert len(seen) == 2 and not torch.allclose(seen[0], seen[1])  # shuffled, and drawn anew

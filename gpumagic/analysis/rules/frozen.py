@@ -12,6 +12,7 @@ from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.gpubound import gpu_time_gain
 from gpumagic.analysis.inference import outermost_ops
+from gpumagic.analysis.loaderwait import main_waits
 from gpumagic.analysis.phases import LAYER_OPS, outer_calls, phase_intervals
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.loopwork import IN_PLACE, RANDOM_OPS, ZEROING
@@ -66,6 +67,37 @@ for epoch in range(epochs):
         optimizer.step()
 """
 
+#: The part draws random numbers itself (a VAE encoder's sampled latent: mean + std × randn): what
+#: can be stored is what comes before the draw, the distribution, and the draw stays in the loop.
+#: diffusers' ``DiagonalGaussianDistribution`` splits the encoder's output into mean and
+#: log-variance with ``torch.chunk(parameters, 2, dim=1)`` and clamps the log-variance to
+#: [-30, 20]; its ``std`` is ``exp(0.5 * logvar)``.
+SAMPLED_CODE = """
+# once, before training: the encoder's distribution for every sample (mean and std), not a draw from it
+encoder.eval()
+means, stds, targets = [], [], []
+with torch.no_grad():
+    for xb, yb in torch.utils.data.DataLoader(dataset, batch_size=batch_size):
+        moments = encoder(xb.to(device))   # diffusers' AutoencoderKL: vae.encode(xb).latent_dist.parameters
+        mean, logvar = moments.chunk(2, dim=1)
+        means.append(mean.cpu())
+        stds.append(torch.exp(0.5 * logvar.clamp(-30.0, 20.0)).cpu())
+        targets.append(yb)
+cached = torch.utils.data.TensorDataset(torch.cat(means), torch.cat(stds), torch.cat(targets))
+train_loader = torch.utils.data.DataLoader(cached, batch_size=batch_size, shuffle=True)
+# the training loop: a new draw every step, as the encoder made it (times your scaling factor, if any)
+for epoch in range(epochs):
+    for mean, std, yb in train_loader:
+        latents = (mean + std * torch.randn_like(mean)).to(device)
+        loss = loss_fn(head(latents), yb.to(device))   # the part that trains, on the latents
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+#: A dropout's mask (``aten::bernoulli_``) is no sample of the part's output to keep: the stored
+#: outputs are computed in eval mode, without it.
+MASK_OPS = frozenset({"aten::bernoulli", "aten::bernoulli_"})
+
 
 @rule("frozen-forward")
 def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
@@ -86,7 +118,13 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
     network's next states) must run every step; the why says so. Silent where the loop writes
     tensors in place after its optimizer (≥ 4 calls, a ``torch._foreach_`` one counting 4: an EMA
     teacher, a synced target network: the weights change) and where gpumagic's loader stage
-    timers name a random augmentation (``RandomResizedCrop``, ``ColorJitter``...)."""
+    timers name a random augmentation (``RandomResizedCrop``, ``ColorJitter``...). Silent, too,
+    where most steps with the part ask no DataLoader for a batch and run, among its calls, the
+    very sequence of calls (two layers' at least) of a forward that built nodes in the same step:
+    the trained network itself, or a copy of it, run without grad on inputs no dataset gives — a
+    policy acting in a reinforcement-learning rollout, a DQN's target network on replayed states —
+    whose weights change and whose inputs are new each step (a teacher of the student's own
+    architecture, fed from tensors in memory, is missed so)."""
     if not ctx.step_bounds or m.phases is None or not m.phases.found.backward:
         return None
     ev, mk = ctx.trace.events, ctx.masks
@@ -155,10 +193,14 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
     if share < MIN_FRAC:
         return None
     names = _top_names(ctx, f_rows)
+    sampled = _draws_inside(ctx, f_iv, steps) * 2 >= with_frozen  # its output is a random draw (a VAE's latent)
     # the same layer types also built nodes in the same steps: perhaps one module run twice
     built_layers = {int(n) for n in ev.name[top[~frozen & in_layer]].tolist()}
     frozen_layers = [int(n) for n in ev.name[top[frozen & in_layer]].tolist()]
     also = sum(n in built_layers for n in frozen_layers)
+    if 2 * _loader_fed(ctx, steps, layer_iv) < with_frozen and 2 * _runs_trained(ctx, top, frozen, in_layer, fwd,
+                                                                                steps) >= with_frozen:
+        return None  # the trained network's own forward, run without grad on inputs no dataset gives: acting
     shared = ("" if 2 * also < len(frozen_layers) else """ The same layer types also ran with autograd in these
         steps: if this is one module run twice — a perceptual loss's feature network on the output and on the
         target, a GAN's generator under no_grad for the discriminator's step and again for its own — only its
@@ -178,7 +220,11 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
         the inputs change each step (random augmentation in the DataLoader's workers, which a trace cannot show; a
         replay buffer's samples) or its weights do (an EMA teacher, a target network synced now and then: no such
         update was seen in this window) the part must run every step: then this is the step's own work; run it in
-        lower precision (autocast) if its accuracy allows.{shared}""",
+        lower precision (autocast) if its accuracy allows.{shared}"""
+        + (""" The part draws random numbers itself in most of these steps (a VAE encoder's latent sampled as
+        mean + std × noise): storing its output would keep one draw for good. Store what comes before the draw —
+        the distribution's mean and standard deviation — and draw from them in the training loop, each step as
+        now.""" if sampled else ""),
         summary=(f"{pct(share)} of the window ({measured_ns / 1e6:.1f} ms; median {median_of(per_step):.2f} ms a step "
                  f"on the host) went to forward operators that built no autograd node, in {with_frozen} of "
                  f"{len(steps)} steps; layers' operators hold {pct(layer_ns / host_ns)} of their host time. Most "
@@ -190,8 +236,11 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
         windows=windows(f_iv[0], f_iv[1], "cpu", label="a forward that trains nothing"),
         est_gain=gain,
         gain_method=method,
-        fixes=(pytorch("Compute the frozen part's outputs once, before training, and train on them (inputs "
-                       "that repeat each epoch: no random augmentation before it)", CACHE_CODE),),
+        fixes=((pytorch("Compute the frozen encoder's distribution (mean and std) once, before training, and draw "
+                        "the sample from it each step (inputs that repeat each epoch: no random augmentation "
+                        "before it)", SAMPLED_CODE),) if sampled else
+               (pytorch("Compute the frozen part's outputs once, before training, and train on them (inputs "
+                        "that repeat each epoch: no random augmentation before it)", CACHE_CODE),)),
         doc_url=DOC,
     )
 
@@ -220,6 +269,68 @@ def _writes_weights(ctx: Context, parts: list[dict[str, iv.Intervals]]) -> bool:
         if int(weight[iv.contains(where, t)].sum()) >= MIN_WRITES:
             return True
     return False
+
+
+def _draws_inside(ctx: Context, f_iv: iv.Intervals, steps: list[tuple[int, int]]) -> int:
+    """How many of ``steps`` draw random numbers (not a dropout's mask) inside the frozen part's
+    spans ``f_iv``, on the main thread: the part's output is a sample."""
+    ev = ctx.trace.events
+    rows = np.flatnonzero(ctx.events_in_window(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane) & ctx.host_name_ids(
+        lambda n: n in RANDOM_OPS and n not in MASK_OPS)[ev.name]))
+    ts = np.sort(ev.ts_ns[rows[iv.contains(f_iv, ev.ts_ns[rows])]])
+    return sum(int(np.searchsorted(ts, hi) > np.searchsorted(ts, lo)) for lo, hi in steps)
+
+
+def _runs_trained(ctx: Context, top: np.ndarray, frozen: np.ndarray, in_layer: np.ndarray, fwd: iv.Intervals,
+                  steps: list[tuple[int, int]]) -> int:
+    """How many of ``steps`` run, among the forward's outermost calls that built no node, the very
+    sequence of calls of a forward that did (from its first layer's call to its last, two layers'
+    calls at least): the trained network run again without grad — a policy acting in its rollout,
+    a DQN's target network (a copy of the online one)."""
+    ev = ctx.trace.events
+    if not top.size:
+        return 0
+    names = ev.name[top].astype(np.int64)
+    piece = np.searchsorted(fwd[0], ev.ts_ns[top], side="right")  # which forward interval each call is in
+    cut = np.flatnonzero((np.diff(frozen.astype(np.int8)) != 0) | (np.diff(piece) != 0)) + 1
+    starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [top.size]])
+    runs: dict[bool, list[tuple[int, bytes]]] = {True: [], False: []}
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        layers = np.flatnonzero(in_layer[a:b])
+        if frozen[a]:
+            runs[True].append((int(ev.ts_ns[top[a]]), names[a:b].tobytes()))
+        elif layers.size >= 2:
+            runs[False].append((int(ev.ts_ns[top[a]]), names[a + layers[0]:a + layers[-1] + 1].tobytes()))
+    width = names.itemsize
+    matched = 0
+    for lo, hi in steps:
+        done = [seq for t, seq in runs[True] if lo <= t < hi]
+        built = [seq for t, seq in runs[False] if lo <= t < hi]
+        if any(_holds(d, b, width) for d in done for b in built):
+            matched += 1
+    return matched
+
+
+def _holds(seq: bytes, part: bytes, width: int) -> bool:
+    """Whether ``part`` occurs in ``seq`` at a whole item's offset (both fixed-``width`` items)."""
+    at = seq.find(part)
+    while at >= 0:
+        if at % width == 0:
+            return True
+        at = seq.find(part, at + 1)
+    return False
+
+
+def _loader_fed(ctx: Context, steps: list[tuple[int, int]], layer_iv: iv.Intervals) -> int:
+    """How many of ``steps`` with a frozen layer's call (in ``layer_iv``) also ask a DataLoader
+    for a batch (the main thread's ``next(loader)``)."""
+    waits = main_waits(ctx)
+    fed = 0
+    for lo, hi in steps:
+        a, b = np.searchsorted(layer_iv[0], (lo, hi))
+        if b > a and np.searchsorted(waits, hi) > np.searchsorted(waits, lo):
+            fed += 1
+    return fed
 
 
 def _method(what: str) -> str:

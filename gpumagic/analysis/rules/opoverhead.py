@@ -12,7 +12,7 @@ from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.generation import GENERATE_COMPILE_CODE, generation, regrowth
 from gpumagic.analysis.optimizerimpl import optimizer_steps
-from gpumagic.analysis.phases import main_op_starts, phase_intervals
+from gpumagic.analysis.phases import LAYER_OPS, main_op_starts, phase_intervals
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
@@ -38,8 +38,10 @@ DOC = "https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html"
 MEASURED = ("benchmarks/op_overhead.py: a Python loop over 64 time steps of an RNN cell, 8.0 ms a step eager, "
             "3.4 with torch.compile (0.57 saved), 4.1 with nn.RNN (0.49), for an upper bound of 0.96")
 COMPILE_CODE = """
-# torch.compile fuses the small operators into a few generated loops and calls them once;
-# a Python loop over time steps is unrolled into the graph (the first call compiles: seconds)
+# torch.compile fuses the small operators into a few generated loops and calls them once.
+# Compile the module whose forward holds the whole loop (over time steps, solver steps...): the loop
+# is unrolled into one graph; compiling only the function it calls each step leaves a call a step.
+# The first call compiles: seconds, minutes for a long unrolled loop.
 model = torch.compile(model)
 """
 FUSED_RNN_CODE = """
@@ -69,13 +71,23 @@ SAMPLING = "aten::multinomial"
 VECTOR_ENV_CODE = """
 import gymnasium
 
+# no validation of each distribution's arguments and samples: a few small operator calls every time
+# one is built (on by default); turn it off once the code runs
+torch.distributions.Distribution.set_default_validate_args(False)
 envs = gymnasium.vector.SyncVectorEnv([make_env for _ in range(16)])   # make_env builds one environment
 observations, _ = envs.reset(seed=0)
+log_probs, rewards, dones = [], [], []
 for t in range(rollout_steps):
-    with torch.no_grad():
-        logits = policy(torch.as_tensor(observations, dtype=torch.float32))   # one forward for all 16
-    actions = torch.distributions.Categorical(logits=logits).sample()        # 16 actions in one call
-    observations, rewards, terminations, truncations, _ = envs.step(actions.numpy())
+    # one forward for all 16 (under torch.no_grad() where the update computes the log-probabilities
+    # again, as PPO does; with grad where the loss uses these, as REINFORCE does)
+    logits = policy(torch.as_tensor(observations, dtype=torch.float32, device=device))
+    action_dist = torch.distributions.Categorical(logits=logits)   # probs=... for a policy ending in a softmax
+    actions = action_dist.sample()                                 # 16 actions in one call
+    log_probs.append(action_dist.log_prob(actions))
+    observations, reward, terminations, truncations, _ = envs.step(actions.cpu().numpy())
+    rewards.append(torch.as_tensor(reward, dtype=torch.float32))
+    dones.append(torch.as_tensor(terminations | truncations))   # each environment resets itself when done:
+    # a return sums an environment's rewards up to its own end of episode
 """
 #: A step that runs this many backward passes (median) runs its batch a sample, or a few samples,
 #: at a time: a loop of ``loss.backward()`` over the samples before one ``optimizer.step()``.
@@ -97,9 +109,9 @@ optimizer.step()
 MORE_WORK_CODE = """
 # more samples a step: each operator call works on a larger tensor for the same fixed cost
 loader = torch.utils.data.DataLoader(dataset, batch_size=8 * batch_size, shuffle=True)
+# (a physics-informed loss: draw 8 times as many collocation points each step)
 # a larger batch changes the optimisation: retune the learning rate and watch the loss curve
 """
-
 #: Differentiating through gradients (``torch.autograd.grad(..., create_graph=True)``: MAML's inner
 #: step, a gradient penalty, a physics-informed network's derivatives) records autograd nodes of
 #: backward formulas, ``ThresholdBackwardBackward0``, ``MseLossBackwardBackward0``...; from this
@@ -250,8 +262,10 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     and estimates no step-time gain. Backward passes that start inside an optimizer step are the
     optimizer's closure evaluations (LBFGS) and are not counted as passes. A step with autograd
     nodes of backward formulas (``…BackwardBackward0``: ``create_graph=True``) gets no compile fix
-    (torch.compile refuses double backward) but more work per call, and with ≥ 3 inner passes
-    (a loop over tasks) first torch.func's vmap over the tasks. A window with no step and no backward (inference), its
+    (torch.compile refuses double backward) but more work per call — a change to the training,
+    not a shorter step: gain 0, medium — and with ≥ 3 inner passes each after a forward through
+    the model's layers (a loop over tasks; not a physics-informed loss's derivatives, passes one
+    after another on one forward's output) first torch.func's vmap over the tasks. A window with no step and no backward (inference), its
     calls counted over the window (≥ 1,000 at ≤ 5 µs, ≥ 10 % of it): a model called once per
     sample, first told to call it on a stack of samples, then to compile; gain, the share of the
     window from the first call to the last (the loop's Python included), an upper bound. The
@@ -269,11 +283,13 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     starts = main_op_starts(ctx)
     ev = ctx.trace.events
     steps = optimizer_steps(ctx).spans  # closures run inside them
-    per_step, calls, busy, spans, passes, forwards, closure = [], 0, 0, [], [], [], []
+    layer_ts = _layer_starts(ctx)
+    per_step, calls, busy, spans, passes, forwards, closure, fed = [], 0, 0, [], [], [], [], []
     for parts, (lo, hi) in zip(phase_intervals(ctx), ctx.step_bounds, strict=True):
         model = iv.merge(parts["forward"], parts["backward"])
         in_step = int(np.count_nonzero(iv.contains(steps, parts["backward"][0]))) if steps[0].size else 0
         passes.append(parts["backward"][0].size - in_step)
+        fed.append(_passes_after_layers(parts["backward"], lo, layer_ts))
         closure.append(in_step)
         forwards.append(parts["forward"])
         n = int(np.count_nonzero(iv.contains(model, starts[slice(*np.searchsorted(starts, (lo, hi)))])))
@@ -300,7 +316,10 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
     # many passes a step, each after its own forward: the batch a sample at a time; not the inner
     # gradient steps of a double backward (meta-learning), which one pass on the batch would change
     per_sample = passes_per_step >= MIN_PASSES_PER_STEP and not double
-    tasks = double and passes_per_step >= MIN_INNER_PASSES
+    # a loop over tasks runs the model again before each inner gradient pass (on the task's support
+    # set, then with its adapted weights); derivatives of one output (a physics-informed loss's
+    # u_x, then u_xx) are gradient passes one after another, with no layer between them
+    tasks = double and median_of(fed) >= MIN_INNER_PASSES
     losses_per_step = _loss_calls(ctx, forwards) / len(ctx.step_bounds)
     # one backward a step, but the loss computed sample by sample: the forward called per sample, the
     # losses summed (not the optimizer's closure passes, nor a double backward's inner passes)
@@ -324,11 +343,12 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
                          "step's input is known beforehand (an encoder, a decoder fed the targets), PyTorch's fused "
                          "layer runs the whole sequence in one call", CELL_LAYER_CODE), *fixes)
     elif not layers:
-        fixes += (pytorch("If the model loops over time steps in Python, use PyTorch's fused recurrent layer instead",
-                          FUSED_RNN_CODE),)
+        fixes += (pytorch("If the model loops over time steps in Python through a recurrent cell (an RNN, LSTM or GRU "
+                          "written by hand), use PyTorch's fused recurrent layer instead", FUSED_RNN_CODE),)
     if double:  # torch.compile refuses double backward
         fixes = (pytorch("Give each call more work: more samples (or collocation points) in each step's batch, "
                          "fewer steps", MORE_WORK_CODE),)
+    more_work = double and not (tasks or one_at_a_time)  # the only fix gives each step more work
     if tasks:
         fixes = (pytorch("If the step loops over tasks (meta-learning), adapt them all in one batched call: "
                          "torch.func's vmap over an inner grad step", TASKS_VMAP_CODE), *fixes)
@@ -342,7 +362,7 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
         fixes = (pytorch("If this is a reinforcement-learning rollout, step many environments together: one forward "
                          "and one sample a step serve them all", VECTOR_ENV_CODE), *fixes)
     return finding(
-        severity=severity_for(frac),
+        severity="medium" if more_work else severity_for(frac),
         title=(f"The model calls {ops_per_step:,.0f} tiny operators a step"
                + (f" in {passes_per_step:,.0f} forward and backward passes" if per_sample else "")
                + (f", the loss computed {losses_per_step:,.0f} times" if summed else "")
@@ -378,6 +398,8 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
         penalty or a physics-informed loss does), and torch.compile does not support that ("torch.compile with
         aot_autograd does not currently support double backward"): the calls' cost stays, so give each call more
         work.""" if double else "")
+        + (""" More samples a step spread the same calls over more work: the time per sample falls while the step
+        takes somewhat longer, a change to the training, so no step time saved is counted.""" if more_work else "")
         + (""" Its several inner gradient passes look like a loop over tasks: torch.func's vmap runs an inner grad
         step for every task in one batched call, with the same gradients (the functorch MAML example).""" if tasks
            else ""),
@@ -390,12 +412,31 @@ def cpu_op_overhead(ctx: Context, m: Metrics) -> Finding | None:
                  "loss_calls_per_step": round(losses_per_step, 1),
                  "matmuls_per_accumulation": None if reuse is None else round(reuse, 2),
                  "threshold_calls_per_step": MIN_OPS_PER_STEP, "threshold_per_call_us": MAX_US_PER_OP},
-        est_gain=frac,
-        gain_method=("upper bound: the forward and backward's share of the window; compilation removes the calls' "
-                     f"cost but still does their work, and the profiler's per-call cost inflates the share ({MEASURED})"),
+        est_gain=0.0 if more_work else frac,
+        gain_method=(("not a step-time saving: more samples a step make each step somewhat longer and each sample "
+                      "much cheaper, a change to the training (a larger batch)") if more_work else
+                     ("upper bound: the forward and backward's share of the window; compilation removes the calls' "
+                      f"cost but still does their work, and the profiler's per-call cost inflates the share ({MEASURED})")),
         fixes=fixes,
         doc_url=DOC,
     )
+
+
+def _layer_starts(ctx: Context) -> np.ndarray:
+    """Start times (ns, in order) of the main thread's layer operators (:data:`LAYER_OPS`)."""
+    ev = ctx.trace.events
+    rows = ctx.events_in_window(ctx.masks["cpu_op"] & (ev.lane == ctx.main_lane)
+                                & ctx.host_name_ids(LAYER_OPS.__contains__)[ev.name])
+    return np.sort(ev.ts_ns[rows])
+
+
+def _passes_after_layers(backward: iv.Intervals, lo: int, layer_ts: np.ndarray) -> int:
+    """How many of a step's backward passes (``backward``, the step starting at ``lo``) follow a
+    layer's operator since the pass before them (or the step's start): a forward of the model
+    before each, not a pass on the gradients the one before it returned."""
+    starts, ends = backward
+    since = np.concatenate([[lo], ends[:-1]]) if starts.size else starts
+    return int(np.count_nonzero(np.searchsorted(layer_ts, starts) > np.searchsorted(layer_ts, since)))
 
 
 def _weight_reuse(ctx: Context) -> float | None:
