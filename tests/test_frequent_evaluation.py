@@ -99,16 +99,28 @@ def test_a_rollout_that_draws_actions_in_eval_mode_is_no_evaluation():
     assert all(p.evaluation == 0.0 for p in rollout.metrics.phases.per_step)
 
 
-def test_long_evaluations_every_few_steps_are_step_outliers_not_this():
-    """An evaluation of 240 ms every 10 steps of 10 ms makes outliers: step-outliers tells of them
-    (they are the loops' time after the recorded steps), not this rule twice."""
+def test_long_evaluations_every_few_steps_are_this_not_step_outliers():
+    """An evaluation of 240 ms every 10 steps of 10 ms makes its steps outliers, and takes 66 % of
+    the time: this rule counts them (an evaluation explains each), and step-outliers leaves them
+    to it; an outlier no evaluation explains (a busy machine) stays step-outliers' and out of
+    this count."""
     steps = [10.0] * 40
     for i in (10, 20, 30):
         steps[i] = 250.0
     b = block(steps)
     b["events"] = [{"kind": "eval", "start_ms": b["start_ms"][i] + 0.001, "dur_ms": 240.0, "detail": ""} for i in (10, 20, 30)]
     r = analyze(with_every_step(b))
-    assert r.finding("step-outliers") is not None and r.finding(ID) is None
+    f = r.finding(ID)
+    assert f.evidence.numbers["evaluations"] == 3 and f.evidence.numbers["suggested_every_steps"] == 500
+    assert f.evidence.numbers["evaluation_frac"] == pytest.approx(720 / (36 * 10 + 3 * 250), abs=0.01)
+    assert r.finding("step-outliers") is None
+    steps[25] = 250.0  # and a step nothing explains
+    b = block(steps)
+    b["events"] = [{"kind": "eval", "start_ms": b["start_ms"][i] + 0.001, "dur_ms": 240.0, "detail": ""} for i in (10, 20, 30)]
+    r = analyze(with_every_step(b))
+    assert r.finding(ID).evidence.numbers["steps"] == 38
+    assert [o.index for o in r.metrics.steps.outliers if o.index == 25] and r.finding("step-outliers") is not None
+    assert "25" in r.finding("step-outliers").evidence.summary and "Step 10" not in r.finding("step-outliers").evidence.summary
 
 
 def test_the_accounting_matches_a_direct_sum():

@@ -55,6 +55,15 @@ MS_NS = 1_000_000
 NOT_THE_LOOPS_WAIT = frozenset({"loader", "eval"})
 
 
+#: A cause explains an outlier when it ran for at least half of the step's excess over the median.
+EXPLAINED = 0.5
+
+
+def explained_by(outlier: StepOutlier, kind: str) -> bool:
+    """Whether causes of ``kind`` ran for :data:`EXPLAINED` of ``outlier``'s excess or more."""
+    return sum(c.ms for c in outlier.causes if c.kind == kind) >= EXPLAINED * outlier.excess_ms
+
+
 def fields(ctx: Context) -> dict[str, Any]:
     """``StepMetrics`` fields ``all_ms``, ``all_recorded``, ``all_profiled``, ``outliers``,
     ``torch_save_*`` and ``evaluation_*`` (empty without an ``every_step`` block)."""
@@ -305,15 +314,17 @@ def saves(block: dict[str, Any], skip: frozenset[int] = frozenset(), only: froze
           ) -> dict[str, Any]:
     """``torch.save`` during the steps after the first (the warm-up): ``count`` (calls that overlap
     them), ``ms`` (their time inside the steps), ``steps_ms`` (the steps' time), ``steps`` and
-    ``steps_with`` (how many steps, and how many overlap a save). ``skip`` leaves steps out (the
-    outliers, which ``step-outliers`` reports); ``only`` keeps just these steps (the recorded ones)."""
+    ``steps_with`` (how many steps, and how many overlap a save), ``at`` (the steps the counted
+    calls start in, in order). ``skip`` leaves steps out (the outliers, which ``step-outliers``
+    reports); ``only`` keeps just these steps (the recorded ones)."""
     return _inside_steps(block, [e for e in block["events"] if e["kind"] == "torch.save"], skip, only)
 
 
 def evaluations(block: dict[str, Any], skip: frozenset[int] = frozenset(), only: frozenset[int] | None = None
                 ) -> dict[str, Any]:
     """The evaluation loops (:func:`is_evaluation`) during the steps after the first, as
-    :func:`saves` counts ``torch.save``: ``count``, ``ms``, ``steps_ms``, ``steps``, ``steps_with``."""
+    :func:`saves` counts ``torch.save``: ``count``, ``ms``, ``steps_ms``, ``steps``, ``steps_with``,
+    ``at``."""
     ends = step_ends(block)
     return _inside_steps(block, [e for e in block["events"] if e["kind"] == "eval" and is_evaluation(e, ends)],
                          skip, only)
@@ -351,8 +362,12 @@ def recurring(counted: dict[str, Any], min_count: int, min_share: float) -> Recu
     if counted["count"] < min_count or counted["steps_ms"] <= 0 or counted["ms"] < min_share * counted["steps_ms"]:
         return None
     train_ms = max((counted["steps_ms"] - counted["ms"]) / max(counted["steps"], 1), 1e-3)  # a step without it
+    at = counted.get("at") or []
+    # how many steps apart: the median gap between the steps they start in, which a window that
+    # ends between two of them does not stretch as steps ÷ count does
+    every = median_of([b - a for a, b in itertools.pairwise(at)]) if len(at) >= 2 else None
     return Recurring(share=counted["ms"] / counted["steps_ms"], each_ms=counted["ms"] / counted["count"],
-                     every=counted["steps"] / counted["count"], train_ms=train_ms)
+                     every=every or counted["steps"] / counted["count"], train_ms=train_ms)
 
 
 def _inside_steps(block: dict[str, Any], chosen: list[dict[str, Any]], skip: frozenset[int],
@@ -361,8 +376,8 @@ def _inside_steps(block: dict[str, Any], chosen: list[dict[str, Any]], skip: fro
     # such events run one at a time on the loop's thread: in start order their ends are in order too
     # (made so, should a file say otherwise), and the events a step overlaps are a run found by bisection
     ends = list(itertools.accumulate((e for _, e in events), max))
-    out = {"count": 0, "ms": 0.0, "steps_ms": 0.0, "steps": 0, "steps_with": 0}
-    seen: set[int] = set()
+    out: dict[str, Any] = {"count": 0, "ms": 0.0, "steps_ms": 0.0, "steps": 0, "steps_with": 0}
+    seen: dict[int, int] = {}  # each event counted: the first step it overlaps
     for i in range(1, len(block["step_ms"])):
         if i in skip or (only is not None and i not in only):
             continue
@@ -375,11 +390,12 @@ def _inside_steps(block: dict[str, Any], chosen: list[dict[str, Any]], skip: fro
             overlap = min(start + dur, events[k][1]) - max(start, events[k][0])
             if overlap > 0:
                 inside += overlap
-                seen.add(k)
+                seen.setdefault(k, i)
             k += 1
         out["ms"] += inside
         out["steps_with"] += inside > 0
     out["count"] = len(seen)
+    out["at"] = sorted(set(seen.values()))  # the steps they start in
     return out
 
 

@@ -3,6 +3,8 @@ training time."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpumagic.analysis import everystep
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, huggingface, pct, pytorch, rule, severity_for
@@ -25,23 +27,22 @@ def frequent_evaluation(ctx: Context, m: Metrics) -> Finding | None:
     """Signal: gpumagic's step timer saw evaluation loops (a module switched to eval mode and back
     with no optimizer step between, ``everystep.evaluations``) during the steps of the cell — every
     step, not only the recorded ones — taking ≥ 10 % of their time, in ≥ 2 loops, the first step
-    and ``step-outliers``' outliers left out (an evaluation every few hundred steps makes outliers,
-    which that rule reports). Suggests an interval, rounded up to one a person would write, that
-    keeps evaluation under 5 % of the time. Gain, an estimate: the evaluations' share of all the
+    and the ``step-outliers`` that no evaluation explains left out (:func:`frequent`; the
+    outliers the evaluations make are their time, and ``step-outliers`` leaves them to this
+    rule). Suggests an interval, rounded up to one a person would write, that keeps evaluation
+    under 5 % of the time. Gain, an estimate: the evaluations' share of all the
     steps' time, less what evaluating at the suggested interval still costs. Only a gpumagic
     capture has the timer. Silent where the window's spans in eval mode draw actions
     (``everystep.evaluation_spans``: ``torch.multinomial``, ``torch.normal``, a reinforcement-
     learning rollout with the policy in eval mode, which the updates need). False positives: a
     run that must evaluate this often (early stopping on a tiny budget, a tutorial's per-epoch
     curve on a handful of steps), a rollout whose draws all fall outside the recorded window."""
+    found = frequent(ctx, m)
+    if found is None:
+        return None
+    seen, habit = found
     block = everystep.block_of(ctx)
-    if block is None or everystep.evaluation_spans(ctx)[1]:  # rollouts drawing actions in eval mode
-        return None
-    outliers = frozenset(o.index for o in m.steps.outliers or [])
-    seen = everystep.evaluations(block, skip=outliers)
-    habit = everystep.recurring(seen, MIN_EVALS, MIN_SHARE)
-    if habit is None:
-        return None
+    assert block is not None
     share, per_eval, train_ms, often = habit.share, habit.each_ms, habit.train_ms, habit.often
     interval = habit.interval(TARGET_SHARE)
     after = per_eval / (interval * train_ms + per_eval)  # evaluation's share at the suggested interval
@@ -70,6 +71,22 @@ def frequent_evaluation(ctx: Context, m: Metrics) -> Finding | None:
                            f'TrainingArguments(..., eval_strategy="steps", eval_steps={interval})')),
         doc_url=DOC,
     )
+
+
+def frequent(ctx: Context, m: Metrics) -> tuple[dict[str, Any], everystep.Recurring] | None:
+    """What :func:`everystep.evaluations` counted during the cell's steps and the habit it makes
+    (:func:`everystep.recurring`: ≥ :data:`MIN_EVALS` loops taking ≥ :data:`MIN_SHARE` of the
+    steps' time), or None: no step timer, rollouts drawing actions in eval mode, too few or too
+    short. ``step-outliers``' outliers are left out unless an evaluation explains them (runs for
+    at least half of the excess): an evaluation long against a step makes its step an outlier,
+    and it is that time this counts; an outlier something else made (a busy machine) is not."""
+    block = everystep.block_of(ctx)
+    if block is None or everystep.evaluation_spans(ctx)[1]:  # rollouts drawing actions in eval mode
+        return None
+    others = frozenset(o.index for o in m.steps.outliers or [] if not everystep.explained_by(o, "eval"))
+    seen = everystep.evaluations(block, skip=others)
+    habit = everystep.recurring(seen, MIN_EVALS, MIN_SHARE)
+    return None if habit is None else (seen, habit)
 
 
 def _every_code(interval: int) -> str:

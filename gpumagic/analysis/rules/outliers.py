@@ -9,11 +9,12 @@ import numpy as np
 
 from gpumagic._arrays import median_of
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.everystep import MIN_EXCESS_MS, MIN_RATIO, SPREAD_MADS
+from gpumagic.analysis.everystep import EXPLAINED, MIN_EXCESS_MS, MIN_RATIO, SPREAD_MADS, explained_by
 from gpumagic.analysis.hostload import busy_machine
 from gpumagic.analysis.phases import main_op_starts
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for
 from gpumagic.analysis.rules.dataloader import TUNE_CODE
+from gpumagic.analysis.rules.evaluation import frequent
 from gpumagic.analysis.rules.restarts import persistent_loader_code
 from gpumagic.report.metrics import Metrics, StepOutlier
 from gpumagic.report.model import Finding, Fix
@@ -77,8 +78,6 @@ DOCS = {"torch.save": "https://pytorch.org/tutorials/recipes/distributed_async_c
         "eval": "https://pytorch.org/tutorials/beginner/basics/optimization_tutorial.html",
         "loader": "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader",
         "data": "https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading"}
-#: A cause explains an outlier when it ran for at least half of the step's excess over the median.
-EXPLAINED = 0.5
 #: An outlier nothing explains is "like" a long step the window recorded when its time is within
 #: this range of that step's: the loop's own periodic work — a second optimizer's update every
 #: N steps (a WGAN's generator after five critic updates), a metric computed every N steps — which
@@ -120,6 +119,8 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     like = [o for o in outliers if sum(c.ms for c in o.causes) < EXPLAINED * o.excess_ms
             and any(LIKE[0] <= o.ms / r <= LIKE[1] for _, r in recorded)]
     outliers = [o for o in outliers if o not in like]
+    if frequent(ctx, m) is not None:  # evaluations this frequent are frequent-evaluation's, their outliers too
+        outliers = [o for o in outliers if not explained_by(o, "eval")]
     if not outliers:
         return None
     all_ms = m.steps.all_ms or []
@@ -205,17 +206,19 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
 
 
 def _recorded_long(m: Metrics) -> list[tuple[int, float]]:
-    """The recorded steps (their index into ``steps.all_ms`` and time, from the step timer) that
-    pass the outlier rule's own bars against the recorded steps' median — at least
-    :data:`MIN_RATIO` × and :data:`MIN_EXCESS_MS` longer — the first recorded step left out (it
-    may hold a warm-up). Empty without every step's times."""
+    """The recorded steps (their index into ``steps.all_ms`` and time, from the step timer) at
+    least :data:`MIN_RATIO` × the recorded steps' median, the first recorded step left out (it
+    may hold a warm-up). Not the outlier's :data:`MIN_EXCESS_MS` bar too: an outlier is matched
+    to such a step by its time (:data:`LIKE`), and a recorded step 19 ms over the median is as
+    much the loop's periodic work as an unrecorded one 21 ms over (a PPO rollout every N
+    updates). Empty without every step's times."""
     all_ms, rec = m.steps.all_ms or [], [i for i in (m.steps.all_recorded or []) if 0 <= i < len(m.steps.all_ms or [])]
     if len(rec) < 3:
         return []
     times = [all_ms[i] for i in rec]
     med = median_of(np.asarray(times))
     return [(i, t) for i, t in zip(rec[1:], times[1:], strict=True)
-            if t >= MIN_RATIO * med and t - med >= MIN_EXCESS_MS]
+            if t >= MIN_RATIO * med]
 
 
 def _like_recorded(like: list[StepOutlier], recorded: list[tuple[int, float]]) -> str:
