@@ -16,6 +16,7 @@ import test_cpu_op_overhead as tco
 import test_diagnoses as td
 import test_frequent_evaluation as tfe
 import test_gradients_never_reset as tgr
+import test_gradients_reset_mid_accumulation as trm
 import test_inference_mode as tim
 import test_layout_conversions as tlc
 import test_loader_demand as tld
@@ -174,6 +175,7 @@ def built_reports():
     yield "optimizer-state-reset-other", analyze(tos._loop(wrapper="Lookahead"))
     yield "updates-without-gradients-order", analyze(tug._loop(reset="between"))
     yield "updates-without-gradients-other", analyze(tug._loop(reset="none"))
+    yield "gradients-reset-mid-accumulation", analyze(trm._built())
     yield "unused-gradients", analyze(tun._loop())
     yield "training-in-eval-mode", analyze(tem._loop())
     yield "inference-train-mode-in-training", tng._recorded("validation without eval()")
@@ -332,7 +334,7 @@ def harness(device: str, calls: list | None = None) -> dict:
         data=[[0.5] * 8 for _ in range(10)], labels=[i % 4 for i in range(10)], epochs=2,
         sequences=[torch.randint(1, 8, (n,)) for n in (3, 5, 2, 7, 4, 6, 1, 8, 3, 5)],  # token ids, one per label
         ema_model=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(device), decay=0.999, c=0.01,
-        num_embeddings=100, embedding_dim=8, lam=1e-4, wd=0.01,
+        num_embeddings=100, embedding_dim=8, lam=1e-4, wd=0.01, accumulation_steps=2,
     )
     ns.update(_language_model(device))
     return ns

@@ -92,7 +92,7 @@ GAIN_KINDS: dict[str, str] = {
     "allocator-churn": "upper bound", "layout-conversions": "estimate", "inference-grad-enabled": "none",
     "inference-train-mode": "none", "memory-growth": "none",
     "gradients-never-reset": "none", "optimizer-state-reset": "none",
-    "updates-without-gradients": "none", "unused-gradients": "estimate",
+    "updates-without-gradients": "none", "gradients-reset-mid-accumulation": "none", "unused-gradients": "estimate",
     "training-in-eval-mode": "none", "dense-embedding-grad": "upper bound",
     "threads-oversubscribed": "upper bound", "cpu-float64": "upper bound", "l2-penalty-in-loss": "estimate",
     "decoding-without-cache": "estimate", "frequent-evaluation": "estimate", "growing-concatenation": "estimate",

@@ -91,7 +91,7 @@ class Finding:
 #: training mode. They claim no speed gain, yet they come before every speed-up: a faster step of a
 #: training run that does not learn what it should is no gain.
 MISTAKES = frozenset({"gradients-never-reset", "optimizer-state-reset", "updates-without-gradients",
-                      "training-in-eval-mode", "inference-train-mode"})
+                      "gradients-reset-mid-accumulation", "training-in-eval-mode", "inference-train-mode"})
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:

@@ -7,6 +7,7 @@ false positives.
 
 from __future__ import annotations
 
+from gpumagic.analysis.rules.accumreset import gradients_reset_mid_accumulation
 from gpumagic.analysis.rules.allocchurn import allocator_churn
 from gpumagic.analysis.rules.anomaly import anomaly_detection_on
 from gpumagic.analysis.rules.base import RULES, Rule
@@ -62,7 +63,8 @@ CAUSE_RULES: tuple[Rule, ...] = (
     frequent_checkpoints, dataloader_worker_restarts, unfused_optimizer, host_contended, anomaly_detection_on,
     loop_host_work, cpu_op_overhead, activation_recompute, allocator_churn, layout_conversions,
     inference_grad_enabled, inference_train_mode, memory_growth, gradients_never_reset, optimizer_state_reset,
-    updates_without_gradients, unused_gradients, training_in_eval_mode, dense_embedding_grad, threads_oversubscribed,
+    updates_without_gradients, gradients_reset_mid_accumulation, unused_gradients, training_in_eval_mode,
+    dense_embedding_grad, threads_oversubscribed,
     cpu_float64, l2_penalty_in_loss, decoding_without_cache, frequent_evaluation, growing_concatenation,
     frozen_forward,
 )
