@@ -23,7 +23,7 @@ def _op(tb: TraceBuilder, name: str, ts: float, dur: float, seq: int | None) -> 
 
 
 def _training(steps: int = 5, frozen_us: float = 400.0, mode: str = "frozen", frozen_op: str = "aten::conv2d",
-              draw: bool = False, numbers: bool = True, gpu: bool = False, after: bool = False,
+              draw: bool | str = False, numbers: bool = True, gpu: bool = False, after: bool = False,
               head_us: float = 30.0, ema: str = "", loader: bool = True) -> dict:
     """A CPU training loop (a GPU one with ``gpu``: each operator launches a kernel as long as
     itself): per step a DataLoader wait, a part that trains nothing (``mode``: ``"frozen"``, grad
@@ -61,7 +61,7 @@ def _training(steps: int = 5, frozen_us: float = 400.0, mode: str = "frozen", fr
             tb.dataloader(t, 20)
         t += 25
         if draw:
-            call("aten::randn", 10, None, False)
+            call(draw if isinstance(draw, str) else "aten::randn", 10, None, False)
         if not after:
             frozen_part()
         head, loss = counter, counter + 1
@@ -133,9 +133,18 @@ def test_silent_where_the_part_trains_or_is_small_or_not_layers():
 
 
 def test_silent_where_random_numbers_feed_the_part():
-    """Noise drawn each step before it (a GAN's generator under no_grad, a target network fed a
-    replay sample): its inputs are new every step, nothing to compute once."""
+    """Noise drawn each step before it (a GAN's generator under no_grad): its inputs are new every
+    step, nothing to compute once."""
     assert analyze(_training(mode="no_grad", draw=True)).finding(ID) is None
+    assert analyze(_training(mode="no_grad", draw="aten::normal")).finding(ID) is None
+
+
+@pytest.mark.parametrize("draw", ["aten::randint", "aten::randperm"])
+def test_indices_drawn_before_the_part_pick_stored_samples(draw):
+    """A draw of indices before it (a latent-diffusion loop's timesteps drawn before its frozen VAE
+    encodes the images; a sample of stored items) makes no new inputs: the part's outputs for
+    each stored sample can be kept."""
+    assert analyze(_training(mode="no_grad", draw=draw)).finding(ID) is not None
 
 
 @pytest.mark.parametrize("ema", ["foreach", "loop", "sync"])

@@ -94,6 +94,12 @@ for epoch in range(epochs):
         loss.backward()
         optimizer.step()
 """
+#: Draws of indices (which stored samples to take: a replay buffer's ``torch.randint``, a
+#: shuffle's ``randperm``; a diffusion loop's timesteps) make no new inputs for the part: what it
+#: computes for each stored sample can be kept all the same. Only the other draws (noise: a GAN's
+#: ``randn``) silence the rule when they come before the part.
+INDEX_DRAWS = frozenset({"aten::randint", "aten::randint_like", "aten::randperm", "aten::multinomial",
+                         "aten::random_"})
 #: A dropout's mask (``aten::bernoulli_``) is no sample of the part's output to keep: the stored
 #: outputs are computed in eval mode, without it.
 MASK_OPS = frozenset({"aten::bernoulli", "aten::bernoulli_"})
@@ -108,8 +114,8 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
     them: :mod:`gpumagic.analysis.inference`) — take ≥ 10 % of the window (host time on a CPU;
     on a GPU, the kernels they launched), layers' operators hold ≥ half of that time, and in
     most steps no random-number operator (outermost: the loop's own draw, not a dropout's mask
-    inside the model) ran before them in the step (noise fed to a GAN's generator, a replay
-    buffer's sample for a target network: inputs new every step). That is a
+    inside the model; not a draw of indices, :data:`INDEX_DRAWS`, which picks stored samples)
+    ran before them in the step (noise fed to a GAN's generator: inputs new every step). That is a
     part of the model that does not train: a frozen backbone under a trained head, a teacher in
     distillation. Gain, an estimate: that time's share, which computing the part's outputs once
     and training on them saves where its inputs repeat each epoch (no random augmentation
@@ -161,7 +167,7 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
     steps = [(lo, hi) for (lo, hi), p in zip(ctx.step_bounds, parts, strict=True) if p["backward"][0].size]
     with_frozen, drawn = 0, 0
     outer = outermost_ops(ctx, ctx.main_lane)  # the loop's draws, not a dropout's mask inside the model
-    random_rows = outer[ctx.host_name_ids(RANDOM_OPS.__contains__)[ev.name[outer]]]
+    random_rows = outer[ctx.host_name_ids(lambda n: n in RANDOM_OPS and n not in INDEX_DRAWS)[ev.name[outer]]]
     r_ts = np.sort(ev.ts_ns[random_rows])
     per_step = []
     for lo, hi in steps:
@@ -217,8 +223,8 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
         mode — its outputs can be computed once and stored, and the training loop runs only the part that
         trains (the PyTorch transfer-learning tutorial's "ConvNet as fixed feature extractor"; a teacher's
         logits likewise). The stored outputs take memory or disk: their size times the number of samples. Where
-        the inputs change each step (random augmentation in the DataLoader's workers, which a trace cannot show; a
-        replay buffer's samples) or its weights do (an EMA teacher, a target network synced now and then: no such
+        the inputs change each step (random augmentation in the DataLoader's workers, which a trace cannot show;
+        fresh noise) or its weights do (an EMA teacher, a target network synced now and then: no such
         update was seen in this window) the part must run every step: then this is the step's own work; run it in
         lower precision (autocast) if its accuracy allows.{shared}"""
         + (""" The part draws random numbers itself in most of these steps (a VAE encoder's latent sampled as
