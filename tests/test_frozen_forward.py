@@ -177,11 +177,12 @@ def test_the_same_layer_types_with_autograd_get_a_caveat():
     assert "The same layer types" not in analyze(_training(mode="no_grad")).finding(ID).why
 
 
-def _acting(steps: int = 5, same: bool = True, loader: bool = False) -> dict:
+def _acting(steps: int = 5, same: bool = True, loader: bool = False,
+            acting: tuple[str, ...] = ("aten::addmm", "aten::relu", "aten::addmm", "aten::multinomial")) -> dict:
     """An actor-critic loop on the CPU: per step (a DataLoader wait first with ``loader``) a rollout
-    of 3 actions, each a forward of a two-layer policy under no_grad (addmm, relu, addmm of 200 µs
-    each) and a ``multinomial``, then the update: the same policy's forward with autograd (with
-    ``same``; else a network whose activation differs: tanh), a loss, its backward and a step."""
+    of 3 actions, each a forward of a two-layer policy under no_grad (``acting``: addmm, relu, addmm
+    of 200 µs each and a ``multinomial``), then the update: the same policy's forward with autograd
+    (with ``same``; else a network whose activation differs: tanh), a loss, its backward and a step."""
     tb = TraceBuilder(cc=None)
     counter, t = 10, 0.0
 
@@ -197,7 +198,7 @@ def _acting(steps: int = 5, same: bool = True, loader: bool = False) -> dict:
             tb.dataloader(t, 20)
         t += 25
         for _ in range(3):
-            for name in ("aten::addmm", "aten::relu", "aten::addmm", "aten::multinomial"):
+            for name in acting:
                 call(name, 200 if name == "aten::addmm" else 20, None)
         first = counter
         for name in ("aten::addmm", "aten::relu" if same else "aten::tanh", "aten::addmm", "aten::mse_loss"):
@@ -214,12 +215,17 @@ def _acting(steps: int = 5, same: bool = True, loader: bool = False) -> dict:
 
 def test_silent_where_the_trained_network_acts_without_grad():
     """A rollout: the policy's forward under no_grad, the same calls as its forward with autograd in
-    the update, no DataLoader: the trained network acting on new observations (A2C, PPO) or a
-    DQN's target network, a copy of it, on replayed states. Not a frozen part. A different network
-    (another sequence of calls), or a loader feeding the steps, still fire."""
+    the update: the trained network acting on new observations (A2C, PPO) or a DQN's target
+    network, a copy of it, on replayed states; with a DataLoader, the model's loss on a fixed
+    batch under no_grad. Not a frozen part. A different network (another sequence of calls), or a
+    deeper one of the same layer types (a teacher), still fire."""
     assert analyze(_acting()).finding(ID) is None
+    assert analyze(_acting(loader=True)).finding(ID) is None
     assert analyze(_acting(same=False)).finding(ID) is not None
-    assert analyze(_acting(loader=True)).finding(ID) is not None
+    # the same layer types, deeper: repeats of the trained calls must hold every layer's call
+    deeper = ("aten::addmm", "aten::relu", "aten::addmm", "aten::relu", "aten::addmm", "aten::relu", "aten::addmm")
+    assert analyze(_acting(acting=deeper)).finding(ID) is None  # two repeats of addmm, relu, addmm
+    assert analyze(_acting(acting=deeper[:5])).finding(ID) is not None  # one repeat and a layer over
     # a one-layer head's calls occur in any frozen part: two layers' calls at least are matched
     assert analyze(_training(mode="no_grad", frozen_op="aten::addmm", loader=False)).finding(ID) is not None
 

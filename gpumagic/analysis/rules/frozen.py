@@ -12,7 +12,6 @@ from gpumagic.analysis import intervals as iv
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.gpubound import gpu_time_gain
 from gpumagic.analysis.inference import outermost_ops
-from gpumagic.analysis.loaderwait import main_waits
 from gpumagic.analysis.phases import LAYER_OPS, outer_calls, phase_intervals
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule, severity_for, windows
 from gpumagic.analysis.rules.loopwork import IN_PLACE, RANDOM_OPS, ZEROING
@@ -125,12 +124,12 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
     tensors in place after its optimizer (≥ 4 calls, a ``torch._foreach_`` one counting 4: an EMA
     teacher, a synced target network: the weights change) and where gpumagic's loader stage
     timers name a random augmentation (``RandomResizedCrop``, ``ColorJitter``...). Silent, too,
-    where most steps with the part ask no DataLoader for a batch and run, among its calls, the
-    very sequence of calls (two layers' at least) of a forward that built nodes in the same step:
-    the trained network itself, or a copy of it, run without grad on inputs no dataset gives — a
-    policy acting in a reinforcement-learning rollout, a DQN's target network on replayed states —
-    whose weights change and whose inputs are new each step (a teacher of the student's own
-    architecture, fed from tensors in memory, is missed so)."""
+    where in most steps with the part its layers' calls all lie in repeats of the very sequence
+    of calls (two layers' at least) of a forward that built nodes in the same step
+    (:func:`_runs_trained`): the trained network itself, or a copy of it, run without grad — a
+    policy acting in a reinforcement-learning rollout, a DQN's target network on replayed states,
+    the model's loss on a fixed batch under no_grad — whose weights change (a teacher of the
+    student's very architecture, born-again distillation, is missed so)."""
     if not ctx.step_bounds or m.phases is None or not m.phases.found.backward:
         return None
     ev, mk = ctx.trace.events, ctx.masks
@@ -204,9 +203,8 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
     built_layers = {int(n) for n in ev.name[top[~frozen & in_layer]].tolist()}
     frozen_layers = [int(n) for n in ev.name[top[frozen & in_layer]].tolist()]
     also = sum(n in built_layers for n in frozen_layers)
-    if 2 * _loader_fed(ctx, steps, layer_iv) < with_frozen and 2 * _runs_trained(ctx, top, frozen, in_layer, fwd,
-                                                                                steps) >= with_frozen:
-        return None  # the trained network's own forward, run without grad on inputs no dataset gives: acting
+    if 2 * _runs_trained(ctx, top, frozen, in_layer, fwd, steps) >= with_frozen:
+        return None  # the trained network's own forward run again without grad: acting, a target network
     shared = ("" if 2 * also < len(frozen_layers) else """ The same layer types also ran with autograd in these
         steps: if this is one module run twice — a perceptual loss's feature network on the output and on the
         target, a GAN's generator under no_grad for the discriminator's step and again for its own — only its
@@ -289,10 +287,14 @@ def _draws_inside(ctx: Context, f_iv: iv.Intervals, steps: list[tuple[int, int]]
 
 def _runs_trained(ctx: Context, top: np.ndarray, frozen: np.ndarray, in_layer: np.ndarray, fwd: iv.Intervals,
                   steps: list[tuple[int, int]]) -> int:
-    """How many of ``steps`` run, among the forward's outermost calls that built no node, the very
-    sequence of calls of a forward that did (from its first layer's call to its last, two layers'
-    calls at least): the trained network run again without grad — a policy acting in its rollout,
-    a DQN's target network (a copy of the online one)."""
+    """How many of ``steps`` run no layer without grad but inside a repeat of a forward that built
+    nodes in the same step: the very sequence of that forward's calls, from its first layer's call
+    to its last (two layers' at least), found one after another (not overlapping) among the calls
+    that built nothing, covers each of their layers' calls. That is the trained network run again
+    without grad — a policy acting in its rollout, a DQN's target network (a copy of the online
+    one), the model's own loss on a fixed batch under no_grad — not a frozen part beside it. A
+    deeper network of the same layer types (a teacher a layer deeper than the student) leaves layers
+    uncovered unless its depth is a whole multiple of the student's (then it is missed)."""
     ev = ctx.trace.events
     if not top.size:
         return 0
@@ -300,43 +302,38 @@ def _runs_trained(ctx: Context, top: np.ndarray, frozen: np.ndarray, in_layer: n
     piece = np.searchsorted(fwd[0], ev.ts_ns[top], side="right")  # which forward interval each call is in
     cut = np.flatnonzero((np.diff(frozen.astype(np.int8)) != 0) | (np.diff(piece) != 0)) + 1
     starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [top.size]])
-    runs: dict[bool, list[tuple[int, bytes]]] = {True: [], False: []}
+    done: list[tuple[int, np.ndarray, np.ndarray]] = []  # (start, names, layer mask) of the runs that built nothing
+    built: list[tuple[int, bytes]] = []
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         layers = np.flatnonzero(in_layer[a:b])
         if frozen[a]:
-            runs[True].append((int(ev.ts_ns[top[a]]), names[a:b].tobytes()))
+            done.append((int(ev.ts_ns[top[a]]), names[a:b], in_layer[a:b]))
         elif layers.size >= 2:
-            runs[False].append((int(ev.ts_ns[top[a]]), names[a + layers[0]:a + layers[-1] + 1].tobytes()))
-    width = names.itemsize
+            built.append((int(ev.ts_ns[top[a]]), names[a + layers[0]:a + layers[-1] + 1].tobytes()))
     matched = 0
     for lo, hi in steps:
-        done = [seq for t, seq in runs[True] if lo <= t < hi]
-        built = [seq for t, seq in runs[False] if lo <= t < hi]
-        if any(_holds(d, b, width) for d in done for b in built):
+        runs = [(n, lay) for t, n, lay in done if lo <= t < hi and lay.any()]
+        mine = [seq for t, seq in built if lo <= t < hi]
+        if runs and any(all(_covered(n, lay, seq) for n, lay in runs) for seq in mine):
             matched += 1
     return matched
 
 
-def _holds(seq: bytes, part: bytes, width: int) -> bool:
-    """Whether ``part`` occurs in ``seq`` at a whole item's offset (both fixed-``width`` items)."""
+def _covered(names: np.ndarray, layer: np.ndarray, part: bytes) -> bool:
+    """Whether repeats of ``part`` (item ids as bytes), found left to right without overlapping in
+    ``names``, hold every position that ``layer`` marks."""
+    seq, width = names.tobytes(), names.itemsize
+    size = len(part) // width
+    hit = np.zeros(names.size, dtype=bool)
     at = seq.find(part)
     while at >= 0:
-        if at % width == 0:
-            return True
-        at = seq.find(part, at + 1)
-    return False
-
-
-def _loader_fed(ctx: Context, steps: list[tuple[int, int]], layer_iv: iv.Intervals) -> int:
-    """How many of ``steps`` with a frozen layer's call (in ``layer_iv``) also ask a DataLoader
-    for a batch (the main thread's ``next(loader)``)."""
-    waits = main_waits(ctx)
-    fed = 0
-    for lo, hi in steps:
-        a, b = np.searchsorted(layer_iv[0], (lo, hi))
-        if b > a and np.searchsorted(waits, hi) > np.searchsorted(waits, lo):
-            fed += 1
-    return fed
+        if at % width:
+            at = seq.find(part, at + 1)
+            continue
+        k = at // width
+        hit[k:k + size] = True
+        at = seq.find(part, at + len(part))
+    return bool(np.all(hit[layer]))
 
 
 def _method(what: str) -> str:
