@@ -322,3 +322,43 @@ def test_the_sampled_fix_keeps_drawing_from_the_encoders_distribution():
     cached = ns["cached"].tensors
     assert torch.allclose(cached[0], mean) and torch.allclose(cached[1], torch.exp(0.5 * logvar))
     assert len(seen) == 2 and not torch.allclose(seen[0], seen[1])  # shuffled, and drawn anew
+
+
+def _compiled(steps: int = 5, grad: bool = True) -> dict:
+    """A torch.compile'd model trained on the CPU: per step a DataLoader wait, the forward as one
+    ``Torch-Compiled Region: 0/0`` (no number of its own) around a ``CompiledFunction`` (an
+    ``aten::mm`` inside, inductor's extern matmul) whose number the backward's
+    ``CompiledFunctionBackward`` carries (without ``grad``, neither numbered), a head that
+    trains, the backward, a step."""
+    tb = TraceBuilder(cc=None)
+    counter, t = 10, 0.0
+    for s in range(steps):
+        start = t
+        tb.dataloader(t, 20)
+        t += 25
+        _op(tb, "Torch-Compiled Region: 0/0", t, 900, None)
+        _op(tb, "CompiledFunction", t + 5, 880, counter if grad else None)
+        _op(tb, "aten::mm", t + 10, 800, None)  # inductor's extern matmul, called from the generated code
+        compiled = counter
+        counter += grad
+        t += 905
+        _op(tb, "aten::addmm", t, 30, counter)
+        head = counter
+        counter += 1
+        t += 35
+        _op(tb, "autograd::engine::evaluate_function: AddmmBackward0", t, 20, head)
+        if grad:
+            _op(tb, "autograd::engine::evaluate_function: CompiledFunctionBackward", t + 22, 600, compiled)
+        t += 630
+        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=20)
+        t += 30
+        tb.step(s + 1, start, t - start)
+        t += 5
+    return tb.to_dict()
+
+
+def test_a_compiled_model_that_trains_is_no_frozen_part():
+    """torch.compile records the forward as a ``Torch-Compiled Region`` without a number around the
+    ``CompiledFunction`` that builds the node: the region built it, and it is the step's forward."""
+    report = analyze(_compiled())
+    assert report.finding(ID) is None and report.metrics.phases.median_ms.forward * 1e3 > 800

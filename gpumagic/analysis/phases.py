@@ -216,7 +216,10 @@ def outer_calls(ctx: Context) -> OuterCalls:
     (a random augmentation of the batch, a frozen layer). A call without a number that writes in
     place (``mul_``, ``lerp_``, ``copy_``, ``torch._foreach_lerp_``: grad mode off) is the loop
     updating tensors itself — an EMA teacher, a target network's ``load_state_dict`` — and is
-    idle too. The window's last numbered call is not known to be idle. Computed once per context."""
+    idle too. An outermost call without a number around calls with one (torch.compile's
+    ``Torch-Compiled Region`` around its ``CompiledFunction``) counts as numbered, judged by the
+    first number inside it. The window's last numbered call is not known to be idle. Computed
+    once per context."""
     def make(c: Context) -> OuterCalls:
         ev, m = c.trace.events, c.masks
         bwd_names = c.host_name_ids(BACKWARD_RE.search)
@@ -228,8 +231,11 @@ def outer_calls(ctx: Context) -> OuterCalls:
         idle = np.zeros(top.size, dtype=bool)
         if numbered_rows.size:
             n_ts, n_seq = ev.ts_ns[numbered_rows], ev.seq[numbered_rows]
-            first = np.searchsorted(n_ts, ev.ts_ns[top])  # the call's own number
+            first = np.searchsorted(n_ts, ev.ts_ns[top])  # the call's own number, or the first inside it
             after = np.searchsorted(n_ts, ev.ts_ns[top] + ev.dur_ns[top])
+            # a wrapper without a number of its own around calls with one passed the autograd layer
+            # all the same: a "Torch-Compiled Region" around its CompiledFunction, which builds the node
+            numbered |= after > first
             known = numbered & (after < n_ts.size)
             idle[known] = n_seq[after[known]] <= n_seq[first[known]]
             # grad mode off and writing in place: the loop's own update of tensors (an EMA of the
