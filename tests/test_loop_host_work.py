@@ -45,14 +45,16 @@ def test_silent_on_every_other_recorded_trace(path):
 
 def _training(bookkeeping_us: float, steps: int = 6, cc=None, backward: bool = True,
               per_tensor: tuple[str, ...] = (), tensors: int = 0, op_us: float = 10, from_python_us: float = 0,
-              random_us: float = 0, prepare: tuple[str, ...] = ()):
+              random_us: float = 0, prepare: tuple[str, ...] = (), noise_add: bool = False):
     """CPU training steps of 1 ms of model work each, after ``bookkeeping_us`` of the loop's own
     code (an argmax, then Python) that opens each step; with ``per_tensor``, those in-place
     operators of ``op_us`` each on every one of ``tensors`` tensors there (a Python loop: an EMA);
     with ``from_python_us``, two tensors built from Python lists there, each filled for that long
     (``aten::empty``, the fill, ``aten::to``, ``aten::lift_fresh``, as ``torch.tensor`` records it);
     with ``random_us``, an ``aten::randn`` of that long there (holding its ``aten::normal_``); with
-    ``prepare``, those operators of 400 µs each there (the batch cast and normalized)."""
+    ``prepare``, those operators of 400 µs each there (the batch cast and normalized); with
+    ``noise_add``, the draw scaled and added to the batch (an ``aten::mul`` and an ``aten::add``
+    of 30 µs each: a denoising autoencoder's noisy input)."""
     tb = TraceBuilder(cc=cc)
     t = 0.0
     for k in range(steps):
@@ -73,6 +75,9 @@ def _training(bookkeeping_us: float, steps: int = 6, cc=None, backward: bool = T
             tb.op("aten::randn", at, random_us)
             tb.op("aten::normal_", at + 2, random_us - 4)
             at += random_us + 5
+            for name in ("aten::mul", "aten::add") if noise_add else ():
+                tb.op(name, at, 30)
+                at += 35
         for _ in range(tensors):
             for name in per_tensor:
                 tb.op(name, at, op_us)
@@ -165,6 +170,15 @@ def test_random_draws_combined_with_the_batch_are_an_augmentation_not_synthetic_
     n = f.evidence.numbers
     assert n["random_ops_frac"] > 0.5 and "pool" not in f.fixes[0].code and "collate_fn=collate_and_augment" in f.fixes[0].code
     assert f.est_gain == n["loop_work_frac"] and "augments its batches" in f.why
+
+
+def test_noise_added_to_the_batch_is_no_synthetic_input():
+    """A denoising autoencoder's x + 0.3 * randn_like(x): the draw takes most of the time, the
+    scaling and the addition little, but they are two calls for its one: noise applied to real
+    data, which a pool of draws would replace: no pool fix."""
+    f = analyze(_training(2000, random_us=1500, noise_add=True)).finding("loop-host-work")
+    assert f.evidence.numbers["random_ops_frac"] > 0.5 and "pool" not in f.fixes[0].code
+    assert "augments its batches" in f.why
 
 
 @pytest.mark.parametrize(("busy", "gain"), [(190.0, False), (60.0, True)])

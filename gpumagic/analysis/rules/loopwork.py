@@ -206,8 +206,9 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     that time is in random-number operators (``torch.randn``, ``torch.randint``... outermost), the
     loop draws its inputs or noise each step: a pool of batches drawn once, for synthetic inputs
     (the why says fresh noise training needs is the step's own work), with that time's share as
-    the estimate — unless other operators (not bookkeeping's) hold ≥ a quarter of that time: the
-    draws then augment real data (a flip, a shift, a jitter), a preparation of the batch. Where
+    the estimate — unless other operators (not bookkeeping's) hold ≥ a quarter of that time or
+    make as many calls as the draws: the draws then augment real data (a flip, a shift, a
+    jitter, noise added to the batch: a denoising autoencoder's), a preparation of the batch. Where
     operators hold most of the time (< half without one running) and the bookkeeping's
     comparisons and reductions (``METRIC_OPS``: argmax, eq, sum, item...) under half of theirs,
     the loop prepares its batches (casts, scaling, normalization): the inputs prepared once on the
@@ -250,7 +251,13 @@ def loop_host_work(ctx: Context, m: Metrics) -> Finding | None:
     random_ns = sum(op_ns[n] for n in RANDOM_OPS)
     metric_ns = sum(op_ns[n] for n in METRIC_OPS)
     mixing_ns = sum(op_ns.values()) - random_ns - metric_ns  # what combines the draws with the batch
-    drawing = random_ns >= MIN_RANDOM_SHARE * total and mixing_ns < MIN_MIXING_SHARE * total
+    # the draws are the inputs (synthetic data): not combined with anything, by time, and fewer
+    # other calls than draws (noise added to real data, x + 0.3 * randn_like(x), is cheap beside
+    # its draw but takes a call or two for each)
+    random_calls, metric_calls = sum(calls[n] for n in RANDOM_OPS), sum(calls[n] for n in METRIC_OPS)
+    mixing_calls = sum(calls.values()) - random_calls - metric_calls
+    drawing = (random_ns >= MIN_RANDOM_SHARE * total and mixing_ns < MIN_MIXING_SHARE * total
+               and mixing_calls < random_calls)
     # operators, not Python, are most of it, and not bookkeeping's: the loop prepares its batches
     preparing = python_frac < 0.5 and 2 * metric_ns < sum(op_ns.values())
     frames = [(n, c) for n, c in _python_frames_in(ctx, other) if c >= MIN_FRAME_SHARE * total]
