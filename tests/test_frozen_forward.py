@@ -177,6 +177,13 @@ def test_the_same_layer_types_with_autograd_get_a_caveat():
     assert "The same layer types" not in analyze(_training(mode="no_grad")).finding(ID).why
 
 
+def _close_step(tb: TraceBuilder, s: int, start: float, t: float) -> float:
+    """An SGD update at ``t`` ends step ``s`` (begun at ``start``); the next step's start."""
+    tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=20)
+    tb.step(s + 1, start, t + 30 - start)
+    return t + 35
+
+
 def _acting(steps: int = 5, same: bool = True, loader: bool = False,
             acting: tuple[str, ...] = ("aten::addmm", "aten::relu", "aten::addmm", "aten::multinomial")) -> dict:
     """An actor-critic loop on the CPU: per step (a DataLoader wait first with ``loader``) a rollout
@@ -205,11 +212,7 @@ def _acting(steps: int = 5, same: bool = True, loader: bool = False,
             call(name, 200 if name == "aten::addmm" else 20, counter)
         _op(tb, "autograd::engine::evaluate_function: MseLossBackward0", t, 10, first + 3)
         _op(tb, "autograd::engine::evaluate_function: AddmmBackward0", t + 12, 20, first)
-        t += 40
-        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=20)
-        t += 30
-        tb.step(s + 1, start, t - start)
-        t += 5
+        t = _close_step(tb, s, start, t + 40)
     return tb.to_dict()
 
 
@@ -349,11 +352,7 @@ def _compiled(steps: int = 5, grad: bool = True) -> dict:
         _op(tb, "autograd::engine::evaluate_function: AddmmBackward0", t, 20, head)
         if grad:
             _op(tb, "autograd::engine::evaluate_function: CompiledFunctionBackward", t + 22, 600, compiled)
-        t += 630
-        tb.add(cat="user_annotation", name="Optimizer.step#SGD.step", ts=t, dur=20)
-        t += 30
-        tb.step(s + 1, start, t - start)
-        t += 5
+        t = _close_step(tb, s, start, t + 630)
     return tb.to_dict()
 
 

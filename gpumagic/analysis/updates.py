@@ -57,6 +57,10 @@ class Updates:
     inside: np.ndarray
     #: backward passes since the update before (0 where the backward carries no sequence numbers)
     passes: np.ndarray
+    #: start times (ns, sorted) of the window's backward passes, which ``passes`` counts
+    pass_ts: np.ndarray
+    #: times (ns, sorted) of the window's gradient writes, which ``written`` counts
+    write_ts: np.ndarray
 
     @property
     def judged(self) -> np.ndarray:
@@ -64,7 +68,16 @@ class Updates:
         return self.written > 0
 
 
-NO_UPDATES = Updates(np.zeros(0, np.int64), (), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+NO_UPDATES = Updates(np.zeros(0, np.int64), (), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                     np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+def reset_times(ctx: Context) -> np.ndarray:
+    """Start times (ns, sorted) of the trace's ``optimizer.zero_grad()`` calls (their
+    ``Optimizer.zero_grad#`` annotation, or an operator span of that name), window or not."""
+    ev, mk = ctx.trace.events, ctx.masks
+    marks = mk["host"] & (mk["annotation"] | mk["cpu_op"])
+    return np.sort(ev.ts_ns[marks & ctx.host_name_ids(ZERO_GRAD_RE.search)[ev.name]])
 
 
 def gradient_writes(ctx: Context) -> np.ndarray:
@@ -120,8 +133,8 @@ def _updates(ctx: Context) -> Updates:
     starts = pass_starts(ev, np.flatnonzero(ctx.events_in_window(backward & (ev.seq >= 0))))
     passes = np.searchsorted(starts, ev.ts_ns[rows]) - np.searchsorted(starts, since)
     return Updates(rows=rows, classes=classes, written=written.astype(np.int64), inside=inside,
-                   passes=passes.astype(np.int64))
+                   passes=passes.astype(np.int64), pass_ts=starts, write_ts=node_ts)
 
 
 __all__ = ["ACCUMULATE_RE", "BARE_ACCUMULATE", "NO_UPDATES", "UPDATE_RE", "ZERO_GRAD_RE", "Updates", "backward_nodes",
-           "gradient_writes", "updates"]
+           "gradient_writes", "reset_times", "updates"]

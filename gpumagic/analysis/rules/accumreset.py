@@ -7,11 +7,9 @@ import numpy as np
 
 from gpumagic._arrays import median_of
 from gpumagic.analysis.context import Context
-from gpumagic.analysis.inference import pass_starts
 from gpumagic.analysis.loaderwait import main_waits
-from gpumagic.analysis.phases import BACKWARD_RE
 from gpumagic.analysis.rules.base import finding, pct, pytorch, rule
-from gpumagic.analysis.updates import ZERO_GRAD_RE, gradient_writes, updates
+from gpumagic.analysis.updates import reset_times, updates
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding
 
@@ -78,13 +76,8 @@ def gradients_reset_mid_accumulation(ctx: Context, m: Metrics) -> Finding | None
     accumulating = np.flatnonzero(up.passes >= 2)
     if accumulating.size < MIN_UPDATES:
         return None
-    ev, mk = ctx.trace.events, ctx.masks
-    marks = mk["host"] & (mk["annotation"] | mk["cpu_op"])
-    resets = np.sort(ev.ts_ns[ctx.events_in_window(marks & ctx.host_name_ids(ZERO_GRAD_RE.search)[ev.name])])
-    backward = mk["cpu_op"] & mk["host"] & ctx.host_name_ids(BACKWARD_RE.search)[ev.name]
-    starts = pass_starts(ev, np.flatnonzero(ctx.events_in_window(backward & (ev.seq >= 0))))
-    waits = main_waits(ctx)
-    writes = np.sort(ev.ts_ns[ctx.events_in_window(gradient_writes(ctx))])
+    ev = ctx.trace.events
+    resets, starts, writes, waits = reset_times(ctx), up.pass_ts, up.write_ts, main_waits(ctx)
     ts = ev.ts_ns[up.rows]
     dropped, passes, with_reset = [], [], 0
     for k in accumulating.tolist():

@@ -7,7 +7,7 @@ import numpy as np
 from gpumagic._arrays import median_of
 from gpumagic.analysis.context import Context
 from gpumagic.analysis.rules.base import finding, pytorch, rule, windows
-from gpumagic.analysis.updates import ZERO_GRAD_RE, gradient_writes, updates
+from gpumagic.analysis.updates import gradient_writes, reset_times, updates
 from gpumagic.report.metrics import Metrics
 from gpumagic.report.model import Finding, Fix
 
@@ -56,10 +56,9 @@ def updates_without_gradients(ctx: Context, m: Metrics) -> Finding | None:
     judged = up.judged
     if np.count_nonzero(judged) < MIN_UPDATES or up.inside.any():
         return None
-    ev, mk = ctx.trace.events, ctx.masks
+    ev = ctx.trace.events
     rows = up.rows[judged]
-    marks = mk["host"] & (mk["annotation"] | mk["cpu_op"])
-    resets = np.sort(ev.ts_ns[marks & ctx.host_name_ids(ZERO_GRAD_RE.search)[ev.name]])
+    resets = reset_times(ctx)
     nodes = np.sort(ev.ts_ns[gradient_writes(ctx)])
     starts = ev.ts_ns[rows]
     last_write = nodes[np.searchsorted(nodes, starts) - 1]  # each judged update has a write before it

@@ -40,9 +40,7 @@ def frequent_evaluation(ctx: Context, m: Metrics) -> Finding | None:
     found = frequent(ctx, m)
     if found is None:
         return None
-    seen, habit = found
-    block = everystep.block_of(ctx)
-    assert block is not None
+    block, seen, habit = found
     share, per_eval, train_ms, often = habit.share, habit.each_ms, habit.train_ms, habit.often
     interval = habit.interval(TARGET_SHARE)
     after = per_eval / (interval * train_ms + per_eval)  # evaluation's share at the suggested interval
@@ -73,8 +71,9 @@ def frequent_evaluation(ctx: Context, m: Metrics) -> Finding | None:
     )
 
 
-def frequent(ctx: Context, m: Metrics) -> tuple[dict[str, Any], everystep.Recurring] | None:
-    """What :func:`everystep.evaluations` counted during the cell's steps and the habit it makes
+def frequent(ctx: Context, m: Metrics) -> tuple[dict[str, Any], dict[str, Any], everystep.Recurring] | None:
+    """The step timer's block, what :func:`everystep.evaluations` counted in it during the cell's
+    steps and the habit it makes
     (:func:`everystep.recurring`: ≥ :data:`MIN_EVALS` loops taking ≥ :data:`MIN_SHARE` of the
     steps' time), or None: no step timer, rollouts drawing actions in eval mode, too few or too
     short. ``step-outliers``' outliers are left out unless an evaluation explains them (runs for
@@ -86,7 +85,7 @@ def frequent(ctx: Context, m: Metrics) -> tuple[dict[str, Any], everystep.Recurr
     others = frozenset(o.index for o in m.steps.outliers or [] if not everystep.explained_by(o, "eval"))
     seen = everystep.evaluations(block, skip=others)
     habit = everystep.recurring(seen, MIN_EVALS, MIN_SHARE)
-    return None if habit is None else (seen, habit)
+    return None if habit is None else (block, seen, habit)
 
 
 def _every_code(interval: int) -> str:

@@ -183,6 +183,8 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
     stages = m.host.loader_stages or []
     if any(AUGMENTING_STAGE.search(st.name) for st in stages):
         return None  # the loader augments: the part's inputs change every epoch
+    if 2 * _runs_trained(ctx, top, frozen, in_layer, fwd, steps) >= with_frozen:
+        return None  # the trained network's own forward run again without grad: acting, a target network
     gpu = ctx.device >= 0
     if gpu:
         kernels = ctx.launched_by_main()
@@ -203,8 +205,6 @@ def frozen_forward(ctx: Context, m: Metrics) -> Finding | None:
     built_layers = {int(n) for n in ev.name[top[~frozen & in_layer]].tolist()}
     frozen_layers = [int(n) for n in ev.name[top[frozen & in_layer]].tolist()]
     also = sum(n in built_layers for n in frozen_layers)
-    if 2 * _runs_trained(ctx, top, frozen, in_layer, fwd, steps) >= with_frozen:
-        return None  # the trained network's own forward run again without grad: acting, a target network
     shared = ("" if 2 * also < len(frozen_layers) else """ The same layer types also ran with autograd in these
         steps: if this is one module run twice — a perceptual loss's feature network on the output and on the
         target, a GAN's generator under no_grad for the discriminator's step and again for its own — only its

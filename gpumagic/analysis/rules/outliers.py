@@ -134,7 +134,7 @@ def step_outliers(ctx: Context, m: Metrics) -> Finding | None:
     steps = ", ".join(str(o.index) for o in sorted(outliers, key=lambda o: o.index)[:12])
     told = "; ".join(_told(o) for o in sorted(outliers, key=lambda o: -o.ms)[:3])
     unexplained = [o for o in outliers if sum(c.ms for c in o.causes) < EXPLAINED * o.excess_ms]
-    explained = Counter(k for o in outliers for k, ms in _by_kind(o).items() if ms >= EXPLAINED * o.excess_ms)
+    explained = Counter(k for o in outliers for k in _by_kind(o) if explained_by(o, k))
     explains = set(explained)
     fixes: list[Fix] = []
     if "gc" in explains:
